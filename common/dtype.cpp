@@ -1,0 +1,138 @@
+#include "common/dtype.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "common/error.h"
+
+namespace tp {
+
+std::string_view dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "f32";
+    case DType::F16: return "f16";
+    case DType::BF16: return "bf16";
+    case DType::Q8_0: return "q8_0";
+    case DType::Q4_0: return "q4_0";
+    case DType::Q4_1: return "q4_1";
+  }
+  return "?";
+}
+
+DType parse_dtype(std::string_view name) {
+  std::string s(name);
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1})
+    if (dtype_name(t) == s) return t;
+  throw InputError("unknown dtype '" + std::string(name) + "' (valid: f32, f16, bf16, q8_0, q4_0, q4_1)");
+}
+
+bool is_quantized(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1; }
+
+int64_t dtype_block_bytes(DType t) {
+  switch (t) {
+    case DType::F32: return 4;
+    case DType::F16: return 2;
+    case DType::BF16: return 2;
+    case DType::Q8_0: return 34;
+    case DType::Q4_0: return 18;
+    case DType::Q4_1: return 20;
+  }
+  return 0;
+}
+
+int64_t dtype_block_elems(DType t) { return is_quantized(t) ? kQuantBlock : 1; }
+
+float f16_to_f32(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t man = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0) {
+    if (man == 0) {
+      bits = sign;
+    } else {  // subnormal: normalize
+      exp = 127 - 15 + 1;
+      while ((man & 0x400u) == 0) {
+        man <<= 1;
+        --exp;
+      }
+      man &= 0x3ffu;
+      bits = sign | (exp << 23) | (man << 13);
+    }
+  } else if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (man << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+  }
+  return std::bit_cast<float>(bits);
+}
+
+uint16_t f32_to_f16(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
+  const uint32_t abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u) return uint16_t(sign | 0x7e00u);  // NaN
+  if (abs >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // overflow (rounds to >= 65520) -> inf
+  if (abs < 0x38800000u) {                                   // result is subnormal or zero
+    const float a = std::bit_cast<float>(abs);
+    // scale so that one f16 subnormal ulp (2^-24) becomes 1, round to nearest even
+    const float scaled = a * 16777216.0f;
+    uint32_t q = uint32_t(scaled);
+    const float rem = scaled - float(q);
+    if (rem > 0.5f || (rem == 0.5f && (q & 1u))) ++q;
+    return uint16_t(sign | q);
+  }
+  uint32_t r = abs + 0xfffu + ((abs >> 13) & 1u);  // round mantissa to 10 bits, nearest even
+  return uint16_t(sign | uint16_t(((r >> 23) - 127 + 15) << 10 | ((r >> 13) & 0x3ffu)));
+}
+
+namespace {
+inline uint16_t load_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+}  // namespace
+
+void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
+  const auto* p = static_cast<const uint8_t*>(src);
+  switch (t) {
+    case DType::F32:
+      std::memcpy(dst, p, size_t(n) * 4);
+      return;
+    case DType::F16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(load_u16(p + 2 * i));
+      return;
+    case DType::BF16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(load_u16(p + 2 * i));
+      return;
+    case DType::Q8_0:
+      for (int64_t b = 0; b < n / kQuantBlock; ++b, p += 34) {
+        const float d = f16_to_f32(load_u16(p));
+        for (int j = 0; j < 32; ++j) dst[b * 32 + j] = d * float(int8_t(p[2 + j]));
+      }
+      return;
+    case DType::Q4_0:
+      for (int64_t b = 0; b < n / kQuantBlock; ++b, p += 18) {
+        const float d = f16_to_f32(load_u16(p));
+        for (int j = 0; j < 16; ++j) {
+          dst[b * 32 + j] = d * float(int(p[2 + j] & 0x0f) - 8);
+          dst[b * 32 + j + 16] = d * float(int(p[2 + j] >> 4) - 8);
+        }
+      }
+      return;
+    case DType::Q4_1:
+      for (int64_t b = 0; b < n / kQuantBlock; ++b, p += 20) {
+        const float d = f16_to_f32(load_u16(p));
+        const float m = f16_to_f32(load_u16(p + 2));
+        for (int j = 0; j < 16; ++j) {
+          dst[b * 32 + j] = d * float(p[4 + j] & 0x0f) + m;
+          dst[b * 32 + j + 16] = d * float(p[4 + j] >> 4) + m;
+        }
+      }
+      return;
+  }
+}
+
+}  // namespace tp

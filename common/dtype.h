@@ -1,0 +1,45 @@
+// Element types of weights and activations, and the scalar conversions between them.
+// Block-quantized types (GGUF): 32 weights a block.
+//   Q8_0: f16 d, 32 x int8 q           x = d * q            (34 bytes)
+//   Q4_0: f16 d, 16 bytes of nibbles   x = d * (q - 8)      (18 bytes)
+//   Q4_1: f16 d, f16 m, 16 bytes       x = d * q + m        (20 bytes)
+// Nibble order within a block: byte j holds weight j (low nibble) and weight j + 16 (high nibble).
+#pragma once
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+namespace tp {
+
+enum class DType : uint8_t { F32, F16, BF16, Q8_0, Q4_0, Q4_1 };
+
+inline constexpr int64_t kQuantBlock = 32;  // weights per quantized block
+
+std::string_view dtype_name(DType t);
+// Parses "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1" (case-insensitive); throws InputError.
+DType parse_dtype(std::string_view name);
+bool is_quantized(DType t);
+// Bytes of one block (quantized) or one element (float types).
+int64_t dtype_block_bytes(DType t);
+// Elements in one block: 32 for quantized types, 1 otherwise.
+int64_t dtype_block_elems(DType t);
+// Bytes of a row of n elements; n must be a multiple of dtype_block_elems(t) (caller checks).
+inline int64_t dtype_row_bytes(DType t, int64_t n) { return n / dtype_block_elems(t) * dtype_block_bytes(t); }
+
+inline float bf16_to_f32(uint16_t h) { return std::bit_cast<float>(uint32_t(h) << 16); }
+// Round to nearest even; NaN stays NaN.
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t u = std::bit_cast<uint32_t>(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+float f16_to_f32(uint16_t h);
+uint16_t f32_to_f16(float f);  // round to nearest even, overflow -> inf
+
+// Dequantizes n elements (a multiple of the block size for quantized types) of type t at src into dst.
+void dequantize_row(DType t, const void* src, float* dst, int64_t n);
+
+}  // namespace tp
