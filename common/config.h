@@ -1,0 +1,58 @@
+// The typed tpserve configuration, read from YAML (configs/*.yaml). Every key is optional and has the default
+// below; an unknown key, a wrong type or an out-of-range value throws ConfigError("<file>", "<section.key>",
+// reason). Paths are resolved relative to the config file's directory when relative.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace tp {
+
+struct ModelSection {
+  std::string path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";  // GGUF file or HF directory
+  std::string dtype = "bf16";     // runtime weight dtype: "bf16" or "f32"
+  std::string name;               // served model name; empty: taken from the file
+  std::string chat_template;      // empty: from the model file
+};
+
+struct ParallelSection {
+  int64_t tp = 1;                 // tensor-parallel degree, >= 1
+  int64_t dp = 1;                 // data-parallel replicas, >= 1
+  int64_t threads = 0;            // compute threads per rank; 0: cores / ranks
+};
+
+struct CacheSection {
+  int64_t block_size = 16;        // tokens per KV block, power of two in [1, 1024]
+  int64_t memory_mb = 512;        // KV budget per rank in MiB, >= 1
+  int64_t max_context = 0;        // max tokens per sequence; 0: the model's trained context
+  bool prefix_caching = true;
+};
+
+struct SchedulerSection {
+  int64_t max_num_seqs = 64;              // running sequences per step, >= 1
+  int64_t max_num_batched_tokens = 2048;  // tokens per step, >= 1
+  int64_t max_queued_requests = 1024;     // waiting requests before 429, >= 1
+};
+
+struct ServerSection {
+  std::string host = "127.0.0.1";
+  int64_t port = 8000;            // [0, 65535]; 0: any free port
+  std::string api_key;            // empty: no authentication
+  int64_t max_body_bytes = 8 << 20;
+  double shutdown_deadline_s = 10.0;
+};
+
+struct Config {
+  std::string source = "<defaults>";  // the file it came from
+  ModelSection model;
+  ParallelSection parallel;
+  CacheSection cache;
+  SchedulerSection scheduler;
+  ServerSection server;
+};
+
+// Reads and validates a YAML config file. Throws ConfigError / InputError.
+Config load_config(const std::string& path);
+// Parses YAML text; `source` names it in errors; relative paths resolve against `base_dir`.
+Config parse_config(const std::string& yaml_text, const std::string& source, const std::string& base_dir);
+
+}  // namespace tp

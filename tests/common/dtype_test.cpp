@@ -1,0 +1,74 @@
+// Scalar conversions and block dequantization against hand-computed values.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "common/dtype.h"
+#include "common/error.h"
+
+namespace tp {
+namespace {
+
+TEST(DType, Bf16RoundsToNearestEven) {
+  EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(bf16_to_f32(0x3f80), 1.0f);
+  // 1 + 2^-8 is exactly halfway between bf16 1.0 and 1.0078125: ties to even (1.0)
+  EXPECT_EQ(f32_to_bf16(1.0f + 1.0f / 256), 0x3f80);
+  EXPECT_EQ(f32_to_bf16(1.0f + 3.0f / 256), 0x3f82);
+  EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+}
+
+TEST(DType, F16RoundTripsEveryFiniteValue) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    if (((h >> 10) & 0x1f) == 0x1f) continue;  // inf / nan
+    const float f = f16_to_f32(uint16_t(h));
+    ASSERT_EQ(f32_to_f16(f), uint16_t(h)) << std::hex << h;
+  }
+  EXPECT_EQ(f16_to_f32(0x3c00), 1.0f);
+  EXPECT_EQ(f16_to_f32(0x0001), std::ldexp(1.0f, -24));
+  EXPECT_EQ(f32_to_f16(1e6f), 0x7c00);
+}
+
+TEST(DType, DequantizeQ4_1) {
+  uint8_t block[20];
+  const uint16_t d = f32_to_f16(0.5f), m = f32_to_f16(-1.0f);
+  std::memcpy(block, &d, 2);
+  std::memcpy(block + 2, &m, 2);
+  for (int j = 0; j < 16; ++j) block[4 + j] = uint8_t((j & 0xf) | ((15 - j) << 4));
+  float out[32];
+  dequantize_row(DType::Q4_1, block, out, 32);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(out[j], 0.5f * j - 1.0f);
+    EXPECT_EQ(out[j + 16], 0.5f * (15 - j) - 1.0f);
+  }
+}
+
+TEST(DType, DequantizeQ4_0AndQ8_0) {
+  uint8_t q4[18];
+  const uint16_t d = f32_to_f16(2.0f);
+  std::memcpy(q4, &d, 2);
+  for (int j = 0; j < 16; ++j) q4[2 + j] = uint8_t(j | (j << 4));
+  float out[32];
+  dequantize_row(DType::Q4_0, q4, out, 32);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(out[j], 2.0f * (j - 8));
+    EXPECT_EQ(out[j + 16], 2.0f * (j - 8));
+  }
+  uint8_t q8[34];
+  std::memcpy(q8, &d, 2);
+  for (int j = 0; j < 32; ++j) q8[2 + j] = uint8_t(int8_t(j - 16));
+  dequantize_row(DType::Q8_0, q8, out, 32);
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(out[j], 2.0f * (j - 16));
+}
+
+TEST(DType, NamesAndSizes) {
+  EXPECT_EQ(parse_dtype("BF16"), DType::BF16);
+  EXPECT_THROW(parse_dtype("q5_k"), InputError);
+  EXPECT_EQ(dtype_row_bytes(DType::Q4_1, 64), 40);
+  EXPECT_EQ(dtype_row_bytes(DType::F16, 3), 6);
+}
+
+}  // namespace
+}  // namespace tp
