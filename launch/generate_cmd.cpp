@@ -1,0 +1,86 @@
+// `tpserve generate`: one prompt, greedy or sampled, printed as it is produced; then prefill and decode tok/s.
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "common/config.h"
+#include "common/error.h"
+#include "coordinator/tokenizer.h"
+#include "kernels/cpu/linear.h"
+#include "launch/cli_args.h"
+#include "launch/commands.h"
+#include "rank/llama_model.h"
+#include "rank/model_file.h"
+#include "rank/sampler.h"
+#include "rank/sequence_runner.h"
+
+namespace tp {
+
+int run_generate(const std::vector<std::string>& argv) {
+  const CliArgs a("generate", argv,
+                  {"model", "prompt", "max-tokens", "temperature", "top-p", "top-k", "min-p", "seed", "config",
+                   "dtype", "threads", "tp"},
+                  {"ignore-eos"});
+  Config cfg;
+  if (auto path = a.str("config")) cfg = load_config(*path);
+  if (auto m = a.str("model")) cfg.model.path = *m;
+  if (auto d = a.str("dtype")) cfg.model.dtype = *d;
+  if (a.integer("tp", cfg.parallel.tp, 1, 4096) != 1)
+    throw UsageError("generate: --tp > 1 needs the tensor-parallel build (not yet available)");
+  const std::string prompt = a.required("prompt");
+  const int64_t max_tokens = a.integer("max-tokens", 64, 1, 1 << 20);
+  SamplingParams sp;
+  sp.temperature = float(a.real("temperature", 0.0, 0.0, 100.0));
+  sp.top_p = float(a.real("top-p", 1.0, 1e-6, 1.0));
+  sp.top_k = a.integer("top-k", 0, 0, 1 << 24);
+  sp.min_p = float(a.real("min-p", 0.0, 0.0, 1.0));
+  sp.seed = uint64_t(a.integer("seed", 0, 0, INT64_MAX));
+  const bool ignore_eos = a.flag("ignore-eos");
+  int64_t threads = a.integer("threads", cfg.parallel.threads, 0, 1024);
+  if (threads == 0) threads = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  cpu::set_num_threads(int(threads));
+
+  const DType runtime = parse_dtype(cfg.model.dtype);
+  if (runtime != DType::F32 && runtime != DType::BF16)
+    throw UsageError("generate: --dtype must be bf16 or f32, not '" + cfg.model.dtype + "'");
+  auto file = open_model(cfg.model.path);
+  LlamaModel model(*file, runtime);
+  const Tokenizer tok(file->tokenizer());
+
+  const std::vector<int32_t> ids = tok.encode(prompt, tok.add_bos(), true);
+  if (ids.empty()) throw InputError("the prompt encodes to no tokens");
+  const int64_t ctx = cfg.cache.max_context > 0 ? cfg.cache.max_context : file->config().max_context;
+  if (int64_t(ids.size()) + max_tokens > ctx)
+    throw InputError("prompt (" + std::to_string(ids.size()) + " tokens) + max-tokens (" + std::to_string(max_tokens) +
+                     ") exceeds the context of " + std::to_string(ctx) + " tokens");
+  SequenceRunner seq(model, int64_t(ids.size()) + max_tokens, cfg.cache.block_size);
+  Sampler sampler(sp);
+  IncrementalDecoder out(tok);
+
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  const std::vector<float>* logits = &seq.feed(ids);
+  const auto t1 = clock::now();
+  int64_t n_gen = 0, n_steps = 0;  // tokens sampled; decode forward steps (one per token after the first)
+  std::fputs(prompt.c_str(), stdout);
+  for (;;) {
+    const int32_t next = sampler.sample(logits->data(), file->config().vocab);
+    ++n_gen;
+    if (!ignore_eos && tok.is_eog(next)) break;
+    std::fputs(out.push(next).c_str(), stdout);
+    std::fflush(stdout);
+    if (n_gen >= max_tokens) break;
+    logits = &seq.feed({next});
+    ++n_steps;
+  }
+  std::fputs(out.flush().c_str(), stdout);
+  const auto t2 = clock::now();
+  const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
+  const double decode_s = std::chrono::duration<double>(t2 - t1).count();
+  std::printf("\n\nprefill: %zu tokens in %.3f s (%.1f tok/s)\ndecode: %lld tokens in %.3f s (%.1f tok/s)\n",
+              ids.size(), prefill_s, double(ids.size()) / prefill_s, (long long)n_steps, decode_s,
+              n_steps > 0 ? double(n_steps) / decode_s : 0.0);
+  return 0;
+}
+
+}  // namespace tp

@@ -1,0 +1,43 @@
+// tpserve entry point: dispatches subcommands and turns errors into one line + a non-zero exit.
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "launch/commands.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: tpserve <command> [options]\n"
+    "commands:\n"
+    "  generate  --model PATH --prompt TEXT [--max-tokens N --temperature T --top-p P --top-k K --seed S]\n"
+    "            [--config FILE --dtype bf16|f32 --threads N --ignore-eos]\n"
+    "  convert   --in MODEL --out PATH --to gguf-f32|gguf-bf16|gguf-f16|hf-f32|hf-bf16\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string cmd = argv[1];
+  const std::vector<std::string> args(argv + 2, argv + argc);
+  try {
+    if (cmd == "generate") return tp::run_generate(args);
+    if (cmd == "convert") return tp::run_convert(args);
+    std::fprintf(stderr, "tpserve: unknown command '%s'\n%s", cmd.c_str(), kUsage);
+    return 2;
+  } catch (const tp::UsageError& e) {
+    std::fprintf(stderr, "tpserve %s\n", e.what());
+    return 2;
+  } catch (const tp::InputError& e) {
+    std::fprintf(stderr, "tpserve %s: %s\n", cmd.c_str(), e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tpserve %s: internal error: %s\n", cmd.c_str(), e.what());
+    return 3;
+  }
+}
