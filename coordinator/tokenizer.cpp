@@ -4,7 +4,7 @@
 #include <array>
 
 #include "common/error.h"
-#include "coordinator/unicode_bytes.h"
+#include "common/unicode_bytes.h"
 
 namespace tp {
 namespace {

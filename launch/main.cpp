@@ -14,7 +14,9 @@ constexpr const char* kUsage =
     "commands:\n"
     "  generate  --model PATH --prompt TEXT [--max-tokens N --temperature T --top-p P --top-k K --seed S]\n"
     "            [--config FILE --dtype bf16|f32 --threads N --ignore-eos]\n"
-    "  convert   --in MODEL --out PATH --to gguf-f32|gguf-bf16|gguf-f16|hf-f32|hf-bf16\n";
+    "  convert   --in MODEL --out PATH --to gguf-f32|gguf-bf16|gguf-f16|hf-f32|hf-bf16\n"
+    "  synth     --out DIR --layers L --hidden H --heads A --kv-heads K --intermediate I --vocab V --seed S\n"
+    "            [--dtype bf16|f32]\n";
 
 }  // namespace
 
@@ -28,6 +30,7 @@ int main(int argc, char** argv) {
   try {
     if (cmd == "generate") return tp::run_generate(args);
     if (cmd == "convert") return tp::run_convert(args);
+    if (cmd == "synth") return tp::run_synth(args);
     std::fprintf(stderr, "tpserve: unknown command '%s'\n%s", cmd.c_str(), kUsage);
     return 2;
   } catch (const tp::UsageError& e) {

@@ -15,7 +15,7 @@
 #include "common/error.h"
 #include "coordinator/pre_tokenizer.h"
 #include "coordinator/tokenizer.h"
-#include "coordinator/unicode_bytes.h"
+#include "common/unicode_bytes.h"
 #include "rank/model_file.h"
 
 namespace tp {

@@ -1,4 +1,4 @@
-#include "coordinator/unicode_bytes.h"
+#include "common/unicode_bytes.h"
 
 #include <array>
 
