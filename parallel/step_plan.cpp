@@ -1,0 +1,343 @@
+#include "parallel/step_plan.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <type_traits>
+
+#include "common/error.h"
+#include "parallel/communicator.h"
+
+namespace tp {
+
+static_assert(std::endian::native == std::endian::little, "the StepPlan wire format assumes a little-endian host");
+
+namespace {
+
+// ------------------------------------------------------------------------------------------- wire records
+
+struct PlanHeader {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t kind;
+  uint64_t step_id;
+  uint32_t n_seqs;
+  uint32_t n_block_copies;
+  uint64_t total_bytes;
+  uint32_t checksum;
+  uint32_t reserved;  // 0
+};
+static_assert(sizeof(PlanHeader) == 40 && std::is_trivially_copyable_v<PlanHeader>);
+
+struct SeqHeader {
+  int64_t seq_id;
+  int64_t start_pos;
+  uint32_t n_tokens;
+  uint32_t n_blocks;
+  float temperature;
+  float top_p;
+  float min_p;
+  int32_t top_k;
+  uint64_t seed;
+  uint8_t want_logits;  // 0 or 1
+  uint8_t pad[7];       // 0
+};
+static_assert(sizeof(SeqHeader) == 56 && std::is_trivially_copyable_v<SeqHeader>);
+
+struct ResultHeader {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t reserved;  // 0
+  uint64_t step_id;
+  uint64_t n;
+  uint64_t total_bytes;
+  uint32_t checksum;
+  uint32_t reserved2;  // 0
+};
+static_assert(sizeof(ResultHeader) == 40 && std::is_trivially_copyable_v<ResultHeader>);
+
+// FNV-1a 32 over `bytes`, skipping [skip, skip + 4) (the checksum field).
+uint32_t checksum(std::span<const uint8_t> bytes, size_t skip) {
+  uint32_t h = 2166136261u;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    if (i >= skip && i < skip + 4) continue;
+    h = (h ^ bytes[i]) * 16777619u;
+  }
+  return h;
+}
+
+[[noreturn]] void malformed(const char* what, const std::string& why) {
+  throw Error(std::string("malformed ") + what + ": " + why);
+}
+
+// Bounds-checked sequential reads from a byte span.
+class Reader {
+ public:
+  Reader(std::span<const uint8_t> b, const char* what) : b_(b), what_(what) {}
+  template <class T>
+  T read(const char* field) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    if (b_.size() - off_ < sizeof(T)) malformed(what_, std::string(field) + " runs past the end of the buffer");
+    T v;
+    std::memcpy(&v, b_.data() + off_, sizeof(T));
+    off_ += sizeof(T);
+    return v;
+  }
+  template <class T>
+  std::vector<T> read_array(uint64_t n, const char* field) {
+    if (n > (b_.size() - off_) / sizeof(T))
+      malformed(what_, std::string(field) + ": " + std::to_string(n) + " elements run past the end of the buffer");
+    std::vector<T> v(n);
+    if (n) std::memcpy(v.data(), b_.data() + off_, n * sizeof(T));
+    off_ += n * sizeof(T);
+    return v;
+  }
+  size_t remaining() const { return b_.size() - off_; }
+
+ private:
+  std::span<const uint8_t> b_;
+  const char* what_;
+  size_t off_ = 0;
+};
+
+class Writer {
+ public:
+  explicit Writer(size_t reserve) { b_.reserve(reserve); }
+  template <class T>
+  void write(const T& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    const auto* p = reinterpret_cast<const uint8_t*>(&v);
+    b_.insert(b_.end(), p, p + sizeof(T));
+  }
+  template <class T>
+  void write_array(const std::vector<T>& v) {
+    const auto* p = reinterpret_cast<const uint8_t*>(v.data());
+    b_.insert(b_.end(), p, p + v.size() * sizeof(T));
+  }
+  std::vector<uint8_t>& bytes() { return b_; }
+
+ private:
+  std::vector<uint8_t> b_;
+};
+
+void check_count(size_t n, const char* what, const char* field) {
+  if (n > std::numeric_limits<uint32_t>::max())
+    malformed(what, std::string(field) + " count " + std::to_string(n) + " exceeds 2^32 - 1");
+}
+
+// Value checks shared by serialize and deserialize. `what` is "StepPlan".
+void validate(const StepPlan& p) {
+  const char* w = "StepPlan";
+  if (p.kind != StepKind::Run && p.kind != StepKind::Shutdown)
+    malformed(w, "kind " + std::to_string(unsigned(p.kind)) + " is not Run (0) or Shutdown (1)");
+  if (p.kind == StepKind::Shutdown && !p.seqs.empty()) malformed(w, "a Shutdown plan carries sequences");
+  check_count(p.seqs.size(), w, "sequence");
+  check_count(p.block_copies.size(), w, "block copy");
+  std::vector<int64_t> ids;
+  ids.reserve(p.seqs.size());
+  for (size_t i = 0; i < p.seqs.size(); ++i) {
+    const SeqPlan& s = p.seqs[i];
+    const std::string at = "seq[" + std::to_string(i) + "] ";
+    if (s.seq_id < 0) malformed(w, at + "seq_id " + std::to_string(s.seq_id) + " < 0");
+    if (s.start_pos < 0) malformed(w, at + "start_pos " + std::to_string(s.start_pos) + " < 0");
+    check_count(s.tokens.size(), w, "token");
+    check_count(s.block_table.size(), w, "block table");
+    if (std::any_of(s.tokens.begin(), s.tokens.end(), [](int32_t t) { return t < 0; }))
+      malformed(w, at + "has a negative token id");
+    if (std::any_of(s.block_table.begin(), s.block_table.end(), [](int32_t b) { return b < 0; }))
+      malformed(w, at + "has a negative block id");
+    const SamplingParams& sp = s.sampling;
+    if (!std::isfinite(sp.temperature) || sp.temperature < 0)
+      malformed(w, at + "temperature " + std::to_string(sp.temperature) + " is not a finite value >= 0");
+    if (!std::isfinite(sp.top_p) || !(sp.top_p > 0 && sp.top_p <= 1))
+      malformed(w, at + "top_p " + std::to_string(sp.top_p) + " is not in (0, 1]");
+    if (sp.top_k < 0) malformed(w, at + "top_k " + std::to_string(sp.top_k) + " < 0");
+    if (!std::isfinite(sp.min_p) || !(sp.min_p >= 0 && sp.min_p <= 1))
+      malformed(w, at + "min_p " + std::to_string(sp.min_p) + " is not in [0, 1]");
+    ids.push_back(s.seq_id);
+  }
+  std::sort(ids.begin(), ids.end());
+  if (std::adjacent_find(ids.begin(), ids.end()) != ids.end()) malformed(w, "a seq_id appears twice");
+  for (const BlockCopy& c : p.block_copies)
+    if (c.src < 0 || c.dst < 0) malformed(w, "block copy with a negative block id");
+}
+
+void validate(const StepResult& r) {
+  if (r.seq_ids.size() != r.tokens.size())
+    malformed("StepResult", std::to_string(r.seq_ids.size()) + " seq_ids but " + std::to_string(r.tokens.size()) +
+                                " tokens");
+  if (std::any_of(r.tokens.begin(), r.tokens.end(), [](int32_t t) { return t < 0; }))
+    malformed("StepResult", "negative token id");
+}
+
+// Checks magic, version, the total size and the checksum common to both messages.
+template <class H>
+H read_frame(std::span<const uint8_t> bytes, uint32_t magic, const char* what) {
+  if (bytes.size() < sizeof(H))
+    malformed(what, std::to_string(bytes.size()) + " bytes is shorter than the " + std::to_string(sizeof(H)) +
+                        "-byte header");
+  H h;
+  std::memcpy(&h, bytes.data(), sizeof(H));
+  if (h.magic != magic) malformed(what, "bad magic");
+  if (h.version != kStepPlanVersion)
+    malformed(what, "version " + std::to_string(h.version) + " (expected " + std::to_string(kStepPlanVersion) + ")");
+  if (h.total_bytes != bytes.size())
+    malformed(what, "header says " + std::to_string(h.total_bytes) + " bytes, buffer has " +
+                        std::to_string(bytes.size()));
+  if (h.checksum != checksum(bytes, offsetof(H, checksum))) malformed(what, "checksum mismatch");
+  return h;
+}
+
+template <class H>
+void seal(std::vector<uint8_t>& b) {
+  const uint64_t total = b.size();
+  std::memcpy(b.data() + offsetof(H, total_bytes), &total, sizeof(total));
+  const uint32_t sum = checksum(b, offsetof(H, checksum));
+  std::memcpy(b.data() + offsetof(H, checksum), &sum, sizeof(sum));
+}
+
+}  // namespace
+
+int64_t StepPlan::n_tokens() const {
+  int64_t n = 0;
+  for (const SeqPlan& s : seqs) n += int64_t(s.tokens.size());
+  return n;
+}
+
+// --------------------------------------------------------------------------------------------- StepPlan
+
+std::vector<uint8_t> serialize(const StepPlan& plan) {
+  validate(plan);
+  size_t total = sizeof(PlanHeader) + plan.seqs.size() * sizeof(SeqHeader) + plan.block_copies.size() * 8;
+  for (const SeqPlan& s : plan.seqs) total += (s.tokens.size() + s.block_table.size()) * sizeof(int32_t);
+
+  Writer w(total);
+  PlanHeader h{};
+  h.magic = kStepPlanMagic;
+  h.version = kStepPlanVersion;
+  h.kind = uint16_t(plan.kind);
+  h.step_id = plan.step_id;
+  h.n_seqs = uint32_t(plan.seqs.size());
+  h.n_block_copies = uint32_t(plan.block_copies.size());
+  w.write(h);
+  for (const SeqPlan& s : plan.seqs) {
+    SeqHeader sh{};
+    sh.seq_id = s.seq_id;
+    sh.start_pos = s.start_pos;
+    sh.n_tokens = uint32_t(s.tokens.size());
+    sh.n_blocks = uint32_t(s.block_table.size());
+    sh.temperature = s.sampling.temperature;
+    sh.top_p = s.sampling.top_p;
+    sh.min_p = s.sampling.min_p;
+    sh.top_k = s.sampling.top_k;
+    sh.seed = s.sampling.seed;
+    sh.want_logits = s.want_logits ? 1 : 0;
+    w.write(sh);
+  }
+  for (const SeqPlan& s : plan.seqs) {
+    w.write_array(s.tokens);
+    w.write_array(s.block_table);
+  }
+  for (const BlockCopy& c : plan.block_copies) {
+    w.write(c.src);
+    w.write(c.dst);
+  }
+  if (w.bytes().size() > kMaxStepPlanBytes) malformed("StepPlan", "exceeds kMaxStepPlanBytes");
+  seal<PlanHeader>(w.bytes());
+  return std::move(w.bytes());
+}
+
+StepPlan deserialize_step_plan(std::span<const uint8_t> bytes) {
+  const char* what = "StepPlan";
+  const PlanHeader h = read_frame<PlanHeader>(bytes, kStepPlanMagic, what);
+  if (h.reserved != 0) malformed(what, "reserved header field is not 0");
+  if (h.kind > uint16_t(StepKind::Shutdown)) malformed(what, "kind " + std::to_string(h.kind) + " is unknown");
+  Reader r(bytes.subspan(sizeof(PlanHeader)), what);
+  if (h.n_seqs > r.remaining() / sizeof(SeqHeader))
+    malformed(what, std::to_string(h.n_seqs) + " sequence headers run past the end of the buffer");
+
+  std::vector<SeqHeader> heads = r.read_array<SeqHeader>(h.n_seqs, "sequence headers");
+  StepPlan plan;
+  plan.step_id = h.step_id;
+  plan.kind = StepKind(h.kind);
+  plan.seqs.resize(heads.size());
+  for (size_t i = 0; i < heads.size(); ++i) {
+    const SeqHeader& sh = heads[i];
+    if (sh.want_logits > 1) malformed(what, "seq[" + std::to_string(i) + "] want_logits is not 0 or 1");
+    if (std::any_of(std::begin(sh.pad), std::end(sh.pad), [](uint8_t b) { return b != 0; }))
+      malformed(what, "seq[" + std::to_string(i) + "] padding is not 0");
+    SeqPlan& s = plan.seqs[i];
+    s.seq_id = sh.seq_id;
+    s.start_pos = sh.start_pos;
+    s.want_logits = sh.want_logits == 1;
+    s.sampling = {sh.temperature, sh.top_p, sh.top_k, sh.min_p, sh.seed};
+    s.tokens = r.read_array<int32_t>(sh.n_tokens, "tokens");
+    s.block_table = r.read_array<int32_t>(sh.n_blocks, "block table");
+  }
+  if (h.n_block_copies > r.remaining() / sizeof(BlockCopy))
+    malformed(what, std::to_string(h.n_block_copies) + " block copies run past the end of the buffer");
+  plan.block_copies.resize(h.n_block_copies);
+  for (BlockCopy& c : plan.block_copies) {
+    c.src = r.read<int32_t>("block copy src");
+    c.dst = r.read<int32_t>("block copy dst");
+  }
+  if (r.remaining() != 0) malformed(what, std::to_string(r.remaining()) + " trailing bytes");
+  validate(plan);
+  return plan;
+}
+
+void broadcast_plan(Communicator& comm, StepPlan& plan, int root) {
+  std::vector<uint8_t> bytes;
+  uint64_t size = 0;
+  if (comm.rank() == root) {
+    bytes = serialize(plan);
+    size = bytes.size();
+  }
+  comm.broadcast(&size, sizeof(size), root);
+  if (comm.rank() == root) {
+    comm.broadcast(bytes.data(), bytes.size(), root);
+    return;
+  }
+  if (size < sizeof(PlanHeader) || size > kMaxStepPlanBytes)
+    throw Error("rank " + std::to_string(comm.rank()) + ": broadcast_plan: root announced " + std::to_string(size) +
+                " bytes");
+  bytes.resize(size);
+  comm.broadcast(bytes.data(), bytes.size(), root);
+  plan = deserialize_step_plan(bytes);
+}
+
+// ------------------------------------------------------------------------------------------- StepResult
+
+std::vector<uint8_t> serialize(const StepResult& result) {
+  validate(result);
+  Writer w(sizeof(ResultHeader) + result.seq_ids.size() * 12);
+  ResultHeader h{};
+  h.magic = kStepResultMagic;
+  h.version = kStepPlanVersion;
+  h.step_id = result.step_id;
+  h.n = result.seq_ids.size();
+  w.write(h);
+  w.write_array(result.seq_ids);
+  w.write_array(result.tokens);
+  seal<ResultHeader>(w.bytes());
+  return std::move(w.bytes());
+}
+
+StepResult deserialize_step_result(std::span<const uint8_t> bytes) {
+  const char* what = "StepResult";
+  const ResultHeader h = read_frame<ResultHeader>(bytes, kStepResultMagic, what);
+  if (h.reserved != 0 || h.reserved2 != 0) malformed(what, "reserved header field is not 0");
+  Reader r(bytes.subspan(sizeof(ResultHeader)), what);
+  StepResult out;
+  out.step_id = h.step_id;
+  out.seq_ids = r.read_array<int64_t>(h.n, "seq_ids");
+  out.tokens = r.read_array<int32_t>(h.n, "tokens");
+  if (r.remaining() != 0) malformed(what, std::to_string(r.remaining()) + " trailing bytes");
+  validate(out);
+  return out;
+}
+
+}  // namespace tp

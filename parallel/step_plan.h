@@ -1,0 +1,96 @@
+// StepPlan: the one message the scheduler sends to every rank of a TP group per engine step (DESIGN §3), and
+// StepResult: what TP rank 0 sends back. Plain values; serialized into one flat byte buffer and sent with two
+// broadcasts (the size, then the bytes).
+//
+// Wire format (host byte order; the build requires a little-endian host), every integer fixed-width:
+//   PlanHeader   magic "TPSP", version, kind, step_id, n_seqs, n_block_copies, total_bytes, checksum
+//   SeqHeader    x n_seqs: seq_id, start_pos, n_tokens, n_blocks, sampling params, want_logits
+//   per seq      int32 tokens[n_tokens], then int32 block_table[n_blocks]
+//   BlockCopy    x n_block_copies: int32 src, int32 dst
+// checksum = FNV-1a 32 over every byte of the buffer except the checksum field itself, so any single
+// corrupted byte is detected. deserialize validates every count against the buffer before reading, rejects
+// trailing bytes and out-of-range values, and throws tp::Error on any malformed buffer — it never reads
+// outside [data, data + size).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace tp {
+
+class Communicator;
+
+enum class StepKind : uint16_t {
+  Run = 0,       // run the forward for `seqs` (after applying `block_copies`)
+  Shutdown = 1,  // leave the worker loop; `seqs` is empty
+};
+
+// Values are validated on deserialize: temperature >= 0 (0 = greedy), top_p in (0, 1], top_k >= 0
+// (0 = off), min_p in [0, 1], all finite.
+struct SamplingParams {
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  int32_t top_k = 0;
+  float min_p = 0.0f;
+  uint64_t seed = 0;
+  bool operator==(const SamplingParams&) const = default;
+};
+
+struct SeqPlan {
+  int64_t seq_id = 0;                // >= 0, unique within the plan
+  std::vector<int32_t> tokens;       // token ids (>= 0) scheduled this step, at positions start_pos + i
+  int64_t start_pos = 0;             // >= 0; the position of tokens[0]
+  std::vector<int32_t> block_table;  // physical KV block id (>= 0) of logical block i of the sequence
+  bool want_logits = false;          // compute logits for the last token and sample it
+  SamplingParams sampling;
+  bool operator==(const SeqPlan&) const = default;
+};
+
+// Copy KV block src into block dst (both physical ids >= 0) on every rank before the forward (copy-on-write).
+struct BlockCopy {
+  int32_t src = 0;
+  int32_t dst = 0;
+  bool operator==(const BlockCopy&) const = default;
+};
+
+struct StepPlan {
+  uint64_t step_id = 0;
+  StepKind kind = StepKind::Run;
+  std::vector<SeqPlan> seqs;
+  std::vector<BlockCopy> block_copies;
+
+  // Sum of tokens over sequences.
+  int64_t n_tokens() const;
+  bool operator==(const StepPlan&) const = default;
+};
+
+inline constexpr uint32_t kStepPlanMagic = 0x50535054;  // "TPSP" in a little-endian dump
+inline constexpr uint16_t kStepPlanVersion = 1;
+// Refused by deserialize / broadcast_plan before allocating: a plan is KBs to a few MBs.
+inline constexpr uint64_t kMaxStepPlanBytes = uint64_t(1) << 30;
+
+std::vector<uint8_t> serialize(const StepPlan& plan);
+// Throws tp::Error naming the field on a malformed buffer.
+StepPlan deserialize_step_plan(std::span<const uint8_t> bytes);
+
+// Collective over `comm`: on `root`, sends `plan`; on every other rank, replaces `plan` with root's.
+// Two broadcasts: the byte size (uint64), then the bytes. Throws tp::Error (malformed or oversized buffer,
+// or a failed collective).
+void broadcast_plan(Communicator& comm, StepPlan& plan, int root);
+
+// What TP rank 0 reports for one step: one sampled token per sequence that wanted logits, in plan order.
+struct StepResult {
+  uint64_t step_id = 0;
+  std::vector<int64_t> seq_ids;  // [n] the sequences that sampled
+  std::vector<int32_t> tokens;   // [n] token id sampled for seq_ids[i]
+  bool operator==(const StepResult&) const = default;
+};
+
+inline constexpr uint32_t kStepResultMagic = 0x52535054;  // "TPSR"
+
+// Same framing as the plan: magic, version, step_id, n, total_bytes, checksum, then the two arrays.
+std::vector<uint8_t> serialize(const StepResult& result);
+StepResult deserialize_step_result(std::span<const uint8_t> bytes);
+
+}  // namespace tp
