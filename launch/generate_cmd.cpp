@@ -32,7 +32,7 @@ int run_generate(const std::vector<std::string>& argv) {
   SamplingParams sp;
   sp.temperature = float(a.real("temperature", 0.0, 0.0, 100.0));
   sp.top_p = float(a.real("top-p", 1.0, 1e-6, 1.0));
-  sp.top_k = a.integer("top-k", 0, 0, 1 << 24);
+  sp.top_k = int32_t(a.integer("top-k", 0, 0, 1 << 24));
   sp.min_p = float(a.real("min-p", 0.0, 0.0, 1.0));
   sp.seed = uint64_t(a.integer("seed", 0, 0, INT64_MAX));
   const bool ignore_eos = a.flag("ignore-eos");

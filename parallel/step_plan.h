@@ -17,6 +17,8 @@
 #include <span>
 #include <vector>
 
+#include "common/sampling_params.h"
+
 namespace tp {
 
 class Communicator;
@@ -28,14 +30,6 @@ enum class StepKind : uint16_t {
 
 // Values are validated on deserialize: temperature >= 0 (0 = greedy), top_p in (0, 1], top_k >= 0
 // (0 = off), min_p in [0, 1], all finite.
-struct SamplingParams {
-  float temperature = 1.0f;
-  float top_p = 1.0f;
-  int32_t top_k = 0;
-  float min_p = 0.0f;
-  uint64_t seed = 0;
-  bool operator==(const SamplingParams&) const = default;
-};
 
 struct SeqPlan {
   int64_t seq_id = 0;                // >= 0, unique within the plan

@@ -5,15 +5,9 @@
 #include <random>
 #include <vector>
 
-namespace tp {
+#include "common/sampling_params.h"
 
-struct SamplingParams {
-  float temperature = 0.0f;  // 0: greedy (argmax, lowest id wins a tie)
-  float top_p = 1.0f;        // (0, 1]
-  int64_t top_k = 0;         // 0: off
-  float min_p = 0.0f;        // [0, 1]; keep tokens with p >= min_p * p_max
-  uint64_t seed = 0;
-};
+namespace tp {
 
 // Index of the largest logit; the lowest index wins a tie.
 int32_t argmax(const float* logits, int64_t n);
