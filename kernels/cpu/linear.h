@@ -10,6 +10,10 @@
 
 namespace tp::cpu {
 
+namespace detail {
+struct GemmCache;  // oneDNN's blocked copies of a Weight (onednn_matmul.cpp)
+}
+
 class Weight {
  public:
   // Converts `n_out * n_in` elements of type `src_type` (F32, F16, BF16, Q8_0, Q4_0, Q4_1; rows contiguous,
@@ -26,18 +30,36 @@ class Weight {
   int64_t n_in() const { return n_in_; }
   const void* data() const { return data_; }
   int64_t n_bytes() const { return dtype_row_bytes(dtype_, n_in_) * n_out_; }
+  // Bytes of the blocked copy oneDNN prefers (made on the first oneDNN-path call, kept with the Weight:
+  // 1.1-4x faster GEMM than reading the plain rows; 0 until then or when the plain layout is what it wants).
+  int64_t gemm_cache_bytes() const;
 
  private:
+  friend struct detail::GemmCache;
   DType dtype_;
   int64_t n_out_, n_in_;
   void* data_ = nullptr;  // aligned_alloc(64)
+  mutable std::shared_ptr<detail::GemmCache> gemm_cache_;  // thread-safe, created on first use
 };
 
 // y[m, n_out] = x[m, n_in] · Wᵀ. x and y are F32, row-major, contiguous. Uses the calling thread pool
-// (OpenMP); thread count set with set_num_threads.
+// (OpenMP); thread count set with set_num_threads. BF16 weights: x is rounded to BF16, products are
+// accumulated in F32 (every path).
 void linear(const float* x, int64_t m, const Weight& w, float* y);
 
-// Number of compute threads for every CPU kernel and oneDNN (OpenMP).
+// Which implementation linear() uses. Auto: GEMV for m < linear_gemm_min_m(w.dtype()), oneDNN otherwise.
+//   Gemv: our GEMV (AVX-512 when the CPU has it, else portable); GemvPortable: the portable loop;
+//   Onednn: oneDNN matmul. For tests and benchmarks; results agree up to F32 summation order.
+enum class LinearImpl : uint8_t { Auto, Gemv, GemvPortable, Onednn };
+void linear(const float* x, int64_t m, const Weight& w, float* y, LinearImpl impl);
+// Smallest m that linear() sends to oneDNN for weights of this dtype (depends on the CPU: 1 for BF16 when
+// oneDNN has AMX, else 16).
+int64_t linear_gemm_min_m(DType weight_dtype);
+// Whether this CPU runs the AVX-512 GEMV (F32: avx512f; BF16: avx512f + avx512bf16).
+bool gemv_has_avx512(DType weight_dtype);
+
+// Number of compute threads for every CPU kernel and oneDNN (OpenMP). Process-wide: every kernel applies it
+// to the calling thread's OpenMP pool before a parallel region, whichever thread calls.
 void set_num_threads(int n);
 int num_threads();
 

@@ -1,0 +1,181 @@
+// Small-M GEMV kernels: AVX-512 (F32 FMA, BF16 dot-product) with runtime dispatch, and portable loops.
+// Tiles of kRows weight rows × up to kCols activation rows: each weight vector loaded from memory feeds
+// kCols accumulators, and a tile's rows stay in L1/L2 while the next group of activation rows reuses them.
+#include "kernels/cpu/gemv.h"
+
+// GCC 12's AVX-512 intrinsics (reductions, shuffles) use a self-initialized "undefined" vector that trips
+// -Wuninitialized once inlined; the warning is about the header, not this code.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include "common/dtype.h"
+
+namespace tp::cpu::detail {
+
+namespace {
+constexpr int kRows = 4;  // weight rows per tile
+constexpr int kCols = 4;  // activation rows per inner group
+}  // namespace
+
+bool cpu_has_avx512f() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl");
+  return has;
+}
+
+bool cpu_has_avx512bf16() {
+  static const bool has = cpu_has_avx512f() && __builtin_cpu_supports("avx512bf16");
+  return has;
+}
+
+// ---------------------------------------------------------------------------------------------- AVX-512
+#define TP_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+#define TP_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+namespace {
+
+// y[g * y_stride + r] = dot(w row r, x row g) for r < R, g < G.
+template <int R, int G>
+TP_AVX512 inline void tile_f32(const float* w, int64_t n_in, const float* x, int64_t x_stride, float* y,
+                               int64_t y_stride) {
+  __m512 acc[R][G];
+  for (int r = 0; r < R; ++r)
+    for (int g = 0; g < G; ++g) acc[r][g] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 16 <= n_in; k += 16) {
+    __m512 wv[R];
+    for (int r = 0; r < R; ++r) wv[r] = _mm512_loadu_ps(w + r * n_in + k);
+    for (int g = 0; g < G; ++g) {
+      const __m512 xv = _mm512_loadu_ps(x + g * x_stride + k);
+      for (int r = 0; r < R; ++r) acc[r][g] = _mm512_fmadd_ps(wv[r], xv, acc[r][g]);
+    }
+  }
+  if (k < n_in) {
+    const __mmask16 mask = __mmask16((1u << (n_in - k)) - 1);
+    __m512 wv[R];
+    for (int r = 0; r < R; ++r) wv[r] = _mm512_maskz_loadu_ps(mask, w + r * n_in + k);
+    for (int g = 0; g < G; ++g) {
+      const __m512 xv = _mm512_maskz_loadu_ps(mask, x + g * x_stride + k);
+      for (int r = 0; r < R; ++r) acc[r][g] = _mm512_fmadd_ps(wv[r], xv, acc[r][g]);
+    }
+  }
+  for (int g = 0; g < G; ++g)
+    for (int r = 0; r < R; ++r) y[g * y_stride + r] = _mm512_reduce_add_ps(acc[r][g]);
+}
+
+template <int R, int G>
+TP_AVX512BF16 inline void tile_bf16(const uint16_t* w, int64_t n_in, const uint16_t* x, int64_t x_stride,
+                                    float* y, int64_t y_stride) {
+  __m512 acc[R][G];
+  for (int r = 0; r < R; ++r)
+    for (int g = 0; g < G; ++g) acc[r][g] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 32 <= n_in; k += 32) {
+    __m512i wv[R];
+    for (int r = 0; r < R; ++r) wv[r] = _mm512_loadu_si512(w + r * n_in + k);
+    for (int g = 0; g < G; ++g) {
+      const __m512i xv = _mm512_loadu_si512(x + g * x_stride + k);
+      for (int r = 0; r < R; ++r) acc[r][g] = _mm512_dpbf16_ps(acc[r][g], (__m512bh)wv[r], (__m512bh)xv);
+    }
+  }
+  if (k < n_in) {  // x is zero-padded to x_stride, so only w needs a mask
+    const __mmask32 mask = __mmask32((1u << (n_in - k)) - 1);
+    __m512i wv[R];
+    for (int r = 0; r < R; ++r) wv[r] = _mm512_maskz_loadu_epi16(mask, w + r * n_in + k);
+    for (int g = 0; g < G; ++g) {
+      const __m512i xv = _mm512_loadu_si512(x + g * x_stride + k);
+      for (int r = 0; r < R; ++r) acc[r][g] = _mm512_dpbf16_ps(acc[r][g], (__m512bh)wv[r], (__m512bh)xv);
+    }
+  }
+  for (int g = 0; g < G; ++g)
+    for (int r = 0; r < R; ++r) y[g * y_stride + r] = _mm512_reduce_add_ps(acc[r][g]);
+}
+
+// Function-pointer table over the tile shape so the remainder tiles (R < kRows, G < kCols) stay unrolled.
+template <typename T, typename X>
+using TileFn = void (*)(const T*, int64_t, const X*, int64_t, float*, int64_t);
+
+template <int R, int G>
+TP_AVX512 void tile_f32_fn(const float* w, int64_t n_in, const float* x, int64_t xs, float* y, int64_t ys) {
+  tile_f32<R, G>(w, n_in, x, xs, y, ys);
+}
+template <int R, int G>
+TP_AVX512BF16 void tile_bf16_fn(const uint16_t* w, int64_t n_in, const uint16_t* x, int64_t xs, float* y,
+                                int64_t ys) {
+  tile_bf16<R, G>(w, n_in, x, xs, y, ys);
+}
+
+template <int R>
+constexpr TileFn<float, float> f32_row[kCols] = {tile_f32_fn<R, 1>, tile_f32_fn<R, 2>, tile_f32_fn<R, 3>,
+                                                 tile_f32_fn<R, 4>};
+constexpr const TileFn<float, float>* f32_table[kRows] = {f32_row<1>, f32_row<2>, f32_row<3>, f32_row<4>};
+
+template <int R>
+constexpr TileFn<uint16_t, uint16_t> bf16_row[kCols] = {tile_bf16_fn<R, 1>, tile_bf16_fn<R, 2>,
+                                                        tile_bf16_fn<R, 3>, tile_bf16_fn<R, 4>};
+constexpr const TileFn<uint16_t, uint16_t>* bf16_table[kRows] = {bf16_row<1>, bf16_row<2>, bf16_row<3>,
+                                                                 bf16_row<4>};
+
+template <typename T, typename X>
+void run_tiles(const TileFn<T, X>* const* table, const X* x, int64_t x_stride, int64_t m, const T* w,
+               int64_t n_out, int64_t n_in, float* y, int n_threads) {
+  const int64_t n_tiles = (n_out + kRows - 1) / kRows;
+  const bool parallel = n_threads > 1 && worth_parallel(n_out * n_in * int64_t(sizeof(T)));
+#pragma omp parallel for schedule(static) num_threads(n_threads) if (parallel)
+  for (int64_t t = 0; t < n_tiles; ++t) {
+    const int64_t r0 = t * kRows;
+    const int rows = int(n_out - r0 < kRows ? n_out - r0 : kRows);
+    for (int64_t g0 = 0; g0 < m; g0 += kCols) {
+      const int cols = int(m - g0 < kCols ? m - g0 : kCols);
+      table[rows - 1][cols - 1](w + r0 * n_in, n_in, x + g0 * x_stride, x_stride, y + g0 * n_out + r0, n_out);
+    }
+  }
+}
+
+}  // namespace
+
+void gemv_f32_avx512(const float* x, int64_t m, const float* w, int64_t n_out, int64_t n_in, float* y,
+                     int n_threads) {
+  run_tiles<float, float>(f32_table, x, n_in, m, w, n_out, n_in, y, n_threads);
+}
+
+void gemv_bf16_avx512(const uint16_t* xb, int64_t x_stride, int64_t m, const uint16_t* w, int64_t n_out,
+                      int64_t n_in, float* y, int n_threads) {
+  run_tiles<uint16_t, uint16_t>(bf16_table, xb, x_stride, m, w, n_out, n_in, y, n_threads);
+}
+
+// --------------------------------------------------------------------------------------------- portable
+void gemv_f32_portable(const float* x, int64_t m, const float* w, int64_t n_out, int64_t n_in, float* y,
+                       int n_threads) {
+  const bool parallel = n_threads > 1 && worth_parallel(n_out * n_in * 4);
+#pragma omp parallel for schedule(static) num_threads(n_threads) if (parallel)
+  for (int64_t r = 0; r < n_out; ++r) {
+    const float* wr = w + r * n_in;
+    for (int64_t g = 0; g < m; ++g) {
+      const float* xg = x + g * n_in;
+      float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+      for (int64_t k = 0; k < n_in; ++k) s += wr[k] * xg[k];
+      y[g * n_out + r] = s;
+    }
+  }
+}
+
+void gemv_bf16_portable(const uint16_t* xb, int64_t x_stride, int64_t m, const uint16_t* w, int64_t n_out,
+                        int64_t n_in, float* y, int n_threads) {
+  const bool parallel = n_threads > 1 && worth_parallel(n_out * n_in * 2);
+#pragma omp parallel for schedule(static) num_threads(n_threads) if (parallel)
+  for (int64_t r = 0; r < n_out; ++r) {
+    const uint16_t* wr = w + r * n_in;
+    for (int64_t g = 0; g < m; ++g) {
+      const uint16_t* xg = xb + g * x_stride;
+      float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+      for (int64_t k = 0; k < n_in; ++k) s += bf16_to_f32(wr[k]) * bf16_to_f32(xg[k]);
+      y[g * n_out + r] = s;
+    }
+  }
+}
+
+}  // namespace tp::cpu::detail

@@ -1,0 +1,28 @@
+// Private to kernels/cpu: the small-M GEMV kernels behind linear(), and the CPU feature checks.
+// All compute y[m, n_out] = x[m, n_in] · Wᵀ with W [n_out, n_in] row-major (rows n_in elements apart),
+// x and y F32 row-major contiguous. BF16 variants take x already rounded to BF16: xb [m, x_stride] with
+// x_stride >= round_up(n_in, 32) and zeros in [n_in, x_stride). Rows of W are split across n_threads OpenMP
+// threads.
+#pragma once
+#include <cstdint>
+
+namespace tp::cpu::detail {
+
+bool cpu_has_avx512f();     // avx512f + avx512bw + avx512vl
+bool cpu_has_avx512bf16();  // the above + avx512_bf16
+
+inline constexpr int64_t kGemvXAlign = 32;  // BF16 elements: x rows padded to a multiple of this
+
+void gemv_f32_avx512(const float* x, int64_t m, const float* w, int64_t n_out, int64_t n_in, float* y,
+                     int n_threads);
+void gemv_f32_portable(const float* x, int64_t m, const float* w, int64_t n_out, int64_t n_in, float* y,
+                       int n_threads);
+void gemv_bf16_avx512(const uint16_t* xb, int64_t x_stride, int64_t m, const uint16_t* w, int64_t n_out,
+                      int64_t n_in, float* y, int n_threads);
+void gemv_bf16_portable(const uint16_t* xb, int64_t x_stride, int64_t m, const uint16_t* w, int64_t n_out,
+                        int64_t n_in, float* y, int n_threads);
+
+// Whether a parallel region over `bytes` of weight traffic is worth its fork/join (~ a few µs).
+inline bool worth_parallel(int64_t bytes) { return bytes >= (int64_t(1) << 16); }
+
+}  // namespace tp::cpu::detail

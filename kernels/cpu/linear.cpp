@@ -1,0 +1,173 @@
+#include "kernels/cpu/linear.h"
+
+#include <omp.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/error.h"
+#include "kernels/cpu/gemv.h"
+#include "kernels/cpu/onednn_matmul.h"
+
+namespace tp::cpu {
+
+namespace {
+
+// GEMV → oneDNN crossover (bench/gemv_bench.cpp). Without AMX (Zen 4, older Xeons) oneDNN's avx512 brgemm
+// only pays off once M ≈ 16 and streams W at ~57% of DRAM at M = 1 (DESIGN §4). With AMX-BF16 and W kept in
+// oneDNN's blocked layout (Weight::gemm_cache_bytes) it beat our GEMV even at M = 1 on the dev Xeon
+// (1 thread: 14.3 vs 8.0 GB/s cold, 54.6 vs 34.5 hot), so BF16 goes to oneDNN for every M there.
+constexpr int64_t kGemmMinM = 16;
+constexpr int64_t kGemmMinMAmx = 1;
+
+int64_t gemm_min_m(DType dtype) {
+  return dtype == DType::BF16 && detail::onednn_uses_amx() ? kGemmMinMAmx : kGemmMinM;
+}
+
+std::atomic<int> g_num_threads{0};  // 0: not set yet, use OpenMP's default
+
+int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
+
+// x [m, n_in] F32 -> thread-local BF16 rows of stride round_up(n_in, 32), zero-padded.
+const uint16_t* x_to_bf16(const float* x, int64_t m, int64_t n_in, int64_t* stride) {
+  thread_local std::vector<uint16_t> buf;
+  const int64_t s = round_up(n_in, detail::kGemvXAlign);
+  if (int64_t(buf.size()) < m * s) buf.resize(size_t(m * s));
+  for (int64_t g = 0; g < m; ++g) {
+    uint16_t* row = buf.data() + g * s;
+    const float* xr = x + g * n_in;
+    for (int64_t k = 0; k < n_in; ++k) row[k] = f32_to_bf16(xr[k]);
+    for (int64_t k = n_in; k < s; ++k) row[k] = 0;
+  }
+  *stride = s;
+  return buf.data();
+}
+
+void gemv(const float* x, int64_t m, const Weight& w, float* y, bool allow_avx512) {
+  const int nt = num_threads();
+  if (w.dtype() == DType::F32) {
+    const auto* wd = static_cast<const float*>(w.data());
+    if (allow_avx512 && detail::cpu_has_avx512f())
+      detail::gemv_f32_avx512(x, m, wd, w.n_out(), w.n_in(), y, nt);
+    else
+      detail::gemv_f32_portable(x, m, wd, w.n_out(), w.n_in(), y, nt);
+    return;
+  }
+  int64_t stride = 0;
+  const uint16_t* xb = x_to_bf16(x, m, w.n_in(), &stride);
+  const auto* wd = static_cast<const uint16_t*>(w.data());
+  if (allow_avx512 && detail::cpu_has_avx512bf16())
+    detail::gemv_bf16_avx512(xb, stride, m, wd, w.n_out(), w.n_in(), y, nt);
+  else
+    detail::gemv_bf16_portable(xb, stride, m, wd, w.n_out(), w.n_in(), y, nt);
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------------ Weight
+Weight::Weight(DType dtype, int64_t n_out, int64_t n_in, DType src_type, const void* src, int64_t src_row_stride)
+    : dtype_(dtype), n_out_(n_out), n_in_(n_in) {
+  if (dtype != DType::F32 && dtype != DType::BF16)
+    throw InputError("Weight: storage dtype must be f32 or bf16, got " + std::string(dtype_name(dtype)));
+  if (n_out < 0 || n_in < 0)
+    throw InputError("Weight: negative shape [" + std::to_string(n_out) + ", " + std::to_string(n_in) + "]");
+  if (n_in % dtype_block_elems(src_type) != 0)
+    throw InputError("Weight: n_in " + std::to_string(n_in) + " is not a multiple of the " +
+                     std::string(dtype_name(src_type)) + " block size");
+  if (n_out > 0 && src_row_stride < dtype_row_bytes(src_type, n_in))
+    throw InputError("Weight: source row stride " + std::to_string(src_row_stride) + " bytes is less than a " +
+                     std::string(dtype_name(src_type)) + " row of " + std::to_string(n_in));
+  const int64_t bytes = round_up(std::max<int64_t>(n_bytes(), 1), 64);
+  data_ = std::aligned_alloc(64, size_t(bytes));
+  if (data_ == nullptr) throw Error("Weight: cannot allocate " + std::to_string(bytes) + " bytes");
+
+  const auto* s = static_cast<const uint8_t*>(src);
+  const int64_t dst_row = dtype_row_bytes(dtype, n_in);
+  auto* d = static_cast<uint8_t*>(data_);
+  if (src_type == dtype) {
+    for (int64_t r = 0; r < n_out; ++r) std::memcpy(d + r * dst_row, s + r * src_row_stride, size_t(dst_row));
+    return;
+  }
+#pragma omp parallel num_threads(num_threads()) if (n_out * n_in >= (int64_t(1) << 18))
+  {
+    std::vector<float> row(static_cast<size_t>(n_in));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < n_out; ++r) {
+      dequantize_row(src_type, s + r * src_row_stride, row.data(), n_in);
+      if (dtype == DType::F32) {
+        std::memcpy(d + r * dst_row, row.data(), size_t(dst_row));
+      } else {
+        auto* out = reinterpret_cast<uint16_t*>(d + r * dst_row);
+        for (int64_t k = 0; k < n_in; ++k) out[k] = f32_to_bf16(row[size_t(k)]);
+      }
+    }
+  }
+}
+
+Weight::~Weight() { std::free(data_); }
+
+Weight::Weight(Weight&& o) noexcept
+    : dtype_(o.dtype_), n_out_(o.n_out_), n_in_(o.n_in_), data_(o.data_), gemm_cache_(std::move(o.gemm_cache_)) {
+  o.data_ = nullptr;
+  o.n_out_ = o.n_in_ = 0;
+}
+
+Weight& Weight::operator=(Weight&& o) noexcept {
+  if (this != &o) {
+    std::free(data_);
+    dtype_ = o.dtype_;
+    n_out_ = std::exchange(o.n_out_, 0);
+    n_in_ = std::exchange(o.n_in_, 0);
+    data_ = std::exchange(o.data_, nullptr);
+    gemm_cache_ = std::move(o.gemm_cache_);
+  }
+  return *this;
+}
+
+int64_t Weight::gemm_cache_bytes() const { return detail::gemm_cache_bytes(*this); }
+
+// ------------------------------------------------------------------------------------------------ linear
+int64_t linear_gemm_min_m(DType weight_dtype) { return gemm_min_m(weight_dtype); }
+
+bool gemv_has_avx512(DType weight_dtype) {
+  return weight_dtype == DType::BF16 ? detail::cpu_has_avx512bf16() : detail::cpu_has_avx512f();
+}
+
+void linear(const float* x, int64_t m, const Weight& w, float* y) { linear(x, m, w, y, LinearImpl::Auto); }
+
+void linear(const float* x, int64_t m, const Weight& w, float* y, LinearImpl impl) {
+  if (m <= 0 || w.n_out() == 0) return;
+  if (w.n_in() == 0) {
+    std::memset(y, 0, size_t(m * w.n_out()) * sizeof(float));
+    return;
+  }
+  if (impl == LinearImpl::Auto) impl = m < gemm_min_m(w.dtype()) ? LinearImpl::Gemv : LinearImpl::Onednn;
+  switch (impl) {
+    case LinearImpl::Onednn:
+      detail::onednn_linear(x, m, w, y, num_threads());
+      return;
+    case LinearImpl::GemvPortable:
+      gemv(x, m, w, y, false);
+      return;
+    default:
+      gemv(x, m, w, y, true);
+      return;
+  }
+}
+
+void set_num_threads(int n) {
+  if (n < 1) n = 1;
+  g_num_threads.store(n, std::memory_order_relaxed);
+  omp_set_num_threads(n);
+}
+
+int num_threads() {
+  const int n = g_num_threads.load(std::memory_order_relaxed);
+  return n > 0 ? n : omp_get_max_threads();
+}
+
+}  // namespace tp::cpu

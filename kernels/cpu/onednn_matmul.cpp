@@ -1,0 +1,152 @@
+#include "kernels/cpu/onednn_matmul.h"
+
+#include <omp.h>
+
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "kernels/cpu/linear.h"
+
+namespace tp::cpu::detail {
+
+struct GemmCache {
+  std::mutex mu;
+  std::vector<std::pair<dnnl::memory::desc, dnnl::memory>> copies;  // one per blocked layout
+
+  static std::mutex& create_mu() {
+    static std::mutex mu;
+    return mu;
+  }
+  static GemmCache& of(const Weight& w) {
+    std::lock_guard lock(create_mu());
+    if (!w.gemm_cache_) w.gemm_cache_ = std::make_shared<GemmCache>();
+    return *w.gemm_cache_;
+  }
+  static GemmCache* peek(const Weight& w) {
+    std::lock_guard lock(create_mu());
+    return w.gemm_cache_.get();
+  }
+};
+
+namespace {
+
+struct Key {
+  int64_t m, n_out, n_in;
+  DType dtype;
+  bool operator==(const Key&) const = default;
+};
+
+struct KeyHash {
+  size_t operator()(const Key& k) const {
+    uint64_t h = uint64_t(k.m) * 0x9E3779B97F4A7C15ull;
+    h ^= uint64_t(k.n_out) + 0x632BE59BD9B4E019ull + (h << 6) + (h >> 2);
+    h ^= uint64_t(k.n_in) + 0x85EBCA77C2B2AE63ull + (h << 6) + (h >> 2);
+    h ^= uint64_t(k.dtype) + (h << 6) + (h >> 2);
+    return size_t(h);
+  }
+};
+
+// One per calling thread: oneDNN streams are not thread-safe, and a per-thread map needs no lock.
+struct Prim {
+  dnnl::matmul matmul;
+  dnnl::memory::desc weights;  // the layout the primitive reads W in
+};
+
+struct Context {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  std::unordered_map<Key, Prim, KeyHash> primitives;
+  std::vector<uint16_t> x_bf16;
+};
+
+constexpr size_t kMaxCachedPrimitives = 512;  // prefill chunks of many sizes: bound the cache
+
+Context& context() {
+  thread_local Context ctx;
+  return ctx;
+}
+
+Prim& primitive(Context& ctx, const Key& key) {
+  auto it = ctx.primitives.find(key);
+  if (it != ctx.primitives.end()) return it->second;
+  using dt = dnnl::memory::data_type;
+  using tag = dnnl::memory::format_tag;
+  const dt in_type = key.dtype == DType::BF16 ? dt::bf16 : dt::f32;
+  const dnnl::memory::desc src_md({key.m, key.n_in}, in_type, tag::ab);
+  const dnnl::memory::desc wei_md({key.n_in, key.n_out}, in_type, tag::any);
+  const dnnl::memory::desc dst_md({key.m, key.n_out}, dt::f32, tag::ab);
+  const dnnl::matmul::desc desc(src_md, wei_md, dst_md);
+  const dnnl::matmul::primitive_desc pd(desc, ctx.engine);
+  if (ctx.primitives.size() >= kMaxCachedPrimitives) ctx.primitives.clear();
+  return ctx.primitives.emplace(key, Prim{dnnl::matmul(pd), pd.weights_desc()}).first->second;
+}
+
+// W in the layout `want`: the plain buffer when that is it, else the Weight's cached reordered copy.
+dnnl::memory weights_in(Context& ctx, const Weight& w, const dnnl::memory::desc& want) {
+  const dnnl::memory::desc plain({w.n_in(), w.n_out()},
+                                 w.dtype() == DType::BF16 ? dnnl::memory::data_type::bf16
+                                                          : dnnl::memory::data_type::f32,
+                                 dnnl::memory::format_tag::ba);
+  dnnl::memory plain_mem(plain, ctx.engine, const_cast<void*>(w.data()));
+  if (want == plain) return plain_mem;
+  GemmCache& cache = GemmCache::of(w);
+  std::lock_guard lock(cache.mu);
+  for (auto& [desc, mem] : cache.copies)
+    if (desc == want) return mem;
+  dnnl::memory blocked(want, ctx.engine);
+  dnnl::reorder(plain_mem, blocked).execute(ctx.stream, plain_mem, blocked);
+  ctx.stream.wait();
+  cache.copies.emplace_back(want, blocked);
+  return blocked;
+}
+
+}  // namespace
+
+void onednn_linear(const float* x, int64_t m, const Weight& w, float* y, int n_threads) {
+  Context& ctx = context();
+  const Key key{m, w.n_out(), w.n_in(), w.dtype()};
+  Prim& prim = primitive(ctx, key);
+  if (omp_get_max_threads() != n_threads) omp_set_num_threads(n_threads);
+
+  using dt = dnnl::memory::data_type;
+  using tag = dnnl::memory::format_tag;
+  const int64_t n_in = w.n_in(), n_out = w.n_out();
+  const bool bf16 = w.dtype() == DType::BF16;
+  void* src = const_cast<float*>(x);
+  if (bf16) {
+    const int64_t n = m * n_in;
+    if (int64_t(ctx.x_bf16.size()) < n) ctx.x_bf16.resize(size_t(n));
+    uint16_t* xb = ctx.x_bf16.data();
+#pragma omp parallel for schedule(static) num_threads(n_threads) if (n >= (int64_t(1) << 16))
+    for (int64_t i = 0; i < n; ++i) xb[i] = f32_to_bf16(x[i]);
+    src = xb;
+  }
+  const dt in_type = bf16 ? dt::bf16 : dt::f32;
+  dnnl::memory src_mem({{m, n_in}, in_type, tag::ab}, ctx.engine, src);
+  dnnl::memory wei_mem = weights_in(ctx, w, prim.weights);
+  dnnl::memory dst_mem({{m, n_out}, dt::f32, tag::ab}, ctx.engine, y);
+  prim.matmul.execute(ctx.stream, {{DNNL_ARG_SRC, src_mem}, {DNNL_ARG_WEIGHTS, wei_mem}, {DNNL_ARG_DST, dst_mem}});
+  ctx.stream.wait();
+}
+
+int64_t gemm_cache_bytes(const Weight& w) {
+  GemmCache* cache = GemmCache::peek(w);
+  if (cache == nullptr) return 0;
+  std::lock_guard lock(cache->mu);
+  int64_t n = 0;
+  for (const auto& [desc, mem] : cache->copies) n += int64_t(desc.get_size());
+  return n;
+}
+
+bool onednn_uses_amx() {
+  static const bool amx = [] {
+    const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+    return isa == dnnl::cpu_isa::avx512_core_amx;
+  }();
+  return amx;
+}
+
+}  // namespace tp::cpu::detail

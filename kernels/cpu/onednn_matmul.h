@@ -1,0 +1,24 @@
+// Private to kernels/cpu: linear() through oneDNN matmul, for large M.
+// Primitives are cached per calling thread by (m, n_out, n_in, dtype). Weights: the plain row-major buffer is
+// the transposed [n_in, n_out] matrix in format "ba"; the primitive is created with format "any", and when
+// oneDNN wants a blocked layout the Weight keeps one reordered copy per layout (Weight::gemm_cache_), made on
+// first use — measured 1.1-4x faster than letting oneDNN read "ba" (BF16, AMX, M = 16..512).
+#pragma once
+#include <cstdint>
+
+namespace tp::cpu {
+class Weight;
+}
+
+namespace tp::cpu::detail {
+
+// y[m, n_out] = x[m, n_in] · Wᵀ. BF16 weights: x rounded to BF16 into a thread-local buffer first.
+void onednn_linear(const float* x, int64_t m, const Weight& w, float* y, int n_threads);
+
+// Bytes of the reordered copies w holds for oneDNN.
+int64_t gemm_cache_bytes(const Weight& w);
+
+// Whether oneDNN runs BF16 matmul on AMX tiles here (then it beats our GEMV from m = 2 on).
+bool onednn_uses_amx();
+
+}  // namespace tp::cpu::detail

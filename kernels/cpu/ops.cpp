@@ -1,0 +1,96 @@
+// Elementwise and row-wise ops. Numerics follow llama.cpp's CPU backend where we compare logits with it:
+// rmsnorm sums squares in double and applies (x * scale) * weight; rope builds its angles by repeated
+// multiplication with theta_scale = base^(-2/head_dim) (ggml_rope_cache_init); silu = x / (1 + e^-x).
+#include "kernels/cpu/ops.h"
+
+#include <cmath>
+#include <vector>
+
+#include "common/error.h"
+#include "kernels/cpu/linear.h"
+
+namespace tp::cpu {
+
+namespace {
+// Parallelize a loop over rows when it touches at least this many floats.
+constexpr int64_t kParallelMinFloats = 1 << 15;
+}  // namespace
+
+void rmsnorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* out) {
+#pragma omp parallel for schedule(static) num_threads(num_threads()) if (n * dim >= kParallelMinFloats)
+  for (int64_t r = 0; r < n; ++r) {
+    const float* xr = x + r * dim;
+    float* o = out + r * dim;
+    double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t i = 0; i < dim; ++i) sum += double(xr[i] * xr[i]);
+    const float mean = float(sum / double(dim));
+    const float scale = 1.0f / std::sqrt(mean + eps);
+#pragma omp simd
+    for (int64_t i = 0; i < dim; ++i) o[i] = (xr[i] * scale) * weight[i];
+  }
+}
+
+void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions, float base,
+          RopeStyle style) {
+  if (head_dim % 2 != 0) throw InputError("rope: head_dim " + std::to_string(head_dim) + " is odd");
+  const int64_t half = head_dim / 2;
+  const float theta_scale = std::pow(base, -2.0f / float(head_dim));
+#pragma omp parallel num_threads(num_threads()) if (n_tokens * n_heads * head_dim >= kParallelMinFloats)
+  {
+    std::vector<float> cos_t(static_cast<size_t>(half)), sin_t(static_cast<size_t>(half));
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      float theta = float(positions[t]);
+      for (int64_t i = 0; i < half; ++i) {
+        cos_t[size_t(i)] = std::cos(theta);
+        sin_t[size_t(i)] = std::sin(theta);
+        theta *= theta_scale;
+      }
+      for (int64_t h = 0; h < n_heads; ++h) {
+        float* v = x + (t * n_heads + h) * head_dim;
+        if (style == RopeStyle::Interleaved) {
+          for (int64_t i = 0; i < half; ++i) {
+            const float x0 = v[2 * i], x1 = v[2 * i + 1];
+            v[2 * i] = x0 * cos_t[size_t(i)] - x1 * sin_t[size_t(i)];
+            v[2 * i + 1] = x0 * sin_t[size_t(i)] + x1 * cos_t[size_t(i)];
+          }
+        } else {
+#pragma omp simd
+          for (int64_t i = 0; i < half; ++i) {
+            const float x0 = v[i], x1 = v[i + half];
+            v[i] = x0 * cos_t[size_t(i)] - x1 * sin_t[size_t(i)];
+            v[i + half] = x0 * sin_t[size_t(i)] + x1 * cos_t[size_t(i)];
+          }
+        }
+      }
+    }
+  }
+}
+
+void silu_mul(const float* gate_up, int64_t n, int64_t dim, float* out) {
+#pragma omp parallel for schedule(static) num_threads(num_threads()) if (n * dim >= kParallelMinFloats)
+  for (int64_t r = 0; r < n; ++r) {
+    const float* g = gate_up + r * 2 * dim;
+    const float* u = g + dim;
+    float* o = out + r * dim;
+    for (int64_t i = 0; i < dim; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  }
+}
+
+void embedding(const void* table, DType type, int64_t row_stride, int64_t hidden, const int32_t* ids, int64_t n,
+               float* out) {
+  if (hidden % dtype_block_elems(type) != 0)
+    throw InputError("embedding: hidden " + std::to_string(hidden) + " is not a multiple of the " +
+                     std::string(dtype_name(type)) + " block size");
+  const auto* base = static_cast<const uint8_t*>(table);
+#pragma omp parallel for schedule(static) num_threads(num_threads()) if (n * hidden >= kParallelMinFloats)
+  for (int64_t i = 0; i < n; ++i) dequantize_row(type, base + int64_t(ids[i]) * row_stride, out + i * hidden, hidden);
+}
+
+void add_inplace(float* x, const float* y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+}  // namespace tp::cpu

@@ -1,0 +1,185 @@
+// rmsnorm, rope, silu_mul, embedding, add_inplace against naive double-precision references.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/ops.h"
+#include "tests/kernels/fixtures.h"
+
+namespace tp::cpu {
+namespace {
+
+using test::make_typed_rows;
+using test::random_floats;
+
+// ----------------------------------------------------------------------------------------------- rmsnorm
+// Tolerance: 2e-6 relative (one F32 rounding of x·scale and of ·weight, scale from a double sum).
+class RmsnormTest : public ::testing::TestWithParam<std::tuple<int64_t, int64_t>> {};
+
+TEST_P(RmsnormTest, MatchesReference) {
+  const auto [n, dim] = GetParam();
+  const auto x = random_floats(size_t(n * dim), 1, -3.0f, 3.0f);
+  const auto wt = random_floats(size_t(dim), 2, 0.5f, 1.5f);
+  const float eps = 1e-5f;
+  std::vector<float> out(x.size());
+  rmsnorm(x.data(), wt.data(), n, dim, eps, out.data());
+  std::vector<float> in_place(x);
+  rmsnorm(in_place.data(), wt.data(), n, dim, eps, in_place.data());
+  EXPECT_EQ(in_place, out);
+  for (int64_t r = 0; r < n; ++r) {
+    double ss = 0;
+    for (int64_t i = 0; i < dim; ++i) ss += double(x[size_t(r * dim + i)]) * x[size_t(r * dim + i)];
+    const double scale = 1.0 / std::sqrt(ss / double(dim) + eps);
+    for (int64_t i = 0; i < dim; ++i) {
+      const double want = double(x[size_t(r * dim + i)]) * scale * wt[size_t(i)];
+      ASSERT_NEAR(out[size_t(r * dim + i)], want, 2e-6 * std::fabs(want) + 1e-30) << r << "," << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, RmsnormTest,
+                         ::testing::Combine(::testing::Values(1, 3, 64, 300), ::testing::Values(1, 13, 576, 2048)));
+
+// -------------------------------------------------------------------------------------------------- rope
+using RopeParam = std::tuple<RopeStyle, int64_t, float>;  // style, head_dim, base
+class RopeTest : public ::testing::TestWithParam<RopeParam> {};
+
+// Index pairs rotated together: (a[i], b[i]) with angle index i.
+std::pair<int64_t, int64_t> rope_pair(RopeStyle style, int64_t head_dim, int64_t i) {
+  return style == RopeStyle::Interleaved ? std::pair{2 * i, 2 * i + 1} : std::pair{i, i + head_dim / 2};
+}
+
+// Exact formula theta_i = pos · base^(-2i/head_dim) in double. Tolerance: 1e-3 · |x|max — the F32 angle
+// built by repeated multiplication (llama.cpp's recipe) drifts by ≈ pos · i · 6e-8 rad from the exact one;
+// positions here are ≤ 2000, which bounds that drift by ≈ 4e-4.
+TEST_P(RopeTest, MatchesExactFormula) {
+  const auto [style, head_dim, base] = GetParam();
+  const int64_t n_tokens = 7, n_heads = 3;
+  const std::vector<int32_t> pos = {0, 1, 2, 17, 100, 999, 2000};
+  const auto x = random_floats(size_t(n_tokens * n_heads * head_dim), 5);
+  std::vector<float> y(x);
+  rope(y.data(), n_tokens, n_heads, head_dim, pos.data(), base, style);
+  for (int64_t t = 0; t < n_tokens; ++t)
+    for (int64_t h = 0; h < n_heads; ++h) {
+      const size_t off = size_t((t * n_heads + h) * head_dim);
+      for (int64_t i = 0; i < head_dim / 2; ++i) {
+        const double theta = double(pos[size_t(t)]) * std::pow(double(base), -2.0 * double(i) / double(head_dim));
+        const auto [a, b] = rope_pair(style, head_dim, i);
+        const double x0 = x[off + size_t(a)], x1 = x[off + size_t(b)];
+        ASSERT_NEAR(y[off + size_t(a)], x0 * std::cos(theta) - x1 * std::sin(theta), 1e-3) << t << " " << h << " " << i;
+        ASSERT_NEAR(y[off + size_t(b)], x0 * std::sin(theta) + x1 * std::cos(theta), 1e-3) << t << " " << h << " " << i;
+      }
+    }
+}
+
+// llama.cpp's F32 recipe (ggml_rope_cache_init + rope_f32): theta_scale = powf(base, -2/n_dims), theta starts
+// at pos and is multiplied by theta_scale per pair; x0·cos − x1·sin, x0·sin + x1·cos in F32. Tolerance 2e-7
+// absolute (|x| ≤ 1): the same operations, up to libm vs. vector math.
+TEST_P(RopeTest, MatchesGgmlRecipe) {
+  const auto [style, head_dim, base] = GetParam();
+  const int64_t n_tokens = 5, n_heads = 2;
+  const std::vector<int32_t> pos = {3, 64, 511, 4095, 30000};
+  const auto x = random_floats(size_t(n_tokens * n_heads * head_dim), 6);
+  std::vector<float> y(x);
+  rope(y.data(), n_tokens, n_heads, head_dim, pos.data(), base, style);
+  const float theta_scale = powf(base, -2.0f / float(head_dim));
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    float theta = float(pos[size_t(t)]);
+    for (int64_t i = 0; i < head_dim / 2; ++i, theta *= theta_scale) {
+      const float c = cosf(theta), s = sinf(theta);
+      for (int64_t h = 0; h < n_heads; ++h) {
+        const size_t off = size_t((t * n_heads + h) * head_dim);
+        const auto [a, b] = rope_pair(style, head_dim, i);
+        const float x0 = x[off + size_t(a)], x1 = x[off + size_t(b)];
+        ASSERT_NEAR(y[off + size_t(a)], x0 * c - x1 * s, 2e-7f);
+        ASSERT_NEAR(y[off + size_t(b)], x0 * s + x1 * c, 2e-7f);
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Styles, RopeTest,
+                         ::testing::Combine(::testing::Values(RopeStyle::Interleaved, RopeStyle::Neox),
+                                            ::testing::Values(2, 8, 64, 128), ::testing::Values(10000.0f, 100000.0f)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) == RopeStyle::Neox ? "neox" : "interleaved") +
+                                  "_d" + std::to_string(std::get<1>(info.param)) + "_base" +
+                                  std::to_string(int(std::get<2>(info.param)));
+                         });
+
+TEST(Rope, PositionZeroIsIdentity) {
+  const auto x = random_floats(64 * 4, 9);
+  for (RopeStyle style : {RopeStyle::Interleaved, RopeStyle::Neox}) {
+    std::vector<float> y(x);
+    const int32_t pos = 0;
+    rope(y.data(), 1, 4, 64, &pos, 10000.0f, style);
+    EXPECT_EQ(y, x);
+  }
+}
+
+TEST(Rope, ManyTokensParallelMatchesOneByOne) {
+  const int64_t n_tokens = 300, n_heads = 9, head_dim = 64;
+  auto x = random_floats(size_t(n_tokens * n_heads * head_dim), 10);
+  std::vector<int32_t> pos(static_cast<size_t>(n_tokens));
+  for (int64_t t = 0; t < n_tokens; ++t) pos[size_t(t)] = int32_t(t * 3);
+  std::vector<float> y(x);
+  set_num_threads(2);
+  rope(y.data(), n_tokens, n_heads, head_dim, pos.data(), 100000.0f, RopeStyle::Neox);
+  for (int64_t t = 0; t < n_tokens; ++t)
+    rope(x.data() + t * n_heads * head_dim, 1, n_heads, head_dim, &pos[size_t(t)], 100000.0f, RopeStyle::Neox);
+  EXPECT_EQ(x, y);
+}
+
+// ---------------------------------------------------------------------------------------------- silu_mul
+// Tolerance 1e-6 relative: expf vs exp and two F32 roundings.
+TEST(SiluMul, MatchesReference) {
+  for (auto [n, dim] : {std::pair<int64_t, int64_t>{1, 1536}, {5, 13}, {40, 1536}}) {
+    const auto gu = random_floats(size_t(n * 2 * dim), 12, -8.0f, 8.0f);
+    std::vector<float> out(size_t(n * dim));
+    silu_mul(gu.data(), n, dim, out.data());
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t i = 0; i < dim; ++i) {
+        const double g = gu[size_t(r * 2 * dim + i)], u = gu[size_t(r * 2 * dim + dim + i)];
+        const double want = g / (1.0 + std::exp(-g)) * u;
+        ASSERT_NEAR(out[size_t(r * dim + i)], want, 1e-6 * std::fabs(want) + 1e-30) << r << "," << i;
+      }
+  }
+}
+
+// --------------------------------------------------------------------------------------------- embedding
+class EmbeddingTest : public ::testing::TestWithParam<DType> {};
+
+// Exact up to 1e-6 relative (the fixture computes d·q + m the same way; only FMA contraction may differ).
+TEST_P(EmbeddingTest, GathersRows) {
+  const DType type = GetParam();
+  const int64_t vocab = 50, hidden = 64;
+  const auto table = make_typed_rows(type, vocab, hidden, 13, /*extra_stride=*/10);
+  const std::vector<int32_t> ids = {0, 49, 7, 7, 23};
+  std::vector<float> out(ids.size() * size_t(hidden));
+  embedding(table.bytes.data(), type, table.stride, hidden, ids.data(), int64_t(ids.size()), out.data());
+  for (size_t i = 0; i < ids.size(); ++i)
+    for (int64_t k = 0; k < hidden; ++k) {
+      const float want = table.values[size_t(ids[i] * hidden + k)];
+      ASSERT_NEAR(out[i * size_t(hidden) + size_t(k)], want, 1e-6f * std::fabs(want)) << i << "," << k;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, EmbeddingTest,
+                         ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// ------------------------------------------------------------------------------------------- add_inplace
+TEST(AddInplace, AddsElementwise) {
+  auto x = random_floats(1001, 14);
+  const auto y = random_floats(1001, 15);
+  const auto x0 = x;
+  add_inplace(x.data(), y.data(), 1001);
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], x0[i] + y[i]);
+}
+
+}  // namespace
+}  // namespace tp::cpu
