@@ -54,13 +54,13 @@ int main(int argc, char** argv) {
     using clock = std::chrono::steady_clock;
     std::vector<double> pp_rates, tg_rates;
     for (int r = -1; r < reps; ++r) {  // r = -1: warm-up
-      tp::SequenceRunner seq(model, pp + tg + 1);
+      tp::LocalRunner pre(model, pp + 1);
       auto t0 = clock::now();
-      seq.feed(prompt);
+      pre.seq.feed(prompt);
       auto t1 = clock::now();
-      tp::SequenceRunner dec(model, tg + 1);
+      tp::LocalRunner dec(model, tg + 1);
       auto t2 = clock::now();
-      for (int64_t i = 0; i < tg; ++i) dec.feed({prompt[size_t(i % pp)]});
+      for (int64_t i = 0; i < tg; ++i) dec.seq.feed({prompt[size_t(i % pp)]});
       auto t3 = clock::now();
       if (r < 0) continue;
       pp_rates.push_back(double(pp) / std::chrono::duration<double>(t1 - t0).count());

@@ -1,16 +1,13 @@
 // `tpserve generate`: one prompt, greedy or sampled, printed as it is produced; then prefill and decode tok/s.
 #include <chrono>
 #include <cstdio>
-#include <thread>
 
 #include "common/config.h"
 #include "common/error.h"
 #include "coordinator/tokenizer.h"
-#include "kernels/cpu/linear.h"
 #include "launch/cli_args.h"
 #include "launch/commands.h"
-#include "rank/llama_model.h"
-#include "rank/model_file.h"
+#include "launch/model_group.h"
 #include "rank/sampler.h"
 #include "rank/sequence_runner.h"
 
@@ -25,8 +22,9 @@ int run_generate(const std::vector<std::string>& argv) {
   if (auto path = a.str("config")) cfg = load_config(*path);
   if (auto m = a.str("model")) cfg.model.path = *m;
   if (auto d = a.str("dtype")) cfg.model.dtype = *d;
-  if (a.integer("tp", cfg.parallel.tp, 1, 4096) != 1)
-    throw UsageError("generate: --tp > 1 needs the tensor-parallel build (not yet available)");
+  if (cfg.model.dtype != "bf16" && cfg.model.dtype != "f32")
+    throw UsageError("generate: --dtype must be bf16 or f32, not '" + cfg.model.dtype + "'");
+  cfg.parallel.tp = a.integer("tp", cfg.parallel.tp, 1, 4096);
   const std::string prompt = a.required("prompt");
   const int64_t max_tokens = a.integer("max-tokens", 64, 1, 1 << 20);
   SamplingParams sp;
@@ -36,24 +34,23 @@ int run_generate(const std::vector<std::string>& argv) {
   sp.min_p = float(a.real("min-p", 0.0, 0.0, 1.0));
   sp.seed = uint64_t(a.integer("seed", 0, 0, INT64_MAX));
   const bool ignore_eos = a.flag("ignore-eos");
-  int64_t threads = a.integer("threads", cfg.parallel.threads, 0, 1024);
-  if (threads == 0) threads = std::max<int64_t>(1, std::thread::hardware_concurrency());
-  cpu::set_num_threads(int(threads));
+  const int threads = int(a.integer("threads", cfg.parallel.threads, 0, 1024));
 
-  const DType runtime = parse_dtype(cfg.model.dtype);
-  if (runtime != DType::F32 && runtime != DType::BF16)
-    throw UsageError("generate: --dtype must be bf16 or f32, not '" + cfg.model.dtype + "'");
-  auto file = open_model(cfg.model.path);
-  LlamaModel model(*file, runtime);
-  const Tokenizer tok(file->tokenizer());
-
+  ModelGroup group(nullptr, nullptr, cfg, threads);
+  std::fprintf(stderr, "%s\n", group.report().c_str());
+  if (!group.is_leader()) {
+    group.worker->serve();
+    return 0;
+  }
+  const ModelFile& file = *group.file;
+  const Tokenizer tok(file.tokenizer());
   const std::vector<int32_t> ids = tok.encode(prompt, tok.add_bos(), true);
   if (ids.empty()) throw InputError("the prompt encodes to no tokens");
-  const int64_t ctx = cfg.cache.max_context > 0 ? cfg.cache.max_context : file->config().max_context;
+  const int64_t ctx = cfg.cache.max_context > 0 ? cfg.cache.max_context : file.config().max_context;
   if (int64_t(ids.size()) + max_tokens > ctx)
     throw InputError("prompt (" + std::to_string(ids.size()) + " tokens) + max-tokens (" + std::to_string(max_tokens) +
                      ") exceeds the context of " + std::to_string(ctx) + " tokens");
-  SequenceRunner seq(model, int64_t(ids.size()) + max_tokens, cfg.cache.block_size);
+  SequenceRunner seq(*group.worker, int64_t(ids.size()) + max_tokens);
   Sampler sampler(sp);
   IncrementalDecoder out(tok);
 
@@ -64,7 +61,7 @@ int run_generate(const std::vector<std::string>& argv) {
   int64_t n_gen = 0, n_steps = 0;  // tokens sampled; decode forward steps (one per token after the first)
   std::fputs(prompt.c_str(), stdout);
   for (;;) {
-    const int32_t next = sampler.sample(logits->data(), file->config().vocab);
+    const int32_t next = sampler.sample(logits->data(), file.config().vocab);
     ++n_gen;
     if (!ignore_eos && tok.is_eog(next)) break;
     std::fputs(out.push(next).c_str(), stdout);

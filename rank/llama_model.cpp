@@ -1,7 +1,10 @@
 #include "rank/llama_model.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <limits>
 #include <string>
 
 #include "common/error.h"
@@ -10,6 +13,8 @@
 
 namespace tp {
 namespace {
+
+using Clock = std::chrono::steady_clock;
 
 std::string blk(int64_t i, const char* what) { return "blk." + std::to_string(i) + "." + what + ".weight"; }
 
@@ -20,31 +25,43 @@ std::vector<float> load_vector(const ModelFile& f, const std::string& name, int6
   return out;
 }
 
-// Rows of several [rows_i, n_in] tensors stacked into one runtime weight.
-cpu::Weight stack_rows(const ModelFile& f, DType runtime, int64_t n_in,
-                       const std::vector<std::pair<std::string, int64_t>>& parts) {
-  if (parts.size() == 1) {
-    const TensorView& t = f.require(parts[0].first, {parts[0].second, n_in});
-    return cpu::Weight(runtime, parts[0].second, n_in, t.dtype, t.data, dtype_row_bytes(t.dtype, n_in));
-  }
-  int64_t rows = 0;
-  for (const auto& p : parts) rows += p.second;
-  std::vector<float> staging(static_cast<size_t>(rows * n_in));
-  int64_t r0 = 0;
-  for (const auto& [name, n_rows] : parts) {
-    const TensorView& t = f.require(name, {n_rows, n_in});
-    const int64_t stride = dtype_row_bytes(t.dtype, n_in);
-    for (int64_t r = 0; r < n_rows; ++r)
-      dequantize_row(t.dtype, t.data + r * stride, staging.data() + (r0 + r) * n_in, n_in);
-    r0 += n_rows;
-  }
-  return cpu::Weight(runtime, rows, n_in, DType::F32, staging.data(), n_in * int64_t(sizeof(float)));
-}
+// Rows `rows` of tensor `name` [total_rows, n_in].
+struct RowSlice {
+  std::string name;
+  int64_t total_rows;
+  Range rows;
+};
 
-template <class T>
-T* grow(std::vector<T>& v, int64_t n) {
-  if (int64_t(v.size()) < n) v.resize(size_t(n));
-  return v.data();
+// The given row slices, stacked, restricted to columns `cols` of [0, n_in), as one runtime weight.
+// Only the bytes of the slice are read from the mapping. A column slice of a quantized tensor must start and
+// end on a block boundary.
+cpu::Weight load_slices(const ModelFile& f, DType runtime, int64_t n_in, Range cols, const std::vector<RowSlice>& parts) {
+  const int64_t n_cols = cols.size();
+  int64_t rows = 0;
+  std::vector<const TensorView*> views;
+  for (const RowSlice& p : parts) {
+    views.push_back(&f.require(p.name, {p.total_rows, n_in}));
+    rows += p.rows.size();
+    const int64_t blk_elems = dtype_block_elems(views.back()->dtype);
+    if (cols.begin % blk_elems != 0 || cols.end % blk_elems != 0)
+      throw FormatError(f.path(), p.name,
+                        "column slice [" + std::to_string(cols.begin) + ", " + std::to_string(cols.end) +
+                            ") does not fall on the " + std::to_string(blk_elems) + "-weight quantization blocks");
+  }
+  if (parts.size() == 1 && n_cols == n_in) {  // one contiguous run of whole rows: convert straight from the file
+    const TensorView& t = *views[0];
+    const int64_t stride = dtype_row_bytes(t.dtype, n_in);
+    return cpu::Weight(runtime, rows, n_in, t.dtype, t.data + parts[0].rows.begin * stride, stride);
+  }
+  std::vector<float> staging(static_cast<size_t>(rows * n_cols));
+  int64_t r0 = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const TensorView& t = *views[i];
+    const int64_t stride = dtype_row_bytes(t.dtype, n_in), col_off = dtype_row_bytes(t.dtype, cols.begin);
+    for (int64_t r = parts[i].rows.begin; r < parts[i].rows.end; ++r, ++r0)
+      dequantize_row(t.dtype, t.data + r * stride + col_off, staging.data() + r0 * n_cols, n_cols);
+  }
+  return cpu::Weight(runtime, rows, n_cols, DType::F32, staging.data(), n_cols * int64_t(sizeof(float)));
 }
 
 DType check_runtime(DType runtime) {
@@ -53,42 +70,69 @@ DType check_runtime(DType runtime) {
   return runtime;
 }
 
+// The model as users name it: its file or folder name up to the first '.' ("SmolLM2-135M-Instruct").
+std::string model_name(const std::string& path) {
+  std::string stem = std::filesystem::path(path).lexically_normal().filename().string();
+  if (stem.empty()) stem = std::filesystem::path(path).lexically_normal().parent_path().filename().string();
+  return stem.substr(0, stem.find('.'));
+}
+
+TpLayout layout_for(const ModelFile& f, Communicator* comm) {
+  const int tp = comm ? comm->size() : 1, rank = comm ? comm->rank() : 0;
+  return make_tp_layout(TpShape::from(f.config()), tp, rank, model_name(f.path()));
+}
+
 // SmolLM2 and other tied models have no output.weight: the lm_head is the token embedding.
-cpu::Weight load_lm_head(const ModelFile& f, DType runtime) {
+cpu::Weight load_lm_head(const ModelFile& f, DType runtime, const TpLayout& l) {
   const ModelConfig& c = f.config();
   const bool tied = c.tied_embeddings || f.find("output.weight") == nullptr;
-  return stack_rows(f, check_runtime(runtime), c.hidden, {{tied ? "token_embd.weight" : "output.weight", c.vocab}});
+  const Range rows{l.vocab_rows.begin, l.vocab_rows.begin + l.local_real_vocab_rows()};
+  return load_slices(f, check_runtime(runtime), c.hidden, {0, c.hidden},
+                     {{tied ? "token_embd.weight" : "output.weight", c.vocab, rows}});
+}
+
+template <class T>
+T* grow(std::vector<T>& v, int64_t n) {
+  if (int64_t(v.size()) < n) v.resize(size_t(n));
+  return v.data();
 }
 
 }  // namespace
 
-LlamaModel::LlamaModel(const ModelFile& f, DType runtime) : cfg_(f.config()), lm_head_(load_lm_head(f, runtime)) {
-  const int64_t hd = cfg_.head_dim, hidden = cfg_.hidden, inter = cfg_.intermediate;
-  const int64_t q_rows = cfg_.n_heads * hd, kv_rows = cfg_.n_kv_heads * hd;
+LlamaModel::LlamaModel(const ModelFile& f, DType runtime, Communicator* comm)
+    : cfg_(f.config()),
+      layout_(layout_for(f, comm)),
+      comm_(comm && comm->size() > 1 ? comm : nullptr),
+      lm_head_(load_lm_head(f, runtime, layout_)) {
+  const int64_t hd = cfg_.head_dim, hidden = cfg_.hidden, nh = cfg_.n_heads, nkv = cfg_.n_kv_heads;
   if (hd % 2 != 0) throw FormatError(f.path(), "head_dim", std::to_string(hd) + " is odd; rope needs pairs");
-  if (cfg_.n_kv_heads <= 0 || cfg_.n_heads % cfg_.n_kv_heads != 0)
-    throw FormatError(f.path(), "head_count_kv",
-                      std::to_string(cfg_.n_kv_heads) + " does not divide " + std::to_string(cfg_.n_heads) + " heads");
+  const Range q{layout_.q_heads.begin * hd, layout_.q_heads.end * hd};
+  const Range kv{layout_.kv_heads.begin * hd, layout_.kv_heads.end * hd};
+  const Range inter = layout_.intermediate;
 
   embd_ = &f.require("token_embd.weight", {cfg_.vocab, hidden});
-  if (embd_->dtype != DType::F32 && hidden % dtype_block_elems(embd_->dtype) != 0)
+  if (hidden % dtype_block_elems(embd_->dtype) != 0)
     throw FormatError(f.path(), "token_embd.weight", "row length is not a multiple of the block size");
   layers_.reserve(size_t(cfg_.n_layers));
   for (int64_t i = 0; i < cfg_.n_layers; ++i) {
     layers_.push_back(Layer{
         load_vector(f, blk(i, "attn_norm"), hidden),
         load_vector(f, blk(i, "ffn_norm"), hidden),
-        stack_rows(f, runtime, hidden, {{blk(i, "attn_q"), q_rows}, {blk(i, "attn_k"), kv_rows}, {blk(i, "attn_v"), kv_rows}}),
-        stack_rows(f, runtime, q_rows, {{blk(i, "attn_output"), hidden}}),
-        stack_rows(f, runtime, hidden, {{blk(i, "ffn_gate"), inter}, {blk(i, "ffn_up"), inter}}),
-        stack_rows(f, runtime, inter, {{blk(i, "ffn_down"), hidden}}),
+        load_slices(f, runtime, hidden, {0, hidden},
+                    {{blk(i, "attn_q"), nh * hd, q}, {blk(i, "attn_k"), nkv * hd, kv}, {blk(i, "attn_v"), nkv * hd, kv}}),
+        load_slices(f, runtime, nh * hd, q, {{blk(i, "attn_output"), hidden, {0, hidden}}}),
+        load_slices(f, runtime, hidden, {0, hidden},
+                    {{blk(i, "ffn_gate"), cfg_.intermediate, inter}, {blk(i, "ffn_up"), cfg_.intermediate, inter}}),
+        load_slices(f, runtime, cfg_.intermediate, inter, {{blk(i, "ffn_down"), hidden, {0, hidden}}}),
     });
   }
   output_norm_ = load_vector(f, "output_norm.weight", hidden);
 }
 
 int64_t LlamaModel::resident_weight_bytes() const {
-  int64_t n = embd_->n_bytes + lm_head_.n_bytes() + int64_t(output_norm_.size() * sizeof(float));
+  const int64_t embd_rows = layout_.local_real_vocab_rows();
+  int64_t n = embd_rows * dtype_row_bytes(embd_->dtype, cfg_.hidden) + lm_head_.n_bytes() +
+              int64_t(output_norm_.size() * sizeof(float));
   for (const Layer& l : layers_)
     n += l.qkv.n_bytes() + l.wo.n_bytes() + l.gate_up.n_bytes() + l.down.n_bytes() +
          int64_t((l.attn_norm.size() + l.ffn_norm.size()) * sizeof(float));
@@ -96,17 +140,26 @@ int64_t LlamaModel::resident_weight_bytes() const {
 }
 
 KvPoolShape LlamaModel::kv_shape(int64_t n_blocks, int64_t block_size) const {
-  return KvPoolShape{cfg_.n_layers, n_blocks, block_size, cfg_.n_kv_heads, cfg_.head_dim};
+  return KvPoolShape{cfg_.n_layers, n_blocks, block_size, layout_.local_kv_heads(), cfg_.head_dim};
 }
 
-void LlamaModel::forward(const std::vector<SeqStep>& seqs, KvPool& pool, std::vector<float>& logits) {
-  const int64_t hidden = cfg_.hidden, hd = cfg_.head_dim, nh = cfg_.n_heads, nkv = cfg_.n_kv_heads;
-  const int64_t inter = cfg_.intermediate, bs = pool.shape().block_size;
+void LlamaModel::all_reduce(float* x, int64_t n) {
+  if (!comm_) return;
+  const auto t0 = Clock::now();
+  comm_->all_reduce_sum(x, size_t(n));
+  times_.comm_s += std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+void LlamaModel::forward(const std::vector<SeqPlan>& seqs, KvPool& pool, std::vector<float>& logits) {
+  const auto t_start = Clock::now();
+  const int64_t hidden = cfg_.hidden, hd = cfg_.head_dim, vocab = cfg_.vocab;
+  const int64_t nh = layout_.local_q_heads(), nkv = layout_.local_kv_heads();
+  const int64_t inter = layout_.intermediate.size(), bs = pool.shape().block_size;
   const int64_t qkv_w = (nh + 2 * nkv) * hd;
 
   // Flatten the step: token ids, positions and pool slots of every new token.
   int64_t n_tok = 0, n_out = 0;
-  for (const SeqStep& s : seqs) {
+  for (const SeqPlan& s : seqs) {
     n_tok += int64_t(s.tokens.size());
     n_out += s.want_logits ? 1 : 0;
     const int64_t end = s.start_pos + int64_t(s.tokens.size());
@@ -114,21 +167,21 @@ void LlamaModel::forward(const std::vector<SeqStep>& seqs, KvPool& pool, std::ve
       throw Error("forward: block table covers " + std::to_string(s.block_table.size() * bs) + " positions, needs " +
                   std::to_string(end));
   }
-  std::vector<int32_t> ids;
-  ids.reserve(size_t(n_tok));
+  int32_t* ids = grow(ids_, n_tok);
   int32_t* pos = grow(positions_, n_tok);
   int64_t* slot = grow(slots_, n_tok);
-  for (const SeqStep& s : seqs) {
+  for (const SeqPlan& s : seqs) {
     for (size_t i = 0; i < s.tokens.size(); ++i) {
       const int64_t p = s.start_pos + int64_t(i);
-      if (s.tokens[i] < 0 || s.tokens[i] >= cfg_.vocab)
+      if (s.tokens[i] < 0 || s.tokens[i] >= vocab)
         throw InputError("token id " + std::to_string(s.tokens[i]) + " is outside the vocabulary [0, " +
-                         std::to_string(cfg_.vocab) + ")");
-      ids.push_back(s.tokens[i]);
+                         std::to_string(vocab) + ")");
+      *ids++ = s.tokens[i];
       *pos++ = int32_t(p);
       *slot++ = int64_t(s.block_table[size_t(p / bs)]) * bs + p % bs;
     }
   }
+  ids = ids_.data();
   pos = positions_.data();
   slot = slots_.data();
 
@@ -142,7 +195,20 @@ void LlamaModel::forward(const std::vector<SeqStep>& seqs, KvPool& pool, std::ve
   float* gu = grow(gu_, n_tok * 2 * inter);
   float* mlp = grow(mlp_, n_tok * inter);
 
-  cpu::embedding(embd_->data, embd_->dtype, dtype_row_bytes(embd_->dtype, hidden), hidden, ids.data(), n_tok, x);
+  // Vocab-parallel embedding: rows outside this rank's shard are zero, the all-reduce fills them in.
+  const int64_t row_bytes = dtype_row_bytes(embd_->dtype, hidden);
+  if (!comm_) {
+    cpu::embedding(embd_->data, embd_->dtype, row_bytes, hidden, ids, n_tok, x);
+  } else {
+    const Range mine{layout_.vocab_rows.begin, layout_.vocab_rows.begin + layout_.local_real_vocab_rows()};
+    for (int64_t t = 0; t < n_tok; ++t) {
+      if (mine.contains(ids[t]))
+        cpu::embedding(embd_->data, embd_->dtype, row_bytes, hidden, ids + t, 1, x + t * hidden);
+      else
+        std::memset(x + t * hidden, 0, size_t(hidden) * sizeof(float));
+    }
+    all_reduce(x, n_tok * hidden);
+  }
   const float scale = 1.0f / std::sqrt(float(hd));
 
   for (int64_t li = 0; li < cfg_.n_layers; ++li) {
@@ -159,32 +225,60 @@ void LlamaModel::forward(const std::vector<SeqStep>& seqs, KvPool& pool, std::ve
     cpu::rope(k, n_tok, nkv, hd, pos, cfg_.rope_theta, cfg_.rope_style);
     cpu::write_kv(k, v, n_tok, nkv, hd, slot, pool.k(li), pool.v(li));
     int64_t t0 = 0;
-    for (const SeqStep& s : seqs) {
+    for (const SeqPlan& s : seqs) {
       const int64_t n = int64_t(s.tokens.size());
       cpu::paged_attention(q + t0 * nh * hd, n, s.start_pos, nh, nkv, hd, pool.k(li), pool.v(li),
                            s.block_table.data(), bs, scale, attn + t0 * nh * hd);
       t0 += n;
     }
     cpu::linear(attn, n_tok, L.wo, h);
+    all_reduce(h, n_tok * hidden);
     cpu::add_inplace(x, h, n_tok * hidden);
 
     cpu::rmsnorm(x, L.ffn_norm.data(), n_tok, hidden, cfg_.rms_eps, h);
     cpu::linear(h, n_tok, L.gate_up, gu);
     cpu::silu_mul(gu, n_tok, inter, mlp);
     cpu::linear(mlp, n_tok, L.down, h);
+    all_reduce(h, n_tok * hidden);
     cpu::add_inplace(x, h, n_tok * hidden);
   }
 
   // Final norm and lm_head only for the last token of each sequence that wants logits.
   float* last = grow(last_, n_out * hidden);
   int64_t t_end = 0, o = 0;
-  for (const SeqStep& s : seqs) {
+  for (const SeqPlan& s : seqs) {
     t_end += int64_t(s.tokens.size());
     if (s.want_logits) std::memcpy(last + (o++) * hidden, x + (t_end - 1) * hidden, size_t(hidden) * sizeof(float));
   }
   cpu::rmsnorm(last, output_norm_.data(), n_out, hidden, cfg_.rms_eps, last);
-  logits.resize(size_t(n_out * cfg_.vocab));
-  cpu::linear(last, n_out, lm_head_, logits.data());
+  logits.resize(size_t(n_out * vocab));
+  if (!comm_) {
+    cpu::linear(last, n_out, lm_head_, logits.data());
+  } else if (n_out > 0) {
+    // Vocab-parallel lm_head: each rank computes its shard [n_out, local] (padded rows -inf), then every
+    // rank gathers [tp, n_out, local] and keeps the real vocab columns.
+    const int64_t local = layout_.vocab_rows.size(), real = layout_.local_real_vocab_rows();
+    float* shard = grow(shard_, n_out * local);
+    float* tmp = grow(lm_out_, n_out * std::max<int64_t>(real, 1));
+    if (real > 0) cpu::linear(last, n_out, lm_head_, tmp);
+    for (int64_t r = 0; r < n_out; ++r) {
+      std::memcpy(shard + r * local, tmp + r * real, size_t(real) * sizeof(float));
+      std::fill(shard + r * local + real, shard + (r + 1) * local, -std::numeric_limits<float>::infinity());
+    }
+    const int tp = layout_.tp;
+    float* all = grow(gathered_, tp * n_out * local);
+    const auto t0 = Clock::now();
+    comm_->all_gather(shard, size_t(n_out * local) * sizeof(float), all);
+    times_.comm_s += std::chrono::duration<double>(Clock::now() - t0).count();
+    for (int64_t r = 0; r < n_out; ++r)
+      for (int g = 0; g < tp; ++g) {
+        const int64_t col0 = g * local, n = std::min(local, vocab - col0);
+        if (n > 0)
+          std::memcpy(logits.data() + r * vocab + col0, all + (g * n_out + r) * local, size_t(n) * sizeof(float));
+      }
+  }
+  times_.total_s += std::chrono::duration<double>(Clock::now() - t_start).count();
+  ++times_.steps;
 }
 
 }  // namespace tp

@@ -1,9 +1,15 @@
-// The Llama forward pass on one rank, over a paged K/V pool.
-// Weights are converted at load into the runtime dtype (F32 or BF16) with Q|K|V and gate|up fused row-wise;
-// the token embedding stays in the file's type and is read through the mapping.
-// One step runs any number of sequences, each a run of new tokens at consecutive positions (a prefill
-// chunk or one decode token). K/V of those tokens are written into the pool at the slots their block table
-// gives, then attention reads every past position through the same table: there is no contiguous cache.
+// The Llama forward pass on one rank of a tensor-parallel group, over a paged K/V pool.
+//
+// Sharding (parallel/tp_layout.h, Megatron style): each rank loads only its slice of every weight from the
+// mapped file — Q/K/V rows of its heads, O columns of its heads (row-parallel, all-reduced), gate/up rows and
+// down columns of its intermediate range (down all-reduced), embedding and lm_head rows of its vocab shard;
+// norms replicated. Weights are converted at load into the runtime dtype (F32 or BF16) with Q|K|V and
+// gate|up fused row-wise; the token embedding stays in the file's type and is read through the mapping.
+//
+// One step runs any number of sequences (a StepPlan's SeqPlans), each a run of new tokens at consecutive
+// positions (a prefill chunk or one decode token). K/V of those tokens are written into the pool at the slots
+// their block table gives, then attention reads every past position through the same table: there is no
+// contiguous cache. Every rank of the group must call forward() with the same plan.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -12,53 +18,63 @@
 #include "common/model_config.h"
 #include "kernels/cpu/linear.h"
 #include "kvstore/kv_pool.h"
+#include "parallel/communicator.h"
+#include "parallel/step_plan.h"
+#include "parallel/tp_layout.h"
 #include "rank/model_file.h"
 
 namespace tp {
 
-// One sequence's share of a step.
-struct SeqStep {
-  std::vector<int32_t> tokens;       // new tokens this step, [n]
-  int64_t start_pos = 0;             // position of tokens[0]; tokens before it are already in the pool
-  std::vector<int32_t> block_table;  // pool block ids covering positions [0, start_pos + n)
-  bool want_logits = true;           // logits of the last token wanted
+// Seconds spent in one forward, split by kind (accumulated until reset).
+struct ForwardTimes {
+  double total_s = 0;
+  double comm_s = 0;  // all-reduce + all-gather
+  int64_t steps = 0;
 };
 
 class LlamaModel {
  public:
-  // runtime: F32 or BF16. Throws FormatError for a missing or mis-shaped tensor, InputError for an
-  // unsupported runtime dtype.
-  LlamaModel(const ModelFile& file, DType runtime);
+  // runtime: F32 or BF16. comm: the TP group (nullptr or size 1: tp = 1). Throws InputError for an
+  // impossible tp (naming the valid ones) or runtime dtype, FormatError for a missing or mis-shaped tensor.
+  LlamaModel(const ModelFile& file, DType runtime, Communicator* comm = nullptr);
 
   const ModelConfig& config() const { return cfg_; }
-  // Bytes of weights this rank holds in memory (converted weights + norms; the mmapped embedding table
-  // counts once for its pages).
+  const TpLayout& layout() const { return layout_; }
+  // Bytes of weights this rank holds: its converted slices, the norms, and the rows of the mapped embedding
+  // table it reads.
   int64_t resident_weight_bytes() const;
 
-  // The pool shape this model needs for n_blocks blocks of block_size tokens.
+  // The pool shape this rank needs for n_blocks blocks of block_size tokens (local KV heads).
   KvPoolShape kv_shape(int64_t n_blocks, int64_t block_size) const;
 
-  // Runs one step. logits: [number of seqs with want_logits, vocab], in seqs order.
-  void forward(const std::vector<SeqStep>& seqs, KvPool& pool, std::vector<float>& logits);
+  // Runs one step. logits: [number of seqs with want_logits, vocab], in seqs order — complete on every rank.
+  void forward(const std::vector<SeqPlan>& seqs, KvPool& pool, std::vector<float>& logits);
+
+  ForwardTimes& times() { return times_; }
 
  private:
   struct Layer {
     std::vector<float> attn_norm, ffn_norm;  // [hidden]
-    cpu::Weight qkv;                          // [(n_heads + 2 n_kv) head_dim, hidden]
-    cpu::Weight wo;                           // [hidden, n_heads head_dim]
-    cpu::Weight gate_up;                      // [2 intermediate, hidden]
-    cpu::Weight down;                         // [hidden, intermediate]
+    cpu::Weight qkv;                          // [(local q + 2 local kv heads) head_dim, hidden]
+    cpu::Weight wo;                           // [hidden, local q heads head_dim]
+    cpu::Weight gate_up;                      // [2 local intermediate, hidden]
+    cpu::Weight down;                         // [hidden, local intermediate]
   };
 
+  void all_reduce(float* x, int64_t n);
+
   ModelConfig cfg_;
-  const TensorView* embd_ = nullptr;  // [vocab, hidden] in the file's type
+  TpLayout layout_;
+  Communicator* comm_;                // nullptr when tp = 1
+  const TensorView* embd_ = nullptr;  // [vocab, hidden] in the file's type (only local rows are read)
   std::vector<Layer> layers_;
   std::vector<float> output_norm_;    // [hidden]
-  cpu::Weight lm_head_;               // [vocab, hidden]
+  cpu::Weight lm_head_;               // [local real vocab rows, hidden]
+  ForwardTimes times_;
 
   // Scratch, grown on demand: [n_tokens, ...]
-  std::vector<float> x_, h_, qkv_, q_, k_, v_, attn_, gu_, mlp_, last_;
-  std::vector<int32_t> positions_;
+  std::vector<float> x_, h_, qkv_, q_, k_, v_, attn_, gu_, mlp_, last_, lm_out_, shard_, gathered_;
+  std::vector<int32_t> ids_, positions_;
   std::vector<int64_t> slots_;
 };
 

@@ -7,12 +7,13 @@
 
 namespace tp {
 
-SequenceRunner::SequenceRunner(LlamaModel& model, int64_t capacity, int64_t block_size, int64_t chunk)
-    : model_(model),
-      capacity_(capacity),
-      chunk_(chunk),
-      pool_(model.kv_shape((capacity + block_size - 1) / block_size, block_size)) {
-  const int64_t n_blocks = pool_.shape().n_blocks;
+SequenceRunner::SequenceRunner(Worker& worker, int64_t capacity, int64_t chunk)
+    : worker_(worker), capacity_(capacity), chunk_(chunk) {
+  const int64_t bs = worker.pool().shape().block_size;
+  const int64_t n_blocks = (capacity + bs - 1) / bs;
+  if (n_blocks > worker.pool().shape().n_blocks)
+    throw InputError("a sequence of " + std::to_string(capacity) + " tokens needs " + std::to_string(n_blocks) +
+                     " KV blocks; the pool has " + std::to_string(worker.pool().shape().n_blocks));
   for (int64_t b = n_blocks - 1; b >= 0; --b) block_table_.push_back(int32_t(b));
 }
 
@@ -23,12 +24,13 @@ const std::vector<float>& SequenceRunner::feed(const std::vector<int32_t>& token
                      " tokens exceeds the capacity of " + std::to_string(capacity_));
   for (size_t i = 0; i < tokens.size(); i += size_t(chunk_)) {
     const size_t n = std::min(tokens.size() - i, size_t(chunk_));
-    SeqStep s;
+    StepPlan plan;
+    SeqPlan& s = plan.seqs.emplace_back();
     s.tokens.assign(tokens.begin() + long(i), tokens.begin() + long(i + n));
     s.start_pos = n_past_;
     s.block_table = block_table_;
     s.want_logits = i + n == tokens.size();
-    model_.forward({s}, pool_, logits_);
+    worker_.lead(plan, logits_);
     n_past_ += int64_t(n);
   }
   return logits_;

@@ -1,20 +1,20 @@
-// Runs one sequence through a LlamaModel on its own small paged pool: prefill in chunks, then one token
-// at a time. Used by `tpserve generate`, the oracle tests and the benchmarks until the engine's scheduler
-// (which batches many sequences over a shared pool) takes over. Its block table deliberately hands out
-// blocks in descending order so nothing can silently rely on a contiguous cache.
+// Runs one sequence through a Worker: prefill in chunks, then one token at a time. Used by
+// `tpserve generate`, the oracle and tensor-parallel tests, and the benchmarks, until the engine's scheduler
+// (which batches many sequences over a shared pool) takes over. It takes the pool's blocks in descending
+// order so nothing can silently rely on a contiguous cache.
 #pragma once
 #include <cstdint>
 #include <vector>
 
-#include "kvstore/kv_pool.h"
-#include "rank/llama_model.h"
+#include "rank/worker.h"
 
 namespace tp {
 
 class SequenceRunner {
  public:
-  // capacity: the most tokens this sequence will hold; chunk: prefill tokens per forward step.
-  SequenceRunner(LlamaModel& model, int64_t capacity, int64_t block_size = 16, int64_t chunk = 512);
+  // Uses the first ceil(capacity / block_size) blocks of the worker's pool (InputError if it has fewer).
+  // chunk: prefill tokens per step.
+  SequenceRunner(Worker& worker, int64_t capacity, int64_t chunk = 512);
 
   // Appends tokens (any number) and returns the logits [vocab] after the last one.
   // Throws InputError when capacity would be exceeded.
@@ -23,12 +23,22 @@ class SequenceRunner {
   int64_t capacity() const { return capacity_; }
 
  private:
-  LlamaModel& model_;
+  Worker& worker_;
   int64_t capacity_, chunk_;
-  KvPool pool_;
   std::vector<int32_t> block_table_;
   int64_t n_past_ = 0;
   std::vector<float> logits_;
+};
+
+// A single-rank model with its own pool: the common case of tests and tools (tp = 1).
+struct LocalRunner {
+  LocalRunner(LlamaModel& model, int64_t capacity, int64_t block_size = 16)
+      : pool(model.kv_shape((capacity + block_size - 1) / block_size, block_size)),
+        worker(model, pool, nullptr),
+        seq(worker, capacity) {}
+  KvPool pool;
+  Worker worker;
+  SequenceRunner seq;
 };
 
 }  // namespace tp

@@ -70,7 +70,8 @@ TEST_P(Oracle, GreedyTokensAndFirstLogitsMatchLlamaCpp) {
     const auto ref = c.at("tokens").get<std::vector<int32_t>>();
     const auto gaps = c.at("top2_gap").get<std::vector<float>>();
 
-    SequenceRunner seq(model, int64_t(prompt_ids.size() + ref.size()) + 1);
+    LocalRunner run(model, int64_t(prompt_ids.size() + ref.size()) + 1);
+    SequenceRunner& seq = run.seq;
     const std::vector<float>* logits = &seq.feed(prompt_ids);
     for (const auto& pair : c.at("first_top5")) {
       const int id = pair.at(0);

@@ -67,8 +67,8 @@ TEST(Synth, ShapesAndDeterminism) {
   EXPECT_NEAR(std::sqrt(ss / double(v.size())), 0.02, 0.002);
 
   LlamaModel m(*f, DType::F32);
-  SequenceRunner seq(m, 16);
-  const auto& logits = seq.feed({1, 2, 3, 4});
+  LocalRunner run(m, 16);
+  const auto& logits = run.seq.feed({1, 2, 3, 4});
   ASSERT_EQ(logits.size(), 300u);
   for (float x : logits) ASSERT_TRUE(std::isfinite(x));
 }

@@ -1,0 +1,77 @@
+#include "launch/model_group.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "common/error.h"
+#include "kernels/cpu/linear.h"
+
+namespace tp {
+namespace {
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+
+}  // namespace
+
+bool launched_by_mpi() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") || std::getenv("PMI_RANK");
+}
+
+ModelGroup::ModelGroup(int* argc, char*** argv, const Config& cfg, int threads_arg) {
+  const int64_t want = cfg.parallel.tp * cfg.parallel.dp;
+  if (launched_by_mpi()) {
+    mpi = std::make_unique<MpiSession>(argc, argv);
+    world = std::make_unique<MpiCommunicator>(MpiCommunicator::world());
+    if (world->size() != want)
+      throw UsageError("mpirun started " + std::to_string(world->size()) + " ranks but tp × dp = " +
+                       std::to_string(cfg.parallel.tp) + " × " + std::to_string(cfg.parallel.dp) + " = " +
+                       std::to_string(want) + " (use -np " + std::to_string(want) + " or launch/start)");
+    if (cfg.parallel.dp != 1) throw UsageError("dp > 1 is not supported yet (data parallelism arrives later)");
+    tp_comm = std::make_unique<MpiCommunicator>(world->split_tp_group(int(cfg.parallel.tp)));
+  } else if (want != 1) {
+    throw UsageError("tp × dp = " + std::to_string(want) + " needs " + std::to_string(want) +
+                     " MPI ranks: run under `mpirun -np " + std::to_string(want) + "` or launch/start");
+  }
+  const int local_ranks = std::max(1, env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1));
+  threads = threads_arg > 0 ? threads_arg
+                            : std::max(1, int(std::thread::hardware_concurrency()) / local_ranks);
+  cpu::set_num_threads(threads);
+
+  file = open_model(cfg.model.path);
+  const DType runtime = parse_dtype(cfg.model.dtype);
+  if (runtime != DType::F32 && runtime != DType::BF16)
+    throw UsageError("model.dtype must be bf16 or f32, not '" + cfg.model.dtype + "'");
+  model = std::make_unique<LlamaModel>(*file, runtime, tp_comm.get());
+  const KvPoolShape one = model->kv_shape(1, cfg.cache.block_size);
+  const int64_t block_bytes = one.bytes_per_token() * one.block_size;
+  const int64_t n_blocks = cfg.cache.memory_mb * (int64_t(1) << 20) / block_bytes;
+  if (n_blocks < 1)
+    throw InputError(cfg.source + ": cache.memory_mb: " + std::to_string(cfg.cache.memory_mb) +
+                     " MiB holds no KV block of " + std::to_string(block_bytes) + " bytes");
+  pool = std::make_unique<KvPool>(model->kv_shape(n_blocks, cfg.cache.block_size));
+  worker = std::make_unique<Worker>(*model, *pool, tp_comm.get());
+}
+
+ModelGroup::~ModelGroup() {
+  try {
+    if (worker) worker->shutdown();
+  } catch (const std::exception&) {
+    // the group is already broken; MPI teardown below reports nothing more useful
+  }
+}
+
+std::string ModelGroup::report() const {
+  char buf[256];
+  const TpLayout& l = model->layout();
+  std::snprintf(buf, sizeof buf, "rank %d (tp %d/%d): weights %.1f MiB, KV pool %lld blocks × %lld tokens = %.1f MiB, %d threads",
+                world_rank(), l.rank, l.tp, double(model->resident_weight_bytes()) / (1 << 20),
+                (long long)pool->shape().n_blocks, (long long)pool->shape().block_size,
+                double(pool->n_bytes()) / (1 << 20), threads);
+  return buf;
+}
+
+}  // namespace tp

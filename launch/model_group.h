@@ -1,0 +1,39 @@
+// Everything a rank needs to run a model as part of a tensor-parallel group: MPI (when launched by mpirun),
+// the TP communicator, this rank's model shard, its KV pool (sized from cache.memory_mb; every rank of the
+// group gets the same block count) and its Worker. world = dp × tp ranks; replica d = ranks [d·tp, (d+1)·tp).
+#pragma once
+#include <memory>
+#include <string>
+
+#include "common/config.h"
+#include "kvstore/kv_pool.h"
+#include "parallel/mpi_communicator.h"
+#include "rank/llama_model.h"
+#include "rank/model_file.h"
+#include "rank/worker.h"
+
+namespace tp {
+
+// True when this process was started by mpirun / an MPI launcher.
+bool launched_by_mpi();
+
+struct ModelGroup {
+  // threads: compute threads per rank (0: cores on this node / ranks on this node).
+  ModelGroup(int* argc, char*** argv, const Config& cfg, int threads);
+  ~ModelGroup();
+
+  int world_rank() const { return world ? world->rank() : 0; }
+  bool is_leader() const { return worker->is_leader(); }
+  // One line about this rank: weights, KV pool, threads.
+  std::string report() const;
+
+  std::unique_ptr<MpiSession> mpi;
+  std::unique_ptr<MpiCommunicator> world, tp_comm;
+  std::unique_ptr<ModelFile> file;
+  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<KvPool> pool;
+  std::unique_ptr<Worker> worker;
+  int threads = 1;
+};
+
+}  // namespace tp

@@ -1,0 +1,142 @@
+// Tensor parallelism equals tp = 1. Run under `mpirun -np N`: every rank loads its shard of MODEL and joins
+// one TP group of N; rank 0 also loads the whole model (tp = 1) as the reference. For every prompt, greedy
+// decoding runs GEN tokens on both; at every step the logits must agree within TOL (max-abs-diff) and the
+// tokens must be equal — a divergence passes only where the reference's top-2 gap is below TOL (a genuine
+// near-tie), and that prompt stops there. Each rank's resident weight bytes must be within 15% of
+// total/tp + the replicated parts (norms; K/V rows when tp > kv_heads).
+//   tp_equivalence MODEL DTYPE TOL [GEN=32]
+// Prints one line per prompt and "N passed, M failed"; exits non-zero on any failure.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/linear.h"
+#include "parallel/mpi_communicator.h"
+#include "rank/llama_model.h"
+#include "rank/model_file.h"
+#include "rank/sampler.h"
+#include "rank/sequence_runner.h"
+
+namespace {
+
+using namespace tp;
+
+std::vector<std::vector<int32_t>> prompts(int64_t vocab) {
+  std::vector<std::vector<int32_t>> p;
+  uint64_t s = 12345;
+  for (int n : {1, 7, 16, 17, 45}) {  // lengths around block boundaries
+    std::vector<int32_t> ids;
+    for (int i = 0; i < n; ++i) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      ids.push_back(int32_t((s >> 33) % uint64_t(vocab)));
+    }
+    p.push_back(ids);
+  }
+  return p;
+}
+
+int run(int argc, char** argv) {
+  if (argc < 4) {
+    std::fprintf(stderr, "usage: tp_equivalence MODEL DTYPE TOL [GEN]\n");
+    return 2;
+  }
+  const std::string path = argv[1];
+  const DType dtype = parse_dtype(argv[2]);
+  const float tol = std::strtof(argv[3], nullptr);
+  const int gen = argc > 4 ? std::atoi(argv[4]) : 32;
+
+  MpiSession mpi(&argc, &argv);
+  MpiCommunicator world = MpiCommunicator::world();
+  cpu::set_num_threads(1);
+  auto file = open_model(path);
+  LlamaModel model(*file, dtype, &world);
+  const int64_t vocab = model.config().vocab, tp = world.size();
+  KvPool pool(model.kv_shape(64, 16));
+  Worker worker(model, pool, &world);
+
+  // Resident bytes: every rank's, checked on rank 0 against the tp = 1 model.
+  const int64_t mine = model.resident_weight_bytes();
+  std::vector<int64_t> all(static_cast<size_t>(tp));
+  world.all_gather(&mine, sizeof mine, all.data());
+  if (!worker.is_leader()) {
+    worker.serve();
+    return 0;
+  }
+  int passed = 0, failed = 0;
+  LlamaModel ref_model(*file, dtype, nullptr);
+  {
+    const ModelConfig& c = model.config();
+    const int64_t total = ref_model.resident_weight_bytes();
+    const int64_t norms = (2 * c.n_layers + 1) * c.hidden * int64_t(sizeof(float));
+    const TpLayout& l = model.layout();
+    const int64_t wbytes = dtype == DType::BF16 ? 2 : 4;
+    const int64_t kv_extra =
+        l.kv_replicated ? 2 * c.n_layers * c.hidden * c.head_dim * (1 - double(c.n_kv_heads) / double(tp)) * wbytes : 0;
+    const double expected = double(total - norms) / double(tp) + double(norms + kv_extra);
+    for (int r = 0; r < tp; ++r) {
+      const bool ok = std::fabs(double(all[size_t(r)]) - expected) <= 0.15 * expected;
+      std::printf("[tp=%lld] rank %d resident weights %.2f MiB, expected ≈ %.2f MiB (total %.2f MiB / tp + replicated) %s\n",
+                  (long long)tp, r, double(all[size_t(r)]) / (1 << 20), expected / (1 << 20), double(total) / (1 << 20),
+                  ok ? "ok" : "FAIL");
+      ok ? ++passed : ++failed;
+    }
+  }
+
+  for (const auto& prompt : prompts(vocab)) {
+    SequenceRunner seq(worker, int64_t(prompt.size()) + gen + 1);
+    LocalRunner ref(ref_model, int64_t(prompt.size()) + gen + 1);
+    const std::vector<float>* a = &seq.feed(prompt);
+    const std::vector<float>* b = &ref.seq.feed(prompt);
+    float worst = 0;
+    int equal = 0;
+    bool ok = true;
+    std::string why;
+    for (int i = 0; i < gen; ++i) {
+      for (int64_t v = 0; v < vocab; ++v) worst = std::max(worst, std::fabs((*a)[size_t(v)] - (*b)[size_t(v)]));
+      const int32_t ta = argmax(a->data(), vocab), tb = argmax(b->data(), vocab);
+      if (ta != tb) {
+        std::vector<float> sorted(b->begin(), b->end());
+        std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+        const float gap = sorted[0] - sorted[1];
+        if (gap >= tol) {
+          ok = false;
+          why = "token " + std::to_string(i) + " differs (" + std::to_string(ta) + " vs " + std::to_string(tb) +
+                "), reference top-2 gap " + std::to_string(gap);
+        } else {
+          why = "near-tie at token " + std::to_string(i) + " (gap " + std::to_string(gap) + ")";
+        }
+        break;
+      }
+      ++equal;
+      if (i + 1 < gen) {
+        a = &seq.feed({ta});
+        b = &ref.seq.feed({tb});
+      }
+    }
+    if (worst > tol) {
+      ok = false;
+      why += " logits max-abs-diff " + std::to_string(worst) + " > " + std::to_string(tol);
+    }
+    std::printf("[tp=%lld] prompt of %zu tokens: %d/%d greedy tokens equal, logits max-abs-diff %.2e (tol %.1e) %s %s\n",
+                (long long)tp, prompt.size(), equal, gen, worst, tol, ok ? "ok" : "FAIL", why.c_str());
+    ok ? ++passed : ++failed;
+  }
+  worker.shutdown();
+  std::printf("%d passed, %d failed\n", passed, failed);
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tp_equivalence: %s\n", e.what());
+    return 1;
+  }
+}
