@@ -1,8 +1,9 @@
 // Prefill and decode throughput of one sequence, the way llama-bench measures it:
 // pp = a P-token prompt in one step (tok/s), tg = G single-token decode steps (tok/s), each repeated R times
-// on a fresh sequence; prints mean ± stddev. Token ids are fixed pseudo-random ids (content does not change
-// the cost).
-//   decode_bench --model PATH [--dtype bf16|f32] [--threads N] [--pp 512] [--tg 128] [--reps 3]
+// on a fresh sequence after one warm-up; prints mean ± stddev, and under mpirun (tp = ranks) the share of
+// each phase spent in all-reduce/all-gather on rank 0. Token ids are fixed pseudo-random ids (content does
+// not change the cost).
+//   [mpirun -np T] decode_bench --model PATH [--dtype bf16|f32] [--threads N] [--pp 512] [--tg 128] [--reps 3]
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -11,10 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/linear.h"
 #include "launch/cli_args.h"
-#include "rank/llama_model.h"
-#include "rank/model_file.h"
+#include "launch/model_group.h"
 #include "rank/sequence_runner.h"
 
 namespace {
@@ -32,45 +31,67 @@ Stat stats(const std::vector<double>& v) {
   return s;
 }
 
+int run(int argc, char** argv) {
+  const tp::CliArgs a("decode_bench", std::vector<std::string>(argv + 1, argv + argc),
+                      {"model", "dtype", "threads", "pp", "tg", "reps"}, {});
+  tp::Config cfg;
+  cfg.model.path = a.required("model");
+  cfg.model.dtype = a.str("dtype").value_or("bf16");
+  const int64_t pp = a.integer("pp", 512, 1, 1 << 20), tg = a.integer("tg", 128, 1, 1 << 20);
+  const int reps = int(a.integer("reps", 3, 1, 1000));
+  const char* world = std::getenv("OMPI_COMM_WORLD_SIZE");
+  cfg.parallel.tp = world ? std::atoi(world) : 1;
+  cfg.cache.memory_mb = 64;
+  tp::ModelGroup g(&argc, &argv, cfg, int(a.integer("threads", 1, 1, 1024)));
+  std::fprintf(stderr, "%s\n", g.report().c_str());
+  if (!g.is_leader()) {
+    g.worker->serve();
+    return 0;
+  }
+  std::mt19937 rng(42);
+  std::uniform_int_distribution<int32_t> pick(0, int32_t(g.model->config().vocab - 1));
+  std::vector<int32_t> prompt(static_cast<size_t>(pp));
+  for (auto& t : prompt) t = pick(rng);
+
+  using clock = std::chrono::steady_clock;
+  std::vector<double> pp_rates, tg_rates;
+  tp::ForwardTimes& times = g.model->times();
+  double pp_comm = 0, pp_total = 0, tg_comm = 0, tg_total = 0;
+  for (int r = -1; r < reps; ++r) {  // r = -1: warm-up
+    times = {};
+    tp::SequenceRunner pre(*g.worker, pp);
+    auto t0 = clock::now();
+    pre.feed(prompt);
+    auto t1 = clock::now();
+    const tp::ForwardTimes after_pp = times;
+    times = {};
+    tp::SequenceRunner dec(*g.worker, tg);
+    auto t2 = clock::now();
+    for (int64_t i = 0; i < tg; ++i) dec.feed({prompt[size_t(i % pp)]});
+    auto t3 = clock::now();
+    if (r < 0) continue;
+    pp_rates.push_back(double(pp) / std::chrono::duration<double>(t1 - t0).count());
+    tg_rates.push_back(double(tg) / std::chrono::duration<double>(t3 - t2).count());
+    pp_comm += after_pp.comm_s;
+    pp_total += after_pp.total_s;
+    tg_comm += times.comm_s;
+    tg_total += times.total_s;
+  }
+  g.worker->shutdown();
+  const Stat sp = stats(pp_rates), st = stats(tg_rates);
+  std::printf("tpserve | %s | %s | tp %d | threads/rank %d | pp%lld %.2f ± %.2f tok/s (comm %.1f%%) | "
+              "tg%lld %.2f ± %.2f tok/s (comm %.1f%%) | weights/rank %.1f MiB\n",
+              g.model->config().name.c_str(), cfg.model.dtype.c_str(), g.model->layout().tp, g.threads, (long long)pp,
+              sp.mean, sp.sd, 100.0 * pp_comm / pp_total, (long long)tg, st.mean, st.sd, 100.0 * tg_comm / tg_total,
+              double(g.model->resident_weight_bytes()) / (1 << 20));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
-    const tp::CliArgs a("decode_bench", std::vector<std::string>(argv + 1, argv + argc),
-                        {"model", "dtype", "threads", "pp", "tg", "reps"}, {});
-    const std::string path = a.required("model");
-    const tp::DType dtype = tp::parse_dtype(a.str("dtype").value_or("bf16"));
-    const int threads = int(a.integer("threads", 1, 1, 1024));
-    const int64_t pp = a.integer("pp", 512, 1, 1 << 20), tg = a.integer("tg", 128, 1, 1 << 20);
-    const int reps = int(a.integer("reps", 3, 1, 1000));
-    tp::cpu::set_num_threads(threads);
-    auto file = tp::open_model(path);
-    tp::LlamaModel model(*file, dtype);
-    std::mt19937 rng(42);
-    std::uniform_int_distribution<int32_t> pick(0, int32_t(file->config().vocab - 1));
-    std::vector<int32_t> prompt(static_cast<size_t>(pp));
-    for (auto& t : prompt) t = pick(rng);
-
-    using clock = std::chrono::steady_clock;
-    std::vector<double> pp_rates, tg_rates;
-    for (int r = -1; r < reps; ++r) {  // r = -1: warm-up
-      tp::LocalRunner pre(model, pp + 1);
-      auto t0 = clock::now();
-      pre.seq.feed(prompt);
-      auto t1 = clock::now();
-      tp::LocalRunner dec(model, tg + 1);
-      auto t2 = clock::now();
-      for (int64_t i = 0; i < tg; ++i) dec.seq.feed({prompt[size_t(i % pp)]});
-      auto t3 = clock::now();
-      if (r < 0) continue;
-      pp_rates.push_back(double(pp) / std::chrono::duration<double>(t1 - t0).count());
-      tg_rates.push_back(double(tg) / std::chrono::duration<double>(t3 - t2).count());
-    }
-    const Stat sp = stats(pp_rates), st = stats(tg_rates);
-    std::printf("tpserve | %s | %s | threads %d | pp%lld %.2f ± %.2f tok/s | tg%lld %.2f ± %.2f tok/s | weights %.1f MiB\n",
-                file->config().name.c_str(), std::string(tp::dtype_name(dtype)).c_str(), threads, (long long)pp, sp.mean,
-                sp.sd, (long long)tg, st.mean, st.sd, double(model.resident_weight_bytes()) / (1 << 20));
-    return 0;
+    return run(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "decode_bench: %s\n", e.what());
     return 1;

@@ -9,5 +9,6 @@ namespace tp {
 int run_generate(const std::vector<std::string>& args);
 int run_convert(const std::vector<std::string>& args);
 int run_synth(const std::vector<std::string>& args);
+int run_config(const std::vector<std::string>& args);
 
 }  // namespace tp

@@ -16,7 +16,9 @@ constexpr const char* kUsage =
     "            [--config FILE --dtype bf16|f32 --threads N --ignore-eos]\n"
     "  convert   --in MODEL --out PATH --to gguf-f32|gguf-bf16|gguf-f16|hf-f32|hf-bf16\n"
     "  synth     --out DIR --layers L --hidden H --heads A --kv-heads K --intermediate I --vocab V --seed S\n"
-    "            [--dtype bf16|f32]\n";
+    "            [--dtype bf16|f32]\n"
+    "  config    [--config FILE]   validate a config and print its effective values\n"
+    "Commands that run a model take --config FILE and --tp N and run under `mpirun -np N` (or launch/start).\n";
 
 }  // namespace
 
@@ -31,6 +33,7 @@ int main(int argc, char** argv) {
     if (cmd == "generate") return tp::run_generate(args);
     if (cmd == "convert") return tp::run_convert(args);
     if (cmd == "synth") return tp::run_synth(args);
+    if (cmd == "config") return tp::run_config(args);
     std::fprintf(stderr, "tpserve: unknown command '%s'\n%s", cmd.c_str(), kUsage);
     return 2;
   } catch (const tp::UsageError& e) {

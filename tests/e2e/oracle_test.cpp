@@ -26,7 +26,7 @@
 namespace tp {
 namespace {
 
-constexpr float kF32LogitTol = 2e-2f;
+constexpr float kF32LogitTol = 1e-3f;  // measured 4e-5 (GGUF) and 7e-5 (HF) on 8 prompts
 constexpr float kBf16LogitTol = 0.5f;
 constexpr float kF32TieGap = 1e-4f;
 

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# launch/start and mpirun as a user meets them:
+#  1. the mpirun line launch/start builds (ranks, oversubscribe only when ranks > cores, threads per rank);
+#  2. `launch/start generate --tp 3` on the real model prints exactly what tp 1 prints (greedy);
+#  3. a rank killed mid-generation makes the job exit non-zero within 30 s, naming the rank — never a hang.
+# usage: launch_test.sh TPSERVE_BINARY REPO_ROOT SYNTH_DIR
+set -uo pipefail
+export TPSERVE=$1
+ROOT=$2
+SYNTH=$3
+MODEL=$ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+pass=0 fail=0
+check() {  # check NAME CONDITION-EXIT-CODE [detail]
+  if [ "$2" = 0 ]; then pass=$((pass + 1)); echo "ok   $1"; else fail=$((fail + 1)); echo "FAIL $1 ${3:-}"; fi
+}
+
+# 1. flags
+cores=$(nproc)
+line=$("$ROOT/launch/start" --dry-run generate --tp 3 --model "$MODEL" --prompt hi)
+grep -q -- "-np 3 " <<<"$line"; check "dry run: -np 3" $? "$line"
+if ((3 > cores)); then grep -q -- "--oversubscribe" <<<"$line"; else ! grep -q -- "--oversubscribe" <<<"$line"; fi
+check "dry run: --oversubscribe only when ranks > cores ($cores)" $? "$line"
+expect_threads=$((cores >= 3 ? cores / 3 : 1))
+grep -q -- "--threads $expect_threads" <<<"$line"; check "dry run: --threads $expect_threads per rank" $? "$line"
+line=$("$ROOT/launch/start" --dry-run generate --model "$MODEL" --prompt hi)
+! grep -q -- "--oversubscribe" <<<"$line" && grep -q -- "-np 1 " <<<"$line" && grep -q -- "--threads $cores" <<<"$line"
+check "dry run: tp 1 from the default config, all cores" $? "$line"
+"$ROOT/launch/start" --dry-run generate --tp two --prompt hi >/dev/null 2>&1
+[ $? = 2 ]; check "dry run: a bad --tp is refused" $?
+
+# 2. tp 3 == tp 1 through launch/start
+text() { sed '/^prefill:/,$d' | sed '/^$/d'; }
+one=$("$TPSERVE" generate --model "$MODEL" --prompt "The three primary colors are" --max-tokens 24 --threads 1 --dtype f32 2>/dev/null | text)
+three=$("$ROOT/launch/start" generate --tp 3 --model "$MODEL" --prompt "The three primary colors are" --max-tokens 24 --dtype f32 2>/dev/null | text)
+[ -n "$one" ] && [ "$one" = "$three" ]; check "launch/start generate --tp 3 prints what tp 1 prints" $? "$(printf '\ntp1: %s\ntp3: %s' "$one" "$three")"
+
+# 3. a dying rank
+log=$(mktemp)
+start=$(date +%s)
+mpirun --oversubscribe -np 2 "$TPSERVE" generate --model "$SYNTH" --tp 2 --prompt "x" --max-tokens 100000 \
+  --ignore-eos --threads 1 --dtype f32 >"$log" 2>&1 &
+job=$!
+victim=""
+for _ in $(seq 1 200); do
+  for p in $(pgrep -f "$TPSERVE generate --model $SYNTH"); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && victim=$p
+  done
+  [ -n "$victim" ] && grep -q "rank 1 (tp 1/2)" "$log" && break
+  sleep 0.1
+done
+sleep 1
+[ -n "$victim" ] && kill -9 "$victim"
+( sleep 45; kill -9 $job 2>/dev/null ) & guard=$!
+wait $job; rc=$?
+kill $guard 2>/dev/null
+elapsed=$(($(date +%s) - start))
+[ -n "$victim" ] && [ $rc != 0 ] && ((elapsed < 40)) && grep -qiE "rank 1|process rank 1" "$log"
+check "killed rank 1: job exits non-zero (rc $rc) in ${elapsed}s naming rank 1" $? "$(tail -5 "$log")"
+rm -f "$log"
+
+echo "$pass passed, $fail failed"
+[ $fail = 0 ]
