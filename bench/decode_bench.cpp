@@ -41,7 +41,7 @@ int run(int argc, char** argv) {
   const int reps = int(a.integer("reps", 3, 1, 1000));
   const char* world = std::getenv("OMPI_COMM_WORLD_SIZE");
   cfg.parallel.tp = world ? std::atoi(world) : 1;
-  cfg.cache.memory_mb = 64;
+  cfg.cache.memory_mb = 256;
   tp::ModelGroup g(&argc, &argv, cfg, int(a.integer("threads", 1, 1, 1024)));
   std::fprintf(stderr, "%s\n", g.report().c_str());
   if (!g.is_leader()) {
