@@ -17,6 +17,7 @@
 #include <span>
 #include <vector>
 
+#include "common/block_copy.h"
 #include "common/sampling_params.h"
 
 namespace tp {
@@ -41,12 +42,6 @@ struct SeqPlan {
   bool operator==(const SeqPlan&) const = default;
 };
 
-// Copy KV block src into block dst (both physical ids >= 0) on every rank before the forward (copy-on-write).
-struct BlockCopy {
-  int32_t src = 0;
-  int32_t dst = 0;
-  bool operator==(const BlockCopy&) const = default;
-};
 
 struct StepPlan {
   uint64_t step_id = 0;
