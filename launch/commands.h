@@ -9,6 +9,7 @@ namespace tp {
 int run_generate(const std::vector<std::string>& args);
 int run_convert(const std::vector<std::string>& args);
 int run_synth(const std::vector<std::string>& args);
+int run_plan(const std::vector<std::string>& args);
 int run_config(const std::vector<std::string>& args);
 
 }  // namespace tp

@@ -51,7 +51,8 @@ int run_generate(const std::vector<std::string>& argv) {
     throw InputError("prompt (" + std::to_string(ids.size()) + " tokens) + max-tokens (" + std::to_string(max_tokens) +
                      ") exceeds the context of " + std::to_string(ctx) + " tokens");
   SequenceRunner seq(*group.worker, int64_t(ids.size()) + max_tokens);
-  Sampler sampler(sp);
+  validate(sp);
+  Sampler sampler;
   IncrementalDecoder out(tok);
 
   using clock = std::chrono::steady_clock;
@@ -61,7 +62,7 @@ int run_generate(const std::vector<std::string>& argv) {
   int64_t n_gen = 0, n_steps = 0;  // tokens sampled; decode forward steps (one per token after the first)
   std::fputs(prompt.c_str(), stdout);
   for (;;) {
-    const int32_t next = sampler.sample(logits->data(), file.config().vocab);
+    const int32_t next = sampler.sample(logits->data(), file.config().vocab, sp, uint64_t(seq.n_past()));
     ++n_gen;
     if (!ignore_eos && tok.is_eog(next)) break;
     std::fputs(out.push(next).c_str(), stdout);

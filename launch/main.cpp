@@ -17,6 +17,9 @@ constexpr const char* kUsage =
     "  convert   --in MODEL --out PATH --to gguf-f32|gguf-bf16|gguf-f16|hf-f32|hf-bf16\n"
     "  synth     --out DIR --layers L --hidden H --heads A --kv-heads K --intermediate I --vocab V --seed S\n"
     "            [--dtype bf16|f32]\n"
+    "  plan      --model PATH|NAME --gpu-mem SIZE [--gpus N --tp T --dp D --weights bf16|fp8|int8|int4|mxfp4|f32]\n"
+    "            [--kv-dtype bf16|fp8|f16|f32 --context C --mean-len L --reserve SIZE --kv-mem SIZE --block-size B]\n"
+    "            [--cards DIR --json]   capacity plan; SIZE: 80GB = 80e9 B, 80GiB = 80 x 2^30 B; NAME: configs/models/\n"
     "  config    [--config FILE]   validate a config and print its effective values\n"
     "Commands that run a model take --config FILE and --tp N and run under `mpirun -np N` (or launch/start).\n";
 
@@ -33,6 +36,7 @@ int main(int argc, char** argv) {
     if (cmd == "generate") return tp::run_generate(args);
     if (cmd == "convert") return tp::run_convert(args);
     if (cmd == "synth") return tp::run_synth(args);
+    if (cmd == "plan") return tp::run_plan(args);
     if (cmd == "config") return tp::run_config(args);
     std::fprintf(stderr, "tpserve: unknown command '%s'\n%s", cmd.c_str(), kUsage);
     return 2;

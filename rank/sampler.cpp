@@ -14,23 +14,23 @@ int32_t argmax(const float* logits, int64_t n) {
   return int32_t(best);
 }
 
-Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {
-  if (!(p.temperature >= 0.0f)) throw InputError("temperature must be >= 0");
+void validate(const SamplingParams& p) {
+  if (!(p.temperature >= 0.0f && std::isfinite(p.temperature))) throw InputError("temperature must be >= 0");
   if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) throw InputError("top_p must be in (0, 1]");
   if (p.top_k < 0) throw InputError("top_k must be >= 0");
   if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) throw InputError("min_p must be in [0, 1]");
 }
 
-int32_t Sampler::sample(const float* logits, int64_t vocab) {
-  if (p_.temperature == 0.0f) return argmax(logits, vocab);
+int32_t Sampler::sample(const float* logits, int64_t vocab, const SamplingParams& p, uint64_t position) {
+  if (p.temperature == 0.0f) return argmax(logits, vocab);
   cand_.clear();
   cand_.reserve(size_t(vocab));
-  for (int64_t i = 0; i < vocab; ++i) cand_.emplace_back(logits[i] / p_.temperature, int32_t(i));
+  for (int64_t i = 0; i < vocab; ++i) cand_.emplace_back(logits[i] / p.temperature, int32_t(i));
   auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
   size_t n = cand_.size();
-  if (p_.top_k > 0 && size_t(p_.top_k) < n) {
-    std::partial_sort(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_logit);
-    n = size_t(p_.top_k);
+  if (p.top_k > 0 && size_t(p.top_k) < n) {
+    std::partial_sort(cand_.begin(), cand_.begin() + p.top_k, cand_.end(), by_logit);
+    n = size_t(p.top_k);
   } else {
     std::sort(cand_.begin(), cand_.end(), by_logit);
   }
@@ -42,25 +42,30 @@ int32_t Sampler::sample(const float* logits, int64_t vocab) {
     sum += cand_[i].first;
   }
   for (size_t i = 0; i < n; ++i) cand_[i].first = float(cand_[i].first / sum);
-  if (p_.min_p > 0.0f) {
-    const float cut = p_.min_p * cand_[0].first;
+  if (p.min_p > 0.0f) {
+    const float cut = p.min_p * cand_[0].first;
     size_t keep = 1;
     while (keep < n && cand_[keep].first >= cut) ++keep;
     n = keep;
   }
-  if (p_.top_p < 1.0f) {
+  if (p.top_p < 1.0f) {
     double acc = 0;
     size_t keep = 0;
     while (keep < n) {
       acc += cand_[keep].first;
       ++keep;
-      if (acc >= p_.top_p) break;
+      if (acc >= p.top_p) break;
     }
     n = keep;
   }
   double total = 0;
   for (size_t i = 0; i < n; ++i) total += cand_[i].first;
-  const double r = std::uniform_real_distribution<double>(0.0, total)(rng_);
+  // SplitMix64 of (seed, position): one uniform draw in [0, total)
+  uint64_t z = p.seed * 0x9e3779b97f4a7c15ull + position + 0x632be59bd9b4e019ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  const double r = double(z >> 11) * 0x1.0p-53 * total;
   double acc = 0;
   for (size_t i = 0; i < n; ++i) {
     acc += cand_[i].first;

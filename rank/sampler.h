@@ -1,8 +1,8 @@
-// Picks the next token from one row of logits [vocab]: greedy (temperature 0) or sampled with
-// temperature, top-k, top-p and min-p, from a seeded generator (same seed, same logits -> same token).
+// Picks the next token from one row of logits [vocab]: greedy (temperature 0) or sampled with temperature,
+// top-k, top-p and min-p. Stateless across steps: the random draw depends only on (seed, position), so the
+// same seed gives the same text, and a sequence recomputed after preemption samples exactly as before.
 #pragma once
 #include <cstdint>
-#include <random>
 #include <vector>
 
 #include "common/sampling_params.h"
@@ -12,15 +12,16 @@ namespace tp {
 // Index of the largest logit; the lowest index wins a tie.
 int32_t argmax(const float* logits, int64_t n);
 
+// Throws InputError naming the first out-of-range parameter.
+void validate(const SamplingParams& p);
+
 class Sampler {
  public:
-  explicit Sampler(const SamplingParams& p);
-  int32_t sample(const float* logits, int64_t vocab);
+  // position: the index the sampled token will have in its sequence.
+  int32_t sample(const float* logits, int64_t vocab, const SamplingParams& p, uint64_t position);
 
  private:
-  SamplingParams p_;
-  std::mt19937_64 rng_;
-  std::vector<std::pair<float, int32_t>> cand_;  // (logit or prob, id), reused
+  std::vector<std::pair<float, int32_t>> cand_;  // (logit or prob, id), reused scratch
 };
 
 }  // namespace tp

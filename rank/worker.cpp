@@ -34,6 +34,22 @@ void Worker::lead(StepPlan& plan, std::vector<float>& logits) {
   execute(plan, logits);
 }
 
+void Worker::lead(StepPlan& plan, StepResult& result) {
+  lead(plan, logits_);
+  result.step_id = plan.step_id;
+  result.seq_ids.clear();
+  result.tokens.clear();
+  const int64_t vocab = model_.config().vocab;
+  int64_t row = 0;
+  for (const SeqPlan& s : plan.seqs) {
+    if (!s.want_logits) continue;
+    const uint64_t position = uint64_t(s.start_pos) + s.tokens.size();
+    result.seq_ids.push_back(s.seq_id);
+    result.tokens.push_back(sampler_.sample(logits_.data() + row * vocab, vocab, s.sampling, position));
+    ++row;
+  }
+}
+
 void Worker::shutdown() {
   if (shut_down_ || !is_leader()) return;
   shut_down_ = true;

@@ -9,6 +9,7 @@
 #include "parallel/communicator.h"
 #include "parallel/step_plan.h"
 #include "rank/llama_model.h"
+#include "rank/sampler.h"
 
 namespace tp {
 
@@ -19,6 +20,9 @@ class Worker {
 
   // Leader only: runs `plan` on every rank; logits [seqs with want_logits, vocab].
   void lead(StepPlan& plan, std::vector<float>& logits);
+  // Leader only: runs `plan` and samples the next token of every sequence with want_logits, with its own
+  // SamplingParams, at position start_pos + tokens.size(). result: step_id, seq_ids and tokens in plan order.
+  void lead(StepPlan& plan, StepResult& result);
   // Leader only: releases the other ranks from serve(). Idempotent.
   void shutdown();
   // Followers: runs plans from the leader until shutdown.
@@ -34,6 +38,8 @@ class Worker {
   LlamaModel& model_;
   KvPool& pool_;
   Communicator* comm_;
+  Sampler sampler_;
+  std::vector<float> logits_;
   uint64_t next_step_ = 0;
   bool shut_down_ = false;
 };

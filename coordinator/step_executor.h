@@ -1,0 +1,21 @@
+// What the engine needs from the ranks: run one StepPlan on the whole TP group and return the token sampled
+// for every sequence that wanted logits. The coordinator never touches tensors (DESIGN.md §1): launch/
+// adapts a rank's Worker to this interface; tests use a fake.
+#pragma once
+#include <cstdint>
+
+#include "parallel/step_plan.h"
+
+namespace tp {
+
+class StepExecutor {
+ public:
+  virtual ~StepExecutor() = default;
+  // Runs the plan (assigning its step_id). result.seq_ids/tokens: one entry per seq with want_logits, in
+  // plan order. Throws tp::Error when a rank fails.
+  virtual void execute(StepPlan& plan, StepResult& result) = 0;
+  // Ends the ranks' serve loops; idempotent.
+  virtual void shutdown() = 0;
+};
+
+}  // namespace tp

@@ -1,0 +1,18 @@
+// Adapts the leader rank's Worker to the coordinator's StepExecutor.
+#pragma once
+#include "coordinator/step_executor.h"
+#include "rank/worker.h"
+
+namespace tp {
+
+class WorkerExecutor final : public StepExecutor {
+ public:
+  explicit WorkerExecutor(Worker& w) : worker_(w) {}
+  void execute(StepPlan& plan, StepResult& result) override { worker_.lead(plan, result); }
+  void shutdown() override { worker_.shutdown(); }
+
+ private:
+  Worker& worker_;
+};
+
+}  // namespace tp

@@ -1,0 +1,229 @@
+// `tpserve plan` as a user runs it: the table and --json for gpt-oss-120b and Llama-3.3-70B on 80 GB H100s
+// (the seed's figures; the arithmetic itself is tests/kvstore/capacity_test), the real SmolLM2 model file
+// (what the CPU engine reports at start-up), the model cards' consistency, and bad input.
+// An "80 GB" H100 is passed as 80GiB: its memory is 80 x 2^30 bytes (nvidia-smi: 81559 MiB usable).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace {
+
+struct Result {
+  int code;
+  std::string out;  // stdout + stderr
+};
+
+Result run(const std::string& args) {
+  const std::string cmd = std::string(TPSERVE_BIN) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+}
+
+nlohmann::json run_json(const std::string& args) {
+  const Result r = run("plan " + args + " --json");
+  EXPECT_EQ(r.code, 0) << args << "\n" << r.out;
+  try {
+    return nlohmann::json::parse(r.out);
+  } catch (const nlohmann::json::exception& e) {
+    ADD_FAILURE() << "not JSON: " << e.what() << "\n" << r.out;
+    return {};
+  }
+}
+
+std::string source_dir() { return TPSERVE_SOURCE_DIR; }
+std::string gguf() { return source_dir() + "/models/SmolLM2-135M-Instruct.Q4_1.gguf"; }
+
+void expect_has(const std::string& out, const std::string& what) {
+  EXPECT_NE(out.find(what), std::string::npos) << "missing: " << what << "\n" << out;
+}
+
+TEST(PlanCli, GptOssOneH100Mxfp4Table) {
+  const Result r = run("plan --model gpt-oss-120b --gpu-mem 80GiB --gpus 1 --tp 1 --weights mxfp4");
+  ASSERT_EQ(r.code, 0) << r.out;
+  expect_has(r.out, "116.83 B total, 5.13 B active per token, 114.70 B in experts");
+  expect_has(r.out, "sliding window of 128 tokens in 18 of 36 layers");
+  expect_has(r.out, "mxfp4 (4.25 bits) for 114.70 B expert params + bf16 for 2.13 B: 65.19 GB total, 65.19 GB per rank");
+  expect_has(r.out, "73728 B (72.00 KiB) all layers, 36864 B (36.00 KiB) past the 128-token window");
+  expect_has(r.out, "2048: 80.22 MB, 8192: 306.71 MB, 32768: 1.21 GB, 131072: 4.84 GB");
+  expect_has(r.out, "17.49 GB per rank = 85.90 GB - 65.19 GB weights - 3.22 GB reserve");
+  expect_has(r.out, "static 131072-token reservation: 3 per replica");
+  expect_has(r.out, "paged at a mean 8192 tokens: 56 per replica");
+  expect_has(r.out, "fits            yes");
+  expect_has(r.out, "max concurrency: 3 at the max context of 131072 tokens");
+}
+
+TEST(PlanCli, GptOssOneH100Mxfp4Json) {
+  const auto j = run_json("--model gpt-oss-120b --gpu-mem 80GiB --gpus 1 --tp 1 --weights mxfp4");
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j["kv"]["bytes_per_token"], 72 * 1024);       // seed: 72 KiB/token full
+  EXPECT_EQ(j["kv"]["long_bytes_per_token"], 36 * 1024);  // seed: ≈ 36 KiB effective
+  // Seed: ≈ 75 MB at 2k ... 4.8 GB at 128k (36 KiB x tokens; the sliding windows add a fixed 4.7 MB).
+  const std::pair<const char*, double> seeds[] = {{"2048", 75e6}, {"8192", 300e6}, {"32768", 1.2e9}, {"131072", 4.8e9}};
+  for (const auto& [tokens, seed] : seeds) {
+    const double bytes = j["kv"]["bytes_per_sequence"][tokens].get<double>();
+    EXPECT_GE(bytes, seed) << tokens;
+    EXPECT_LE(bytes, seed * 1.07) << tokens;
+  }
+  EXPECT_EQ(j["weights"]["bytes_per_rank"], 65'190'340'224);
+  const int64_t budget = j["kv"]["budget_bytes_per_rank"];
+  EXPECT_GE(budget, 15'000'000'000);  // seed: 15–20 GB left for KV
+  EXPECT_LE(budget, 20'000'000'000);
+  EXPECT_EQ(j["concurrency"]["static_per_replica"], 3);  // seed: ≈ 3 users at a 128k reservation
+  EXPECT_GE(j["concurrency"]["paged_per_replica"], 50);  // seed: 50–60 at 8k paged
+  EXPECT_LE(j["concurrency"]["paged_per_replica"], 60);
+  EXPECT_EQ(j["min_gpus_for_weights"], 1);  // seed: MXFP4 MoE weights fit one GPU
+  EXPECT_EQ(j["fits"], true);
+  EXPECT_TRUE(j["smallest_tp_that_fits"].is_null());
+}
+
+TEST(PlanCli, GptOssBf16NeedsThreeGpusAndTpFour) {
+  const auto j = run_json("--model gpt-oss-120b --gpu-mem 80GiB --gpus 8 --tp 1 --weights bf16");
+  ASSERT_TRUE(j.is_object());
+  const double total = j["weights"]["bytes_total"].get<double>();
+  EXPECT_NEAR(total / 234e9, 1.0, 0.005);  // seed: 117 B params in BF16 ≈ 234 GB
+  EXPECT_EQ(j["min_gpus_for_weights"], 3);  // seed: 3 GPUs of 80 GB
+  EXPECT_EQ(j["fits"], false);
+  EXPECT_EQ(j["smallest_tp_that_fits"], 4);  // 3 does not divide the 64 heads
+  EXPECT_EQ(j["setup"]["dp"], 8);
+  const Result r = run("plan --model gpt-oss-120b --gpu-mem 80GiB --gpus 2 --tp 1 --weights bf16");
+  ASSERT_EQ(r.code, 0) << r.out;
+  expect_has(r.out, "fits            no: weights 233.66 GB per rank + reserve 3.22 GB exceed 85.90 GB");
+  expect_has(r.out, "need >= 3 GPUs");
+  expect_has(r.out, "smallest tp     4 fits");
+  expect_has(r.out, "needs 4 GPUs");
+}
+
+TEST(PlanCli, Llama70bKvAndReplication) {
+  const auto oss = run_json("--model gpt-oss-120b --gpu-mem 80GiB --weights mxfp4");
+  const auto j = run_json("--model Llama-3.3-70B --gpu-mem 80GiB --gpus 8 --tp 4");
+  ASSERT_TRUE(j.is_object() && oss.is_object());
+  EXPECT_EQ(j["kv"]["bytes_per_token"], 320 * 1024);  // seed: ≈ 320 KiB/token
+  EXPECT_NEAR(j["kv"]["bytes_per_token"].get<double>() / oss["kv"]["long_bytes_per_token"].get<double>(), 9.0, 0.15);
+  EXPECT_EQ(j["kv"]["local_kv_heads"], 2);
+  EXPECT_EQ(j["kv"]["bytes_per_token_per_rank"], 80 * 1024);
+  EXPECT_EQ(j["setup"]["dp"], 2);
+  EXPECT_EQ(j["concurrency"]["paged_total"], 2 * j["concurrency"]["paged_per_replica"].get<int64_t>());
+  EXPECT_EQ(j["fits"], true);
+  // tp 16 > 8 KV heads: each rank holds one KV head, replicated on 2 ranks.
+  const auto r16 = run_json("--model Llama-3.3-70B --gpu-mem 80GiB --gpus 16 --tp 16");
+  EXPECT_EQ(r16["kv"]["local_kv_heads"], 1);
+  EXPECT_EQ(r16["kv"]["replicated"], true);
+  EXPECT_EQ(r16["kv"]["bytes_per_token_per_rank"], 40 * 1024);
+  const Result t = run("plan --model Llama-3.3-70B --gpu-mem 80GiB --gpus 16 --tp 16");
+  expect_has(t.out, "40960 B (40.00 KiB) (1 KV head, each replicated on 2 ranks)");
+  // BF16 70B on one H100: does not fit; at the 128k context tp 4 is the smallest that does.
+  const Result one = run("plan --model Llama-3.3-70B --gpu-mem 80GiB --gpus 1 --tp 1");
+  ASSERT_EQ(one.code, 0) << one.out;
+  expect_has(one.out, "KV capacity     none");
+  expect_has(one.out, "smallest tp     4 fits");
+}
+
+// What the CPU engine builds from configs/default.yaml (512 MiB, blocks of 16, F32 K/V, max context 8192):
+// the same lines its start-up report prints.
+TEST(PlanCli, RealModelFileMatchesEngineReport) {
+  const std::string report =
+      "KV cache per rank: 46080 B/token (2 x 30 layers x 3 KV heads x 64 x 4 B), block 16 tokens = 737280 B\n"
+      "KV pool per rank: 728 blocks = 11648 tokens in 536870912 B (512.00 MiB)\n"
+      "max concurrency: 1 at the max context of 8192 tokens, 5 at 2048, 1 at 8192\n";
+  const std::string args = "--model " + gguf() + " --gpu-mem 4GiB --kv-dtype f32 --kv-mem 512MiB --context 8192";
+  const auto j = run_json(args);
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j["report"], report);
+  EXPECT_EQ(j["model"]["params"], 134515008);  // every tensor of the file, as the card says
+  EXPECT_EQ(j["model"]["tied_embeddings"], true);
+  EXPECT_EQ(j["weights"]["bytes_per_rank"], 2 * 134515008);
+  const Result r = run("plan " + args);
+  ASSERT_EQ(r.code, 0) << r.out;
+  expect_has(r.out, "  KV cache per rank: 46080 B/token (2 x 30 layers x 3 KV heads x 64 x 4 B)");
+  // The HF directory gives the same shape; at tp 3 each rank holds one of the 3 KV heads.
+  const auto hf = run_json("--model " + source_dir() + "/models/SmolLM2-135M-Instruct-hf --gpu-mem 4GiB --tp 3 --kv-dtype f32");
+  EXPECT_EQ(hf["kv"]["bytes_per_token_per_rank"], 15360);
+  EXPECT_EQ(hf["setup"]["gpus"], 3);
+  // The card of the same model agrees with the file.
+  const auto card = run_json("--model SmolLM2-135M --gpu-mem 4GiB --kv-dtype f32 --kv-mem 512MiB --context 8192");
+  EXPECT_EQ(card["report"], report);
+  EXPECT_EQ(card["model"]["params"], j["model"]["params"]);
+}
+
+// The cards' parameter counts agree with their shapes (a typo in a card shows here).
+TEST(PlanCli, CardsAreConsistent) {
+  for (const char* name : {"Llama-3.3-70B", "Llama-3.1-8B", "Llama-3.1-405B", "Qwen2.5-7B", "SmolLM2-135M"}) {
+    const auto j = run_json(std::string("--model ") + name + " --gpu-mem 80GiB --tp 1");
+    ASSERT_TRUE(j.is_object()) << name;
+    const auto& m = j["model"];
+    const int64_t L = m["layers"], h = m["hidden"], a = m["heads"], k = m["kv_heads"], d = m["head_dim"],
+                  f = m["intermediate"], v = m["vocab"];
+    const int64_t per_layer = h * a * d * 2 + h * k * d * 2 + 3 * h * f + 2 * h;
+    const int64_t params = L * per_layer + v * h * (m["tied_embeddings"].get<bool>() ? 1 : 2) + h;
+    // Exact for Llama; Qwen2.5 adds Q/K/V biases (28 x 4608 = 0.002%).
+    EXPECT_NEAR(double(m["params"].get<int64_t>()) / double(params), 1.0, 1e-4) << name;
+    EXPECT_EQ(m["active_params"], m["params"]) << name;
+  }
+  const auto oss = run_json("--model gpt-oss-120b --gpu-mem 80GiB");
+  const auto& m = oss["model"];
+  const int64_t h = m["hidden"], f = m["intermediate"];
+  // Per expert: gate_up [2f, h] + bias 2f, down [h, f] + bias h.
+  EXPECT_EQ(m["expert_params"].get<int64_t>(), m["layers"].get<int64_t>() * m["experts"].get<int64_t>() * (3 * h * f + 2 * f + h));
+  EXPECT_EQ(m["sliding_layers"], 18);
+  EXPECT_EQ(m["sliding_window"], 128);
+}
+
+struct Bad {
+  std::string args;
+  int code;
+  std::string expected;
+};
+
+TEST(PlanCli, BadInputGivesOneClearLine) {
+  namespace fs = std::filesystem;
+  const fs::path cards = fs::path(testing::TempDir()) / "tpserve_plan_cards";
+  fs::create_directories(cards);
+  { std::ofstream(cards / "typo.yaml") << "layers: 2\nhidden: 64\nheads: 4\nkv_heads: 2\nintermediate: 128\nvocab: 300\nparams: 1000\nlayres: 3\n"; }
+  { std::ofstream(cards / "nokv.yaml") << "layers: 2\nhidden: 64\nheads: 4\nintermediate: 128\nvocab: 300\nparams: 1000\n"; }
+  const std::string typo = (cards / "typo.yaml").string();
+  const Bad cases[] = {
+      {"plan --model gpt-oss-12b --gpu-mem 80GB", 1,
+       "unknown model 'gpt-oss-12b': no such file or directory, and no card"},
+      {"plan --model gpt-oss-12b --gpu-mem 80GB", 1,
+       "cards: Llama-3.1-405B, Llama-3.1-8B, Llama-3.3-70B, Qwen2.5-7B, SmolLM2-135M, gpt-oss-120b"},
+      {"plan --model /nonexistent/m.gguf --gpu-mem 80GB", 1, "model '/nonexistent/m.gguf': no such file or directory"},
+      {"plan --model gpt-oss-120b --gpu-mem 80XB", 2, "--gpu-mem: '80XB' has an unknown unit 'XB'"},
+      {"plan --model gpt-oss-120b --gpu-mem lots", 2, "--gpu-mem: 'lots' is not a size; use e.g. 80GB (GB = 1e9 bytes)"},
+      {"plan --model gpt-oss-120b --gpu-mem 80GB --reserve 3Q", 2, "--reserve: '3Q'"},
+      {"plan --model gpt-oss-120b --gpu-mem 80GB --tp 3 --gpus 4", 1,
+       "tp=3 does not divide the 64 attention heads of gpt-oss-120b; valid: 1, 2, 4, 8, 16, 32, 64"},
+      {"plan --model " + gguf() + " --gpu-mem 8GB --tp 2", 1, "tp=2 does not divide the 9 attention heads"},
+      {"plan --model gpt-oss-120b", 2, "plan: --gpu-mem is required"},
+      {"plan --gpu-mem 80GB", 2, "plan: --model is required"},
+      {"plan --model gpt-oss-120b --gpu-mem 80GB --weights q4_k", 2, "weight format 'q4_k' is not one of: f32, bf16"},
+      {"plan --model gpt-oss-120b --gpu-mem 80GB --kv-dtype int3", 2, "KV dtype 'int3' is not one of"},
+      {"plan --model gpt-oss-120b --gpu-mem 80GB --tp 4 --gpus 2", 2, "--tp 4 needs 4 GPUs; --gpus is 2"},
+      {"plan --model gpt-oss-120b --gpu-mem 80GB --tp 2 --dp 2 --gpus 3", 2, "--dp 2 x --tp 2 = 4 GPUs; --gpus is 3"},
+      {"plan --model gpt-oss-120b --gpu-mem 80GB --tp two", 2, "--tp: expected an integer, got 'two'"},
+      {"plan --model gpt-oss-120b --gpu-mem 0GB", 2, "--gpu-mem must be > 0"},
+      {"plan --model " + typo + " --gpu-mem 80GB", 1, typo + ": layres: unknown key"},
+      {"plan --model nokv --cards " + cards.string() + " --gpu-mem 80GB", 1, "nokv.yaml: kv_heads: missing"},
+      {"plan --model gpt-oss-120b --cards " + cards.string() + " --gpu-mem 80GB", 1, "cards: nokv, typo"},
+  };
+  for (const Bad& b : cases) {
+    const Result r = run(b.args);
+    EXPECT_EQ(r.code, b.code) << b.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(b.expected), std::string::npos) << b.args << "\n" << r.out;
+    EXPECT_EQ(r.out.find("internal error"), std::string::npos) << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << "one line: " << r.out;
+  }
+}
+
+}  // namespace
