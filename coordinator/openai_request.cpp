@@ -1,0 +1,372 @@
+// OpenAI request parsing and validation (see openai_request.h).
+#include "coordinator/openai_request.h"
+
+#include <algorithm>
+#include <cmath>
+#include <initializer_list>
+#include <limits>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+namespace tp {
+namespace {
+
+using json = nlohmann::json;
+
+[[noreturn]] void fail(std::string param, std::string message, std::string code = "invalid_value") {
+  throw ApiException(bad_request(std::move(message), std::move(param), std::move(code)));
+}
+
+// A JSON value as the client wrote it, shortened for messages.
+std::string show(const json& v) {
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  constexpr size_t kMaxShown = 80;
+  if (s.size() > kMaxShown) s = s.substr(0, kMaxShown) + "...";
+  return s;
+}
+
+[[noreturn]] void fail_type(const std::string& param, const char* expected, const json& v) {
+  fail(param, param + " must be " + expected + ", got " + std::string(v.type_name()) + " " + show(v), "invalid_type");
+}
+
+// The member `key`, or nullptr when absent or null (OpenAI treats null as "not given").
+const json* member(const json& obj, const char* key) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+std::optional<double> get_number(const json& obj, const char* key) {
+  const json* v = member(obj, key);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) fail_type(key, "a number", *v);
+  return v->get<double>();
+}
+
+int64_t as_int(const json& v, const std::string& param) {
+  if (v.is_number_unsigned()) {
+    if (v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      fail(param, param + " is out of range, got " + show(v));
+    return static_cast<int64_t>(v.get<uint64_t>());
+  }
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number_float()) {  // 16.0 is accepted as 16, 16.5 is not
+    double d = v.get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15) return static_cast<int64_t>(d);
+  }
+  fail_type(param, "an integer", v);
+}
+
+std::optional<int64_t> get_int(const json& obj, const char* key) {
+  const json* v = member(obj, key);
+  if (!v) return std::nullopt;
+  return as_int(*v, key);
+}
+
+std::optional<bool> get_bool(const json& obj, const char* key, const std::string& param) {
+  const json* v = member(obj, key);
+  if (!v) return std::nullopt;
+  if (!v->is_boolean()) fail_type(param, "a boolean", *v);
+  return v->get<bool>();
+}
+
+std::optional<std::string> get_string(const json& obj, const char* key, const std::string& param) {
+  const json* v = member(obj, key);
+  if (!v) return std::nullopt;
+  if (!v->is_string()) fail_type(param, "a string", *v);
+  return v->get<std::string>();
+}
+
+// A number for a message: "2" for integral values, else the shortest round trip ("0.05", "3.5").
+std::string num(double d) {
+  if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 1e15) return std::to_string(static_cast<int64_t>(d));
+  return json(d).dump();
+}
+
+double in_range(const char* key, double v, double lo, double hi, bool lo_open = false) {
+  bool ok = (lo_open ? v > lo : v >= lo) && v <= hi;
+  if (!ok) {
+    if (lo_open)
+      fail(key, std::string(key) + " must be in (" + num(lo) + ", " + num(hi) + "], got " + num(v));
+    fail(key, std::string(key) + " must be between " + num(lo) + " and " + num(hi) + ", got " + num(v));
+  }
+  return v;
+}
+
+int64_t int_in_range(const char* key, int64_t v, int64_t lo, int64_t hi) {
+  if (v < lo || v > hi)
+    fail(key, std::string(key) + " must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " +
+                  std::to_string(v));
+  return v;
+}
+
+void require_object(const json& body) {
+  if (!body.is_object()) fail("", "request body must be a JSON object, got " + std::string(body.type_name()));
+}
+
+void collect_unknown(const json& body, std::initializer_list<std::initializer_list<const char*>> known_sets,
+                     std::vector<std::string>& out) {
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    bool known = false;
+    for (auto set : known_sets)
+      known = known || std::any_of(set.begin(), set.end(), [&](const char* k) { return it.key() == k; });
+    if (!known) out.push_back(it.key());
+  }
+}
+
+constexpr std::initializer_list<const char*> kCommonKeys = {
+    "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "ignore_eos",
+    "presence_penalty", "frequency_penalty", "repetition_penalty", "n", "stream", "stream_options", "user",
+    "logprobs", "logit_bias"};
+
+std::vector<int32_t> token_array(const json& arr, const std::string& param) {
+  std::vector<int32_t> out;
+  out.reserve(arr.size());
+  for (size_t i = 0; i < arr.size(); ++i) {
+    std::string p = param + "[" + std::to_string(i) + "]";
+    int64_t id = as_int(arr[i], p);
+    if (id < 0 || id > std::numeric_limits<int32_t>::max())
+      fail(p, "token ids must be >= 0 and fit in int32, got " + std::to_string(id) + " at " + p);
+    out.push_back(static_cast<int32_t>(id));
+  }
+  return out;
+}
+
+GenerationParams parse_common(const json& body, const ApiLimits& limits) {
+  GenerationParams p;
+  if (auto m = get_string(body, "model", "model")) p.model = *m;
+  if (auto v = get_int(body, "max_tokens")) {
+    if (*v < 1) fail("max_tokens", "max_tokens must be at least 1, got " + std::to_string(*v));
+    p.max_tokens = *v;
+  }
+  if (auto v = get_number(body, "temperature")) p.sampling.temperature = float(in_range("temperature", *v, 0, 2));
+  if (auto v = get_number(body, "top_p")) p.sampling.top_p = float(in_range("top_p", *v, 0, 1, true));
+  if (auto v = get_int(body, "top_k")) {
+    if (*v < -1) fail("top_k", "top_k must be -1 (off), 0 (off) or a positive integer, got " + std::to_string(*v));
+    p.sampling.top_k = int32_t(std::min<int64_t>(std::max<int64_t>(*v, 0), std::numeric_limits<int32_t>::max()));
+  }
+  if (auto v = get_number(body, "min_p")) p.sampling.min_p = float(in_range("min_p", *v, 0, 1));
+  if (auto v = get_int(body, "seed")) {
+    p.seed = static_cast<uint64_t>(*v);  // negative seeds are valid integers: reinterpret the bits
+    p.sampling.seed = *p.seed;
+  }
+  if (const json* s = member(body, "stop")) {
+    if (s->is_string()) {
+      p.stop.push_back(s->get<std::string>());
+    } else if (s->is_array()) {
+      if (std::ssize(*s) > limits.max_stop)
+        fail("stop", "stop may contain at most " + std::to_string(limits.max_stop) + " sequences, got " +
+                         std::to_string(s->size()));
+      for (size_t i = 0; i < s->size(); ++i) {
+        if (!(*s)[i].is_string()) fail_type("stop[" + std::to_string(i) + "]", "a string", (*s)[i]);
+        p.stop.push_back((*s)[i].get<std::string>());
+      }
+    } else {
+      fail_type("stop", "a string or an array of strings", *s);
+    }
+    for (const auto& str : p.stop)
+      if (str.empty()) fail("stop", "stop sequences must not be empty strings");
+  }
+  if (auto v = get_bool(body, "ignore_eos", "ignore_eos")) p.ignore_eos = *v;
+  if (auto v = get_number(body, "presence_penalty")) p.presence_penalty = float(in_range("presence_penalty", *v, -2, 2));
+  if (auto v = get_number(body, "frequency_penalty"))
+    p.frequency_penalty = float(in_range("frequency_penalty", *v, -2, 2));
+  if (auto v = get_number(body, "repetition_penalty"))
+    p.repetition_penalty = float(in_range("repetition_penalty", *v, 0, 2, true));
+  if (auto v = get_int(body, "n")) p.n = int32_t(int_in_range("n", *v, 1, limits.max_n));
+  if (auto v = get_bool(body, "stream", "stream")) p.stream = *v;
+  if (const json* so = member(body, "stream_options")) {
+    if (!so->is_object()) fail_type("stream_options", "an object", *so);
+    if (!p.stream) fail("stream_options", "stream_options can only be set when stream is true");
+    if (auto v = get_bool(*so, "include_usage", "stream_options.include_usage")) p.include_usage = *v;
+  }
+  if (auto u = member(body, "user"); u && !u->is_string()) fail_type("user", "a string", *u);
+  if (const json* lb = member(body, "logit_bias")) {
+    if (!lb->is_object()) fail_type("logit_bias", "an object", *lb);
+    if (!lb->empty()) fail("logit_bias", "logit_bias is not supported", "unsupported_value");
+  }
+  return p;
+}
+
+ChatMessage parse_message(const json& m, size_t index) {
+  std::string at = "messages[" + std::to_string(index) + "]";
+  if (!m.is_object()) fail_type(at, "an object", m);
+  ChatMessage msg;
+  const json* role = member(m, "role");
+  if (!role) fail(at + ".role", at + ".role is required", "missing_required_parameter");
+  if (!role->is_string()) fail_type(at + ".role", "a string", *role);
+  msg.role = role->get<std::string>();
+  if (msg.role == "developer") msg.role = "system";  // OpenAI's newer name for the system role
+  if (msg.role != "system" && msg.role != "user" && msg.role != "assistant")
+    fail(at + ".role", at + ".role must be one of system, user, assistant, got " + show(*role), "unsupported_value");
+  if (const json* tc = member(m, "tool_calls"); tc && !(tc->is_array() && tc->empty()))
+    fail(at + ".tool_calls", "tool calls are not supported", "unsupported_value");
+  const json* content = member(m, "content");
+  if (!content) {
+    if (msg.role == "assistant") return msg;  // OpenAI allows a null assistant content
+    fail(at + ".content", at + ".content is required", "missing_required_parameter");
+  }
+  if (content->is_string()) {
+    msg.content = content->get<std::string>();
+  } else if (content->is_array()) {
+    // Text parts joined with "\n", as vLLM does for string-content templates.
+    for (size_t i = 0; i < content->size(); ++i) {
+      const json& part = (*content)[i];
+      std::string pp = at + ".content[" + std::to_string(i) + "]";
+      if (!part.is_object()) fail_type(pp, "an object", part);
+      auto type = get_string(part, "type", pp + ".type");
+      if (!type) fail(pp + ".type", pp + ".type is required", "missing_required_parameter");
+      if (*type != "text")
+        fail(pp + ".type", "only text content parts are supported, got type " + show(part["type"]), "unsupported_value");
+      auto text = get_string(part, "text", pp + ".text");
+      if (!text) fail(pp + ".text", pp + ".text is required", "missing_required_parameter");
+      if (i > 0) msg.content += '\n';
+      msg.content += *text;
+    }
+  } else {
+    fail_type(at + ".content", "a string or an array of content parts", *content);
+  }
+  return msg;
+}
+
+std::vector<ChatMessage> parse_messages(const json& body) {
+  const json* ms = member(body, "messages");
+  if (!ms) fail("messages", "messages is required", "missing_required_parameter");
+  if (!ms->is_array()) fail_type("messages", "an array", *ms);
+  if (ms->empty()) fail("messages", "messages must contain at least one message");
+  std::vector<ChatMessage> out;
+  out.reserve(ms->size());
+  for (size_t i = 0; i < ms->size(); ++i) out.push_back(parse_message((*ms)[i], i));
+  return out;
+}
+
+Prompt parse_prompt(const json& body) {
+  const json* pr = member(body, "prompt");
+  if (!pr) fail("prompt", "prompt is required", "missing_required_parameter");
+  Prompt p;
+  const json* v = pr;
+  // A one-element batch, ["text"] or [[ids]], is the same as its element.
+  if (v->is_array() && v->size() == 1 && ((*v)[0].is_string() || (*v)[0].is_array())) v = &(*v)[0];
+  if (v->is_string()) {
+    p.text = v->get<std::string>();
+    if (p.text.empty()) fail("prompt", "prompt must not be empty");
+    return p;
+  }
+  if (v->is_array()) {
+    if (v->empty()) fail("prompt", "prompt must not be empty");
+    if (std::any_of(v->begin(), v->end(), [](const json& e) { return e.is_string() || e.is_array(); }))
+      fail("prompt",
+           "batched prompts (an array of " + std::to_string(v->size()) +
+               " prompts) are not supported; send one request per prompt",
+           "unsupported_value");
+    p.is_tokens = true;
+    p.tokens = token_array(*v, "prompt");
+    return p;
+  }
+  fail_type("prompt", "a string, an array of token ids, or a one-element array of either", *pr);
+}
+
+}  // namespace
+
+json parse_json_body(std::string_view body) {
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::parse_error& e) {
+    fail("", "invalid JSON body at byte " + std::to_string(e.byte) + ": " + e.what(), "invalid_json");
+  }
+  require_object(j);
+  return j;
+}
+
+CompletionRequest parse_completion_request(const json& body, const ApiLimits& limits) {
+  require_object(body);
+  CompletionRequest r;
+  r.params = parse_common(body, limits);
+  r.prompt = parse_prompt(body);
+  if (auto v = get_int(body, "logprobs"))
+    r.logprobs = int32_t(int_in_range("logprobs", *v, 0, limits.max_logprobs));
+  if (auto v = get_bool(body, "echo", "echo")) r.echo = *v;
+  if (auto s = get_string(body, "suffix", "suffix"); s && !s->empty())
+    fail("suffix", "suffix is not supported", "unsupported_value");
+  if (auto b = get_int(body, "best_of"); b && *b != r.params.n)
+    fail("best_of", "best_of is not supported (it must equal n when given), got " + std::to_string(*b),
+         "unsupported_value");
+  collect_unknown(body, {kCommonKeys, {"prompt", "echo", "suffix", "best_of"}}, r.params.ignored_fields);
+  return r;
+}
+
+ChatCompletionRequest parse_chat_completion_request(const json& body, const ApiLimits& limits) {
+  require_object(body);
+  ChatCompletionRequest r;
+  r.params = parse_common(body, limits);
+  if (auto v = get_int(body, "max_completion_tokens")) {
+    if (*v < 1) fail("max_completion_tokens", "max_completion_tokens must be at least 1, got " + std::to_string(*v));
+    r.params.max_tokens = *v;  // takes precedence over the deprecated max_tokens
+  }
+  r.messages = parse_messages(body);
+  if (auto v = get_bool(body, "logprobs", "logprobs")) r.logprobs = *v;
+  if (auto v = get_int(body, "top_logprobs")) {
+    r.top_logprobs = int32_t(int_in_range("top_logprobs", *v, 0, limits.max_logprobs));
+    if (!r.logprobs) fail("top_logprobs", "top_logprobs requires logprobs to be true");
+  }
+  if (auto v = get_bool(body, "add_generation_prompt", "add_generation_prompt")) r.add_generation_prompt = *v;
+  if (const json* t = member(body, "tools"); t && !(t->is_array() && t->empty()))
+    fail("tools", "tools are not supported", "unsupported_value");
+  if (const json* rf = member(body, "response_format")) {
+    if (!rf->is_object()) fail_type("response_format", "an object", *rf);
+    auto type = get_string(*rf, "type", "response_format.type");
+    if (type && *type != "text")
+      fail("response_format.type", "response_format type " + show((*rf)["type"]) + " is not supported (only \"text\")",
+           "unsupported_value");
+  }
+  collect_unknown(body,
+                  {kCommonKeys,
+                   {"messages", "max_completion_tokens", "top_logprobs", "add_generation_prompt", "tools", "tool_choice",
+                    "parallel_tool_calls", "response_format"}},
+                  r.params.ignored_fields);
+  return r;
+}
+
+TokenizeRequest parse_tokenize_request(const json& body) {
+  require_object(body);
+  TokenizeRequest r;
+  if (auto m = get_string(body, "model", "model")) r.model = *m;
+  bool has_prompt = member(body, "prompt") != nullptr, has_messages = member(body, "messages") != nullptr;
+  if (has_prompt == has_messages) fail("prompt", "exactly one of prompt or messages is required", "missing_required_parameter");
+  if (has_prompt) {
+    r.prompt = *get_string(body, "prompt", "prompt");
+  } else {
+    r.is_chat = true;
+    r.messages = parse_messages(body);
+    r.add_special_tokens = false;
+    if (auto v = get_bool(body, "add_generation_prompt", "add_generation_prompt")) r.add_generation_prompt = *v;
+  }
+  if (auto v = get_bool(body, "add_special_tokens", "add_special_tokens")) r.add_special_tokens = *v;
+  return r;
+}
+
+DetokenizeRequest parse_detokenize_request(const json& body) {
+  require_object(body);
+  DetokenizeRequest r;
+  if (auto m = get_string(body, "model", "model")) r.model = *m;
+  const json* t = member(body, "tokens");
+  if (!t) fail("tokens", "tokens is required", "missing_required_parameter");
+  if (!t->is_array()) fail_type("tokens", "an array of token ids", *t);
+  r.tokens = token_array(*t, "tokens");
+  return r;
+}
+
+CompletionRequest parse_completion_body(std::string_view body, const ApiLimits& limits) {
+  return parse_completion_request(parse_json_body(body), limits);
+}
+ChatCompletionRequest parse_chat_completion_body(std::string_view body, const ApiLimits& limits) {
+  return parse_chat_completion_request(parse_json_body(body), limits);
+}
+TokenizeRequest parse_tokenize_body(std::string_view body) { return parse_tokenize_request(parse_json_body(body)); }
+DetokenizeRequest parse_detokenize_body(std::string_view body) {
+  return parse_detokenize_request(parse_json_body(body));
+}
+
+}  // namespace tp

@@ -1,0 +1,104 @@
+// Parsing and validation of OpenAI-compatible request bodies into typed structs:
+//   POST /v1/completions       -> CompletionRequest
+//   POST /v1/chat/completions  -> ChatCompletionRequest
+//   POST /tokenize, /detokenize (vLLM's extra endpoints) -> TokenizeRequest, DetokenizeRequest
+// Every failure throws ApiException carrying HTTP 400, type "invalid_request_error", the offending field
+// as `param` ("temperature", "messages[1].content", "stream_options.include_usage") and a `code`
+// ("invalid_json", "invalid_type", "invalid_value", "missing_required_parameter", "unsupported_value"),
+// with a message naming the field and the value ("temperature must be between 0 and 2, got 3.5").
+// Unknown fields are ignored like vLLM does and listed in `ignored_fields` so the server can log them.
+// "user" is accepted and ignored. Token ids are checked >= 0 here; the server checks them against the
+// vocabulary and the context length (it knows both).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "common/sampling_params.h"
+#include "coordinator/chat_template.h"
+#include "coordinator/openai_error.h"
+
+namespace tp {
+
+// Server-side bounds a request is checked against.
+struct ApiLimits {
+  int32_t max_n = 16;           // n (choices per request) in [1, max_n]
+  int32_t max_stop = 4;         // at most this many stop strings (OpenAI: 4)
+  int32_t max_logprobs = 20;    // logprobs / top_logprobs in [0, max_logprobs] (OpenAI: 20)
+};
+
+// Fields shared by completions and chat completions.
+struct GenerationParams {
+  std::string model;                       // may be empty (the server then uses its only model)
+  std::optional<int64_t> max_tokens;       // >= 1; nullopt: up to the context limit
+  SamplingParams sampling;                 // temperature [0, 2], top_p (0, 1], top_k >= 0 (-1 -> 0), min_p [0, 1]
+  std::optional<uint64_t> seed;            // given seed (also in sampling.seed); nullopt: the server picks one
+  std::vector<std::string> stop;           // 0..max_stop non-empty strings
+  bool ignore_eos = false;
+  float presence_penalty = 0.0f;           // [-2, 2]
+  float frequency_penalty = 0.0f;          // [-2, 2]
+  float repetition_penalty = 1.0f;         // (0, 2]; 1: off
+  int32_t n = 1;                           // [1, max_n]
+  bool stream = false;
+  bool include_usage = false;              // stream_options.include_usage (only with stream)
+  std::vector<std::string> ignored_fields; // unknown top-level keys, in body order
+};
+
+// A completion prompt: text, or token ids when is_tokens.
+struct Prompt {
+  bool is_tokens = false;
+  std::string text;              // !is_tokens: non-empty
+  std::vector<int32_t> tokens;   // is_tokens: non-empty, each >= 0
+};
+
+struct CompletionRequest {
+  GenerationParams params;
+  Prompt prompt;                 // string | [string] | [int, ...] | [[int, ...]]
+  std::optional<int32_t> logprobs;  // [0, max_logprobs]; nullopt: none
+  bool echo = false;             // prepend the prompt text to the completion
+};
+
+struct ChatCompletionRequest {
+  GenerationParams params;       // max_tokens from max_completion_tokens when both are given
+  std::vector<ChatMessage> messages;  // non-empty; text parts of an array content joined with "\n"
+  bool logprobs = false;
+  std::optional<int32_t> top_logprobs;  // [0, max_logprobs]; only with logprobs = true
+  bool add_generation_prompt = true;    // vLLM extension
+};
+
+// /tokenize: either a prompt or a message list (vLLM's TokenizeCompletionRequest / TokenizeChatRequest).
+struct TokenizeRequest {
+  std::string model;
+  bool is_chat = false;
+  std::string prompt;                   // !is_chat
+  std::vector<ChatMessage> messages;    // is_chat, non-empty
+  bool add_special_tokens = true;       // default true for a prompt, false for messages (as vLLM)
+  bool add_generation_prompt = true;    // is_chat only
+};
+
+struct DetokenizeRequest {
+  std::string model;
+  std::vector<int32_t> tokens;          // each >= 0; may be empty
+};
+
+// The body as JSON; throws ApiException 400 code "invalid_json" naming the byte position, or
+// "request body must be a JSON object" when it is valid JSON of another kind.
+nlohmann::json parse_json_body(std::string_view body);
+
+CompletionRequest parse_completion_request(const nlohmann::json& body, const ApiLimits& limits = {});
+ChatCompletionRequest parse_chat_completion_request(const nlohmann::json& body, const ApiLimits& limits = {});
+TokenizeRequest parse_tokenize_request(const nlohmann::json& body);
+DetokenizeRequest parse_detokenize_request(const nlohmann::json& body);
+
+// Convenience: parse_json_body + the typed parser (distinct names: a string converts to both json and
+// string_view).
+CompletionRequest parse_completion_body(std::string_view body, const ApiLimits& limits = {});
+ChatCompletionRequest parse_chat_completion_body(std::string_view body, const ApiLimits& limits = {});
+TokenizeRequest parse_tokenize_body(std::string_view body);
+DetokenizeRequest parse_detokenize_body(std::string_view body);
+
+}  // namespace tp

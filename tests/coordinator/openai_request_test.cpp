@@ -1,0 +1,301 @@
+// OpenAI request parsing: typed structs for valid bodies, 400s with param/code/message for invalid ones,
+// and the OpenAI error JSON.
+#include "coordinator/openai_request.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "coordinator/openai_error.h"
+
+namespace tp {
+namespace {
+
+using json = nlohmann::json;
+
+// Runs `f`, expects an ApiException 400; returns it for further checks.
+template <class F>
+ApiError expect_400(F&& f) {
+  try {
+    f();
+  } catch (const ApiException& e) {
+    EXPECT_EQ(e.error.status, 400);
+    EXPECT_EQ(e.error.type, "invalid_request_error");
+    return e.error;
+  }
+  ADD_FAILURE() << "no ApiException";
+  return {};
+}
+
+ApiError completion_error(const std::string& body) {
+  return expect_400([&] { parse_completion_body(body); });
+}
+ApiError chat_error(const std::string& body) {
+  return expect_400([&] { parse_chat_completion_body(body); });
+}
+
+TEST(OpenAiError, JsonShape) {
+  ApiError e = bad_request("temperature must be between 0 and 2, got 3.5", "temperature");
+  EXPECT_EQ(json::parse(to_json(e)),
+            json::parse(R"({"error":{"message":"temperature must be between 0 and 2, got 3.5",
+                          "type":"invalid_request_error","param":"temperature","code":"invalid_value"}})"));
+  json j = json::parse(to_json(internal_error("boom")));
+  EXPECT_TRUE(j["error"]["param"].is_null());
+  EXPECT_TRUE(j["error"]["code"].is_null());
+  EXPECT_EQ(j["error"]["type"], "internal_server_error");
+  EXPECT_EQ(unauthorized().status, 401);
+  EXPECT_EQ(model_not_found("gpt-9").status, 404);
+  EXPECT_EQ(model_not_found("gpt-9").code, "model_not_found");
+  EXPECT_EQ(model_not_found("gpt-9").message, "The model `gpt-9` does not exist.");
+  EXPECT_EQ(payload_too_large("x").status, 413);
+  EXPECT_EQ(rate_limited("x").status, 429);
+  EXPECT_EQ(service_unavailable("x").status, 503);
+  // Invalid UTF-8 in a message does not throw.
+  EXPECT_NO_THROW(to_json(bad_request("bad \xFF byte")));
+}
+
+TEST(OpenAiRequest, CompletionDefaults) {
+  auto r = parse_completion_body(R"({"model":"smol","prompt":"Hello"})");
+  EXPECT_EQ(r.params.model, "smol");
+  EXPECT_FALSE(r.prompt.is_tokens);
+  EXPECT_EQ(r.prompt.text, "Hello");
+  EXPECT_FALSE(r.params.max_tokens.has_value());
+  EXPECT_EQ(r.params.sampling, SamplingParams{});
+  EXPECT_FALSE(r.params.seed.has_value());
+  EXPECT_EQ(r.params.n, 1);
+  EXPECT_FALSE(r.params.stream);
+  EXPECT_FALSE(r.logprobs.has_value());
+  EXPECT_TRUE(r.params.ignored_fields.empty());
+}
+
+TEST(OpenAiRequest, CompletionAllFields) {
+  auto r = parse_completion_body(R"({
+    "model":"smol","prompt":["Once upon"],"max_tokens":32,"temperature":0.7,"top_p":0.9,"top_k":40,
+    "min_p":0.05,"seed":1234,"stop":["\n\n","END"],"ignore_eos":true,"presence_penalty":0.5,
+    "frequency_penalty":-0.5,"repetition_penalty":1.1,"logprobs":5,"n":2,"stream":true,
+    "stream_options":{"include_usage":true},"echo":true,"user":"u-1","best_of":2,"suffix":null,
+    "mystery":1,"logit_bias":{}})");
+  EXPECT_EQ(r.prompt.text, "Once upon");
+  EXPECT_EQ(r.params.max_tokens, 32);
+  EXPECT_FLOAT_EQ(r.params.sampling.temperature, 0.7f);
+  EXPECT_FLOAT_EQ(r.params.sampling.top_p, 0.9f);
+  EXPECT_EQ(r.params.sampling.top_k, 40);
+  EXPECT_FLOAT_EQ(r.params.sampling.min_p, 0.05f);
+  EXPECT_EQ(r.params.seed, 1234u);
+  EXPECT_EQ(r.params.sampling.seed, 1234u);
+  EXPECT_EQ(r.params.stop, (std::vector<std::string>{"\n\n", "END"}));
+  EXPECT_TRUE(r.params.ignore_eos);
+  EXPECT_FLOAT_EQ(r.params.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r.params.frequency_penalty, -0.5f);
+  EXPECT_FLOAT_EQ(r.params.repetition_penalty, 1.1f);
+  EXPECT_EQ(r.logprobs, 5);
+  EXPECT_EQ(r.params.n, 2);
+  EXPECT_TRUE(r.params.stream);
+  EXPECT_TRUE(r.params.include_usage);
+  EXPECT_TRUE(r.echo);
+  EXPECT_EQ(r.params.ignored_fields, (std::vector<std::string>{"mystery"}));
+}
+
+TEST(OpenAiRequest, PromptForms) {
+  auto t = parse_completion_body(R"({"prompt":[1, 2, 3]})");
+  EXPECT_TRUE(t.prompt.is_tokens);
+  EXPECT_EQ(t.prompt.tokens, (std::vector<int32_t>{1, 2, 3}));
+  auto nested = parse_completion_body(R"({"prompt":[[7, 8]]})");
+  EXPECT_EQ(nested.prompt.tokens, (std::vector<int32_t>{7, 8}));
+  auto s = parse_completion_body(R"({"prompt":"x","stop":"\n","top_k":-1,"max_tokens":16.0})");
+  EXPECT_EQ(s.params.stop, (std::vector<std::string>{"\n"}));
+  EXPECT_EQ(s.params.sampling.top_k, 0);
+  EXPECT_EQ(s.params.max_tokens, 16);
+
+  auto e = completion_error(R"({"prompt":["a","b"]})");
+  EXPECT_EQ(e.param, "prompt");
+  EXPECT_EQ(e.code, "unsupported_value");
+  EXPECT_NE(e.message.find("batched prompts"), std::string::npos);
+  EXPECT_EQ(completion_error(R"({"prompt":""})").message, "prompt must not be empty");
+  EXPECT_EQ(completion_error(R"({"prompt":[]})").param, "prompt");
+  EXPECT_EQ(completion_error(R"({"prompt":[1,-2]})").param, "prompt[1]");
+  EXPECT_EQ(completion_error(R"({"prompt":[1,2.5]})").code, "invalid_type");
+  EXPECT_EQ(completion_error(R"({"prompt":{"a":1}})").code, "invalid_type");
+  auto missing = completion_error(R"({"model":"m"})");
+  EXPECT_EQ(missing.param, "prompt");
+  EXPECT_EQ(missing.code, "missing_required_parameter");
+}
+
+TEST(OpenAiRequest, RangeErrorsNameFieldAndValue) {
+  struct Case {
+    const char* body;
+    const char* param;
+    const char* message;
+  };
+  const Case cases[] = {
+      {R"({"prompt":"x","temperature":3.5})", "temperature", "temperature must be between 0 and 2, got 3.5"},
+      {R"({"prompt":"x","temperature":-1})", "temperature", "temperature must be between 0 and 2, got -1"},
+      {R"({"prompt":"x","top_p":0})", "top_p", "top_p must be in (0, 1], got 0"},
+      {R"({"prompt":"x","top_p":1.5})", "top_p", "top_p must be in (0, 1], got 1.5"},
+      {R"({"prompt":"x","min_p":2})", "min_p", "min_p must be between 0 and 1, got 2"},
+      {R"({"prompt":"x","top_k":-5})", "top_k", "top_k must be -1 (off), 0 (off) or a positive integer, got -5"},
+      {R"({"prompt":"x","max_tokens":0})", "max_tokens", "max_tokens must be at least 1, got 0"},
+      {R"({"prompt":"x","n":0})", "n", "n must be between 1 and 16, got 0"},
+      {R"({"prompt":"x","n":17})", "n", "n must be between 1 and 16, got 17"},
+      {R"({"prompt":"x","logprobs":21})", "logprobs", "logprobs must be between 0 and 20, got 21"},
+      {R"({"prompt":"x","presence_penalty":2.5})", "presence_penalty",
+       "presence_penalty must be between -2 and 2, got 2.5"},
+      {R"({"prompt":"x","frequency_penalty":-3})", "frequency_penalty",
+       "frequency_penalty must be between -2 and 2, got -3"},
+      {R"({"prompt":"x","repetition_penalty":0})", "repetition_penalty",
+       "repetition_penalty must be in (0, 2], got 0"},
+      {R"({"prompt":"x","stop":["a","b","c","d","e"]})", "stop", "stop may contain at most 4 sequences, got 5"},
+      {R"({"prompt":"x","stop":[""]})", "stop", "stop sequences must not be empty strings"},
+      {R"({"prompt":"x","stream_options":{"include_usage":true}})", "stream_options",
+       "stream_options can only be set when stream is true"},
+  };
+  for (const auto& c : cases) {
+    auto e = completion_error(c.body);
+    EXPECT_EQ(e.param, c.param) << c.body;
+    EXPECT_EQ(e.message, c.message) << c.body;
+    EXPECT_EQ(e.code, "invalid_value") << c.body;
+  }
+}
+
+TEST(OpenAiRequest, TypeErrors) {
+  struct Case {
+    const char* body;
+    const char* param;
+    const char* message;
+  };
+  const Case cases[] = {
+      {R"({"prompt":"x","temperature":"hot"})", "temperature", "temperature must be a number, got string \"hot\""},
+      {R"({"prompt":"x","max_tokens":1.5})", "max_tokens", "max_tokens must be an integer, got number 1.5"},
+      {R"({"prompt":"x","stream":1})", "stream", "stream must be a boolean, got number 1"},
+      {R"({"prompt":"x","stop":5})", "stop", "stop must be a string or an array of strings, got number 5"},
+      {R"({"prompt":"x","stop":["a",1]})", "stop[1]", "stop[1] must be a string, got number 1"},
+      {R"({"prompt":"x","model":3})", "model", "model must be a string, got number 3"},
+      {R"({"prompt":"x","seed":true})", "seed", "seed must be an integer, got boolean true"},
+      {R"({"prompt":"x","stream":true,"stream_options":{"include_usage":"yes"}})", "stream_options.include_usage",
+       "stream_options.include_usage must be a boolean, got string \"yes\""},
+  };
+  for (const auto& c : cases) {
+    auto e = completion_error(c.body);
+    EXPECT_EQ(e.param, c.param) << c.body;
+    EXPECT_EQ(e.message, c.message) << c.body;
+    EXPECT_EQ(e.code, "invalid_type") << c.body;
+  }
+}
+
+TEST(OpenAiRequest, NullMeansNotGiven) {
+  auto r = parse_completion_body(R"({"prompt":"x","temperature":null,"stop":null,"max_tokens":null,"seed":null})");
+  EXPECT_FLOAT_EQ(r.params.sampling.temperature, 1.0f);
+  EXPECT_TRUE(r.params.stop.empty());
+  EXPECT_FALSE(r.params.max_tokens.has_value());
+}
+
+TEST(OpenAiRequest, UnsupportedFeatures) {
+  EXPECT_EQ(completion_error(R"({"prompt":"x","suffix":"tail"})").param, "suffix");
+  EXPECT_EQ(completion_error(R"({"prompt":"x","best_of":3})").param, "best_of");
+  EXPECT_EQ(completion_error(R"({"prompt":"x","logit_bias":{"50256":-100}})").param, "logit_bias");
+  EXPECT_EQ(chat_error(R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})").param,
+            "tools");
+  EXPECT_EQ(chat_error(R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})")
+                .param,
+            "response_format.type");
+}
+
+TEST(OpenAiRequest, MalformedJson) {
+  auto e = completion_error(R"({"prompt": "x",})");
+  EXPECT_EQ(e.code, "invalid_json");
+  EXPECT_NE(e.message.find("invalid JSON body at byte 16"), std::string::npos) << e.message;
+  EXPECT_EQ(completion_error("").code, "invalid_json");
+  auto arr = completion_error("[1,2]");
+  EXPECT_EQ(arr.message, "request body must be a JSON object, got array");
+}
+
+TEST(OpenAiRequest, ChatMessages) {
+  auto r = parse_chat_completion_body(R"({"model":"smol","messages":[
+      {"role":"system","content":"Be brief."},
+      {"role":"user","content":[{"type":"text","text":"part one"},{"type":"text","text":"part two"}],"name":"bob"},
+      {"role":"assistant","content":null},
+      {"role":"developer","content":"dev"}],
+    "max_tokens":10,"max_completion_tokens":20,"logprobs":true,"top_logprobs":3,"stream":true})");
+  ASSERT_EQ(r.messages.size(), 4u);
+  EXPECT_EQ(r.messages[0], (ChatMessage{"system", "Be brief."}));
+  EXPECT_EQ(r.messages[1], (ChatMessage{"user", "part one\npart two"}));
+  EXPECT_EQ(r.messages[2], (ChatMessage{"assistant", ""}));
+  EXPECT_EQ(r.messages[3], (ChatMessage{"system", "dev"}));
+  EXPECT_EQ(r.params.max_tokens, 20);
+  EXPECT_TRUE(r.logprobs);
+  EXPECT_EQ(r.top_logprobs, 3);
+  EXPECT_TRUE(r.add_generation_prompt);
+  EXPECT_TRUE(r.params.stream);
+  EXPECT_FALSE(r.params.include_usage);
+}
+
+TEST(OpenAiRequest, ChatErrors) {
+  struct Case {
+    const char* body;
+    const char* param;
+    const char* code;
+  };
+  const Case cases[] = {
+      {R"({})", "messages", "missing_required_parameter"},
+      {R"({"messages":[]})", "messages", "invalid_value"},
+      {R"({"messages":"hi"})", "messages", "invalid_type"},
+      {R"({"messages":[{"content":"x"}]})", "messages[0].role", "missing_required_parameter"},
+      {R"({"messages":[{"role":"tool","content":"x"}]})", "messages[0].role", "unsupported_value"},
+      {R"({"messages":[{"role":"user"}]})", "messages[0].content", "missing_required_parameter"},
+      {R"({"messages":[{"role":"user","content":5}]})", "messages[0].content", "invalid_type"},
+      {R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]})",
+       "messages[0].content[0].type", "unsupported_value"},
+      {R"({"messages":[{"role":"user","content":[{"type":"text"}]}]})", "messages[0].content[0].text",
+       "missing_required_parameter"},
+      {R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})", "top_logprobs", "invalid_value"},
+      {R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":30})", "top_logprobs",
+       "invalid_value"},
+      {R"({"messages":[{"role":"user","content":"x"}],"logprobs":3})", "logprobs", "invalid_type"},
+      {R"({"messages":[{"role":"user","content":"x"}],"max_completion_tokens":0})", "max_completion_tokens",
+       "invalid_value"},
+      {R"({"messages":[{"role":"assistant","content":"x","tool_calls":[{"id":"1"}]}]})", "messages[0].tool_calls",
+       "unsupported_value"},
+  };
+  for (const auto& c : cases) {
+    auto e = chat_error(c.body);
+    EXPECT_EQ(e.param, c.param) << c.body;
+    EXPECT_EQ(e.code, c.code) << c.body << " -> " << e.message;
+  }
+  EXPECT_EQ(chat_error(R"({"messages":[{"role":"tool","content":"x"}]})").message,
+            "messages[0].role must be one of system, user, assistant, got \"tool\"");
+}
+
+TEST(OpenAiRequest, Limits) {
+  ApiLimits limits;
+  limits.max_n = 2;
+  limits.max_stop = 1;
+  EXPECT_EQ(expect_400([&] { parse_completion_body(R"({"prompt":"x","n":3})", limits); }).param, "n");
+  EXPECT_EQ(expect_400([&] { parse_completion_body(R"({"prompt":"x","stop":["a","b"]})", limits); }).param, "stop");
+}
+
+TEST(OpenAiRequest, Tokenize) {
+  auto p = parse_tokenize_body(R"({"model":"smol","prompt":"Hello"})");
+  EXPECT_FALSE(p.is_chat);
+  EXPECT_EQ(p.prompt, "Hello");
+  EXPECT_TRUE(p.add_special_tokens);
+  auto c = parse_tokenize_body(R"({"messages":[{"role":"user","content":"hi"}],"add_generation_prompt":false})");
+  EXPECT_TRUE(c.is_chat);
+  EXPECT_FALSE(c.add_special_tokens);
+  EXPECT_FALSE(c.add_generation_prompt);
+  EXPECT_EQ(c.messages, (std::vector<ChatMessage>{{"user", "hi"}}));
+  EXPECT_EQ(expect_400([] { parse_tokenize_body("{}"); }).code, "missing_required_parameter");
+  EXPECT_EQ(expect_400([] { parse_tokenize_body(R"({"prompt":"a","messages":[]})"); }).param, "prompt");
+  EXPECT_EQ(expect_400([] { parse_tokenize_body(R"({"prompt":"a","add_special_tokens":"no"})"); }).code,
+            "invalid_type");
+
+  auto d = parse_detokenize_body(R"({"tokens":[1,2,3]})");
+  EXPECT_EQ(d.tokens, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_TRUE(parse_detokenize_body(R"({"tokens":[]})").tokens.empty());
+  EXPECT_EQ(expect_400([] { parse_detokenize_body(R"({"tokens":[1,-1]})"); }).param, "tokens[1]");
+  EXPECT_EQ(expect_400([] { parse_detokenize_body(R"({"tokens":"1 2"})"); }).code, "invalid_type");
+  EXPECT_EQ(expect_400([] { parse_detokenize_body(R"({"tokens":[4294967296]})"); }).param, "tokens[0]");
+}
+
+}  // namespace
+}  // namespace tp
