@@ -1,0 +1,296 @@
+#include "coordinator/engine.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "common/error.h"
+
+namespace tp {
+namespace {
+
+std::string num(int64_t v) { return std::to_string(v); }
+
+}  // namespace
+
+EngineConfig make_engine_config(const Config& cfg, const KvFootprint& fp, int64_t model_max_context, int64_t vocab) {
+  EngineConfig e;
+  SchedulerConfig& s = e.scheduler;
+  s.block_size = int32_t(cfg.cache.block_size);
+  e.kv_budget_bytes = cfg.cache.memory_mb * kMiB;
+  const KvPoolPlan pool = kv_pool_plan(fp, e.kv_budget_bytes, cfg.cache.block_size);
+  if (pool.n_blocks > std::numeric_limits<int32_t>::max())
+    throw InputError(cfg.source + ": cache.memory_mb: " + num(pool.n_blocks) + " blocks exceed the int32 block ids");
+  s.n_blocks = int32_t(pool.n_blocks);
+  s.max_context = cfg.cache.max_context > 0 ? cfg.cache.max_context : model_max_context;
+  s.max_num_seqs = cfg.scheduler.max_num_seqs;
+  s.max_num_batched_tokens = cfg.scheduler.max_num_batched_tokens;
+  s.prefix_caching = cfg.cache.prefix_caching;
+  e.max_queued_requests = cfg.scheduler.max_queued_requests;
+  e.vocab = vocab;
+  e.kv_footprint = fp;
+  return e;
+}
+
+Engine::Engine(EngineConfig cfg, StepExecutor& executor, BlockManagerOptions bm_options)
+    : cfg_(std::move(cfg)), executor_(executor), scheduler_(cfg_.scheduler, std::move(bm_options)) {
+  if (cfg_.max_queued_requests < 1)
+    throw InputError("engine config: max_queued_requests must be >= 1, got " + num(cfg_.max_queued_requests));
+  std::vector<Delivery> none;
+  publish(none);
+}
+
+void Engine::validate(const Request& req) const {
+  const SchedulerConfig& sc = cfg_.scheduler;
+  const int64_t n_prompt = int64_t(req.prompt.size());
+  if (n_prompt == 0) throw InputError("the prompt is empty: a request needs at least one token");
+  for (size_t i = 0; i < req.prompt.size(); ++i) {
+    const int32_t t = req.prompt[i];
+    if (t < 0 || (cfg_.vocab > 0 && t >= cfg_.vocab))
+      throw InputError("prompt token " + num(int64_t(i)) + " is id " + num(t) + ", outside the vocabulary [0, " +
+                       num(cfg_.vocab) + ")");
+  }
+  if (req.max_tokens < 1) throw InputError("max_tokens must be >= 1, got " + num(req.max_tokens));
+  if (n_prompt > sc.max_context || req.max_tokens > sc.max_context - n_prompt)
+    throw InputError("prompt (" + num(n_prompt) + " tokens) + max_tokens (" + num(req.max_tokens) +
+                     ") exceeds the max context of " + num(sc.max_context) + " tokens");
+  // The last generated token is never computed: a request holds at most prompt + max_tokens - 1 positions.
+  const int64_t n_blocks = sc.blocks_for(n_prompt + req.max_tokens - 1);
+  if (sc.reservation == KvReservation::Paged && n_blocks > sc.n_blocks)
+    throw InputError("prompt (" + num(n_prompt) + " tokens) + max_tokens (" + num(req.max_tokens) + ") needs " +
+                     num(n_blocks) + " KV blocks of " + num(sc.block_size) + " tokens, but the whole pool has " +
+                     num(sc.n_blocks));
+  validate_sampling(req.sampling);
+}
+
+int64_t Engine::submit(Request req) {
+  validate(req);
+  auto s = std::make_unique<Sequence>();
+  s->n_prompt = int64_t(req.prompt.size());
+  s->tokens = std::move(req.prompt);
+  s->sampling = req.sampling;
+  s->max_tokens = req.max_tokens;
+  s->ignore_eos = req.ignore_eos;
+  s->eos_ids = std::move(req.eos_ids);
+  s->on_output = std::move(req.on_output);
+  s->times.arrival = std::chrono::steady_clock::now();
+  int64_t id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (n_waiting_published_ + int64_t(inbox_.size()) >= cfg_.max_queued_requests)
+      throw QueueFullError("the server is busy: " + num(cfg_.max_queued_requests) +
+                           " requests are already waiting (scheduler.max_queued_requests)");
+    id = next_id_++;
+    s->id = id;
+    inbox_.push_back(std::move(s));
+    ++n_unfinished_;
+    ++metrics_.n_submitted;
+    ++metrics_.n_waiting;
+  }
+  work_cv_.notify_all();
+  return id;
+}
+
+void Engine::abort(int64_t request_id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    abort_inbox_.push_back(request_id);
+  }
+  work_cv_.notify_all();
+}
+
+bool Engine::has_work() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return n_unfinished_ > 0;
+}
+
+bool Engine::wait_for_work(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return work_cv_.wait_for(lock, timeout, [this] { return n_unfinished_ > 0 || !abort_inbox_.empty(); });
+}
+
+EngineMetrics Engine::metrics() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return metrics_;
+}
+
+bool Engine::step() {
+  std::vector<Delivery> deliveries;
+  last_step_ = {};
+  const bool applied = apply_inbox(deliveries);
+  ScheduledStep s = schedule();
+  if (!s.empty()) postprocess(s, run(s, deliveries), deliveries);
+  publish(deliveries);
+  return applied || !s.empty() || !s.preempted.empty();
+}
+
+void Engine::run_until_idle() {
+  while (has_work())
+    if (!step() && has_work())
+      throw Error("engine stalled: " + num(scheduler_.n_waiting()) + " waiting and " + num(scheduler_.n_running()) +
+                  " running requests, but nothing could be scheduled");
+}
+
+void Engine::shutdown() {
+  std::vector<Delivery> deliveries;
+  apply_inbox(deliveries);
+  for (int64_t id : scheduler_.running_ids()) finish(id, FinishReason::Abort, "", deliveries);
+  for (int64_t id : scheduler_.waiting_ids()) finish(id, FinishReason::Abort, "", deliveries);
+  publish(deliveries);
+  executor_.shutdown();
+}
+
+bool Engine::apply_inbox(std::vector<Delivery>& deliveries) {
+  std::vector<std::unique_ptr<Sequence>> submits;
+  std::vector<int64_t> aborts;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    submits.swap(inbox_);
+    aborts.swap(abort_inbox_);
+  }
+  for (auto& s : submits) scheduler_.add(std::move(s));
+  for (int64_t id : aborts)
+    if (scheduler_.find(id)) finish(id, FinishReason::Abort, "", deliveries);
+  return !submits.empty() || !aborts.empty();
+}
+
+ScheduledStep Engine::schedule() {
+  ScheduledStep s = scheduler_.schedule();
+  for (const SeqPlan& sp : s.plan.seqs) last_step_.scheduled.emplace_back(sp.seq_id, int64_t(sp.tokens.size()));
+  last_step_.preempted = s.preempted;
+  last_step_.admitted = s.admitted;
+  return s;
+}
+
+StepResult Engine::run(ScheduledStep& s, std::vector<Delivery>& deliveries) {
+  StepResult result;
+  try {
+    executor_.execute(s.plan, result);
+    size_t k = 0;
+    for (const SeqPlan& sp : s.plan.seqs) {
+      if (!sp.want_logits) continue;
+      if (k >= result.seq_ids.size() || result.seq_ids[k] != sp.seq_id || result.tokens.size() != result.seq_ids.size())
+        throw Error("step " + num(int64_t(s.plan.step_id)) + ": the executor's result does not match the plan");
+      ++k;
+    }
+    if (k != result.seq_ids.size())
+      throw Error("step " + num(int64_t(s.plan.step_id)) + ": the executor returned extra tokens");
+  } catch (const std::exception& e) {
+    fail_all(e.what(), deliveries);
+    publish(deliveries);
+    throw;
+  }
+  ++n_steps_;
+  return result;
+}
+
+FinishReason Engine::stop_reason(const Sequence& s, int32_t token) const {
+  if (!s.ignore_eos && ((cfg_.is_eog && cfg_.is_eog(token)) ||
+                        std::find(s.eos_ids.begin(), s.eos_ids.end(), token) != s.eos_ids.end()))
+    return FinishReason::Stop;
+  if (s.n_generated() >= s.max_tokens) return FinishReason::Length;
+  return FinishReason::None;
+}
+
+void Engine::postprocess(const ScheduledStep& s, const StepResult& result, std::vector<Delivery>& deliveries) {
+  scheduler_.commit(s);
+  const auto now = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < result.seq_ids.size(); ++i) {
+    Sequence& q = *scheduler_.find(result.seq_ids[i]);
+    const int32_t token = result.tokens[i];
+    q.tokens.push_back(token);
+    if (q.n_generated() == 1) q.times.first_token = now;
+    q.times.last_token = now;
+    ++n_generation_tokens_;
+    const FinishReason reason = stop_reason(q, token);
+    RequestOutput out;
+    out.request_id = q.id;
+    out.new_tokens = {token};
+    out.finished = reason != FinishReason::None;
+    out.finish_reason = reason;
+    out.n_prompt_tokens = q.n_prompt;
+    out.n_generated = q.n_generated();
+    out.times = q.times;
+    if (!out.finished) {
+      deliveries.push_back({q.on_output, std::move(out)});
+      continue;
+    }
+    std::unique_ptr<Sequence> done = scheduler_.remove(q.id);
+    last_step_.finished.push_back(done->id);
+    ++n_finished_;
+    deliveries.push_back({std::move(done->on_output), std::move(out)});
+  }
+}
+
+void Engine::finish(int64_t id, FinishReason reason, const std::string& error, std::vector<Delivery>& deliveries) {
+  std::unique_ptr<Sequence> done = scheduler_.remove(id);
+  if (!done) return;
+  RequestOutput out;
+  out.request_id = id;
+  out.finished = true;
+  out.finish_reason = reason;
+  out.error = error;
+  out.n_prompt_tokens = done->n_prompt;
+  out.n_generated = done->n_generated();
+  out.times = done->times;
+  last_step_.finished.push_back(id);
+  ++n_finished_;
+  if (reason == FinishReason::Abort) ++n_aborted_;
+  deliveries.push_back({std::move(done->on_output), std::move(out)});
+}
+
+void Engine::fail_all(const std::string& error, std::vector<Delivery>& deliveries) {
+  apply_inbox(deliveries);
+  for (int64_t id : scheduler_.running_ids()) finish(id, FinishReason::Error, error, deliveries);
+  for (int64_t id : scheduler_.waiting_ids()) finish(id, FinishReason::Error, error, deliveries);
+}
+
+void Engine::publish(std::vector<Delivery>& deliveries) {
+  const BlockManager& bm = scheduler_.block_manager();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    n_unfinished_ = scheduler_.n_running() + scheduler_.n_waiting() + int64_t(inbox_.size());
+    n_waiting_published_ = scheduler_.n_waiting();
+    EngineMetrics& m = metrics_;
+    m.n_running = scheduler_.n_running();
+    m.n_waiting = scheduler_.n_waiting() + int64_t(inbox_.size());
+    m.n_blocks = bm.n_blocks();
+    m.n_blocks_in_use = bm.n_in_use();
+    m.kv_usage = bm.usage();
+    m.prefix_query_tokens = bm.prefix_stats().n_query_tokens;
+    m.prefix_hit_tokens = bm.prefix_stats().n_hit_tokens;
+    m.n_prompt_tokens = scheduler_.n_prompt_tokens();
+    m.n_generation_tokens = n_generation_tokens_;
+    m.n_computed_tokens = scheduler_.n_computed_tokens();
+    m.n_preemptions = scheduler_.n_preemptions();
+    m.n_steps = n_steps_;
+    m.n_finished = n_finished_;
+    m.n_aborted = n_aborted_;
+  }
+  for (Delivery& d : deliveries)
+    if (d.callback) d.callback(d.output);
+  deliveries.clear();
+}
+
+std::string Engine::startup_report() const {
+  const SchedulerConfig& sc = cfg_.scheduler;
+  const KvFootprint& fp = cfg_.kv_footprint;
+  std::string r;
+  if (fp.bytes_per_token > 0) {
+    const int64_t budget =
+        cfg_.kv_budget_bytes > 0 ? cfg_.kv_budget_bytes : int64_t(sc.n_blocks) * sc.block_size * fp.bytes_per_token;
+    r = capacity_report(fp, budget, sc.block_size, sc.max_context);
+  } else {
+    r = "KV pool: " + num(sc.n_blocks) + " blocks of " + num(sc.block_size) + " tokens = " +
+        num(int64_t(sc.n_blocks) * sc.block_size) + " tokens\n";
+  }
+  if (sc.reservation == KvReservation::Static)
+    r += "scheduler: static reservation of " + num(sc.max_context) + " tokens per request: at most " +
+         num(sc.n_blocks / sc.blocks_for(sc.max_context)) + " running";
+  else
+    r += "scheduler: paged KV (blocks on demand, preemption by recompute)";
+  r += ", max_num_seqs " + num(sc.max_num_seqs) + ", max_num_batched_tokens " + num(sc.max_num_batched_tokens) +
+       ", prefix caching " + (sc.prefix_caching ? "on" : "off") + "\n";
+  return r;
+}
+
+}  // namespace tp

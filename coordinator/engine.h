@@ -1,0 +1,153 @@
+// Engine: the coordinator's serving loop over one TP group. Requests come in (submit, from any thread),
+// the Scheduler batches them, the StepExecutor runs each StepPlan on the ranks, and every request gets its
+// tokens back through its callback as they are sampled.
+//
+//   bool Engine::step():  schedule → run → postprocess      (nano-vllm's three lines)
+//
+// Postprocess: record the planned tokens as computed (BlockManager::commit_tokens, so full blocks enter
+// the prefix index), append the sampled tokens, check stops (max_tokens → "length"; an eos id or is_eog
+// unless ignore_eos → "stop"; the stop token is delivered), deliver outputs, free finished sequences.
+//
+// Threads. submit(), abort(), has_work(), wait_for_work() and metrics() may be called from any thread.
+// step(), run_until_idle() and shutdown() run on the engine thread — the only thread that calls the
+// executor (and so the only one making MPI calls). Submits and aborts are queued and take effect at the
+// start of the next step(); callbacks run on the engine thread with no engine lock held.
+//
+// Failure: when the executor throws (a rank died or timed out), every request — running and waiting —
+// is finished with FinishReason::Error and the message, and step() rethrows.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "coordinator/request.h"
+#include "coordinator/scheduler.h"
+#include "coordinator/step_executor.h"
+#include "kvstore/capacity.h"
+
+namespace tp {
+
+struct EngineConfig {
+  SchedulerConfig scheduler;
+  int64_t max_queued_requests = 1024;  // waiting (not yet running) requests before QueueFullError, >= 1
+  int64_t vocab = 0;                   // > 0: prompt token ids are checked against [0, vocab)
+  std::function<bool(int32_t)> is_eog; // end-of-generation tokens (Tokenizer::is_eog); empty: none
+  // For the start-up report (per rank). kv_budget_bytes 0: n_blocks x block bytes.
+  KvFootprint kv_footprint;
+  int64_t kv_budget_bytes = 0;
+};
+
+// The engine config of a served model: the scheduler and cache sections of `cfg`; n_blocks =
+// kv_pool_plan(fp, cache.memory_mb MiB, block_size).n_blocks — the same count ModelGroup gives its KvPool
+// (fp must be the per-rank footprint of the F32 pool); max_context = cache.max_context, or the model's.
+EngineConfig make_engine_config(const Config& cfg, const KvFootprint& fp, int64_t model_max_context, int64_t vocab);
+
+// Counters for /metrics, snapshot after the latest step. Formulas:
+//   kv_usage             = n_blocks_in_use / n_blocks (blocks held by running sequences)
+//   prefix_hit_rate      = prefix_hit_tokens / prefix_query_tokens (per allocation, readmissions included)
+//   n_prompt_tokens      = sum of prompt lengths over requests admitted (counted once per request)
+//   n_generation_tokens  = tokens delivered to requests
+//   n_computed_tokens    = tokens run through the model (prefill + decode, recomputation included)
+struct EngineMetrics {
+  int64_t n_running = 0;
+  int64_t n_waiting = 0;             // in the scheduler's queue plus submitted but not yet seen by a step
+  int64_t n_blocks = 0;
+  int64_t n_blocks_in_use = 0;
+  double kv_usage = 0;
+  int64_t prefix_query_tokens = 0;
+  int64_t prefix_hit_tokens = 0;
+  int64_t n_prompt_tokens = 0;
+  int64_t n_generation_tokens = 0;
+  int64_t n_computed_tokens = 0;
+  int64_t n_preemptions = 0;
+  int64_t n_steps = 0;               // forwards run
+  int64_t n_submitted = 0;
+  int64_t n_finished = 0;            // every reason
+  int64_t n_aborted = 0;
+};
+
+// What the latest step did (tests, debugging).
+struct StepRecord {
+  std::vector<std::pair<int64_t, int64_t>> scheduled;  // (request id, tokens planned), plan order
+  std::vector<int64_t> preempted;
+  std::vector<int64_t> admitted;
+  std::vector<int64_t> finished;                       // finished in this step, aborts included
+};
+
+class Engine {
+ public:
+  // Throws InputError for an invalid config. The executor must outlive the engine.
+  Engine(EngineConfig cfg, StepExecutor& executor, BlockManagerOptions bm_options = {});
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Validates and queues a request; returns its id (0, 1, 2, ... in submit order). Throws InputError: empty
+  // prompt, bad token id or sampling value, max_tokens < 1, prompt + max_tokens > max_context, or (paged)
+  // more tokens than the whole pool holds — such a request could never finish. QueueFullError when
+  // max_queued_requests are waiting. Nothing is queued when it throws.
+  int64_t submit(Request req);
+  // Aborts a waiting or running request at the next step: its blocks are freed and it gets a finished
+  // output with FinishReason::Abort. Unknown or finished ids are ignored.
+  void abort(int64_t request_id);
+
+  // One engine iteration. Returns true when it did anything (a forward ran, or a submit/abort was applied).
+  bool step();
+  // Steps until no request is left. Throws Error if the engine cannot make progress (a bug).
+  void run_until_idle();
+  // Aborts every request and shuts the executor down. Engine thread.
+  void shutdown();
+
+  // Any unfinished request (submitted, waiting or running)?
+  bool has_work() const;
+  // Blocks until has_work() or the timeout; returns has_work(). For an idle engine thread.
+  bool wait_for_work(std::chrono::milliseconds timeout);
+
+  EngineMetrics metrics() const;
+  // The KV capacity lines (kvstore/capacity.h capacity_report) and the scheduler's limits.
+  std::string startup_report() const;
+
+  // Engine thread only.
+  const Scheduler& scheduler() const { return scheduler_; }
+  const StepRecord& last_step() const { return last_step_; }
+  const EngineConfig& config() const { return cfg_; }
+
+ private:
+  struct Delivery {
+    OutputCallback callback;
+    RequestOutput output;
+  };
+
+  void validate(const Request& req) const;
+  bool apply_inbox(std::vector<Delivery>& deliveries);  // true when it applied anything
+  ScheduledStep schedule();                             // Scheduler::schedule, recorded in last_step_
+  StepResult run(ScheduledStep& s, std::vector<Delivery>& deliveries);
+  void postprocess(const ScheduledStep& s, const StepResult& result, std::vector<Delivery>& deliveries);
+  void finish(int64_t id, FinishReason reason, const std::string& error, std::vector<Delivery>& deliveries);
+  void fail_all(const std::string& error, std::vector<Delivery>& deliveries);
+  void publish(std::vector<Delivery>& deliveries);
+  FinishReason stop_reason(const Sequence& s, int32_t token) const;
+
+  const EngineConfig cfg_;
+  StepExecutor& executor_;
+  Scheduler scheduler_;
+  StepRecord last_step_;
+  int64_t n_generation_tokens_ = 0, n_steps_ = 0, n_finished_ = 0, n_aborted_ = 0;
+
+  mutable std::mutex mu_;  // guards everything below
+  std::condition_variable work_cv_;
+  std::vector<std::unique_ptr<Sequence>> inbox_;
+  std::vector<int64_t> abort_inbox_;
+  int64_t next_id_ = 0;
+  int64_t n_unfinished_ = 0;       // submitted and not yet finished
+  int64_t n_waiting_published_ = 0;
+  EngineMetrics metrics_;
+};
+
+}  // namespace tp

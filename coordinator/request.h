@@ -1,0 +1,94 @@
+// What a client hands the engine (Request) and what it gets back, token by token (RequestOutput).
+// The HTTP server builds a Request from prompt token ids and sampling options, calls Engine::submit, and
+// receives RequestOutputs through the request's callback (on the engine thread) — OutputQueue is a
+// ready-made thread-safe sink for a consumer on another thread.
+//
+// Timing: every RequestOutput carries the request's RequestTimes (steady clock), from which
+//   TTFT     = first_token - arrival
+//   mean ITL = (last_token - first_token) / (n_generated - 1)      (n_generated >= 2)
+//   e2e      = last_token - arrival
+#pragma once
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+#include "common/sampling_params.h"
+
+namespace tp {
+
+using SteadyTime = std::chrono::steady_clock::time_point;
+
+// Why a request ended. Stop: an end-of-generation token (emitted as the last token). Length: max_tokens
+// reached. Abort: Engine::abort. Error: the executor failed (a rank died); the message says why.
+enum class FinishReason : uint8_t { None, Stop, Length, Abort, Error };
+// "", "stop", "length", "abort", "error" (OpenAI's finish_reason values where they exist).
+std::string_view finish_reason_name(FinishReason r);
+
+struct RequestTimes {
+  SteadyTime arrival{};      // submit() returned
+  SteadyTime first_token{};  // first generated token emitted; epoch until then
+  SteadyTime last_token{};   // latest generated token emitted; epoch until then
+};
+
+// One delivery for one request: the tokens generated since the previous delivery (usually one), and,
+// on the last delivery, finished = true with the reason. Finished deliveries may carry no token (abort).
+struct RequestOutput {
+  int64_t request_id = -1;
+  std::vector<int32_t> new_tokens;
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::None;
+  std::string error;            // finish_reason == Error: what failed
+  int64_t n_prompt_tokens = 0;
+  int64_t n_generated = 0;      // generated so far, new_tokens included
+  RequestTimes times;
+};
+
+// Called on the engine thread, never while the engine holds a lock (it may call submit/abort). Must not
+// block for long: the whole batch waits.
+using OutputCallback = std::function<void(const RequestOutput&)>;
+
+struct Request {
+  std::vector<int32_t> prompt;     // token ids, non-empty, each >= 0 (and < vocab when the engine knows it)
+  SamplingParams sampling;         // validated: temperature >= 0, top_p in (0, 1], top_k >= 0, min_p in [0, 1]
+  int64_t max_tokens = 16;         // >= 1; prompt + max_tokens <= the engine's max context
+  bool ignore_eos = false;         // true: only max_tokens (or abort) ends it
+  std::vector<int32_t> eos_ids;    // extra stop tokens, on top of the engine's is_eog
+  OutputCallback on_output;        // may be empty (the request runs; nothing is delivered)
+};
+
+// submit() when max_queued_requests are already waiting (HTTP 429). Not an InputError: the request is
+// fine, the server is busy.
+struct QueueFullError : Error {
+  using Error::Error;
+};
+
+// Throws InputError naming the first out-of-range field (same rules as StepPlan deserialization).
+void validate_sampling(const SamplingParams& p);
+
+// A thread-safe FIFO of outputs: the engine pushes (as a request's callback), another thread pops.
+class OutputQueue {
+ public:
+  void push(const RequestOutput& out);
+  // Waits up to `timeout` for an output; nullopt on timeout.
+  std::optional<RequestOutput> pop(std::chrono::milliseconds timeout);
+  std::optional<RequestOutput> try_pop();
+  // A callback that pushes into this queue (the queue must outlive the request).
+  OutputCallback sink() {
+    return [this](const RequestOutput& o) { push(o); };
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<RequestOutput> q_;
+};
+
+}  // namespace tp

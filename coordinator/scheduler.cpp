@@ -1,0 +1,187 @@
+#include "coordinator/scheduler.h"
+
+#include <algorithm>
+#include <string>
+
+#include "common/error.h"
+
+namespace tp {
+namespace {
+
+BlockManagerOptions with_caching(BlockManagerOptions o, bool prefix_caching) {
+  o.enable_prefix_caching = prefix_caching;
+  return o;
+}
+
+}  // namespace
+
+void SchedulerConfig::validate() const {
+  auto need = [](bool ok, const std::string& what) {
+    if (!ok) throw InputError("scheduler config: " + what);
+  };
+  need(n_blocks >= 1, "n_blocks must be >= 1, got " + std::to_string(n_blocks));
+  need(block_size >= 1, "block_size must be >= 1, got " + std::to_string(block_size));
+  need(max_num_seqs >= 1, "max_num_seqs must be >= 1, got " + std::to_string(max_num_seqs));
+  need(max_num_batched_tokens >= 1,
+       "max_num_batched_tokens must be >= 1, got " + std::to_string(max_num_batched_tokens));
+  need(max_context >= 1, "max_context must be >= 1, got " + std::to_string(max_context));
+  if (reservation == KvReservation::Static)
+    need(blocks_for(max_context) <= n_blocks,
+         "static reservation of max_context = " + std::to_string(max_context) + " tokens needs " +
+             std::to_string(blocks_for(max_context)) + " blocks of " + std::to_string(block_size) +
+             " tokens, but the pool has " + std::to_string(n_blocks));
+}
+
+Scheduler::Scheduler(const SchedulerConfig& cfg, BlockManagerOptions bm_options)
+    : cfg_((cfg.validate(), cfg)),
+      bm_(cfg.n_blocks, cfg.block_size, with_caching(std::move(bm_options), cfg.prefix_caching)) {}
+
+void Scheduler::add(std::unique_ptr<Sequence> seq) {
+  if (!seq || seq->tokens.empty()) throw Error("Scheduler::add: empty sequence");
+  const int64_t id = seq->id;
+  if (id < 0 || seqs_.count(id)) throw Error("Scheduler::add: bad or duplicate sequence id " + std::to_string(id));
+  waiting_.push_back(seq.get());
+  seqs_.emplace(id, std::move(seq));
+}
+
+std::unique_ptr<Sequence> Scheduler::remove(int64_t id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return nullptr;
+  Sequence* s = it->second.get();
+  if (auto r = std::find(running_.begin(), running_.end(), s); r != running_.end()) {
+    bm_.free(id);
+    running_.erase(r);
+  } else {
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), s));
+  }
+  std::unique_ptr<Sequence> out = std::move(it->second);
+  seqs_.erase(it);
+  return out;
+}
+
+Sequence* Scheduler::find(int64_t id) {
+  auto it = seqs_.find(id);
+  return it == seqs_.end() ? nullptr : it->second.get();
+}
+
+std::vector<int64_t> Scheduler::running_ids() const {
+  std::vector<int64_t> ids;
+  for (const Sequence* s : running_) ids.push_back(s->id);
+  return ids;
+}
+
+std::vector<int64_t> Scheduler::waiting_ids() const {
+  std::vector<int64_t> ids;
+  for (const Sequence* s : waiting_) ids.push_back(s->id);
+  return ids;
+}
+
+std::vector<Sequence*> Scheduler::running_in_plan_order() const {
+  std::vector<Sequence*> order;
+  order.reserve(running_.size());
+  auto remaining = [this](const Sequence* s) { return int64_t(s->tokens.size()) - bm_.n_computed(s->id); };
+  for (Sequence* s : running_)
+    if (remaining(s) == 1) order.push_back(s);
+  for (Sequence* s : running_)
+    if (remaining(s) > 1) order.push_back(s);
+  return order;
+}
+
+Sequence* Scheduler::pick_victim(const std::unordered_set<int64_t>& planned) const {
+  Sequence* victim = nullptr;
+  for (Sequence* s : running_)
+    if (!planned.count(s->id) && (!victim || s->admit_order > victim->admit_order)) victim = s;
+  return victim;
+}
+
+void Scheduler::preempt(Sequence& s, ScheduledStep& out) {
+  bm_.free(s.id);
+  running_.erase(std::find(running_.begin(), running_.end(), &s));
+  waiting_.push_front(&s);
+  ++s.n_preemptions;
+  ++n_preemptions_;
+  out.preempted.push_back(s.id);
+}
+
+bool Scheduler::reserve_slots(Sequence& s, int64_t n_slots, const std::unordered_set<int64_t>& planned,
+                              ScheduledStep& out) {
+  for (;;) {
+    const int64_t need = n_slots - bm_.n_slots(s.id);
+    if (need <= 0) return true;
+    if (bm_.can_append(s.id, need)) {
+      AppendResult r = bm_.append_slots(s.id, need);
+      out.plan.block_copies.insert(out.plan.block_copies.end(), r.copies.begin(), r.copies.end());
+      return true;
+    }
+    Sequence* victim = pick_victim(planned);  // never null: s itself is running and not planned
+    preempt(*victim, out);
+    if (victim == &s) return false;
+  }
+}
+
+void Scheduler::plan_tokens(const Sequence& s, int64_t start, int64_t n, ScheduledStep& out) const {
+  SeqPlan sp;
+  sp.seq_id = s.id;
+  sp.tokens.assign(s.tokens.begin() + start, s.tokens.begin() + start + n);
+  sp.start_pos = start;
+  const std::vector<int32_t>& table = bm_.block_table(s.id);
+  sp.block_table.assign(table.begin(), table.begin() + cfg_.blocks_for(start + n));
+  sp.want_logits = start + n == int64_t(s.tokens.size());
+  sp.sampling = s.sampling;
+  out.plan.seqs.push_back(std::move(sp));
+}
+
+void Scheduler::admit(int64_t& budget, ScheduledStep& out) {
+  const bool is_static = cfg_.reservation == KvReservation::Static;
+  while (!waiting_.empty() && budget > 0 && int64_t(running_.size()) < cfg_.max_num_seqs) {
+    Sequence& s = *waiting_.front();
+    const AllocPlan p = bm_.can_allocate(s.id, s.tokens, is_static ? kAllTokens : budget);
+    // Static: the rest of the max_context reservation comes from the blocks the plan leaves available.
+    const int64_t extra_blocks = is_static ? cfg_.blocks_for(cfg_.max_context) - cfg_.blocks_for(p.n_slot_tokens) : 0;
+    if (!p.fits || p.n_new_blocks + extra_blocks > p.n_available) break;
+    const int64_t cached = bm_.allocate(p);
+    if (is_static && cfg_.max_context > p.n_slot_tokens) {
+      const AppendResult r = bm_.append_slots(s.id, cfg_.max_context - p.n_slot_tokens);
+      out.plan.block_copies.insert(out.plan.block_copies.end(), r.copies.begin(), r.copies.end());
+    }
+    const int64_t n = std::min<int64_t>(budget, int64_t(s.tokens.size()) - cached);
+    waiting_.pop_front();
+    running_.push_back(&s);
+    s.admit_order = next_admit_order_++;
+    if (!s.ever_admitted) {
+      s.ever_admitted = true;
+      ++n_first_admissions_;
+      n_prompt_tokens_ += s.n_prompt;
+    }
+    out.admitted.push_back(s.id);
+    plan_tokens(s, cached, n, out);
+    budget -= n;
+  }
+}
+
+ScheduledStep Scheduler::schedule() {
+  ScheduledStep out;
+  int64_t budget = cfg_.max_num_batched_tokens;
+  std::unordered_set<int64_t> planned;
+  for (Sequence* s : running_in_plan_order()) {
+    if (budget == 0) break;
+    if (std::find(running_.begin(), running_.end(), s) == running_.end()) continue;  // preempted just now
+    const int64_t computed = bm_.n_computed(s->id);
+    const int64_t n = std::min<int64_t>(int64_t(s->tokens.size()) - computed, budget);
+    if (!reserve_slots(*s, computed + n, planned, out)) continue;
+    plan_tokens(*s, computed, n, out);
+    planned.insert(s->id);
+    budget -= n;
+  }
+  if (out.preempted.empty()) admit(budget, out);
+  return out;
+}
+
+void Scheduler::commit(const ScheduledStep& step) {
+  for (const SeqPlan& sp : step.plan.seqs) {
+    bm_.commit_tokens(sp.seq_id, sp.tokens);
+    n_computed_tokens_ += int64_t(sp.tokens.size());
+  }
+}
+
+}  // namespace tp

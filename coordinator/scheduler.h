@@ -1,0 +1,112 @@
+// Scheduler: continuous batching over a paged KV cache (vLLM v1 style). It owns the waiting queue, the
+// running set and the BlockManager, and turns them into one StepPlan per engine step. It never touches
+// tensors and never calls the executor (the Engine does).
+//
+// One schedule() (token budget B = max_num_batched_tokens):
+//   1. running decodes (remaining == 1), in admission order, one token each;
+//   2. running partial prefills, in admission order, min(remaining, budget left) tokens each (chunked
+//      prefill: a long prompt takes several steps, mixed with the decodes of others);
+//   3. unless a preemption happened in this step: admit from the FRONT of the waiting queue (strict FCFS —
+//      a head that does not fit blocks the rest) while the budget and max_num_seqs allow and its blocks
+//      fit (BlockManager::can_allocate). Prefix-cache hits are whole blocks whose tokens are not computed.
+// Growth: before a running sequence's tokens are planned, its slots are extended (append_slots, with
+// copy-on-write copies put into the plan). When the pool cannot supply a block, the most recently admitted
+// running sequence not yet planned in this step is preempted (recompute): its blocks are freed and it goes
+// to the FRONT of the waiting queue; if that victim is the sequence itself, it is skipped this step.
+// On readmission its prompt + generated tokens are computed again (minus prefix hits).
+//
+// Reservation (KvReservation):
+//   Paged   blocks are taken as tokens are scheduled (the prefill chunk at admission, then growth).
+//   Static  admission reserves slots for max_context tokens at once (the pre-paged baseline): no growth,
+//           no preemption, fewer sequences admitted. For the static-vs-paged benchmark.
+//
+// Not thread-safe: the engine thread only.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "coordinator/sequence.h"
+#include "kvstore/block_manager.h"
+#include "parallel/step_plan.h"
+
+namespace tp {
+
+enum class KvReservation : uint8_t { Paged, Static };
+
+struct SchedulerConfig {
+  int32_t n_blocks = 0;                   // KV blocks in the pool (every rank has this many), >= 1
+  int32_t block_size = kDefaultBlockSize; // tokens per block, >= 1
+  int64_t max_num_seqs = 64;              // running sequences, >= 1
+  int64_t max_num_batched_tokens = 2048;  // tokens planned per step, >= 1
+  int64_t max_context = 2048;             // tokens per sequence (prompt + generated), >= 1
+  bool prefix_caching = true;
+  KvReservation reservation = KvReservation::Paged;
+
+  // Throws InputError naming the first bad field (and, for Static, a pool that holds no reservation).
+  void validate() const;
+  int32_t blocks_for(int64_t n_tokens) const { return int32_t((n_tokens + block_size - 1) / block_size); }
+};
+
+// The result of one schedule(): the plan and what the planning did to the queues.
+struct ScheduledStep {
+  StepPlan plan;                   // seqs: decodes, then prefill chunks, then admissions; CoW block copies
+  std::vector<int64_t> preempted;  // preempted while planning, in order (now at the front of waiting)
+  std::vector<int64_t> admitted;   // moved from waiting to running while planning, in order
+  bool empty() const { return plan.seqs.empty(); }
+};
+
+class Scheduler {
+ public:
+  // Throws InputError when cfg is invalid. bm_options.enable_prefix_caching is taken from cfg.
+  explicit Scheduler(const SchedulerConfig& cfg, BlockManagerOptions bm_options = {});
+
+  // Appends a new sequence to the back of the waiting queue. Its id must be unused.
+  void add(std::unique_ptr<Sequence> seq);
+  // Removes a waiting or running sequence, freeing its blocks (abort, finish). nullptr when unknown.
+  std::unique_ptr<Sequence> remove(int64_t id);
+
+  // Plans one step (allocating and growing block tables, preempting as needed). Empty when nothing runs.
+  ScheduledStep schedule();
+  // After the step ran: records every planned token as computed (full blocks enter the prefix index).
+  void commit(const ScheduledStep& step);
+
+  // A waiting or running sequence; nullptr when unknown.
+  Sequence* find(int64_t id);
+  std::vector<int64_t> running_ids() const;  // admission order
+  std::vector<int64_t> waiting_ids() const;  // queue order (front first)
+  int64_t n_running() const { return int64_t(running_.size()); }
+  int64_t n_waiting() const { return int64_t(waiting_.size()); }
+  bool idle() const { return running_.empty() && waiting_.empty(); }
+
+  const SchedulerConfig& config() const { return cfg_; }
+  const BlockManager& block_manager() const { return bm_; }
+
+  // Counters since construction.
+  int64_t n_preemptions() const { return n_preemptions_; }
+  int64_t n_first_admissions() const { return n_first_admissions_; }
+  int64_t n_prompt_tokens() const { return n_prompt_tokens_; }      // sum of n_prompt over first admissions
+  int64_t n_computed_tokens() const { return n_computed_tokens_; }  // tokens committed, recompute included
+
+ private:
+  std::vector<Sequence*> running_in_plan_order() const;
+  // Grows s's slots to n_slots, preempting as needed. False when s itself was preempted.
+  bool reserve_slots(Sequence& s, int64_t n_slots, const std::unordered_set<int64_t>& planned, ScheduledStep& out);
+  Sequence* pick_victim(const std::unordered_set<int64_t>& planned) const;
+  void preempt(Sequence& s, ScheduledStep& out);
+  void admit(int64_t& budget, ScheduledStep& out);
+  void plan_tokens(const Sequence& s, int64_t start, int64_t n, ScheduledStep& out) const;
+
+  SchedulerConfig cfg_;
+  BlockManager bm_;
+  std::unordered_map<int64_t, std::unique_ptr<Sequence>> seqs_;  // waiting and running
+  std::deque<Sequence*> waiting_;
+  std::vector<Sequence*> running_;                                // admission order
+  int64_t next_admit_order_ = 0;
+  int64_t n_preemptions_ = 0, n_first_admissions_ = 0, n_prompt_tokens_ = 0, n_computed_tokens_ = 0;
+};
+
+}  // namespace tp

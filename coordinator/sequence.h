@@ -1,0 +1,38 @@
+// The scheduler's state of one request: its tokens (prompt, then generated), stop rules, and bookkeeping.
+// Owned by the Scheduler while waiting or running; handed back to the Engine when it finishes.
+//
+// Token accounting (positions are indices into `tokens`):
+//   tokens      = prompt [n_prompt] ++ generated [n_generated()]
+//   computed    = positions whose K/V is in the cache (BlockManager::n_computed while running; 0 waiting)
+//   remaining   = tokens.size() - computed; a decode has remaining == 1 (its last sampled token)
+// The newest generated token is never computed before the next step samples from it, so a running
+// sequence always has remaining >= 1. After preemption (recompute) computed drops to 0 — or to the
+// prefix-cache hit on readmission — and the whole of `tokens` is computed again; tokens already
+// delivered are never delivered again.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "coordinator/request.h"
+
+namespace tp {
+
+struct Sequence {
+  int64_t id = -1;
+  std::vector<int32_t> tokens;   // [n_prompt + n_generated]
+  int64_t n_prompt = 0;
+  SamplingParams sampling;
+  int64_t max_tokens = 0;
+  bool ignore_eos = false;
+  std::vector<int32_t> eos_ids;
+  OutputCallback on_output;
+  RequestTimes times;
+
+  int64_t admit_order = -1;      // increases with every (re)admission; the preemption victim has the largest
+  int64_t n_preemptions = 0;     // times this sequence was preempted
+  bool ever_admitted = false;
+
+  int64_t n_generated() const { return int64_t(tokens.size()) - n_prompt; }
+};
+
+}  // namespace tp
