@@ -155,7 +155,9 @@ Config parse_config(const std::string& yaml_text, const std::string& source, con
              {"max_num_batched_tokens",
               [&](auto& n, auto& k) { c.scheduler.max_num_batched_tokens = r.integer(n, k, 1, 1 << 24); }},
              {"max_queued_requests",
-              [&](auto& n, auto& k) { c.scheduler.max_queued_requests = r.integer(n, k, 1, 1 << 24); }}});
+              [&](auto& n, auto& k) { c.scheduler.max_queued_requests = r.integer(n, k, 1, 1 << 24); }},
+             {"kv_reservation",
+              [&](auto& n, auto& k) { c.scheduler.kv_reservation = r.one_of(n, k, {"paged", "static"}); }}});
   r.section(root, "server",
             {{"host", [&](auto& n, auto& k) { c.server.host = r.string(n, k); }},
              {"port", [&](auto& n, auto& k) { c.server.port = r.integer(n, k, 0, 65535); }},

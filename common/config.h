@@ -31,6 +31,7 @@ struct SchedulerSection {
   int64_t max_num_seqs = 64;              // running sequences per step, >= 1
   int64_t max_num_batched_tokens = 2048;  // tokens per step, >= 1
   int64_t max_queued_requests = 1024;     // waiting requests before 429, >= 1
+  std::string kv_reservation = "paged";   // "paged": blocks as tokens arrive; "static": max_context per request
 };
 
 struct ServerSection {

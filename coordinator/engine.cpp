@@ -25,6 +25,7 @@ EngineConfig make_engine_config(const Config& cfg, const KvFootprint& fp, int64_
   s.max_num_seqs = cfg.scheduler.max_num_seqs;
   s.max_num_batched_tokens = cfg.scheduler.max_num_batched_tokens;
   s.prefix_caching = cfg.cache.prefix_caching;
+  s.reservation = cfg.scheduler.kv_reservation == "static" ? KvReservation::Static : KvReservation::Paged;
   e.max_queued_requests = cfg.scheduler.max_queued_requests;
   e.vocab = vocab;
   e.kv_footprint = fp;

@@ -1,15 +1,17 @@
-// `tpserve generate`: one prompt, greedy or sampled, printed as it is produced; then prefill and decode tok/s.
+// `tpserve generate`: one prompt through the engine (scheduler, paged KV, the TP group's workers), greedy or
+// sampled, printed as it is produced; then prefill and decode tok/s. Prints the engine's start-up report
+// (KV capacity) and each rank's weights on stderr.
 #include <chrono>
 #include <cstdio>
 
 #include "common/config.h"
 #include "common/error.h"
+#include "coordinator/engine.h"
 #include "coordinator/tokenizer.h"
 #include "launch/cli_args.h"
 #include "launch/commands.h"
 #include "launch/model_group.h"
-#include "rank/sampler.h"
-#include "rank/sequence_runner.h"
+#include "launch/worker_executor.h"
 
 namespace tp {
 
@@ -26,14 +28,14 @@ int run_generate(const std::vector<std::string>& argv) {
     throw UsageError("generate: --dtype must be bf16 or f32, not '" + cfg.model.dtype + "'");
   cfg.parallel.tp = a.integer("tp", cfg.parallel.tp, 1, 4096);
   const std::string prompt = a.required("prompt");
-  const int64_t max_tokens = a.integer("max-tokens", 64, 1, 1 << 20);
-  SamplingParams sp;
-  sp.temperature = float(a.real("temperature", 0.0, 0.0, 100.0));
-  sp.top_p = float(a.real("top-p", 1.0, 1e-6, 1.0));
-  sp.top_k = int32_t(a.integer("top-k", 0, 0, 1 << 24));
-  sp.min_p = float(a.real("min-p", 0.0, 0.0, 1.0));
-  sp.seed = uint64_t(a.integer("seed", 0, 0, INT64_MAX));
-  const bool ignore_eos = a.flag("ignore-eos");
+  Request req;
+  req.max_tokens = a.integer("max-tokens", 64, 1, 1 << 20);
+  req.sampling.temperature = float(a.real("temperature", 0.0, 0.0, 100.0));
+  req.sampling.top_p = float(a.real("top-p", 1.0, 1e-6, 1.0));
+  req.sampling.top_k = int32_t(a.integer("top-k", 0, 0, 1 << 24));
+  req.sampling.min_p = float(a.real("min-p", 0.0, 0.0, 1.0));
+  req.sampling.seed = uint64_t(a.integer("seed", 0, 0, INT64_MAX));
+  req.ignore_eos = a.flag("ignore-eos");
   const int threads = int(a.integer("threads", cfg.parallel.threads, 0, 1024));
 
   ModelGroup group(nullptr, nullptr, cfg, threads);
@@ -42,41 +44,37 @@ int run_generate(const std::vector<std::string>& argv) {
     group.worker->serve();
     return 0;
   }
-  const ModelFile& file = *group.file;
-  const Tokenizer tok(file.tokenizer());
-  const std::vector<int32_t> ids = tok.encode(prompt, tok.add_bos(), true);
-  if (ids.empty()) throw InputError("the prompt encodes to no tokens");
-  const int64_t ctx = cfg.cache.max_context > 0 ? cfg.cache.max_context : file.config().max_context;
-  if (int64_t(ids.size()) + max_tokens > ctx)
-    throw InputError("prompt (" + std::to_string(ids.size()) + " tokens) + max-tokens (" + std::to_string(max_tokens) +
-                     ") exceeds the context of " + std::to_string(ctx) + " tokens");
-  SequenceRunner seq(*group.worker, int64_t(ids.size()) + max_tokens);
-  validate(sp);
-  Sampler sampler;
-  IncrementalDecoder out(tok);
+  const Tokenizer tok(group.file->tokenizer());
+  EngineConfig ec = group.engine_config(cfg);
+  ec.is_eog = [&tok](int32_t id) { return tok.is_eog(id); };
+  WorkerExecutor executor(*group.worker);
+  Engine engine(ec, executor);
+  std::fprintf(stderr, "%s", engine.startup_report().c_str());
 
-  using clock = std::chrono::steady_clock;
-  const auto t0 = clock::now();
-  const std::vector<float>* logits = &seq.feed(ids);
-  const auto t1 = clock::now();
-  int64_t n_gen = 0, n_steps = 0;  // tokens sampled; decode forward steps (one per token after the first)
-  std::fputs(prompt.c_str(), stdout);
-  for (;;) {
-    const int32_t next = sampler.sample(logits->data(), file.config().vocab, sp, uint64_t(seq.n_past()));
-    ++n_gen;
-    if (!ignore_eos && tok.is_eog(next)) break;
-    std::fputs(out.push(next).c_str(), stdout);
+  req.prompt = tok.encode(prompt, tok.add_bos(), true);
+  if (req.prompt.empty()) throw InputError("the prompt encodes to no tokens");
+  IncrementalDecoder out(tok);
+  RequestOutput last;
+  req.on_output = [&](const RequestOutput& o) {
+    for (int32_t t : o.new_tokens)
+      if (req.ignore_eos || !tok.is_eog(t)) std::fputs(out.push(t).c_str(), stdout);
     std::fflush(stdout);
-    if (n_gen >= max_tokens) break;
-    logits = &seq.feed({next});
-    ++n_steps;
-  }
+    last = o;
+  };
+  std::fputs(prompt.c_str(), stdout);
+  const int64_t n_prompt = int64_t(req.prompt.size());
+  engine.submit(std::move(req));
+  engine.run_until_idle();
+  engine.shutdown();
   std::fputs(out.flush().c_str(), stdout);
-  const auto t2 = clock::now();
-  const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
-  const double decode_s = std::chrono::duration<double>(t2 - t1).count();
-  std::printf("\n\nprefill: %zu tokens in %.3f s (%.1f tok/s)\ndecode: %lld tokens in %.3f s (%.1f tok/s)\n",
-              ids.size(), prefill_s, double(ids.size()) / prefill_s, (long long)n_steps, decode_s,
+  if (last.finish_reason == FinishReason::Error) throw Error(last.error);
+
+  using secs = std::chrono::duration<double>;
+  const double ttft = secs(last.times.first_token - last.times.arrival).count();
+  const double decode_s = secs(last.times.last_token - last.times.first_token).count();
+  const int64_t n_steps = last.n_generated - 1;  // decode forwards: one per token after the first
+  std::printf("\n\nprefill: %lld tokens in %.3f s (%.1f tok/s)\ndecode: %lld tokens in %.3f s (%.1f tok/s)\n",
+              (long long)n_prompt, ttft, double(n_prompt) / ttft, (long long)n_steps, decode_s,
               n_steps > 0 ? double(n_steps) / decode_s : 0.0);
   return 0;
 }

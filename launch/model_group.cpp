@@ -64,6 +64,16 @@ ModelGroup::~ModelGroup() {
   }
 }
 
+EngineConfig ModelGroup::engine_config(const Config& cfg) const {
+  const KvFootprint fp =
+      kv_footprint(model_shape_from(model->config(), 0), model->layout().local_kv_heads(), int64_t(sizeof(float)));
+  EngineConfig e = make_engine_config(cfg, fp, model->config().max_context, model->config().vocab);
+  if (e.scheduler.n_blocks != pool->shape().n_blocks)
+    throw Error("engine and pool disagree on the block count: " + std::to_string(e.scheduler.n_blocks) + " vs " +
+                std::to_string(pool->shape().n_blocks));
+  return e;
+}
+
 std::string ModelGroup::report() const {
   char buf[256];
   const TpLayout& l = model->layout();

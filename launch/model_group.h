@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/config.h"
+#include "coordinator/engine.h"
 #include "kvstore/kv_pool.h"
 #include "parallel/mpi_communicator.h"
 #include "rank/llama_model.h"
@@ -26,6 +27,8 @@ struct ModelGroup {
   bool is_leader() const { return worker->is_leader(); }
   // One line about this rank: weights, KV pool, threads.
   std::string report() const;
+  // The engine config for this group's pool: the same block count, the per-rank F32 KV footprint.
+  EngineConfig engine_config(const Config& cfg) const;
 
   std::unique_ptr<MpiSession> mpi;
   std::unique_ptr<MpiCommunicator> world, tp_comm;

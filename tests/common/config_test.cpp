@@ -31,7 +31,7 @@ TEST(Config, ReadsEverySection) {
 model: {path: /m.gguf, dtype: f32, name: smol}
 parallel: {tp: 3, dp: 2, threads: 1}
 cache: {block_size: 32, memory_mb: 100, max_context: 4096, prefix_caching: false}
-scheduler: {max_num_seqs: 8, max_num_batched_tokens: 512, max_queued_requests: 9}
+scheduler: {max_num_seqs: 8, max_num_batched_tokens: 512, max_queued_requests: 9, kv_reservation: static}
 server: {host: 0.0.0.0, port: 9000, api_key: k, max_body_bytes: 1000, shutdown_deadline_s: 2.5}
 )",
                                 "test.yaml", "/base");
@@ -48,6 +48,7 @@ server: {host: 0.0.0.0, port: 9000, api_key: k, max_body_bytes: 1000, shutdown_d
   EXPECT_EQ(c.scheduler.max_num_seqs, 8);
   EXPECT_EQ(c.scheduler.max_num_batched_tokens, 512);
   EXPECT_EQ(c.scheduler.max_queued_requests, 9);
+  EXPECT_EQ(c.scheduler.kv_reservation, "static");
   EXPECT_EQ(c.server.host, "0.0.0.0");
   EXPECT_EQ(c.server.port, 9000);
   EXPECT_EQ(c.server.api_key, "k");
@@ -82,6 +83,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"cache: {block_size: 12}", "cache.block_size: 12 is not a power of two"},
                       BadCase{"cache: {prefix_caching: maybe}", "cache.prefix_caching: expected true or false"},
                       BadCase{"model: {dtype: f8}", "model.dtype: 'f8' is not one of: bf16, f32"},
+                      BadCase{"scheduler: {kv_reservation: lazy}", "scheduler.kv_reservation: 'lazy' is not one of: paged, static"},
                       BadCase{"server: {port: 70000}", "server.port: 70000 is out of range [0, 65535]"},
                       BadCase{"server: {shutdown_deadline_s: -1}", "server.shutdown_deadline_s: -1 is out of range"},
                       BadCase{"model: 3", "model: expected a mapping"},

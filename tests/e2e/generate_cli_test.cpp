@@ -66,7 +66,7 @@ TEST(GenerateCli, BadInputGivesOneClearLine) {
       {"generate --model " + model() + " --prompt hi --dtype q4_1", 2, "--dtype must be bf16 or f32"},
       {"generate --model " + tmp + ".gguf --prompt hi", 1, tmp + ".gguf"},
       {"generate --config " + tmp + ".yaml --prompt hi", 1, "model.dtype: 'f8' is not one of: bf16, f32"},
-      {"generate --model " + model() + " --prompt hi --max-tokens 100000", 1, "exceeds the context"},
+      {"generate --model " + model() + " --prompt hi --max-tokens 100000", 1, "exceeds the max context of 8192 tokens"},
       {"convert --in " + model() + " --out /tmp/x --to gguf-q2", 2, "--to 'gguf-q2' is not one of"},
   };
   for (const Bad& b : cases) {
