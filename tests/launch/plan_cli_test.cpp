@@ -130,13 +130,24 @@ TEST(PlanCli, Llama70bKvAndReplication) {
   expect_has(one.out, "smallest tp     4 fits");
 }
 
-// What the CPU engine builds from configs/default.yaml (512 MiB, blocks of 16, F32 K/V, max context 8192):
-// the same lines its start-up report prints.
+// One source of truth: `tpserve plan` on the real model prints exactly the capacity lines that the running
+// engine prints at start-up (tpserve generate on configs/default.yaml: 512 MiB, blocks of 16, F32 K/V,
+// max context 8192) — and those are the figures below.
 TEST(PlanCli, RealModelFileMatchesEngineReport) {
+  const Result engine = run("generate --config " + source_dir() + "/configs/default.yaml --model " + gguf() +
+                            " --prompt hi --max-tokens 1 --threads 1");
+  ASSERT_EQ(engine.code, 0) << engine.out;
+  std::string engine_report;
+  for (const char* prefix : {"KV cache per rank:", "KV pool per rank:", "max concurrency:"}) {
+    const size_t at = engine.out.find(prefix);
+    ASSERT_NE(at, std::string::npos) << prefix << " missing from the engine's start-up report:\n" << engine.out;
+    engine_report += engine.out.substr(at, engine.out.find('\n', at) + 1 - at);
+  }
   const std::string report =
       "KV cache per rank: 46080 B/token (2 x 30 layers x 3 KV heads x 64 x 4 B), block 16 tokens = 737280 B\n"
       "KV pool per rank: 728 blocks = 11648 tokens in 536870912 B (512.00 MiB)\n"
       "max concurrency: 1 at the max context of 8192 tokens, 5 at 2048, 1 at 8192\n";
+  EXPECT_EQ(engine_report, report);
   const std::string args = "--model " + gguf() + " --gpu-mem 4GiB --kv-dtype f32 --kv-mem 512MiB --context 8192";
   const auto j = run_json(args);
   ASSERT_TRUE(j.is_object());
