@@ -1,0 +1,166 @@
+// The seed's experiment on our engine, with the real model:
+//  (1) At a fixed KV budget, N requests whose max context is C but whose real lengths follow a realistic
+//      distribution (prompt lengths log-normal, median P, clipped to [8, C/2]; outputs uniform in [G/2, G]),
+//      all submitted at once: static reservation of C tokens per request (scheduler.kv_reservation: static)
+//      vs paged allocation. Reports mean and peak concurrency (running sequences per step), output tok/s,
+//      and KV utilization = tokens stored ÷ pool capacity, averaged over steps (tokens stored = Σ computed
+//      positions of running sequences).
+//  (2) Prefix caching: TTFT of requests that share a S-token system prompt (+ a short distinct question),
+//      run one at a time: the first (cold) vs the rest (warm), and the same with prefix caching off.
+//   kv_bench --model PATH [--dtype bf16|f32] [--threads N] [--budget-mb 96] [--context 2048] [--requests 48]
+//            [--prompt-median 120] [--gen 32] [--system 1000] [--warm 4]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "coordinator/engine.h"
+#include "launch/cli_args.h"
+#include "launch/model_group.h"
+#include "launch/worker_executor.h"
+
+namespace {
+
+using namespace tp;
+using Clock = std::chrono::steady_clock;
+
+struct LoadResult {
+  double wall_s = 0, mean_running = 0, peak_running = 0, mean_util = 0;
+  int64_t generated = 0, preemptions = 0;
+};
+
+LoadResult run_load(ModelGroup& g, Config cfg, const std::string& mode, const std::vector<Request>& reqs) {
+  cfg.scheduler.kv_reservation = mode;
+  WorkerExecutor exec(*g.worker);
+  Engine engine(g.engine_config(cfg), exec);
+  for (const Request& r : reqs) engine.submit(r);
+  LoadResult res;
+  const double capacity = double(engine.config().scheduler.n_blocks) * engine.config().scheduler.block_size;
+  int64_t steps = 0;
+  const auto t0 = Clock::now();
+  while (engine.has_work()) {
+    engine.step();
+    const BlockManager& bm = engine.scheduler().block_manager();
+    const auto running = engine.scheduler().running_ids();
+    int64_t stored = 0;
+    for (int64_t id : running)
+      if (bm.has_seq(id)) stored += bm.n_computed(id);
+    res.mean_running += double(running.size());
+    res.peak_running = std::max(res.peak_running, double(running.size()));
+    res.mean_util += double(stored) / capacity;
+    ++steps;
+  }
+  res.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  res.mean_running /= double(steps);
+  res.mean_util /= double(steps);
+  res.generated = engine.metrics().n_generation_tokens;
+  res.preemptions = engine.metrics().n_preemptions;
+  return res;
+}
+
+double ttft_one(Engine& engine, std::vector<int32_t> prompt) {
+  Request r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = 1;
+  r.sampling.temperature = 0;
+  double ttft = 0;
+  r.on_output = [&](const RequestOutput& o) {
+    if (o.finished) ttft = std::chrono::duration<double>(o.times.first_token - o.times.arrival).count();
+  };
+  engine.submit(std::move(r));
+  engine.run_until_idle();
+  return ttft;
+}
+
+int run(int argc, char** argv) {
+  const CliArgs a("kv_bench", std::vector<std::string>(argv + 1, argv + argc),
+                  {"model", "dtype", "threads", "budget-mb", "context", "requests", "prompt-median", "gen", "system",
+                   "warm"},
+                  {});
+  Config cfg;
+  cfg.model.path = a.required("model");
+  cfg.model.dtype = a.str("dtype").value_or("bf16");
+  cfg.cache.memory_mb = a.integer("budget-mb", 96, 1, 1 << 20);
+  cfg.cache.max_context = a.integer("context", 2048, 16, 1 << 20);
+  cfg.scheduler.max_num_seqs = 256;
+  cfg.scheduler.max_num_batched_tokens = 2048;
+  const int64_t n_req = a.integer("requests", 48, 1, 100000), median = a.integer("prompt-median", 120, 1, 1 << 20);
+  const int64_t gen = a.integer("gen", 32, 2, 1 << 20), system = a.integer("system", 1000, 1, 1 << 20);
+  const int64_t warm = a.integer("warm", 4, 1, 1000);
+  ModelGroup g(&argc, &argv, cfg, int(a.integer("threads", 2, 1, 1024)));
+  const int64_t vocab = g.model->config().vocab, C = cfg.cache.max_context;
+
+  // (1) the load
+  std::mt19937_64 rng(7);
+  std::lognormal_distribution<double> plen(std::log(double(median)), 0.8);
+  std::uniform_int_distribution<int32_t> tok(0, int32_t(vocab - 1));
+  std::uniform_int_distribution<int64_t> glen(gen / 2, gen);
+  std::vector<Request> reqs;
+  int64_t sum_len = 0;
+  for (int64_t i = 0; i < n_req; ++i) {
+    Request r;
+    const int64_t n = std::clamp<int64_t>(int64_t(plen(rng)), 8, C / 2);
+    for (int64_t j = 0; j < n; ++j) r.prompt.push_back(tok(rng));
+    r.max_tokens = glen(rng);
+    r.ignore_eos = true;
+    r.sampling.temperature = 0;
+    sum_len += n + r.max_tokens;
+    reqs.push_back(std::move(r));
+  }
+  std::printf("model %s (%s), %d threads; KV budget %lld MiB = %lld blocks x %lld tokens; max context C = %lld\n",
+              cfg.model.path.c_str(), cfg.model.dtype.c_str(), g.threads, (long long)cfg.cache.memory_mb,
+              (long long)g.pool->shape().n_blocks, (long long)g.pool->shape().block_size, (long long)C);
+  std::printf("load: %lld requests, prompt log-normal median %lld (clipped to [8, %lld]), output uniform [%lld, %lld]; "
+              "mean real length %.0f tokens\n\n",
+              (long long)n_req, (long long)median, (long long)(C / 2), (long long)(gen / 2), (long long)gen,
+              double(sum_len) / double(n_req));
+  std::printf("| mode | mean running | peak running | output tok/s | KV utilization | preemptions | wall s |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
+  for (const char* mode : {"static", "paged"}) {
+    const LoadResult r = run_load(g, cfg, mode, reqs);
+    std::printf("| %s | %.1f | %.0f | %.1f | %.1f%% | %lld | %.1f |\n", mode, r.mean_running, r.peak_running,
+                double(r.generated) / r.wall_s, 100.0 * r.mean_util, (long long)r.preemptions, r.wall_s);
+    std::fflush(stdout);
+  }
+
+  // (2) prefix caching: a shared system prompt, one request at a time
+  std::vector<int32_t> sys;
+  for (int64_t j = 0; j < system; ++j) sys.push_back(tok(rng));
+  std::printf("\nprefix caching: %lld-token shared system prompt + a distinct 16-token question, one request at a time\n\n",
+              (long long)system);
+  std::printf("| prefix caching | cold TTFT s | warm TTFT s (mean of %lld) | speed-up |\n|---|---:|---:|---:|\n",
+              (long long)warm);
+  for (bool caching : {false, true}) {
+    Config c = cfg;
+    c.cache.prefix_caching = caching;
+    WorkerExecutor exec(*g.worker);
+    Engine engine(g.engine_config(c), exec);
+    auto prompt = [&] {
+      std::vector<int32_t> p = sys;
+      for (int j = 0; j < 16; ++j) p.push_back(tok(rng));
+      return p;
+    };
+    const double cold = ttft_one(engine, prompt());
+    double warm_sum = 0;
+    for (int64_t i = 0; i < warm; ++i) warm_sum += ttft_one(engine, prompt());
+    const double w = warm_sum / double(warm);
+    std::printf("| %s | %.3f | %.3f | %.1fx |\n", caching ? "on" : "off", cold, w, cold / w);
+  }
+  g.worker->shutdown();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kv_bench: %s\n", e.what());
+    return 1;
+  }
+}
