@@ -1,6 +1,8 @@
 #include "launch/model_group.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <vector>
 #include <cstdlib>
 #include <thread>
 
@@ -48,7 +50,12 @@ ModelGroup::ModelGroup(int* argc, char*** argv, const Config& cfg, int threads_a
   model = std::make_unique<LlamaModel>(*file, runtime, tp_comm.get());
   const KvPoolShape one = model->kv_shape(1, cfg.cache.block_size);
   const int64_t block_bytes = one.bytes_per_token() * one.block_size;
-  const int64_t n_blocks = cfg.cache.memory_mb * (int64_t(1) << 20) / block_bytes;
+  int64_t n_blocks = cfg.cache.memory_mb * (int64_t(1) << 20) / block_bytes;
+  if (tp_comm) {  // every rank of the group must hold the same blocks: agree on the smallest count
+    std::vector<int64_t> counts(size_t(tp_comm->size()));
+    tp_comm->all_gather(&n_blocks, sizeof n_blocks, counts.data());
+    n_blocks = *std::min_element(counts.begin(), counts.end());
+  }
   if (n_blocks < 1)
     throw InputError(cfg.source + ": cache.memory_mb: " + std::to_string(cfg.cache.memory_mb) +
                      " MiB holds no KV block of " + std::to_string(block_bytes) + " bytes");

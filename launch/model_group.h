@@ -1,6 +1,6 @@
 // Everything a rank needs to run a model as part of a tensor-parallel group: MPI (when launched by mpirun),
-// the TP communicator, this rank's model shard, its KV pool (sized from cache.memory_mb; every rank of the
-// group gets the same block count) and its Worker. world = dp × tp ranks; replica d = ranks [d·tp, (d+1)·tp).
+// the TP communicator, this rank's model shard, its KV pool (sized from cache.memory_mb; the ranks of the
+// group agree on the smallest block count any of them can hold) and its Worker. world = dp × tp ranks; replica d = ranks [d·tp, (d+1)·tp).
 #pragma once
 #include <memory>
 #include <string>
