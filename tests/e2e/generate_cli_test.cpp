@@ -1,30 +1,18 @@
 // `tpserve generate` / `convert` as a user runs them: a real run prints text and tok/s; every kind of bad
 // input gives one clear line on stderr and a non-zero exit, never a crash.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
+#include "tests/util/run_tpserve.h"
+
 #include <cstdio>
 #include <fstream>
 #include <string>
 
 namespace {
 
-struct Result {
-  int code;
-  std::string out;  // stdout + stderr
-};
+using tp::test::Result;
 
-Result run(const std::string& args) {
-  const std::string cmd = std::string(TPSERVE_BIN) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
-}
+Result run(const std::string& args) { return tp::test::run_tpserve(args); }
 
 std::string model() { return std::string(TPSERVE_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf"; }
 

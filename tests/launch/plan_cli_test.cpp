@@ -3,10 +3,10 @@
 // (what the CPU engine reports at start-up), the model cards' consistency, and bad input.
 // An "80 GB" H100 is passed as 80GiB: its memory is 80 x 2^30 bytes (nvidia-smi: 81559 MiB usable).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
+
+#include "tests/util/run_tpserve.h"
 
 #include <algorithm>
-#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -15,21 +15,9 @@
 
 namespace {
 
-struct Result {
-  int code;
-  std::string out;  // stdout + stderr
-};
+using tp::test::Result;
 
-Result run(const std::string& args) {
-  const std::string cmd = std::string(TPSERVE_BIN) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
-}
+Result run(const std::string& args) { return tp::test::run_tpserve(args); }
 
 nlohmann::json run_json(const std::string& args) {
   const Result r = run("plan " + args + " --json");
