@@ -11,5 +11,6 @@ int run_convert(const std::vector<std::string>& args);
 int run_synth(const std::vector<std::string>& args);
 int run_plan(const std::vector<std::string>& args);
 int run_config(const std::vector<std::string>& args);
+int run_serve(const std::vector<std::string>& args);
 
 }  // namespace tp

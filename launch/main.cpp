@@ -21,6 +21,7 @@ constexpr const char* kUsage =
     "            [--kv-dtype bf16|fp8|f16|f32 --context C --mean-len L --reserve SIZE --kv-mem SIZE --block-size B]\n"
     "            [--cards DIR --json]   capacity plan; SIZE: 80GB = 80e9 B, 80GiB = 80 x 2^30 B; NAME: configs/models/\n"
     "  config    [--config FILE]   validate a config and print its effective values\n"
+    "  serve     [--config FILE --model PATH --host H --port N --tp N --threads N --api-key K]   OpenAI HTTP API\n"
     "Commands that run a model take --config FILE and --tp N and run under `mpirun -np N` (or launch/start).\n";
 
 }  // namespace
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
     if (cmd == "synth") return tp::run_synth(args);
     if (cmd == "plan") return tp::run_plan(args);
     if (cmd == "config") return tp::run_config(args);
+    if (cmd == "serve") return tp::run_serve(args);
     std::fprintf(stderr, "tpserve: unknown command '%s'\n%s", cmd.c_str(), kUsage);
     return 2;
   } catch (const tp::UsageError& e) {

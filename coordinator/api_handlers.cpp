@@ -1,0 +1,338 @@
+#include "coordinator/api_handlers.h"
+
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <regex>
+
+#include <nlohmann/json.hpp>
+
+#include "coordinator/openai_request.h"
+#include "coordinator/stop_matcher.h"
+
+namespace tp {
+
+using json = nlohmann::json;
+
+namespace {
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+HttpResponse json_response(const json& j, int status = 200) { return HttpResponse{status, "application/json", dump(j), {}}; }
+
+double secs(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+std::string random_hex(int n) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  static const char* kHex = "0123456789abcdef";
+  std::string s;
+  for (int i = 0; i < n; ++i) s += kHex[rng() & 15];
+  return s;
+}
+
+uint64_t random_seed() {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  return rng();
+}
+
+json usage_json(int64_t n_prompt, int64_t n_completion) {
+  return {{"prompt_tokens", n_prompt}, {"completion_tokens", n_completion}, {"total_tokens", n_prompt + n_completion}};
+}
+
+}  // namespace
+
+struct ApiHandlers::Generation {
+  bool chat = false;
+  GenerationParams params;
+  std::vector<int32_t> prompt;
+  std::string echo;  // completions with echo: the prompt text, emitted before the completion
+};
+
+std::string served_model_name(const std::string& configured_name, const std::string& model_path) {
+  if (!configured_name.empty()) return configured_name;
+  std::filesystem::path p(model_path);
+  while (!p.empty() && !p.has_filename()) p = p.parent_path();  // "dir/" -> "dir"
+  std::string name = p.filename().string();
+  if (name.size() > 5 && name.substr(name.size() - 5) == ".gguf") name.resize(name.size() - 5);
+  static const std::regex kQuant(R"(\.(([IT]?Q\d[A-Za-z0-9_]*)|BF16|F16|F32|bf16|f16|f32))");
+  std::smatch m;
+  const auto dot = name.rfind('.');
+  if (dot != std::string::npos && dot > 0) {
+    const std::string tail = name.substr(dot);
+    if (std::regex_match(tail, m, kQuant)) name.resize(dot);
+  }
+  return name.empty() ? model_path : name;
+}
+
+ApiHandlers::ApiHandlers(ApiConfig cfg, Engine& engine, const Tokenizer& tok, const ChatTemplate& chat,
+                         ServerMetrics& metrics)
+    : cfg_(std::move(cfg)), engine_(engine), tok_(tok), chat_(chat), metrics_(metrics),
+      created_(int64_t(std::time(nullptr))) {}
+
+void ApiHandlers::install(HttpServer& server) {
+  server.route("POST", "/v1/completions", [this](const HttpRequest& r, ResponseStream& s) { return completions(r, s); });
+  server.route("POST", "/v1/chat/completions",
+               [this](const HttpRequest& r, ResponseStream& s) { return chat_completions(r, s); });
+  server.route("GET", "/v1/models", [this](const HttpRequest& r, ResponseStream&) { return models(r); });
+  server.route("POST", "/tokenize", [this](const HttpRequest& r, ResponseStream&) { return tokenize(r); });
+  server.route("POST", "/detokenize", [this](const HttpRequest& r, ResponseStream&) { return detokenize(r); });
+  server.route("GET", "/metrics", [this](const HttpRequest& r, ResponseStream&) { return metrics(r); });
+  server.route("GET", "/health", [](const HttpRequest&, ResponseStream&) { return json_response({{"status", "ok"}}); });
+  server.on_response([this](int status) { metrics_.observe_http(status); });
+}
+
+void ApiHandlers::abort_all() {
+  std::lock_guard lk(mu_);
+  for (int64_t id : in_flight_) engine_.abort(id);
+}
+
+int64_t ApiHandlers::n_in_flight() const {
+  std::lock_guard lk(mu_);
+  return int64_t(in_flight_.size());
+}
+
+void ApiHandlers::check_auth(const HttpRequest& req) const {
+  if (cfg_.api_key.empty()) return;
+  if (req.header("authorization") != "Bearer " + cfg_.api_key) throw ApiException(unauthorized());
+}
+
+void ApiHandlers::check_model(const std::string& model) const {
+  if (!model.empty() && model != cfg_.model_name) throw ApiException(model_not_found(model));
+}
+
+HttpResponse ApiHandlers::completions(const HttpRequest& req, ResponseStream& out) {
+  check_auth(req);
+  CompletionRequest c = parse_completion_body(req.body);
+  check_model(c.params.model);
+  if (c.logprobs) throw ApiException(bad_request("logprobs are not supported yet", "logprobs", "unsupported_value"));
+  Generation g;
+  g.params = std::move(c.params);
+  if (c.prompt.is_tokens) {
+    g.prompt = c.prompt.tokens;
+    for (int32_t t : g.prompt)
+      if (t >= tok_.vocab_size())
+        throw ApiException(bad_request("prompt token id " + std::to_string(t) + " is outside the vocabulary [0, " +
+                                           std::to_string(tok_.vocab_size()) + ")",
+                                       "prompt"));
+    if (c.echo) g.echo = tok_.decode(g.prompt, false);
+  } else {
+    g.prompt = tok_.encode(c.prompt.text, tok_.add_bos(), true);
+    if (c.echo) g.echo = c.prompt.text;
+  }
+  return generate(g, out);
+}
+
+HttpResponse ApiHandlers::chat_completions(const HttpRequest& req, ResponseStream& out) {
+  check_auth(req);
+  ChatCompletionRequest c = parse_chat_completion_body(req.body);
+  check_model(c.params.model);
+  if (c.logprobs) throw ApiException(bad_request("logprobs are not supported yet", "logprobs", "unsupported_value"));
+  Generation g;
+  g.chat = true;
+  g.params = std::move(c.params);
+  g.prompt = tok_.encode(chat_.render(c.messages, c.add_generation_prompt), false, true);
+  return generate(g, out);
+}
+
+HttpResponse ApiHandlers::generate(Generation& g, ResponseStream& out) {
+  const GenerationParams& p = g.params;
+  if (p.n != 1)
+    throw ApiException(bad_request("n > 1 is not supported yet, got n = " + std::to_string(p.n), "n", "unsupported_value"));
+  if (p.presence_penalty != 0 || p.frequency_penalty != 0 || p.repetition_penalty != 1)
+    throw ApiException(bad_request("presence, frequency and repetition penalties are not supported yet",
+                                   p.presence_penalty != 0    ? "presence_penalty"
+                                   : p.frequency_penalty != 0 ? "frequency_penalty"
+                                                              : "repetition_penalty",
+                                   "unsupported_value"));
+  const int64_t n_prompt = int64_t(g.prompt.size());
+  if (n_prompt == 0) throw ApiException(bad_request("the prompt encodes to no tokens", g.chat ? "messages" : "prompt"));
+  if (n_prompt >= cfg_.max_context)
+    throw ApiException(bad_request("This model's maximum context length is " + std::to_string(cfg_.max_context) +
+                                       " tokens; the prompt has " + std::to_string(n_prompt) +
+                                       " tokens, leaving no room for a completion",
+                                   g.chat ? "messages" : "prompt", "context_length_exceeded"));
+
+  Request r;
+  r.prompt = g.prompt;
+  r.sampling = p.sampling;
+  r.sampling.seed = p.seed ? *p.seed : random_seed();
+  r.max_tokens = p.max_tokens.value_or(cfg_.max_context - n_prompt);
+  r.ignore_eos = p.ignore_eos;
+  auto queue = std::make_shared<OutputQueue>();  // outlives this handler when the engine still delivers
+  r.on_output = [queue](const RequestOutput& o) { queue->push(o); };
+  const auto t_submit = std::chrono::steady_clock::now();
+  int64_t id;
+  try {
+    id = engine_.submit(std::move(r));
+  } catch (const QueueFullError& e) {
+    throw ApiException(rate_limited(e.what()));
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    const bool ctx = msg.find("max context") != std::string::npos || msg.find("whole pool") != std::string::npos;
+    throw ApiException(bad_request(msg, ctx ? "max_tokens" : "", ctx ? "context_length_exceeded" : ""));
+  }
+  {
+    std::lock_guard lk(mu_);
+    in_flight_.insert(id);
+  }
+  struct Untrack {
+    ApiHandlers* self;
+    int64_t id;
+    ~Untrack() {
+      std::lock_guard lk(self->mu_);
+      self->in_flight_.erase(id);
+    }
+  } untrack{this, id};
+
+  const std::string rid = (g.chat ? "chatcmpl-" : "cmpl-") + random_hex(24);
+  const int64_t created = int64_t(std::time(nullptr));
+  const std::string object = g.chat ? "chat.completion.chunk" : "text_completion";
+  auto chunk = [&](const std::string& text, const json& finish_reason, bool role = false) {
+    json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
+    if (g.chat) {
+      json delta = json::object();
+      if (role) delta["role"] = "assistant";
+      if (role || !text.empty()) delta["content"] = text;
+      choice["delta"] = delta;
+    } else {
+      choice["text"] = text;
+    }
+    return sse_event(dump({{"id", rid}, {"object", object}, {"created", created}, {"model", cfg_.model_name},
+                           {"choices", json::array({choice})}}));
+  };
+
+  const bool stream = p.stream;
+  bool client_gone = false;
+  std::string text;  // non-streaming: the whole completion
+  if (stream) {
+    client_gone = !out.start(200, "text/event-stream");
+    if (!client_gone && g.chat) client_gone = !out.write(chunk("", nullptr, true));
+    if (!client_gone && !g.echo.empty()) client_gone = !out.write(chunk(g.echo, nullptr));
+  } else {
+    text = g.echo;
+  }
+
+  IncrementalDecoder dec(tok_, false);
+  StopMatcher stop(p.stop);
+  int64_t n_generated = 0;
+  std::string finish, error;
+  bool first = true;
+  SteadyTime prev{};
+  while (!client_gone) {
+    std::optional<RequestOutput> o = queue->pop(std::chrono::milliseconds(50));
+    if (!o) {
+      if (out.peer_closed()) client_gone = true;
+      continue;
+    }
+    if (!o->new_tokens.empty()) {
+      const int64_t n = int64_t(o->new_tokens.size());
+      if (first) {
+        metrics_.observe_ttft(secs(o->times.first_token - o->times.arrival));
+        first = false;
+      } else {
+        metrics_.observe_itl(secs(o->times.last_token - prev) / double(n), n);
+      }
+      prev = o->times.last_token;
+    }
+    n_generated = o->n_generated;
+    std::string piece;
+    for (int32_t t : o->new_tokens) {
+      if (!p.ignore_eos && tok_.is_eog(t)) continue;
+      StopMatcher::Result s = stop.push(dec.push(t));
+      piece += s.text;
+      if (s.stopped) {
+        finish = "stop";
+        break;
+      }
+    }
+    if (finish.empty() && o->finished) {
+      StopMatcher::Result s = stop.push(dec.flush());
+      piece += s.text;
+      piece += stop.flush();
+      switch (o->finish_reason) {
+        case FinishReason::Stop: finish = "stop"; break;
+        case FinishReason::Length: finish = "length"; break;
+        case FinishReason::Error: finish = "error"; error = o->error; break;
+        default: finish = "abort"; break;
+      }
+      if (s.stopped) finish = "stop";
+    }
+    if (!finish.empty() && !o->finished) engine_.abort(id);  // a stop string: end the engine request
+    if (stream) {
+      if (!piece.empty() && !out.write(chunk(piece, nullptr))) client_gone = true;
+    } else {
+      text += piece;
+    }
+    if (!finish.empty()) break;
+  }
+  if (client_gone) {
+    engine_.abort(id);
+    metrics_.observe_finished(secs(std::chrono::steady_clock::now() - t_submit), "abort");
+    return HttpResponse{499, "application/json", "", {}};  // nobody reads it
+  }
+  metrics_.observe_finished(secs(std::chrono::steady_clock::now() - t_submit), finish);
+
+  if (finish == "error") {
+    const ApiError e = internal_error("generation failed: " + error);
+    if (!stream) throw ApiException(e);
+    out.write(sse_event(to_json(e)));
+    out.write(sse_event("[DONE]"));
+    return {};
+  }
+  if (stream) {
+    if (!out.write(chunk("", finish))) return {};
+    if (p.include_usage)
+      out.write(sse_event(dump({{"id", rid}, {"object", object}, {"created", created}, {"model", cfg_.model_name},
+                                {"choices", json::array()}, {"usage", usage_json(n_prompt, n_generated)}})));
+    out.write(sse_event("[DONE]"));
+    return {};
+  }
+  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish}};
+  if (g.chat)
+    choice["message"] = {{"role", "assistant"}, {"content", text}};
+  else
+    choice["text"] = text;
+  return json_response({{"id", rid},
+                        {"object", g.chat ? "chat.completion" : "text_completion"},
+                        {"created", created},
+                        {"model", cfg_.model_name},
+                        {"choices", json::array({choice})},
+                        {"usage", usage_json(n_prompt, n_generated)}});
+}
+
+HttpResponse ApiHandlers::models(const HttpRequest& req) {
+  check_auth(req);
+  json m = {{"id", cfg_.model_name}, {"object", "model"}, {"created", created_}, {"owned_by", "tpserve"},
+            {"root", cfg_.model_name}, {"parent", nullptr}, {"max_model_len", cfg_.max_context}};
+  return json_response({{"object", "list"}, {"data", json::array({m})}});
+}
+
+HttpResponse ApiHandlers::tokenize(const HttpRequest& req) {
+  const TokenizeRequest t = parse_tokenize_body(req.body);
+  check_model(t.model);
+  std::vector<int32_t> ids;
+  if (t.is_chat)
+    ids = tok_.encode(chat_.render(t.messages, t.add_generation_prompt), t.add_special_tokens && tok_.add_bos(), true);
+  else
+    ids = tok_.encode(t.prompt, t.add_special_tokens && tok_.add_bos(), true);
+  return json_response({{"count", ids.size()}, {"max_model_len", cfg_.max_context}, {"tokens", ids}});
+}
+
+HttpResponse ApiHandlers::detokenize(const HttpRequest& req) {
+  const DetokenizeRequest d = parse_detokenize_body(req.body);
+  check_model(d.model);
+  for (int32_t t : d.tokens)
+    if (t >= tok_.vocab_size())
+      throw ApiException(bad_request("token id " + std::to_string(t) + " is outside the vocabulary [0, " +
+                                         std::to_string(tok_.vocab_size()) + ")",
+                                     "tokens"));
+  return json_response({{"prompt", tok_.decode(d.tokens, true)}});
+}
+
+HttpResponse ApiHandlers::metrics(const HttpRequest&) {
+  return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", metrics_.render(engine_.metrics()), {}};
+}
+
+}  // namespace tp

@@ -1,0 +1,143 @@
+// `tpserve serve`: the OpenAI-compatible HTTP server over one TP group. Followers run their Worker loop; the
+// leader runs the engine on one dedicated thread (the only thread making MPI calls) and the HTTP server
+// (coordinator/http_server.h, api_handlers.h) on its own threads. SIGINT / SIGTERM: stop accepting, let
+// in-flight requests finish until server.shutdown_deadline_s, abort the rest, shut the ranks down, exit 0.
+// An engine failure (a rank died or timed out) fails in-flight requests and exits 1.
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "common/config.h"
+#include "common/error.h"
+#include "coordinator/api_handlers.h"
+#include "coordinator/chat_template.h"
+#include "coordinator/engine.h"
+#include "coordinator/http_server.h"
+#include "coordinator/metrics.h"
+#include "coordinator/tokenizer.h"
+#include "launch/cli_args.h"
+#include "launch/commands.h"
+#include "launch/model_group.h"
+#include "launch/worker_executor.h"
+
+namespace tp {
+
+int run_serve(const std::vector<std::string>& argv) {
+  const CliArgs a("serve", argv, {"config", "model", "host", "port", "tp", "threads", "api-key", "dtype"}, {});
+  Config cfg;
+  if (auto path = a.str("config")) cfg = load_config(*path);
+  if (auto m = a.str("model")) cfg.model.path = *m;
+  if (auto d = a.str("dtype")) cfg.model.dtype = *d;
+  if (cfg.model.dtype != "bf16" && cfg.model.dtype != "f32")
+    throw UsageError("serve: --dtype must be bf16 or f32, not '" + cfg.model.dtype + "'");
+  if (auto h = a.str("host")) cfg.server.host = *h;
+  if (auto k = a.str("api-key")) cfg.server.api_key = *k;
+  cfg.server.port = a.integer("port", cfg.server.port, 0, 65535);
+  cfg.parallel.tp = a.integer("tp", cfg.parallel.tp, 1, 4096);
+  const int threads = int(a.integer("threads", cfg.parallel.threads, 0, 1024));
+
+  // SIGINT/SIGTERM are blocked in every thread (MPI's and ours inherit this mask) and taken by sigtimedwait
+  // on the main thread below; a write to a closed client socket must not kill the process.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  ModelGroup group(nullptr, nullptr, cfg, threads);
+  std::fprintf(stderr, "%s\n", group.report().c_str());
+  if (!group.is_leader()) {
+    pthread_sigmask(SIG_UNBLOCK, &sigs, nullptr);
+    group.worker->serve();
+    return 0;
+  }
+
+  const Tokenizer tok(group.file->tokenizer());
+  const auto token_text = [&tok](int32_t id) { return id >= 0 ? tok.token_to_piece(id) : std::string(); };
+  // An unrecognized template is a start-up error (InputError, one line) unless the config names a style.
+  const ChatTemplate chat = ChatTemplate::resolve(cfg.model.chat_template, group.file->tokenizer().chat_template,
+                                                  token_text(tok.bos_id()), token_text(tok.eos_id()));
+
+  EngineConfig ec = group.engine_config(cfg);
+  ec.is_eog = [&tok](int32_t id) { return tok.is_eog(id); };
+  WorkerExecutor executor(*group.worker);
+  Engine engine(ec, executor);
+  std::fprintf(stderr, "%s", engine.startup_report().c_str());
+
+  const std::string name = served_model_name(cfg.model.name, cfg.model.path);
+  ServerMetrics metrics(name);
+  ApiHandlers api(ApiConfig{name, cfg.server.api_key, ec.scheduler.max_context}, engine, tok, chat, metrics);
+  HttpServerOptions ho;
+  ho.host = cfg.server.host;
+  ho.port = uint16_t(cfg.server.port);
+  ho.max_body_bytes = cfg.server.max_body_bytes;
+  HttpServer server(ho);
+  api.install(server);
+
+  // The engine thread: the only thread that steps the engine (and so makes MPI calls).
+  std::atomic<bool> engine_stop{false}, engine_failed{false};
+  std::string engine_error;
+  std::thread engine_thread([&] {
+    try {
+      while (!engine_stop.load()) {
+        if (!engine.wait_for_work(std::chrono::milliseconds(50))) continue;
+        while (engine.has_work() && engine.step()) {
+        }
+      }
+      engine.shutdown();
+    } catch (const std::exception& e) {
+      engine_error = e.what();
+      engine_failed.store(true);
+    }
+  });
+
+  try {
+    server.start();
+  } catch (...) {
+    engine_stop.store(true);
+    engine_thread.join();
+    throw;
+  }
+  std::printf("tpserve serving %s at http://%s:%u\n", name.c_str(), cfg.server.host.c_str(), unsigned(server.port()));
+  std::printf("  curl http://%s:%u/v1/completions -H 'Content-Type: application/json' %s-d '{\"model\": \"%s\", "
+              "\"prompt\": \"The capital of France is\", \"max_tokens\": 16}'\n",
+              cfg.server.host.c_str(), unsigned(server.port()),
+              cfg.server.api_key.empty() ? "" : "-H 'Authorization: Bearer $API_KEY' ", name.c_str());
+  std::fflush(stdout);
+
+  int sig = 0;
+  while (!engine_failed.load()) {
+    const timespec ts{0, 200'000'000};
+    sig = sigtimedwait(&sigs, nullptr, &ts);
+    if (sig > 0) break;
+  }
+  if (sig > 0) std::fprintf(stderr, "tpserve: signal %d: shutting down\n", sig);
+
+  // Graceful shutdown: no new connections; in-flight requests get until the deadline, then are aborted.
+  server.stop_accepting();
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(int64_t(cfg.server.shutdown_deadline_s * 1000.0));
+  while (server.n_active_requests() > 0 && std::chrono::steady_clock::now() < deadline && !engine_failed.load())
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (api.n_in_flight() > 0) {
+    std::fprintf(stderr, "tpserve: aborting %lld in-flight requests at the shutdown deadline\n",
+                 (long long)api.n_in_flight());
+    api.abort_all();
+  }
+  server.stop();
+  engine_stop.store(true);
+  engine_thread.join();
+  if (engine_failed.load()) throw Error("engine failed: " + engine_error);
+  std::fprintf(stderr, "tpserve: stopped\n");
+  return 0;
+}
+
+}  // namespace tp

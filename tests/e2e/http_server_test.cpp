@@ -1,0 +1,367 @@
+// `tpserve serve` as a user runs it: the real binary on SmolLM2 (Q4_1, 1 thread) as a child process, driven
+// by a small Beast HTTP client. Greedy completions equal `tpserve generate`; streaming equals non-streaming;
+// errors are OpenAI JSON with the right status; a client that disconnects mid-stream gets its request
+// aborted (KV usage returns to 0); SIGTERM exits 0.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+using tcp = net::ip::tcp;
+using json = nlohmann::json;
+
+std::string model() { return std::string(TPSERVE_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf"; }
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+struct Server {
+  pid_t pid = -1;
+  int port = 0;
+  std::string log;
+
+  // Starts `tpserve serve --port 0 ...extra` and waits for its "serving ... at http://host:port" line.
+  void start(const std::vector<std::string>& extra) {
+    log = testing::TempDir() + "/tpserve_http_" + std::to_string(getpid()) + "_" + std::to_string(rand()) + ".log";
+    std::vector<std::string> args = {TPSERVE_BIN, "serve", "--model", model(), "--port", "0", "--threads", "1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    pid = fork();
+    if (pid == 0) {
+      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (std::chrono::steady_clock::now() < deadline) {
+      const std::string out = slurp(log);
+      const auto at = out.find(" at http://127.0.0.1:");
+      if (at != std::string::npos && out.find('\n', at) != std::string::npos) {
+        port = std::stoi(out.substr(at + 21));
+        return;
+      }
+      int status;
+      if (waitpid(pid, &status, WNOHANG) == pid) {
+        pid = -1;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    FAIL() << "server did not start:\n" << slurp(log);
+  }
+
+  // SIGTERM, then the exit code (-1: killed by a signal or timeout).
+  int stop() {
+    if (pid <= 0) return -1;
+    kill(pid, SIGTERM);
+    for (int i = 0; i < 300; ++i) {
+      int status;
+      if (waitpid(pid, &status, WNOHANG) == pid) {
+        pid = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    pid = -1;
+    return -1;
+  }
+};
+
+struct Resp {
+  int status = 0;
+  std::string content_type;
+  std::string body;
+  json j() const { return json::parse(body); }
+};
+
+Resp request(int port, const std::string& method, const std::string& target, const std::string& body = {},
+             const std::vector<std::pair<std::string, std::string>>& headers = {}) {
+  net::io_context io;
+  tcp::socket s(io);
+  s.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), uint16_t(port)));
+  http::request<http::string_body> req{http::string_to_verb(method), target, 11};
+  req.set(http::field::host, "127.0.0.1");
+  req.set(http::field::content_type, "application/json");
+  for (const auto& [k, v] : headers) req.set(k, v);
+  req.body() = body;
+  req.prepare_payload();
+  beast::error_code ec;
+  http::write(s, req, ec);
+  beast::flat_buffer buf;
+  http::response_parser<http::string_body> p;
+  p.body_limit(64 << 20);
+  http::read(s, buf, p, ec);
+  if (ec) return {0, "", "client error: " + ec.message()};
+  return {int(p.get().result_int()), std::string(p.get()[http::field::content_type]), p.get().body()};
+}
+
+Resp post(int port, const std::string& target, const json& body,
+          const std::vector<std::pair<std::string, std::string>>& headers = {}) {
+  return request(port, "POST", target, body.dump(), headers);
+}
+
+// The JSON payloads of an SSE body, [DONE] excluded; done says whether it ended with [DONE].
+std::vector<json> sse_events(const std::string& body, bool& done) {
+  std::vector<json> out;
+  done = false;
+  std::istringstream in(body);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("data: ", 0) != 0) continue;
+    const std::string data = line.substr(6);
+    if (data == "[DONE]") {
+      done = true;
+      continue;
+    }
+    out.push_back(json::parse(data));
+  }
+  return out;
+}
+
+double metric(const std::string& text, const std::string& name) {
+  const auto at = text.find("\n" + name + "{");
+  if (at == std::string::npos) return -1;
+  const auto sp = text.find("} ", at);
+  return std::stod(text.substr(sp + 2, text.find('\n', sp) - sp - 2));
+}
+
+class HttpServerTest : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string cfg = testing::TempDir() + "/tpserve_http_test.yaml";
+    std::ofstream(cfg) << "server:\n  max_body_bytes: 65536\n";
+    server_.start({"--config", cfg});
+  }
+  static void TearDownTestSuite() { server_.stop(); }
+  static Server server_;
+  int port() const { return server_.port; }
+};
+Server HttpServerTest::server_;
+
+TEST_F(HttpServerTest, HealthAndModels) {
+  ASSERT_GT(port(), 0);
+  const Resp h = request(port(), "GET", "/health");
+  EXPECT_EQ(h.status, 200);
+  EXPECT_EQ(h.j()["status"], "ok");
+  const Resp m = request(port(), "GET", "/v1/models");
+  ASSERT_EQ(m.status, 200) << m.body;
+  EXPECT_EQ(m.j()["object"], "list");
+  EXPECT_EQ(m.j()["data"][0]["id"], "SmolLM2-135M-Instruct");
+}
+
+TEST_F(HttpServerTest, GreedyCompletionEqualsGenerateAndStreaming) {
+  ASSERT_GT(port(), 0);
+  const std::string prompt = "The capital of France is";
+  const json body = {{"model", "SmolLM2-135M-Instruct"}, {"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}};
+  const Resp a = post(port(), "/v1/completions", body);
+  ASSERT_EQ(a.status, 200) << a.body;
+  const json j = a.j();
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["model"], "SmolLM2-135M-Instruct");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 5);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 8);
+  EXPECT_EQ(j["usage"]["total_tokens"], 13);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  const std::string text = j["choices"][0]["text"];
+  EXPECT_EQ(text.rfind(" Paris", 0), 0u) << text;
+
+  // Same text as `tpserve generate` (the CLI prints prompt + text, then "\n\nprefill:").
+  const std::string cmd = std::string(TPSERVE_BIN) + " generate --model " + model() + " --prompt '" + prompt +
+                          "' --max-tokens 8 --threads 1 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  ASSERT_EQ(pclose(p), 0) << out;
+  EXPECT_EQ(out.substr(0, out.find("\n\nprefill:")), prompt + text);
+
+  // Deterministic, and streaming gives the same text in chunks, then [DONE].
+  EXPECT_EQ(post(port(), "/v1/completions", body).j()["choices"][0]["text"], text);
+  json sb = body;
+  sb["stream"] = true;
+  sb["stream_options"] = {{"include_usage", true}};
+  const Resp s = post(port(), "/v1/completions", sb);
+  ASSERT_EQ(s.status, 200) << s.body;
+  EXPECT_EQ(s.content_type, "text/event-stream");
+  bool done;
+  const std::vector<json> ev = sse_events(s.body, done);
+  EXPECT_TRUE(done);
+  ASSERT_GE(ev.size(), 3u);
+  std::string streamed;
+  for (size_t i = 0; i + 1 < ev.size(); ++i) streamed += ev[i]["choices"][0]["text"].get<std::string>();
+  EXPECT_EQ(streamed, text);
+  EXPECT_EQ(ev[ev.size() - 2]["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(ev.back()["usage"]["completion_tokens"], 8);
+  EXPECT_TRUE(ev.back()["choices"].empty());
+}
+
+TEST_F(HttpServerTest, StopStringIsNotEmitted) {
+  ASSERT_GT(port(), 0);
+  const json body = {{"prompt", "The capital of France is"}, {"max_tokens", 8}, {"temperature", 0}, {"stop", {"."}}};
+  const Resp a = post(port(), "/v1/completions", body);
+  ASSERT_EQ(a.status, 200) << a.body;
+  EXPECT_EQ(a.j()["choices"][0]["text"], " Paris");
+  EXPECT_EQ(a.j()["choices"][0]["finish_reason"], "stop");
+}
+
+TEST_F(HttpServerTest, ChatCompletionStreamingMatchesNonStreaming) {
+  ASSERT_GT(port(), 0);
+  json body = {{"messages", {{{"role", "user"}, {"content", "What is 2+2?"}}}}, {"max_tokens", 12}, {"temperature", 0}};
+  const Resp a = post(port(), "/v1/chat/completions", body);
+  ASSERT_EQ(a.status, 200) << a.body;
+  const json j = a.j();
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  const std::string text = j["choices"][0]["message"]["content"];
+  EXPECT_FALSE(text.empty());
+  body["stream"] = true;
+  const Resp s = post(port(), "/v1/chat/completions", body);
+  bool done;
+  const std::vector<json> ev = sse_events(s.body, done);
+  EXPECT_TRUE(done);
+  ASSERT_GE(ev.size(), 2u);
+  EXPECT_EQ(ev[0]["object"], "chat.completion.chunk");
+  EXPECT_EQ(ev[0]["choices"][0]["delta"]["role"], "assistant");
+  std::string streamed;
+  for (const json& e : ev)
+    if (e["choices"][0]["delta"].contains("content")) streamed += e["choices"][0]["delta"]["content"].get<std::string>();
+  EXPECT_EQ(streamed, text);
+  EXPECT_EQ(ev.back()["choices"][0]["finish_reason"], j["choices"][0]["finish_reason"]);
+}
+
+TEST_F(HttpServerTest, TokenizeDetokenizeRoundTrip) {
+  ASSERT_GT(port(), 0);
+  const Resp t = post(port(), "/tokenize", {{"prompt", "Hello, world! 123"}});
+  ASSERT_EQ(t.status, 200) << t.body;
+  const json tokens = t.j()["tokens"];
+  EXPECT_EQ(t.j()["count"], tokens.size());
+  const Resp d = post(port(), "/detokenize", {{"tokens", tokens}});
+  ASSERT_EQ(d.status, 200) << d.body;
+  EXPECT_EQ(d.j()["prompt"], "Hello, world! 123");
+}
+
+TEST_F(HttpServerTest, ErrorsAreOpenAiJson) {
+  ASSERT_GT(port(), 0);
+  struct Case {
+    std::string target, body;
+    int status;
+    std::string param, code;
+  };
+  const Case cases[] = {
+      {"/v1/completions", "{not json", 400, "", "invalid_json"},
+      {"/v1/completions", R"({"prompt": "hi", "max_tokens": "ten"})", 400, "max_tokens", "invalid_type"},
+      {"/v1/chat/completions", R"({"messages": "hi"})", 400, "messages", ""},
+      {"/v1/completions", R"({"model": "gpt-4", "prompt": "hi"})", 404, "model", "model_not_found"},
+      {"/v1/completions", R"({"prompt": "hi", "max_tokens": 100000})", 400, "", ""},
+      {"/v1/completions", R"({"prompt": "hi", "n": 2})", 400, "n", ""},
+      {"/v1/completions", "{\"prompt\": \"" + std::string(70000, 'a') + "\"}", 413, "", ""},
+  };
+  for (const Case& c : cases) {
+    const Resp r = request(port(), "POST", c.target, c.body);
+    EXPECT_EQ(r.status, c.status) << c.body.substr(0, 80) << "\n" << r.body;
+    json j;
+    ASSERT_NO_THROW(j = r.j()) << r.body;
+    ASSERT_TRUE(j.contains("error")) << r.body;
+    EXPECT_FALSE(j["error"]["message"].get<std::string>().empty());
+    if (!c.param.empty()) {
+      EXPECT_EQ(j["error"]["param"], c.param) << r.body;
+    }
+    if (!c.code.empty()) {
+      EXPECT_EQ(j["error"]["code"], c.code) << r.body;
+    }
+  }
+  EXPECT_EQ(request(port(), "GET", "/nope").status, 404);
+  EXPECT_EQ(request(port(), "GET", "/health").status, 200);  // still serving
+}
+
+TEST_F(HttpServerTest, DisconnectMidStreamAbortsAndFreesBlocks) {
+  ASSERT_GT(port(), 0);
+  const std::string before = request(port(), "GET", "/metrics").body;
+  {
+    net::io_context io;
+    tcp::socket s(io);
+    s.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), uint16_t(port())));
+    const std::string body =
+        json{{"prompt", "Tell me a long story."}, {"max_tokens", 400}, {"ignore_eos", true}, {"stream", true}}.dump();
+    http::request<http::string_body> req{http::verb::post, "/v1/completions", 11};
+    req.set(http::field::host, "127.0.0.1");
+    req.body() = body;
+    req.prepare_payload();
+    http::write(s, req);
+    std::string got;
+    std::array<char, 1024> buf;
+    while (got.find("data: {", got.find("data: {") + 1) == std::string::npos) {  // two chunks arrived
+      const size_t n = s.read_some(net::buffer(buf));
+      got.append(buf.data(), n);
+    }
+    const std::string mid = request(port(), "GET", "/metrics").body;
+    EXPECT_GT(metric(mid, "tpserve:kv_cache_usage_perc"), 0.0);
+    EXPECT_EQ(metric(mid, "tpserve:num_requests_running"), 1);
+  }  // closed mid-stream
+  double usage = -1, running = -1;
+  std::string after;
+  for (int i = 0; i < 100; ++i) {
+    after = request(port(), "GET", "/metrics").body;
+    usage = metric(after, "tpserve:kv_cache_usage_perc");
+    running = metric(after, "tpserve:num_requests_running");
+    if (usage == 0 && running == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(usage, 0);
+  EXPECT_EQ(running, 0);
+  EXPECT_LT(metric(after, "tpserve:generation_tokens_total"), metric(before, "tpserve:generation_tokens_total") + 400);
+  EXPECT_GT(metric(after, "tpserve:prompt_tokens_total"), metric(before, "tpserve:prompt_tokens_total"));
+  EXPECT_NE(after.find("tpserve:request_success_total{model_name=\"SmolLM2-135M-Instruct\",finished_reason=\"abort\"}"),
+            std::string::npos);
+  EXPECT_NE(after.find("tpserve:time_to_first_token_seconds_count"), std::string::npos);
+  EXPECT_EQ(request(port(), "GET", "/health").status, 200);
+}
+
+TEST(HttpServerAuth, ApiKeyRequiredOnV1AndSigtermExitsZero) {
+  const std::string cfg = testing::TempDir() + "/tpserve_http_auth.yaml";
+  std::ofstream(cfg) << "server:\n  api_key: sekret\n";
+  Server srv;
+  srv.start({"--config", cfg});
+  ASSERT_GT(srv.port, 0);
+  const json body = {{"prompt", "Hi"}, {"max_tokens", 2}};
+  const Resp none = post(srv.port, "/v1/completions", body);
+  EXPECT_EQ(none.status, 401) << none.body;
+  EXPECT_EQ(none.j()["error"]["type"], "authentication_error");
+  EXPECT_EQ(post(srv.port, "/v1/completions", body, {{"Authorization", "Bearer wrong"}}).status, 401);
+  EXPECT_EQ(request(srv.port, "GET", "/v1/models").status, 401);
+  EXPECT_EQ(post(srv.port, "/v1/completions", body, {{"Authorization", "Bearer sekret"}}).status, 200);
+  EXPECT_EQ(request(srv.port, "GET", "/health").status, 200);
+  EXPECT_EQ(srv.stop(), 0) << slurp(srv.log);
+}
+
+}  // namespace
