@@ -119,6 +119,10 @@ bool Engine::step() {
   last_step_ = {};
   const bool applied = apply_inbox(deliveries);
   ScheduledStep s = schedule();
+  {  // the queue length submit() checks against max_queued_requests: exact again before the forward runs
+    std::lock_guard<std::mutex> lock(mu_);
+    n_waiting_published_ = scheduler_.n_waiting();
+  }
   if (!s.empty()) postprocess(s, run(s, deliveries), deliveries);
   publish(deliveries);
   return applied || !s.empty() || !s.preempted.empty();
@@ -147,6 +151,9 @@ bool Engine::apply_inbox(std::vector<Delivery>& deliveries) {
     std::lock_guard<std::mutex> lock(mu_);
     submits.swap(inbox_);
     aborts.swap(abort_inbox_);
+    // They leave the inbox for the scheduler's queue: count them as waiting until step() recounts after
+    // scheduling, so submit() cannot overfill the queue in between.
+    n_waiting_published_ += int64_t(submits.size());
   }
   for (auto& s : submits) scheduler_.add(std::move(s));
   for (int64_t id : aborts)

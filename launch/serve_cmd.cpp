@@ -131,6 +131,10 @@ int run_serve(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "tpserve: aborting %lld in-flight requests at the shutdown deadline\n",
                  (long long)api.n_in_flight());
     api.abort_all();
+    // Let the handlers write the abort chunk and [DONE] before the sockets close (bounded: 1 s).
+    const auto grace = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    while (server.n_active_requests() > 0 && std::chrono::steady_clock::now() < grace && !engine_failed.load())
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   server.stop();
   engine_stop.store(true);

@@ -1,0 +1,530 @@
+#!/usr/bin/env python3
+"""`tpserve serve` driven by the real `openai` Python client (and raw httpx / sockets where the client hides
+what we need to see). Runs the real binary on SmolLM2-135M-Instruct (Q4_1, --threads 1) as a child process.
+
+Checks:
+  - completions, chat (non-stream and stream), stream_options.include_usage, models.list, typed errors
+    (unknown model -> openai.NotFoundError, bad temperature -> openai.BadRequestError);
+  - streamed chat deltas concatenate to the non-streamed content at temperature 0;
+  - 8 concurrent streaming chat clients each get exactly the single-request text;
+  - /metrics counters prompt_tokens_total / generation_tokens_total move by exactly the responses' usage;
+  - a client that disconnects mid-stream leaves num_requests_running 0 and kv_cache_usage_perc 0;
+  - with scheduler.max_num_seqs 1 and max_queued_requests 1, a burst gets HTTP 429 with an OpenAI error body
+    (and openai.RateLimitError through the client) while the accepted requests succeed;
+  - SIGTERM exits 0 (idle, and with streams in flight: a short one finishes, a long one is aborted at
+    server.shutdown_deadline_s, the process exits 0 within the deadline + a few seconds).
+
+Usage: openai_client_test.py TPSERVE_BIN MODEL_GGUF
+Prints "N passed, M failed"; exits 1 on any failure.
+"""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+import httpx
+import openai
+
+TPSERVE = sys.argv[1]
+MODEL = sys.argv[2]
+
+n_passed = 0
+n_failed = 0
+
+
+def check(name, cond, detail=""):
+    global n_passed, n_failed
+    if cond:
+        n_passed += 1
+        print(f"[ OK ] {name}", flush=True)
+    else:
+        n_failed += 1
+        print(f"[FAIL] {name} {detail}", flush=True)
+    return cond
+
+
+class Server:
+    """`tpserve serve --port 0 ...` as a child; its output is drained by a thread into self.lines."""
+
+    def __init__(self, extra=()):
+        self.lines = []
+        self.proc = subprocess.Popen(
+            [TPSERVE, "serve", "--model", MODEL, "--port", "0", "--threads", "1", *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+        self.url = None
+        got_url = threading.Event()
+
+        def drain():
+            for line in self.proc.stdout:
+                self.lines.append(line.rstrip("\n"))
+                m = re.search(r"tpserve serving (\S+) at (http://[\d.]+:\d+)", line)
+                if m and not got_url.is_set():
+                    self.name, self.url = m.group(1), m.group(2)
+                    got_url.set()
+            got_url.set()
+
+        self.drainer = threading.Thread(target=drain, daemon=True)
+        self.drainer.start()
+        if not got_url.wait(120) or self.url is None:
+            self.kill()
+            raise RuntimeError("server did not start:\n" + self.log())
+        self.client = openai.OpenAI(base_url=self.url + "/v1", api_key="x", max_retries=0, timeout=60)
+
+    def log(self):
+        return "\n".join(self.lines[-40:])
+
+    def sigterm_and_wait(self, timeout):
+        """SIGTERM; returns (exit code or None on timeout, seconds taken)."""
+        t0 = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            rc = None
+            self.kill()
+        return rc, time.monotonic() - t0
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def metrics(self):
+        """{metric name (with labels, model_name removed): value}."""
+        text = httpx.get(self.url + "/metrics", timeout=10).text
+        out = {}
+        for line in text.splitlines():
+            if not line or line.startswith("#"):
+                continue
+            key, _, value = line.rpartition(" ")
+            key = re.sub(r'model_name="[^"]*",?', "", key).replace("{}", "")
+            out[key] = float(value)
+        return out
+
+    def wait_idle(self, timeout=5.0):
+        """Polls /metrics until no request is running or waiting and the KV cache is empty; the last snapshot."""
+        deadline = time.monotonic() + timeout
+        while True:
+            m = self.metrics()
+            idle = (m["tpserve:num_requests_running"] == 0 and m["tpserve:num_requests_waiting"] == 0 and
+                    m["tpserve:kv_cache_usage_perc"] == 0)
+            if idle or time.monotonic() > deadline:
+                return m
+            time.sleep(0.05)
+
+
+def run(name, fn, *args):
+    """Runs one test function; an exception is a failure (with its traceback), not a crash of the script."""
+    try:
+        fn(*args)
+    except Exception:  # noqa: BLE001 - report and keep going
+        check(name + " (raised)", False, "\n" + traceback.format_exc())
+
+
+CHAT = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
+
+
+def stream_chat(client, model, max_tokens, **kw):
+    """Streams a chat completion; returns (text, finish_reason, chunks)."""
+    chunks = list(client.chat.completions.create(model=model, messages=CHAT, max_tokens=max_tokens, temperature=0,
+                                                 stream=True, **kw))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    return text, (finish[-1] if finish else None), chunks
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The default server.
+
+
+def test_completions(s):
+    r = s.client.completions.create(model=s.name, prompt="The capital of France is", max_tokens=8, temperature=0)
+    check("completions: object", r.object == "text_completion", r.object)
+    check("completions: model", r.model == s.name, r.model)
+    check("completions: text non-empty", len(r.choices) == 1 and r.choices[0].text.strip() != "", repr(r))
+    check("completions: finish_reason", r.choices[0].finish_reason in ("length", "stop"), r.choices[0].finish_reason)
+    u = r.usage
+    check("completions: usage", u is not None and u.prompt_tokens > 0 and 0 < u.completion_tokens <= 8 and
+          u.total_tokens == u.prompt_tokens + u.completion_tokens, repr(u))
+    check("completions: 8 tokens unless EOS", u.completion_tokens == 8 or r.choices[0].finish_reason == "stop",
+          repr(r))
+    # Streaming completions concatenate to the same text.
+    parts = list(s.client.completions.create(model=s.name, prompt="The capital of France is", max_tokens=8,
+                                             temperature=0, stream=True))
+    text = "".join(p.choices[0].text for p in parts if p.choices)
+    check("completions: stream == non-stream", text == r.choices[0].text, f"{text!r} vs {r.choices[0].text!r}")
+    # Greedy is deterministic across requests.
+    r2 = s.client.completions.create(model=s.name, prompt="The capital of France is", max_tokens=8, temperature=0)
+    check("completions: greedy repeatable", r2.choices[0].text == r.choices[0].text)
+
+
+def test_chat(s):
+    r = s.client.chat.completions.create(model=s.name, messages=CHAT, max_tokens=16, temperature=0)
+    c = r.choices[0]
+    check("chat: object", r.object == "chat.completion", r.object)
+    check("chat: role", c.message.role == "assistant", c.message.role)
+    check("chat: content non-empty", (c.message.content or "").strip() != "", repr(r))
+    check("chat: finish_reason", c.finish_reason in ("length", "stop"), c.finish_reason)
+    check("chat: usage", r.usage.prompt_tokens > 0 and 0 < r.usage.completion_tokens <= 16 and
+          r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens, repr(r.usage))
+
+    text, finish, chunks = stream_chat(s.client, s.name, 16)
+    check("chat stream: chunk object", all(ch.object == "chat.completion.chunk" for ch in chunks))
+    check("chat stream: first delta has role", chunks and chunks[0].choices[0].delta.role == "assistant")
+    check("chat stream: one id", len({ch.id for ch in chunks}) == 1)
+    check("chat stream: deltas == non-stream content", text == c.message.content,
+          f"{text!r} vs {c.message.content!r}")
+    check("chat stream: finish_reason == non-stream", finish == c.finish_reason, f"{finish} vs {c.finish_reason}")
+    check("chat stream: no usage without include_usage", all(ch.usage is None for ch in chunks))
+
+    text2, finish2, chunks2 = stream_chat(s.client, s.name, 16, stream_options={"include_usage": True})
+    last = chunks2[-1]
+    check("include_usage: last chunk has usage and no choices", last.usage is not None and last.choices == [],
+          repr(last))
+    check("include_usage: usage == non-stream usage",
+          last.usage is not None and last.usage.prompt_tokens == r.usage.prompt_tokens and
+          last.usage.completion_tokens == r.usage.completion_tokens and
+          last.usage.total_tokens == r.usage.total_tokens, f"{last.usage!r} vs {r.usage!r}")
+    check("include_usage: only the last chunk has usage", all(ch.usage is None for ch in chunks2[:-1]))
+    check("include_usage: text unchanged", text2 == c.message.content)
+
+
+def test_models(s):
+    models = list(s.client.models.list())
+    check("models.list: one model named as served", [m.id for m in models] == [s.name], repr(models))
+    check("models.list: object", models and models[0].object == "model")
+
+
+def test_errors(s):
+    try:
+        s.client.chat.completions.create(model="no-such-model", messages=CHAT, max_tokens=4)
+        check("unknown model -> NotFoundError", False, "no exception")
+    except openai.NotFoundError as e:
+        check("unknown model -> NotFoundError", e.status_code == 404)
+        body = e.body if isinstance(e.body, dict) else {}
+        check("unknown model: error body", body.get("code") == "model_not_found" and "no-such-model" in
+              body.get("message", ""), repr(e.body))
+    try:
+        s.client.completions.create(model=s.name, prompt="hi", max_tokens=4, temperature=7.5)
+        check("bad temperature -> BadRequestError", False, "no exception")
+    except openai.BadRequestError as e:
+        check("bad temperature -> BadRequestError", e.status_code == 400)
+        body = e.body if isinstance(e.body, dict) else {}
+        check("bad temperature: error names the param", body.get("param") == "temperature" and
+              body.get("type") == "invalid_request_error", repr(e.body))
+    try:
+        s.client.chat.completions.create(model=s.name, messages=CHAT, max_tokens=0)
+        check("max_tokens 0 -> BadRequestError", False, "no exception")
+    except openai.BadRequestError as e:
+        check("max_tokens 0 -> BadRequestError", e.status_code == 400)
+
+
+def test_concurrent_streams(s, n=8, max_tokens=24):
+    ref = s.client.chat.completions.create(model=s.name, messages=CHAT, max_tokens=max_tokens, temperature=0)
+    want = ref.choices[0].message.content
+    results = [None] * n
+    errors = [None] * n
+    go = threading.Barrier(n)
+
+    def worker(i):
+        try:
+            go.wait()
+            results[i] = stream_chat(s.client, s.name, max_tokens, stream_options={"include_usage": True})
+        except Exception as e:  # noqa: BLE001
+            errors[i] = repr(e)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    check(f"{n} concurrent streams: no errors", all(e is None for e in errors), repr(errors))
+    for i, r in enumerate(results):
+        if r is None:
+            continue
+        text, finish, chunks = r
+        check(f"concurrent stream {i}: text == single request", text == want, f"{text!r} vs {want!r}")
+        check(f"concurrent stream {i}: finish_reason", finish == ref.choices[0].finish_reason, finish)
+        check(f"concurrent stream {i}: usage", chunks[-1].usage is not None and
+              chunks[-1].usage.completion_tokens == ref.usage.completion_tokens, repr(chunks[-1].usage))
+    m = s.wait_idle()
+    check("after concurrent streams: idle, zero KV blocks in use",
+          m["tpserve:num_requests_running"] == 0 and m["tpserve:kv_cache_usage_perc"] == 0, repr(m))
+
+
+def test_metrics_counters(s):
+    before = s.wait_idle()
+    usages = []
+    r = s.client.completions.create(model=s.name, prompt="Once upon a time", max_tokens=6, temperature=0)
+    usages.append(r.usage)
+    r = s.client.chat.completions.create(model=s.name, messages=CHAT, max_tokens=5, temperature=0)
+    usages.append(r.usage)
+    chunks = list(s.client.chat.completions.create(
+        model=s.name, messages=[{"role": "user", "content": "Name three colors."}], max_tokens=7, temperature=0,
+        stream=True, stream_options={"include_usage": True}))
+    usages.append(chunks[-1].usage)
+    r = s.client.completions.create(model=s.name, prompt=[1, 2, 3, 4], max_tokens=3, temperature=0.8, seed=1)
+    usages.append(r.usage)
+    after = s.wait_idle()
+
+    def delta(k):
+        return after.get(k, 0) - before.get(k, 0)
+
+    n_prompt = sum(u.prompt_tokens for u in usages)
+    n_gen = sum(u.completion_tokens for u in usages)
+    check("metrics: prompt_tokens_total += sum(usage.prompt_tokens)",
+          delta("tpserve:prompt_tokens_total") == n_prompt, f"{delta('tpserve:prompt_tokens_total')} vs {n_prompt}")
+    check("metrics: generation_tokens_total += sum(usage.completion_tokens)",
+          delta("tpserve:generation_tokens_total") == n_gen, f"{delta('tpserve:generation_tokens_total')} vs {n_gen}")
+    check("metrics: requests_submitted_total += 4", delta("tpserve:requests_submitted_total") == 4,
+          str(delta("tpserve:requests_submitted_total")))
+    n_finished = sum(v - before.get(k, 0) for k, v in after.items() if k.startswith("tpserve:request_success_total"))
+    check("metrics: request_success_total += 4", n_finished == 4, str(n_finished))
+    check("metrics: http 200 += 4 (+ the /metrics scrapes)",
+          delta('tpserve:http_responses_total{status="200"}') >= 4)
+    check("metrics: e2e latency count += 4", delta("tpserve:e2e_request_latency_seconds_count") == 4,
+          str(delta("tpserve:e2e_request_latency_seconds_count")))
+    check("metrics: ttft count += 4", delta("tpserve:time_to_first_token_seconds_count") == 4,
+          str(delta("tpserve:time_to_first_token_seconds_count")))
+
+
+def raw_stream_then_close(url, body, n_events):
+    """POSTs `body` on a raw socket, reads until `n_events` SSE data lines arrived, then closes abruptly."""
+    host, port = url.removeprefix("http://").split(":")
+    payload = json.dumps(body).encode()
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload)
+        got = b""
+        while got.count(b"data: ") < n_events:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            got += chunk
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # RST on close
+    return got
+
+
+def test_disconnect(s):
+    before = s.wait_idle()
+    # Raw socket, closed after a few streamed tokens of a long request.
+    got = raw_stream_then_close(s.url, {"model": s.name, "messages": CHAT, "max_tokens": 400, "ignore_eos": True,
+                                        "stream": True}, 4)
+    check("disconnect: the stream had started", got.startswith(b"HTTP/1.1 200") and got.count(b"data: ") >= 4,
+          repr(got[:200]))
+    # httpx streaming, closed early.
+    with httpx.Client(timeout=30) as c:
+        with c.stream("POST", s.url + "/v1/completions",
+                      json={"model": s.name, "prompt": "Count: 1, 2, 3,", "max_tokens": 400, "ignore_eos": True,
+                            "stream": True}) as r:
+            n = 0
+            for line in r.iter_lines():
+                n += line.startswith("data: ")
+                if n >= 3:
+                    break
+    check("disconnect (httpx): the stream had started", n >= 3)
+    t0 = time.monotonic()
+    m = s.wait_idle(5.0)
+    check("disconnect: num_requests_running 0 within 5 s", m["tpserve:num_requests_running"] == 0, repr(m))
+    check("disconnect: kv_cache_usage_perc 0 within 5 s", m["tpserve:kv_cache_usage_perc"] == 0, repr(m))
+    check("disconnect: num_requests_waiting 0", m["tpserve:num_requests_waiting"] == 0)
+    aborted = (m.get('tpserve:request_success_total{finished_reason="abort"}', 0) -
+               before.get('tpserve:request_success_total{finished_reason="abort"}', 0))
+    check("disconnect: both requests counted as aborted", aborted == 2, str(aborted))
+    gen = m["tpserve:generation_tokens_total"] - before["tpserve:generation_tokens_total"]
+    check("disconnect: generation stopped early (< 2 x 400 tokens)", gen < 800, str(gen))
+    print(f"       (idle {time.monotonic() - t0:.2f} s after the disconnects)", flush=True)
+    # The server still serves.
+    r = s.client.completions.create(model=s.name, prompt="The capital of France is", max_tokens=4, temperature=0)
+    check("disconnect: server still serves", r.choices[0].text != "")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Shutdown with streams in flight (on the default server, last); 429 on a server with one sequence and one
+# queued request.
+
+
+def test_rate_limit(s, n=6):
+    results = [None] * n
+    go = threading.Barrier(n)
+
+    def worker(i):
+        with httpx.Client(timeout=60) as c:
+            go.wait()
+            r = c.post(s.url + "/v1/completions", json={"model": s.name, "prompt": f"Story {i}:", "max_tokens": 24,
+                                                         "ignore_eos": True, "temperature": 0})
+            results[i] = (r.status_code, r.text)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    statuses = [r[0] if r else None for r in results]
+    print(f"       (statuses {statuses})", flush=True)
+    check("429: at least one request rejected", statuses.count(429) >= 1, repr(statuses))
+    check("429: at least one request served", statuses.count(200) >= 1, repr(statuses))
+    check("429: nothing but 200 and 429", all(st in (200, 429) for st in statuses), repr(statuses))
+    for st, body in (r for r in results if r):
+        j = json.loads(body)
+        if st == 429:
+            e = j.get("error", {})
+            check("429: OpenAI error body", isinstance(e.get("message"), str) and e["message"] != "" and
+                  e.get("type") == "rate_limit_exceeded" and "param" in e and "code" in e, body)
+        else:
+            check("429: accepted request complete", j["usage"]["completion_tokens"] == 24 and
+                  j["choices"][0]["finish_reason"] == "length", body)
+    m = s.wait_idle()
+    check("429: idle afterwards", m["tpserve:num_requests_running"] == 0 and
+          m["tpserve:kv_cache_usage_perc"] == 0, repr(m))
+    check("429: metrics count the 429 responses",
+          m.get('tpserve:http_responses_total{status="429"}', 0) == statuses.count(429), repr(m))
+
+    # Through the client: a busy server (one running, one waiting) raises openai.RateLimitError (retries off).
+    # The two holding requests are long streams, closed (so aborted) once the check is done.
+    release = threading.Event()
+
+    def hold():
+        with httpx.Client(timeout=60) as c:
+            with c.stream("POST", s.url + "/v1/completions",
+                          json={"model": s.name, "prompt": "x", "max_tokens": 1000, "ignore_eos": True,
+                                "stream": True}):
+                release.wait(30)
+
+    holders = [threading.Thread(target=hold) for _ in range(2)]
+    for t in holders:
+        t.start()
+    # Until one runs and one waits, and the engine has stepped twice since: the queue bound only counts a request
+    # moved into the scheduler after the step that moved it ends (see the report on engine.cpp's apply_inbox).
+    deadline = time.monotonic() + 10
+    steps_seen = None
+    while time.monotonic() < deadline:
+        m = s.metrics()
+        if m["tpserve:num_requests_running"] == 1 and m["tpserve:num_requests_waiting"] == 1:
+            if steps_seen is None:
+                steps_seen = m["tpserve:engine_steps_total"]
+            elif m["tpserve:engine_steps_total"] >= steps_seen + 2:
+                break
+        else:
+            steps_seen = None
+        time.sleep(0.02)
+    try:
+        r = s.client.completions.create(model=s.name, prompt="y", max_tokens=2)
+        m2 = s.metrics()
+        check("busy -> openai.RateLimitError", False, "no exception (running/waiting before: " +
+              f"{m['tpserve:num_requests_running']}/{m['tpserve:num_requests_waiting']}); response {r!r}; "
+              f"metrics after: {m2!r}")
+    except openai.RateLimitError as e:
+        check("busy -> openai.RateLimitError", e.status_code == 429 and
+              isinstance(e.body, dict) and e.body.get("code") == "rate_limit_exceeded", repr(e.body))
+    release.set()
+    for t in holders:
+        t.join(60)
+    m = s.wait_idle()
+    check("busy: closed holders leave zero KV blocks in use", m["tpserve:num_requests_running"] == 0 and
+          m["tpserve:kv_cache_usage_perc"] == 0, repr(m))
+
+
+def test_shutdown_in_flight(s, deadline_s):
+    """A short stream finishes during the grace period; a long one is aborted at the deadline; exit 0."""
+    results = {}
+    started = {"short": threading.Event(), "long": threading.Event()}
+
+    def streamer(key, max_tokens):
+        events, finish, done, err = [], None, False, None
+        try:
+            with httpx.Client(timeout=60) as c:
+                with c.stream("POST", s.url + "/v1/chat/completions",
+                              json={"model": s.name, "messages": CHAT, "max_tokens": max_tokens, "ignore_eos": True,
+                                    "stream": True}) as r:
+                    for line in r.iter_lines():
+                        if not line.startswith("data: "):
+                            continue
+                        started[key].set()
+                        data = line[6:]
+                        if data == "[DONE]":
+                            done = True
+                            continue
+                        j = json.loads(data)
+                        events.append(j)
+                        for ch in j.get("choices", []):
+                            finish = ch.get("finish_reason") or finish
+        except Exception as e:  # noqa: BLE001 - a closed connection is an acceptable end for the long one
+            err = repr(e)
+        started[key].set()
+        results[key] = (finish, done, err, len(events))
+
+    threads = [threading.Thread(target=streamer, args=("long", 4000)),
+               threading.Thread(target=streamer, args=("short", 12))]
+    for t in threads:
+        t.start()
+    started["long"].wait(30)
+    started["short"].wait(30)
+    rc, took = s.sigterm_and_wait(deadline_s + 10)
+    for t in threads:
+        t.join(30)
+    check("shutdown in flight: exit code 0", rc == 0, f"rc={rc}\n{s.log()}")
+    check(f"shutdown in flight: exited within deadline {deadline_s} s + 5 s", rc is not None and
+          took < deadline_s + 5, f"{took:.2f} s")
+    print(f"       (exited after {took:.2f} s; streams {results})", flush=True)
+    short = results.get("short")
+    check("shutdown in flight: short stream finished normally", short is not None and short[0] == "length" and
+          short[1], repr(short))
+    # Today the long stream ends with the connection closed mid-chunked-body (no finish_reason "abort", no [DONE]):
+    # serve_cmd.cpp calls server.stop(), which shuts every socket down, right after api.abort_all(), before the
+    # handlers can write the abort chunk. Accepted here; a clean "abort" + [DONE] passes too.
+    long = results.get("long")
+    check("shutdown in flight: long stream ended (abort or closed)", long is not None and
+          (long[0] == "abort" or long[2] is not None or long[1]) and long[0] != "length", repr(long))
+
+
+def main():
+    t_start = time.monotonic()
+    deadline_s = 2.0
+    configs = []
+    for text in (f"server:\n  shutdown_deadline_s: {deadline_s}\n",
+                 "scheduler:\n  max_num_seqs: 1\n  max_queued_requests: 1\n"):
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+            f.write(text)
+            configs.append(f.name)
+    try:
+        s = Server(["--config", configs[0]])
+        try:
+            print(f"server {s.name} at {s.url} (shutdown_deadline_s {deadline_s})", flush=True)
+            run("completions", test_completions, s)
+            run("chat", test_chat, s)
+            run("models", test_models, s)
+            run("errors", test_errors, s)
+            run("metrics counters", test_metrics_counters, s)
+            run("concurrent streams", test_concurrent_streams, s)
+            run("disconnect", test_disconnect, s)
+            run("shutdown in flight", test_shutdown_in_flight, s, deadline_s)
+        finally:
+            s.kill()
+
+        s2 = Server(["--config", configs[1]])
+        try:
+            print(f"server (max_num_seqs 1, max_queued_requests 1) at {s2.url}", flush=True)
+            run("rate limit", test_rate_limit, s2)
+            rc, took = s2.sigterm_and_wait(15)
+            check("idle SIGTERM: exit code 0", rc == 0, f"rc={rc}\n{s2.log()}")
+            check("idle SIGTERM: exit within 5 s", rc is not None and took < 5, f"{took:.2f} s")
+        finally:
+            s2.kill()
+    finally:
+        for c in configs:
+            os.unlink(c)
+
+    print(f"{n_passed} passed, {n_failed} failed ({time.monotonic() - t_start:.1f} s)", flush=True)
+    return 1 if n_failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The `openai` Python client against `tpserve serve` (tests/e2e/openai_client_test.py).
+# usage: run_openai_client_test.sh setup VENV_DIR                    create VENV_DIR with openai==$OPENAI_VERSION
+#                                                                    (reused when it already has that version)
+#        run_openai_client_test.sh run VENV_DIR TPSERVE_BIN REPO_ROOT  run the test with the venv's python
+set -euo pipefail
+OPENAI_VERSION=1.109.1
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+mode=${1:?usage: $0 setup|run VENV_DIR [TPSERVE_BIN REPO_ROOT]}
+VENV=${2:?missing VENV_DIR}
+
+have_venv() {
+  [ -x "$VENV/bin/python" ] &&
+    "$VENV/bin/python" -c "import openai, sys; sys.exit(openai.__version__ != '$OPENAI_VERSION')" 2>/dev/null
+}
+
+case "$mode" in
+  setup)
+    if have_venv; then
+      echo "reusing $VENV (openai $OPENAI_VERSION)"
+      exit 0
+    fi
+    # One setup at a time (parallel ctest runs share the build dir).
+    exec 9>"$VENV.lock"
+    flock 9
+    if have_venv; then exit 0; fi
+    rm -rf "$VENV"
+    python3 -m venv "$VENV"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "openai==$OPENAI_VERSION"
+    have_venv || { echo "setup: openai $OPENAI_VERSION did not install into $VENV" >&2; exit 1; }
+    echo "created $VENV (openai $OPENAI_VERSION)"
+    ;;
+  run)
+    TPSERVE=${3:?missing TPSERVE_BIN}
+    ROOT=${4:?missing REPO_ROOT}
+    MODEL=$ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf
+    [ -f "$MODEL" ] || { echo "missing $MODEL (run launch/setup)" >&2; exit 1; }
+    have_venv || { echo "no openai $OPENAI_VERSION in $VENV: run '$0 setup $VENV' first" >&2; exit 1; }
+    exec "$VENV/bin/python" -u "$HERE/openai_client_test.py" "$TPSERVE" "$MODEL"
+    ;;
+  *)
+    echo "usage: $0 setup|run VENV_DIR [TPSERVE_BIN REPO_ROOT]" >&2
+    exit 2
+    ;;
+esac
