@@ -6,7 +6,7 @@
 # sweep, then tpserve's), each on a port the OS picked. Writes bench/results/serve-<UTC date>.md with the machine,
 # its load, the exact commands, both tables and the tpserve / llama-server ratio at each C.
 #   bench/run_serve_bench.sh [C...]        (default: 1 4 16 64)
-# Env: THREADS (2), SEED (0), TPSERVE (build/launch/tpserve, else build/launch/tpserve), REQUESTS_<C>
+# Env: THREADS (2), SEED (0), TPSERVE (build/launch/tpserve), REQUESTS_<C>
 #      (requests at concurrency C; default max(2C,16) for C<=16 and C for larger C, to keep the run ~10 min).
 # Needs the BF16 GGUF (launch/setup) and llama-server (tests/peers/build_llama_cpp.sh); neither is built here.
 set -euo pipefail
@@ -17,10 +17,7 @@ THREADS=${THREADS:-2}
 SEED=${SEED:-0}
 MODEL=models/SmolLM2-135M-Instruct.BF16.gguf
 LLAMA_SERVER=third_party/llama.cpp-build/bin/llama-server
-if [ -z "${TPSERVE:-}" ]; then
-  TPSERVE=build/launch/tpserve
-  [ -x "$TPSERVE" ] || TPSERVE=build/launch/tpserve
-fi
+TPSERVE=${TPSERVE:-build/launch/tpserve}
 MAX_C=0
 for c in "${CS[@]}"; do ((c > MAX_C)) && MAX_C=$c; done
 SLOT_CTX=1024  # per-slot context for llama-server: 400-token prompt + 128 generated fits
