@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "common/error.h"
 
 namespace tp {
 
@@ -12,13 +11,6 @@ int32_t argmax(const float* logits, int64_t n) {
   for (int64_t i = 1; i < n; ++i)
     if (logits[i] > logits[best]) best = i;
   return int32_t(best);
-}
-
-void validate(const SamplingParams& p) {
-  if (!(p.temperature >= 0.0f && std::isfinite(p.temperature))) throw InputError("temperature must be >= 0");
-  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) throw InputError("top_p must be in (0, 1]");
-  if (p.top_k < 0) throw InputError("top_k must be >= 0");
-  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) throw InputError("min_p must be in [0, 1]");
 }
 
 int32_t Sampler::sample(const float* logits, int64_t vocab, const SamplingParams& p, uint64_t position) {

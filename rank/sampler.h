@@ -12,11 +12,9 @@ namespace tp {
 // Index of the largest logit; the lowest index wins a tie.
 int32_t argmax(const float* logits, int64_t n);
 
-// Throws InputError naming the first out-of-range parameter.
-void validate(const SamplingParams& p);
-
 class Sampler {
  public:
+  // p must be valid (coordinator/request.h validate_sampling; StepPlan deserialization checks it too).
   // position: the index the sampled token will have in its sequence.
   int32_t sample(const float* logits, int64_t vocab, const SamplingParams& p, uint64_t position);
 

@@ -1,7 +1,7 @@
-// Runs one sequence through a Worker: prefill in chunks, then one token at a time. Used by
-// `tpserve generate`, the oracle and tensor-parallel tests, and the benchmarks, until the engine's scheduler
-// (which batches many sequences over a shared pool) takes over. It takes the pool's blocks in descending
-// order so nothing can silently rely on a contiguous cache.
+// Runs one sequence through a Worker: prefill in chunks, then one token at a time, with no scheduler —
+// the reference path of the oracle, tensor-parallel and engine tests and of decode_bench (serving goes
+// through coordinator/engine, which batches many sequences over a shared pool). It takes the pool's blocks
+// in descending order so nothing can silently rely on a contiguous cache.
 #pragma once
 #include <cstdint>
 #include <vector>
