@@ -40,6 +40,10 @@ struct ServerSection {
   std::string api_key;            // empty: no authentication
   int64_t max_body_bytes = 8 << 20;
   double shutdown_deadline_s = 10.0;
+  double request_timeout_s = 60.0;  // a client must deliver each request (headers + body) within this; 0: never
+  // A step (one forward on every rank) running longer than this means a rank stopped responding while
+  // alive: /health turns 503 and the job is aborted (MPI_Abort), so it never hangs. 0: never.
+  double step_timeout_s = 300.0;
 };
 
 struct Config {

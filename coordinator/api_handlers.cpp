@@ -1,6 +1,7 @@
 #include "coordinator/api_handlers.h"
 
 #include <chrono>
+#include <cmath>
 #include <ctime>
 #include <filesystem>
 #include <memory>
@@ -79,7 +80,11 @@ void ApiHandlers::install(HttpServer& server) {
   server.route("POST", "/tokenize", [this](const HttpRequest& r, ResponseStream&) { return tokenize(r); });
   server.route("POST", "/detokenize", [this](const HttpRequest& r, ResponseStream&) { return detokenize(r); });
   server.route("GET", "/metrics", [this](const HttpRequest& r, ResponseStream&) { return metrics(r); });
-  server.route("GET", "/health", [](const HttpRequest&, ResponseStream&) { return json_response({{"status", "ok"}}); });
+  server.route("GET", "/health", [this](const HttpRequest&, ResponseStream&) {
+    const std::string reason = cfg_.health ? cfg_.health() : std::string();
+    if (!reason.empty()) return json_response({{"status", "unhealthy"}, {"reason", reason}}, 503);
+    return json_response({{"status", "ok"}});
+  });
   server.on_response([this](int status) { metrics_.observe_http(status); });
 }
 
@@ -106,7 +111,6 @@ HttpResponse ApiHandlers::completions(const HttpRequest& req, ResponseStream& ou
   check_auth(req);
   CompletionRequest c = parse_completion_body(req.body);
   check_model(c.params.model);
-  if (c.logprobs) throw ApiException(bad_request("logprobs are not supported yet", "logprobs", "unsupported_value"));
   Generation g;
   g.params = std::move(c.params);
   if (c.prompt.is_tokens) {
@@ -128,7 +132,6 @@ HttpResponse ApiHandlers::chat_completions(const HttpRequest& req, ResponseStrea
   check_auth(req);
   ChatCompletionRequest c = parse_chat_completion_body(req.body);
   check_model(c.params.model);
-  if (c.logprobs) throw ApiException(bad_request("logprobs are not supported yet", "logprobs", "unsupported_value"));
   Generation g;
   g.chat = true;
   g.params = std::move(c.params);
@@ -136,16 +139,79 @@ HttpResponse ApiHandlers::chat_completions(const HttpRequest& req, ResponseStrea
   return generate(g, out);
 }
 
+// What one choice of a generation has produced so far (one per index, on the connection's thread).
+struct ApiHandlers::ChoiceState {
+  ChoiceState(const Tokenizer& tok, const std::vector<std::string>& stops) : dec(tok, false), stop(stops) {}
+  IncrementalDecoder dec;
+  StopMatcher stop;
+  std::string text;        // non-streaming: the whole completion (echo included)
+  std::string finish;      // "" while running
+  int64_t n_generated = 0;
+  int64_t n_decoded = 0;   // characters (code points) decoded so far, echo included (completions' text_offset)
+  json logprobs;           // non-streaming: the choice's logprobs object, built up token by token
+  SteadyTime prev{};       // when its previous token came (inter-token latency); epoch before the first
+};
+
+namespace {
+
+constexpr double kMinLogprob = -9999.0;  // what vLLM reports for -inf (JSON has no infinities)
+
+// Code points in UTF-8 text (text_offset counts characters, as Python's len does for vLLM).
+int64_t n_chars(const std::string& s) {
+  int64_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+double finite_logprob(float lp) { return std::isfinite(lp) ? double(lp) : kMinLogprob; }
+
+json byte_list(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s) b.push_back(int(c));
+  return b;
+}
+
+// Appends token `id`'s logprobs to a choice's logprobs object in the API's shape: chat {"content": [...]},
+// completions {"tokens", "token_logprobs", "top_logprobs", "text_offset"}.
+void append_logprobs(json& lp, bool chat, const Tokenizer& tok, int32_t id, const TokenLogprobs& l, int64_t offset) {
+  if (chat) {
+    if (lp.is_null()) lp = {{"content", json::array()}};
+    json top = json::array();
+    for (size_t k = 0; k < l.top_ids.size(); ++k) {
+      const std::string piece = tok.token_to_piece(l.top_ids[k]);
+      top.push_back({{"token", piece}, {"logprob", finite_logprob(l.top_logprobs[k])}, {"bytes", byte_list(piece)}});
+    }
+    const std::string piece = tok.token_to_piece(id);
+    lp["content"].push_back({{"token", piece}, {"logprob", finite_logprob(l.logprob)}, {"bytes", byte_list(piece)},
+                             {"top_logprobs", top}});
+    return;
+  }
+  if (lp.is_null())
+    lp = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+          {"text_offset", json::array()}};
+  const std::string piece = tok.token_to_piece(id);
+  json top = json::object();  // the k most likely, plus the sampled token (OpenAI's legacy shape)
+  for (size_t k = 0; k < l.top_ids.size(); ++k) top[tok.token_to_piece(l.top_ids[k])] = finite_logprob(l.top_logprobs[k]);
+  if (!top.contains(piece)) top[piece] = finite_logprob(l.logprob);
+  lp["tokens"].push_back(piece);
+  lp["token_logprobs"].push_back(finite_logprob(l.logprob));
+  lp["top_logprobs"].push_back(top);
+  lp["text_offset"].push_back(offset);
+}
+
+std::string finish_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Error: return "error";
+    default: return "abort";
+  }
+}
+
+}  // namespace
+
 HttpResponse ApiHandlers::generate(Generation& g, ResponseStream& out) {
   const GenerationParams& p = g.params;
-  if (p.n != 1)
-    throw ApiException(bad_request("n > 1 is not supported yet, got n = " + std::to_string(p.n), "n", "unsupported_value"));
-  if (p.presence_penalty != 0 || p.frequency_penalty != 0 || p.repetition_penalty != 1)
-    throw ApiException(bad_request("presence, frequency and repetition penalties are not supported yet",
-                                   p.presence_penalty != 0    ? "presence_penalty"
-                                   : p.frequency_penalty != 0 ? "frequency_penalty"
-                                                              : "repetition_penalty",
-                                   "unsupported_value"));
   const int64_t n_prompt = int64_t(g.prompt.size());
   if (n_prompt == 0) throw ApiException(bad_request("the prompt encodes to no tokens", g.chat ? "messages" : "prompt"));
   if (n_prompt >= cfg_.max_context)
@@ -158,6 +224,7 @@ HttpResponse ApiHandlers::generate(Generation& g, ResponseStream& out) {
   r.prompt = g.prompt;
   r.sampling = p.sampling;
   r.sampling.seed = p.seed ? *p.seed : random_seed();
+  r.n = p.n;
   r.max_tokens = p.max_tokens.value_or(cfg_.max_context - n_prompt);
   r.ignore_eos = p.ignore_eos;
   auto queue = std::make_shared<OutputQueue>();  // outlives this handler when the engine still delivers
@@ -171,7 +238,8 @@ HttpResponse ApiHandlers::generate(Generation& g, ResponseStream& out) {
   } catch (const InputError& e) {
     const std::string msg = e.what();
     const bool ctx = msg.find("max context") != std::string::npos || msg.find("whole pool") != std::string::npos;
-    throw ApiException(bad_request(msg, ctx ? "max_tokens" : "", ctx ? "context_length_exceeded" : ""));
+    const bool n_param = msg.rfind("n must be", 0) == 0;
+    throw ApiException(bad_request(msg, ctx ? "max_tokens" : n_param ? "n" : "", ctx ? "context_length_exceeded" : ""));
   }
   {
     std::lock_guard lk(mu_);
@@ -189,8 +257,9 @@ HttpResponse ApiHandlers::generate(Generation& g, ResponseStream& out) {
   const std::string rid = (g.chat ? "chatcmpl-" : "cmpl-") + random_hex(24);
   const int64_t created = int64_t(std::time(nullptr));
   const std::string object = g.chat ? "chat.completion.chunk" : "text_completion";
-  auto chunk = [&](const std::string& text, const json& finish_reason, bool role = false) {
-    json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
+  auto chunk = [&](int32_t index, const std::string& text, const json& finish_reason, const json& logprobs,
+                   bool role = false) {
+    json choice = {{"index", index}, {"logprobs", logprobs}, {"finish_reason", finish_reason}};
     if (g.chat) {
       json delta = json::object();
       if (role) delta["role"] = "assistant";
@@ -203,78 +272,95 @@ HttpResponse ApiHandlers::generate(Generation& g, ResponseStream& out) {
                            {"choices", json::array({choice})}}));
   };
 
+  std::vector<std::unique_ptr<ChoiceState>> choices;
+  for (int32_t i = 0; i < p.n; ++i) {
+    choices.push_back(std::make_unique<ChoiceState>(tok_, p.stop));
+    choices.back()->n_decoded = n_chars(g.echo);
+  }
   const bool stream = p.stream;
+  const bool want_logprobs = p.sampling.logprobs >= 0;
   bool client_gone = false;
-  std::string text;  // non-streaming: the whole completion
   if (stream) {
     client_gone = !out.start(200, "text/event-stream");
-    if (!client_gone && g.chat) client_gone = !out.write(chunk("", nullptr, true));
-    if (!client_gone && !g.echo.empty()) client_gone = !out.write(chunk(g.echo, nullptr));
+    for (int32_t i = 0; i < p.n && !client_gone; ++i) {
+      if (g.chat) client_gone = !out.write(chunk(i, "", nullptr, nullptr, true));
+      if (!client_gone && !g.echo.empty()) client_gone = !out.write(chunk(i, g.echo, nullptr, nullptr));
+    }
   } else {
-    text = g.echo;
+    for (auto& c : choices) c->text = g.echo;
   }
 
-  IncrementalDecoder dec(tok_, false);
-  StopMatcher stop(p.stop);
-  int64_t n_generated = 0;
-  std::string finish, error;
-  bool first = true;
-  SteadyTime prev{};
-  while (!client_gone) {
+  int32_t n_open = p.n;
+  std::string error;
+  bool first = true;  // TTFT: the first token of any choice
+  while (!client_gone && n_open > 0) {
     std::optional<RequestOutput> o = queue->pop(std::chrono::milliseconds(50));
     if (!o) {
       if (out.peer_closed()) client_gone = true;
       continue;
     }
+    if (o->index < 0 || o->index >= p.n) continue;
+    ChoiceState& c = *choices[size_t(o->index)];
+    if (!c.finish.empty()) continue;  // stopped by a stop string; the engine's abort output follows
     if (!o->new_tokens.empty()) {
       const int64_t n = int64_t(o->new_tokens.size());
       if (first) {
         metrics_.observe_ttft(secs(o->times.first_token - o->times.arrival));
         first = false;
-      } else {
-        metrics_.observe_itl(secs(o->times.last_token - prev) / double(n), n);
       }
-      prev = o->times.last_token;
+      if (c.prev != SteadyTime{}) metrics_.observe_itl(secs(o->times.last_token - c.prev) / double(n), n);
+      c.prev = o->times.last_token;
     }
-    n_generated = o->n_generated;
+    c.n_generated = o->n_generated;
     std::string piece;
-    for (int32_t t : o->new_tokens) {
+    json lp;  // this delivery's logprobs (streaming)
+    for (size_t k = 0; k < o->new_tokens.size(); ++k) {
+      const int32_t t = o->new_tokens[k];
       if (!p.ignore_eos && tok_.is_eog(t)) continue;
-      StopMatcher::Result s = stop.push(dec.push(t));
-      piece += s.text;
-      if (s.stopped) {
-        finish = "stop";
+      const std::string decoded = c.dec.push(t);
+      if (want_logprobs && k < o->logprobs.size())
+        append_logprobs(stream ? lp : c.logprobs, g.chat, tok_, t, o->logprobs[k], c.n_decoded);
+      c.n_decoded += n_chars(decoded);
+      StopMatcher::Result sr = c.stop.push(decoded);
+      piece += sr.text;
+      if (sr.stopped) {
+        c.finish = "stop";
         break;
       }
     }
-    if (finish.empty() && o->finished) {
-      StopMatcher::Result s = stop.push(dec.flush());
-      piece += s.text;
-      piece += stop.flush();
-      switch (o->finish_reason) {
-        case FinishReason::Stop: finish = "stop"; break;
-        case FinishReason::Length: finish = "length"; break;
-        case FinishReason::Error: finish = "error"; error = o->error; break;
-        default: finish = "abort"; break;
-      }
-      if (s.stopped) finish = "stop";
+    if (c.finish.empty() && o->finished) {
+      StopMatcher::Result sr = c.stop.push(c.dec.flush());
+      piece += sr.text;
+      piece += c.stop.flush();
+      c.finish = sr.stopped ? "stop" : finish_name(o->finish_reason);
+      if (o->finish_reason == FinishReason::Error) error = o->error;
     }
-    if (!finish.empty() && !o->finished) engine_.abort(id);  // a stop string: end the engine request
+    if (!c.finish.empty() && !o->finished) engine_.abort(id, o->index);  // a stop string: end this choice
     if (stream) {
-      if (!piece.empty() && !out.write(chunk(piece, nullptr))) client_gone = true;
+      if ((!piece.empty() || !lp.is_null()) && !out.write(chunk(o->index, piece, nullptr, lp))) client_gone = true;
+      if (!client_gone && !c.finish.empty() && c.finish != "error" && !out.write(chunk(o->index, "", c.finish, nullptr)))
+        client_gone = true;
     } else {
-      text += piece;
+      c.text += piece;
     }
-    if (!finish.empty()) break;
+    if (!c.finish.empty()) --n_open;
+  }
+  int64_t n_generated = 0;
+  std::string finish = "stop";
+  for (const auto& c : choices) {
+    n_generated += c->n_generated;
+    if (c->finish == "error") finish = "error";
   }
   if (client_gone) {
     engine_.abort(id);
     metrics_.observe_finished(secs(std::chrono::steady_clock::now() - t_submit), "abort");
     return HttpResponse{499, "application/json", "", {}};  // nobody reads it
   }
+  if (finish != "error") finish = choices[0]->finish;
   metrics_.observe_finished(secs(std::chrono::steady_clock::now() - t_submit), finish);
 
   if (finish == "error") {
+    engine_.abort(id);
     const ApiError e = internal_error("generation failed: " + error);
     if (!stream) throw ApiException(e);
     out.write(sse_event(to_json(e)));
@@ -282,23 +368,31 @@ HttpResponse ApiHandlers::generate(Generation& g, ResponseStream& out) {
     return {};
   }
   if (stream) {
-    if (!out.write(chunk("", finish))) return {};
     if (p.include_usage)
       out.write(sse_event(dump({{"id", rid}, {"object", object}, {"created", created}, {"model", cfg_.model_name},
                                 {"choices", json::array()}, {"usage", usage_json(n_prompt, n_generated)}})));
     out.write(sse_event("[DONE]"));
     return {};
   }
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish}};
-  if (g.chat)
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
-  else
-    choice["text"] = text;
+  json out_choices = json::array();
+  for (int32_t i = 0; i < p.n; ++i) {
+    ChoiceState& c = *choices[size_t(i)];
+    json choice = {{"index", i}, {"logprobs", c.logprobs}, {"finish_reason", c.finish}};
+    if (want_logprobs && c.logprobs.is_null())  // nothing generated into the text: an empty logprobs object
+      choice["logprobs"] = g.chat ? json{{"content", json::array()}}
+                                  : json{{"tokens", json::array()}, {"token_logprobs", json::array()},
+                                         {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+    if (g.chat)
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    else
+      choice["text"] = c.text;
+    out_choices.push_back(std::move(choice));
+  }
   return json_response({{"id", rid},
                         {"object", g.chat ? "chat.completion" : "text_completion"},
                         {"created", created},
                         {"model", cfg_.model_name},
-                        {"choices", json::array({choice})},
+                        {"choices", out_choices},
                         {"usage", usage_json(n_prompt, n_generated)}});
 }
 

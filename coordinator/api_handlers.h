@@ -7,9 +7,14 @@
 // stop string is not emitted, the engine request is aborted) and writes the response or SSE chunks.
 // A client that disconnects (seen within ~50 ms) gets its engine request aborted, so its blocks are freed.
 // Errors are OpenAI JSON: 400 bad body / context overflow, 401 bad API key (/v1/* only, as vLLM), 404 unknown
-// model, 429 queue full, 500 engine failure. Not supported yet (400): n > 1, logprobs, non-zero penalties.
+// model, 429 queue full, 500 engine failure. n choices: one engine request, deliveries routed by choice index
+// (each choice has its own decoder, stop matcher and finish_reason; a stop string aborts only its choice).
+// Logprobs in OpenAI's shapes: chat {"content": [{token, logprob, bytes, top_logprobs}]}, completions
+// {tokens, token_logprobs, top_logprobs (dicts), text_offset}; -inf is reported as -9999.0 (as vLLM).
+// Not supported (400): echo with logprobs (prompt logprobs), logit_bias.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <set>
 #include <string>
@@ -26,6 +31,9 @@ struct ApiConfig {
   std::string model_name;   // the served name; requests naming another model get 404
   std::string api_key;      // empty: no authentication
   int64_t max_context = 0;  // prompt + max_tokens limit (the engine's)
+  // GET /health: "" while every rank is up, else why not (then 503 {"status": "unhealthy", "reason"}).
+  // Empty function: always healthy.
+  std::function<std::string()> health;
 };
 
 class ApiHandlers {
@@ -41,6 +49,7 @@ class ApiHandlers {
 
  private:
   struct Generation;
+  struct ChoiceState;
   HttpResponse completions(const HttpRequest& req, ResponseStream& out);
   HttpResponse chat_completions(const HttpRequest& req, ResponseStream& out);
   HttpResponse models(const HttpRequest& req);

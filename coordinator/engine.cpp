@@ -61,11 +61,14 @@ void Engine::validate(const Request& req) const {
                      num(n_blocks) + " KV blocks of " + num(sc.block_size) + " tokens, but the whole pool has " +
                      num(sc.n_blocks));
   validate_sampling(req.sampling);
+  if (req.n < 1 || req.n > sc.max_num_seqs)
+    throw InputError("n must be in [1, " + num(sc.max_num_seqs) + "] (scheduler.max_num_seqs), got " + num(req.n));
 }
 
 int64_t Engine::submit(Request req) {
   validate(req);
   auto s = std::make_unique<Sequence>();
+  s->index = 0;
   s->n_prompt = int64_t(req.prompt.size());
   s->tokens = std::move(req.prompt);
   s->sampling = req.sampling;
@@ -81,7 +84,10 @@ int64_t Engine::submit(Request req) {
       throw QueueFullError("the server is busy: " + num(cfg_.max_queued_requests) +
                            " requests are already waiting (scheduler.max_queued_requests)");
     id = next_id_++;
-    s->id = id;
+    s->request_id = id;
+    s->id = next_seq_id_;
+    for (int32_t i = 1; i < req.n; ++i) s->pending_forks.push_back({next_seq_id_ + i, i});
+    next_seq_id_ += req.n;
     inbox_.push_back(std::move(s));
     ++n_unfinished_;
     ++metrics_.n_submitted;
@@ -91,10 +97,10 @@ int64_t Engine::submit(Request req) {
   return id;
 }
 
-void Engine::abort(int64_t request_id) {
+void Engine::abort(int64_t request_id, int32_t index) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    abort_inbox_.push_back(request_id);
+    abort_inbox_.emplace_back(request_id, index);
   }
   work_cv_.notify_all();
 }
@@ -146,7 +152,7 @@ void Engine::shutdown() {
 
 bool Engine::apply_inbox(std::vector<Delivery>& deliveries) {
   std::vector<std::unique_ptr<Sequence>> submits;
-  std::vector<int64_t> aborts;
+  std::vector<std::pair<int64_t, int32_t>> aborts;
   {
     std::lock_guard<std::mutex> lock(mu_);
     submits.swap(inbox_);
@@ -155,10 +161,48 @@ bool Engine::apply_inbox(std::vector<Delivery>& deliveries) {
     // scheduling, so submit() cannot overfill the queue in between.
     n_waiting_published_ += int64_t(submits.size());
   }
-  for (auto& s : submits) scheduler_.add(std::move(s));
-  for (int64_t id : aborts)
-    if (scheduler_.find(id)) finish(id, FinishReason::Abort, "", deliveries);
+  for (auto& s : submits) {
+    requests_[s->request_id] = {s->id, int32_t(1 + s->pending_forks.size()), int32_t(1 + s->pending_forks.size())};
+    scheduler_.add(std::move(s));
+  }
+  for (const auto& [request_id, index] : aborts) abort_now(request_id, index, deliveries);
   return !submits.empty() || !aborts.empty();
+}
+
+void Engine::abort_now(int64_t request_id, int32_t index, std::vector<Delivery>& deliveries) {
+  const auto it = requests_.find(request_id);
+  if (it == requests_.end() || index >= it->second.n) return;
+  const RequestState r = it->second;
+  for (int32_t i = 0; i < r.n; ++i) {
+    if (index >= 0 && i != index) continue;
+    if (scheduler_.find(r.seq_base + i)) {
+      finish(r.seq_base + i, FinishReason::Abort, "", deliveries);
+      continue;
+    }
+    // Not a sequence yet: still pending in choice 0, which keeps running.
+    Sequence* parent = scheduler_.find(r.seq_base);
+    if (!parent) continue;
+    auto& pf = parent->pending_forks;
+    const auto f = std::find_if(pf.begin(), pf.end(), [&](const PendingFork& p) { return p.index == i; });
+    if (f == pf.end()) continue;
+    pf.erase(f);
+    RequestOutput out;
+    out.request_id = request_id;
+    out.index = i;
+    out.finished = true;
+    out.finish_reason = FinishReason::Abort;
+    out.n_prompt_tokens = parent->n_prompt;
+    out.times = parent->times;
+    choice_finished(request_id, FinishReason::Abort);
+    deliveries.push_back({parent->on_output, std::move(out)});
+  }
+}
+
+void Engine::choice_finished(int64_t request_id, FinishReason reason) {
+  ++n_finished_;
+  if (reason == FinishReason::Abort) ++n_aborted_;
+  const auto it = requests_.find(request_id);
+  if (it != requests_.end() && --it->second.n_open <= 0) requests_.erase(it);
 }
 
 ScheduledStep Engine::schedule() {
@@ -169,9 +213,24 @@ ScheduledStep Engine::schedule() {
   return s;
 }
 
+std::chrono::steady_clock::duration Engine::step_running_for() const {
+  const int64_t t0 = step_started_ns_.load();
+  if (t0 == 0) return {};
+  return std::chrono::steady_clock::now().time_since_epoch() - std::chrono::nanoseconds(t0);
+}
+
 StepResult Engine::run(ScheduledStep& s, std::vector<Delivery>& deliveries) {
   StepResult result;
+  struct Running {  // step_running_for() sees this step while the executor runs it
+    std::atomic<int64_t>& t;
+    explicit Running(std::atomic<int64_t>& t0) : t(t0) {
+      t.store(std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                       std::chrono::steady_clock::now().time_since_epoch()).count()));
+    }
+    ~Running() { t.store(0); }
+  };
   try {
+    Running running(step_started_ns_);
     executor_.execute(s.plan, result);
     size_t k = 0;
     for (const SeqPlan& sp : s.plan.seqs) {
@@ -200,7 +259,7 @@ FinishReason Engine::stop_reason(const Sequence& s, int32_t token) const {
 }
 
 void Engine::postprocess(const ScheduledStep& s, const StepResult& result, std::vector<Delivery>& deliveries) {
-  scheduler_.commit(s);
+  last_step_.forked = scheduler_.commit(s);
   const auto now = std::chrono::steady_clock::now();
   for (size_t i = 0; i < result.seq_ids.size(); ++i) {
     Sequence& q = *scheduler_.find(result.seq_ids[i]);
@@ -211,8 +270,10 @@ void Engine::postprocess(const ScheduledStep& s, const StepResult& result, std::
     ++n_generation_tokens_;
     const FinishReason reason = stop_reason(q, token);
     RequestOutput out;
-    out.request_id = q.id;
+    out.request_id = q.request_id;
+    out.index = q.index;
     out.new_tokens = {token};
+    if (!result.logprobs.empty() && result.logprobs[i]) out.logprobs = {*result.logprobs[i]};
     out.finished = reason != FinishReason::None;
     out.finish_reason = reason;
     out.n_prompt_tokens = q.n_prompt;
@@ -222,27 +283,34 @@ void Engine::postprocess(const ScheduledStep& s, const StepResult& result, std::
       deliveries.push_back({q.on_output, std::move(out)});
       continue;
     }
+    if (!q.pending_forks.empty()) throw Error("sequence " + num(q.id) + " sampled before forking its choices");
     std::unique_ptr<Sequence> done = scheduler_.remove(q.id);
     last_step_.finished.push_back(done->id);
-    ++n_finished_;
+    choice_finished(done->request_id, reason);
     deliveries.push_back({std::move(done->on_output), std::move(out)});
   }
 }
 
-void Engine::finish(int64_t id, FinishReason reason, const std::string& error, std::vector<Delivery>& deliveries) {
-  std::unique_ptr<Sequence> done = scheduler_.remove(id);
+void Engine::finish(int64_t seq_id, FinishReason reason, const std::string& error, std::vector<Delivery>& deliveries) {
+  std::unique_ptr<Sequence> done = scheduler_.remove(seq_id);
   if (!done) return;
+  last_step_.finished.push_back(seq_id);
   RequestOutput out;
-  out.request_id = id;
+  out.request_id = done->request_id;
   out.finished = true;
   out.finish_reason = reason;
   out.error = error;
   out.n_prompt_tokens = done->n_prompt;
-  out.n_generated = done->n_generated();
   out.times = done->times;
-  last_step_.finished.push_back(id);
-  ++n_finished_;
-  if (reason == FinishReason::Abort) ++n_aborted_;
+  for (const PendingFork& f : done->pending_forks) {  // choices never forked end with it, with nothing generated
+    RequestOutput o = out;
+    o.index = f.index;
+    choice_finished(done->request_id, reason);
+    deliveries.push_back({done->on_output, std::move(o)});
+  }
+  out.index = done->index;
+  out.n_generated = done->n_generated();
+  choice_finished(done->request_id, reason);
   deliveries.push_back({std::move(done->on_output), std::move(out)});
 }
 

@@ -5,8 +5,12 @@
 //   bool Engine::step():  schedule → run → postprocess      (nano-vllm's three lines)
 //
 // Postprocess: record the planned tokens as computed (BlockManager::commit_tokens, so full blocks enter
-// the prefix index), append the sampled tokens, check stops (max_tokens → "length"; an eos id or is_eog
-// unless ignore_eos → "stop"; the stop token is delivered), deliver outputs, free finished sequences.
+// the prefix index; pending choices are forked), append the sampled tokens, check stops (max_tokens →
+// "length"; an eos id or is_eog unless ignore_eos → "stop"; the stop token is delivered), deliver outputs,
+// free finished sequences.
+//
+// Ids. A request (id 0, 1, 2, ... in submit order) with n choices owns n consecutive sequence ids; choice i
+// is sequence seq_base + i (coordinator/sequence.h). Plans, StepRecord and the scheduler use sequence ids.
 //
 // Threads. submit(), abort(), has_work(), wait_for_work() and metrics() may be called from any thread.
 // step(), run_until_idle() and shutdown() run on the engine thread — the only thread that calls the
@@ -24,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/config.h"
@@ -69,16 +74,17 @@ struct EngineMetrics {
   int64_t n_preemptions = 0;
   int64_t n_steps = 0;               // forwards run
   int64_t n_submitted = 0;
-  int64_t n_finished = 0;            // every reason
-  int64_t n_aborted = 0;
+  int64_t n_finished = 0;            // choices finished, every reason
+  int64_t n_aborted = 0;             // choices aborted
 };
 
 // What the latest step did (tests, debugging).
 struct StepRecord {
-  std::vector<std::pair<int64_t, int64_t>> scheduled;  // (request id, tokens planned), plan order
-  std::vector<int64_t> preempted;
-  std::vector<int64_t> admitted;
-  std::vector<int64_t> finished;                       // finished in this step, aborts included
+  std::vector<std::pair<int64_t, int64_t>> scheduled;  // (sequence id, tokens planned), plan order
+  std::vector<int64_t> preempted;                      // sequence ids
+  std::vector<int64_t> admitted;                       // sequence ids
+  std::vector<int64_t> forked;                         // sequence ids of choices forked after this step
+  std::vector<int64_t> finished;                       // sequence ids finished in this step, aborts included
 };
 
 class Engine {
@@ -89,13 +95,14 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   // Validates and queues a request; returns its id (0, 1, 2, ... in submit order). Throws InputError: empty
-  // prompt, bad token id or sampling value, max_tokens < 1, prompt + max_tokens > max_context, or (paged)
-  // more tokens than the whole pool holds — such a request could never finish. QueueFullError when
-  // max_queued_requests are waiting. Nothing is queued when it throws.
+  // prompt, bad token id or sampling value, n outside [1, max_num_seqs], max_tokens < 1, prompt + max_tokens
+  // > max_context, or (paged) more tokens than the whole pool holds — such a request could never finish.
+  // QueueFullError when max_queued_requests are waiting. Nothing is queued when it throws.
   int64_t submit(Request req);
-  // Aborts a waiting or running request at the next step: its blocks are freed and it gets a finished
-  // output with FinishReason::Abort. Unknown or finished ids are ignored.
-  void abort(int64_t request_id);
+  // Aborts a waiting or running request at the next step — every choice, or only choice `index` (>= 0):
+  // its blocks are freed and each aborted choice gets a finished output with FinishReason::Abort. Unknown
+  // or finished ids are ignored.
+  void abort(int64_t request_id, int32_t index = -1);
 
   // One engine iteration. Returns true when it did anything (a forward ran, or a submit/abort was applied).
   bool step();
@@ -110,6 +117,9 @@ class Engine {
   bool wait_for_work(std::chrono::milliseconds timeout);
 
   EngineMetrics metrics() const;
+  // How long the executor has been running the current step; zero when no step is running. Any thread
+  // (the server's watchdog: a rank that stopped responding while alive leaves a step running forever).
+  std::chrono::steady_clock::duration step_running_for() const;
   // The KV capacity lines (kvstore/capacity.h capacity_report) and the scheduler's limits.
   std::string startup_report() const;
 
@@ -129,7 +139,11 @@ class Engine {
   ScheduledStep schedule();                             // Scheduler::schedule, recorded in last_step_
   StepResult run(ScheduledStep& s, std::vector<Delivery>& deliveries);
   void postprocess(const ScheduledStep& s, const StepResult& result, std::vector<Delivery>& deliveries);
-  void finish(int64_t id, FinishReason reason, const std::string& error, std::vector<Delivery>& deliveries);
+  // Finishes sequence `seq_id` (and the choices still pending in it) with `reason`.
+  void finish(int64_t seq_id, FinishReason reason, const std::string& error, std::vector<Delivery>& deliveries);
+  void abort_now(int64_t request_id, int32_t index, std::vector<Delivery>& deliveries);
+  // One finished choice of a request: request bookkeeping and the counters.
+  void choice_finished(int64_t request_id, FinishReason reason);
   void fail_all(const std::string& error, std::vector<Delivery>& deliveries);
   void publish(std::vector<Delivery>& deliveries);
   FinishReason stop_reason(const Sequence& s, int32_t token) const;
@@ -138,13 +152,21 @@ class Engine {
   StepExecutor& executor_;
   Scheduler scheduler_;
   StepRecord last_step_;
+  std::atomic<int64_t> step_started_ns_{0};  // steady clock ns when the running step began; 0: none
   int64_t n_generation_tokens_ = 0, n_steps_ = 0, n_finished_ = 0, n_aborted_ = 0;
+  struct RequestState {
+    int64_t seq_base = 0;  // choice i is sequence seq_base + i
+    int32_t n = 1;
+    int32_t n_open = 1;    // choices not finished yet
+  };
+  std::unordered_map<int64_t, RequestState> requests_;  // engine thread: requests the scheduler has
 
   mutable std::mutex mu_;  // guards everything below
   std::condition_variable work_cv_;
   std::vector<std::unique_ptr<Sequence>> inbox_;
-  std::vector<int64_t> abort_inbox_;
+  std::vector<std::pair<int64_t, int32_t>> abort_inbox_;  // (request id, choice index or -1)
   int64_t next_id_ = 0;
+  int64_t next_seq_id_ = 0;
   int64_t n_unfinished_ = 0;       // submitted and not yet finished
   int64_t n_waiting_published_ = 0;
   EngineMetrics metrics_;

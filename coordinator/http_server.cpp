@@ -68,6 +68,7 @@ struct HttpServer::Connection {
   int fd;
   std::thread thread;
   std::atomic<bool> done{false};
+  std::atomic<int64_t> reading_since_ns{0};  // steady ns when the current request read began; 0: not reading
 };
 
 namespace {
@@ -174,6 +175,30 @@ void HttpServer::start() {
   if (ec) throw InputError("cannot listen on " + where + ": " + ec.message());
   port_ = a.local_endpoint().port();
   acceptor_ = std::thread([this] { accept_loop(); });
+  if (opt_.request_timeout_s > 0) watchdog_ = std::thread([this] { watch_reads(); });
+}
+
+namespace {
+
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+void HttpServer::watch_reads() {
+  const auto limit = int64_t(opt_.request_timeout_s * 1e9);
+  while (!stopping_.load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const int64_t now = steady_ns();
+    std::lock_guard lk(mu_);
+    for (auto& c : conns_) {
+      int64_t t0 = c->reading_since_ns.load();
+      if (t0 != 0 && now - t0 > limit && c->reading_since_ns.compare_exchange_strong(t0, 0))
+        ::shutdown(c->fd, SHUT_RDWR);  // the blocked read fails; the connection's thread ends it
+    }
+  }
 }
 
 void HttpServer::accept_loop() {
@@ -224,7 +249,9 @@ void HttpServer::serve_connection(const std::shared_ptr<Connection>& c) {
     http::request_parser<http::string_body> parser;
     parser.body_limit(uint64_t(std::max<int64_t>(opt_.max_body_bytes, 0)));
     beast::error_code ec;
+    c->reading_since_ns.store(steady_ns());
     http::read(s, buf, parser, ec);
+    c->reading_since_ns.store(0);
     if (ec == http::error::body_limit) {
       const HttpResponse r = error_response(payload_too_large(
           "request body exceeds the limit of " + std::to_string(opt_.max_body_bytes) + " bytes (server.max_body_bytes)"));
@@ -299,6 +326,7 @@ void HttpServer::stop() {
   stopping_.store(true);
   stop_accepting();
   if (acceptor_.joinable()) acceptor_.join();
+  if (watchdog_.joinable()) watchdog_.join();
   {
     beast::error_code ec;
     impl_->acceptor.close(ec);

@@ -4,6 +4,9 @@
 // Threads: one acceptor thread, plus one thread per open connection running Beast's synchronous API, so a
 // handler may block (waiting for the engine) without stalling other clients. At most max_connections
 // connections are served at once; more get 503 and are closed. Handlers run on their connection's thread.
+// A connection gets request_timeout_s to deliver each whole request (headers and body), the idle wait for the
+// next keep-alive request included; past it a watchdog thread closes the socket, so slow or silent clients
+// cannot hold connection slots (slowloris). Handlers and responses are not timed.
 //
 // A handler either returns an HttpResponse, or starts a chunked stream on the ResponseStream it is given
 // (start() then write() per chunk; the server sends the terminating chunk after the handler returns, and the
@@ -66,6 +69,7 @@ struct HttpServerOptions {
   uint16_t port = 0;                    // 0: any free port
   int64_t max_body_bytes = 8 << 20;     // larger bodies get 413
   int max_connections = 256;
+  double request_timeout_s = 60.0;      // receive one request within this; 0: no limit
 };
 
 class HttpServer {
@@ -92,6 +96,7 @@ class HttpServer {
   void accept_loop();
   void serve_connection(const std::shared_ptr<Connection>& c);
   void reap_finished();
+  void watch_reads();  // the watchdog thread: closes connections whose request read is past the timeout
 
   HttpServerOptions opt_;
   std::map<std::string, std::map<std::string, HttpHandler>> routes_;  // path -> method -> handler
@@ -102,6 +107,7 @@ class HttpServer {
   std::atomic<bool> stopping_{false};
   std::atomic<int> n_active_{0};
   std::thread acceptor_;
+  std::thread watchdog_;
   std::mutex mu_;  // guards conns_
   std::list<std::shared_ptr<Connection>> conns_;
 };

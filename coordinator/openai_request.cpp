@@ -169,11 +169,11 @@ GenerationParams parse_common(const json& body, const ApiLimits& limits) {
       if (str.empty()) fail("stop", "stop sequences must not be empty strings");
   }
   if (auto v = get_bool(body, "ignore_eos", "ignore_eos")) p.ignore_eos = *v;
-  if (auto v = get_number(body, "presence_penalty")) p.presence_penalty = float(in_range("presence_penalty", *v, -2, 2));
+  if (auto v = get_number(body, "presence_penalty")) p.sampling.presence_penalty = float(in_range("presence_penalty", *v, -2, 2));
   if (auto v = get_number(body, "frequency_penalty"))
-    p.frequency_penalty = float(in_range("frequency_penalty", *v, -2, 2));
+    p.sampling.frequency_penalty = float(in_range("frequency_penalty", *v, -2, 2));
   if (auto v = get_number(body, "repetition_penalty"))
-    p.repetition_penalty = float(in_range("repetition_penalty", *v, 0, 2, true));
+    p.sampling.repetition_penalty = float(in_range("repetition_penalty", *v, 0, 2, true));
   if (auto v = get_int(body, "n")) p.n = int32_t(int_in_range("n", *v, 1, limits.max_n));
   if (auto v = get_bool(body, "stream", "stream")) p.stream = *v;
   if (const json* so = member(body, "stream_options")) {
@@ -288,6 +288,10 @@ CompletionRequest parse_completion_request(const json& body, const ApiLimits& li
   if (auto v = get_int(body, "logprobs"))
     r.logprobs = int32_t(int_in_range("logprobs", *v, 0, limits.max_logprobs));
   if (auto v = get_bool(body, "echo", "echo")) r.echo = *v;
+  if (r.logprobs) {
+    if (r.echo) fail("echo", "echo together with logprobs (prompt logprobs) is not supported", "unsupported_value");
+    r.params.sampling.logprobs = *r.logprobs;
+  }
   if (auto s = get_string(body, "suffix", "suffix"); s && !s->empty())
     fail("suffix", "suffix is not supported", "unsupported_value");
   if (auto b = get_int(body, "best_of"); b && *b != r.params.n)
@@ -311,6 +315,7 @@ ChatCompletionRequest parse_chat_completion_request(const json& body, const ApiL
     r.top_logprobs = int32_t(int_in_range("top_logprobs", *v, 0, limits.max_logprobs));
     if (!r.logprobs) fail("top_logprobs", "top_logprobs requires logprobs to be true");
   }
+  if (r.logprobs) r.params.sampling.logprobs = r.top_logprobs.value_or(0);
   if (auto v = get_bool(body, "add_generation_prompt", "add_generation_prompt")) r.add_generation_prompt = *v;
   if (const json* t = member(body, "tools"); t && !(t->is_array() && t->empty()))
     fail("tools", "tools are not supported", "unsupported_value");

@@ -35,13 +35,12 @@ struct ApiLimits {
 struct GenerationParams {
   std::string model;                       // may be empty (the server then uses its only model)
   std::optional<int64_t> max_tokens;       // >= 1; nullopt: up to the context limit
-  SamplingParams sampling;                 // temperature [0, 2], top_p (0, 1], top_k >= 0 (-1 -> 0), min_p [0, 1]
+  // temperature [0, 2], top_p (0, 1], top_k >= 0 (-1 -> 0), min_p [0, 1], presence_penalty [-2, 2],
+  // frequency_penalty [-2, 2], repetition_penalty (0, 2]; logprobs from the completion/chat fields below.
+  SamplingParams sampling;
   std::optional<uint64_t> seed;            // given seed (also in sampling.seed); nullopt: the server picks one
   std::vector<std::string> stop;           // 0..max_stop non-empty strings
   bool ignore_eos = false;
-  float presence_penalty = 0.0f;           // [-2, 2]
-  float frequency_penalty = 0.0f;          // [-2, 2]
-  float repetition_penalty = 1.0f;         // (0, 2]; 1: off
   int32_t n = 1;                           // [1, max_n]
   bool stream = false;
   bool include_usage = false;              // stream_options.include_usage (only with stream)
@@ -58,14 +57,14 @@ struct Prompt {
 struct CompletionRequest {
   GenerationParams params;
   Prompt prompt;                 // string | [string] | [int, ...] | [[int, ...]]
-  std::optional<int32_t> logprobs;  // [0, max_logprobs]; nullopt: none
-  bool echo = false;             // prepend the prompt text to the completion
+  std::optional<int32_t> logprobs;  // [0, max_logprobs]; nullopt: none (also in params.sampling.logprobs)
+  bool echo = false;             // prepend the prompt text to the completion; not with logprobs
 };
 
 struct ChatCompletionRequest {
   GenerationParams params;       // max_tokens from max_completion_tokens when both are given
   std::vector<ChatMessage> messages;  // non-empty; text parts of an array content joined with "\n"
-  bool logprobs = false;
+  bool logprobs = false;                // params.sampling.logprobs = top_logprobs or 0 when true
   std::optional<int32_t> top_logprobs;  // [0, max_logprobs]; only with logprobs = true
   bool add_generation_prompt = true;    // vLLM extension
 };

@@ -23,6 +23,15 @@ void validate_sampling(const SamplingParams& p) {
   if (p.top_k < 0) throw InputError("top_k must be >= 0, got " + std::to_string(p.top_k));
   if (!std::isfinite(p.min_p) || p.min_p < 0 || p.min_p > 1)
     throw InputError("min_p must be in [0, 1], got " + std::to_string(p.min_p));
+  if (!std::isfinite(p.presence_penalty) || p.presence_penalty < -2 || p.presence_penalty > 2)
+    throw InputError("presence_penalty must be in [-2, 2], got " + std::to_string(p.presence_penalty));
+  if (!std::isfinite(p.frequency_penalty) || p.frequency_penalty < -2 || p.frequency_penalty > 2)
+    throw InputError("frequency_penalty must be in [-2, 2], got " + std::to_string(p.frequency_penalty));
+  if (!std::isfinite(p.repetition_penalty) || p.repetition_penalty <= 0 || p.repetition_penalty > 2)
+    throw InputError("repetition_penalty must be in (0, 2], got " + std::to_string(p.repetition_penalty));
+  if (p.logprobs < -1 || p.logprobs > kMaxLogprobs)
+    throw InputError("logprobs must be -1 (off) or in [0, " + std::to_string(kMaxLogprobs) + "], got " +
+                     std::to_string(p.logprobs));
 }
 
 void OutputQueue::push(const RequestOutput& out) {

@@ -21,6 +21,7 @@
 
 #include "common/error.h"
 #include "common/sampling_params.h"
+#include "common/token_logprobs.h"
 
 namespace tp {
 
@@ -38,16 +39,19 @@ struct RequestTimes {
   SteadyTime last_token{};   // latest generated token emitted; epoch until then
 };
 
-// One delivery for one request: the tokens generated since the previous delivery (usually one), and,
-// on the last delivery, finished = true with the reason. Finished deliveries may carry no token (abort).
+// One delivery for one choice of a request: the tokens generated since the previous delivery (usually one),
+// and, on the choice's last delivery, finished = true with the reason. Finished deliveries may carry no token
+// (abort). A request with n choices gets n finished deliveries, one per index.
 struct RequestOutput {
   int64_t request_id = -1;
+  int32_t index = 0;            // the choice, in [0, n)
   std::vector<int32_t> new_tokens;
+  std::vector<TokenLogprobs> logprobs;  // [new_tokens.size()] when sampling.logprobs >= 0, else empty
   bool finished = false;
   FinishReason finish_reason = FinishReason::None;
   std::string error;            // finish_reason == Error: what failed
   int64_t n_prompt_tokens = 0;
-  int64_t n_generated = 0;      // generated so far, new_tokens included
+  int64_t n_generated = 0;      // generated so far by this choice, new_tokens included
   RequestTimes times;
 };
 
@@ -57,7 +61,10 @@ using OutputCallback = std::function<void(const RequestOutput&)>;
 
 struct Request {
   std::vector<int32_t> prompt;     // token ids, non-empty, each >= 0 (and < vocab when the engine knows it)
-  SamplingParams sampling;         // validated: temperature >= 0, top_p in (0, 1], top_k >= 0, min_p in [0, 1]
+  SamplingParams sampling;         // validated by validate_sampling
+  // Choices sampled from the prompt, in [1, max_num_seqs]. Choice i samples with seed sampling.seed + i. The
+  // choices share the prompt's KV blocks (Scheduler: prefill once, then fork).
+  int32_t n = 1;
   int64_t max_tokens = 16;         // >= 1; prompt + max_tokens <= the engine's max context
   bool ignore_eos = false;         // true: only max_tokens (or abort) ends it
   std::vector<int32_t> eos_ids;    // extra stop tokens, on top of the engine's is_eog

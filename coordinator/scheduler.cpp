@@ -1,6 +1,7 @@
 #include "coordinator/scheduler.h"
 
 #include <algorithm>
+#include <span>
 #include <string>
 
 #include "common/error.h"
@@ -36,12 +37,41 @@ Scheduler::Scheduler(const SchedulerConfig& cfg, BlockManagerOptions bm_options)
     : cfg_((cfg.validate(), cfg)),
       bm_(cfg.n_blocks, cfg.block_size, with_caching(std::move(bm_options), cfg.prefix_caching)) {}
 
+std::unique_ptr<Sequence> Scheduler::make_choice(const Sequence& parent, const PendingFork& f) {
+  auto c = std::make_unique<Sequence>();
+  c->id = f.seq_id;
+  c->request_id = parent.request_id;
+  c->index = f.index;
+  c->tokens = parent.tokens;
+  c->n_prompt = parent.n_prompt;
+  c->sampling = parent.sampling;
+  c->sampling.seed = parent.sampling.seed + uint64_t(f.index);
+  c->max_tokens = parent.max_tokens;
+  c->ignore_eos = parent.ignore_eos;
+  c->eos_ids = parent.eos_ids;
+  c->on_output = parent.on_output;
+  c->times = parent.times;
+  return c;
+}
+
 void Scheduler::add(std::unique_ptr<Sequence> seq) {
   if (!seq || seq->tokens.empty()) throw Error("Scheduler::add: empty sequence");
-  const int64_t id = seq->id;
-  if (id < 0 || seqs_.count(id)) throw Error("Scheduler::add: bad or duplicate sequence id " + std::to_string(id));
-  waiting_.push_back(seq.get());
-  seqs_.emplace(id, std::move(seq));
+  std::vector<int64_t> ids{seq->id};
+  for (const PendingFork& f : seq->pending_forks) ids.push_back(f.seq_id);
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || seqs_.count(ids[i]) || std::count(ids.begin(), ids.end(), ids[i]) > 1)
+      throw Error("Scheduler::add: bad or duplicate sequence id " + std::to_string(ids[i]));
+  std::vector<std::unique_ptr<Sequence>> split;
+  if (!seq->pending_forks.empty() && (seq->tokens.size() == 1 || cfg_.reservation == KvReservation::Static)) {
+    for (const PendingFork& f : seq->pending_forks) split.push_back(make_choice(*seq, f));
+    seq->pending_forks.clear();
+  }
+  split.insert(split.begin(), std::move(seq));
+  for (auto& s : split) {
+    waiting_.push_back(s.get());
+    const int64_t id = s->id;
+    seqs_.emplace(id, std::move(s));
+  }
 }
 
 std::unique_ptr<Sequence> Scheduler::remove(int64_t id) {
@@ -79,7 +109,7 @@ std::vector<int64_t> Scheduler::waiting_ids() const {
 std::vector<Sequence*> Scheduler::running_in_plan_order() const {
   std::vector<Sequence*> order;
   order.reserve(running_.size());
-  auto remaining = [this](const Sequence* s) { return int64_t(s->tokens.size()) - bm_.n_computed(s->id); };
+  auto remaining = [this](const Sequence* s) { return s->n_schedulable() - bm_.n_computed(s->id); };
   for (Sequence* s : running_)
     if (remaining(s) == 1) order.push_back(s);
   for (Sequence* s : running_)
@@ -128,6 +158,10 @@ void Scheduler::plan_tokens(const Sequence& s, int64_t start, int64_t n, Schedul
   sp.block_table.assign(table.begin(), table.begin() + cfg_.blocks_for(start + n));
   sp.want_logits = start + n == int64_t(s.tokens.size());
   sp.sampling = s.sampling;
+  if (sp.want_logits && s.sampling.has_penalties()) {
+    sp.history = s.tokens;
+    sp.n_history_prompt = s.n_prompt;
+  }
   out.plan.seqs.push_back(std::move(sp));
 }
 
@@ -135,7 +169,9 @@ void Scheduler::admit(int64_t& budget, ScheduledStep& out) {
   const bool is_static = cfg_.reservation == KvReservation::Static;
   while (!waiting_.empty() && budget > 0 && int64_t(running_.size()) < cfg_.max_num_seqs) {
     Sequence& s = *waiting_.front();
-    const AllocPlan p = bm_.can_allocate(s.id, s.tokens, is_static ? kAllTokens : budget);
+    if (int64_t(running_.size() + 1 + s.pending_forks.size()) > cfg_.max_num_seqs) break;  // room for every choice
+    const std::span<const int32_t> prefill(s.tokens.data(), size_t(s.n_schedulable()));
+    const AllocPlan p = bm_.can_allocate(s.id, prefill, is_static ? kAllTokens : budget);
     // Static: the rest of the max_context reservation comes from the blocks the plan leaves available.
     const int64_t extra_blocks = is_static ? cfg_.blocks_for(cfg_.max_context) - cfg_.blocks_for(p.n_slot_tokens) : 0;
     if (!p.fits || p.n_new_blocks + extra_blocks > p.n_available) break;
@@ -144,14 +180,16 @@ void Scheduler::admit(int64_t& budget, ScheduledStep& out) {
       const AppendResult r = bm_.append_slots(s.id, cfg_.max_context - p.n_slot_tokens);
       out.plan.block_copies.insert(out.plan.block_copies.end(), r.copies.begin(), r.copies.end());
     }
-    const int64_t n = std::min<int64_t>(budget, int64_t(s.tokens.size()) - cached);
+    const int64_t n = std::min<int64_t>(budget, s.n_schedulable() - cached);
     waiting_.pop_front();
     running_.push_back(&s);
     s.admit_order = next_admit_order_++;
     if (!s.ever_admitted) {
       s.ever_admitted = true;
-      ++n_first_admissions_;
-      n_prompt_tokens_ += s.n_prompt;
+      if (s.index == 0) {  // a request's prompt is counted once, whatever its number of choices
+        ++n_first_admissions_;
+        n_prompt_tokens_ += s.n_prompt;
+      }
     }
     out.admitted.push_back(s.id);
     plan_tokens(s, cached, n, out);
@@ -167,7 +205,7 @@ ScheduledStep Scheduler::schedule() {
     if (budget == 0) break;
     if (std::find(running_.begin(), running_.end(), s) == running_.end()) continue;  // preempted just now
     const int64_t computed = bm_.n_computed(s->id);
-    const int64_t n = std::min<int64_t>(int64_t(s->tokens.size()) - computed, budget);
+    const int64_t n = std::min<int64_t>(s->n_schedulable() - computed, budget);
     if (!reserve_slots(*s, computed + n, planned, out)) continue;
     plan_tokens(*s, computed, n, out);
     planned.insert(s->id);
@@ -177,11 +215,26 @@ ScheduledStep Scheduler::schedule() {
   return out;
 }
 
-void Scheduler::commit(const ScheduledStep& step) {
+std::vector<int64_t> Scheduler::commit(const ScheduledStep& step) {
+  std::vector<int64_t> forked;
   for (const SeqPlan& sp : step.plan.seqs) {
     bm_.commit_tokens(sp.seq_id, sp.tokens);
     n_computed_tokens_ += int64_t(sp.tokens.size());
+    Sequence& s = *find(sp.seq_id);
+    if (s.pending_forks.empty() || bm_.n_computed(s.id) != s.n_schedulable()) continue;
+    std::vector<PendingFork> forks;
+    forks.swap(s.pending_forks);
+    for (const PendingFork& f : forks) {
+      std::unique_ptr<Sequence> c = make_choice(s, f);
+      bm_.fork(s.id, c->id);
+      c->ever_admitted = true;
+      c->admit_order = next_admit_order_++;
+      running_.push_back(c.get());
+      forked.push_back(c->id);
+      seqs_.emplace(c->id, std::move(c));
+    }
   }
+  return forked;
 }
 
 }  // namespace tp

@@ -14,6 +14,10 @@
 // running sequence not yet planned in this step is preempted (recompute): its blocks are freed and it goes
 // to the FRONT of the waiting queue; if that victim is the sequence itself, it is skipped this step.
 // On readmission its prompt + generated tokens are computed again (minus prefix hits).
+// Choices (Sequence::pending_forks, n > 1): admission needs room in max_num_seqs for every choice; the prompt
+// minus its last token is prefilled once, then commit() forks the pending choices off it (they join the
+// running set sharing its blocks). A one-token prompt has nothing to share, and a static reservation cannot
+// be shared: add() splits such a request into independent waiting sequences right away.
 //
 // Reservation (KvReservation):
 //   Paged   blocks are taken as tokens are scheduled (the prefill chunk at admission, then growth).
@@ -64,15 +68,18 @@ class Scheduler {
   // Throws InputError when cfg is invalid. bm_options.enable_prefix_caching is taken from cfg.
   explicit Scheduler(const SchedulerConfig& cfg, BlockManagerOptions bm_options = {});
 
-  // Appends a new sequence to the back of the waiting queue. Its id must be unused.
+  // Appends a new sequence to the back of the waiting queue (and, when it must be split, its pending
+  // choices right behind it). Its id and the ids of its pending forks must be unused.
   void add(std::unique_ptr<Sequence> seq);
   // Removes a waiting or running sequence, freeing its blocks (abort, finish). nullptr when unknown.
   std::unique_ptr<Sequence> remove(int64_t id);
 
   // Plans one step (allocating and growing block tables, preempting as needed). Empty when nothing runs.
   ScheduledStep schedule();
-  // After the step ran: records every planned token as computed (full blocks enter the prefix index).
-  void commit(const ScheduledStep& step);
+  // After the step ran: records every planned token as computed (full blocks enter the prefix index), then
+  // forks the pending choices of every sequence whose shared part is now computed. Returns the forked
+  // sequence ids (now running), in order.
+  std::vector<int64_t> commit(const ScheduledStep& step);
 
   // A waiting or running sequence; nullptr when unknown.
   Sequence* find(int64_t id);
@@ -99,6 +106,8 @@ class Scheduler {
   void preempt(Sequence& s, ScheduledStep& out);
   void admit(int64_t& budget, ScheduledStep& out);
   void plan_tokens(const Sequence& s, int64_t start, int64_t n, ScheduledStep& out) const;
+  // Choice `f` of `parent` as its own sequence: the parent's tokens, seed + index.
+  static std::unique_ptr<Sequence> make_choice(const Sequence& parent, const PendingFork& f);
 
   SchedulerConfig cfg_;
   BlockManager bm_;

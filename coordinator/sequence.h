@@ -9,6 +9,12 @@
 // sequence always has remaining >= 1. After preemption (recompute) computed drops to 0 — or to the
 // prefix-cache hit on readmission — and the whole of `tokens` is computed again; tokens already
 // delivered are never delivered again.
+//
+// Choices (n > 1). A request with n choices enters as one sequence (choice 0) holding the ids of the n - 1
+// others in `pending_forks`. While forks are pending, the scheduler computes only tokens[0, n_prompt - 1):
+// once they are computed, each pending choice is forked from it (BlockManager::fork: the prompt's blocks are
+// shared), and every choice computes the last prompt token on its own (copy-on-write) last block and samples
+// its own first token. After the fork the choices are independent sequences.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -17,8 +23,16 @@
 
 namespace tp {
 
+struct PendingFork {
+  int64_t seq_id = -1;
+  int32_t index = 0;
+};
+
 struct Sequence {
-  int64_t id = -1;
+  int64_t id = -1;               // sequence id (the scheduler's and the StepPlan's), unique
+  int64_t request_id = -1;       // the Engine request it belongs to
+  int32_t index = 0;             // its choice in the request, in [0, n)
+  std::vector<PendingFork> pending_forks;
   std::vector<int32_t> tokens;   // [n_prompt + n_generated]
   int64_t n_prompt = 0;
   SamplingParams sampling;
@@ -33,6 +47,9 @@ struct Sequence {
   bool ever_admitted = false;
 
   int64_t n_generated() const { return int64_t(tokens.size()) - n_prompt; }
+  // Tokens the scheduler may compute before the next fork or sample: all of them, or while forks are pending,
+  // all but the last prompt token.
+  int64_t n_schedulable() const { return int64_t(tokens.size()) - (pending_forks.empty() ? 0 : 1); }
 };
 
 }  // namespace tp

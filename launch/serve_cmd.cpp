@@ -2,7 +2,9 @@
 // leader runs the engine on one dedicated thread (the only thread making MPI calls) and the HTTP server
 // (coordinator/http_server.h, api_handlers.h) on its own threads. SIGINT / SIGTERM: stop accepting, let
 // in-flight requests finish until server.shutdown_deadline_s, abort the rest, shut the ranks down, exit 0.
-// An engine failure (a rank died or timed out) fails in-flight requests and exits 1.
+// An engine failure (a rank died) fails in-flight requests and exits 1. A rank alive but stuck leaves a step
+// running: past server.step_timeout_s /health answers 503, and a second later the job is aborted
+// (MPI_Abort, exit 3) — a collective cannot be cancelled, and a server that hangs forever helps nobody.
 #include <pthread.h>
 #include <signal.h>
 
@@ -26,8 +28,18 @@
 #include "launch/commands.h"
 #include "launch/model_group.h"
 #include "launch/worker_executor.h"
+#include "parallel/mpi_communicator.h"
 
 namespace tp {
+namespace {
+
+std::string format_seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
+}
+
+}  // namespace
 
 int run_serve(const std::vector<std::string>& argv) {
   const CliArgs a("serve", argv, {"config", "model", "host", "port", "tp", "threads", "api-key", "dtype"}, {});
@@ -74,17 +86,28 @@ int run_serve(const std::vector<std::string>& argv) {
 
   const std::string name = served_model_name(cfg.model.name, cfg.model.path);
   ServerMetrics metrics(name);
-  ApiHandlers api(ApiConfig{name, cfg.server.api_key, ec.scheduler.max_context}, engine, tok, chat, metrics);
+  // The engine thread: the only thread that steps the engine (and so makes MPI calls).
+  std::atomic<bool> engine_stop{false}, engine_failed{false};
+  std::string engine_error;
+  const double step_timeout_s = cfg.server.step_timeout_s;
+  auto step_seconds = [&engine] { return std::chrono::duration<double>(engine.step_running_for()).count(); };
+  ApiConfig api_cfg{name, cfg.server.api_key, ec.scheduler.max_context, {}};
+  api_cfg.health = [&]() -> std::string {
+    if (engine_failed.load()) return "the engine failed";
+    if (step_timeout_s > 0 && step_seconds() > step_timeout_s)
+      return "a step has run for " + std::to_string(int64_t(step_seconds())) + " s (server.step_timeout_s = " +
+             format_seconds(step_timeout_s) + "): a rank is not responding";
+    return "";
+  };
+  ApiHandlers api(api_cfg, engine, tok, chat, metrics);
   HttpServerOptions ho;
   ho.host = cfg.server.host;
   ho.port = uint16_t(cfg.server.port);
   ho.max_body_bytes = cfg.server.max_body_bytes;
+  ho.request_timeout_s = cfg.server.request_timeout_s;
   HttpServer server(ho);
   api.install(server);
 
-  // The engine thread: the only thread that steps the engine (and so makes MPI calls).
-  std::atomic<bool> engine_stop{false}, engine_failed{false};
-  std::string engine_error;
   std::thread engine_thread([&] {
     try {
       while (!engine_stop.load()) {
@@ -113,11 +136,24 @@ int run_serve(const std::vector<std::string>& argv) {
               cfg.server.api_key.empty() ? "" : "-H 'Authorization: Bearer $API_KEY' ", name.c_str());
   std::fflush(stdout);
 
+  // The watchdog: a step that outlives server.step_timeout_s is a collective that will never return (a rank
+  // alive but stuck); nothing can cancel it, so the job is aborted (after /health had a moment to say 503).
+  auto watchdog = [&] {
+    const double s = step_seconds();
+    if (step_timeout_s <= 0 || s <= step_timeout_s + 1.0) return;
+    std::fprintf(stderr,
+                 "tpserve: a step has run for %.1f s, past server.step_timeout_s = %.1f: a rank is not responding; "
+                 "aborting the job\n",
+                 s, step_timeout_s);
+    std::fflush(stderr);
+    abort_job(3);
+  };
   int sig = 0;
   while (!engine_failed.load()) {
     const timespec ts{0, 200'000'000};
     sig = sigtimedwait(&sigs, nullptr, &ts);
     if (sig > 0) break;
+    watchdog();
   }
   if (sig > 0) std::fprintf(stderr, "tpserve: signal %d: shutting down\n", sig);
 
@@ -125,8 +161,10 @@ int run_serve(const std::vector<std::string>& argv) {
   server.stop_accepting();
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::milliseconds(int64_t(cfg.server.shutdown_deadline_s * 1000.0));
-  while (server.n_active_requests() > 0 && std::chrono::steady_clock::now() < deadline && !engine_failed.load())
+  while (server.n_active_requests() > 0 && std::chrono::steady_clock::now() < deadline && !engine_failed.load()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    watchdog();
+  }
   if (api.n_in_flight() > 0) {
     std::fprintf(stderr, "tpserve: aborting %lld in-flight requests at the shutdown deadline\n",
                  (long long)api.n_in_flight());
@@ -138,6 +176,10 @@ int run_serve(const std::vector<std::string>& argv) {
   }
   server.stop();
   engine_stop.store(true);
+  while (step_seconds() > 0) {  // the engine thread may be inside a step that never returns
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    watchdog();
+  }
   engine_thread.join();
   if (engine_failed.load()) throw Error("engine failed: " + engine_error);
   std::fprintf(stderr, "tpserve: stopped\n");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <string>
 #include <utility>
 
@@ -53,6 +54,11 @@ MpiSession::~MpiSession() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
+}
+
+void abort_job(int code) {
+  if (mpi_alive()) MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
 }
 
 // ----------------------------------------------------------------------------------------- MpiCommunicator

@@ -47,6 +47,11 @@ class MpiSession {
   int world_size_ = 1;
 };
 
+// Ends the whole job now, from any thread: MPI_Abort(MPI_COMM_WORLD, code) when MPI is running (mpirun then
+// kills every rank, including one that is alive but stuck), else _Exit(code). For a watchdog that found a
+// collective that will never return.
+[[noreturn]] void abort_job(int code);
+
 class MpiCommunicator final : public Communicator {
  public:
   // Duplicates `comm` (collective over `comm`). Throws tp::Error if MPI is not initialized or MPI_Comm_dup

@@ -37,20 +37,26 @@ struct SeqHeader {
   int64_t start_pos;
   uint32_t n_tokens;
   uint32_t n_blocks;
+  uint32_t n_history;
+  uint32_t n_history_prompt;
   float temperature;
   float top_p;
   float min_p;
   int32_t top_k;
   uint64_t seed;
+  float presence_penalty;
+  float frequency_penalty;
+  float repetition_penalty;
+  int32_t logprobs;
   uint8_t want_logits;  // 0 or 1
   uint8_t pad[7];       // 0
 };
-static_assert(sizeof(SeqHeader) == 56 && std::is_trivially_copyable_v<SeqHeader>);
+static_assert(sizeof(SeqHeader) == 80 && std::is_trivially_copyable_v<SeqHeader>);
 
 struct ResultHeader {
   uint32_t magic;
   uint16_t version;
-  uint16_t reserved;  // 0
+  uint16_t has_logprobs;  // 0 or 1: the per-entry logprobs section follows the tokens (n > 0 then)
   uint64_t step_id;
   uint64_t n;
   uint64_t total_bytes;
@@ -157,6 +163,22 @@ void validate(const StepPlan& p) {
     if (sp.top_k < 0) malformed(w, at + "top_k " + std::to_string(sp.top_k) + " < 0");
     if (!std::isfinite(sp.min_p) || !(sp.min_p >= 0 && sp.min_p <= 1))
       malformed(w, at + "min_p " + std::to_string(sp.min_p) + " is not in [0, 1]");
+    if (!std::isfinite(sp.presence_penalty) || !(sp.presence_penalty >= -2 && sp.presence_penalty <= 2))
+      malformed(w, at + "presence_penalty " + std::to_string(sp.presence_penalty) + " is not in [-2, 2]");
+    if (!std::isfinite(sp.frequency_penalty) || !(sp.frequency_penalty >= -2 && sp.frequency_penalty <= 2))
+      malformed(w, at + "frequency_penalty " + std::to_string(sp.frequency_penalty) + " is not in [-2, 2]");
+    if (!std::isfinite(sp.repetition_penalty) || !(sp.repetition_penalty > 0 && sp.repetition_penalty <= 2))
+      malformed(w, at + "repetition_penalty " + std::to_string(sp.repetition_penalty) + " is not in (0, 2]");
+    if (sp.logprobs < -1 || sp.logprobs > kMaxLogprobs)
+      malformed(w, at + "logprobs " + std::to_string(sp.logprobs) + " is not in [-1, " +
+                       std::to_string(kMaxLogprobs) + "]");
+    check_count(s.history.size(), w, "history");
+    if (std::any_of(s.history.begin(), s.history.end(), [](int32_t t) { return t < 0; }))
+      malformed(w, at + "history has a negative token id");
+    if (s.n_history_prompt < 0 || uint64_t(s.n_history_prompt) > s.history.size())
+      malformed(w, at + "n_history_prompt " + std::to_string(s.n_history_prompt) + " is not in [0, " +
+                       std::to_string(s.history.size()) + "] (the history size)");
+    if (!s.history.empty() && !s.want_logits) malformed(w, at + "history is sent without want_logits");
     ids.push_back(s.seq_id);
   }
   std::sort(ids.begin(), ids.end());
@@ -165,12 +187,35 @@ void validate(const StepPlan& p) {
     if (c.src < 0 || c.dst < 0) malformed(w, "block copy with a negative block id");
 }
 
+// A reported logprob: finite and <= 0 (a rounding slack of 1e-6 accepted), or -inf (probability 0).
+bool valid_logprob(float v) { return v == -std::numeric_limits<float>::infinity() || (std::isfinite(v) && v <= 1e-6f); }
+
 void validate(const StepResult& r) {
+  const char* w = "StepResult";
   if (r.seq_ids.size() != r.tokens.size())
-    malformed("StepResult", std::to_string(r.seq_ids.size()) + " seq_ids but " + std::to_string(r.tokens.size()) +
-                                " tokens");
+    malformed(w, std::to_string(r.seq_ids.size()) + " seq_ids but " + std::to_string(r.tokens.size()) + " tokens");
   if (std::any_of(r.tokens.begin(), r.tokens.end(), [](int32_t t) { return t < 0; }))
-    malformed("StepResult", "negative token id");
+    malformed(w, "negative token id");
+  if (!r.logprobs.empty() && r.logprobs.size() != r.tokens.size())
+    malformed(w, std::to_string(r.logprobs.size()) + " logprobs entries for " + std::to_string(r.tokens.size()) +
+                     " tokens (expected 0 or one per token)");
+  for (size_t i = 0; i < r.logprobs.size(); ++i) {
+    if (!r.logprobs[i]) continue;
+    const TokenLogprobs& lp = *r.logprobs[i];
+    const std::string at = "logprobs[" + std::to_string(i) + "] ";
+    if (lp.top_ids.size() != lp.top_logprobs.size())
+      malformed(w, at + std::to_string(lp.top_ids.size()) + " top_ids but " + std::to_string(lp.top_logprobs.size()) +
+                       " top_logprobs");
+    if (lp.top_ids.size() > size_t(kMaxLogprobs))
+      malformed(w, at + "k " + std::to_string(lp.top_ids.size()) + " is not in [0, " + std::to_string(kMaxLogprobs) +
+                       "]");
+    if (!valid_logprob(lp.logprob))
+      malformed(w, at + "logprob " + std::to_string(lp.logprob) + " is not -inf or a finite value <= 0");
+    if (std::any_of(lp.top_ids.begin(), lp.top_ids.end(), [](int32_t t) { return t < 0; }))
+      malformed(w, at + "top_ids has a negative token id");
+    if (!std::all_of(lp.top_logprobs.begin(), lp.top_logprobs.end(), valid_logprob))
+      malformed(w, at + "top_logprobs has a value that is not -inf or a finite value <= 0");
+  }
 }
 
 // Checks magic, version, the total size and the checksum common to both messages.
@@ -212,7 +257,8 @@ int64_t StepPlan::n_tokens() const {
 std::vector<uint8_t> serialize(const StepPlan& plan) {
   validate(plan);
   size_t total = sizeof(PlanHeader) + plan.seqs.size() * sizeof(SeqHeader) + plan.block_copies.size() * 8;
-  for (const SeqPlan& s : plan.seqs) total += (s.tokens.size() + s.block_table.size()) * sizeof(int32_t);
+  for (const SeqPlan& s : plan.seqs)
+    total += (s.tokens.size() + s.block_table.size() + s.history.size()) * sizeof(int32_t);
 
   Writer w(total);
   PlanHeader h{};
@@ -229,17 +275,24 @@ std::vector<uint8_t> serialize(const StepPlan& plan) {
     sh.start_pos = s.start_pos;
     sh.n_tokens = uint32_t(s.tokens.size());
     sh.n_blocks = uint32_t(s.block_table.size());
+    sh.n_history = uint32_t(s.history.size());
+    sh.n_history_prompt = uint32_t(s.n_history_prompt);  // validated: <= n_history
     sh.temperature = s.sampling.temperature;
     sh.top_p = s.sampling.top_p;
     sh.min_p = s.sampling.min_p;
     sh.top_k = s.sampling.top_k;
     sh.seed = s.sampling.seed;
+    sh.presence_penalty = s.sampling.presence_penalty;
+    sh.frequency_penalty = s.sampling.frequency_penalty;
+    sh.repetition_penalty = s.sampling.repetition_penalty;
+    sh.logprobs = s.sampling.logprobs;
     sh.want_logits = s.want_logits ? 1 : 0;
     w.write(sh);
   }
   for (const SeqPlan& s : plan.seqs) {
     w.write_array(s.tokens);
     w.write_array(s.block_table);
+    w.write_array(s.history);
   }
   for (const BlockCopy& c : plan.block_copies) {
     w.write(c.src);
@@ -273,9 +326,19 @@ StepPlan deserialize_step_plan(std::span<const uint8_t> bytes) {
     s.seq_id = sh.seq_id;
     s.start_pos = sh.start_pos;
     s.want_logits = sh.want_logits == 1;
-    s.sampling = {sh.temperature, sh.top_p, sh.top_k, sh.min_p, sh.seed};
+    s.sampling.temperature = sh.temperature;
+    s.sampling.top_p = sh.top_p;
+    s.sampling.top_k = sh.top_k;
+    s.sampling.min_p = sh.min_p;
+    s.sampling.seed = sh.seed;
+    s.sampling.presence_penalty = sh.presence_penalty;
+    s.sampling.frequency_penalty = sh.frequency_penalty;
+    s.sampling.repetition_penalty = sh.repetition_penalty;
+    s.sampling.logprobs = sh.logprobs;
+    s.n_history_prompt = sh.n_history_prompt;
     s.tokens = r.read_array<int32_t>(sh.n_tokens, "tokens");
     s.block_table = r.read_array<int32_t>(sh.n_blocks, "block table");
+    s.history = r.read_array<int32_t>(sh.n_history, "history");
   }
   if (h.n_block_copies > r.remaining() / sizeof(BlockCopy))
     malformed(what, std::to_string(h.n_block_copies) + " block copies run past the end of the buffer");
@@ -313,15 +376,29 @@ void broadcast_plan(Communicator& comm, StepPlan& plan, int root) {
 
 std::vector<uint8_t> serialize(const StepResult& result) {
   validate(result);
-  Writer w(sizeof(ResultHeader) + result.seq_ids.size() * 12);
+  size_t total = sizeof(ResultHeader) + result.seq_ids.size() * (sizeof(int64_t) + sizeof(int32_t));
+  for (const auto& lp : result.logprobs)
+    total += sizeof(int32_t) + (lp ? sizeof(float) + lp->top_ids.size() * (sizeof(int32_t) + sizeof(float)) : 0);
+  Writer w(total);
   ResultHeader h{};
   h.magic = kStepResultMagic;
   h.version = kStepPlanVersion;
+  h.has_logprobs = result.logprobs.empty() ? 0 : 1;
   h.step_id = result.step_id;
   h.n = result.seq_ids.size();
   w.write(h);
   w.write_array(result.seq_ids);
   w.write_array(result.tokens);
+  for (const auto& lp : result.logprobs) {
+    if (!lp) {
+      w.write(int32_t(-1));  // nothing else follows for this entry
+      continue;
+    }
+    w.write(int32_t(lp->top_ids.size()));
+    w.write(lp->logprob);
+    w.write_array(lp->top_ids);
+    w.write_array(lp->top_logprobs);
+  }
   seal<ResultHeader>(w.bytes());
   return std::move(w.bytes());
 }
@@ -329,12 +406,28 @@ std::vector<uint8_t> serialize(const StepResult& result) {
 StepResult deserialize_step_result(std::span<const uint8_t> bytes) {
   const char* what = "StepResult";
   const ResultHeader h = read_frame<ResultHeader>(bytes, kStepResultMagic, what);
-  if (h.reserved != 0 || h.reserved2 != 0) malformed(what, "reserved header field is not 0");
+  if (h.reserved2 != 0) malformed(what, "reserved header field is not 0");
+  if (h.has_logprobs > 1) malformed(what, "has_logprobs " + std::to_string(h.has_logprobs) + " is not 0 or 1");
+  if (h.has_logprobs == 1 && h.n == 0) malformed(what, "has_logprobs is 1 with no tokens");
   Reader r(bytes.subspan(sizeof(ResultHeader)), what);
   StepResult out;
   out.step_id = h.step_id;
   out.seq_ids = r.read_array<int64_t>(h.n, "seq_ids");
   out.tokens = r.read_array<int32_t>(h.n, "tokens");
+  if (h.has_logprobs == 1) {
+    out.logprobs.resize(h.n);  // h.n is bounded by the buffer: the two arrays above fit in it
+    for (size_t i = 0; i < out.logprobs.size(); ++i) {
+      const int32_t k = r.read<int32_t>("logprobs k");
+      if (k == -1) continue;
+      if (k < 0 || k > kMaxLogprobs)
+        malformed(what, "logprobs[" + std::to_string(i) + "] k " + std::to_string(k) + " is not in [-1, " +
+                            std::to_string(kMaxLogprobs) + "]");
+      TokenLogprobs& lp = out.logprobs[i].emplace();
+      lp.logprob = r.read<float>("logprobs logprob");
+      lp.top_ids = r.read_array<int32_t>(uint64_t(k), "logprobs top_ids");
+      lp.top_logprobs = r.read_array<float>(uint64_t(k), "logprobs top_logprobs");
+    }
+  }
   if (r.remaining() != 0) malformed(what, std::to_string(r.remaining()) + " trailing bytes");
   validate(out);
   return out;

@@ -4,8 +4,9 @@
 //
 // Wire format (host byte order; the build requires a little-endian host), every integer fixed-width:
 //   PlanHeader   magic "TPSP", version, kind, step_id, n_seqs, n_block_copies, total_bytes, checksum
-//   SeqHeader    x n_seqs: seq_id, start_pos, n_tokens, n_blocks, sampling params, want_logits
-//   per seq      int32 tokens[n_tokens], then int32 block_table[n_blocks]
+//   SeqHeader    x n_seqs: seq_id, start_pos, n_tokens, n_blocks, n_history, n_history_prompt, sampling
+//                params (penalties and logprobs included), want_logits
+//   per seq      int32 tokens[n_tokens], then int32 block_table[n_blocks], then int32 history[n_history]
 //   BlockCopy    x n_block_copies: int32 src, int32 dst
 // checksum = FNV-1a 32 over every byte of the buffer except the checksum field itself, so any single
 // corrupted byte is detected. deserialize validates every count against the buffer before reading, rejects
@@ -14,11 +15,13 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "common/block_copy.h"
 #include "common/sampling_params.h"
+#include "common/token_logprobs.h"
 
 namespace tp {
 
@@ -30,7 +33,8 @@ enum class StepKind : uint16_t {
 };
 
 // Values are validated on deserialize: temperature >= 0 (0 = greedy), top_p in (0, 1], top_k >= 0
-// (0 = off), min_p in [0, 1], all finite.
+// (0 = off), min_p in [0, 1], presence/frequency penalties in [-2, 2], repetition_penalty in (0, 2],
+// logprobs in [-1, kMaxLogprobs], all finite; history only with want_logits, n_history_prompt <= its size.
 
 struct SeqPlan {
   int64_t seq_id = 0;                // >= 0, unique within the plan
@@ -39,6 +43,12 @@ struct SeqPlan {
   std::vector<int32_t> block_table;  // physical KV block id (>= 0) of logical block i of the sequence
   bool want_logits = false;          // compute logits for the last token and sample it
   SamplingParams sampling;
+  // Penalties need what the sequence holds so far: with want_logits and sampling.has_penalties(), the
+  // scheduler sends every token of the sequence before the one being sampled (prompt, then output), and
+  // how many of them are prompt. Empty otherwise. Only the sampling rank (TP rank 0) reads it:
+  // Worker::lead keeps it out of the broadcast to the other ranks.
+  std::vector<int32_t> history;
+  int64_t n_history_prompt = 0;      // in [0, history.size()]
   bool operator==(const SeqPlan&) const = default;
 };
 
@@ -55,7 +65,7 @@ struct StepPlan {
 };
 
 inline constexpr uint32_t kStepPlanMagic = 0x50535054;  // "TPSP" in a little-endian dump
-inline constexpr uint16_t kStepPlanVersion = 1;
+inline constexpr uint16_t kStepPlanVersion = 2;
 // Refused by deserialize / broadcast_plan before allocating: a plan is KBs to a few MBs.
 inline constexpr uint64_t kMaxStepPlanBytes = uint64_t(1) << 30;
 
@@ -73,12 +83,19 @@ struct StepResult {
   uint64_t step_id = 0;
   std::vector<int64_t> seq_ids;  // [n] the sequences that sampled
   std::vector<int32_t> tokens;   // [n] token id sampled for seq_ids[i]
+  // [n] for sequences whose sampling.logprobs >= 0: the sampled token's logprob and the top k; nullopt for
+  // the others. Empty (size 0) when no sequence of the step asked.
+  std::vector<std::optional<TokenLogprobs>> logprobs;
   bool operator==(const StepResult&) const = default;
 };
 
 inline constexpr uint32_t kStepResultMagic = 0x52535054;  // "TPSR"
 
-// Same framing as the plan: magic, version, step_id, n, total_bytes, checksum, then the two arrays.
+// Same framing as the plan: magic, version, has_logprobs (0/1), step_id, n, total_bytes, checksum, then
+// int64 seq_ids[n], int32 tokens[n], then (has_logprobs == 1, i.e. logprobs non-empty) per entry: int32 k
+// (-1: nullopt, nothing else follows), float logprob, int32 top_ids[k], float top_logprobs[k].
+// Validated both ways: logprobs.size() is 0 or n, k in [0, kMaxLogprobs], top_ids >= 0, top_ids.size() ==
+// top_logprobs.size(), every logprob -inf or finite and <= 1e-6 (the sampler clamps to <= 0).
 std::vector<uint8_t> serialize(const StepResult& result);
 StepResult deserialize_step_result(std::span<const uint8_t> bytes);
 

@@ -1,6 +1,9 @@
 #include "rank/worker.h"
 
+#include <algorithm>
 #include <cstring>
+#include <optional>
+#include <utility>
 
 #include "common/error.h"
 
@@ -30,8 +33,33 @@ void Worker::lead(StepPlan& plan, std::vector<float>& logits) {
   if (shut_down_) throw Error("Worker::lead after shutdown");
   plan.kind = StepKind::Run;
   plan.step_id = next_step_++;
-  if (comm_) broadcast_plan(*comm_, plan, 0);
+  if (comm_) broadcast_without_history(plan);
   execute(plan, logits);
+}
+
+void Worker::broadcast_without_history(StepPlan& plan) {
+  // Followers never sample: the histories stay here (moved out and back, O(1) per sequence).
+  held_.resize(plan.seqs.size());
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    SeqPlan& s = plan.seqs[i];
+    held_[i].history = std::move(s.history);
+    held_[i].n_prompt = std::exchange(s.n_history_prompt, 0);
+    s.history.clear();
+  }
+  const auto restore = [&] {
+    for (size_t i = 0; i < plan.seqs.size(); ++i) {
+      plan.seqs[i].history = std::move(held_[i].history);
+      plan.seqs[i].n_history_prompt = held_[i].n_prompt;
+      held_[i].history.clear();
+    }
+  };
+  try {
+    broadcast_plan(*comm_, plan, 0);
+  } catch (...) {
+    restore();
+    throw;
+  }
+  restore();
 }
 
 void Worker::lead(StepPlan& plan, StepResult& result) {
@@ -39,13 +67,24 @@ void Worker::lead(StepPlan& plan, StepResult& result) {
   result.step_id = plan.step_id;
   result.seq_ids.clear();
   result.tokens.clear();
+  result.logprobs.clear();
+  const bool any_logprobs = std::any_of(plan.seqs.begin(), plan.seqs.end(),
+                                        [](const SeqPlan& s) { return s.want_logits && s.sampling.logprobs >= 0; });
   const int64_t vocab = model_.config().vocab;
   int64_t row = 0;
   for (const SeqPlan& s : plan.seqs) {
     if (!s.want_logits) continue;
+    const float* logits = logits_.data() + row * vocab;
     const uint64_t position = uint64_t(s.start_pos) + s.tokens.size();
+    const int32_t token = sampler_.sample(logits, vocab, s.sampling, position, s.history, s.n_history_prompt);
     result.seq_ids.push_back(s.seq_id);
-    result.tokens.push_back(sampler_.sample(logits_.data() + row * vocab, vocab, s.sampling, position));
+    result.tokens.push_back(token);
+    if (any_logprobs) {
+      if (s.sampling.logprobs >= 0)
+        result.logprobs.emplace_back(sampler_.logprobs(logits, vocab, token, s.sampling.logprobs));
+      else
+        result.logprobs.emplace_back(std::nullopt);
+    }
     ++row;
   }
 }

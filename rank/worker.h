@@ -18,10 +18,14 @@ class Worker {
   // comm: the TP group (nullptr: a group of one). The model must have been built on the same group.
   Worker(LlamaModel& model, KvPool& pool, Communicator* comm);
 
-  // Leader only: runs `plan` on every rank; logits [seqs with want_logits, vocab].
+  // Leader only: runs `plan` on every rank; logits [seqs with want_logits, vocab]. The followers receive the
+  // plan without the sequences' history (empty, n_history_prompt 0); `plan` is left as it came, but for
+  // kind and step_id.
   void lead(StepPlan& plan, std::vector<float>& logits);
   // Leader only: runs `plan` and samples the next token of every sequence with want_logits, with its own
-  // SamplingParams, at position start_pos + tokens.size(). result: step_id, seq_ids and tokens in plan order.
+  // SamplingParams (penalties from SeqPlan::history), at position start_pos + tokens.size(). result:
+  // step_id, seq_ids and tokens in plan order; logprobs [n] (of the raw logits, nullopt for sequences with
+  // sampling.logprobs -1) when any sampled sequence asked for them, else empty.
   void lead(StepPlan& plan, StepResult& result);
   // Leader only: releases the other ranks from serve(). Idempotent.
   void shutdown();
@@ -33,13 +37,23 @@ class Worker {
   bool is_leader() const { return !comm_ || comm_->rank() == 0; }
 
  private:
+  // Runs the plan on this rank's shard; SeqPlan::history is not read (only the leader samples).
   void execute(const StepPlan& plan, std::vector<float>& logits);
+  // broadcast_plan with every sequence's history held back on the leader, restored afterwards (also when
+  // the broadcast throws).
+  void broadcast_without_history(StepPlan& plan);
+
+  struct HeldHistory {
+    std::vector<int32_t> history;
+    int64_t n_prompt = 0;
+  };
 
   LlamaModel& model_;
   KvPool& pool_;
   Communicator* comm_;
   Sampler sampler_;
   std::vector<float> logits_;
+  std::vector<HeldHistory> held_;  // [plan.seqs] scratch of broadcast_without_history
   uint64_t next_step_ = 0;
   bool shut_down_ = false;
 };

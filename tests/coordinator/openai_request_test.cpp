@@ -74,7 +74,7 @@ TEST(OpenAiRequest, CompletionAllFields) {
     "model":"smol","prompt":["Once upon"],"max_tokens":32,"temperature":0.7,"top_p":0.9,"top_k":40,
     "min_p":0.05,"seed":1234,"stop":["\n\n","END"],"ignore_eos":true,"presence_penalty":0.5,
     "frequency_penalty":-0.5,"repetition_penalty":1.1,"logprobs":5,"n":2,"stream":true,
-    "stream_options":{"include_usage":true},"echo":true,"user":"u-1","best_of":2,"suffix":null,
+    "stream_options":{"include_usage":true},"echo":false,"user":"u-1","best_of":2,"suffix":null,
     "mystery":1,"logit_bias":{}})");
   EXPECT_EQ(r.prompt.text, "Once upon");
   EXPECT_EQ(r.params.max_tokens, 32);
@@ -86,14 +86,15 @@ TEST(OpenAiRequest, CompletionAllFields) {
   EXPECT_EQ(r.params.sampling.seed, 1234u);
   EXPECT_EQ(r.params.stop, (std::vector<std::string>{"\n\n", "END"}));
   EXPECT_TRUE(r.params.ignore_eos);
-  EXPECT_FLOAT_EQ(r.params.presence_penalty, 0.5f);
-  EXPECT_FLOAT_EQ(r.params.frequency_penalty, -0.5f);
-  EXPECT_FLOAT_EQ(r.params.repetition_penalty, 1.1f);
+  EXPECT_FLOAT_EQ(r.params.sampling.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r.params.sampling.frequency_penalty, -0.5f);
+  EXPECT_FLOAT_EQ(r.params.sampling.repetition_penalty, 1.1f);
   EXPECT_EQ(r.logprobs, 5);
+  EXPECT_EQ(r.params.sampling.logprobs, 5);
   EXPECT_EQ(r.params.n, 2);
   EXPECT_TRUE(r.params.stream);
   EXPECT_TRUE(r.params.include_usage);
-  EXPECT_TRUE(r.echo);
+  EXPECT_FALSE(r.echo);
   EXPECT_EQ(r.params.ignored_fields, (std::vector<std::string>{"mystery"}));
 }
 
@@ -192,6 +193,10 @@ TEST(OpenAiRequest, NullMeansNotGiven) {
 
 TEST(OpenAiRequest, UnsupportedFeatures) {
   EXPECT_EQ(completion_error(R"({"prompt":"x","suffix":"tail"})").param, "suffix");
+  const ApiError echo = completion_error(R"({"prompt":"x","logprobs":1,"echo":true})");
+  EXPECT_EQ(echo.param, "echo");
+  EXPECT_EQ(echo.code, "unsupported_value");
+  EXPECT_NE(echo.message.find("echo together with logprobs"), std::string::npos) << echo.message;
   EXPECT_EQ(completion_error(R"({"prompt":"x","best_of":3})").param, "best_of");
   EXPECT_EQ(completion_error(R"({"prompt":"x","logit_bias":{"50256":-100}})").param, "logit_bias");
   EXPECT_EQ(chat_error(R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})").param,
@@ -225,6 +230,7 @@ TEST(OpenAiRequest, ChatMessages) {
   EXPECT_EQ(r.params.max_tokens, 20);
   EXPECT_TRUE(r.logprobs);
   EXPECT_EQ(r.top_logprobs, 3);
+  EXPECT_EQ(r.params.sampling.logprobs, 3);
   EXPECT_TRUE(r.add_generation_prompt);
   EXPECT_TRUE(r.params.stream);
   EXPECT_FALSE(r.params.include_usage);

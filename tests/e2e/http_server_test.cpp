@@ -3,6 +3,7 @@
 // errors are OpenAI JSON with the right status; a client that disconnects mid-stream gets its request
 // aborted (KV usage returns to 0); SIGTERM exits 0.
 #include <fcntl.h>
+#include <poll.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -259,6 +260,56 @@ TEST_F(HttpServerTest, ChatCompletionStreamingMatchesNonStreaming) {
   EXPECT_EQ(ev.back()["choices"][0]["finish_reason"], j["choices"][0]["finish_reason"]);
 }
 
+TEST_F(HttpServerTest, ChoicesLogprobsAndPenalties) {
+  ASSERT_GT(port(), 0);
+  // n = 2 with a seed: choice i is the one-choice request with seed + i.
+  json body = {{"prompt", "Once upon a time"}, {"max_tokens", 6}, {"temperature", 0.9}, {"seed", 11}, {"n", 2}};
+  const Resp two = post(port(), "/v1/completions", body);
+  ASSERT_EQ(two.status, 200) << two.body;
+  const json j = two.j();
+  ASSERT_EQ(j["choices"].size(), 2u) << two.body;
+  int64_t n_tokens = 0;
+  for (int i = 0; i < 2; ++i) {
+    const json& c = j["choices"][size_t(i)];
+    EXPECT_EQ(c["index"], i);
+    json solo = body;
+    solo["n"] = 1;
+    solo["seed"] = 11 + i;
+    const Resp one = post(port(), "/v1/completions", solo);
+    ASSERT_EQ(one.status, 200) << one.body;
+    EXPECT_EQ(one.j()["choices"][0]["text"], c["text"]) << "choice " << i;
+    n_tokens += one.j()["usage"]["completion_tokens"].get<int64_t>();
+  }
+  EXPECT_EQ(j["usage"]["completion_tokens"], n_tokens);
+
+  // Logprobs (completions shape), greedy: the sampled token is the most likely one.
+  const Resp lp = post(port(), "/v1/completions",
+                       {{"prompt", "The capital of France is"}, {"max_tokens", 4}, {"temperature", 0}, {"logprobs", 1}});
+  ASSERT_EQ(lp.status, 200) << lp.body;
+  const json lj = lp.j();
+  const json& l = lj["choices"][0]["logprobs"];
+  ASSERT_EQ(l["tokens"].size(), 4u) << lp.body;
+  std::string joined;
+  for (size_t i = 0; i < 4; ++i) {
+    joined += l["tokens"][i].get<std::string>();
+    const double v = l["token_logprobs"][i];
+    EXPECT_LE(v, 0.0);
+    ASSERT_EQ(l["top_logprobs"][i].size(), 1u) << lp.body;
+    EXPECT_DOUBLE_EQ(l["top_logprobs"][i].begin().value().get<double>(), v);
+    EXPECT_EQ(l["top_logprobs"][i].begin().key(), l["tokens"][i]);
+  }
+  EXPECT_EQ(joined, lj["choices"][0]["text"]);
+  EXPECT_EQ(l["text_offset"][0], 0);
+
+  // A frequency penalty changes a repetitive greedy completion, the same way every time.
+  json rep = {{"prompt", "1, 1, 1, 1, 1, 1,"}, {"max_tokens", 10}, {"temperature", 0}};
+  const std::string plain = post(port(), "/v1/completions", rep).j()["choices"][0]["text"];
+  rep["frequency_penalty"] = 2.0;
+  const std::string penalized = post(port(), "/v1/completions", rep).j()["choices"][0]["text"];
+  EXPECT_NE(penalized, plain);
+  EXPECT_EQ(post(port(), "/v1/completions", rep).j()["choices"][0]["text"], penalized);
+}
+
 TEST_F(HttpServerTest, TokenizeDetokenizeRoundTrip) {
   ASSERT_GT(port(), 0);
   const Resp t = post(port(), "/tokenize", {{"prompt", "Hello, world! 123"}});
@@ -283,7 +334,13 @@ TEST_F(HttpServerTest, ErrorsAreOpenAiJson) {
       {"/v1/chat/completions", R"({"messages": "hi"})", 400, "messages", ""},
       {"/v1/completions", R"({"model": "gpt-4", "prompt": "hi"})", 404, "model", "model_not_found"},
       {"/v1/completions", R"({"prompt": "hi", "max_tokens": 100000})", 400, "", ""},
-      {"/v1/completions", R"({"prompt": "hi", "n": 2})", 400, "n", ""},
+      {"/v1/completions", R"({"prompt": "hi", "n": 17})", 400, "n", "invalid_value"},
+      {"/v1/completions", R"({"prompt": "hi", "logprobs": 21})", 400, "logprobs", "invalid_value"},
+      {"/v1/completions", R"({"prompt": "hi", "logprobs": 1, "echo": true})", 400, "echo", "unsupported_value"},
+      {"/v1/completions", R"({"prompt": "hi", "presence_penalty": 2.5})", 400, "presence_penalty", "invalid_value"},
+      {"/v1/completions", R"({"prompt": "hi", "repetition_penalty": 0})", 400, "repetition_penalty", "invalid_value"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", 400,
+       "top_logprobs", "invalid_value"},
       {"/v1/completions", "{\"prompt\": \"" + std::string(70000, 'a') + "\"}", 413, "", ""},
   };
   for (const Case& c : cases) {
@@ -347,9 +404,26 @@ TEST_F(HttpServerTest, DisconnectMidStreamAbortsAndFreesBlocks) {
   EXPECT_EQ(request(port(), "GET", "/health").status, 200);
 }
 
-TEST(HttpServerAuth, ApiKeyRequiredOnV1AndSigtermExitsZero) {
+// Seconds until the server closes a connection on which a client sent `partial` and then nothing.
+double seconds_until_closed(int port, const std::string& partial) {
+  net::io_context io;
+  tcp::socket s(io);
+  s.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), uint16_t(port)));
+  if (!partial.empty()) net::write(s, net::buffer(partial));
+  const auto t0 = std::chrono::steady_clock::now();
+  std::array<char, 256> buf;
+  beast::error_code ec;
+  while (!ec) {  // until EOF or reset; never longer than 10 s (a server without the timeout fails, not hangs)
+    pollfd p{s.native_handle(), POLLIN, 0};
+    if (poll(&p, 1, 10000) == 0) break;
+    s.read_some(net::buffer(buf), ec);
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+TEST(HttpServerAuth, ApiKeyRequiredOnV1RequestTimeoutAndSigtermExitsZero) {
   const std::string cfg = testing::TempDir() + "/tpserve_http_auth.yaml";
-  std::ofstream(cfg) << "server:\n  api_key: sekret\n";
+  std::ofstream(cfg) << "server:\n  api_key: sekret\n  request_timeout_s: 1\n";
   Server srv;
   srv.start({"--config", cfg});
   ASSERT_GT(srv.port, 0);
@@ -360,6 +434,15 @@ TEST(HttpServerAuth, ApiKeyRequiredOnV1AndSigtermExitsZero) {
   EXPECT_EQ(post(srv.port, "/v1/completions", body, {{"Authorization", "Bearer wrong"}}).status, 401);
   EXPECT_EQ(request(srv.port, "GET", "/v1/models").status, 401);
   EXPECT_EQ(post(srv.port, "/v1/completions", body, {{"Authorization", "Bearer sekret"}}).status, 200);
+  EXPECT_EQ(request(srv.port, "GET", "/health").status, 200);
+  // A client that stalls mid-request, or connects and says nothing, loses its connection after
+  // server.request_timeout_s (1 s); the server keeps serving.
+  const double stalled = seconds_until_closed(srv.port, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Le");
+  EXPECT_GT(stalled, 0.8);
+  EXPECT_LT(stalled, 5.0);
+  const double silent = seconds_until_closed(srv.port, "");
+  EXPECT_GT(silent, 0.8);
+  EXPECT_LT(silent, 5.0);
   EXPECT_EQ(request(srv.port, "GET", "/health").status, 200);
   EXPECT_EQ(srv.stop(), 0) << slurp(srv.log);
 }

@@ -2,7 +2,9 @@
 # launch/start and mpirun as a user meets them:
 #  1. the mpirun line launch/start builds (ranks, oversubscribe only when ranks > cores, threads per rank);
 #  2. `launch/start generate --tp 3` on the real model prints exactly what tp 1 prints (greedy);
-#  3. a rank killed mid-generation makes the job exit non-zero within 30 s, naming the rank — never a hang.
+#  3. a rank killed mid-generation makes the job exit non-zero within 30 s, naming the rank — never a hang;
+#  4. `tpserve serve` with a rank alive but stopped (SIGSTOP): /health turns 503 once a step outlives
+#     server.step_timeout_s, then the job aborts (non-zero, naming the timeout) — never a hang.
 # usage: launch_test.sh TPSERVE_BINARY REPO_ROOT SYNTH_DIR
 set -uo pipefail
 export TPSERVE=$1
@@ -58,6 +60,44 @@ elapsed=$(($(date +%s) - start))
 [ -n "$victim" ] && [ $rc != 0 ] && ((elapsed < 40)) && grep -qiE "rank 1|process rank 1" "$log"
 check "killed rank 1: job exits non-zero (rc $rc) in ${elapsed}s naming rank 1" $? "$(tail -5 "$log")"
 rm -f "$log"
+
+# 4. a rank that stops responding while alive, under `tpserve serve`
+cfg=$(mktemp --suffix=.yaml)
+printf 'model: {chat_template: chatml}\nserver: {step_timeout_s: 3}\n' >"$cfg"
+log=$(mktemp)
+mpirun --oversubscribe -np 2 "$TPSERVE" serve --model "$SYNTH" --tp 2 --port 0 --threads 1 --config "$cfg" >"$log" 2>&1 &
+job=$!
+port=""
+for _ in $(seq 1 300); do
+  port=$(grep -o 'serving .* at http://127.0.0.1:[0-9]*' "$log" | grep -o '[0-9]*$')
+  [ -n "$port" ] && break
+  sleep 0.1
+done
+victim=""
+for p in $(pgrep -f "$TPSERVE serve --model $SYNTH"); do
+  tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && victim=$p
+done
+health() { curl -s -o /dev/null -m 2 -w '%{http_code}' "http://127.0.0.1:$port/health"; }
+h0=$(health)
+[ -n "$victim" ] && kill -STOP "$victim"
+curl -s -m 30 "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"prompt": "hi", "max_tokens": 8}' >/dev/null 2>&1 &
+saw503=1
+for _ in $(seq 1 40); do
+  [ "$(health)" = 503 ] && { saw503=0; break; }
+  sleep 0.25
+done
+( sleep 45; kill -9 $job 2>/dev/null ) & guard=$!
+start=$(date +%s)
+wait $job; rc=$?
+kill $guard 2>/dev/null
+elapsed=$(($(date +%s) - start))
+[ -n "$victim" ] && kill -CONT "$victim" 2>/dev/null
+[ "$h0" = 200 ]; check "serve tp 2: /health 200 while every rank is up" $? "$h0"
+check "serve tp 2, rank 1 stopped: /health 503 after server.step_timeout_s" $saw503 "$(tail -3 "$log")"
+[ $rc != 0 ] && ((elapsed < 30)) && grep -q "server.step_timeout_s" "$log"
+check "serve tp 2, rank 1 stopped: job aborted (rc $rc) in ${elapsed}s naming the timeout" $? "$(tail -5 "$log")"
+rm -f "$log" "$cfg"
 
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]

@@ -11,6 +11,10 @@ Checks:
   - a client that disconnects mid-stream leaves num_requests_running 0 and kv_cache_usage_perc 0;
   - with scheduler.max_num_seqs 1 and max_queued_requests 1, a burst gets HTTP 429 with an OpenAI error body
     (and openai.RateLimitError through the client) while the accepted requests succeed;
+  - n choices (non-stream and stream, routed by index; choice i == a one-choice request with seed + i), seeds
+    reproduce text, logprobs in both shapes (chat content/top_logprobs, completions tokens/token_logprobs/
+    top_logprobs/text_offset) parse into the client's types and agree with the text, penalties change a
+    repetitive greedy completion deterministically;
   - SIGTERM exits 0 (idle, and with streams in flight: a short one finishes, a long one is aborted at
     server.shutdown_deadline_s, the process exits 0 within the deadline + a few seconds).
 
@@ -224,6 +228,93 @@ def test_errors(s):
         check("max_tokens 0 -> BadRequestError", False, "no exception")
     except openai.BadRequestError as e:
         check("max_tokens 0 -> BadRequestError", e.status_code == 400)
+
+
+def test_choices_and_seeds(s):
+    kw = dict(model=s.name, prompt="Once upon a time", max_tokens=10, temperature=0.9, top_p=0.95)
+    r = s.client.completions.create(n=3, seed=7, **kw)
+    check("n=3: three choices indexed 0..2", sorted(c.index for c in r.choices) == [0, 1, 2], repr(r.choices))
+    texts = {c.index: c.text for c in r.choices}
+    check("n=3: usage sums the choices", r.usage.completion_tokens <= 30 and r.usage.completion_tokens >=
+          sum(1 for c in r.choices if c.text), repr(r.usage))
+    again = s.client.completions.create(n=3, seed=7, **kw)
+    check("n=3: same seed, same texts", {c.index: c.text for c in again.choices} == texts)
+    for i in range(3):
+        solo = s.client.completions.create(seed=7 + i, **kw)
+        check(f"n=3: choice {i} == one-choice request with seed 7+{i}", solo.choices[0].text == texts[i],
+              f"{solo.choices[0].text!r} vs {texts[i]!r}")
+    check("n=3: choices differ", len(set(texts.values())) > 1, repr(texts))
+    parts = list(s.client.completions.create(n=3, seed=7, stream=True, **kw))
+    streamed = {}
+    finishes = {}
+    for p in parts:
+        for c in p.choices:
+            streamed[c.index] = streamed.get(c.index, "") + c.text
+            if c.finish_reason:
+                finishes[c.index] = c.finish_reason
+    check("n=3 stream: texts by index == non-stream", streamed == texts, f"{streamed!r} vs {texts!r}")
+    check("n=3 stream: a finish_reason per choice", sorted(finishes) == [0, 1, 2], repr(finishes))
+    chat = s.client.chat.completions.create(model=s.name, messages=CHAT, max_tokens=8, temperature=1.0, n=2, seed=3)
+    check("chat n=2: two messages", sorted(c.index for c in chat.choices) == [0, 1] and
+          all(c.message.role == "assistant" for c in chat.choices), repr(chat.choices))
+    m = s.wait_idle()
+    check("n: no KV blocks left in use", m.get("tpserve:kv_cache_usage_perc") == 0.0, repr(m))
+
+
+def test_logprobs(s):
+    r = s.client.chat.completions.create(model=s.name, messages=CHAT, max_tokens=8, temperature=0, logprobs=True,
+                                         top_logprobs=3)
+    c = r.choices[0]
+    content = c.logprobs.content if c.logprobs else None
+    check("chat logprobs: one entry per token", content is not None and len(content) == r.usage.completion_tokens -
+          (1 if c.finish_reason == "stop" else 0), repr(c.logprobs))
+    if content:
+        check("chat logprobs: tokens concatenate to the content", "".join(e.token for e in content) ==
+              c.message.content, f"{''.join(e.token for e in content)!r} vs {c.message.content!r}")
+        check("chat logprobs: 3 alternatives each, descending",
+              all(len(e.top_logprobs) == 3 and [t.logprob for t in e.top_logprobs] ==
+                  sorted((t.logprob for t in e.top_logprobs), reverse=True) for e in content))
+        check("chat logprobs: greedy token is the top alternative with its logprob",
+              all(e.top_logprobs[0].token == e.token and abs(e.top_logprobs[0].logprob - e.logprob) < 1e-6 and
+                  e.logprob <= 0 for e in content), repr(content[:2]))
+        check("chat logprobs: bytes are the token's UTF-8", all(bytes(e.bytes).decode("utf-8", "replace") == e.token
+                                                              for e in content))
+    text, _, chunks = stream_chat(s.client, s.name, 8, logprobs=True, top_logprobs=1)
+    streamed = [e for ch in chunks if ch.choices and ch.choices[0].logprobs for e in ch.choices[0].logprobs.content]
+    check("chat logprobs stream: same tokens and values as non-stream",
+          content is not None and [(e.token, round(e.logprob, 5)) for e in streamed] ==
+          [(e.token, round(e.logprob, 5)) for e in content], f"{len(streamed)} vs {len(content or [])}")
+    k = s.client.completions.create(model=s.name, prompt="The capital of France is", max_tokens=6, temperature=0,
+                                    logprobs=2)
+    lp = k.choices[0].logprobs
+    check("completions logprobs: tokens concatenate to the text", lp is not None and "".join(lp.tokens) ==
+          k.choices[0].text, repr(lp))
+    if lp:
+        check("completions logprobs: parallel arrays", len(lp.tokens) == len(lp.token_logprobs) ==
+              len(lp.top_logprobs) == len(lp.text_offset), repr(lp))
+        check("completions logprobs: text_offset is where each token starts",
+              lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(len(lp.tokens))], repr(lp))
+        check("completions logprobs: top dicts hold the greedy token with its logprob",
+              all(len(d) == 2 and abs(d[t] - v) < 1e-6 for t, v, d in zip(lp.tokens, lp.token_logprobs,
+                                                                           lp.top_logprobs)), repr(lp.top_logprobs))
+    no = s.client.completions.create(model=s.name, prompt="hi", max_tokens=2, temperature=0)
+    check("no logprobs unless asked", no.choices[0].logprobs is None, repr(no.choices[0].logprobs))
+
+
+def test_penalties(s):
+    kw = dict(model=s.name, prompt="List of fruits: apple, banana, apple, banana, apple,", max_tokens=16, temperature=0)
+    plain = s.client.completions.create(**kw).choices[0].text
+    variants = [("frequency_penalty", {"frequency_penalty": 2.0}), ("presence_penalty", {"presence_penalty": 2.0}),
+                ("repetition_penalty", {"extra_body": {"repetition_penalty": 1.8}})]
+    for name, extra in variants:
+        a = s.client.completions.create(**kw, **extra).choices[0].text
+        b = s.client.completions.create(**kw, **extra).choices[0].text
+        check(f"{name}: changes a repetitive greedy completion", a != plain, f"{a!r} == {plain!r}")
+        check(f"{name}: deterministic", a == b, f"{a!r} vs {b!r}")
+        check(f"{name}: fewer repeats of 'apple'", a.count("apple") < plain.count("apple"), f"{a!r} vs {plain!r}")
+    same = s.client.completions.create(**kw, extra_body={"repetition_penalty": 1.0}, frequency_penalty=0.0,
+                                       presence_penalty=0.0).choices[0].text
+    check("neutral penalties == none", same == plain, f"{same!r} vs {plain!r}")
 
 
 def test_concurrent_streams(s, n=8, max_tokens=24):
@@ -501,6 +592,9 @@ def main():
             run("completions", test_completions, s)
             run("chat", test_chat, s)
             run("models", test_models, s)
+            run("choices and seeds", test_choices_and_seeds, s)
+            run("logprobs", test_logprobs, s)
+            run("penalties", test_penalties, s)
             run("errors", test_errors, s)
             run("metrics counters", test_metrics_counters, s)
             run("concurrent streams", test_concurrent_streams, s)
