@@ -164,6 +164,7 @@ Config parse_config(const std::string& yaml_text, const std::string& source, con
              {"api_key", [&](auto& n, auto& k) { c.server.api_key = r.string(n, k); }},
              {"max_body_bytes", [&](auto& n, auto& k) { c.server.max_body_bytes = r.integer(n, k, 1, int64_t(1) << 32); }},
              {"shutdown_deadline_s", [&](auto& n, auto& k) { c.server.shutdown_deadline_s = r.real(n, k, 0.0, 3600.0); }},
+             {"max_connections", [&](auto& n, auto& k) { c.server.max_connections = r.integer(n, k, 1, 65536); }},
              {"request_timeout_s", [&](auto& n, auto& k) { c.server.request_timeout_s = r.real(n, k, 0.0, 86400.0); }},
              {"step_timeout_s", [&](auto& n, auto& k) { c.server.step_timeout_s = r.real(n, k, 0.0, 86400.0); }}});
 

@@ -39,6 +39,7 @@ struct ServerSection {
   int64_t port = 8000;            // [0, 65535]; 0: any free port
   std::string api_key;            // empty: no authentication
   int64_t max_body_bytes = 8 << 20;
+  int64_t max_connections = 1024;   // open connections served at once (a thread each); more get 503
   double shutdown_deadline_s = 10.0;
   double request_timeout_s = 60.0;  // a client must deliver each request (headers + body) within this; 0: never
   // A step (one forward on every rank) running longer than this means a rank stopped responding while

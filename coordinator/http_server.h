@@ -68,7 +68,7 @@ struct HttpServerOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 0;                    // 0: any free port
   int64_t max_body_bytes = 8 << 20;     // larger bodies get 413
-  int max_connections = 256;
+  int max_connections = 1024;
   double request_timeout_s = 60.0;      // receive one request within this; 0: no limit
 };
 

@@ -105,6 +105,7 @@ int run_serve(const std::vector<std::string>& argv) {
   ho.port = uint16_t(cfg.server.port);
   ho.max_body_bytes = cfg.server.max_body_bytes;
   ho.request_timeout_s = cfg.server.request_timeout_s;
+  ho.max_connections = int(cfg.server.max_connections);
   HttpServer server(ho);
   api.install(server);
 

@@ -32,7 +32,7 @@ model: {path: /m.gguf, dtype: f32, name: smol}
 parallel: {tp: 3, dp: 2, threads: 1}
 cache: {block_size: 32, memory_mb: 100, max_context: 4096, prefix_caching: false}
 scheduler: {max_num_seqs: 8, max_num_batched_tokens: 512, max_queued_requests: 9, kv_reservation: static}
-server: {host: 0.0.0.0, port: 9000, api_key: k, max_body_bytes: 1000, shutdown_deadline_s: 2.5, step_timeout_s: 7, request_timeout_s: 9}
+server: {host: 0.0.0.0, port: 9000, api_key: k, max_body_bytes: 1000, shutdown_deadline_s: 2.5, step_timeout_s: 7, request_timeout_s: 9, max_connections: 12}
 )",
                                 "test.yaml", "/base");
   EXPECT_EQ(c.model.path, "/m.gguf");
@@ -56,6 +56,7 @@ server: {host: 0.0.0.0, port: 9000, api_key: k, max_body_bytes: 1000, shutdown_d
   EXPECT_DOUBLE_EQ(c.server.shutdown_deadline_s, 2.5);
   EXPECT_DOUBLE_EQ(c.server.step_timeout_s, 7.0);
   EXPECT_DOUBLE_EQ(c.server.request_timeout_s, 9.0);
+  EXPECT_EQ(c.server.max_connections, 12);
 }
 
 TEST(Config, RelativeModelPathResolvesAgainstBaseDir) {

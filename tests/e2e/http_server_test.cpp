@@ -423,7 +423,7 @@ double seconds_until_closed(int port, const std::string& partial) {
 
 TEST(HttpServerAuth, ApiKeyRequiredOnV1RequestTimeoutAndSigtermExitsZero) {
   const std::string cfg = testing::TempDir() + "/tpserve_http_auth.yaml";
-  std::ofstream(cfg) << "server:\n  api_key: sekret\n  request_timeout_s: 1\n";
+  std::ofstream(cfg) << "server:\n  api_key: sekret\n  request_timeout_s: 1\n  max_connections: 2\n";
   Server srv;
   srv.start({"--config", cfg});
   ASSERT_GT(srv.port, 0);
@@ -444,6 +444,18 @@ TEST(HttpServerAuth, ApiKeyRequiredOnV1RequestTimeoutAndSigtermExitsZero) {
   EXPECT_GT(silent, 0.8);
   EXPECT_LT(silent, 5.0);
   EXPECT_EQ(request(srv.port, "GET", "/health").status, 200);
+  {  // server.max_connections: 2 held open -> the third gets 503; the timeout frees the slots again
+    net::io_context io;
+    tcp::socket a(io), b(io);
+    a.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), uint16_t(srv.port)));
+    b.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), uint16_t(srv.port)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const Resp busy = request(srv.port, "GET", "/health");
+    EXPECT_EQ(busy.status, 503) << busy.body;
+    EXPECT_NE(busy.body.find("too many open connections"), std::string::npos) << busy.body;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1600));
+    EXPECT_EQ(request(srv.port, "GET", "/health").status, 200);
+  }
   EXPECT_EQ(srv.stop(), 0) << slurp(srv.log);
 }
 
