@@ -86,6 +86,8 @@ struct Reader {
     if (n.IsNull()) return;
     if (!n.IsMap()) throw ConfigError(source, name, "expected a mapping of keys" + where(n));
     for (const auto& kv : n) {
+      if (!kv.first.IsScalar())
+        throw ConfigError(source, name, "a key must be a plain name, not a sequence or mapping" + where(kv.first));
       const std::string key = kv.first.as<std::string>();
       auto it = keys.find(key);
       if (it == keys.end()) {
@@ -117,6 +119,9 @@ Config parse_config(const std::string& yaml_text, const std::string& source, con
   const Reader r{source};
   static const char* kSections[] = {"model", "parallel", "cache", "scheduler", "server"};
   for (const auto& kv : root) {
+    if (!kv.first.IsScalar())
+      throw ConfigError(source, "<root>", "a section name must be a plain name, not a sequence or mapping" +
+                                             r.where(kv.first));
     const std::string s = kv.first.as<std::string>();
     bool known = false;
     for (const char* k : kSections) known = known || s == k;

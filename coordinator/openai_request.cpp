@@ -18,8 +18,11 @@ using json = nlohmann::json;
   throw ApiException(bad_request(std::move(message), std::move(param), std::move(code)));
 }
 
-// A JSON value as the client wrote it, shortened for messages.
+// A JSON value as the client wrote it, shortened for messages. Arrays and objects are summarized, not dumped
+// (dump recurses once per nesting level).
 std::string show(const json& v) {
+  if (v.is_array()) return "an array of " + std::to_string(v.size());
+  if (v.is_object()) return "an object of " + std::to_string(v.size()) + " keys";
   std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
   constexpr size_t kMaxShown = 80;
   if (s.size() > kMaxShown) s = s.substr(0, kMaxShown) + "...";
@@ -84,14 +87,17 @@ std::string num(double d) {
   return json(d).dump();
 }
 
-double in_range(const char* key, double v, double lo, double hi, bool lo_open = false) {
-  bool ok = (lo_open ? v > lo : v >= lo) && v <= hi;
+// Checks v as the float it will be stored as (1e-50 is > 0 as a double but 0 as a float).
+float in_range(const char* key, double v, double lo, double hi, bool lo_open = false) {
+  const bool fits = v >= -double(std::numeric_limits<float>::max()) && v <= double(std::numeric_limits<float>::max());
+  const float f = fits ? float(v) : 0.0f;
+  const bool ok = fits && (lo_open ? f > lo : f >= lo) && f <= hi;
   if (!ok) {
     if (lo_open)
       fail(key, std::string(key) + " must be in (" + num(lo) + ", " + num(hi) + "], got " + num(v));
     fail(key, std::string(key) + " must be between " + num(lo) + " and " + num(hi) + ", got " + num(v));
   }
-  return v;
+  return f;
 }
 
 int64_t int_in_range(const char* key, int64_t v, int64_t lo, int64_t hi) {
@@ -140,13 +146,13 @@ GenerationParams parse_common(const json& body, const ApiLimits& limits) {
     if (*v < 1) fail("max_tokens", "max_tokens must be at least 1, got " + std::to_string(*v));
     p.max_tokens = *v;
   }
-  if (auto v = get_number(body, "temperature")) p.sampling.temperature = float(in_range("temperature", *v, 0, 2));
-  if (auto v = get_number(body, "top_p")) p.sampling.top_p = float(in_range("top_p", *v, 0, 1, true));
+  if (auto v = get_number(body, "temperature")) p.sampling.temperature = in_range("temperature", *v, 0, 2);
+  if (auto v = get_number(body, "top_p")) p.sampling.top_p = in_range("top_p", *v, 0, 1, true);
   if (auto v = get_int(body, "top_k")) {
     if (*v < -1) fail("top_k", "top_k must be -1 (off), 0 (off) or a positive integer, got " + std::to_string(*v));
     p.sampling.top_k = int32_t(std::min<int64_t>(std::max<int64_t>(*v, 0), std::numeric_limits<int32_t>::max()));
   }
-  if (auto v = get_number(body, "min_p")) p.sampling.min_p = float(in_range("min_p", *v, 0, 1));
+  if (auto v = get_number(body, "min_p")) p.sampling.min_p = in_range("min_p", *v, 0, 1);
   if (auto v = get_int(body, "seed")) {
     p.seed = static_cast<uint64_t>(*v);  // negative seeds are valid integers: reinterpret the bits
     p.sampling.seed = *p.seed;
@@ -169,11 +175,11 @@ GenerationParams parse_common(const json& body, const ApiLimits& limits) {
       if (str.empty()) fail("stop", "stop sequences must not be empty strings");
   }
   if (auto v = get_bool(body, "ignore_eos", "ignore_eos")) p.ignore_eos = *v;
-  if (auto v = get_number(body, "presence_penalty")) p.sampling.presence_penalty = float(in_range("presence_penalty", *v, -2, 2));
+  if (auto v = get_number(body, "presence_penalty")) p.sampling.presence_penalty = in_range("presence_penalty", *v, -2, 2);
   if (auto v = get_number(body, "frequency_penalty"))
-    p.sampling.frequency_penalty = float(in_range("frequency_penalty", *v, -2, 2));
+    p.sampling.frequency_penalty = in_range("frequency_penalty", *v, -2, 2);
   if (auto v = get_number(body, "repetition_penalty"))
-    p.sampling.repetition_penalty = float(in_range("repetition_penalty", *v, 0, 2, true));
+    p.sampling.repetition_penalty = in_range("repetition_penalty", *v, 0, 2, true);
   if (auto v = get_int(body, "n")) p.n = int32_t(int_in_range("n", *v, 1, limits.max_n));
   if (auto v = get_bool(body, "stream", "stream")) p.stream = *v;
   if (const json* so = member(body, "stream_options")) {
@@ -271,10 +277,18 @@ Prompt parse_prompt(const json& body) {
 
 json parse_json_body(std::string_view body) {
   json j;
+  // Nesting past kMaxJsonDepth is refused while parsing: no request needs it, and deep values cost recursion.
+  const auto depth_limit = [](int depth, json::parse_event_t, json&) {
+    if (depth > kMaxJsonDepth)
+      fail("", "invalid JSON body: nested deeper than " + std::to_string(kMaxJsonDepth) + " levels", "invalid_json");
+    return true;
+  };
   try {
-    j = json::parse(body);
+    j = json::parse(body, depth_limit);
   } catch (const json::parse_error& e) {
     fail("", "invalid JSON body at byte " + std::to_string(e.byte) + ": " + e.what(), "invalid_json");
+  } catch (const json::exception& e) {  // e.g. out_of_range 406: a number that overflows a double
+    fail("", std::string("invalid JSON body: ") + e.what(), "invalid_json");
   }
   require_object(j);
   return j;

@@ -84,8 +84,12 @@ struct DetokenizeRequest {
   std::vector<int32_t> tokens;          // each >= 0; may be empty
 };
 
-// The body as JSON; throws ApiException 400 code "invalid_json" naming the byte position, or
-// "request body must be a JSON object" when it is valid JSON of another kind.
+// Deepest nesting of arrays/objects a request body may have (OpenAI bodies need 5 or so).
+inline constexpr int kMaxJsonDepth = 64;
+
+// The body as JSON; throws ApiException 400 code "invalid_json" naming the byte position (also for nesting
+// past kMaxJsonDepth and numbers beyond a double), or "request body must be a JSON object" when it is valid
+// JSON of another kind.
 nlohmann::json parse_json_body(std::string_view body);
 
 CompletionRequest parse_completion_request(const nlohmann::json& body, const ApiLimits& limits = {});

@@ -213,6 +213,27 @@ TEST(OpenAiRequest, MalformedJson) {
   EXPECT_EQ(completion_error("").code, "invalid_json");
   auto arr = completion_error("[1,2]");
   EXPECT_EQ(arr.message, "request body must be a JSON object, got array");
+  // Found by tests/fuzz/openai_request_fuzz: a number beyond a double was a 500 (json::out_of_range).
+  auto big = completion_error(R"({"prompt":"x","temperature":1e999})");
+  EXPECT_EQ(big.code, "invalid_json") << big.message;
+  // Deep nesting is refused while parsing (a 100k-deep array used to overflow the stack in an error message).
+  const std::string deep = R"({"messages":)" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  auto d = chat_error(deep);
+  EXPECT_EQ(d.code, "invalid_json");
+  EXPECT_NE(d.message.find("nested deeper than 64 levels"), std::string::npos) << d.message;
+  const std::string ok_depth = R"({"prompt":"x","user_data":)" + std::string(60, '[') + std::string(60, ']') + "}";
+  EXPECT_NO_THROW(parse_completion_body(ok_depth));
+  // A wrong type shows a summary of an array or object, not its dump.
+  auto t = chat_error(R"({"messages":[[[1,2,3]]]})");
+  EXPECT_NE(t.message.find("an array of 1"), std::string::npos) << t.message;
+}
+
+TEST(OpenAiRequest, RangesAreCheckedAsStoredFloats) {
+  // 1e-50 > 0 as a double but 0 as a float: refused by the parser, naming the field.
+  EXPECT_EQ(completion_error(R"({"prompt":"x","top_p":1e-50})").param, "top_p");
+  EXPECT_EQ(completion_error(R"({"prompt":"x","repetition_penalty":1e-46})").param, "repetition_penalty");
+  EXPECT_EQ(completion_error(R"({"prompt":"x","temperature":1e300})").param, "temperature");
+  EXPECT_FLOAT_EQ(parse_completion_body(R"({"prompt":"x","top_p":1e-30})").params.sampling.top_p, 1e-30f);
 }
 
 TEST(OpenAiRequest, ChatMessages) {

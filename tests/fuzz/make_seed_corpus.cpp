@@ -1,9 +1,15 @@
-// Writes the tiny valid seed files of tests/fuzz/corpus/{gguf,safetensors}/ (regenerate with
-// `make_seed_corpus <corpus dir>`; run_fuzz.sh does not need it, the outputs are committed).
+// Writes the tiny valid seed files of tests/fuzz/corpus/{gguf,safetensors,step_plan}/ (regenerate with
+// `make_seed_corpus <corpus dir>`; run_fuzz.sh does not need it, the outputs are committed). The
+// openai_request and config seeds are hand-written text files.
 #include <cstring>
+#include <fstream>
 #include <iostream>
+#include <limits>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
+#include "parallel/step_plan.h"
 #include "rank/gguf_writer.h"
 #include "rank/safetensors_file.h"
 
@@ -47,6 +53,68 @@ void write_gguf(const std::string& path, bool with_tokenizer) {
   w.write(path);
 }
 
+// A step_plan_fuzz input: the selector byte (see step_plan_fuzz.cpp) then the serialized buffer.
+void write_step_seed(const std::string& path, uint8_t selector, const std::vector<uint8_t>& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.put(char(selector));
+  out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+  if (!out) throw std::runtime_error("cannot write " + path);
+}
+
+void write_step_plan_seeds(const std::string& dir) {
+  using namespace tp;
+  constexpr uint8_t kPlan = 0, kResult = 1, kFixFrame = 2;
+  StepPlan run;
+  run.step_id = 41;
+  SeqPlan prefill;  // a prompt chunk, no sampling this step
+  prefill.seq_id = 7;
+  prefill.tokens = {1, 17, 300, 4095};
+  prefill.start_pos = 16;
+  prefill.block_table = {3, 9};
+  SeqPlan decode;  // one token, sampled with every knob, penalties with their history
+  decode.seq_id = 2;
+  decode.tokens = {88};
+  decode.start_pos = 5;
+  decode.block_table = {0};
+  decode.want_logits = true;
+  decode.sampling = {.temperature = 0.7f, .top_p = 0.9f, .top_k = 40, .min_p = 0.05f, .seed = 1234567,
+                     .presence_penalty = 0.5f, .frequency_penalty = -0.25f, .repetition_penalty = 1.1f,
+                     .logprobs = 5};
+  decode.history = {1, 2, 3, 88, 42};
+  decode.n_history_prompt = 3;
+  SeqPlan greedy;  // want_logits without penalties: no history
+  greedy.seq_id = 1000000000000;
+  greedy.tokens = {5};
+  greedy.start_pos = 0;
+  greedy.block_table = {1};
+  greedy.want_logits = true;
+  greedy.sampling.temperature = 0.0f;
+  greedy.sampling.logprobs = 0;
+  run.seqs = {prefill, decode, greedy};
+  run.block_copies = {{3, 4}, {0, 12}};
+  write_step_seed(dir + "/step_plan/plan_run.bin", kPlan | kFixFrame, serialize(run));
+  write_step_seed(dir + "/step_plan/plan_run_raw.bin", kPlan, serialize(run));
+  StepPlan shutdown;
+  shutdown.step_id = 42;
+  shutdown.kind = StepKind::Shutdown;
+  write_step_seed(dir + "/step_plan/plan_shutdown.bin", kPlan, serialize(shutdown));
+
+  StepResult lp;
+  lp.step_id = 41;
+  lp.seq_ids = {2, 1000000000000, 9};
+  lp.tokens = {17, 5, 0};
+  lp.logprobs.resize(3);
+  lp.logprobs[0] = TokenLogprobs{-0.5f, {17, 3, 99}, {-0.5f, -1.25f, -std::numeric_limits<float>::infinity()}};
+  lp.logprobs[1] = TokenLogprobs{0.0f, {}, {}};
+  write_step_seed(dir + "/step_plan/result_logprobs.bin", kResult | kFixFrame, serialize(lp));
+  StepResult plain;
+  plain.step_id = 3;
+  plain.seq_ids = {0, 1};
+  plain.tokens = {12, 13};
+  write_step_seed(dir + "/step_plan/result_plain.bin", kResult, serialize(plain));
+  write_step_seed(dir + "/step_plan/result_empty.bin", kResult | kFixFrame, serialize(StepResult{}));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -65,5 +133,6 @@ int main(int argc, char** argv) {
                          {"lm_head.weight", DType::F16, {2, 2}, pat(8)}},
                         {{"format", "pt"}});
   tp::write_safetensors(dir + "/safetensors/scalar.safetensors", {{"s", DType::F32, {}, pat(4)}});
+  write_step_plan_seeds(dir);
   return 0;
 }
