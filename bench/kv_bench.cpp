@@ -7,8 +7,11 @@
 //      positions of running sequences).
 //  (2) Prefix caching: TTFT of requests that share a S-token system prompt (+ a short distinct question),
 //      run one at a time: the first (cold) vs the rest (warm), and the same with prefix caching off.
+//  (3) Parallel sampling: one request with n = N choices over a P-token prompt (the prompt is prefilled once
+//      and its blocks forked) vs N separate requests with that prompt submitted together. Reports tokens run
+//      through the model, peak KV blocks in use, mean TTFT over the choices, output tok/s.
 //   kv_bench --model PATH [--dtype bf16|f32] [--threads N] [--budget-mb 96] [--context 2048] [--requests 48]
-//            [--prompt-median 120] [--gen 32] [--system 1000] [--warm 4]
+//            [--prompt-median 120] [--gen 32] [--system 1000] [--warm 4] [--choices 8] [--choice-prompt 500]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -76,10 +79,53 @@ double ttft_one(Engine& engine, std::vector<int32_t> prompt) {
   return ttft;
 }
 
+struct ChoicesResult {
+  double wall_s = 0, mean_ttft_s = 0;
+  int64_t computed = 0, peak_blocks = 0, generated = 0;
+};
+
+// `n` choices of `prompt` (gen tokens each, sampled with seeds 1..n): as one request with n choices, or as n
+// requests with one choice each, submitted together.
+ChoicesResult run_choices(ModelGroup& g, const Config& cfg, const std::vector<int32_t>& prompt, int32_t n, int64_t gen,
+                          bool one_request) {
+  WorkerExecutor exec(*g.worker);
+  Engine engine(g.engine_config(cfg), exec);
+  ChoicesResult res;
+  double ttft_sum = 0;
+  int64_t n_ttft = 0;
+  auto on_output = [&](const RequestOutput& o) {
+    if (o.n_generated == 1 && !o.new_tokens.empty()) {
+      ttft_sum += std::chrono::duration<double>(o.times.first_token - o.times.arrival).count();
+      ++n_ttft;
+    }
+  };
+  for (int32_t i = 0; i < (one_request ? 1 : n); ++i) {
+    Request r;
+    r.prompt = prompt;
+    r.max_tokens = gen;
+    r.ignore_eos = true;
+    r.sampling.temperature = 0.8f;
+    r.sampling.seed = uint64_t(1 + i);
+    r.n = one_request ? n : 1;
+    r.on_output = on_output;
+    engine.submit(std::move(r));
+  }
+  const auto t0 = Clock::now();
+  while (engine.has_work()) {
+    engine.step();
+    res.peak_blocks = std::max<int64_t>(res.peak_blocks, engine.scheduler().block_manager().n_in_use());
+  }
+  res.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  res.mean_ttft_s = n_ttft ? ttft_sum / double(n_ttft) : 0;
+  res.computed = engine.metrics().n_computed_tokens;
+  res.generated = engine.metrics().n_generation_tokens;
+  return res;
+}
+
 int run(int argc, char** argv) {
   const CliArgs a("kv_bench", std::vector<std::string>(argv + 1, argv + argc),
                   {"model", "dtype", "threads", "budget-mb", "context", "requests", "prompt-median", "gen", "system",
-                   "warm"},
+                   "warm", "choices", "choice-prompt"},
                   {});
   Config cfg;
   cfg.model.path = a.required("model");
@@ -91,6 +137,8 @@ int run(int argc, char** argv) {
   const int64_t n_req = a.integer("requests", 48, 1, 100000), median = a.integer("prompt-median", 120, 1, 1 << 20);
   const int64_t gen = a.integer("gen", 32, 2, 1 << 20), system = a.integer("system", 1000, 1, 1 << 20);
   const int64_t warm = a.integer("warm", 4, 1, 1000);
+  const int32_t choices = int32_t(a.integer("choices", 8, 2, 64));
+  const int64_t choice_prompt = a.integer("choice-prompt", 500, 2, 1 << 20);
   ModelGroup g(&argc, &argv, cfg, int(a.integer("threads", 2, 1, 1024)));
   const int64_t vocab = g.model->config().vocab, C = cfg.cache.max_context;
 
@@ -149,6 +197,23 @@ int run(int argc, char** argv) {
     for (int64_t i = 0; i < warm; ++i) warm_sum += ttft_one(engine, prompt());
     const double w = warm_sum / double(warm);
     std::printf("| %s | %.3f | %.3f | %.1fx |\n", caching ? "on" : "off", cold, w, cold / w);
+  }
+
+  // (3) parallel sampling: n choices of one prompt
+  std::vector<int32_t> cp;
+  for (int64_t j = 0; j < choice_prompt; ++j) cp.push_back(tok(rng));
+  std::printf("\nparallel sampling: %d choices of one %lld-token prompt, %lld tokens each (temperature 0.8)\n\n",
+              choices, (long long)choice_prompt, (long long)gen);
+  std::printf("| submitted as | tokens run | peak KV blocks | mean TTFT s | output tok/s | wall s |\n"
+              "|---|---:|---:|---:|---:|---:|\n");
+  for (bool one : {false, true}) {
+    const ChoicesResult r = run_choices(g, cfg, cp, choices, gen, one);
+    std::printf("| %s | %lld | %lld | %.3f | %.1f | %.1f |\n",
+                one ? ("1 request, n = " + std::to_string(choices)).c_str()
+                    : (std::to_string(choices) + " requests, n = 1").c_str(),
+                (long long)r.computed, (long long)r.peak_blocks, r.mean_ttft_s, double(r.generated) / r.wall_s,
+                r.wall_s);
+    std::fflush(stdout);
   }
   g.worker->shutdown();
   return 0;

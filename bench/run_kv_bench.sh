@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Static reservation vs paged KV, and prefix-caching TTFT, on the real model (bench/kv_bench.cpp says what
+# Static reservation vs paged KV, prefix-caching TTFT, and n choices sharing a prompt's blocks, on the real model (bench/kv_bench.cpp says what
 # is measured). Writes bench/results/kv-<UTC date>.md with the exact command and the machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 launch/setup >/dev/null
-cmd="build/bench/kv_bench --model models/SmolLM2-135M-Instruct.Q4_1.gguf --dtype bf16 --threads 2 --budget-mb ${BUDGET_MB:-96} --context 2048 --requests ${REQUESTS:-48} --prompt-median 120 --gen 32 --system 1000 --warm 4"
+cmd="build/bench/kv_bench --model models/SmolLM2-135M-Instruct.Q4_1.gguf --dtype bf16 --threads 2 --budget-mb ${BUDGET_MB:-96} --context 2048 --requests ${REQUESTS:-48} --prompt-median 120 --gen 32 --system 1000 --warm 4 --choices 8 --choice-prompt 500"
 out=bench/results/kv-$(date -u +%Y%m%d-%H%M).md
 {
   echo "# Paged vs static KV reservation, and prefix caching (tpserve engine, real model)"
