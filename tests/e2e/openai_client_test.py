@@ -15,6 +15,9 @@ Checks:
     reproduce text, logprobs in both shapes (chat content/top_logprobs, completions tokens/token_logprobs/
     top_logprobs/text_offset) parse into the client's types and agree with the text, penalties change a
     repetitive greedy completion deterministically;
+  - a random soak (every option, n, logprobs, stop strings, streams, invalid requests, clients hanging up
+    mid-stream, 12 concurrent clients): every response well formed, invalid ones 400, and afterwards nothing
+    running or waiting and zero KV blocks in use;
   - SIGTERM exits 0 (idle, and with streams in flight: a short one finishes, a long one is aborted at
     server.shutdown_deadline_s, the process exits 0 within the deadline + a few seconds).
 
@@ -350,6 +353,162 @@ def test_concurrent_streams(s, n=8, max_tokens=24):
           m["tpserve:num_requests_running"] == 0 and m["tpserve:kv_cache_usage_perc"] == 0, repr(m))
 
 
+def random_request(rng):
+    """A random generation request: (path, body, valid). About 1 in 12 is invalid on purpose."""
+    chat = rng.random() < 0.5
+    body = {"model": s_name_placeholder, "max_tokens": rng.randint(1, 24), "n": rng.choice([1, 1, 2, 3]),
+            "temperature": rng.choice([0, 0.7, 1.3]), "seed": rng.randint(0, 1 << 30), "stream": rng.random() < 0.6}
+    if rng.random() < 0.3:
+        body["top_p"] = rng.choice([0.5, 0.9])
+    if rng.random() < 0.3:
+        body["top_k"] = rng.choice([1, 5, 40])
+    if rng.random() < 0.2:
+        body["min_p"] = 0.05
+    for k in ("presence_penalty", "frequency_penalty"):
+        if rng.random() < 0.25:
+            body[k] = rng.choice([-1.0, 0.5, 2.0])
+    if rng.random() < 0.2:
+        body["repetition_penalty"] = rng.choice([0.8, 1.2])
+    if rng.random() < 0.3:
+        body["stop"] = rng.sample(["\n", ".", " the", ","], rng.randint(1, 2))
+    if rng.random() < 0.2:
+        body["ignore_eos"] = True
+    if body["stream"] and rng.random() < 0.3:
+        body["stream_options"] = {"include_usage": True}
+    if chat:
+        body["messages"] = [{"role": "user", "content": rng.choice(["Hi!", "Name a color.", "What is 2+2?",
+                                                                      "Write one word."])}]
+        if rng.random() < 0.3:
+            body["logprobs"] = True
+            body["top_logprobs"] = rng.randint(0, 3)
+    else:
+        body["prompt"] = rng.choice(["Once upon a time", "The capital of France is", "1, 2, 3,", "def f(x):"])
+        if rng.random() < 0.3:
+            body["logprobs"] = rng.randint(0, 3)
+    valid = True
+    if rng.random() < 1 / 12:
+        key, bad = rng.choice([("temperature", 7), ("top_p", 7), ("n", 17), ("presence_penalty", 7)])
+        body[key] = bad
+        valid = False
+    return ("/v1/chat/completions" if chat else "/v1/completions"), body, valid
+
+
+s_name_placeholder = None
+
+
+def check_response(path, body, status, payload, events, done):
+    """Problems with one finished (not disconnected) response, as a list of strings."""
+    p = []
+    if status != 200:
+        return [f"status {status}: {payload[:200]!r}"]
+    n = body["n"]
+    if body["stream"]:
+        if not done:
+            p.append("stream did not end with [DONE]")
+        finishes = {}
+        for e in events:
+            for c in e.get("choices", []):
+                if c.get("finish_reason"):
+                    finishes[c["index"]] = c["finish_reason"]
+        if sorted(finishes) != list(range(n)):
+            p.append(f"finish_reason per choice: {finishes}")
+        if body.get("stream_options", {}).get("include_usage") and not (events and events[-1].get("usage")):
+            p.append("no usage chunk")
+        return p
+    j = json.loads(payload)
+    if sorted(c["index"] for c in j["choices"]) != list(range(n)):
+        p.append(f"choices {[c['index'] for c in j['choices']]}")
+    if any(c["finish_reason"] not in ("stop", "length") for c in j["choices"]):
+        p.append(f"finish_reason {[c['finish_reason'] for c in j['choices']]}")
+    u = j["usage"]
+    if not (0 <= u["completion_tokens"] <= n * body["max_tokens"]):
+        p.append(f"usage {u}")
+    if body.get("logprobs") not in (None, False) and any(c["logprobs"] is None for c in j["choices"]):
+        p.append("logprobs missing")
+    return p
+
+
+def test_random_soak(s, n_requests=168, n_clients=12):
+    """Random requests (every sampling option, n, logprobs, stop strings, streaming, invalid ones) from
+    concurrent clients, some of which hang up mid-stream: every finished response is well formed, every
+    invalid one is a 400, and afterwards nothing is left running, waiting or holding KV blocks."""
+    import random
+    global s_name_placeholder
+    s_name_placeholder = s.name
+    problems = []
+    counts = {"ok": 0, "invalid": 0, "hung up": 0}
+    lock = threading.Lock()
+    host, port = s.url.removeprefix("http://").split(":")
+
+    def worker(k):
+        rng = random.Random(1000 + k)
+        with httpx.Client(base_url=s.url, timeout=120) as c:
+            for _ in range(n_requests // n_clients):
+                path, body, valid = random_request(rng)
+                hang_up = body["stream"] and valid and rng.random() < 0.2
+                try:
+                    if hang_up:
+                        raw = dict(body)
+                        got = b""
+                        with socket.create_connection((host, int(port)), timeout=60) as sock:
+                            data = json.dumps(raw).encode()
+                            sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                         f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+                            while got.count(b"data: ") < 2:
+                                chunk = sock.recv(4096)
+                                if not chunk:
+                                    break
+                                got += chunk
+                        with lock:
+                            counts["hung up"] += 1
+                        continue
+                    if body["stream"]:
+                        events, done = [], False
+                        with c.stream("POST", path, json=body) as r:
+                            status = r.status_code
+                            if status != 200:
+                                payload = r.read()
+                            else:
+                                payload = b""
+                                for line in r.iter_lines():
+                                    if line == "data: [DONE]":
+                                        done = True
+                                    elif line.startswith("data: "):
+                                        events.append(json.loads(line[6:]))
+                        result = (status, payload, events, done)
+                    else:
+                        r = c.post(path, json=body)
+                        result = (r.status_code, r.content, [], False)
+                    with lock:
+                        if valid:
+                            bad = check_response(path, body, *result)
+                            if bad:
+                                problems.append((body, bad))
+                            counts["ok"] += 1
+                        else:
+                            err = json.loads(result[1]) if result[0] == 400 else {}
+                            if result[0] != 400 or "error" not in err:
+                                problems.append((body, [f"invalid request got {result[0]}"]))
+                            counts["invalid"] += 1
+                except Exception as e:  # noqa: BLE001
+                    with lock:
+                        problems.append((body, [repr(e)]))
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(n_clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    check(f"soak: {n_requests} random requests, every response well formed ({counts}, "
+          f"{time.monotonic() - t0:.0f} s)", not problems, repr(problems[:3]))
+    m = s.wait_idle(10.0)
+    check("soak: afterwards nothing running or waiting, zero KV blocks in use",
+          m["tpserve:num_requests_running"] == 0 and m["tpserve:num_requests_waiting"] == 0 and
+          m["tpserve:kv_cache_usage_perc"] == 0, repr(m))
+    check("soak: /health 200", httpx.get(s.url + "/health", timeout=10).status_code == 200)
+
+
 def test_metrics_counters(s):
     before = s.wait_idle()
     usages = []
@@ -598,6 +757,7 @@ def main():
             run("errors", test_errors, s)
             run("metrics counters", test_metrics_counters, s)
             run("concurrent streams", test_concurrent_streams, s)
+            run("random soak", test_random_soak, s)
             run("disconnect", test_disconnect, s)
             run("shutdown in flight", test_shutdown_in_flight, s, deadline_s)
         finally:
