@@ -346,17 +346,17 @@ HttpResponse ApiHandlers::generate(Generation& g, ResponseStream& out) {
     if (!c.finish.empty()) --n_open;
   }
   int64_t n_generated = 0;
-  std::string finish = "stop";
+  bool errored = false;
   for (const auto& c : choices) {
     n_generated += c->n_generated;
-    if (c->finish == "error") finish = "error";
+    errored = errored || c->finish == "error";
   }
   if (client_gone) {
     engine_.abort(id);
     metrics_.observe_finished(secs(std::chrono::steady_clock::now() - t_submit), "abort");
     return HttpResponse{499, "application/json", "", {}};  // nobody reads it
   }
-  if (finish != "error") finish = choices[0]->finish;
+  const std::string finish = errored ? "error" : choices[0]->finish;  // the request's, for the metrics
   metrics_.observe_finished(secs(std::chrono::steady_clock::now() - t_submit), finish);
 
   if (finish == "error") {
