@@ -46,12 +46,16 @@ struct Server {
 
   // Starts `tpserve serve --port 0 ...extra` and waits for its "serving ... at http://host:port" line.
   void start(const std::vector<std::string>& extra) {
-    log = testing::TempDir() + "/tpserve_http_" + std::to_string(getpid()) + "_" + std::to_string(rand()) + ".log";
+    // A fresh, empty log made here before the fork: a name that could exist from an earlier run (pids are
+    // reused) would let the poll below read a stale "serving ... at" line before the child truncates it.
+    std::string name = testing::TempDir() + "/tpserve_http_XXXXXX";
+    const int fd = mkstemp(name.data());
+    ASSERT_GE(fd, 0) << "mkstemp " << name;
+    log = name;
     std::vector<std::string> args = {TPSERVE_BIN, "serve", "--model", model(), "--port", "0", "--threads", "1"};
     args.insert(args.end(), extra.begin(), extra.end());
     pid = fork();
     if (pid == 0) {
-      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       dup2(fd, 1);
       dup2(fd, 2);
       std::vector<char*> argv;
@@ -60,6 +64,7 @@ struct Server {
       execv(argv[0], argv.data());
       _exit(127);
     }
+    close(fd);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
     while (std::chrono::steady_clock::now() < deadline) {
       const std::string out = slurp(log);
