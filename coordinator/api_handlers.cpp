@@ -1,7 +1,6 @@
 #include "coordinator/api_handlers.h"
 
 #include <chrono>
-#include <cmath>
 #include <ctime>
 #include <filesystem>
 #include <memory>
@@ -10,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "coordinator/openai_logprobs.h"
 #include "coordinator/openai_request.h"
 #include "coordinator/stop_matcher.h"
 
@@ -152,64 +152,6 @@ struct ApiHandlers::ChoiceState {
   SteadyTime prev{};       // when its previous token came (inter-token latency); epoch before the first
 };
 
-namespace {
-
-constexpr double kMinLogprob = -9999.0;  // what vLLM reports for -inf (JSON has no infinities)
-
-// Code points in UTF-8 text (text_offset counts characters, as Python's len does for vLLM).
-int64_t n_chars(const std::string& s) {
-  int64_t n = 0;
-  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
-  return n;
-}
-
-double finite_logprob(float lp) { return std::isfinite(lp) ? double(lp) : kMinLogprob; }
-
-json byte_list(const std::string& s) {
-  json b = json::array();
-  for (unsigned char c : s) b.push_back(int(c));
-  return b;
-}
-
-// Appends token `id`'s logprobs to a choice's logprobs object in the API's shape: chat {"content": [...]},
-// completions {"tokens", "token_logprobs", "top_logprobs", "text_offset"}.
-void append_logprobs(json& lp, bool chat, const Tokenizer& tok, int32_t id, const TokenLogprobs& l, int64_t offset) {
-  if (chat) {
-    if (lp.is_null()) lp = {{"content", json::array()}};
-    json top = json::array();
-    for (size_t k = 0; k < l.top_ids.size(); ++k) {
-      const std::string piece = tok.token_to_piece(l.top_ids[k]);
-      top.push_back({{"token", piece}, {"logprob", finite_logprob(l.top_logprobs[k])}, {"bytes", byte_list(piece)}});
-    }
-    const std::string piece = tok.token_to_piece(id);
-    lp["content"].push_back({{"token", piece}, {"logprob", finite_logprob(l.logprob)}, {"bytes", byte_list(piece)},
-                             {"top_logprobs", top}});
-    return;
-  }
-  if (lp.is_null())
-    lp = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
-          {"text_offset", json::array()}};
-  const std::string piece = tok.token_to_piece(id);
-  json top = json::object();  // the k most likely, plus the sampled token (OpenAI's legacy shape)
-  for (size_t k = 0; k < l.top_ids.size(); ++k) top[tok.token_to_piece(l.top_ids[k])] = finite_logprob(l.top_logprobs[k]);
-  if (!top.contains(piece)) top[piece] = finite_logprob(l.logprob);
-  lp["tokens"].push_back(piece);
-  lp["token_logprobs"].push_back(finite_logprob(l.logprob));
-  lp["top_logprobs"].push_back(top);
-  lp["text_offset"].push_back(offset);
-}
-
-std::string finish_name(FinishReason r) {
-  switch (r) {
-    case FinishReason::Stop: return "stop";
-    case FinishReason::Length: return "length";
-    case FinishReason::Error: return "error";
-    default: return "abort";
-  }
-}
-
-}  // namespace
-
 HttpResponse ApiHandlers::generate(Generation& g, ResponseStream& out) {
   const GenerationParams& p = g.params;
   const int64_t n_prompt = int64_t(g.prompt.size());
@@ -275,10 +217,11 @@ HttpResponse ApiHandlers::generate(Generation& g, ResponseStream& out) {
   std::vector<std::unique_ptr<ChoiceState>> choices;
   for (int32_t i = 0; i < p.n; ++i) {
     choices.push_back(std::make_unique<ChoiceState>(tok_, p.stop));
-    choices.back()->n_decoded = n_chars(g.echo);
+    choices.back()->n_decoded = utf8_chars(g.echo);
   }
   const bool stream = p.stream;
   const bool want_logprobs = p.sampling.logprobs >= 0;
+  const TokenPiece piece_of = [this](int32_t t) { return tok_.token_to_piece(t); };
   bool client_gone = false;
   if (stream) {
     client_gone = !out.start(200, "text/event-stream");
@@ -319,8 +262,8 @@ HttpResponse ApiHandlers::generate(Generation& g, ResponseStream& out) {
       if (!p.ignore_eos && tok_.is_eog(t)) continue;
       const std::string decoded = c.dec.push(t);
       if (want_logprobs && k < o->logprobs.size())
-        append_logprobs(stream ? lp : c.logprobs, g.chat, tok_, t, o->logprobs[k], c.n_decoded);
-      c.n_decoded += n_chars(decoded);
+        append_logprobs(stream ? lp : c.logprobs, g.chat, piece_of, t, o->logprobs[k], c.n_decoded);
+      c.n_decoded += utf8_chars(decoded);
       StopMatcher::Result sr = c.stop.push(decoded);
       piece += sr.text;
       if (sr.stopped) {
@@ -332,7 +275,7 @@ HttpResponse ApiHandlers::generate(Generation& g, ResponseStream& out) {
       StopMatcher::Result sr = c.stop.push(c.dec.flush());
       piece += sr.text;
       piece += c.stop.flush();
-      c.finish = sr.stopped ? "stop" : finish_name(o->finish_reason);
+      c.finish = sr.stopped ? "stop" : std::string(finish_reason_name(o->finish_reason));
       if (o->finish_reason == FinishReason::Error) error = o->error;
     }
     if (!c.finish.empty() && !o->finished) engine_.abort(id, o->index);  // a stop string: end this choice
@@ -378,10 +321,7 @@ HttpResponse ApiHandlers::generate(Generation& g, ResponseStream& out) {
   for (int32_t i = 0; i < p.n; ++i) {
     ChoiceState& c = *choices[size_t(i)];
     json choice = {{"index", i}, {"logprobs", c.logprobs}, {"finish_reason", c.finish}};
-    if (want_logprobs && c.logprobs.is_null())  // nothing generated into the text: an empty logprobs object
-      choice["logprobs"] = g.chat ? json{{"content", json::array()}}
-                                  : json{{"tokens", json::array()}, {"token_logprobs", json::array()},
-                                         {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+    if (want_logprobs && c.logprobs.is_null()) choice["logprobs"] = empty_logprobs(g.chat);  // no token in the text
     if (g.chat)
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
     else
