@@ -9,6 +9,8 @@
 #include <boost/beast/http.hpp>
 #include <cctype>
 #include <chrono>
+#include <list>
+#include <optional>
 
 #include "common/error.h"
 #include "coordinator/openai_error.h"
@@ -58,17 +60,24 @@ std::string sse_event(std::string_view data) {
 }
 
 struct HttpServer::Impl {
-  net::io_context io;  // never run: every operation is synchronous
+  net::io_context io;  // run by the I/O thread: accepts, request reads, request timeouts
   tcp::acceptor acceptor{io};
+  net::executor_work_guard<net::io_context::executor_type> work{io.get_executor()};
 };
 
+// One open connection. Between requests it is owned by the I/O thread (an async read is pending); while a
+// request is handled it is owned by its handler thread, which posts the next read back to the I/O thread.
 struct HttpServer::Connection {
-  explicit Connection(tcp::socket s) : socket(std::move(s)), fd(socket.native_handle()) {}
+  Connection(tcp::socket s, net::io_context& io) : socket(std::move(s)), fd(socket.native_handle()), timer(io) {}
   tcp::socket socket;
   int fd;
-  std::thread thread;
+  beast::flat_buffer buf;
+  std::optional<http::request_parser<http::string_body>> parser;
+  net::steady_timer timer;   // server.request_timeout_s for the read in progress
+  beast::error_code read_ec; // how the latest read ended (handed to its handler thread)
+  bool reading = false;      // an async read is pending (I/O thread only)
+  std::thread handler;       // the thread of the latest request
   std::atomic<bool> done{false};
-  std::atomic<int64_t> reading_since_ns{0};  // steady ns when the current request read began; 0: not reading
 };
 
 namespace {
@@ -174,55 +183,72 @@ void HttpServer::start() {
   if (!ec) a.listen(net::socket_base::max_listen_connections, ec);
   if (ec) throw InputError("cannot listen on " + where + ": " + ec.message());
   port_ = a.local_endpoint().port();
-  acceptor_ = std::thread([this] { accept_loop(); });
-  if (opt_.request_timeout_s > 0) watchdog_ = std::thread([this] { watch_reads(); });
+  accept_next();
+  io_thread_ = std::thread([this] { impl_->io.run(); });
 }
 
-namespace {
-
-int64_t steady_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
-
-void HttpServer::watch_reads() {
-  const auto limit = int64_t(opt_.request_timeout_s * 1e9);
-  while (!stopping_.load()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    const int64_t now = steady_ns();
-    std::lock_guard lk(mu_);
-    for (auto& c : conns_) {
-      int64_t t0 = c->reading_since_ns.load();
-      if (t0 != 0 && now - t0 > limit && c->reading_since_ns.compare_exchange_strong(t0, 0))
-        ::shutdown(c->fd, SHUT_RDWR);  // the blocked read fails; the connection's thread ends it
-    }
-  }
-}
-
-void HttpServer::accept_loop() {
-  for (;;) {
-    tcp::socket s{impl_->io};
-    beast::error_code ec;
-    impl_->acceptor.accept(s, ec);
+void HttpServer::accept_next() {
+  impl_->acceptor.async_accept([this](beast::error_code ec, tcp::socket s) {
     if (stopping_.load() || !impl_->acceptor.is_open()) return;
     if (ec) {
-      if (ec == net::error::invalid_argument || ec == net::error::bad_descriptor) return;  // shut down
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // e.g. out of file descriptors
-      continue;
+      if (ec == net::error::operation_aborted || ec == net::error::bad_descriptor) return;  // closed
+      // e.g. out of file descriptors: try again shortly, without spinning
+      auto t = std::make_shared<net::steady_timer>(impl_->io, std::chrono::milliseconds(10));
+      t->async_wait([this, t](beast::error_code) { accept_next(); });
+      return;
     }
     reap_finished();
-    std::lock_guard lk(mu_);
-    if (int(conns_.size()) >= opt_.max_connections) {
+    if (n_connections() >= opt_.max_connections && prune_closed_idle() > 0) reap_finished();
+    std::shared_ptr<Connection> c;
+    {
+      std::lock_guard lk(mu_);
+      if (int(conns_.size()) < opt_.max_connections) {
+        c = std::make_shared<Connection>(std::move(s), impl_->io);
+        conns_.push_back(c);
+      }
+    }
+    if (c) {
+      read_next(c);
+    } else {  // a small response into an empty send buffer: does not block the I/O thread
       write_response(s, error_response(service_unavailable("too many open connections")), false);
       s.shutdown(tcp::socket::shutdown_both, ec);
-      continue;
     }
-    auto c = std::make_shared<Connection>(std::move(s));
-    conns_.push_back(c);
-    c->thread = std::thread([this, c] { serve_connection(c); });
+    accept_next();
+  });
+}
+
+void HttpServer::read_next(const std::shared_ptr<Connection>& c) {
+  if (stopping_.load()) {
+    close(c);
+    return;
   }
+  c->parser.emplace();
+  c->parser->body_limit(uint64_t(std::max<int64_t>(opt_.max_body_bytes, 0)));
+  if (opt_.request_timeout_s > 0) {
+    c->timer.expires_after(std::chrono::milliseconds(int64_t(opt_.request_timeout_s * 1000.0)));
+    c->timer.async_wait([c](beast::error_code ec) {
+      if (!ec) ::shutdown(c->fd, SHUT_RDWR);  // the read below fails and the connection closes
+    });
+  }
+  c->reading = true;
+  http::async_read(c->socket, c->buf, *c->parser, [this, c](beast::error_code ec, size_t) {
+    c->reading = false;
+    c->timer.cancel();
+    if (c->done.load()) {  // pruned while idle (prune_closed_idle): already forgotten
+      close(c);
+      return;
+    }
+    if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
+        ec == net::error::operation_aborted || ec == net::error::bad_descriptor ||
+        (ec && ec != http::error::body_limit && c->buf.size() == 0 && !c->parser->got_some())) {
+      close(c);
+      return;
+    }
+    // A request (or a bad one to answer): handled on its own thread, which may block on the engine.
+    if (c->handler.joinable()) c->handler.join();  // the previous request's thread has posted this read: ending
+    c->read_ec = ec;
+    c->handler = std::thread([this, c] { serve_request(c); });
+  });
 }
 
 void HttpServer::reap_finished() {
@@ -239,106 +265,141 @@ void HttpServer::reap_finished() {
     }
   }
   for (auto& c : done)
-    if (c->thread.joinable()) c->thread.join();
+    if (c->handler.joinable()) c->handler.join();  // it marked the connection done as its last act
 }
 
-void HttpServer::serve_connection(const std::shared_ptr<Connection>& c) {
-  tcp::socket& s = c->socket;
-  beast::flat_buffer buf;
-  for (;;) {
-    http::request_parser<http::string_body> parser;
-    parser.body_limit(uint64_t(std::max<int64_t>(opt_.max_body_bytes, 0)));
-    beast::error_code ec;
-    c->reading_since_ns.store(steady_ns());
-    http::read(s, buf, parser, ec);
-    c->reading_since_ns.store(0);
-    if (ec == http::error::body_limit) {
-      const HttpResponse r = error_response(payload_too_large(
-          "request body exceeds the limit of " + std::to_string(opt_.max_body_bytes) + " bytes (server.max_body_bytes)"));
-      write_response(s, r, false);
-      if (on_response_) on_response_(r.status);
-      s.shutdown(tcp::socket::shutdown_send, ec);
-      drain_input(c->fd);
-      break;
-    }
-    if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
-        ec == net::error::operation_aborted || ec == net::error::bad_descriptor)
-      break;
-    if (ec) {
-      if (buf.size() > 0 || parser.got_some()) {
-        const HttpResponse r = error_response(bad_request("malformed HTTP request: " + ec.message()));
-        write_response(s, r, false);
-        if (on_response_) on_response_(r.status);
-      }
-      break;
-    }
-    const auto& breq = parser.get();
-    HttpRequest req;
-    req.method = std::string(breq.method_string());
-    req.target = std::string(breq.target());
-    req.path = req.target.substr(0, req.target.find('?'));
-    for (const auto& f : breq) req.headers[lower(std::string(f.name_string()))] = std::string(f.value());
-    req.body = breq.body();
-    const bool keep_alive = breq.keep_alive() && !stopping_.load();
+int HttpServer::n_connections() {
+  std::lock_guard lk(mu_);
+  return int(conns_.size());
+}
 
-    ChunkedStream stream(s, keep_alive);
-    HttpResponse res;
-    ++n_active_;
-    auto pit = routes_.find(req.path);
-    if (pit == routes_.end()) {
-      res = error_response(not_found("Not Found: " + req.method + " " + req.path));
-    } else if (auto mit = pit->second.find(req.method); mit == pit->second.end()) {
-      res = error_response(ApiError{405, "Method " + req.method + " not allowed on " + req.path,
-                                    "invalid_request_error", "", ""});
-    } else {
-      try {
-        res = mit->second(req, stream);
-      } catch (const ApiException& e) {
-        res = error_response(e.error);
-      } catch (const std::exception& e) {
-        res = error_response(internal_error(e.what()));
-      }
-    }
-    bool ok;
-    int status;
-    if (stream.started()) {
-      ok = stream.finish();
-      status = stream.status();
-    } else {
-      ok = write_response(s, res, keep_alive);
-      status = res.status;
-    }
-    --n_active_;
-    if (on_response_) on_response_(status);
-    if (!ok || !keep_alive || stopping_.load()) break;
+int HttpServer::prune_closed_idle() {
+  // Connections waiting for a request whose client has already hung up: their pending read will see the EOF
+  // soon, but they must not count against max_connections in the meantime.
+  std::lock_guard lk(mu_);
+  int n = 0;
+  for (auto& cp : conns_) {
+    Connection& c = *cp;
+    if (!c.reading || c.done.load() || !c.parser || c.parser->got_some() || c.buf.size() != 0) continue;
+    pollfd p{c.fd, short(POLLIN | POLLRDHUP), 0};
+    if (::poll(&p, 1, 0) <= 0) continue;
+    char ch;
+    // Gone: an error or hang-up, or EOF with no request bytes waiting (a half-closed client that sent a
+    // request is not gone).
+    const bool gone = (p.revents & (POLLHUP | POLLERR)) ||
+                      ((p.revents & (POLLIN | POLLRDHUP)) && ::recv(c.fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT) == 0);
+    if (!gone) continue;
+    ::shutdown(c.fd, SHUT_RDWR);  // its pending read fails (and closes it again, harmlessly)
+    c.done.store(true);           // reap_finished forgets it now
+    ++n;
   }
+  return n;
+}
+
+void HttpServer::close(const std::shared_ptr<Connection>& c) {
   beast::error_code ec;
-  s.shutdown(tcp::socket::shutdown_both, ec);
+  c->socket.shutdown(tcp::socket::shutdown_both, ec);
   c->done.store(true);
 }
 
+void HttpServer::serve_request(const std::shared_ptr<Connection>& c) {
+  tcp::socket& s = c->socket;
+  beast::error_code ec = c->read_ec;
+  if (ec == http::error::body_limit) {
+    const HttpResponse r = error_response(payload_too_large(
+        "request body exceeds the limit of " + std::to_string(opt_.max_body_bytes) + " bytes (server.max_body_bytes)"));
+    write_response(s, r, false);
+    if (on_response_) on_response_(r.status);
+    s.shutdown(tcp::socket::shutdown_send, ec);
+    drain_input(c->fd);
+    close(c);
+    return;
+  }
+  if (ec) {  // malformed after some bytes (a timeout that cut a request short lands here too)
+    const HttpResponse r = error_response(bad_request("malformed HTTP request: " + ec.message()));
+    write_response(s, r, false);
+    if (on_response_) on_response_(r.status);
+    close(c);
+    return;
+  }
+  const auto& breq = c->parser->get();
+  HttpRequest req;
+  req.method = std::string(breq.method_string());
+  req.target = std::string(breq.target());
+  req.path = req.target.substr(0, req.target.find('?'));
+  for (const auto& f : breq) req.headers[lower(std::string(f.name_string()))] = std::string(f.value());
+  req.body = breq.body();
+  const bool keep_alive = breq.keep_alive() && !stopping_.load();
+
+  ChunkedStream stream(s, keep_alive);
+  HttpResponse res;
+  ++n_active_;
+  auto pit = routes_.find(req.path);
+  if (pit == routes_.end()) {
+    res = error_response(not_found("Not Found: " + req.method + " " + req.path));
+  } else if (auto mit = pit->second.find(req.method); mit == pit->second.end()) {
+    res = error_response(ApiError{405, "Method " + req.method + " not allowed on " + req.path,
+                                  "invalid_request_error", "", ""});
+  } else {
+    try {
+      res = mit->second(req, stream);
+    } catch (const ApiException& e) {
+      res = error_response(e.error);
+    } catch (const std::exception& e) {
+      res = error_response(internal_error(e.what()));
+    }
+  }
+  bool ok;
+  int status;
+  if (stream.started()) {
+    ok = stream.finish();
+    status = stream.status();
+  } else {
+    ok = write_response(s, res, keep_alive);
+    status = res.status;
+  }
+  --n_active_;
+  if (on_response_) on_response_(status);
+  if (!ok || !keep_alive || stopping_.load()) {
+    close(c);
+    return;
+  }
+  net::post(impl_->io, [this, c] { read_next(c); });  // the next request on this connection
+}
+
 void HttpServer::stop_accepting() {
-  std::lock_guard lk(mu_);
-  if (impl_->acceptor.is_open()) ::shutdown(impl_->acceptor.native_handle(), SHUT_RDWR);  // wakes accept()
+  net::post(impl_->io, [this] {
+    beast::error_code ec;
+    impl_->acceptor.close(ec);  // the pending accept completes with operation_aborted
+  });
 }
 
 void HttpServer::stop() {
+  if (stopped_) return;
+  stopped_ = true;
   stopping_.store(true);
   stop_accepting();
-  if (acceptor_.joinable()) acceptor_.join();
-  if (watchdog_.joinable()) watchdog_.join();
   {
-    beast::error_code ec;
-    impl_->acceptor.close(ec);
+    std::lock_guard lk(mu_);
+    for (auto& c : conns_) ::shutdown(c->fd, SHUT_RDWR);  // pending reads and blocked writes fail
   }
+  // Handlers notice (ResponseStream::peer_closed / failed writes) and end; then the I/O thread stops, and only
+  // after that are the handler threads joined (the I/O thread also joins them, so never both at once).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (n_active_.load() > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  impl_->work.reset();
+  impl_->io.stop();
+  if (io_thread_.joinable()) io_thread_.join();
   std::list<std::shared_ptr<Connection>> all;
   {
     std::lock_guard lk(mu_);
     all.swap(conns_);
   }
-  for (auto& c : all) ::shutdown(c->fd, SHUT_RDWR);  // a blocked read or write fails
   for (auto& c : all)
-    if (c->thread.joinable()) c->thread.join();
+    if (c->handler.joinable()) c->handler.join();
+  beast::error_code ec;
+  impl_->acceptor.close(ec);
 }
 
 }  // namespace tp

@@ -1,12 +1,14 @@
 // A small HTTP/1.1 server on Boost.Beast: keep-alive, a router (method + path -> handler), a request body
 // limit (413 as an OpenAI error), and chunked streaming responses (Server-Sent Events).
 //
-// Threads: one acceptor thread, plus one thread per open connection running Beast's synchronous API, so a
-// handler may block (waiting for the engine) without stalling other clients. At most max_connections
-// connections are served at once; more get 503 and are closed. Handlers run on their connection's thread.
-// A connection gets request_timeout_s to deliver each whole request (headers and body), the idle wait for the
-// next keep-alive request included; past it a watchdog thread closes the socket, so slow or silent clients
-// cannot hold connection slots (slowloris). Handlers and responses are not timed.
+// Threads: one I/O thread (Asio) accepts connections and reads requests asynchronously, so an idle keep-alive
+// connection costs no thread. Each complete request is handled on a thread of its own, which may block
+// (waiting for the engine) without stalling other clients, writes the response with Beast's synchronous API,
+// and hands the connection back to the I/O thread for its next request. At most max_connections connections
+// are open at once; more get 503 and are closed. A connection gets request_timeout_s to deliver each whole
+// request (headers and body), the idle wait for the next keep-alive request included; past it the socket is
+// closed, so slow or silent clients cannot hold connection slots (slowloris). Handlers and responses are not
+// timed.
 //
 // A handler either returns an HttpResponse, or starts a chunked stream on the ResponseStream it is given
 // (start() then write() per chunk; the server sends the terminating chunk after the handler returns, and the
@@ -15,7 +17,8 @@
 //
 // Lifecycle: start() binds (port 0: any free port; port() then says which) and begins accepting;
 // stop_accepting() closes the listening socket; n_active_requests() counts handlers running now; stop()
-// closes every connection (a blocked read or write fails) and joins all threads. Not restartable.
+// closes every connection (a pending read or a blocked write fails), waits up to 10 s for the handlers to
+// notice, and joins all threads. Not restartable.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -93,10 +96,13 @@ class HttpServer {
 
  private:
   struct Connection;
-  void accept_loop();
-  void serve_connection(const std::shared_ptr<Connection>& c);
-  void reap_finished();
-  void watch_reads();  // the watchdog thread: closes connections whose request read is past the timeout
+  void accept_next();                                          // I/O thread
+  void read_next(const std::shared_ptr<Connection>& c);        // I/O thread: async read of the next request
+  void serve_request(const std::shared_ptr<Connection>& c);    // a handler thread: one request, its response
+  void close(const std::shared_ptr<Connection>& c);
+  void reap_finished();                                        // I/O thread: forgets closed connections
+  int prune_closed_idle();                                     // I/O thread: marks idle ones the client left done
+  int n_connections();
 
   HttpServerOptions opt_;
   std::map<std::string, std::map<std::string, HttpHandler>> routes_;  // path -> method -> handler
@@ -106,8 +112,8 @@ class HttpServer {
   uint16_t port_ = 0;
   std::atomic<bool> stopping_{false};
   std::atomic<int> n_active_{0};
-  std::thread acceptor_;
-  std::thread watchdog_;
+  std::thread io_thread_;
+  bool stopped_ = false;
   std::mutex mu_;  // guards conns_
   std::list<std::shared_ptr<Connection>> conns_;
 };
