@@ -68,7 +68,6 @@ void Engine::validate(const Request& req) const {
 int64_t Engine::submit(Request req) {
   validate(req);
   auto s = std::make_unique<Sequence>();
-  s->index = 0;
   s->n_prompt = int64_t(req.prompt.size());
   s->tokens = std::move(req.prompt);
   s->sampling = req.sampling;

@@ -227,7 +227,8 @@ void HttpServer::read_next(const std::shared_ptr<Connection>& c) {
   if (opt_.request_timeout_s > 0) {
     c->timer.expires_after(std::chrono::milliseconds(int64_t(opt_.request_timeout_s * 1000.0)));
     c->timer.async_wait([c](beast::error_code ec) {
-      if (!ec) ::shutdown(c->fd, SHUT_RDWR);  // the read below fails and the connection closes
+      // Still reading (a completion queued just before expiry cleared it): the read fails, the connection closes.
+      if (!ec && c->reading) ::shutdown(c->fd, SHUT_RDWR);
     });
   }
   c->reading = true;
