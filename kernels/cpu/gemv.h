@@ -10,6 +10,7 @@ namespace tp::cpu::detail {
 
 bool cpu_has_avx512f();     // avx512f + avx512bw + avx512vl
 bool cpu_has_avx512bf16();  // the above + avx512_bf16
+bool cpu_has_avx2();        // avx2 + fma (gemv_avx2.cpp)
 
 inline constexpr int64_t kGemvXAlign = 32;  // BF16 elements: x rows padded to a multiple of this
 
@@ -19,6 +20,10 @@ void gemv_f32_portable(const float* x, int64_t m, const float* w, int64_t n_out,
                        int n_threads);
 void gemv_bf16_avx512(const uint16_t* xb, int64_t x_stride, int64_t m, const uint16_t* w, int64_t n_out,
                       int64_t n_in, float* y, int n_threads);
+// AVX2 + FMA (gemv_avx2.cpp). The BF16 variant takes x rounded to BF16 and widened back to F32: xr [m, n_in].
+void gemv_f32_avx2(const float* x, int64_t m, const float* w, int64_t n_out, int64_t n_in, float* y, int n_threads);
+void gemv_bf16_avx2(const float* xr, int64_t m, const uint16_t* w, int64_t n_out, int64_t n_in, float* y,
+                    int n_threads);
 void gemv_bf16_portable(const uint16_t* xb, int64_t x_stride, int64_t m, const uint16_t* w, int64_t n_out,
                         int64_t n_in, float* y, int n_threads);
 

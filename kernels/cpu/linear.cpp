@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,7 +25,11 @@ namespace {
 constexpr int64_t kGemmMinM = 16;
 constexpr int64_t kGemmMinMAmx = 1;
 
+// Without a oneDNN matmul for the dtype (BF16 on AVX2-only CPUs) every M takes our tiles (gemv_avx2.cpp).
+constexpr int64_t kNoGemm = std::numeric_limits<int64_t>::max();
+
 int64_t gemm_min_m(DType dtype) {
+  if (!detail::onednn_supports(dtype)) return kNoGemm;
   return dtype == DType::BF16 && detail::onednn_uses_amx() ? kGemmMinMAmx : kGemmMinM;
 }
 
@@ -47,20 +52,37 @@ const uint16_t* x_to_bf16(const float* x, int64_t m, int64_t n_in, int64_t* stri
   return buf.data();
 }
 
-void gemv(const float* x, int64_t m, const Weight& w, float* y, bool allow_avx512) {
+// x [m, n_in] F32 -> thread-local F32 rows holding the BF16-rounded values (the AVX2 BF16 tiles' input).
+const float* x_round_bf16(const float* x, int64_t m, int64_t n_in) {
+  thread_local std::vector<float> buf;
+  if (int64_t(buf.size()) < m * n_in) buf.resize(size_t(m * n_in));
+  for (int64_t i = 0; i < m * n_in; ++i) buf[size_t(i)] = bf16_to_f32(f32_to_bf16(x[i]));
+  return buf.data();
+}
+
+// The best GEMV this CPU has, at most `best` (Gemv: AVX-512, then AVX2, then portable).
+void gemv(const float* x, int64_t m, const Weight& w, float* y, LinearImpl best) {
   const int nt = num_threads();
+  const bool avx512 = best == LinearImpl::Gemv, avx2 = avx512 || best == LinearImpl::GemvAvx2;
+  if (avx2 && !detail::cpu_has_avx2()) throw Error("linear: this CPU has no AVX2 + FMA");
   if (w.dtype() == DType::F32) {
     const auto* wd = static_cast<const float*>(w.data());
-    if (allow_avx512 && detail::cpu_has_avx512f())
+    if (avx512 && detail::cpu_has_avx512f())
       detail::gemv_f32_avx512(x, m, wd, w.n_out(), w.n_in(), y, nt);
+    else if (avx2 && detail::cpu_has_avx2())
+      detail::gemv_f32_avx2(x, m, wd, w.n_out(), w.n_in(), y, nt);
     else
       detail::gemv_f32_portable(x, m, wd, w.n_out(), w.n_in(), y, nt);
     return;
   }
+  const auto* wd = static_cast<const uint16_t*>(w.data());
+  if (avx2 && !(avx512 && detail::cpu_has_avx512bf16()) && detail::cpu_has_avx2()) {
+    detail::gemv_bf16_avx2(x_round_bf16(x, m, w.n_in()), m, wd, w.n_out(), w.n_in(), y, nt);
+    return;
+  }
   int64_t stride = 0;
   const uint16_t* xb = x_to_bf16(x, m, w.n_in(), &stride);
-  const auto* wd = static_cast<const uint16_t*>(w.data());
-  if (allow_avx512 && detail::cpu_has_avx512bf16())
+  if (avx512 && detail::cpu_has_avx512bf16())
     detail::gemv_bf16_avx512(xb, stride, m, wd, w.n_out(), w.n_in(), y, nt);
   else
     detail::gemv_bf16_portable(xb, stride, m, wd, w.n_out(), w.n_in(), y, nt);
@@ -137,6 +159,10 @@ bool gemv_has_avx512(DType weight_dtype) {
   return weight_dtype == DType::BF16 ? detail::cpu_has_avx512bf16() : detail::cpu_has_avx512f();
 }
 
+bool gemv_has_avx2() { return detail::cpu_has_avx2(); }
+
+bool linear_has_onednn(DType weight_dtype) { return detail::onednn_supports(weight_dtype); }
+
 void linear(const float* x, int64_t m, const Weight& w, float* y) { linear(x, m, w, y, LinearImpl::Auto); }
 
 void linear(const float* x, int64_t m, const Weight& w, float* y, LinearImpl impl) {
@@ -146,17 +172,10 @@ void linear(const float* x, int64_t m, const Weight& w, float* y, LinearImpl imp
     return;
   }
   if (impl == LinearImpl::Auto) impl = m < gemm_min_m(w.dtype()) ? LinearImpl::Gemv : LinearImpl::Onednn;
-  switch (impl) {
-    case LinearImpl::Onednn:
-      detail::onednn_linear(x, m, w, y, num_threads());
-      return;
-    case LinearImpl::GemvPortable:
-      gemv(x, m, w, y, false);
-      return;
-    default:
-      gemv(x, m, w, y, true);
-      return;
-  }
+  if (impl == LinearImpl::Onednn)
+    detail::onednn_linear(x, m, w, y, num_threads());
+  else
+    gemv(x, m, w, y, impl);
 }
 
 void set_num_threads(int n) {

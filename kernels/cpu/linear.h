@@ -1,7 +1,9 @@
 // Dense weights for y = x · Wᵀ and the CPU GEMM/GEMV that applies them.
 // W: [n_out, n_in] row-major (one output feature a row), stored as F32 or BF16 in a 64-byte aligned buffer.
-// Large M goes through oneDNN matmul (BF16: activations converted to BF16, accumulate in F32);
-// small M (decode) through our own AVX-512-BF16 / AVX-512 GEMV when the CPU has it, a portable loop if not.
+// Large M goes through oneDNN matmul (BF16: activations converted to BF16, accumulate in F32) where oneDNN
+// has one for the dtype; small M (decode) — and every M for BF16 on CPUs without AVX-512, where oneDNN has no
+// BF16 matmul — through our own GEMV tiles: AVX-512(-BF16) when the CPU has it, else AVX2 + FMA, else a
+// portable loop.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -48,15 +50,19 @@ class Weight {
 void linear(const float* x, int64_t m, const Weight& w, float* y);
 
 // Which implementation linear() uses. Auto: GEMV for m < linear_gemm_min_m(w.dtype()), oneDNN otherwise.
-//   Gemv: our GEMV (AVX-512 when the CPU has it, else portable); GemvPortable: the portable loop;
-//   Onednn: oneDNN matmul. For tests and benchmarks; results agree up to F32 summation order.
-enum class LinearImpl : uint8_t { Auto, Gemv, GemvPortable, Onednn };
+//   Gemv: our best GEMV (AVX-512 when the CPU has it, else AVX2, else portable); GemvAvx2: the AVX2 tiles
+//   (throws Error without AVX2 + FMA); GemvPortable: the portable loop; Onednn: oneDNN matmul (throws Error
+//   when oneDNN has none for the dtype here). For tests and benchmarks; results agree up to F32 summation order.
+enum class LinearImpl : uint8_t { Auto, Gemv, GemvAvx2, GemvPortable, Onednn };
 void linear(const float* x, int64_t m, const Weight& w, float* y, LinearImpl impl);
 // Smallest m that linear() sends to oneDNN for weights of this dtype (depends on the CPU: 1 for BF16 when
-// oneDNN has AMX, else 16).
+// oneDNN has AMX, 16 otherwise, INT64_MAX where oneDNN has no matmul for it).
 int64_t linear_gemm_min_m(DType weight_dtype);
 // Whether this CPU runs the AVX-512 GEMV (F32: avx512f; BF16: avx512f + avx512bf16).
 bool gemv_has_avx512(DType weight_dtype);
+bool gemv_has_avx2();  // avx2 + fma
+// Whether oneDNN has a matmul for weights of this dtype on this CPU (BF16: only with AVX-512).
+bool linear_has_onednn(DType weight_dtype);
 
 // Number of compute threads for every CPU kernel and oneDNN (OpenMP). Process-wide: every kernel applies it
 // to the calling thread's OpenMP pool before a parallel region, whichever thread calls.

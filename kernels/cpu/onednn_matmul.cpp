@@ -3,11 +3,13 @@
 #include <omp.h>
 
 #include <mutex>
+#include <string>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "common/error.h"
 #include "kernels/cpu/linear.h"
 
 namespace tp::cpu::detail {
@@ -106,6 +108,8 @@ dnnl::memory weights_in(Context& ctx, const Weight& w, const dnnl::memory::desc&
 }  // namespace
 
 void onednn_linear(const float* x, int64_t m, const Weight& w, float* y, int n_threads) {
+  if (!onednn_supports(w.dtype()))
+    throw Error("oneDNN has no " + std::string(dtype_name(w.dtype())) + " matmul on this CPU (BF16 needs AVX-512)");
   Context& ctx = context();
   const Key key{m, w.n_out(), w.n_in(), w.dtype()};
   Prim& prim = primitive(ctx, key);
@@ -139,6 +143,24 @@ int64_t gemm_cache_bytes(const Weight& w) {
   int64_t n = 0;
   for (const auto& [desc, mem] : cache->copies) n += int64_t(desc.get_size());
   return n;
+}
+
+bool onednn_supports(DType weight_dtype) {
+  const auto probe = [](dnnl::memory::data_type t) {
+    try {
+      const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+      using tag = dnnl::memory::format_tag;
+      const dnnl::matmul::desc desc(dnnl::memory::desc({16, 64}, t, tag::ab), dnnl::memory::desc({64, 64}, t, tag::any),
+                                    dnnl::memory::desc({16, 64}, dnnl::memory::data_type::f32, tag::ab));
+      const dnnl::matmul::primitive_desc pd(desc, engine);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  };
+  static const bool f32 = probe(dnnl::memory::data_type::f32);
+  static const bool bf16 = probe(dnnl::memory::data_type::bf16);
+  return weight_dtype == DType::BF16 ? bf16 : weight_dtype == DType::F32 ? f32 : false;
 }
 
 bool onednn_uses_amx() {

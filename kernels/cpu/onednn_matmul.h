@@ -6,6 +6,8 @@
 #pragma once
 #include <cstdint>
 
+#include "common/dtype.h"
+
 namespace tp::cpu {
 class Weight;
 }
@@ -17,6 +19,10 @@ void onednn_linear(const float* x, int64_t m, const Weight& w, float* y, int n_t
 
 // Bytes of the reordered copies w holds for oneDNN.
 int64_t gemm_cache_bytes(const Weight& w);
+
+// Whether oneDNN has a matmul for this weight dtype on this CPU (BF16 needs AVX-512: none on AVX2-only CPUs
+// such as AMD Zen 2/3). Probed once per dtype by creating a small primitive.
+bool onednn_supports(DType weight_dtype);
 
 // Whether oneDNN runs BF16 matmul on AMX tiles here (then it beats our GEMV from m = 2 on).
 bool onednn_uses_amx();

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -27,6 +28,7 @@ const char* impl_name(LinearImpl i) {
   switch (i) {
     case LinearImpl::Auto: return "auto";
     case LinearImpl::Gemv: return "gemv";
+    case LinearImpl::GemvAvx2: return "gemv_avx2";
     case LinearImpl::GemvPortable: return "gemv_portable";
     case LinearImpl::Onednn: return "onednn";
   }
@@ -65,6 +67,9 @@ void check_all_impls(DType dtype, int64_t m, int64_t n_out, int64_t n_in, uint32
   std::vector<double> ref, bound;
   reference(x, m, w_vals, n_out, n_in, dtype == DType::BF16, &ref, &bound);
   for (LinearImpl impl : impls) {
+    // Paths this CPU lacks are not run (Auto and Gemv still run on whatever it has).
+    if (impl == LinearImpl::Onednn && !linear_has_onednn(dtype)) continue;
+    if (impl == LinearImpl::GemvAvx2 && !gemv_has_avx2()) continue;
     std::vector<float> y(size_t(m * n_out), NAN);
     linear(x.data(), m, w, y.data(), impl);
     double worst = 0;
@@ -81,8 +86,8 @@ void check_all_impls(DType dtype, int64_t m, int64_t n_out, int64_t n_in, uint32
   }
 }
 
-const std::vector<LinearImpl> kAllImpls = {LinearImpl::Auto, LinearImpl::Gemv, LinearImpl::GemvPortable,
-                                           LinearImpl::Onednn};
+const std::vector<LinearImpl> kAllImpls = {LinearImpl::Auto, LinearImpl::Gemv, LinearImpl::GemvAvx2,
+                                           LinearImpl::GemvPortable, LinearImpl::Onednn};
 
 using LinearParam = std::tuple<DType, int64_t, std::pair<int64_t, int64_t>>;  // dtype, m, (n_out, n_in)
 
@@ -110,7 +115,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(LinearLarge, LmHeadShape) {
   for (int threads : {1, 2}) {
     set_num_threads(threads);
-    check_all_impls(DType::BF16, 1, 49157, 576, 7, {LinearImpl::Gemv, LinearImpl::Onednn});
+    check_all_impls(DType::BF16, 1, 49157, 576, 7, {LinearImpl::Gemv, LinearImpl::GemvAvx2, LinearImpl::Onednn});
   }
   check_all_impls(DType::BF16, 17, 49157, 576, 8, {LinearImpl::Auto});
   check_all_impls(DType::F32, 1, 49157, 576, 9, {LinearImpl::Gemv, LinearImpl::Onednn});
@@ -132,6 +137,7 @@ TEST(Linear, ThreadCountsAgree) {
 
 // oneDNN's reordered copy of W (when it wants one) is made once, reused, and moves with the Weight.
 TEST(Linear, OnednnWeightCacheIsReusedAndMoves) {
+  if (!linear_has_onednn(DType::BF16)) GTEST_SKIP() << "oneDNN has no BF16 matmul on this CPU (no AVX-512)";
   const auto src = make_typed_rows(DType::F32, 300, 256, 5);
   Weight w(DType::BF16, 300, 256, DType::F32, src.bytes.data(), src.stride);
   EXPECT_EQ(w.gemm_cache_bytes(), 0);
@@ -158,6 +164,16 @@ TEST(Linear, ReportsDispatch) {
   }
   if (!__builtin_cpu_supports("avx512f")) {
     EXPECT_FALSE(gemv_has_avx512(DType::F32));
+  }
+  EXPECT_EQ(gemv_has_avx2(), __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
+  EXPECT_TRUE(linear_has_onednn(DType::F32));
+  // Where oneDNN has no BF16 matmul, every M goes to our tiles (and asking for oneDNN says why not).
+  if (!linear_has_onednn(DType::BF16)) {
+    EXPECT_EQ(linear_gemm_min_m(DType::BF16), std::numeric_limits<int64_t>::max());
+    const auto src = make_typed_rows(DType::F32, 4, 32, 1);
+    const Weight w(DType::BF16, 4, 32, DType::F32, src.bytes.data(), src.stride);
+    std::vector<float> x(32, 1.0f), y(4);
+    EXPECT_THROW(linear(x.data(), 1, w, y.data(), LinearImpl::Onednn), Error);
   }
 }
 
