@@ -2,6 +2,7 @@
 // HTTP: status + OpenAI-style JSON). Every message names what was wrong and where.
 #pragma once
 #include <stdexcept>
+#include <utility>
 #include <string>
 
 namespace tp {
@@ -14,6 +15,16 @@ struct Error : std::runtime_error {
 // Bad input from outside: a file, a config, a command line, a request.
 struct InputError : Error {
   using Error::Error;
+};
+
+// Bad input in one named field of a request (an HTTP body, a Request): `field` is the parameter as the
+// client named it ("max_tokens", "prompt[3]", "logit_bias"), `code` an OpenAI error code
+// ("invalid_value", "context_length_exceeded"). The HTTP edge maps it to 400 without reading the message.
+struct FieldError : InputError {
+  FieldError(std::string field_name, const std::string& message, std::string error_code = "invalid_value")
+      : InputError(message), field(std::move(field_name)), code(std::move(error_code)) {}
+  std::string field;
+  std::string code;
 };
 
 // A model file that is truncated, corrupt or unsupported. what() = "<file>: <field>: <reason>".

@@ -1,17 +1,21 @@
 #include "coordinator/api_handlers.h"
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <random>
 #include <regex>
+#include <unordered_map>
 
 #include <nlohmann/json.hpp>
 
-#include "coordinator/openai_logprobs.h"
+#include "common/token_ids.h"
+#include "coordinator/choice_stream.h"
 #include "coordinator/openai_request.h"
-#include "coordinator/stop_matcher.h"
+#include "coordinator/openai_response.h"
 
 namespace tp {
 
@@ -38,18 +42,18 @@ uint64_t random_seed() {
   return rng();
 }
 
-json usage_json(int64_t n_prompt, int64_t n_completion) {
-  return {{"prompt_tokens", n_prompt}, {"completion_tokens", n_completion}, {"total_tokens", n_prompt + n_completion}};
+// A route whose FieldErrors (a field of the request at fault, found past parsing) become OpenAI 400s.
+HttpHandler field_errors_as_400(HttpHandler h) {
+  return [h = std::move(h)](const HttpRequest& r, ResponseStream& s) {
+    try {
+      return h(r, s);
+    } catch (const FieldError& e) {
+      throw ApiException(bad_request(e.what(), e.field, e.code));
+    }
+  };
 }
 
 }  // namespace
-
-struct ApiHandlers::Generation {
-  bool chat = false;
-  GenerationParams params;
-  std::vector<int32_t> prompt;
-  std::string echo;  // completions with echo: the prompt text, emitted before the completion
-};
 
 std::string served_model_name(const std::string& configured_name, const std::string& model_path) {
   if (!configured_name.empty()) return configured_name;
@@ -73,14 +77,18 @@ ApiHandlers::ApiHandlers(ApiConfig cfg, Engine& engine, const Tokenizer& tok, co
       created_(int64_t(std::time(nullptr))) {}
 
 void ApiHandlers::install(HttpServer& server) {
-  server.route("POST", "/v1/completions", [this](const HttpRequest& r, ResponseStream& s) { return completions(r, s); });
-  server.route("POST", "/v1/chat/completions",
-               [this](const HttpRequest& r, ResponseStream& s) { return chat_completions(r, s); });
-  server.route("GET", "/v1/models", [this](const HttpRequest& r, ResponseStream&) { return models(r); });
-  server.route("POST", "/tokenize", [this](const HttpRequest& r, ResponseStream&) { return tokenize(r); });
-  server.route("POST", "/detokenize", [this](const HttpRequest& r, ResponseStream&) { return detokenize(r); });
-  server.route("GET", "/metrics", [this](const HttpRequest& r, ResponseStream&) { return metrics(r); });
-  server.route("GET", "/health", [this](const HttpRequest&, ResponseStream&) {
+  const auto route = [&](const char* method, const char* path, HttpHandler h) {
+    server.route(method, path, field_errors_as_400(std::move(h)));
+  };
+  route("POST", "/v1/completions", [this](const HttpRequest& r, ResponseStream& s) { return completions(r, s); });
+  route("POST", "/v1/chat/completions", [this](const HttpRequest& r, ResponseStream& s) { return chat_completions(r, s); });
+  route("GET", "/v1/models", [this](const HttpRequest& r, ResponseStream&) { return models(r); });
+  route("POST", "/tokenize", [this](const HttpRequest& r, ResponseStream&) { return tokenize(r); });
+  route("POST", "/detokenize", [this](const HttpRequest& r, ResponseStream&) { return detokenize(r); });
+  route("GET", "/tokenizer_info", [this](const HttpRequest& r, ResponseStream&) { return tokenizer_info(r); });
+  route("GET", "/version", [this](const HttpRequest&, ResponseStream&) { return json_response({{"version", cfg_.version}}); });
+  route("GET", "/metrics", [this](const HttpRequest& r, ResponseStream&) { return metrics(r); });
+  route("GET", "/health", [this](const HttpRequest&, ResponseStream&) {
     const std::string reason = cfg_.health ? cfg_.health() : std::string();
     if (!reason.empty()) return json_response({{"status", "unhealthy"}, {"reason", reason}}, 503);
     return json_response({{"status", "ok"}});
@@ -88,15 +96,9 @@ void ApiHandlers::install(HttpServer& server) {
   server.on_response([this](int status) { metrics_.observe_http(status); });
 }
 
-void ApiHandlers::abort_all() {
-  std::lock_guard lk(mu_);
-  for (int64_t id : in_flight_) engine_.abort(id);
-}
+void ApiHandlers::abort_all() { in_flight_.abort_all(engine_); }
 
-int64_t ApiHandlers::n_in_flight() const {
-  std::lock_guard lk(mu_);
-  return int64_t(in_flight_.size());
-}
+int64_t ApiHandlers::n_in_flight() const { return in_flight_.size(); }
 
 void ApiHandlers::check_auth(const HttpRequest& req) const {
   if (cfg_.api_key.empty()) return;
@@ -111,229 +113,111 @@ HttpResponse ApiHandlers::completions(const HttpRequest& req, ResponseStream& ou
   check_auth(req);
   CompletionRequest c = parse_completion_body(req.body);
   check_model(c.params.model);
-  Generation g;
-  g.params = std::move(c.params);
-  if (c.prompt.is_tokens) {
-    g.prompt = c.prompt.tokens;
-    for (int32_t t : g.prompt)
-      if (t >= tok_.vocab_size())
-        throw ApiException(bad_request("prompt token id " + std::to_string(t) + " is outside the vocabulary [0, " +
-                                           std::to_string(tok_.vocab_size()) + ")",
-                                       "prompt"));
-    if (c.echo) g.echo = tok_.decode(g.prompt, false);
-  } else {
-    g.prompt = tok_.encode(c.prompt.text, tok_.add_bos(), true);
-    if (c.echo) g.echo = c.prompt.text;
-  }
-  return generate(g, out);
+  return generate(completion_job(std::move(c), tok_, cfg_.max_context), out);
 }
 
 HttpResponse ApiHandlers::chat_completions(const HttpRequest& req, ResponseStream& out) {
   check_auth(req);
   ChatCompletionRequest c = parse_chat_completion_body(req.body);
   check_model(c.params.model);
-  Generation g;
-  g.chat = true;
-  g.params = std::move(c.params);
-  g.prompt = tok_.encode(chat_.render(c.messages, c.add_generation_prompt), false, true);
-  return generate(g, out);
+  return generate(chat_job(std::move(c), tok_, chat_, cfg_.max_context), out);
 }
 
-// What one choice of a generation has produced so far (one per index, on the connection's thread).
-struct ApiHandlers::ChoiceState {
-  ChoiceState(const Tokenizer& tok, const std::vector<std::string>& stops) : dec(tok, false), stop(stops) {}
-  IncrementalDecoder dec;
-  StopMatcher stop;
-  std::string text;        // non-streaming: the whole completion (echo included)
-  std::string finish;      // "" while running
-  int64_t n_generated = 0;
-  int64_t n_decoded = 0;   // characters (code points) decoded so far, echo included (completions' text_offset)
-  json logprobs;           // non-streaming: the choice's logprobs object, built up token by token
-  SteadyTime prev{};       // when its previous token came (inter-token latency); epoch before the first
-};
-
-HttpResponse ApiHandlers::generate(Generation& g, ResponseStream& out) {
-  const GenerationParams& p = g.params;
-  const int64_t n_prompt = int64_t(g.prompt.size());
-  if (n_prompt == 0) throw ApiException(bad_request("the prompt encodes to no tokens", g.chat ? "messages" : "prompt"));
-  if (n_prompt >= cfg_.max_context)
-    throw ApiException(bad_request("This model's maximum context length is " + std::to_string(cfg_.max_context) +
-                                       " tokens; the prompt has " + std::to_string(n_prompt) +
-                                       " tokens, leaving no room for a completion",
-                                   g.chat ? "messages" : "prompt", "context_length_exceeded"));
-
-  Request r;
-  r.prompt = g.prompt;
-  r.sampling = p.sampling;
-  r.sampling.seed = p.seed ? *p.seed : random_seed();
-  r.n = p.n;
-  r.max_tokens = p.max_tokens.value_or(cfg_.max_context - n_prompt);
-  r.ignore_eos = p.ignore_eos;
-  auto queue = std::make_shared<OutputQueue>();  // outlives this handler when the engine still delivers
-  r.on_output = [queue](const RequestOutput& o) { queue->push(o); };
+HttpResponse ApiHandlers::generate(const GenerationJob& job, ResponseStream& out) {
+  const GenerationParams& p = job.params;
+  const int32_t n = p.n;
+  // Submit every prompt; a refusal aborts those already submitted (their handles go out of scope).
+  auto queue = std::make_shared<OutputQueue>();  // outlives this handler while the engine still delivers
+  const uint64_t seed = p.seed ? *p.seed : random_seed();
   const auto t_submit = std::chrono::steady_clock::now();
-  int64_t id;
-  try {
-    id = engine_.submit(std::move(r));
-  } catch (const QueueFullError& e) {
-    throw ApiException(rate_limited(e.what()));
-  } catch (const InputError& e) {
-    const std::string msg = e.what();
-    const bool ctx = msg.find("max context") != std::string::npos || msg.find("whole pool") != std::string::npos;
-    const bool n_param = msg.rfind("n must be", 0) == 0;
-    throw ApiException(bad_request(msg, ctx ? "max_tokens" : n_param ? "n" : "", ctx ? "context_length_exceeded" : ""));
-  }
-  {
-    std::lock_guard lk(mu_);
-    in_flight_.insert(id);
-  }
-  struct Untrack {
-    ApiHandlers* self;
-    int64_t id;
-    ~Untrack() {
-      std::lock_guard lk(self->mu_);
-      self->in_flight_.erase(id);
+  std::vector<std::unique_ptr<RequestHandle>> handles;
+  std::unordered_map<int64_t, size_t> prompt_of;  // engine request id -> prompt index
+  int64_t n_prompt_tokens = 0;
+  for (size_t j = 0; j < job.prompts.size(); ++j) {
+    try {
+      handles.push_back(std::make_unique<RequestHandle>(engine_, in_flight_, job.engine_request(j, seed, cfg_.max_context), queue));
+    } catch (const QueueFullError& e) {
+      throw ApiException(rate_limited(e.what()));
     }
-  } untrack{this, id};
-
-  const std::string rid = (g.chat ? "chatcmpl-" : "cmpl-") + random_hex(24);
-  const int64_t created = int64_t(std::time(nullptr));
-  const std::string object = g.chat ? "chat.completion.chunk" : "text_completion";
-  auto chunk = [&](int32_t index, const std::string& text, const json& finish_reason, const json& logprobs,
-                   bool role = false) {
-    json choice = {{"index", index}, {"logprobs", logprobs}, {"finish_reason", finish_reason}};
-    if (g.chat) {
-      json delta = json::object();
-      if (role) delta["role"] = "assistant";
-      if (role || !text.empty()) delta["content"] = text;
-      choice["delta"] = delta;
-    } else {
-      choice["text"] = text;
-    }
-    return sse_event(dump({{"id", rid}, {"object", object}, {"created", created}, {"model", cfg_.model_name},
-                           {"choices", json::array({choice})}}));
-  };
-
-  std::vector<std::unique_ptr<ChoiceState>> choices;
-  for (int32_t i = 0; i < p.n; ++i) {
-    choices.push_back(std::make_unique<ChoiceState>(tok_, p.stop));
-    choices.back()->n_decoded = utf8_chars(g.echo);
+    prompt_of[handles.back()->id()] = j;
+    n_prompt_tokens += int64_t(job.prompts[j].tokens.size());
   }
-  const bool stream = p.stream;
-  const bool want_logprobs = p.sampling.logprobs >= 0;
-  const TokenPiece piece_of = [this](int32_t t) { return tok_.token_to_piece(t); };
+
+  std::vector<std::unique_ptr<ChoiceStream>> choices;
+  for (const JobPrompt& jp : job.prompts)
+    for (int32_t i = 0; i < n; ++i) {
+      ChoiceOptions o;
+      o.chat = job.chat;
+      o.ignore_eos = p.ignore_eos;
+      o.stop = p.stop;
+      o.want_logprobs = p.sampling.logprobs >= 0;
+      o.echo = jp.echo;
+      o.echo_logprobs = job.echo_logprobs;
+      o.prompt_logprobs = p.prompt_logprobs.value_or(-1);
+      if (o.echo_logprobs >= 0 || o.prompt_logprobs >= 0) o.prompt = jp.tokens;
+      choices.push_back(std::make_unique<ChoiceStream>(tok_, std::move(o)));
+    }
+
+  const ResponseHeader header{(job.chat ? "chatcmpl-" : "cmpl-") + random_hex(24), int64_t(std::time(nullptr)),
+                              cfg_.model_name, job.chat};
+  SseWriter sse(out, header);
   bool client_gone = false;
-  if (stream) {
-    client_gone = !out.start(200, "text/event-stream");
-    for (int32_t i = 0; i < p.n && !client_gone; ++i) {
-      if (g.chat) client_gone = !out.write(chunk(i, "", nullptr, nullptr, true));
-      if (!client_gone && !g.echo.empty()) client_gone = !out.write(chunk(i, g.echo, nullptr, nullptr));
-    }
-  } else {
-    for (auto& c : choices) c->text = g.echo;
+  if (p.stream) {
+    client_gone = !sse.start();
+    for (int32_t i = 0; job.chat && i < job.n_choices() && !client_gone; ++i) client_gone = !sse.role(i);
   }
 
-  int32_t n_open = p.n;
-  std::string error;
+  std::vector<SteadyTime> prev(choices.size());  // each choice's previous token time (inter-token latency)
+  int64_t n_open = job.n_choices();
   bool first = true;  // TTFT: the first token of any choice
   while (!client_gone && n_open > 0) {
     std::optional<RequestOutput> o = queue->pop(std::chrono::milliseconds(50));
     if (!o) {
-      if (out.peer_closed()) client_gone = true;
+      client_gone = out.peer_closed();
       continue;
     }
-    if (o->index < 0 || o->index >= p.n) continue;
-    ChoiceState& c = *choices[size_t(o->index)];
-    if (!c.finish.empty()) continue;  // stopped by a stop string; the engine's abort output follows
+    const auto it = prompt_of.find(o->request_id);
+    if (it == prompt_of.end() || o->index < 0 || o->index >= n) continue;
+    const size_t index = it->second * size_t(n) + size_t(o->index);
+    ChoiceStream& c = *choices[index];
     if (!o->new_tokens.empty()) {
-      const int64_t n = int64_t(o->new_tokens.size());
-      if (first) {
-        metrics_.observe_ttft(secs(o->times.first_token - o->times.arrival));
-        first = false;
-      }
-      if (c.prev != SteadyTime{}) metrics_.observe_itl(secs(o->times.last_token - c.prev) / double(n), n);
-      c.prev = o->times.last_token;
+      const int64_t n_new = int64_t(o->new_tokens.size());
+      if (first) metrics_.observe_ttft(secs(o->times.first_token - o->times.arrival));
+      first = false;
+      if (prev[index] != SteadyTime{}) metrics_.observe_itl(secs(o->times.last_token - prev[index]) / double(n_new), n_new);
+      prev[index] = o->times.last_token;
     }
-    c.n_generated = o->n_generated;
-    std::string piece;
-    json lp;  // this delivery's logprobs (streaming)
-    for (size_t k = 0; k < o->new_tokens.size(); ++k) {
-      const int32_t t = o->new_tokens[k];
-      if (!p.ignore_eos && tok_.is_eog(t)) continue;
-      const std::string decoded = c.dec.push(t);
-      if (want_logprobs && k < o->logprobs.size())
-        append_logprobs(stream ? lp : c.logprobs, g.chat, piece_of, t, o->logprobs[k], c.n_decoded);
-      c.n_decoded += utf8_chars(decoded);
-      StopMatcher::Result sr = c.stop.push(decoded);
-      piece += sr.text;
-      if (sr.stopped) {
-        c.finish = "stop";
-        break;
-      }
-    }
-    if (c.finish.empty() && o->finished) {
-      StopMatcher::Result sr = c.stop.push(c.dec.flush());
-      piece += sr.text;
-      piece += c.stop.flush();
-      c.finish = sr.stopped ? "stop" : std::string(finish_reason_name(o->finish_reason));
-      if (o->finish_reason == FinishReason::Error) error = o->error;
-    }
-    if (!c.finish.empty() && !o->finished) engine_.abort(id, o->index);  // a stop string: end this choice
-    if (stream) {
-      if ((!piece.empty() || !lp.is_null()) && !out.write(chunk(o->index, piece, nullptr, lp))) client_gone = true;
-      if (!client_gone && !c.finish.empty() && c.finish != "error" && !out.write(chunk(o->index, "", c.finish, nullptr)))
-        client_gone = true;
-    } else {
-      c.text += piece;
-    }
-    if (!c.finish.empty()) --n_open;
+    const bool was_open = !c.finished();
+    const ChoiceDelta d = c.push(*o);
+    if (d.stopped_by_string) handles[it->second]->abort(o->index);
+    if (p.stream && !sse.delta(int32_t(index), d)) client_gone = true;
+    if (was_open && c.finished()) --n_open;
   }
-  int64_t n_generated = 0;
-  bool errored = false;
-  for (const auto& c : choices) {
-    n_generated += c->n_generated;
-    errored = errored || c->finish == "error";
-  }
-  if (client_gone) {
-    engine_.abort(id);
-    metrics_.observe_finished(secs(std::chrono::steady_clock::now() - t_submit), "abort");
-    return HttpResponse{499, "application/json", "", {}};  // nobody reads it
-  }
-  const std::string finish = errored ? "error" : choices[0]->finish;  // the request's, for the metrics
-  metrics_.observe_finished(secs(std::chrono::steady_clock::now() - t_submit), finish);
+  const bool all_done = std::all_of(choices.begin(), choices.end(), [](const auto& c) { return c->engine_done(); });
+  for (size_t j = 0; j < handles.size() && all_done; ++j) handles[j]->set_finished();
 
-  if (finish == "error") {
-    engine_.abort(id);
-    const ApiError e = internal_error("generation failed: " + error);
-    if (!stream) throw ApiException(e);
-    out.write(sse_event(to_json(e)));
-    out.write(sse_event("[DONE]"));
+  const auto failed = std::find_if(choices.begin(), choices.end(), [](const auto& c) { return c->finish_reason() == "error"; });
+  const double e2e = secs(std::chrono::steady_clock::now() - t_submit);
+  if (client_gone) {
+    metrics_.observe_finished(e2e, "abort");
+    return HttpResponse{499, "application/json", "", {}};  // nobody reads it; the handles abort the requests
+  }
+  metrics_.observe_finished(e2e, failed != choices.end() ? "error" : choices[0]->finish_reason());
+  if (failed != choices.end()) {
+    const ApiError e = internal_error("generation failed: " + (*failed)->error());
+    if (!p.stream) throw ApiException(e);
+    sse.error(e);
+    sse.done();
     return {};
   }
-  if (stream) {
-    if (p.include_usage)
-      out.write(sse_event(dump({{"id", rid}, {"object", object}, {"created", created}, {"model", cfg_.model_name},
-                                {"choices", json::array()}, {"usage", usage_json(n_prompt, n_generated)}})));
-    out.write(sse_event("[DONE]"));
-    return {};
+  if (!p.stream) return json_response(final_response(header, choices, n_prompt_tokens));
+  if (p.include_usage) {
+    int64_t n_generated = 0;
+    for (const auto& c : choices) n_generated += c->n_generated();
+    sse.usage(n_prompt_tokens, n_generated);
   }
-  json out_choices = json::array();
-  for (int32_t i = 0; i < p.n; ++i) {
-    ChoiceState& c = *choices[size_t(i)];
-    json choice = {{"index", i}, {"logprobs", c.logprobs}, {"finish_reason", c.finish}};
-    if (want_logprobs && c.logprobs.is_null()) choice["logprobs"] = empty_logprobs(g.chat);  // no token in the text
-    if (g.chat)
-      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
-    else
-      choice["text"] = c.text;
-    out_choices.push_back(std::move(choice));
-  }
-  return json_response({{"id", rid},
-                        {"object", g.chat ? "chat.completion" : "text_completion"},
-                        {"created", created},
-                        {"model", cfg_.model_name},
-                        {"choices", out_choices},
-                        {"usage", usage_json(n_prompt, n_generated)}});
+  sse.done();
+  return {};
 }
 
 HttpResponse ApiHandlers::models(const HttpRequest& req) {
@@ -357,12 +241,25 @@ HttpResponse ApiHandlers::tokenize(const HttpRequest& req) {
 HttpResponse ApiHandlers::detokenize(const HttpRequest& req) {
   const DetokenizeRequest d = parse_detokenize_body(req.body);
   check_model(d.model);
-  for (int32_t t : d.tokens)
-    if (t >= tok_.vocab_size())
-      throw ApiException(bad_request("token id " + std::to_string(t) + " is outside the vocabulary [0, " +
-                                         std::to_string(tok_.vocab_size()) + ")",
-                                     "tokens"));
+  check_token_ids(d.tokens, tok_.vocab_size(), "tokens");
   return json_response({{"prompt", tok_.decode(d.tokens, true)}});
+}
+
+HttpResponse ApiHandlers::tokenizer_info(const HttpRequest& req) {
+  check_auth(req);
+  const auto text = [this](int32_t id) { return id >= 0 ? json(tok_.token_to_piece(id)) : json(nullptr); };
+  return json_response({{"tokenizer_class", "byte-level BPE (pre-tokenizer " + tok_.pre() + ")"},
+                        {"model", cfg_.model_name},
+                        {"vocab_size", tok_.vocab_size()},
+                        {"bos_token", text(tok_.bos_id())},
+                        {"bos_token_id", tok_.bos_id()},
+                        {"eos_token", text(tok_.eos_id())},
+                        {"eos_token_id", tok_.eos_id()},
+                        {"pad_token", nullptr},
+                        {"add_bos_token", tok_.add_bos()},
+                        {"add_eos_token", false},
+                        {"model_max_length", cfg_.max_context},
+                        {"chat_template", cfg_.chat_template.empty() ? json(nullptr) : json(cfg_.chat_template)}});
 }
 
 HttpResponse ApiHandlers::metrics(const HttpRequest&) {

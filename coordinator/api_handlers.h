@@ -1,28 +1,29 @@
 // The OpenAI-compatible endpoints on an HttpServer, in front of one Engine:
 //   POST /v1/completions, POST /v1/chat/completions (streaming as SSE or not), GET /v1/models,
-//   POST /tokenize, POST /detokenize (vLLM's), GET /health, GET /metrics (Prometheus text).
-// A generation request: parse (openai_request.h) -> check the model name -> prompt token ids (chat: the
-// template, then encode with parse_special and no bos) -> Engine::submit with a callback into a per-request
-// OutputQueue -> the connection's thread detokenizes incrementally, applies stop strings (StopMatcher; the
-// stop string is not emitted, the engine request is aborted) and writes the response or SSE chunks.
-// A client that disconnects (seen within ~50 ms) gets its engine request aborted, so its blocks are freed.
-// Errors are OpenAI JSON: 400 bad body / context overflow, 401 bad API key (/v1/* only, as vLLM), 404 unknown
-// model, 429 queue full, 500 engine failure. n choices: one engine request, deliveries routed by choice index
-// (each choice has its own decoder, stop matcher and finish_reason; a stop string aborts only its choice).
-// Logprobs in OpenAI's shapes: chat {"content": [{token, logprob, bytes, top_logprobs}]}, completions
-// {tokens, token_logprobs, top_logprobs (dicts), text_offset}; -inf is reported as -9999.0 (as vLLM).
-// Not supported (400): echo with logprobs (prompt logprobs), logit_bias.
+//   POST /tokenize, POST /detokenize, GET /tokenizer_info (vLLM's, what lm-eval probes), GET /version,
+//   GET /health, GET /metrics (Prometheus text).
+// A generation request, one job per step:
+//   parse (openai_request.h) -> check the model -> a GenerationJob (generation_job.h: token prompts checked
+//   against the vocabulary and the context) -> one RequestHandle per prompt (request_handle.h: submitted to
+//   the Engine, aborted if the handler leaves early) -> each output routed to its ChoiceStream
+//   (choice_stream.h: detokenize, stop strings, logprobs) -> SSE chunks (SseWriter) or the final JSON
+//   (openai_response.h).
+// A client that disconnects (seen within ~50 ms) gets its engine requests aborted, so their blocks are freed.
+// Errors are OpenAI JSON: 400 bad body / context overflow (FieldError and ApiException, mapped by type), 401
+// bad API key (/v1/* only, as vLLM), 404 unknown model, 429 queue full, 500 engine failure.
+// Batched prompts: prompt j's choice i has index j * n + i. Prompt logprobs (echo + logprobs, vLLM's
+// prompt_logprobs) are computed in the prefill; such prompts are recomputed, not served from the prefix cache.
 #pragma once
 #include <cstdint>
 #include <functional>
-#include <mutex>
-#include <set>
 #include <string>
 
 #include "coordinator/chat_template.h"
 #include "coordinator/engine.h"
 #include "coordinator/http_server.h"
+#include "coordinator/generation_job.h"
 #include "coordinator/metrics.h"
+#include "coordinator/request_handle.h"
 #include "coordinator/tokenizer.h"
 
 namespace tp {
@@ -34,6 +35,8 @@ struct ApiConfig {
   // GET /health: "" while every rank is up, else why not (then 503 {"status": "unhealthy", "reason"}).
   // Empty function: always healthy.
   std::function<std::string()> health;
+  std::string version;        // GET /version
+  std::string chat_template;  // the model's own (Jinja) template text, for /tokenizer_info; may be empty
 };
 
 class ApiHandlers {
@@ -48,17 +51,17 @@ class ApiHandlers {
   int64_t n_in_flight() const;
 
  private:
-  struct Generation;
-  struct ChoiceState;
   HttpResponse completions(const HttpRequest& req, ResponseStream& out);
   HttpResponse chat_completions(const HttpRequest& req, ResponseStream& out);
   HttpResponse models(const HttpRequest& req);
   HttpResponse tokenize(const HttpRequest& req);
   HttpResponse detokenize(const HttpRequest& req);
+  HttpResponse tokenizer_info(const HttpRequest& req);
   HttpResponse metrics(const HttpRequest& req);
   void check_auth(const HttpRequest& req) const;
   void check_model(const std::string& model) const;
-  HttpResponse generate(Generation& g, ResponseStream& out);
+  // Runs a job: submits its prompts, routes the outputs to its choices, streams or returns the response.
+  HttpResponse generate(const GenerationJob& job, ResponseStream& out);
 
   const ApiConfig cfg_;
   Engine& engine_;
@@ -66,8 +69,7 @@ class ApiHandlers {
   const ChatTemplate& chat_;
   ServerMetrics& metrics_;
   const int64_t created_;  // unix seconds at start-up (/v1/models)
-  mutable std::mutex mu_;
-  std::set<int64_t> in_flight_;
+  InFlightRequests in_flight_;
 };
 
 // The served model name when the config gives none: the model path's file name without ".gguf" and without a

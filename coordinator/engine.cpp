@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "common/error.h"
+#include "common/token_ids.h"
 
 namespace tp {
 namespace {
@@ -43,26 +44,33 @@ Engine::Engine(EngineConfig cfg, StepExecutor& executor, BlockManagerOptions bm_
 void Engine::validate(const Request& req) const {
   const SchedulerConfig& sc = cfg_.scheduler;
   const int64_t n_prompt = int64_t(req.prompt.size());
-  if (n_prompt == 0) throw InputError("the prompt is empty: a request needs at least one token");
-  for (size_t i = 0; i < req.prompt.size(); ++i) {
-    const int32_t t = req.prompt[i];
-    if (t < 0 || (cfg_.vocab > 0 && t >= cfg_.vocab))
-      throw InputError("prompt token " + num(int64_t(i)) + " is id " + num(t) + ", outside the vocabulary [0, " +
-                       num(cfg_.vocab) + ")");
-  }
-  if (req.max_tokens < 1) throw InputError("max_tokens must be >= 1, got " + num(req.max_tokens));
+  if (n_prompt == 0) throw FieldError("prompt", "the prompt is empty: a request needs at least one token");
+  check_token_ids(req.prompt, cfg_.vocab, "prompt");
+  if (req.max_tokens < 0) throw FieldError("max_tokens", "max_tokens must be >= 0, got " + num(req.max_tokens));
   if (n_prompt > sc.max_context || req.max_tokens > sc.max_context - n_prompt)
-    throw InputError("prompt (" + num(n_prompt) + " tokens) + max_tokens (" + num(req.max_tokens) +
-                     ") exceeds the max context of " + num(sc.max_context) + " tokens");
-  // The last generated token is never computed: a request holds at most prompt + max_tokens - 1 positions.
-  const int64_t n_blocks = sc.blocks_for(n_prompt + req.max_tokens - 1);
+    throw FieldError("max_tokens",
+                     "prompt (" + num(n_prompt) + " tokens) + max_tokens (" + num(req.max_tokens) +
+                         ") exceeds the max context of " + num(sc.max_context) + " tokens",
+                     "context_length_exceeded");
+  const int64_t n_blocks = sc.blocks_for(SchedulerConfig::max_positions(n_prompt, req.max_tokens));
   if (sc.reservation == KvReservation::Paged && n_blocks > sc.n_blocks)
-    throw InputError("prompt (" + num(n_prompt) + " tokens) + max_tokens (" + num(req.max_tokens) + ") needs " +
-                     num(n_blocks) + " KV blocks of " + num(sc.block_size) + " tokens, but the whole pool has " +
-                     num(sc.n_blocks));
+    throw FieldError("max_tokens",
+                     "prompt (" + num(n_prompt) + " tokens) + max_tokens (" + num(req.max_tokens) + ") needs " +
+                         num(n_blocks) + " KV blocks of " + num(sc.block_size) + " tokens, but the whole pool has " +
+                         num(sc.n_blocks),
+                     "context_length_exceeded");
   validate_sampling(req.sampling);
   if (req.n < 1 || req.n > sc.max_num_seqs)
-    throw InputError("n must be in [1, " + num(sc.max_num_seqs) + "] (scheduler.max_num_seqs), got " + num(req.n));
+    throw FieldError("n", "n must be in [1, " + num(sc.max_num_seqs) + "] (scheduler.max_num_seqs), got " + num(req.n));
+  if (req.prompt_logprobs < -1 || req.prompt_logprobs > kMaxLogprobs)
+    throw FieldError("prompt_logprobs", "prompt_logprobs must be -1 (off) or between 0 and " + num(kMaxLogprobs) +
+                                            ", got " + num(req.prompt_logprobs));
+  std::vector<int32_t> bias_ids;
+  for (const LogitBias& b : req.logit_bias) {
+    bias_ids.push_back(b.token);
+    if (auto bad = check_sampling_value(kLogitBiasRange, b.bias)) throw FieldError("logit_bias", bad->message);
+  }
+  check_token_ids(bias_ids, cfg_.vocab, "logit_bias");
 }
 
 int64_t Engine::submit(Request req) {
@@ -74,6 +82,9 @@ int64_t Engine::submit(Request req) {
   s->max_tokens = req.max_tokens;
   s->ignore_eos = req.ignore_eos;
   s->eos_ids = std::move(req.eos_ids);
+  s->logit_bias = std::move(req.logit_bias);
+  s->prompt_logprobs = req.prompt_logprobs;
+  if (req.prompt_logprobs >= 0) s->prompt_lp = std::make_shared<std::vector<TokenLogprobs>>(size_t(s->n_prompt));
   s->on_output = std::move(req.on_output);
   s->times.arrival = std::chrono::steady_clock::now();
   int64_t id;
@@ -206,6 +217,9 @@ void Engine::choice_finished(int64_t request_id, FinishReason reason) {
 
 ScheduledStep Engine::schedule() {
   ScheduledStep s = scheduler_.schedule();
+  const auto now = std::chrono::steady_clock::now();
+  for (const int64_t id : s.admitted)
+    if (Sequence* q = scheduler_.find(id); q && q->times.scheduled == SteadyTime{}) q->times.scheduled = now;
   for (const SeqPlan& sp : s.plan.seqs) last_step_.scheduled.emplace_back(sp.seq_id, int64_t(sp.tokens.size()));
   last_step_.preempted = s.preempted;
   last_step_.admitted = s.admitted;
@@ -257,8 +271,31 @@ FinishReason Engine::stop_reason(const Sequence& s, int32_t token) const {
   return FinishReason::None;
 }
 
+void Engine::collect_prompt_logprobs(const StepResult& result) {
+  for (const PromptLogprobs& p : result.prompt_logprobs) {
+    Sequence* q = scheduler_.find(p.seq_id);
+    if (!q || !q->prompt_lp) throw Error("step result: prompt logprobs for sequence " + num(p.seq_id) + ", which asked none");
+    for (size_t j = 0; j < p.entries.size(); ++j) {
+      const int64_t pos = p.first_position + int64_t(j);
+      if (pos < q->prompt_lp_end) continue;  // recomputed after a preemption: kept from the first time
+      if (pos != q->prompt_lp_end || pos >= q->n_prompt)
+        throw Error("step result: prompt logprob of position " + num(pos) + " for sequence " + num(q->id) +
+                    ", expected " + num(q->prompt_lp_end));
+      (*q->prompt_lp)[size_t(pos)] = p.entries[j];
+      ++q->prompt_lp_end;
+    }
+  }
+}
+
+void Engine::attach_prompt_logprobs(Sequence& q, RequestOutput& out) {
+  if (!q.prompt_lp || q.prompt_lp_sent) return;
+  out.prompt_logprobs = q.prompt_lp;
+  q.prompt_lp_sent = true;
+}
+
 void Engine::postprocess(const ScheduledStep& s, const StepResult& result, std::vector<Delivery>& deliveries) {
   last_step_.forked = scheduler_.commit(s);
+  collect_prompt_logprobs(result);
   const auto now = std::chrono::steady_clock::now();
   for (size_t i = 0; i < result.seq_ids.size(); ++i) {
     Sequence& q = *scheduler_.find(result.seq_ids[i]);
@@ -273,6 +310,7 @@ void Engine::postprocess(const ScheduledStep& s, const StepResult& result, std::
     out.index = q.index;
     out.new_tokens = {token};
     if (!result.logprobs.empty() && result.logprobs[i]) out.logprobs = {*result.logprobs[i]};
+    attach_prompt_logprobs(q, out);
     out.finished = reason != FinishReason::None;
     out.finish_reason = reason;
     out.n_prompt_tokens = q.n_prompt;
@@ -288,6 +326,13 @@ void Engine::postprocess(const ScheduledStep& s, const StepResult& result, std::
     choice_finished(done->request_id, reason);
     deliveries.push_back({std::move(done->on_output), std::move(out)});
   }
+  // max_tokens == 0: a sequence whose prompt is now computed is done (its planned chunk wanted no logits).
+  for (const SeqPlan& sp : s.plan.seqs) {
+    const Sequence* q = scheduler_.find(sp.seq_id);
+    if (q && q->max_tokens == 0 && q->pending_forks.empty() &&
+        scheduler_.block_manager().n_computed(q->id) == int64_t(q->tokens.size()))
+      finish(q->id, FinishReason::Length, "", deliveries);
+  }
 }
 
 void Engine::finish(int64_t seq_id, FinishReason reason, const std::string& error, std::vector<Delivery>& deliveries) {
@@ -301,6 +346,7 @@ void Engine::finish(int64_t seq_id, FinishReason reason, const std::string& erro
   out.error = error;
   out.n_prompt_tokens = done->n_prompt;
   out.times = done->times;
+  if (reason == FinishReason::Length) attach_prompt_logprobs(*done, out);  // max_tokens == 0
   for (const PendingFork& f : done->pending_forks) {  // choices never forked end with it, with nothing generated
     RequestOutput o = out;
     o.index = f.index;

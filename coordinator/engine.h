@@ -94,9 +94,10 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Validates and queues a request; returns its id (0, 1, 2, ... in submit order). Throws InputError: empty
-  // prompt, bad token id or sampling value, n outside [1, max_num_seqs], max_tokens < 1, prompt + max_tokens
-  // > max_context, or (paged) more tokens than the whole pool holds — such a request could never finish.
+  // Validates and queues a request; returns its id (0, 1, 2, ... in submit order). Throws FieldError naming
+  // the field: empty prompt, bad token id, sampling value, logit_bias or prompt_logprobs, n outside
+  // [1, max_num_seqs], max_tokens < 0, prompt + max_tokens > max_context, or (paged) more tokens than the
+  // whole pool holds — such a request could never finish (code "context_length_exceeded" for the last two).
   // QueueFullError when max_queued_requests are waiting. Nothing is queued when it throws.
   int64_t submit(Request req);
   // Aborts a waiting or running request at the next step — every choice, or only choice `index` (>= 0):
@@ -139,6 +140,10 @@ class Engine {
   ScheduledStep schedule();                             // Scheduler::schedule, recorded in last_step_
   StepResult run(ScheduledStep& s, std::vector<Delivery>& deliveries);
   void postprocess(const ScheduledStep& s, const StepResult& result, std::vector<Delivery>& deliveries);
+  // Stores the step's prompt logprobs into their sequences (position order; recomputed ones are skipped).
+  void collect_prompt_logprobs(const StepResult& result);
+  // Puts q's prompt logprobs on `out` the first time q delivers (when the request asked for them).
+  static void attach_prompt_logprobs(Sequence& q, RequestOutput& out);
   // Finishes sequence `seq_id` (and the choices still pending in it) with `reason`.
   void finish(int64_t seq_id, FinishReason reason, const std::string& error, std::vector<Delivery>& deliveries);
   void abort_now(int64_t request_id, int32_t index, std::vector<Delivery>& deliveries);

@@ -81,23 +81,10 @@ std::optional<std::string> get_string(const json& obj, const char* key, const st
   return v->get<std::string>();
 }
 
-// A number for a message: "2" for integral values, else the shortest round trip ("0.05", "3.5").
-std::string num(double d) {
-  if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 1e15) return std::to_string(static_cast<int64_t>(d));
-  return json(d).dump();
-}
-
-// Checks v as the float it will be stored as (1e-50 is > 0 as a double but 0 as a float).
-float in_range(const char* key, double v, double lo, double hi, bool lo_open = false) {
-  const bool fits = v >= -double(std::numeric_limits<float>::max()) && v <= double(std::numeric_limits<float>::max());
-  const float f = fits ? float(v) : 0.0f;
-  const bool ok = fits && (lo_open ? f > lo : f >= lo) && f <= hi;
-  if (!ok) {
-    if (lo_open)
-      fail(key, std::string(key) + " must be in (" + num(lo) + ", " + num(hi) + "], got " + num(v));
-    fail(key, std::string(key) + " must be between " + num(lo) + " and " + num(hi) + ", got " + num(v));
-  }
-  return f;
+// v as the float it is stored as, in the range common/sampling_params.h states.
+float in_range(const SamplingRange& r, double v) {
+  if (auto bad = check_sampling_value(r, v)) fail(bad->field, bad->message);
+  return float(v);
 }
 
 int64_t int_in_range(const char* key, int64_t v, int64_t lo, int64_t hi) {
@@ -124,7 +111,7 @@ void collect_unknown(const json& body, std::initializer_list<std::initializer_li
 constexpr std::initializer_list<const char*> kCommonKeys = {
     "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "ignore_eos",
     "presence_penalty", "frequency_penalty", "repetition_penalty", "n", "stream", "stream_options", "user",
-    "logprobs", "logit_bias"};
+    "logprobs", "logit_bias", "prompt_logprobs"};
 
 std::vector<int32_t> token_array(const json& arr, const std::string& param) {
   std::vector<int32_t> out;
@@ -143,16 +130,16 @@ GenerationParams parse_common(const json& body, const ApiLimits& limits) {
   GenerationParams p;
   if (auto m = get_string(body, "model", "model")) p.model = *m;
   if (auto v = get_int(body, "max_tokens")) {
-    if (*v < 1) fail("max_tokens", "max_tokens must be at least 1, got " + std::to_string(*v));
+    if (*v < 0) fail("max_tokens", "max_tokens must be at least 0, got " + std::to_string(*v));
     p.max_tokens = *v;
   }
-  if (auto v = get_number(body, "temperature")) p.sampling.temperature = in_range("temperature", *v, 0, 2);
-  if (auto v = get_number(body, "top_p")) p.sampling.top_p = in_range("top_p", *v, 0, 1, true);
+  if (auto v = get_number(body, "temperature")) p.sampling.temperature = in_range(kTemperatureRange, *v);
+  if (auto v = get_number(body, "top_p")) p.sampling.top_p = in_range(kTopPRange, *v);
   if (auto v = get_int(body, "top_k")) {
     if (*v < -1) fail("top_k", "top_k must be -1 (off), 0 (off) or a positive integer, got " + std::to_string(*v));
     p.sampling.top_k = int32_t(std::min<int64_t>(std::max<int64_t>(*v, 0), std::numeric_limits<int32_t>::max()));
   }
-  if (auto v = get_number(body, "min_p")) p.sampling.min_p = in_range("min_p", *v, 0, 1);
+  if (auto v = get_number(body, "min_p")) p.sampling.min_p = in_range(kMinPRange, *v);
   if (auto v = get_int(body, "seed")) {
     p.seed = static_cast<uint64_t>(*v);  // negative seeds are valid integers: reinterpret the bits
     p.sampling.seed = *p.seed;
@@ -175,11 +162,10 @@ GenerationParams parse_common(const json& body, const ApiLimits& limits) {
       if (str.empty()) fail("stop", "stop sequences must not be empty strings");
   }
   if (auto v = get_bool(body, "ignore_eos", "ignore_eos")) p.ignore_eos = *v;
-  if (auto v = get_number(body, "presence_penalty")) p.sampling.presence_penalty = in_range("presence_penalty", *v, -2, 2);
-  if (auto v = get_number(body, "frequency_penalty"))
-    p.sampling.frequency_penalty = in_range("frequency_penalty", *v, -2, 2);
+  if (auto v = get_number(body, "presence_penalty")) p.sampling.presence_penalty = in_range(kPresencePenaltyRange, *v);
+  if (auto v = get_number(body, "frequency_penalty")) p.sampling.frequency_penalty = in_range(kFrequencyPenaltyRange, *v);
   if (auto v = get_number(body, "repetition_penalty"))
-    p.sampling.repetition_penalty = in_range("repetition_penalty", *v, 0, 2, true);
+    p.sampling.repetition_penalty = in_range(kRepetitionPenaltyRange, *v);
   if (auto v = get_int(body, "n")) p.n = int32_t(int_in_range("n", *v, 1, limits.max_n));
   if (auto v = get_bool(body, "stream", "stream")) p.stream = *v;
   if (const json* so = member(body, "stream_options")) {
@@ -189,9 +175,22 @@ GenerationParams parse_common(const json& body, const ApiLimits& limits) {
   }
   if (auto u = member(body, "user"); u && !u->is_string()) fail_type("user", "a string", *u);
   if (const json* lb = member(body, "logit_bias")) {
-    if (!lb->is_object()) fail_type("logit_bias", "an object", *lb);
-    if (!lb->empty()) fail("logit_bias", "logit_bias is not supported", "unsupported_value");
+    if (!lb->is_object()) fail_type("logit_bias", "an object mapping token ids to biases", *lb);
+    for (auto it = lb->begin(); it != lb->end(); ++it) {
+      const std::string at = "logit_bias[\"" + it.key().substr(0, 32) + "\"]";
+      int64_t id = -1;
+      const std::string& key = it.key();
+      if (!key.empty() && key.size() <= 10 && std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; }))
+        id = std::stoll(key);
+      if (id < 0 || id > std::numeric_limits<int32_t>::max())
+        fail("logit_bias", "logit_bias keys must be token ids (non-negative integers as strings), got " + show(json(key)));
+      if (!it->is_number()) fail_type(at, "a number", *it);
+      const float bias = in_range(kLogitBiasRange, it->get<double>());
+      p.logit_bias.push_back({int32_t(id), bias});
+    }
   }
+  if (auto v = get_int(body, "prompt_logprobs"))
+    p.prompt_logprobs = int32_t(int_in_range("prompt_logprobs", *v, 0, limits.max_logprobs));
   return p;
 }
 
@@ -247,30 +246,41 @@ std::vector<ChatMessage> parse_messages(const json& body) {
   return out;
 }
 
-Prompt parse_prompt(const json& body) {
+Prompt one_prompt(const json& v, const std::string& param) {
+  Prompt p;
+  if (v.is_string()) {
+    p.text = v.get<std::string>();
+    if (p.text.empty()) fail(param, param + " must not be empty");
+    return p;
+  }
+  if (v.is_array()) {
+    if (v.empty()) fail(param, param + " must not be empty");
+    p.is_tokens = true;
+    p.tokens = token_array(v, param);
+    return p;
+  }
+  fail_type(param, "a string or an array of token ids", v);
+}
+
+std::vector<Prompt> parse_prompts(const json& body, const ApiLimits& limits) {
   const json* pr = member(body, "prompt");
   if (!pr) fail("prompt", "prompt is required", "missing_required_parameter");
-  Prompt p;
-  const json* v = pr;
-  // A one-element batch, ["text"] or [[ids]], is the same as its element.
-  if (v->is_array() && v->size() == 1 && ((*v)[0].is_string() || (*v)[0].is_array())) v = &(*v)[0];
-  if (v->is_string()) {
-    p.text = v->get<std::string>();
-    if (p.text.empty()) fail("prompt", "prompt must not be empty");
-    return p;
+  if (!pr->is_array() || pr->empty() || !((*pr)[0].is_string() || (*pr)[0].is_array()))
+    return {one_prompt(*pr, "prompt")};  // "text", [ids...] (or [] / a wrong type: refused there)
+  // A batch: every element a string, or every element an array of token ids.
+  if (std::ssize(*pr) > limits.max_prompts)
+    fail("prompt", "a batch may hold at most " + std::to_string(limits.max_prompts) + " prompts, got " +
+                       std::to_string(pr->size()));
+  const bool strings = (*pr)[0].is_string();
+  std::vector<Prompt> out;
+  for (size_t i = 0; i < pr->size(); ++i) {
+    const std::string at = "prompt[" + std::to_string(i) + "]";
+    if ((*pr)[i].is_string() != strings || !((*pr)[i].is_string() || (*pr)[i].is_array()))
+      fail_type(at, strings ? "a string (the batch is of strings)" : "an array of token ids (the batch is of token arrays)",
+                (*pr)[i]);
+    out.push_back(one_prompt((*pr)[i], at));
   }
-  if (v->is_array()) {
-    if (v->empty()) fail("prompt", "prompt must not be empty");
-    if (std::any_of(v->begin(), v->end(), [](const json& e) { return e.is_string() || e.is_array(); }))
-      fail("prompt",
-           "batched prompts (an array of " + std::to_string(v->size()) +
-               " prompts) are not supported; send one request per prompt",
-           "unsupported_value");
-    p.is_tokens = true;
-    p.tokens = token_array(*v, "prompt");
-    return p;
-  }
-  fail_type("prompt", "a string, an array of token ids, or a one-element array of either", *pr);
+  return out;
 }
 
 }  // namespace
@@ -298,14 +308,11 @@ CompletionRequest parse_completion_request(const json& body, const ApiLimits& li
   require_object(body);
   CompletionRequest r;
   r.params = parse_common(body, limits);
-  r.prompt = parse_prompt(body);
+  r.prompts = parse_prompts(body, limits);
   if (auto v = get_int(body, "logprobs"))
     r.logprobs = int32_t(int_in_range("logprobs", *v, 0, limits.max_logprobs));
   if (auto v = get_bool(body, "echo", "echo")) r.echo = *v;
-  if (r.logprobs) {
-    if (r.echo) fail("echo", "echo together with logprobs (prompt logprobs) is not supported", "unsupported_value");
-    r.params.sampling.logprobs = *r.logprobs;
-  }
+  if (r.logprobs) r.params.sampling.logprobs = *r.logprobs;
   if (auto s = get_string(body, "suffix", "suffix"); s && !s->empty())
     fail("suffix", "suffix is not supported", "unsupported_value");
   if (auto b = get_int(body, "best_of"); b && *b != r.params.n)
@@ -320,7 +327,7 @@ ChatCompletionRequest parse_chat_completion_request(const json& body, const ApiL
   ChatCompletionRequest r;
   r.params = parse_common(body, limits);
   if (auto v = get_int(body, "max_completion_tokens")) {
-    if (*v < 1) fail("max_completion_tokens", "max_completion_tokens must be at least 1, got " + std::to_string(*v));
+    if (*v < 0) fail("max_completion_tokens", "max_completion_tokens must be at least 0, got " + std::to_string(*v));
     r.params.max_tokens = *v;  // takes precedence over the deprecated max_tokens
   }
   r.messages = parse_messages(body);

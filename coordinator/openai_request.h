@@ -27,6 +27,7 @@ namespace tp {
 // Server-side bounds a request is checked against.
 struct ApiLimits {
   int32_t max_n = 16;           // n (choices per request) in [1, max_n]
+  int32_t max_prompts = 256;    // prompts in one batched completions request
   int32_t max_stop = 4;         // at most this many stop strings (OpenAI: 4)
   int32_t max_logprobs = 20;    // logprobs / top_logprobs in [0, max_logprobs] (OpenAI: 20)
 };
@@ -34,10 +35,11 @@ struct ApiLimits {
 // Fields shared by completions and chat completions.
 struct GenerationParams {
   std::string model;                       // may be empty (the server then uses its only model)
-  std::optional<int64_t> max_tokens;       // >= 1; nullopt: up to the context limit
-  // temperature [0, 2], top_p (0, 1], top_k >= 0 (-1 -> 0), min_p [0, 1], presence_penalty [-2, 2],
-  // frequency_penalty [-2, 2], repetition_penalty (0, 2]; logprobs from the completion/chat fields below.
+  std::optional<int64_t> max_tokens;       // >= 0 (0: only the prompt, for its logprobs); nullopt: up to the context
+  // Ranges from common/sampling_params.h (top_k -1 -> 0); logprobs from the completion/chat fields below.
   SamplingParams sampling;
+  std::vector<LogitBias> logit_bias;       // {"token id": bias in [-100, 100]}; ids checked >= 0 here
+  std::optional<int32_t> prompt_logprobs;  // vLLM's: [0, max_logprobs] per prompt token after the first
   std::optional<uint64_t> seed;            // given seed (also in sampling.seed); nullopt: the server picks one
   std::vector<std::string> stop;           // 0..max_stop non-empty strings
   bool ignore_eos = false;
@@ -56,9 +58,12 @@ struct Prompt {
 
 struct CompletionRequest {
   GenerationParams params;
-  Prompt prompt;                 // string | [string] | [int, ...] | [[int, ...]]
+  // string | [int, ...] (one prompt) | [string, ...] | [[int, ...], ...] (a batch: choice index = prompt * n + i)
+  std::vector<Prompt> prompts;   // [1, max_prompts]
   std::optional<int32_t> logprobs;  // [0, max_logprobs]; nullopt: none (also in params.sampling.logprobs)
-  bool echo = false;             // prepend the prompt text to the completion; not with logprobs
+  // Prepend the prompt to each choice's text; with logprobs, the prompt tokens lead the choice's logprobs (the
+  // first one null), as OpenAI's legacy API and vLLM do.
+  bool echo = false;
 };
 
 struct ChatCompletionRequest {

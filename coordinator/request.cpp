@@ -1,6 +1,5 @@
 #include "coordinator/request.h"
 
-#include <cmath>
 
 namespace tp {
 
@@ -16,22 +15,7 @@ std::string_view finish_reason_name(FinishReason r) {
 }
 
 void validate_sampling(const SamplingParams& p) {
-  if (!std::isfinite(p.temperature) || p.temperature < 0)
-    throw InputError("temperature must be finite and >= 0, got " + std::to_string(p.temperature));
-  if (!std::isfinite(p.top_p) || p.top_p <= 0 || p.top_p > 1)
-    throw InputError("top_p must be in (0, 1], got " + std::to_string(p.top_p));
-  if (p.top_k < 0) throw InputError("top_k must be >= 0, got " + std::to_string(p.top_k));
-  if (!std::isfinite(p.min_p) || p.min_p < 0 || p.min_p > 1)
-    throw InputError("min_p must be in [0, 1], got " + std::to_string(p.min_p));
-  if (!std::isfinite(p.presence_penalty) || p.presence_penalty < -2 || p.presence_penalty > 2)
-    throw InputError("presence_penalty must be in [-2, 2], got " + std::to_string(p.presence_penalty));
-  if (!std::isfinite(p.frequency_penalty) || p.frequency_penalty < -2 || p.frequency_penalty > 2)
-    throw InputError("frequency_penalty must be in [-2, 2], got " + std::to_string(p.frequency_penalty));
-  if (!std::isfinite(p.repetition_penalty) || p.repetition_penalty <= 0 || p.repetition_penalty > 2)
-    throw InputError("repetition_penalty must be in (0, 2], got " + std::to_string(p.repetition_penalty));
-  if (p.logprobs < -1 || p.logprobs > kMaxLogprobs)
-    throw InputError("logprobs must be -1 (off) or in [0, " + std::to_string(kMaxLogprobs) + "], got " +
-                     std::to_string(p.logprobs));
+  if (auto bad = check_sampling(p)) throw FieldError(bad->field, bad->message);
 }
 
 void OutputQueue::push(const RequestOutput& out) {

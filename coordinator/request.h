@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -35,6 +36,7 @@ std::string_view finish_reason_name(FinishReason r);
 
 struct RequestTimes {
   SteadyTime arrival{};      // submit() returned
+  SteadyTime scheduled{};    // first admitted to the running batch; epoch until then
   SteadyTime first_token{};  // first generated token emitted; epoch until then
   SteadyTime last_token{};   // latest generated token emitted; epoch until then
 };
@@ -47,6 +49,9 @@ struct RequestOutput {
   int32_t index = 0;            // the choice, in [0, n)
   std::vector<int32_t> new_tokens;
   std::vector<TokenLogprobs> logprobs;  // [new_tokens.size()] when sampling.logprobs >= 0, else empty
+  // Request::prompt_logprobs >= 0: on each choice's first delivery, [n_prompt] logprobs of the prompt tokens
+  // (entry 0, the first token, has none and is not meaningful); null otherwise.
+  std::shared_ptr<const std::vector<TokenLogprobs>> prompt_logprobs;
   bool finished = false;
   FinishReason finish_reason = FinishReason::None;
   std::string error;            // finish_reason == Error: what failed
@@ -65,7 +70,13 @@ struct Request {
   // Choices sampled from the prompt, in [1, max_num_seqs]. Choice i samples with seed sampling.seed + i. The
   // choices share the prompt's KV blocks (Scheduler: prefill once, then fork).
   int32_t n = 1;
-  int64_t max_tokens = 16;         // >= 1; prompt + max_tokens <= the engine's max context
+  // >= 0; prompt + max_tokens <= the engine's max context. 0: the prompt is only prefilled (for its prompt
+  // logprobs); each choice finishes with "length" and no token.
+  int64_t max_tokens = 16;
+  // k >= 0: the logprob, rank and top k of every prompt token after the first, computed in the prefill (the
+  // request's prompt is then not served from the prefix cache: it is recomputed). -1: none.
+  int32_t prompt_logprobs = -1;
+  std::vector<LogitBias> logit_bias;  // added to the logits before sampling; ids in the vocabulary
   bool ignore_eos = false;         // true: only max_tokens (or abort) ends it
   std::vector<int32_t> eos_ids;    // extra stop tokens, on top of the engine's is_eog
   OutputCallback on_output;        // may be empty (the request runs; nothing is delivered)
@@ -77,7 +88,8 @@ struct QueueFullError : Error {
   using Error::Error;
 };
 
-// Throws InputError naming the first out-of-range field (same rules as StepPlan deserialization).
+// Throws FieldError naming the first out-of-range field (check_sampling: the rules StepPlan deserialization
+// applies too).
 void validate_sampling(const SamplingParams& p);
 
 // A thread-safe FIFO of outputs: the engine pushes (as a request's callback), another thread pops.

@@ -49,8 +49,10 @@ std::unique_ptr<Sequence> Scheduler::make_choice(const Sequence& parent, const P
   c->max_tokens = parent.max_tokens;
   c->ignore_eos = parent.ignore_eos;
   c->eos_ids = parent.eos_ids;
+  c->logit_bias = parent.logit_bias;
   c->on_output = parent.on_output;
   c->times = parent.times;
+  c->prompt_lp = parent.prompt_lp;  // a fork shares the finished prompt logprobs; add() gives a split its own
   return c;
 }
 
@@ -63,7 +65,13 @@ void Scheduler::add(std::unique_ptr<Sequence> seq) {
       throw Error("Scheduler::add: bad or duplicate sequence id " + std::to_string(ids[i]));
   std::vector<std::unique_ptr<Sequence>> split;
   if (!seq->pending_forks.empty() && (seq->tokens.size() == 1 || cfg_.reservation == KvReservation::Static)) {
-    for (const PendingFork& f : seq->pending_forks) split.push_back(make_choice(*seq, f));
+    for (const PendingFork& f : seq->pending_forks) {
+      split.push_back(make_choice(*seq, f));
+      if (seq->prompt_lp) {  // computed again by each choice, into a vector of its own
+        split.back()->prompt_logprobs = seq->prompt_logprobs;
+        split.back()->prompt_lp = std::make_shared<std::vector<TokenLogprobs>>(seq->prompt_lp->size());
+      }
+    }
     seq->pending_forks.clear();
   }
   split.insert(split.begin(), std::move(seq));
@@ -156,13 +164,24 @@ void Scheduler::plan_tokens(const Sequence& s, int64_t start, int64_t n, Schedul
   sp.start_pos = start;
   const std::vector<int32_t>& table = bm_.block_table(s.id);
   sp.block_table.assign(table.begin(), table.begin() + cfg_.blocks_for(start + n));
-  sp.want_logits = start + n == int64_t(s.tokens.size());
+  sp.want_logits = start + n == int64_t(s.tokens.size()) && s.max_tokens > 0;
   sp.sampling = s.sampling;
   if (sp.want_logits && s.sampling.has_penalties()) {
     sp.history = s.tokens;
     sp.n_history_prompt = s.n_prompt;
   }
+  if (sp.want_logits) sp.logit_bias = s.logit_bias;
+  if (s.needs_prompt_logprobs() && start < s.n_prompt - 1) {  // row i predicts the prompt token at start + i + 1
+    const int64_t m = std::min(n, s.n_prompt - 1 - start);
+    sp.prompt_logprobs = s.prompt_logprobs;
+    sp.prompt_targets.assign(s.tokens.begin() + start + 1, s.tokens.begin() + start + 1 + m);
+  }
   out.plan.seqs.push_back(std::move(sp));
+}
+
+int64_t Scheduler::chunk(const Sequence& s, int64_t computed, int64_t budget) {
+  const int64_t n = std::min<int64_t>(s.n_schedulable() - computed, budget);
+  return s.needs_prompt_logprobs() ? std::min(n, kMaxPromptLogprobRows) : n;
 }
 
 void Scheduler::admit(int64_t& budget, ScheduledStep& out) {
@@ -171,7 +190,9 @@ void Scheduler::admit(int64_t& budget, ScheduledStep& out) {
     Sequence& s = *waiting_.front();
     if (int64_t(running_.size() + 1 + s.pending_forks.size()) > cfg_.max_num_seqs) break;  // room for every choice
     const std::span<const int32_t> prefill(s.tokens.data(), size_t(s.n_schedulable()));
-    const AllocPlan p = bm_.can_allocate(s.id, prefill, is_static ? kAllTokens : budget);
+    const int64_t max_new = s.needs_prompt_logprobs() ? std::min(budget, kMaxPromptLogprobRows) : budget;
+    const AllocPlan p = bm_.can_allocate(s.id, prefill, is_static ? kAllTokens : max_new,
+                                         s.needs_prompt_logprobs() ? PrefixLookup::Skip : PrefixLookup::Use);
     // Static: the rest of the max_context reservation comes from the blocks the plan leaves available.
     const int64_t extra_blocks = is_static ? cfg_.blocks_for(cfg_.max_context) - cfg_.blocks_for(p.n_slot_tokens) : 0;
     if (!p.fits || p.n_new_blocks + extra_blocks > p.n_available) break;
@@ -180,7 +201,7 @@ void Scheduler::admit(int64_t& budget, ScheduledStep& out) {
       const AppendResult r = bm_.append_slots(s.id, cfg_.max_context - p.n_slot_tokens);
       out.plan.block_copies.insert(out.plan.block_copies.end(), r.copies.begin(), r.copies.end());
     }
-    const int64_t n = std::min<int64_t>(budget, s.n_schedulable() - cached);
+    const int64_t n = chunk(s, cached, budget);
     waiting_.pop_front();
     running_.push_back(&s);
     s.admit_order = next_admit_order_++;
@@ -205,7 +226,7 @@ ScheduledStep Scheduler::schedule() {
     if (budget == 0) break;
     if (std::find(running_.begin(), running_.end(), s) == running_.end()) continue;  // preempted just now
     const int64_t computed = bm_.n_computed(s->id);
-    const int64_t n = std::min<int64_t>(s->n_schedulable() - computed, budget);
+    const int64_t n = chunk(*s, computed, budget);
     if (!reserve_slots(*s, computed + n, planned, out)) continue;
     plan_tokens(*s, computed, n, out);
     planned.insert(s->id);

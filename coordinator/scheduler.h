@@ -19,6 +19,11 @@
 // running set sharing its blocks). A one-token prompt has nothing to share, and a static reservation cannot
 // be shared: add() splits such a request into independent waiting sequences right away.
 //
+// Prompt logprobs (Sequence::needs_prompt_logprobs): the prompt is allocated without prefix-cache hits (its
+// logprobs need every position's hidden state), each chunk carries the prompt tokens its rows predict
+// (SeqPlan::prompt_targets), and chunks are at most kMaxPromptLogprobRows tokens (each row costs a vocab-wide
+// logits row). max_tokens == 0: the last chunk wants no logits (nothing is sampled).
+//
 // Reservation (KvReservation):
 //   Paged   blocks are taken as tokens are scheduled (the prefill chunk at admission, then growth).
 //   Static  admission reserves slots for max_context tokens at once (the pre-paged baseline): no growth,
@@ -41,6 +46,10 @@ namespace tp {
 
 enum class KvReservation : uint8_t { Paged, Static };
 
+// Prefill tokens per step of a sequence whose prompt logprobs are being computed (a [rows, vocab] float
+// logits block each step: 512 x 49,152 x 4 B = 96 MiB for SmolLM2).
+inline constexpr int64_t kMaxPromptLogprobRows = 512;
+
 struct SchedulerConfig {
   int32_t n_blocks = 0;                   // KV blocks in the pool (every rank has this many), >= 1
   int32_t block_size = kDefaultBlockSize; // tokens per block, >= 1
@@ -53,6 +62,10 @@ struct SchedulerConfig {
   // Throws InputError naming the first bad field (and, for Static, a pool that holds no reservation).
   void validate() const;
   int32_t blocks_for(int64_t n_tokens) const { return int32_t((n_tokens + block_size - 1) / block_size); }
+  // KV positions a request of n_prompt + max_tokens holds at most: the last generated token is never computed.
+  static int64_t max_positions(int64_t n_prompt, int64_t max_tokens) {
+    return max_tokens > 0 ? n_prompt + max_tokens - 1 : n_prompt;
+  }
 };
 
 // The result of one schedule(): the plan and what the planning did to the queues.
@@ -106,6 +119,8 @@ class Scheduler {
   void preempt(Sequence& s, ScheduledStep& out);
   void admit(int64_t& budget, ScheduledStep& out);
   void plan_tokens(const Sequence& s, int64_t start, int64_t n, ScheduledStep& out) const;
+  // Tokens s may compute this step: what it has left, within the budget (and kMaxPromptLogprobRows).
+  static int64_t chunk(const Sequence& s, int64_t computed, int64_t budget);
   // Choice `f` of `parent` as its own sequence: the parent's tokens, seed + index.
   static std::unique_ptr<Sequence> make_choice(const Sequence& parent, const PendingFork& f);
 

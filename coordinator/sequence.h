@@ -15,8 +15,14 @@
 // once they are computed, each pending choice is forked from it (BlockManager::fork: the prompt's blocks are
 // shared), and every choice computes the last prompt token on its own (copy-on-write) last block and samples
 // its own first token. After the fork the choices are independent sequences.
+//
+// Prompt logprobs (prompt_logprobs >= 0): the sequence that prefills the prompt collects them in prompt_lp,
+// filled in position order ([1, prompt_lp_end)); while incomplete the scheduler asks the ranks for them
+// (SeqPlan::prompt_targets) and does not serve the prompt from the prefix cache. Forked choices share the
+// finished vector. Each choice delivers it once, with its first output.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "coordinator/request.h"
@@ -39,8 +45,14 @@ struct Sequence {
   int64_t max_tokens = 0;
   bool ignore_eos = false;
   std::vector<int32_t> eos_ids;
+  std::vector<LogitBias> logit_bias;
   OutputCallback on_output;
   RequestTimes times;
+
+  int32_t prompt_logprobs = -1;                           // k, or -1: none wanted (or not this sequence's job)
+  std::shared_ptr<std::vector<TokenLogprobs>> prompt_lp;  // [n_prompt] when the request wants them
+  int64_t prompt_lp_end = 1;                              // positions [1, prompt_lp_end) are filled
+  bool prompt_lp_sent = false;                            // delivered with this choice's first output
 
   int64_t admit_order = -1;      // increases with every (re)admission; the preemption victim has the largest
   int64_t n_preemptions = 0;     // times this sequence was preempted
@@ -50,6 +62,8 @@ struct Sequence {
   // Tokens the scheduler may compute before the next fork or sample: all of them, or while forks are pending,
   // all but the last prompt token.
   int64_t n_schedulable() const { return int64_t(tokens.size()) - (pending_forks.empty() ? 0 : 1); }
+  // Must the next prefill chunks yield prompt logprobs?
+  bool needs_prompt_logprobs() const { return prompt_logprobs >= 0 && prompt_lp_end < n_prompt; }
 };
 
 }  // namespace tp

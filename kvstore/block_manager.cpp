@@ -199,7 +199,7 @@ PrefixMatch BlockManager::match_prefix(std::span<const int32_t> tokens, int64_t 
 }
 
 AllocPlan BlockManager::can_allocate(int64_t seq_id, std::span<const int32_t> tokens,
-                                     int64_t max_uncached_tokens) const {
+                                     int64_t max_uncached_tokens, PrefixLookup lookup) const {
   if (seqs_.count(seq_id)) fail("can_allocate", seq_str(seq_id) + " already has blocks");
   if (tokens.empty()) fail("can_allocate", seq_str(seq_id) + ": empty prompt");
   if (max_uncached_tokens != kAllTokens && max_uncached_tokens < 1)
@@ -207,7 +207,7 @@ AllocPlan BlockManager::can_allocate(int64_t seq_id, std::span<const int32_t> to
                              std::to_string(max_uncached_tokens));
   const int64_t n = int64_t(tokens.size());
   // Leave >= 1 token to compute: at most floor((n - 1) / bs) whole blocks can hit.
-  PrefixMatch match = match_prefix(tokens, (n - 1) / block_size_);
+  PrefixMatch match = match_prefix(tokens, lookup == PrefixLookup::Use ? (n - 1) / block_size_ : 0);
 
   AllocPlan plan;
   plan.seq_id = seq_id;

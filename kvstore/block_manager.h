@@ -45,7 +45,10 @@ namespace tp {
 
 inline constexpr int32_t kDefaultBlockSize = 16;
 inline constexpr uint64_t kRootHash = 0x9e3779b97f4a7c15ULL;  // h_{-1}, the parent of a prompt's block 0
-inline constexpr int64_t kAllTokens = -1;                     // can_allocate: give the whole prompt slots
+inline constexpr int64_t kAllTokens = -1;
+// can_allocate: Use looks the prompt up in the prefix index; Skip computes it all (a prompt whose every
+// position's output is wanted, e.g. prompt logprobs). Its full blocks still enter the index as they fill.
+enum class PrefixLookup : uint8_t { Use, Skip };                     // can_allocate: give the whole prompt slots
 
 // H(parent_hash, tokens of one full block) -> hash. Must be deterministic.
 using BlockHashFn = std::function<uint64_t(uint64_t parent_hash, std::span<const int32_t> tokens)>;
@@ -139,7 +142,7 @@ class BlockManager {
   // max_uncached_tokens: how many uncached prompt tokens get slots now (>= 1, or kAllTokens); the rest
   // are added later with append_slots (chunked prefill). Throws if seq_id already exists.
   AllocPlan can_allocate(int64_t seq_id, std::span<const int32_t> tokens,
-                         int64_t max_uncached_tokens = kAllTokens) const;
+                         int64_t max_uncached_tokens = kAllTokens, PrefixLookup lookup = PrefixLookup::Use) const;
   // Applies a plan: hit blocks ref_count++ (leaving the evictable set), new blocks taken, the table
   // created; n_computed = n_cached_tokens. Returns n_cached_tokens (positions the caller skips).
   // Throws, changing nothing, if the plan does not fit, is stale, or the seq already exists.

@@ -91,7 +91,12 @@ int run_serve(const std::vector<std::string>& argv) {
   std::string engine_error;
   const double step_timeout_s = cfg.server.step_timeout_s;
   auto step_seconds = [&engine] { return std::chrono::duration<double>(engine.step_running_for()).count(); };
-  ApiConfig api_cfg{name, cfg.server.api_key, ec.scheduler.max_context, {}};
+  ApiConfig api_cfg;
+  api_cfg.model_name = name;
+  api_cfg.api_key = cfg.server.api_key;
+  api_cfg.max_context = ec.scheduler.max_context;
+  api_cfg.version = "dev";  // replaced by the build version (launch/version.h) on merge
+  api_cfg.chat_template = group.file->tokenizer().chat_template;
   api_cfg.health = [&]() -> std::string {
     if (engine_failed.load()) return "the engine failed";
     if (step_timeout_s > 0 && step_seconds() > step_timeout_s)

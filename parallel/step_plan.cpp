@@ -49,9 +49,13 @@ struct SeqHeader {
   float repetition_penalty;
   int32_t logprobs;
   uint8_t want_logits;  // 0 or 1
-  uint8_t pad[7];       // 0
+  uint8_t pad[3];       // 0
+  int32_t prompt_logprobs;
+  uint32_t n_prompt_targets;
+  uint32_t n_logit_bias;
 };
-static_assert(sizeof(SeqHeader) == 80 && std::is_trivially_copyable_v<SeqHeader>);
+static_assert(sizeof(SeqHeader) == 88 && std::is_trivially_copyable_v<SeqHeader>);
+static_assert(sizeof(LogitBias) == 8 && std::is_trivially_copyable_v<LogitBias>);
 
 struct ResultHeader {
   uint32_t magic;
@@ -60,10 +64,11 @@ struct ResultHeader {
   uint64_t step_id;
   uint64_t n;
   uint64_t total_bytes;
-  uint32_t checksum;
+  uint32_t checksum;   // at byte 32, as in the plan header
   uint32_t reserved2;  // 0
+  uint64_t n_prompt_logprobs;
 };
-static_assert(sizeof(ResultHeader) == 40 && std::is_trivially_copyable_v<ResultHeader>);
+static_assert(sizeof(ResultHeader) == 48 && std::is_trivially_copyable_v<ResultHeader>);
 
 // FNV-1a 32 over `bytes`, skipping [skip, skip + 4) (the checksum field).
 uint32_t checksum(std::span<const uint8_t> bytes, size_t skip) {
@@ -155,23 +160,7 @@ void validate(const StepPlan& p) {
       malformed(w, at + "has a negative token id");
     if (std::any_of(s.block_table.begin(), s.block_table.end(), [](int32_t b) { return b < 0; }))
       malformed(w, at + "has a negative block id");
-    const SamplingParams& sp = s.sampling;
-    if (!std::isfinite(sp.temperature) || sp.temperature < 0)
-      malformed(w, at + "temperature " + std::to_string(sp.temperature) + " is not a finite value >= 0");
-    if (!std::isfinite(sp.top_p) || !(sp.top_p > 0 && sp.top_p <= 1))
-      malformed(w, at + "top_p " + std::to_string(sp.top_p) + " is not in (0, 1]");
-    if (sp.top_k < 0) malformed(w, at + "top_k " + std::to_string(sp.top_k) + " < 0");
-    if (!std::isfinite(sp.min_p) || !(sp.min_p >= 0 && sp.min_p <= 1))
-      malformed(w, at + "min_p " + std::to_string(sp.min_p) + " is not in [0, 1]");
-    if (!std::isfinite(sp.presence_penalty) || !(sp.presence_penalty >= -2 && sp.presence_penalty <= 2))
-      malformed(w, at + "presence_penalty " + std::to_string(sp.presence_penalty) + " is not in [-2, 2]");
-    if (!std::isfinite(sp.frequency_penalty) || !(sp.frequency_penalty >= -2 && sp.frequency_penalty <= 2))
-      malformed(w, at + "frequency_penalty " + std::to_string(sp.frequency_penalty) + " is not in [-2, 2]");
-    if (!std::isfinite(sp.repetition_penalty) || !(sp.repetition_penalty > 0 && sp.repetition_penalty <= 2))
-      malformed(w, at + "repetition_penalty " + std::to_string(sp.repetition_penalty) + " is not in (0, 2]");
-    if (sp.logprobs < -1 || sp.logprobs > kMaxLogprobs)
-      malformed(w, at + "logprobs " + std::to_string(sp.logprobs) + " is not in [-1, " +
-                       std::to_string(kMaxLogprobs) + "]");
+    if (auto bad = check_sampling(s.sampling)) malformed(w, at + bad->message);
     check_count(s.history.size(), w, "history");
     if (std::any_of(s.history.begin(), s.history.end(), [](int32_t t) { return t < 0; }))
       malformed(w, at + "history has a negative token id");
@@ -179,6 +168,22 @@ void validate(const StepPlan& p) {
       malformed(w, at + "n_history_prompt " + std::to_string(s.n_history_prompt) + " is not in [0, " +
                        std::to_string(s.history.size()) + "] (the history size)");
     if (!s.history.empty() && !s.want_logits) malformed(w, at + "history is sent without want_logits");
+    check_count(s.logit_bias.size(), w, "logit_bias");
+    if (!s.logit_bias.empty() && !s.want_logits) malformed(w, at + "logit_bias is sent without want_logits");
+    for (const LogitBias& b : s.logit_bias) {
+      if (b.token < 0) malformed(w, at + "logit_bias has a negative token id");
+      if (auto bad = check_sampling_value(kLogitBiasRange, b.bias)) malformed(w, at + bad->message);
+    }
+    if (s.prompt_logprobs < -1 || s.prompt_logprobs > kMaxLogprobs)
+      malformed(w, at + "prompt_logprobs " + std::to_string(s.prompt_logprobs) + " is not in [-1, " +
+                       std::to_string(kMaxLogprobs) + "]");
+    if (!s.prompt_targets.empty() && s.prompt_logprobs < 0)
+      malformed(w, at + "prompt_targets are sent without prompt_logprobs");
+    if (s.prompt_targets.size() + (s.want_logits ? 1 : 0) > s.tokens.size())
+      malformed(w, at + std::to_string(s.prompt_targets.size()) + " prompt_targets for " +
+                       std::to_string(s.tokens.size()) + " tokens" + (s.want_logits ? " and a sampling row" : ""));
+    if (std::any_of(s.prompt_targets.begin(), s.prompt_targets.end(), [](int32_t t) { return t < 0; }))
+      malformed(w, at + "prompt_targets has a negative token id");
     ids.push_back(s.seq_id);
   }
   std::sort(ids.begin(), ids.end());
@@ -189,6 +194,23 @@ void validate(const StepPlan& p) {
 
 // A reported logprob: finite and <= 0 (a rounding slack of 1e-6 accepted), or -inf (probability 0).
 bool valid_logprob(float v) { return v == -std::numeric_limits<float>::infinity() || (std::isfinite(v) && v <= 1e-6f); }
+
+void validate(const TokenLogprobs& lp, const std::string& at) {
+  const char* w = "StepResult";
+  if (lp.top_ids.size() != lp.top_logprobs.size())
+    malformed(w, at + std::to_string(lp.top_ids.size()) + " top_ids but " + std::to_string(lp.top_logprobs.size()) +
+                     " top_logprobs");
+  if (lp.top_ids.size() > size_t(kMaxLogprobs))
+    malformed(w, at + "k " + std::to_string(lp.top_ids.size()) + " is not in [0, " + std::to_string(kMaxLogprobs) +
+                     "]");
+  if (!valid_logprob(lp.logprob))
+    malformed(w, at + "logprob " + std::to_string(lp.logprob) + " is not -inf or a finite value <= 0");
+  if (lp.rank < 1) malformed(w, at + "rank " + std::to_string(lp.rank) + " < 1");
+  if (std::any_of(lp.top_ids.begin(), lp.top_ids.end(), [](int32_t t) { return t < 0; }))
+    malformed(w, at + "top_ids has a negative token id");
+  if (!std::all_of(lp.top_logprobs.begin(), lp.top_logprobs.end(), valid_logprob))
+    malformed(w, at + "top_logprobs has a value that is not -inf or a finite value <= 0");
+}
 
 void validate(const StepResult& r) {
   const char* w = "StepResult";
@@ -201,20 +223,14 @@ void validate(const StepResult& r) {
                      " tokens (expected 0 or one per token)");
   for (size_t i = 0; i < r.logprobs.size(); ++i) {
     if (!r.logprobs[i]) continue;
-    const TokenLogprobs& lp = *r.logprobs[i];
-    const std::string at = "logprobs[" + std::to_string(i) + "] ";
-    if (lp.top_ids.size() != lp.top_logprobs.size())
-      malformed(w, at + std::to_string(lp.top_ids.size()) + " top_ids but " + std::to_string(lp.top_logprobs.size()) +
-                       " top_logprobs");
-    if (lp.top_ids.size() > size_t(kMaxLogprobs))
-      malformed(w, at + "k " + std::to_string(lp.top_ids.size()) + " is not in [0, " + std::to_string(kMaxLogprobs) +
-                       "]");
-    if (!valid_logprob(lp.logprob))
-      malformed(w, at + "logprob " + std::to_string(lp.logprob) + " is not -inf or a finite value <= 0");
-    if (std::any_of(lp.top_ids.begin(), lp.top_ids.end(), [](int32_t t) { return t < 0; }))
-      malformed(w, at + "top_ids has a negative token id");
-    if (!std::all_of(lp.top_logprobs.begin(), lp.top_logprobs.end(), valid_logprob))
-      malformed(w, at + "top_logprobs has a value that is not -inf or a finite value <= 0");
+    validate(*r.logprobs[i], "logprobs[" + std::to_string(i) + "] ");
+  }
+  for (size_t i = 0; i < r.prompt_logprobs.size(); ++i) {
+    const PromptLogprobs& p = r.prompt_logprobs[i];
+    const std::string at = "prompt_logprobs[" + std::to_string(i) + "] ";
+    if (p.seq_id < 0) malformed(w, at + "seq_id " + std::to_string(p.seq_id) + " < 0");
+    if (p.first_position < 1) malformed(w, at + "first_position " + std::to_string(p.first_position) + " < 1");
+    for (size_t j = 0; j < p.entries.size(); ++j) validate(p.entries[j], at + "entry " + std::to_string(j) + " ");
   }
 }
 
@@ -258,7 +274,8 @@ std::vector<uint8_t> serialize(const StepPlan& plan) {
   validate(plan);
   size_t total = sizeof(PlanHeader) + plan.seqs.size() * sizeof(SeqHeader) + plan.block_copies.size() * 8;
   for (const SeqPlan& s : plan.seqs)
-    total += (s.tokens.size() + s.block_table.size() + s.history.size()) * sizeof(int32_t);
+    total += (s.tokens.size() + s.block_table.size() + s.history.size() + s.prompt_targets.size()) * sizeof(int32_t) +
+             s.logit_bias.size() * sizeof(LogitBias);
 
   Writer w(total);
   PlanHeader h{};
@@ -287,12 +304,17 @@ std::vector<uint8_t> serialize(const StepPlan& plan) {
     sh.repetition_penalty = s.sampling.repetition_penalty;
     sh.logprobs = s.sampling.logprobs;
     sh.want_logits = s.want_logits ? 1 : 0;
+    sh.prompt_logprobs = s.prompt_logprobs;
+    sh.n_prompt_targets = uint32_t(s.prompt_targets.size());
+    sh.n_logit_bias = uint32_t(s.logit_bias.size());
     w.write(sh);
   }
   for (const SeqPlan& s : plan.seqs) {
     w.write_array(s.tokens);
     w.write_array(s.block_table);
     w.write_array(s.history);
+    w.write_array(s.prompt_targets);
+    w.write_array(s.logit_bias);
   }
   for (const BlockCopy& c : plan.block_copies) {
     w.write(c.src);
@@ -339,6 +361,9 @@ StepPlan deserialize_step_plan(std::span<const uint8_t> bytes) {
     s.tokens = r.read_array<int32_t>(sh.n_tokens, "tokens");
     s.block_table = r.read_array<int32_t>(sh.n_blocks, "block table");
     s.history = r.read_array<int32_t>(sh.n_history, "history");
+    s.prompt_logprobs = sh.prompt_logprobs;
+    s.prompt_targets = r.read_array<int32_t>(sh.n_prompt_targets, "prompt targets");
+    s.logit_bias = r.read_array<LogitBias>(sh.n_logit_bias, "logit bias");
   }
   if (h.n_block_copies > r.remaining() / sizeof(BlockCopy))
     malformed(what, std::to_string(h.n_block_copies) + " block copies run past the end of the buffer");
@@ -374,11 +399,48 @@ void broadcast_plan(Communicator& comm, StepPlan& plan, int root) {
 
 // ------------------------------------------------------------------------------------------- StepResult
 
+namespace {
+
+void write_logprobs(Writer& w, const TokenLogprobs& lp) {
+  w.write(int32_t(lp.top_ids.size()));
+  w.write(lp.logprob);
+  w.write(lp.rank);
+  w.write_array(lp.top_ids);
+  w.write_array(lp.top_logprobs);
+}
+
+// A logprobs record whose k was already read (and checked to be in [0, kMaxLogprobs]).
+TokenLogprobs read_logprobs(Reader& r, int32_t k) {
+  TokenLogprobs lp;
+  lp.logprob = r.read<float>("logprobs logprob");
+  lp.rank = r.read<int32_t>("logprobs rank");
+  lp.top_ids = r.read_array<int32_t>(uint64_t(k), "logprobs top_ids");
+  lp.top_logprobs = r.read_array<float>(uint64_t(k), "logprobs top_logprobs");
+  return lp;
+}
+
+int32_t read_k(Reader& r, const std::string& at, bool allow_none) {
+  const int32_t k = r.read<int32_t>("logprobs k");
+  if ((k == -1 && allow_none) || (k >= 0 && k <= kMaxLogprobs)) return k;
+  malformed("StepResult", at + " k " + std::to_string(k) + " is not in [" + (allow_none ? "-1" : "0") + ", " +
+                              std::to_string(kMaxLogprobs) + "]");
+}
+
+size_t logprobs_bytes(const TokenLogprobs& lp) {
+  return sizeof(int32_t) * 2 + sizeof(float) + lp.top_ids.size() * (sizeof(int32_t) + sizeof(float));
+}
+
+}  // namespace
+
 std::vector<uint8_t> serialize(const StepResult& result) {
   validate(result);
   size_t total = sizeof(ResultHeader) + result.seq_ids.size() * (sizeof(int64_t) + sizeof(int32_t));
-  for (const auto& lp : result.logprobs)
-    total += sizeof(int32_t) + (lp ? sizeof(float) + lp->top_ids.size() * (sizeof(int32_t) + sizeof(float)) : 0);
+  for (const auto& lp : result.logprobs) total += lp ? logprobs_bytes(*lp) : sizeof(int32_t);
+  for (const PromptLogprobs& p : result.prompt_logprobs) {
+    total += 2 * sizeof(int64_t) + sizeof(uint32_t);
+    for (const TokenLogprobs& lp : p.entries) total += logprobs_bytes(lp);
+    check_count(p.entries.size(), "StepResult", "prompt logprobs entry");
+  }
   Writer w(total);
   ResultHeader h{};
   h.magic = kStepResultMagic;
@@ -386,18 +448,21 @@ std::vector<uint8_t> serialize(const StepResult& result) {
   h.has_logprobs = result.logprobs.empty() ? 0 : 1;
   h.step_id = result.step_id;
   h.n = result.seq_ids.size();
+  h.n_prompt_logprobs = result.prompt_logprobs.size();
   w.write(h);
   w.write_array(result.seq_ids);
   w.write_array(result.tokens);
   for (const auto& lp : result.logprobs) {
-    if (!lp) {
+    if (lp)
+      write_logprobs(w, *lp);
+    else
       w.write(int32_t(-1));  // nothing else follows for this entry
-      continue;
-    }
-    w.write(int32_t(lp->top_ids.size()));
-    w.write(lp->logprob);
-    w.write_array(lp->top_ids);
-    w.write_array(lp->top_logprobs);
+  }
+  for (const PromptLogprobs& p : result.prompt_logprobs) {
+    w.write(p.seq_id);
+    w.write(p.first_position);
+    w.write(uint32_t(p.entries.size()));
+    for (const TokenLogprobs& lp : p.entries) write_logprobs(w, lp);
   }
   seal<ResultHeader>(w.bytes());
   return std::move(w.bytes());
@@ -417,16 +482,23 @@ StepResult deserialize_step_result(std::span<const uint8_t> bytes) {
   if (h.has_logprobs == 1) {
     out.logprobs.resize(h.n);  // h.n is bounded by the buffer: the two arrays above fit in it
     for (size_t i = 0; i < out.logprobs.size(); ++i) {
-      const int32_t k = r.read<int32_t>("logprobs k");
-      if (k == -1) continue;
-      if (k < 0 || k > kMaxLogprobs)
-        malformed(what, "logprobs[" + std::to_string(i) + "] k " + std::to_string(k) + " is not in [-1, " +
-                            std::to_string(kMaxLogprobs) + "]");
-      TokenLogprobs& lp = out.logprobs[i].emplace();
-      lp.logprob = r.read<float>("logprobs logprob");
-      lp.top_ids = r.read_array<int32_t>(uint64_t(k), "logprobs top_ids");
-      lp.top_logprobs = r.read_array<float>(uint64_t(k), "logprobs top_logprobs");
+      const int32_t k = read_k(r, "logprobs[" + std::to_string(i) + "]", true);
+      if (k >= 0) out.logprobs[i] = read_logprobs(r, k);
     }
+  }
+  // Each entry takes at least 20 bytes: a count past that cannot fit in what is left.
+  if (h.n_prompt_logprobs > r.remaining() / 20)
+    malformed(what, std::to_string(h.n_prompt_logprobs) + " prompt logprobs entries run past the end of the buffer");
+  out.prompt_logprobs.resize(h.n_prompt_logprobs);
+  for (size_t i = 0; i < out.prompt_logprobs.size(); ++i) {
+    PromptLogprobs& p = out.prompt_logprobs[i];
+    p.seq_id = r.read<int64_t>("prompt logprobs seq_id");
+    p.first_position = r.read<int64_t>("prompt logprobs first_position");
+    const uint32_t n = r.read<uint32_t>("prompt logprobs entries");
+    if (n > r.remaining() / 12) malformed(what, std::to_string(n) + " prompt logprobs entries run past the end of the buffer");
+    p.entries.reserve(n);
+    for (uint32_t j = 0; j < n; ++j)
+      p.entries.push_back(read_logprobs(r, read_k(r, "prompt_logprobs[" + std::to_string(i) + "]", false)));
   }
   if (r.remaining() != 0) malformed(what, std::to_string(r.remaining()) + " trailing bytes");
   validate(out);

@@ -5,8 +5,10 @@
 // Wire format (host byte order; the build requires a little-endian host), every integer fixed-width:
 //   PlanHeader   magic "TPSP", version, kind, step_id, n_seqs, n_block_copies, total_bytes, checksum
 //   SeqHeader    x n_seqs: seq_id, start_pos, n_tokens, n_blocks, n_history, n_history_prompt, sampling
-//                params (penalties and logprobs included), want_logits
-//   per seq      int32 tokens[n_tokens], then int32 block_table[n_blocks], then int32 history[n_history]
+//                params (penalties and logprobs included), want_logits, prompt_logprobs, n_prompt_targets,
+//                n_logit_bias
+//   per seq      int32 tokens[n_tokens], int32 block_table[n_blocks], int32 history[n_history],
+//                int32 prompt_targets[n_prompt_targets], {int32 token, float bias} logit_bias[n_logit_bias]
 //   BlockCopy    x n_block_copies: int32 src, int32 dst
 // checksum = FNV-1a 32 over every byte of the buffer except the checksum field itself, so any single
 // corrupted byte is detected. deserialize validates every count against the buffer before reading, rejects
@@ -32,9 +34,10 @@ enum class StepKind : uint16_t {
   Shutdown = 1,  // leave the worker loop; `seqs` is empty
 };
 
-// Values are validated on deserialize: temperature >= 0 (0 = greedy), top_p in (0, 1], top_k >= 0
-// (0 = off), min_p in [0, 1], presence/frequency penalties in [-2, 2], repetition_penalty in (0, 2],
-// logprobs in [-1, kMaxLogprobs], all finite; history only with want_logits, n_history_prompt <= its size.
+// Values are validated on deserialize: sampling params by check_sampling (common/sampling_params.h); history
+// and logit_bias only with want_logits, n_history_prompt <= the history size; prompt_logprobs in
+// [-1, kMaxLogprobs], prompt_targets only with prompt_logprobs >= 0 and at most tokens.size() of them
+// (tokens.size() - 1 with want_logits: the last row is the sampling row).
 
 struct SeqPlan {
   int64_t seq_id = 0;                // >= 0, unique within the plan
@@ -49,6 +52,15 @@ struct SeqPlan {
   // Worker::lead keeps it out of the broadcast to the other ranks.
   std::vector<int32_t> history;
   int64_t n_history_prompt = 0;      // in [0, history.size()]
+  // OpenAI logit_bias, added to the logits before penalties; only with want_logits (the leader keeps it).
+  std::vector<LogitBias> logit_bias;
+  // Prompt logprobs (echo + logprobs, vLLM's prompt_logprobs): with k = prompt_logprobs >= 0, row i of this
+  // chunk (position start_pos + i) also yields the logprob, rank and top k of prompt_targets[i], the prompt
+  // token at position start_pos + i + 1. The scheduler sends them while the prompt's logprobs are incomplete.
+  int32_t prompt_logprobs = -1;
+  std::vector<int32_t> prompt_targets;  // [m], m <= tokens.size() (m < tokens.size() with want_logits)
+  // Rows of logits this sequence produces, in order: its m prompt rows, then the sampling row.
+  int64_t n_logit_rows() const { return int64_t(prompt_targets.size()) + (want_logits ? 1 : 0); }
   bool operator==(const SeqPlan&) const = default;
 };
 
@@ -65,7 +77,7 @@ struct StepPlan {
 };
 
 inline constexpr uint32_t kStepPlanMagic = 0x50535054;  // "TPSP" in a little-endian dump
-inline constexpr uint16_t kStepPlanVersion = 2;
+inline constexpr uint16_t kStepPlanVersion = 3;
 // Refused by deserialize / broadcast_plan before allocating: a plan is KBs to a few MBs.
 inline constexpr uint64_t kMaxStepPlanBytes = uint64_t(1) << 30;
 
@@ -78,6 +90,14 @@ StepPlan deserialize_step_plan(std::span<const uint8_t> bytes);
 // or a failed collective).
 void broadcast_plan(Communicator& comm, StepPlan& plan, int root);
 
+// The prompt logprobs one sequence's chunk yielded: entries[i] is for the prompt token at first_position + i.
+struct PromptLogprobs {
+  int64_t seq_id = 0;
+  int64_t first_position = 1;           // >= 1 (position 0 has no logprob)
+  std::vector<TokenLogprobs> entries;   // [the chunk's prompt_targets.size()]
+  bool operator==(const PromptLogprobs&) const = default;
+};
+
 // What TP rank 0 reports for one step: one sampled token per sequence that wanted logits, in plan order.
 struct StepResult {
   uint64_t step_id = 0;
@@ -86,16 +106,20 @@ struct StepResult {
   // [n] for sequences whose sampling.logprobs >= 0: the sampled token's logprob and the top k; nullopt for
   // the others. Empty (size 0) when no sequence of the step asked.
   std::vector<std::optional<TokenLogprobs>> logprobs;
+  // One entry per sequence of the plan that sent prompt_targets, in plan order.
+  std::vector<PromptLogprobs> prompt_logprobs;
   bool operator==(const StepResult&) const = default;
 };
 
 inline constexpr uint32_t kStepResultMagic = 0x52535054;  // "TPSR"
 
-// Same framing as the plan: magic, version, has_logprobs (0/1), step_id, n, total_bytes, checksum, then
-// int64 seq_ids[n], int32 tokens[n], then (has_logprobs == 1, i.e. logprobs non-empty) per entry: int32 k
-// (-1: nullopt, nothing else follows), float logprob, int32 top_ids[k], float top_logprobs[k].
+// Same framing as the plan: magic, version, has_logprobs (0/1), step_id, n, total_bytes, checksum, reserved,
+// n_prompt_logprobs, then int64 seq_ids[n], int32 tokens[n], then (has_logprobs == 1, i.e. logprobs non-empty) per
+// entry: int32 k (-1: nullopt, nothing else follows) and a logprobs record; then n_prompt_logprobs times:
+// int64 seq_id, int64 first_position, uint32 n_entries, n_entries logprobs records, each: int32 k, float
+// logprob, int32 rank, int32 top_ids[k], float top_logprobs[k].
 // Validated both ways: logprobs.size() is 0 or n, k in [0, kMaxLogprobs], top_ids >= 0, top_ids.size() ==
-// top_logprobs.size(), every logprob -inf or finite and <= 1e-6 (the sampler clamps to <= 0).
+// top_logprobs.size(), every logprob -inf or finite and <= 1e-6 (the sampler clamps to <= 0), rank >= 1.
 std::vector<uint8_t> serialize(const StepResult& result);
 StepResult deserialize_step_result(std::span<const uint8_t> bytes);
 

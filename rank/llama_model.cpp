@@ -161,7 +161,7 @@ void LlamaModel::forward(const std::vector<SeqPlan>& seqs, KvPool& pool, std::ve
   int64_t n_tok = 0, n_out = 0;
   for (const SeqPlan& s : seqs) {
     n_tok += int64_t(s.tokens.size());
-    n_out += s.want_logits ? 1 : 0;
+    n_out += s.n_logit_rows();
     const int64_t end = s.start_pos + int64_t(s.tokens.size());
     if (int64_t(s.block_table.size()) * bs < end)
       throw Error("forward: block table covers " + std::to_string(s.block_table.size() * bs) + " positions, needs " +
@@ -243,12 +243,15 @@ void LlamaModel::forward(const std::vector<SeqPlan>& seqs, KvPool& pool, std::ve
     cpu::add_inplace(x, h, n_tok * hidden);
   }
 
-  // Final norm and lm_head only for the last token of each sequence that wants logits.
+  // Final norm and lm_head only for the rows that give logits: prompt-logprob rows, then the last token.
   float* last = grow(last_, n_out * hidden);
-  int64_t t_end = 0, o = 0;
+  int64_t t0 = 0, o = 0;
   for (const SeqPlan& s : seqs) {
-    t_end += int64_t(s.tokens.size());
-    if (s.want_logits) std::memcpy(last + (o++) * hidden, x + (t_end - 1) * hidden, size_t(hidden) * sizeof(float));
+    const int64_t n = int64_t(s.tokens.size()), m = int64_t(s.prompt_targets.size());
+    std::memcpy(last + o * hidden, x + t0 * hidden, size_t(m * hidden) * sizeof(float));
+    o += m;
+    if (s.want_logits) std::memcpy(last + (o++) * hidden, x + (t0 + n - 1) * hidden, size_t(hidden) * sizeof(float));
+    t0 += n;
   }
   cpu::rmsnorm(last, output_norm_.data(), n_out, hidden, cfg_.rms_eps, last);
   logits.resize(size_t(n_out * vocab));

@@ -47,7 +47,9 @@ class LlamaModel {
   // The pool shape this rank needs for n_blocks blocks of block_size tokens (local KV heads).
   KvPoolShape kv_shape(int64_t n_blocks, int64_t block_size) const;
 
-  // Runs one step. logits: [number of seqs with want_logits, vocab], in seqs order — complete on every rank.
+  // Runs one step. logits: [sum of seqs' n_logit_rows(), vocab] — per sequence in seqs order, the rows of its
+  // prompt_targets (positions start_pos, start_pos + 1, ...) then, with want_logits, its last token's row;
+  // complete on every rank.
   void forward(const std::vector<SeqPlan>& seqs, KvPool& pool, std::vector<float>& logits);
 
   ForwardTimes& times() { return times_; }

@@ -26,8 +26,11 @@ int32_t argmax(const float* logits, int64_t n) {
 }
 
 const float* Sampler::penalize(const float* logits, int64_t vocab, const SamplingParams& p,
-                               std::span<const int32_t> history, int64_t n_prompt) {
+                               std::span<const int32_t> history, int64_t n_prompt, std::span<const LogitBias> bias) {
   penalized_.assign(logits, logits + vocab);
+  for (const LogitBias& b : bias)
+    if (b.token >= 0 && b.token < vocab) penalized_[size_t(b.token)] += b.bias;
+  if (!p.has_penalties()) return penalized_.data();
   if (counts_.size() < size_t(vocab)) counts_.resize(size_t(vocab), 0);
   const size_t split = size_t(std::clamp<int64_t>(n_prompt, 0, int64_t(history.size())));
   const auto in_vocab = [vocab](int32_t id) { return id >= 0 && id < vocab; };
@@ -54,8 +57,8 @@ const float* Sampler::penalize(const float* logits, int64_t vocab, const Samplin
 }
 
 int32_t Sampler::sample(const float* logits, int64_t vocab, const SamplingParams& p, uint64_t position,
-                        std::span<const int32_t> history, int64_t n_prompt) {
-  const float* row = p.has_penalties() ? penalize(logits, vocab, p, history, n_prompt) : logits;
+                        std::span<const int32_t> history, int64_t n_prompt, std::span<const LogitBias> bias) {
+  const float* row = p.has_penalties() || !bias.empty() ? penalize(logits, vocab, p, history, n_prompt, bias) : logits;
   if (p.temperature == 0.0f) return argmax(row, vocab);
   cand_.clear();
   cand_.reserve(size_t(vocab));
@@ -124,7 +127,11 @@ TokenLogprobs Sampler::logprobs(const float* logits, int64_t vocab, int32_t toke
 
   TokenLogprobs out;
   out.logprob = logprob(token);
+  int64_t n_above = 0;
+  for (int64_t i = 0; i < vocab; ++i) n_above += logits[i] > logits[token] ? 1 : 0;
+  out.rank = int32_t(1 + n_above);
   const size_t n_top = size_t(std::min<int64_t>(k, vocab));
+  if (n_top == 0) return out;
   cand_.clear();
   cand_.reserve(size_t(vocab));
   for (int64_t i = 0; i < vocab; ++i) cand_.emplace_back(logits[i], int32_t(i));

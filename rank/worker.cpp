@@ -44,13 +44,17 @@ void Worker::broadcast_without_history(StepPlan& plan) {
     SeqPlan& s = plan.seqs[i];
     held_[i].history = std::move(s.history);
     held_[i].n_prompt = std::exchange(s.n_history_prompt, 0);
+    held_[i].logit_bias = std::move(s.logit_bias);
     s.history.clear();
+    s.logit_bias.clear();
   }
   const auto restore = [&] {
     for (size_t i = 0; i < plan.seqs.size(); ++i) {
       plan.seqs[i].history = std::move(held_[i].history);
       plan.seqs[i].n_history_prompt = held_[i].n_prompt;
+      plan.seqs[i].logit_bias = std::move(held_[i].logit_bias);
       held_[i].history.clear();
+      held_[i].logit_bias.clear();
     }
   };
   try {
@@ -68,15 +72,24 @@ void Worker::lead(StepPlan& plan, StepResult& result) {
   result.seq_ids.clear();
   result.tokens.clear();
   result.logprobs.clear();
+  result.prompt_logprobs.clear();
   const bool any_logprobs = std::any_of(plan.seqs.begin(), plan.seqs.end(),
                                         [](const SeqPlan& s) { return s.want_logits && s.sampling.logprobs >= 0; });
   const int64_t vocab = model_.config().vocab;
   int64_t row = 0;
   for (const SeqPlan& s : plan.seqs) {
+    if (!s.prompt_targets.empty()) {
+      PromptLogprobs& p = result.prompt_logprobs.emplace_back();
+      p.seq_id = s.seq_id;
+      p.first_position = s.start_pos + 1;
+      for (const int32_t target : s.prompt_targets)
+        p.entries.push_back(sampler_.logprobs(logits_.data() + (row++) * vocab, vocab, target, s.prompt_logprobs));
+    }
     if (!s.want_logits) continue;
     const float* logits = logits_.data() + row * vocab;
     const uint64_t position = uint64_t(s.start_pos) + s.tokens.size();
-    const int32_t token = sampler_.sample(logits, vocab, s.sampling, position, s.history, s.n_history_prompt);
+    const int32_t token =
+        sampler_.sample(logits, vocab, s.sampling, position, s.history, s.n_history_prompt, s.logit_bias);
     result.seq_ids.push_back(s.seq_id);
     result.tokens.push_back(token);
     if (any_logprobs) {

@@ -18,14 +18,15 @@ class Worker {
   // comm: the TP group (nullptr: a group of one). The model must have been built on the same group.
   Worker(LlamaModel& model, KvPool& pool, Communicator* comm);
 
-  // Leader only: runs `plan` on every rank; logits [seqs with want_logits, vocab]. The followers receive the
-  // plan without the sequences' history (empty, n_history_prompt 0); `plan` is left as it came, but for
-  // kind and step_id.
+  // Leader only: runs `plan` on every rank; logits [sum of n_logit_rows(), vocab] (LlamaModel::forward). The
+  // followers receive the plan without the sequences' history and logit_bias (empty, n_history_prompt 0);
+  // `plan` is left as it came, but for kind and step_id.
   void lead(StepPlan& plan, std::vector<float>& logits);
   // Leader only: runs `plan` and samples the next token of every sequence with want_logits, with its own
-  // SamplingParams (penalties from SeqPlan::history), at position start_pos + tokens.size(). result:
-  // step_id, seq_ids and tokens in plan order; logprobs [n] (of the raw logits, nullopt for sequences with
-  // sampling.logprobs -1) when any sampled sequence asked for them, else empty.
+  // SamplingParams (penalties from SeqPlan::history, SeqPlan::logit_bias), at position start_pos +
+  // tokens.size(). result: step_id, seq_ids and tokens in plan order; logprobs [n] (of the raw logits, nullopt
+  // for sequences with sampling.logprobs -1) when any sampled sequence asked for them, else empty;
+  // prompt_logprobs for every sequence that sent prompt_targets.
   void lead(StepPlan& plan, StepResult& result);
   // Leader only: releases the other ranks from serve(). Idempotent.
   void shutdown();
@@ -43,9 +44,10 @@ class Worker {
   // the broadcast throws).
   void broadcast_without_history(StepPlan& plan);
 
-  struct HeldHistory {
+  struct HeldHistory {  // what only the sampling leader reads
     std::vector<int32_t> history;
     int64_t n_prompt = 0;
+    std::vector<LogitBias> logit_bias;
   };
 
   LlamaModel& model_;

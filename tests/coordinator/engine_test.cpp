@@ -55,27 +55,39 @@ Request req(int64_t n_prompt, int64_t max_tokens, OutputCallback cb = {}) {
   return r;
 }
 
-void expect_input_error(Engine& e, Request r, const std::string& needle) {
+// A FieldError naming `field` (the request parameter at fault) with `needle` in its message.
+void expect_input_error(Engine& e, Request r, const std::string& needle, const std::string& field = "") {
   try {
     e.submit(std::move(r));
     ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
-  } catch (const InputError& err) {
+  } catch (const FieldError& err) {
     EXPECT_NE(std::string(err.what()).find(needle), std::string::npos) << err.what();
+    if (!field.empty()) {
+      EXPECT_EQ(err.field, field) << err.what();
+    }
   }
 }
 
 TEST(Engine, RejectsBadRequestsWithClearMessages) {
   SimpleExecutor ex;
   Engine e(small_config(), ex);
-  expect_input_error(e, req(0, 4), "prompt is empty");
+  expect_input_error(e, req(0, 4), "prompt is empty", "prompt");
   Request bad_token = req(3, 2);
   bad_token.prompt[1] = 100;
-  expect_input_error(e, bad_token, "prompt token 1 is id 100");
-  expect_input_error(e, req(3, 0), "max_tokens must be >= 1");
-  expect_input_error(e, req(30, 3), "exceeds the max context of 32");
+  expect_input_error(e, bad_token, "prompt[1] is token id 100, outside the vocabulary [0, 100)", "prompt[1]");
+  expect_input_error(e, req(3, -1), "max_tokens must be >= 0", "max_tokens");
+  expect_input_error(e, req(30, 3), "exceeds the max context of 32", "max_tokens");
   Request hot = req(3, 2);
   hot.sampling.top_p = 0;
-  expect_input_error(e, hot, "top_p");
+  expect_input_error(e, hot, "top_p must be in (0, 1], got 0", "top_p");
+  Request bias = req(3, 2);
+  bias.logit_bias = {{5, 1.0f}, {100, -1.0f}};
+  expect_input_error(e, bias, "logit_bias[1] is token id 100", "logit_bias[1]");
+  bias.logit_bias = {{5, 101.0f}};
+  expect_input_error(e, bias, "logit_bias must be between -100 and 100, got 101", "logit_bias");
+  Request plp = req(3, 2);
+  plp.prompt_logprobs = 21;
+  expect_input_error(e, plp, "prompt_logprobs", "prompt_logprobs");
   EXPECT_FALSE(e.has_work());
   EXPECT_EQ(e.metrics().n_submitted, 0);
 

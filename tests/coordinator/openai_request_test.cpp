@@ -58,8 +58,9 @@ TEST(OpenAiError, JsonShape) {
 TEST(OpenAiRequest, CompletionDefaults) {
   auto r = parse_completion_body(R"({"model":"smol","prompt":"Hello"})");
   EXPECT_EQ(r.params.model, "smol");
-  EXPECT_FALSE(r.prompt.is_tokens);
-  EXPECT_EQ(r.prompt.text, "Hello");
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_FALSE(r.prompts[0].is_tokens);
+  EXPECT_EQ(r.prompts[0].text, "Hello");
   EXPECT_FALSE(r.params.max_tokens.has_value());
   EXPECT_EQ(r.params.sampling, SamplingParams{});
   EXPECT_FALSE(r.params.seed.has_value());
@@ -76,7 +77,9 @@ TEST(OpenAiRequest, CompletionAllFields) {
     "frequency_penalty":-0.5,"repetition_penalty":1.1,"logprobs":5,"n":2,"stream":true,
     "stream_options":{"include_usage":true},"echo":false,"user":"u-1","best_of":2,"suffix":null,
     "mystery":1,"logit_bias":{}})");
-  EXPECT_EQ(r.prompt.text, "Once upon");
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(r.prompts[0].text, "Once upon");
+  EXPECT_TRUE(r.params.logit_bias.empty());
   EXPECT_EQ(r.params.max_tokens, 32);
   EXPECT_FLOAT_EQ(r.params.sampling.temperature, 0.7f);
   EXPECT_FLOAT_EQ(r.params.sampling.top_p, 0.9f);
@@ -100,19 +103,35 @@ TEST(OpenAiRequest, CompletionAllFields) {
 
 TEST(OpenAiRequest, PromptForms) {
   auto t = parse_completion_body(R"({"prompt":[1, 2, 3]})");
-  EXPECT_TRUE(t.prompt.is_tokens);
-  EXPECT_EQ(t.prompt.tokens, (std::vector<int32_t>{1, 2, 3}));
+  ASSERT_EQ(t.prompts.size(), 1u);
+  EXPECT_TRUE(t.prompts[0].is_tokens);
+  EXPECT_EQ(t.prompts[0].tokens, (std::vector<int32_t>{1, 2, 3}));
   auto nested = parse_completion_body(R"({"prompt":[[7, 8]]})");
-  EXPECT_EQ(nested.prompt.tokens, (std::vector<int32_t>{7, 8}));
+  ASSERT_EQ(nested.prompts.size(), 1u);
+  EXPECT_EQ(nested.prompts[0].tokens, (std::vector<int32_t>{7, 8}));
+  // Batches: strings or token arrays, in order.
+  auto strings = parse_completion_body(R"({"prompt":["a","bc","d"]})");
+  ASSERT_EQ(strings.prompts.size(), 3u);
+  EXPECT_EQ(strings.prompts[1].text, "bc");
+  auto arrays = parse_completion_body(R"({"prompt":[[1],[2,3]]})");
+  ASSERT_EQ(arrays.prompts.size(), 2u);
+  EXPECT_EQ(arrays.prompts[1].tokens, (std::vector<int32_t>{2, 3}));
   auto s = parse_completion_body(R"({"prompt":"x","stop":"\n","top_k":-1,"max_tokens":16.0})");
   EXPECT_EQ(s.params.stop, (std::vector<std::string>{"\n"}));
   EXPECT_EQ(s.params.sampling.top_k, 0);
   EXPECT_EQ(s.params.max_tokens, 16);
 
-  auto e = completion_error(R"({"prompt":["a","b"]})");
-  EXPECT_EQ(e.param, "prompt");
-  EXPECT_EQ(e.code, "unsupported_value");
-  EXPECT_NE(e.message.find("batched prompts"), std::string::npos);
+  const ApiError mixed = completion_error(R"({"prompt":["a",[1]]})");
+  EXPECT_EQ(mixed.param, "prompt[1]");
+  EXPECT_EQ(mixed.code, "invalid_type");
+  EXPECT_EQ(completion_error(R"({"prompt":[[1],"a"]})").param, "prompt[1]");
+  EXPECT_EQ(completion_error(R"({"prompt":["a",""]})").message, "prompt[1] must not be empty");
+  EXPECT_EQ(completion_error(R"({"prompt":[[1],[]]})").param, "prompt[1]");
+  EXPECT_EQ(completion_error(R"({"prompt":[[1],[2,-1]]})").param, "prompt[1][1]");
+  std::string big = R"({"prompt":[)";
+  for (int i = 0; i < 257; ++i) big += std::string(i ? "," : "") + "\"p\"";
+  big += "]}";
+  EXPECT_EQ(completion_error(big).message, "a batch may hold at most 256 prompts, got 257");
   EXPECT_EQ(completion_error(R"({"prompt":""})").message, "prompt must not be empty");
   EXPECT_EQ(completion_error(R"({"prompt":[]})").param, "prompt");
   EXPECT_EQ(completion_error(R"({"prompt":[1,-2]})").param, "prompt[1]");
@@ -136,7 +155,13 @@ TEST(OpenAiRequest, RangeErrorsNameFieldAndValue) {
       {R"({"prompt":"x","top_p":1.5})", "top_p", "top_p must be in (0, 1], got 1.5"},
       {R"({"prompt":"x","min_p":2})", "min_p", "min_p must be between 0 and 1, got 2"},
       {R"({"prompt":"x","top_k":-5})", "top_k", "top_k must be -1 (off), 0 (off) or a positive integer, got -5"},
-      {R"({"prompt":"x","max_tokens":0})", "max_tokens", "max_tokens must be at least 1, got 0"},
+      {R"({"prompt":"x","max_tokens":-1})", "max_tokens", "max_tokens must be at least 0, got -1"},
+      {R"({"prompt":"x","prompt_logprobs":21})", "prompt_logprobs", "prompt_logprobs must be between 0 and 20, got 21"},
+      {R"({"prompt":"x","logit_bias":{"5":100.5}})", "logit_bias", "logit_bias must be between -100 and 100, got 100.5"},
+      {R"({"prompt":"x","logit_bias":{"x":1}})", "logit_bias",
+       "logit_bias keys must be token ids (non-negative integers as strings), got \"x\""},
+      {R"({"prompt":"x","logit_bias":{"-3":1}})", "logit_bias",
+       "logit_bias keys must be token ids (non-negative integers as strings), got \"-3\""},
       {R"({"prompt":"x","n":0})", "n", "n must be between 1 and 16, got 0"},
       {R"({"prompt":"x","n":17})", "n", "n must be between 1 and 16, got 17"},
       {R"({"prompt":"x","logprobs":21})", "logprobs", "logprobs must be between 0 and 20, got 21"},
@@ -184,6 +209,27 @@ TEST(OpenAiRequest, TypeErrors) {
   }
 }
 
+// Prompt logprobs (echo + logprobs, vLLM's prompt_logprobs), max_tokens 0 and logit_bias parse as given.
+TEST(OpenAiRequest, PromptLogprobsMaxTokensZeroAndLogitBias) {
+  auto lm_eval = parse_completion_body(
+      R"({"prompt":[[1,2,3],[4,5]],"max_tokens":1,"logprobs":1,"echo":true,"temperature":0,"seed":1234})");
+  EXPECT_TRUE(lm_eval.echo);
+  EXPECT_EQ(lm_eval.logprobs, 1);
+  EXPECT_EQ(lm_eval.prompts.size(), 2u);
+  auto zero = parse_completion_body(R"({"prompt":"x","max_tokens":0,"prompt_logprobs":3})");
+  EXPECT_EQ(zero.params.max_tokens, 0);
+  EXPECT_EQ(zero.params.prompt_logprobs, 3);
+  EXPECT_TRUE(zero.params.ignored_fields.empty());
+  auto bias = parse_completion_body(R"({"prompt":"x","logit_bias":{"50256":-100,"7":2.5}})");
+  ASSERT_EQ(bias.params.logit_bias.size(), 2u);
+  EXPECT_EQ(bias.params.logit_bias[0], (LogitBias{50256, -100.0f}));  // nlohmann keeps keys sorted
+  EXPECT_EQ(bias.params.logit_bias[1], (LogitBias{7, 2.5f}));
+  auto chat = parse_chat_completion_body(
+      R"({"messages":[{"role":"user","content":"x"}],"prompt_logprobs":0,"max_completion_tokens":0})");
+  EXPECT_EQ(chat.params.prompt_logprobs, 0);
+  EXPECT_EQ(chat.params.max_tokens, 0);
+}
+
 TEST(OpenAiRequest, NullMeansNotGiven) {
   auto r = parse_completion_body(R"({"prompt":"x","temperature":null,"stop":null,"max_tokens":null,"seed":null})");
   EXPECT_FLOAT_EQ(r.params.sampling.temperature, 1.0f);
@@ -193,12 +239,7 @@ TEST(OpenAiRequest, NullMeansNotGiven) {
 
 TEST(OpenAiRequest, UnsupportedFeatures) {
   EXPECT_EQ(completion_error(R"({"prompt":"x","suffix":"tail"})").param, "suffix");
-  const ApiError echo = completion_error(R"({"prompt":"x","logprobs":1,"echo":true})");
-  EXPECT_EQ(echo.param, "echo");
-  EXPECT_EQ(echo.code, "unsupported_value");
-  EXPECT_NE(echo.message.find("echo together with logprobs"), std::string::npos) << echo.message;
   EXPECT_EQ(completion_error(R"({"prompt":"x","best_of":3})").param, "best_of");
-  EXPECT_EQ(completion_error(R"({"prompt":"x","logit_bias":{"50256":-100}})").param, "logit_bias");
   EXPECT_EQ(chat_error(R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})").param,
             "tools");
   EXPECT_EQ(chat_error(R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})")
@@ -279,7 +320,7 @@ TEST(OpenAiRequest, ChatErrors) {
       {R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":30})", "top_logprobs",
        "invalid_value"},
       {R"({"messages":[{"role":"user","content":"x"}],"logprobs":3})", "logprobs", "invalid_type"},
-      {R"({"messages":[{"role":"user","content":"x"}],"max_completion_tokens":0})", "max_completion_tokens",
+      {R"({"messages":[{"role":"user","content":"x"}],"max_completion_tokens":-1})", "max_completion_tokens",
        "invalid_value"},
       {R"({"messages":[{"role":"assistant","content":"x","tool_calls":[{"id":"1"}]}]})", "messages[0].tool_calls",
        "unsupported_value"},

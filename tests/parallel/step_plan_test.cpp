@@ -15,8 +15,9 @@
 namespace tp {
 namespace {
 
-// A v2 plan: a prefill with every penalty and top-20 logprobs, a decode with a history (2 prompt + 3 output
-// tokens), repetition penalty and logprobs 0, and a prefill chunk without logits (and so without history).
+// A v3 plan: a prefill with every penalty, top-20 logprobs, two logit biases and prompt logprobs (top 3) for
+// its first 4 rows, a decode with a history (2 prompt + 3 output tokens), repetition penalty and logprobs 0,
+// and a prefill chunk without logits (and so without history) whose 64 rows all yield prompt logprobs (k 0).
 StepPlan sample_plan() {
   StepPlan p;
   p.step_id = 0x0102030405060708ull;
@@ -38,6 +39,9 @@ StepPlan sample_plan() {
                       .logprobs = kMaxLogprobs};
   prefill.history = prefill.tokens;
   prefill.n_history_prompt = 5;
+  prefill.logit_bias = {{50256, -100.0f}, {7, 2.5f}};
+  prefill.prompt_logprobs = 3;
+  prefill.prompt_targets = {9038, 2114, 28, 49151};
   SeqPlan decode;
   decode.seq_id = int64_t(1) << 40;
   decode.tokens = {42};
@@ -52,17 +56,21 @@ StepPlan sample_plan() {
   chunk.tokens = std::vector<int32_t>(64, 17);
   chunk.start_pos = 128;
   chunk.block_table = {21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32};
+  chunk.prompt_logprobs = 0;
+  chunk.prompt_targets = std::vector<int32_t>(64, 18);
   p.seqs = {prefill, decode, chunk};
   p.block_copies = {{4, 33}, {5, 34}};
   return p;
 }
 
-// Byte offsets of the v2 wire format (parallel/step_plan.cpp), for the tests that patch fields.
+// Byte offsets of the v3 wire format (parallel/step_plan.cpp), for the tests that patch fields.
 constexpr size_t kPlanHeaderBytes = 40;
-constexpr size_t kSeqHeaderBytes = 80;
+constexpr size_t kSeqHeaderBytes = 88;
 size_t seq_field(size_t seq, size_t offset) { return kPlanHeaderBytes + seq * kSeqHeaderBytes + offset; }
 constexpr size_t kNHistory = 24, kNHistoryPrompt = 28, kPresence = 56, kFrequency = 60, kRepetition = 64,
-                 kLogprobs = 68, kWantLogits = 72;
+                 kLogprobs = 68, kWantLogits = 72, kPromptLogprobs = 76, kNPromptTargets = 80, kNLogitBias = 84;
+// Per-sequence arrays, in order: tokens, block table, history, prompt targets (int32 each), logit bias (8 B).
+constexpr size_t kSeq0ArrayBytes = (5 + 2 + 5 + 4) * 4 + 2 * 8, kSeq1ArrayBytes = (1 + 19 + 5) * 4;
 
 // Rewrites the checksum after corrupting, so the structural checks (counts, sizes, values) are exercised
 // rather than the checksum alone. Plan and result headers both keep the checksum at bytes [32, 36).
@@ -97,8 +105,9 @@ TEST(StepPlan, RoundTrips) {
   const std::vector<uint8_t> b = serialize(p);
   EXPECT_EQ(deserialize_step_plan(b), p);
   EXPECT_EQ(p.n_tokens(), 5 + 1 + 64);
-  // 40-byte header + 3 * 80-byte seq headers + int32 arrays (tokens, block tables, histories) + 2 copies * 8
-  EXPECT_EQ(b.size(), 40u + 3 * 80 + (5 + 2 + 5 + 1 + 19 + 5 + 64 + 12) * 4 + 2 * 8);
+  // 40-byte header + 3 * 88-byte seq headers + int32 arrays (tokens, block tables, histories, prompt targets)
+  // + 2 logit biases * 8 + 2 copies * 8
+  EXPECT_EQ(b.size(), 40u + 3 * 88 + (5 + 2 + 5 + 4 + 1 + 19 + 5 + 64 + 12 + 64) * 4 + 2 * 8 + 2 * 8);
 
   StepPlan empty;
   EXPECT_EQ(deserialize_step_plan(serialize(empty)), empty);
@@ -188,6 +197,15 @@ TEST(StepPlan, RefusesBadPenaltiesLogprobsAndHistory) {
   refuses([](StepPlan& p) { p.seqs[1].n_history_prompt = 6; }, {"seq[1]", "n_history_prompt"});
   refuses([](StepPlan& p) { p.seqs[1].n_history_prompt = -1; }, {"seq[1]", "n_history_prompt"});
   refuses([](StepPlan& p) { p.seqs[0].want_logits = false; }, {"seq[0]", "history", "want_logits"});
+  refuses([](StepPlan& p) { p.seqs[0].history.clear(), p.seqs[0].n_history_prompt = 0, p.seqs[0].want_logits = false; },
+          {"seq[0]", "logit_bias", "want_logits"});
+  refuses([](StepPlan& p) { p.seqs[0].logit_bias[1].bias = 100.5f; }, {"seq[0]", "logit_bias"});
+  refuses([](StepPlan& p) { p.seqs[0].logit_bias[0].token = -1; }, {"seq[0]", "logit_bias"});
+  refuses([](StepPlan& p) { p.seqs[0].prompt_logprobs = kMaxLogprobs + 1; }, {"seq[0]", "prompt_logprobs"});
+  refuses([](StepPlan& p) { p.seqs[2].prompt_logprobs = -1; }, {"seq[2]", "prompt_targets", "prompt_logprobs"});
+  refuses([](StepPlan& p) { p.seqs[0].prompt_targets.push_back(1); }, {"seq[0]", "5 prompt_targets", "sampling row"});
+  refuses([](StepPlan& p) { p.seqs[2].prompt_targets.push_back(1); }, {"seq[2]", "65 prompt_targets"});
+  refuses([](StepPlan& p) { p.seqs[2].prompt_targets[9] = -4; }, {"seq[2]", "prompt_targets"});
 
   const std::vector<uint8_t> good = serialize(sample_plan());
   auto rejects = [&](size_t offset, auto value, std::initializer_list<const char*> needles) {
@@ -204,8 +222,15 @@ TEST(StepPlan, RefusesBadPenaltiesLogprobsAndHistory) {
   rejects(seq_field(2, kLogprobs), int32_t(kMaxLogprobs + 1), {"seq[2]", "logprobs"});
   rejects(seq_field(1, kNHistoryPrompt), uint32_t(6), {"seq[1]", "n_history_prompt"});
   rejects(seq_field(0, kWantLogits), uint8_t(0), {"seq[0]", "history", "want_logits"});
-  // seq[1]'s history[3] follows the seq headers, seq[0]'s arrays (5 + 2 + 5) and seq[1]'s (1 + 19).
-  rejects(kPlanHeaderBytes + 3 * kSeqHeaderBytes + (5 + 2 + 5 + 1 + 19 + 3) * 4, int32_t(-7), {"seq[1]", "history"});
+  rejects(seq_field(0, kPromptLogprobs), int32_t(kMaxLogprobs + 1), {"seq[0]", "prompt_logprobs"});
+  rejects(seq_field(0, kPromptLogprobs), int32_t(-1), {"seq[0]", "prompt_targets", "prompt_logprobs"});
+  rejects(seq_field(2, kNPromptTargets), uint32_t(0), {"StepPlan", "trailing bytes"});
+  rejects(seq_field(0, kNLogitBias), uint32_t(1000), {"logit bias", "past the end"});
+  // seq[1]'s history[3] follows the seq headers, seq[0]'s arrays and seq[1]'s tokens and table (1 + 19).
+  rejects(kPlanHeaderBytes + 3 * kSeqHeaderBytes + kSeq0ArrayBytes + (1 + 19 + 3) * 4, int32_t(-7), {"seq[1]", "history"});
+  // seq[0]'s second logit bias value (after its tokens, table, history and targets, and the first bias).
+  rejects(kPlanHeaderBytes + 3 * kSeqHeaderBytes + (5 + 2 + 5 + 4) * 4 + 8 + 4, 1e9f, {"seq[0]", "logit_bias"});
+  (void)kSeq1ArrayBytes;
   // A history count beyond the buffer is a bounds error, not an over-read.
   rejects(seq_field(2, kNHistory), uint32_t(1000), {"history", "past the end"});
 }
@@ -295,8 +320,9 @@ TokenLogprobs token_logprobs(float logprob, std::vector<int32_t> ids, std::vecto
   return t;
 }
 
-// A v2 result: four sampled tokens, logprobs for three of them (k = 3, k = 0 and the k = kMaxLogprobs
-// maximum with a -inf value).
+// A v3 result: four sampled tokens, logprobs for three of them (k = 3, k = 0 and the k = kMaxLogprobs
+// maximum with a -inf value), and prompt logprobs of two sequences (3 entries with k = 2 and rank 5, 1 with
+// k = 0).
 StepResult sample_result() {
   StepResult r;
   r.step_id = 12;
@@ -310,6 +336,9 @@ StepResult sample_result() {
   full.top_logprobs.back() = -std::numeric_limits<float>::infinity();
   r.logprobs = {token_logprobs(-1.5f, {198, 3, 4}, {-1.5f, -2.0f, -2.0f}), std::nullopt,
                 token_logprobs(0.0f, {}, {}), full};
+  TokenLogprobs ranked = token_logprobs(-3.0f, {8, 9}, {-0.1f, -2.5f});
+  ranked.rank = 5;
+  r.prompt_logprobs = {{7, 1, {ranked, ranked, ranked}}, {3, 130, {token_logprobs(-0.5f, {}, {})}}};
   return r;
 }
 
@@ -317,13 +346,15 @@ TEST(StepResult, RoundTrips) {
   const StepResult r = sample_result();
   const std::vector<uint8_t> b = serialize(r);
   EXPECT_EQ(deserialize_step_result(b), r);
-  // header + 4 * (8 + 4) + entries: (4 + 4 + 3 * 8), 4, (4 + 4), (4 + 4 + 20 * 8)
-  EXPECT_EQ(b.size(), 40u + 4 * 12 + (8 + 3 * 8) + 4 + 8 + (8 + 20 * 8));
+  // header + 4 * (8 + 4) + entries (k, logprob, rank + k * 8): (12 + 3 * 8), 4 (nullopt), 12, (12 + 20 * 8)
+  // + prompt logprobs (seq_id, first_position, n: 20 bytes + entries): 20 + 3 * (12 + 2 * 8), 20 + 12
+  EXPECT_EQ(b.size(), 48u + 4 * 12 + (12 + 3 * 8) + 4 + 12 + (12 + 20 * 8) + 20 + 3 * (12 + 2 * 8) + 20 + 12);
 
   StepResult none = r;
   none.logprobs.clear();  // no sequence asked: no logprobs section at all
+  none.prompt_logprobs.clear();
   const std::vector<uint8_t> nb = serialize(none);
-  EXPECT_EQ(nb.size(), 40u + 4 * 12);
+  EXPECT_EQ(nb.size(), 48u + 4 * 12);
   EXPECT_EQ(deserialize_step_result(nb), none);
 
   StepResult all_null = r;
@@ -357,24 +388,35 @@ TEST(StepResult, RefusesBadLogprobs) {
   refuses([&](StepResult& r) { r.logprobs[0]->top_logprobs[2] = nan; }, "logprobs[0] top_logprobs");
   refuses([](StepResult& r) { r.logprobs[3]->top_logprobs[0] = 0.5f; }, "logprobs[3] top_logprobs");
   refuses([](StepResult& r) { r.tokens.pop_back(); }, "tokens");
+  refuses([](StepResult& r) { r.logprobs[0]->rank = 0; }, "logprobs[0] rank 0");
+  refuses([](StepResult& r) { r.prompt_logprobs[1].first_position = 0; }, "prompt_logprobs[1] first_position");
+  refuses([](StepResult& r) { r.prompt_logprobs[0].seq_id = -1; }, "prompt_logprobs[0] seq_id");
+  refuses([](StepResult& r) { r.prompt_logprobs[0].entries[2].rank = -1; }, "prompt_logprobs[0] entry 2 rank");
+  refuses([](StepResult& r) { r.prompt_logprobs[0].entries[1].top_ids[0] = -1; }, "prompt_logprobs[0] entry 1 top_ids");
 
   // Patched buffers (checksum rewritten). has_logprobs is the uint16 at offset 6; entry 0's k follows the
-  // 40-byte header and the two arrays (4 * 12 bytes); entry 1 (nullopt) follows entry 0's 8 + 3 * 8 bytes.
+  // 48-byte header and the two arrays (4 * 12 bytes); entry 1 (nullopt) follows entry 0's 12 + 3 * 8 bytes.
   const std::vector<uint8_t> good = serialize(sample_result());
   auto rejects = [&](size_t offset, auto value, const char* needle) {
     std::vector<uint8_t> b = good;
     patch(b, offset, value);
     expect_error_naming([&] { deserialize_step_result(b); }, {needle}, needle);
   };
-  const size_t k0 = 40 + 4 * 12, k1 = k0 + 8 + 3 * 8;
+  const size_t k0 = 48 + 4 * 12, k1 = k0 + 12 + 3 * 8;
   rejects(6, uint16_t(2), "has_logprobs");
-  rejects(6, uint16_t(0), "trailing bytes");
+  rejects(6, uint16_t(0), "malformed StepResult");  // the logprobs section is then misread: refused
   rejects(k0, int32_t(kMaxLogprobs + 1), "logprobs[0] k");
   rejects(k0, int32_t(-2), "logprobs[0] k");
   rejects(k0, int32_t(4), "logprobs");  // k one too large: the entries after it are misread, and refused
   rejects(k1, int32_t(0), "logprobs");  // a nullopt turned into k = 0: likewise
   rejects(k0 + 4, 0.5f, "logprobs[0] logprob");
-  rejects(k0 + 8, int32_t(-1), "logprobs[0] top_ids");
+  rejects(k0 + 8, int32_t(0), "logprobs[0] rank");
+  rejects(k0 + 12, int32_t(-1), "logprobs[0] top_ids");
+  rejects(40, uint64_t(1000), "prompt logprobs");  // n_prompt_logprobs beyond the buffer
+  // The first prompt-logprobs entry's first_position (after the four sampled entries) set to 0.
+  const size_t p0 = k1 + 4 + 12 + (12 + 20 * 8);
+  rejects(p0 + 8, int64_t(0), "first_position");
+  rejects(p0 + 16, uint32_t(1u << 30), "past the end");
   std::vector<uint8_t> flagged_empty = serialize(StepResult{});
   patch(flagged_empty, 6, uint16_t(1));
   expect_error_naming([&] { deserialize_step_result(flagged_empty); }, {"has_logprobs"}, "n = 0");
@@ -405,7 +447,12 @@ TEST(StepResult, MalformedBuffersThrow) {
 TEST(StepResult, ResealedCorruptionsThrowOrStayConsistent) {
   const std::vector<uint8_t> b = serialize(sample_result());
   expect_resealed_corruptions_throw_or_round_trip(b, [](const auto& c) { return deserialize_step_result(c); }, 43);
-  // n claiming more than the buffer holds (offset 16), with a valid checksum.
+  // n (offset 16) and n_prompt_logprobs (offset 40) claiming more than the buffer holds, with a valid checksum.
+  for (uint64_t n : {5ull, 1000ull, ~0ull}) {
+    std::vector<uint8_t> c = b;
+    patch(c, 40, n);
+    EXPECT_THROW(deserialize_step_result(c), Error) << n;
+  }
   for (uint64_t n : {5ull, 1000ull, ~0ull}) {
     std::vector<uint8_t> c = b;
     patch(c, 16, n);

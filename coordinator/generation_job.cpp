@@ -1,0 +1,79 @@
+#include "coordinator/generation_job.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "common/token_ids.h"
+
+namespace tp {
+namespace {
+
+// Checks one prompt against the vocabulary and the context; `param` names it ("prompt", "prompt[2]", "messages").
+void check_prompt(const std::vector<int32_t>& tokens, const Tokenizer& tok, int64_t max_context, const std::string& param) {
+  if (tokens.empty()) throw FieldError(param, "the prompt encodes to no tokens");
+  check_token_ids(tokens, tok.vocab_size(), param);
+  const int64_t n = int64_t(tokens.size());
+  if (n >= max_context)
+    throw FieldError(param,
+                     "This model's maximum context length is " + std::to_string(max_context) + " tokens; the prompt has " +
+                         std::to_string(n) + " tokens, leaving no room for a completion",
+                     "context_length_exceeded");
+}
+
+void check_common(const GenerationParams& p, const Tokenizer& tok) {
+  std::vector<int32_t> ids;
+  for (const LogitBias& b : p.logit_bias) ids.push_back(b.token);
+  check_token_ids(ids, tok.vocab_size(), "logit_bias");
+}
+
+}  // namespace
+
+int32_t GenerationJob::engine_prompt_logprobs() const {
+  return std::max(echo_logprobs, params.prompt_logprobs.value_or(-1));
+}
+
+Request GenerationJob::engine_request(size_t j, uint64_t seed, int64_t max_context) const {
+  Request r;
+  r.prompt = prompts.at(j).tokens;
+  r.sampling = params.sampling;
+  r.sampling.seed = seed;
+  r.n = params.n;
+  r.max_tokens = params.max_tokens.value_or(max_context - int64_t(r.prompt.size()));
+  r.ignore_eos = params.ignore_eos;
+  r.prompt_logprobs = engine_prompt_logprobs();
+  r.logit_bias = params.logit_bias;
+  return r;
+}
+
+GenerationJob completion_job(CompletionRequest r, const Tokenizer& tok, int64_t max_context) {
+  GenerationJob job;
+  job.params = std::move(r.params);
+  job.echo = r.echo;
+  if (r.echo && r.logprobs) job.echo_logprobs = *r.logprobs;
+  check_common(job.params, tok);
+  const bool batch = r.prompts.size() > 1;
+  for (size_t j = 0; j < r.prompts.size(); ++j) {
+    const Prompt& p = r.prompts[j];
+    const std::string param = batch ? "prompt[" + std::to_string(j) + "]" : "prompt";
+    JobPrompt jp;
+    jp.tokens = p.is_tokens ? p.tokens : tok.encode(p.text, tok.add_bos(), true);
+    check_prompt(jp.tokens, tok, max_context, param);
+    if (r.echo) jp.echo = p.is_tokens ? tok.decode(p.tokens, false) : p.text;
+    job.prompts.push_back(std::move(jp));
+  }
+  return job;
+}
+
+GenerationJob chat_job(ChatCompletionRequest r, const Tokenizer& tok, const ChatTemplate& chat, int64_t max_context) {
+  GenerationJob job;
+  job.chat = true;
+  job.params = std::move(r.params);
+  check_common(job.params, tok);
+  JobPrompt jp;
+  jp.tokens = tok.encode(chat.render(r.messages, r.add_generation_prompt), false, true);
+  check_prompt(jp.tokens, tok, max_context, "messages");
+  job.prompts.push_back(std::move(jp));
+  return job;
+}
+
+}  // namespace tp

@@ -1,0 +1,42 @@
+// A generation request as the engine will run it: the parsed OpenAI body (openai_request.h) checked against
+// the model (vocabulary, context length) and turned into token prompts. One job holds one or more prompts
+// (a batched completions request); prompt j's choice i has the OpenAI index j * n + i.
+// Every failure throws FieldError (HTTP 400 naming the parameter) before anything reaches the engine.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "coordinator/chat_template.h"
+#include "coordinator/openai_request.h"
+#include "coordinator/request.h"
+#include "coordinator/tokenizer.h"
+
+namespace tp {
+
+struct JobPrompt {
+  std::vector<int32_t> tokens;  // non-empty, ids in the vocabulary, fewer than max_context
+  std::string echo;             // completions with echo: the prompt text to put before the completion
+};
+
+struct GenerationJob {
+  bool chat = false;
+  GenerationParams params;
+  std::vector<JobPrompt> prompts;  // >= 1
+  bool echo = false;
+  // Completions echo + logprobs: the top-k of the prompt tokens lead each choice's logprobs; -1: no.
+  int32_t echo_logprobs = -1;
+
+  int32_t n_choices() const { return int32_t(prompts.size()) * params.n; }
+  // The k the engine computes prompt logprobs with: the larger of echo_logprobs and prompt_logprobs.
+  int32_t engine_prompt_logprobs() const;
+  // The engine request for prompt j (its sampling seed given); max_tokens defaults to the rest of the context.
+  Request engine_request(size_t j, uint64_t seed, int64_t max_context) const;
+};
+
+// Throws FieldError: a token id outside the vocabulary ("prompt[3]", "prompt[1][3]", "logit_bias[0]"), a
+// prompt that encodes to nothing or leaves no room in max_context ("context_length_exceeded").
+GenerationJob completion_job(CompletionRequest r, const Tokenizer& tok, int64_t max_context);
+GenerationJob chat_job(ChatCompletionRequest r, const Tokenizer& tok, const ChatTemplate& chat, int64_t max_context);
+
+}  // namespace tp
