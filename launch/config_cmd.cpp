@@ -8,8 +8,17 @@
 
 namespace tp {
 
-int run_config(const std::vector<std::string>& argv) {
-  const CliArgs a("config", argv, {"config"}, {});
+const CommandSpec& config_spec() {
+  static const CommandSpec spec{
+      "config",
+      "validate a config and print its effective values",
+      {
+          OptionSpec::computed("config", "FILE", "built-in defaults", "YAML config to validate"),
+      }};
+  return spec;
+}
+
+int run_config(const CliArgs& a) {
   Config c;
   if (auto path = a.str("config")) c = load_config(*path);
   std::printf("model.path: %s\nmodel.dtype: %s\nparallel.tp: %lld\nparallel.dp: %lld\nparallel.threads: %lld\n"
