@@ -1,7 +1,8 @@
 // `tpserve config` and the start-up refusals of a config, as a user meets them (the real binary; a small
 // synthetic model whose trained context is 8192 tokens): every setting printed as YAML that reads back to the
 // same settings; a section given twice, a directory as --config, a max_context beyond the model's and a KV
-// budget beyond the node's memory each refused with one line naming the file, the key and the line.
+// budget beyond the node's memory each refused with one line naming the file, the key and the line; an HF
+// directory without tokenizer.json refused as such.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -107,6 +108,19 @@ TEST_F(ConfigCli, KvMemoryBeyondTheNodeIsRefusedBeforeAllocating) {
     const Result r = tp::test::run_tpserve("generate --prompt hi --threads 1 --model " + model() + " --config " + cfg);
     EXPECT_NE(r.out.find("MiB available on this node (MemAvailable)"), std::string::npos) << r.out;
   }
+}
+
+TEST_F(ConfigCli, HfDirectoryWithoutTokenizerIsRefusedAsSuch) {
+  // It used to fail as "tokenizer pre-type 'default' not supported".
+  const std::string copy = dir_ + "/no_tokenizer";
+  std::filesystem::remove_all(copy);
+  std::filesystem::copy(model(), copy);
+  std::filesystem::remove(copy + "/tokenizer.json");
+  const std::string cfg = write("small.yaml", "cache:\n  memory_mb: 16\n");
+  expect_refused("generate --prompt hi --threads 1 --model " + copy + " --config " + cfg,
+                 copy + ": no tokenizer.json: the model directory needs the tokenizer.json of its model");
+  const Result r = tp::test::run_tpserve("generate --prompt hi --threads 1 --model " + copy + " --config " + cfg);
+  EXPECT_EQ(r.out.find("pre-type"), std::string::npos) << r.out;
 }
 
 }  // namespace
