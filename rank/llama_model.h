@@ -35,7 +35,9 @@ struct ForwardTimes {
 class LlamaModel {
  public:
   // runtime: F32 or BF16. comm: the TP group (nullptr or size 1: tp = 1). Throws InputError for an
-  // impossible tp (naming the valid ones) or runtime dtype, FormatError for a missing or mis-shaped tensor.
+  // impossible tp (naming the valid ones) or runtime dtype, FormatError for a missing or mis-shaped tensor, or
+  // for a weight of this rank's slices holding NaN or ±inf in the file or after conversion to the runtime dtype
+  // (naming the tensor and the first such element; one extra pass over the converted data).
   LlamaModel(const ModelFile& file, DType runtime, Communicator* comm = nullptr);
 
   const ModelConfig& config() const { return cfg_; }
