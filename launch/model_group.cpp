@@ -6,9 +6,12 @@
 #include <cstdlib>
 #include <thread>
 
+#include <unistd.h>
+
 #include "common/error.h"
 #include "kernels/cpu/linear.h"
 #include "launch/host_memory.h"
+#include "launch/load_progress.h"
 
 namespace tp {
 namespace {
@@ -49,7 +52,10 @@ ModelGroup::ModelGroup(int* argc, char*** argv, const Config& cfg, int threads_a
   const DType runtime = parse_dtype(cfg.model.dtype);
   if (runtime != DType::F32 && runtime != DType::BF16)
     throw UsageError("model.dtype must be bf16 or f32, not '" + cfg.model.dtype + "'");
-  model = std::make_unique<LlamaModel>(*file, runtime, tp_comm.get());
+  LoadProgressPrinter printer(stderr, isatty(STDERR_FILENO) != 0);  // rank 0 only: the others stay quiet
+  LoadProgress progress;
+  if (world_rank() == 0) progress = [&printer](int64_t done, int64_t n, int64_t bytes) { printer.update(done, n, bytes); };
+  model = std::make_unique<LlamaModel>(*file, runtime, tp_comm.get(), progress);
   const KvPoolShape one = model->kv_shape(1, cfg.cache.block_size);
   const int64_t block_bytes = one.bytes_per_token() * one.block_size;
   int64_t n_blocks = cfg.cache.memory_mb * (int64_t(1) << 20) / block_bytes;

@@ -174,7 +174,7 @@ T* grow(std::vector<T>& v, int64_t n) {
 
 }  // namespace
 
-LlamaModel::LlamaModel(const ModelFile& f, DType runtime, Communicator* comm)
+LlamaModel::LlamaModel(const ModelFile& f, DType runtime, Communicator* comm, const LoadProgress& progress)
     : cfg_(f.config()),
       layout_(layout_for(f, comm)),
       comm_(comm && comm->size() > 1 ? comm : nullptr),
@@ -203,8 +203,10 @@ LlamaModel::LlamaModel(const ModelFile& f, DType runtime, Communicator* comm)
                     {{blk(i, "ffn_gate"), cfg_.intermediate, inter}, {blk(i, "ffn_up"), cfg_.intermediate, inter}}),
         load_slices(f, runtime, cfg_.intermediate, inter, {{blk(i, "ffn_down"), hidden, {0, hidden}}}),
     });
+    if (progress && i + 1 < cfg_.n_layers) progress(i + 1, cfg_.n_layers, resident_weight_bytes());
   }
   output_norm_ = load_vector(f, "output_norm.weight", hidden);
+  if (progress) progress(cfg_.n_layers, cfg_.n_layers, resident_weight_bytes());
 }
 
 int64_t LlamaModel::resident_weight_bytes() const {

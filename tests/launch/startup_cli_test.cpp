@@ -2,7 +2,7 @@
 // synthetic model whose trained context is 8192 tokens): every setting printed as YAML that reads back to the
 // same settings; a section given twice, a directory as --config, a max_context beyond the model's and a KV
 // budget beyond the node's memory each refused with one line naming the file, the key and the line; an HF
-// directory without tokenizer.json refused as such.
+// directory without tokenizer.json refused as such; weight loading shown in a few lines, by rank 0 only.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -121,6 +121,34 @@ TEST_F(ConfigCli, HfDirectoryWithoutTokenizerIsRefusedAsSuch) {
                  copy + ": no tokenizer.json: the model directory needs the tokenizer.json of its model");
   const Result r = tp::test::run_tpserve("generate --prompt hi --threads 1 --model " + copy + " --config " + cfg);
   EXPECT_EQ(r.out.find("pre-type"), std::string::npos) << r.out;
+}
+
+size_t count(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t pos = s.find(what); pos != std::string::npos; pos = s.find(what, pos + 1)) ++n;
+  return n;
+}
+
+TEST_F(ConfigCli, WeightsLoadingShowsAFewLinesFromRankZeroOnly) {
+  const std::string cfg = write("progress.yaml", "cache:\n  memory_mb: 16\n");
+  const Result one = tp::test::run_tpserve("generate --prompt hi --max-tokens 2 --threads 1 --model " + model() +
+                                           " --config " + cfg);
+  ASSERT_EQ(one.code, 0) << one.out;
+  EXPECT_EQ(count(one.out, "loading weights: "), 2u) << one.out;  // 2 layers: at 50 % and 100 %, not a bar
+  EXPECT_NE(one.out.find("loading weights: 2/2 layers, "), std::string::npos) << one.out;
+  EXPECT_EQ(one.out.find('\r'), std::string::npos) << one.out;
+  // tp 2 under mpirun: rank 1 loads too, quietly.
+  const std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 " +
+                          std::string(TPSERVE_BIN) + " generate --prompt hi --max-tokens 2 --threads 1 --tp 2 --model " +
+                          model() + " --config " + cfg + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  ASSERT_EQ(pclose(p), 0) << out;
+  EXPECT_NE(out.find("rank 1 (tp 1/2)"), std::string::npos) << out;
+  EXPECT_EQ(count(out, "loading weights: 2/2 layers"), 1u) << out;
 }
 
 }  // namespace
