@@ -15,6 +15,13 @@ double mib(int64_t bytes) { return double(bytes) / double(int64_t(1) << 20); }
 LoadProgressPrinter::LoadProgressPrinter(std::FILE* out, bool terminal)
     : out_(out), terminal_(terminal), start_(Clock::now()), last_draw_(start_ - kRedrawEvery) {}
 
+LoadProgressPrinter::~LoadProgressPrinter() {
+  if (drawn_ && !finished_) {
+    std::fputc('\n', out_);
+    std::fflush(out_);
+  }
+}
+
 void LoadProgressPrinter::update(int64_t done, int64_t total, int64_t bytes) {
   if (finished_ || total <= 0) return;
   done = std::clamp<int64_t>(done, 0, total);
@@ -23,6 +30,7 @@ void LoadProgressPrinter::update(int64_t done, int64_t total, int64_t bytes) {
   if (terminal_) {
     if (!last && now - last_draw_ < kRedrawEvery) return;
     last_draw_ = now;
+    drawn_ = true;
     const int filled = int(done * kBarWidth / total);
     std::fprintf(out_, "\rloading weights [%s%s] %lld/%lld layers, %.1f MiB", std::string(size_t(filled), '#').c_str(),
                  std::string(size_t(kBarWidth - filled), '-').c_str(), (long long)done, (long long)total, mib(bytes));

@@ -15,6 +15,10 @@ class LoadProgressPrinter {
  public:
   // out: where to print (stderr); terminal: whether out is one (isatty).
   LoadProgressPrinter(std::FILE* out, bool terminal);
+  // Ends a bar left unfinished (loading failed) with a newline, so the error that follows starts a line.
+  ~LoadProgressPrinter();
+  LoadProgressPrinter(const LoadProgressPrinter&) = delete;
+  LoadProgressPrinter& operator=(const LoadProgressPrinter&) = delete;
 
   // done of total layers loaded, bytes of weights held so far. done == total ends the display.
   void update(int64_t done, int64_t total, int64_t bytes);
@@ -25,6 +29,7 @@ class LoadProgressPrinter {
   bool terminal_;
   Clock::time_point start_, last_draw_;
   int64_t quarters_printed_ = 0;  // plain lines: the last quarter printed
+  bool drawn_ = false;     // terminal: a bar is on the line
   bool finished_ = false;
 };
 

@@ -16,13 +16,14 @@ namespace {
 constexpr int64_t kMiB = int64_t(1) << 20;
 
 // Runs `updates` through a printer writing to memory; returns what it printed.
-std::string printed(bool terminal, int64_t n_layers, int extra_updates_after_end = 0) {
+// stop_at < n_layers: loading fails after that layer.
+std::string printed(bool terminal, int64_t n_layers, int extra_updates_after_end = 0, int64_t stop_at = -1) {
   char* buf = nullptr;
   size_t len = 0;
   std::FILE* f = open_memstream(&buf, &len);
   {
     LoadProgressPrinter p(f, terminal);
-    for (int64_t i = 1; i <= n_layers; ++i) p.update(i, n_layers, i * kMiB);
+    for (int64_t i = 1; i <= (stop_at >= 0 ? stop_at : n_layers); ++i) p.update(i, n_layers, i * kMiB);
     for (int i = 0; i < extra_updates_after_end; ++i) p.update(n_layers, n_layers, 0);
   }
   std::fclose(f);
@@ -68,6 +69,14 @@ TEST(LoadProgress, TerminalRedrawsOneLineWithABar) {
             std::string::npos)
       << s;
   EXPECT_NE(s.find("\rloading weights [" + std::string(30, '-') + "] 1/2000 layers, 1.0 MiB"), std::string::npos) << s;
+}
+
+TEST(LoadProgress, AnUnfinishedBarIsEndedSoTheErrorStartsALine) {
+  const std::string s = printed(true, 30, 0, 3);
+  EXPECT_EQ(s.rfind("\rloading weights [#-----------------------------] 1/30 layers, 1.0 MiB", 0), 0u) << s;
+  EXPECT_EQ(lines(s).size(), 1u) << s;
+  EXPECT_TRUE(s.ends_with(" MiB\n")) << s;
+  EXPECT_EQ(printed(false, 30, 0, 3), "");  // a log: nothing printed before 25 %, nothing to end
 }
 
 }  // namespace
