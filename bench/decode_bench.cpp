@@ -32,17 +32,29 @@ Stat stats(const std::vector<double>& v) {
 }
 
 int run(int argc, char** argv) {
-  const tp::CliArgs a("decode_bench", std::vector<std::string>(argv + 1, argv + argc),
-                      {"model", "dtype", "threads", "pp", "tg", "reps"}, {});
+  using tp::OptionSpec;
+  const tp::CommandSpec spec{"decode_bench",
+                             "prefill (pp) and decode (tg) throughput of one sequence, llama-bench style",
+                             {OptionSpec::required_value("model", "PATH", "GGUF file or HF model directory"),
+                              OptionSpec::value("dtype", "bf16|f32", "bf16", "runtime weight dtype"),
+                              OptionSpec::value("threads", "N", "1", "compute threads per rank"),
+                              OptionSpec::value("pp", "P", "512", "prompt tokens of the prefill step"),
+                              OptionSpec::value("tg", "G", "128", "single-token decode steps"),
+                              OptionSpec::value("reps", "R", "3", "repetitions after one warm-up")}};
+  const tp::CliArgs a(spec, std::vector<std::string>(argv + 1, argv + argc));
+  if (a.help()) {
+    std::fputs(tp::usage_text(spec).c_str(), stdout);
+    return 0;
+  }
   tp::Config cfg;
   cfg.model.path = a.required("model");
-  cfg.model.dtype = a.str("dtype").value_or("bf16");
-  const int64_t pp = a.integer("pp", 512, 1, 1 << 20), tg = a.integer("tg", 128, 1, 1 << 20);
-  const int reps = int(a.integer("reps", 3, 1, 1000));
+  cfg.model.dtype = *a.str("dtype");
+  const int64_t pp = a.integer("pp", 1, 1 << 20), tg = a.integer("tg", 1, 1 << 20);
+  const int reps = int(a.integer("reps", 1, 1000));
   const char* world = std::getenv("OMPI_COMM_WORLD_SIZE");
   cfg.parallel.tp = world ? std::atoi(world) : 1;
   cfg.cache.memory_mb = 256;
-  tp::ModelGroup g(&argc, &argv, cfg, int(a.integer("threads", 1, 1, 1024)));
+  tp::ModelGroup g(&argc, &argv, cfg, int(a.integer("threads", 1, 1024)));
   std::fprintf(stderr, "%s\n", g.report().c_str());
   if (!g.is_leader()) {
     g.worker->serve();

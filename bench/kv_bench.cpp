@@ -123,23 +123,39 @@ ChoicesResult run_choices(ModelGroup& g, const Config& cfg, const std::vector<in
 }
 
 int run(int argc, char** argv) {
-  const CliArgs a("kv_bench", std::vector<std::string>(argv + 1, argv + argc),
-                  {"model", "dtype", "threads", "budget-mb", "context", "requests", "prompt-median", "gen", "system",
-                   "warm", "choices", "choice-prompt"},
-                  {});
+  const CommandSpec spec{
+      "kv_bench",
+      "static vs paged KV reservation, prefix caching, parallel sampling (see the header of bench/kv_bench.cpp)",
+      {OptionSpec::required_value("model", "PATH", "GGUF file or HF model directory"),
+       OptionSpec::value("dtype", "bf16|f32", "bf16", "runtime weight dtype"),
+       OptionSpec::value("threads", "N", "2", "compute threads"),
+       OptionSpec::value("budget-mb", "MB", "96", "KV budget in MiB (cache.memory_mb)"),
+       OptionSpec::value("context", "C", "2048", "max context per request (cache.max_context)"),
+       OptionSpec::value("requests", "N", "48", "requests of experiment (1)"),
+       OptionSpec::value("prompt-median", "P", "120", "median prompt length of experiment (1)"),
+       OptionSpec::value("gen", "G", "32", "max output tokens of experiment (1)"),
+       OptionSpec::value("system", "S", "1000", "shared system prompt tokens of experiment (2)"),
+       OptionSpec::value("warm", "W", "4", "warm requests of experiment (2)"),
+       OptionSpec::value("choices", "N", "8", "choices of experiment (3)"),
+       OptionSpec::value("choice-prompt", "P", "500", "prompt tokens of experiment (3)")}};
+  const CliArgs a(spec, std::vector<std::string>(argv + 1, argv + argc));
+  if (a.help()) {
+    std::fputs(usage_text(spec).c_str(), stdout);
+    return 0;
+  }
   Config cfg;
   cfg.model.path = a.required("model");
-  cfg.model.dtype = a.str("dtype").value_or("bf16");
-  cfg.cache.memory_mb = a.integer("budget-mb", 96, 1, 1 << 20);
-  cfg.cache.max_context = a.integer("context", 2048, 16, 1 << 20);
+  cfg.model.dtype = *a.str("dtype");
+  cfg.cache.memory_mb = a.integer("budget-mb", 1, 1 << 20);
+  cfg.cache.max_context = a.integer("context", 16, 1 << 20);
   cfg.scheduler.max_num_seqs = 256;
   cfg.scheduler.max_num_batched_tokens = 2048;
-  const int64_t n_req = a.integer("requests", 48, 1, 100000), median = a.integer("prompt-median", 120, 1, 1 << 20);
-  const int64_t gen = a.integer("gen", 32, 2, 1 << 20), system = a.integer("system", 1000, 1, 1 << 20);
-  const int64_t warm = a.integer("warm", 4, 1, 1000);
-  const int32_t choices = int32_t(a.integer("choices", 8, 2, 64));
-  const int64_t choice_prompt = a.integer("choice-prompt", 500, 2, 1 << 20);
-  ModelGroup g(&argc, &argv, cfg, int(a.integer("threads", 2, 1, 1024)));
+  const int64_t n_req = a.integer("requests", 1, 100000), median = a.integer("prompt-median", 1, 1 << 20);
+  const int64_t gen = a.integer("gen", 2, 1 << 20), system = a.integer("system", 1, 1 << 20);
+  const int64_t warm = a.integer("warm", 1, 1000);
+  const int32_t choices = int32_t(a.integer("choices", 2, 64));
+  const int64_t choice_prompt = a.integer("choice-prompt", 2, 1 << 20);
+  ModelGroup g(&argc, &argv, cfg, int(a.integer("threads", 1, 1024)));
   const int64_t vocab = g.model->config().vocab, C = cfg.cache.max_context;
 
   // (1) the load

@@ -2,22 +2,35 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <map>
 #include <sstream>
+#include <vector>
 
 #include "common/error.h"
 
 namespace tp {
 namespace {
 
-// One section's keys: name -> reader of the YAML node into the struct field.
-using KeyReader = std::function<void(const YAML::Node&, const std::string& key)>;
+namespace fs = std::filesystem;
+
+std::string line_text(const YAML::Mark& m) { return m.line >= 0 ? "line " + std::to_string(m.line + 1) : "?"; }
+
+// Where two occurrences of one name stand: lines, and columns too when they share a line (flow style).
+std::string both_places(const YAML::Mark& a, const YAML::Mark& b) {
+  if (a.line != b.line) return "at " + line_text(a) + " and again at " + line_text(b);
+  return "at " + line_text(a) + ", column " + std::to_string(a.column + 1) + " and again at column " +
+         std::to_string(b.column + 1);
+}
 
 struct Reader {
   const std::string& source;
+  const std::string& base_dir;
 
   std::string where(const YAML::Node& n) const {
     const auto m = n.Mark();
@@ -51,8 +64,7 @@ struct Reader {
     } catch (const YAML::Exception&) {
       throw ConfigError(source, key, "expected a number, got '" + n.Scalar() + "'" + where(n));
     }
-    if (!(v >= lo && v <= hi))
-      throw ConfigError(source, key, n.Scalar() + " is out of range" + where(n));
+    if (!(v >= lo && v <= hi)) throw ConfigError(source, key, n.Scalar() + " is out of range" + where(n));
     return v;
   }
 
@@ -79,30 +91,154 @@ struct Reader {
     }
     throw ConfigError(source, key, "'" + v + "' is not one of: " + list + where(n));
   }
-
-  void section(const YAML::Node& root, const std::string& name, const std::map<std::string, KeyReader>& keys) const {
-    const YAML::Node n = root[name];
-    if (!n) return;
-    if (n.IsNull()) return;
-    if (!n.IsMap()) throw ConfigError(source, name, "expected a mapping of keys" + where(n));
-    for (const auto& kv : n) {
-      if (!kv.first.IsScalar())
-        throw ConfigError(source, name, "a key must be a plain name, not a sequence or mapping" + where(kv.first));
-      const std::string key = kv.first.as<std::string>();
-      auto it = keys.find(key);
-      if (it == keys.end()) {
-        std::string valid;
-        for (const auto& k : keys) valid += (valid.empty() ? "" : ", ") + k.first;
-        throw ConfigError(source, name + "." + key, "unknown key (valid: " + valid + ")" + where(kv.first));
-      }
-      it->second(kv.second, name + "." + key);
-    }
-  }
 };
+
+// ---- the settings: one row per YAML key, the single source of what is read and what is printed ----
+
+using ReadFn = std::function<void(const Reader&, const YAML::Node&, const std::string& key, Config&)>;
+using PrintFn = std::function<void(const Config&, YAML::Emitter&)>;
+
+struct Setting {
+  const char* section;
+  const char* key;
+  ReadFn read;
+  PrintFn print;
+};
+
+void emit(YAML::Emitter& out, int64_t v) { out << v; }
+void emit(YAML::Emitter& out, bool v) { out << (v ? "true" : "false"); }
+void emit(YAML::Emitter& out, const std::string& v) { out << YAML::DoubleQuoted << v; }
+void emit(YAML::Emitter& out, double v) {  // shortest text that reads back to the same double
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out << std::string(buf, r.ptr);
+}
+
+// A row for field `field` of section `sec` of Config, read by `read` (which applies the key's checks).
+template <class S, class T>
+Setting row(const char* section, const char* key, S Config::*sec, T S::*field,
+            std::function<T(const Reader&, const YAML::Node&, const std::string&)> read) {
+  return {section, key,
+          [sec, field, read](const Reader& r, const YAML::Node& n, const std::string& k, Config& c) {
+            (c.*sec).*field = read(r, n, k);
+          },
+          [sec, field](const Config& c, YAML::Emitter& out) { emit(out, (c.*sec).*field); }};
+}
+
+template <class S>
+Setting integer(const char* section, const char* key, S Config::*sec, int64_t S::*field, int64_t lo, int64_t hi) {
+  return row<S, int64_t>(section, key, sec, field,
+                         [lo, hi](const Reader& r, const YAML::Node& n, const std::string& k) {
+                           return r.integer(n, k, lo, hi);
+                         });
+}
+
+template <class S>
+Setting real(const char* section, const char* key, S Config::*sec, double S::*field, double lo, double hi) {
+  return row<S, double>(section, key, sec, field,
+                        [lo, hi](const Reader& r, const YAML::Node& n, const std::string& k) { return r.real(n, k, lo, hi); });
+}
+
+template <class S>
+Setting text(const char* section, const char* key, S Config::*sec, std::string S::*field) {
+  return row<S, std::string>(section, key, sec, field,
+                             [](const Reader& r, const YAML::Node& n, const std::string& k) { return r.string(n, k); });
+}
+
+template <class S>
+Setting choice(const char* section, const char* key, S Config::*sec, std::string S::*field,
+               std::initializer_list<const char*> choices) {
+  const std::vector<const char*> list(choices);
+  return row<S, std::string>(section, key, sec, field, [list](const Reader& r, const YAML::Node& n, const std::string& k) {
+    const std::string v = r.string(n, k);
+    if (std::find_if(list.begin(), list.end(), [&](const char* c) { return v == c; }) != list.end()) return v;
+    std::string names;
+    for (const char* c : list) names += (names.empty() ? "" : ", ") + std::string(c);
+    throw ConfigError(r.source, k, "'" + v + "' is not one of: " + names + r.where(n));
+  });
+}
 
 bool is_power_of_two(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
+const std::vector<Setting>& settings() {
+  using C = Config;
+  static const std::vector<Setting> kSettings = {
+      row<ModelSection, std::string>("model", "path", &C::model, &ModelSection::path,
+                                     [](const Reader& r, const YAML::Node& n, const std::string& k) {
+                                       std::string path = r.string(n, k);
+                                       if (path.empty()) throw ConfigError(r.source, k, "must not be empty" + r.where(n));
+                                       if (fs::path(path).is_relative() && !r.base_dir.empty())
+                                         path = (fs::path(r.base_dir) / path).lexically_normal().string();
+                                       return path;
+                                     }),
+      choice("model", "dtype", &C::model, &ModelSection::dtype, {"bf16", "f32"}),
+      text("model", "name", &C::model, &ModelSection::name),
+      text("model", "chat_template", &C::model, &ModelSection::chat_template),
+      integer("parallel", "tp", &C::parallel, &ParallelSection::tp, 1, 4096),
+      integer("parallel", "dp", &C::parallel, &ParallelSection::dp, 1, 4096),
+      integer("parallel", "threads", &C::parallel, &ParallelSection::threads, 0, 1024),
+      row<CacheSection, int64_t>("cache", "block_size", &C::cache, &CacheSection::block_size,
+                                 [](const Reader& r, const YAML::Node& n, const std::string& k) {
+                                   const int64_t v = r.integer(n, k, 1, 1024);
+                                   if (!is_power_of_two(v))
+                                     throw ConfigError(r.source, k, std::to_string(v) + " is not a power of two" + r.where(n));
+                                   return v;
+                                 }),
+      integer("cache", "memory_mb", &C::cache, &CacheSection::memory_mb, 1, int64_t(1) << 30),
+      integer("cache", "max_context", &C::cache, &CacheSection::max_context, 0, int64_t(1) << 24),
+      row<CacheSection, bool>("cache", "prefix_caching", &C::cache, &CacheSection::prefix_caching,
+                              [](const Reader& r, const YAML::Node& n, const std::string& k) { return r.boolean(n, k); }),
+      integer("scheduler", "max_num_seqs", &C::scheduler, &SchedulerSection::max_num_seqs, 1, 1 << 20),
+      integer("scheduler", "max_num_batched_tokens", &C::scheduler, &SchedulerSection::max_num_batched_tokens, 1, 1 << 24),
+      integer("scheduler", "max_queued_requests", &C::scheduler, &SchedulerSection::max_queued_requests, 1, 1 << 24),
+      choice("scheduler", "kv_reservation", &C::scheduler, &SchedulerSection::kv_reservation, {"paged", "static"}),
+      text("server", "host", &C::server, &ServerSection::host),
+      integer("server", "port", &C::server, &ServerSection::port, 0, 65535),
+      text("server", "api_key", &C::server, &ServerSection::api_key),
+      integer("server", "max_body_bytes", &C::server, &ServerSection::max_body_bytes, 1, int64_t(1) << 32),
+      integer("server", "max_connections", &C::server, &ServerSection::max_connections, 1, 65536),
+      real("server", "shutdown_deadline_s", &C::server, &ServerSection::shutdown_deadline_s, 0.0, 3600.0),
+      real("server", "request_timeout_s", &C::server, &ServerSection::request_timeout_s, 0.0, 86400.0),
+      real("server", "step_timeout_s", &C::server, &ServerSection::step_timeout_s, 0.0, 86400.0),
+  };
+  return kSettings;
+}
+
+// The sections in order of first appearance in the settings.
+std::vector<std::string> section_names() {
+  std::vector<std::string> names;
+  for (const Setting& s : settings())
+    if (std::find(names.begin(), names.end(), s.section) == names.end()) names.push_back(s.section);
+  return names;
+}
+
+std::string joined(std::vector<std::string> names) {
+  std::sort(names.begin(), names.end());
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+// Refuses a name that a mapping holds twice (yaml-cpp keeps both; lookups would see only the first).
+void refuse_duplicates(const YAML::Node& map, const std::string& source, const std::string& prefix, const char* what) {
+  std::vector<std::pair<std::string, YAML::Mark>> seen;
+  for (const auto& kv : map) {
+    const std::string name = kv.first.as<std::string>();
+    for (const auto& [other, mark] : seen)
+      if (other == name)
+        throw ConfigError(source, prefix + name,
+                          std::string(what) + " given twice: " + both_places(mark, kv.first.Mark()) +
+                              " (keep one; the later one would be ignored)");
+    seen.emplace_back(name, kv.first.Mark());
+  }
+}
+
 }  // namespace
+
+std::string Config::line_of(const std::string& key) const {
+  const auto it = lines.find(key);
+  return it == lines.end() ? "" : " (line " + std::to_string(it->second) + ")";
+}
 
 Config parse_config(const std::string& yaml_text, const std::string& source, const std::string& base_dir) {
   YAML::Node root;
@@ -116,72 +252,82 @@ Config parse_config(const std::string& yaml_text, const std::string& source, con
   if (!root || root.IsNull()) return c;
   if (!root.IsMap()) throw ConfigError(source, "<root>", "expected a mapping of sections");
 
-  const Reader r{source};
-  static const char* kSections[] = {"model", "parallel", "cache", "scheduler", "server"};
+  const Reader r{source, base_dir};
+  const std::vector<std::string> sections = section_names();
   for (const auto& kv : root) {
     if (!kv.first.IsScalar())
       throw ConfigError(source, "<root>", "a section name must be a plain name, not a sequence or mapping" +
                                              r.where(kv.first));
     const std::string s = kv.first.as<std::string>();
-    bool known = false;
-    for (const char* k : kSections) known = known || s == k;
-    if (!known)
+    if (std::find(sections.begin(), sections.end(), s) == sections.end())
       throw ConfigError(source, s, "unknown section (valid: model, parallel, cache, scheduler, server)" + r.where(kv.first));
   }
+  refuse_duplicates(root, source, "", "section");
 
-  r.section(root, "model",
-            {{"path",
-              [&](auto& n, auto& k) {
-                c.model.path = r.string(n, k);
-                if (c.model.path.empty()) throw ConfigError(source, k, "must not be empty" + r.where(n));
-                namespace fs = std::filesystem;
-                if (fs::path(c.model.path).is_relative() && !base_dir.empty())
-                  c.model.path = (fs::path(base_dir) / c.model.path).lexically_normal().string();
-              }},
-             {"dtype", [&](auto& n, auto& k) { c.model.dtype = r.one_of(n, k, {"bf16", "f32"}); }},
-             {"name", [&](auto& n, auto& k) { c.model.name = r.string(n, k); }},
-             {"chat_template", [&](auto& n, auto& k) { c.model.chat_template = r.string(n, k); }}});
-  r.section(root, "parallel",
-            {{"tp", [&](auto& n, auto& k) { c.parallel.tp = r.integer(n, k, 1, 4096); }},
-             {"dp", [&](auto& n, auto& k) { c.parallel.dp = r.integer(n, k, 1, 4096); }},
-             {"threads", [&](auto& n, auto& k) { c.parallel.threads = r.integer(n, k, 0, 1024); }}});
-  r.section(root, "cache",
-            {{"block_size",
-              [&](auto& n, auto& k) {
-                c.cache.block_size = r.integer(n, k, 1, 1024);
-                if (!is_power_of_two(c.cache.block_size))
-                  throw ConfigError(source, k, std::to_string(c.cache.block_size) + " is not a power of two" + r.where(n));
-              }},
-             {"memory_mb", [&](auto& n, auto& k) { c.cache.memory_mb = r.integer(n, k, 1, int64_t(1) << 30); }},
-             {"max_context", [&](auto& n, auto& k) { c.cache.max_context = r.integer(n, k, 0, int64_t(1) << 24); }},
-             {"prefix_caching", [&](auto& n, auto& k) { c.cache.prefix_caching = r.boolean(n, k); }}});
-  r.section(root, "scheduler",
-            {{"max_num_seqs", [&](auto& n, auto& k) { c.scheduler.max_num_seqs = r.integer(n, k, 1, 1 << 20); }},
-             {"max_num_batched_tokens",
-              [&](auto& n, auto& k) { c.scheduler.max_num_batched_tokens = r.integer(n, k, 1, 1 << 24); }},
-             {"max_queued_requests",
-              [&](auto& n, auto& k) { c.scheduler.max_queued_requests = r.integer(n, k, 1, 1 << 24); }},
-             {"kv_reservation",
-              [&](auto& n, auto& k) { c.scheduler.kv_reservation = r.one_of(n, k, {"paged", "static"}); }}});
-  r.section(root, "server",
-            {{"host", [&](auto& n, auto& k) { c.server.host = r.string(n, k); }},
-             {"port", [&](auto& n, auto& k) { c.server.port = r.integer(n, k, 0, 65535); }},
-             {"api_key", [&](auto& n, auto& k) { c.server.api_key = r.string(n, k); }},
-             {"max_body_bytes", [&](auto& n, auto& k) { c.server.max_body_bytes = r.integer(n, k, 1, int64_t(1) << 32); }},
-             {"shutdown_deadline_s", [&](auto& n, auto& k) { c.server.shutdown_deadline_s = r.real(n, k, 0.0, 3600.0); }},
-             {"max_connections", [&](auto& n, auto& k) { c.server.max_connections = r.integer(n, k, 1, 65536); }},
-             {"request_timeout_s", [&](auto& n, auto& k) { c.server.request_timeout_s = r.real(n, k, 0.0, 86400.0); }},
-             {"step_timeout_s", [&](auto& n, auto& k) { c.server.step_timeout_s = r.real(n, k, 0.0, 86400.0); }}});
-
+  for (const std::string& name : sections) {
+    const YAML::Node n = root[name];
+    if (!n || n.IsNull()) continue;
+    if (!n.IsMap()) throw ConfigError(source, name, "expected a mapping of keys" + r.where(n));
+    std::vector<std::string> valid;
+    for (const Setting& s : settings())
+      if (name == s.section) valid.push_back(s.key);
+    for (const auto& kv : n) {
+      if (!kv.first.IsScalar())
+        throw ConfigError(source, name, "a key must be a plain name, not a sequence or mapping" + r.where(kv.first));
+      const std::string key = kv.first.as<std::string>();
+      if (std::find(valid.begin(), valid.end(), key) == valid.end())
+        throw ConfigError(source, name + "." + key, "unknown key (valid: " + joined(valid) + ")" + r.where(kv.first));
+    }
+    refuse_duplicates(n, source, name + ".", "key");
+    for (const auto& kv : n) {
+      const std::string key = kv.first.as<std::string>();
+      for (const Setting& s : settings())
+        if (name == s.section && key == s.key) s.read(r, kv.second, name + "." + key, c);
+      if (kv.first.Mark().line >= 0) c.lines[name + "." + key] = kv.first.Mark().line + 1;
+    }
+  }
   return c;
 }
 
 Config load_config(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw InputError(path + ": is a directory, expected a YAML file");
   std::ifstream in(path);
-  if (!in) throw InputError("cannot read config '" + path + "'");
+  if (!in) throw InputError("cannot read config '" + path + "': " + std::strerror(errno));
   std::stringstream ss;
   ss << in.rdbuf();
-  return parse_config(ss.str(), path, std::filesystem::absolute(path).parent_path().string());
+  if (in.bad()) throw InputError("cannot read config '" + path + "': " + std::strerror(errno));
+  return parse_config(ss.str(), path, fs::absolute(path).parent_path().string());
+}
+
+std::string format_config(const Config& c) {
+  // A relative model path (a default, or set from the command line) is relative to the working directory.
+  Config printed = c;
+  std::error_code ec;
+  if (fs::path(c.model.path).is_relative())
+    if (const fs::path abs = fs::absolute(c.model.path, ec); !ec) printed.model.path = abs.lexically_normal().string();
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  for (const std::string& name : section_names()) {
+    out << YAML::Key << name << YAML::Value << YAML::BeginMap;
+    for (const Setting& s : settings()) {
+      if (name != s.section) continue;
+      out << YAML::Key << s.key << YAML::Value;
+      s.print(printed, out);
+    }
+    out << YAML::EndMap;
+  }
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+void check_config_for_model(const Config& c, int64_t model_max_context, const std::string& model_path) {
+  if (model_max_context > 0 && c.cache.max_context > model_max_context)
+    throw ConfigError(c.source, "cache.max_context",
+                      std::to_string(c.cache.max_context) + " exceeds the trained context of the model (" +
+                          std::to_string(model_max_context) + " tokens in " + model_path + ")" +
+                          c.line_of("cache.max_context") + "; use at most " + std::to_string(model_max_context) +
+                          ", or 0 for the model's");
 }
 
 }  // namespace tp

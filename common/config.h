@@ -1,8 +1,11 @@
 // The typed tpserve configuration, read from YAML (configs/*.yaml). Every key is optional and has the default
-// below; an unknown key, a wrong type or an out-of-range value throws ConfigError("<file>", "<section.key>",
-// reason). Paths are resolved relative to the config file's directory when relative.
+// below; an unknown key, a section or key given twice, a wrong type or an out-of-range value throws
+// ConfigError("<file>", "<section.key>", reason + " (line N)"). Paths are resolved relative to the config
+// file's directory when relative. Checks that need the model or the machine are done where those are known
+// (check_config_for_model below; the KV memory check in launch/host_memory.h).
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 
 namespace tp {
@@ -54,11 +57,25 @@ struct Config {
   CacheSection cache;
   SchedulerSection scheduler;
   ServerSection server;
+  // 1-based line of each key read from the file, by "section.key"; absent for defaults.
+  std::map<std::string, int64_t> lines;
+  // " (line N)" when `key` ("cache.max_context") was read from the file, else "".
+  std::string line_of(const std::string& key) const;
 };
 
-// Reads and validates a YAML config file. Throws ConfigError / InputError.
+// Reads and validates a YAML config file. Throws ConfigError / InputError (unreadable, or a directory).
 Config load_config(const std::string& path);
 // Parses YAML text; `source` names it in errors; relative paths resolve against `base_dir`.
 Config parse_config(const std::string& yaml_text, const std::string& source, const std::string& base_dir);
+
+// Every setting of `c` as YAML that parse_config reads back to the same values: each section and key in the
+// order of this header, strings double-quoted, numbers in their shortest exact form, a relative model path made
+// absolute against the working directory (where it would be opened).
+std::string format_config(const Config& c);
+
+// The config against the model it will serve: cache.max_context must not exceed the model's trained context
+// `model_max_context` (0: unknown, not checked). Throws ConfigError naming the file, key, line and the model's
+// value.
+void check_config_for_model(const Config& c, int64_t model_max_context, const std::string& model_path);
 
 }  // namespace tp

@@ -1,16 +1,23 @@
-// The `tpserve` subcommands. Each takes the arguments after its name, returns the process exit code,
-// and throws tp::InputError (and subclasses) for bad input, which main() prints as one line.
+// The `tpserve` subcommands. Each has a table of its options (its CommandSpec: the parser's input and its
+// --help text) and a runner that takes the parsed options, returns the process exit code, and throws
+// tp::InputError (and subclasses) for bad input, which main() prints as one line.
 #pragma once
-#include <string>
-#include <vector>
+#include "launch/cli_args.h"
 
 namespace tp {
 
-int run_generate(const std::vector<std::string>& args);
-int run_convert(const std::vector<std::string>& args);
-int run_synth(const std::vector<std::string>& args);
-int run_plan(const std::vector<std::string>& args);
-int run_config(const std::vector<std::string>& args);
-int run_serve(const std::vector<std::string>& args);
+const CommandSpec& generate_spec();
+const CommandSpec& convert_spec();
+const CommandSpec& synth_spec();
+const CommandSpec& plan_spec();
+const CommandSpec& config_spec();
+const CommandSpec& serve_spec();
+
+int run_generate(const CliArgs& args);
+int run_convert(const CliArgs& args);
+int run_synth(const CliArgs& args);
+int run_plan(const CliArgs& args);
+int run_config(const CliArgs& args);
+int run_serve(const CliArgs& args);
 
 }  // namespace tp

@@ -1,5 +1,6 @@
-// `tpserve config [--config FILE]`: validates a config and prints the effective values, one `section.key: value`
-// a line (what launch/start reads to size an mpirun).
+// `tpserve config [--config FILE]`: validates a config and prints every effective setting as YAML that
+// `--config` reads back to the same values (common/config.h's format_config). launch/start reads
+// parallel.tp, parallel.dp and parallel.threads from it to size an mpirun.
 #include <cstdio>
 
 #include "common/config.h"
@@ -8,19 +9,20 @@
 
 namespace tp {
 
-int run_config(const std::vector<std::string>& argv) {
-  const CliArgs a("config", argv, {"config"}, {});
+const CommandSpec& config_spec() {
+  static const CommandSpec spec{
+      "config",
+      "validate a config and print every effective setting as YAML (defaults filled in, paths resolved)",
+      {
+          OptionSpec::computed("config", "FILE", "built-in defaults", "YAML config to validate"),
+      }};
+  return spec;
+}
+
+int run_config(const CliArgs& a) {
   Config c;
   if (auto path = a.str("config")) c = load_config(*path);
-  std::printf("model.path: %s\nmodel.dtype: %s\nparallel.tp: %lld\nparallel.dp: %lld\nparallel.threads: %lld\n"
-              "cache.block_size: %lld\ncache.memory_mb: %lld\ncache.max_context: %lld\ncache.prefix_caching: %s\n"
-              "scheduler.max_num_seqs: %lld\nscheduler.max_num_batched_tokens: %lld\n"
-              "scheduler.max_queued_requests: %lld\nscheduler.kv_reservation: %s\nserver.host: %s\nserver.port: %lld\n",
-              c.model.path.c_str(), c.model.dtype.c_str(), (long long)c.parallel.tp, (long long)c.parallel.dp,
-              (long long)c.parallel.threads, (long long)c.cache.block_size, (long long)c.cache.memory_mb,
-              (long long)c.cache.max_context, c.cache.prefix_caching ? "true" : "false",
-              (long long)c.scheduler.max_num_seqs, (long long)c.scheduler.max_num_batched_tokens,
-              (long long)c.scheduler.max_queued_requests, c.scheduler.kv_reservation.c_str(), c.server.host.c_str(), (long long)c.server.port);
+  std::printf("# tpserve config: the effective settings of %s\n%s", c.source.c_str(), format_config(c).c_str());
   return 0;
 }
 

@@ -8,8 +8,19 @@
 
 namespace tp {
 
-int run_convert(const std::vector<std::string>& argv) {
-  const CliArgs a("convert", argv, {"in", "out", "to"}, {});
+const CommandSpec& convert_spec() {
+  static const CommandSpec spec{
+      "convert",
+      "convert a model to an unquantized GGUF file or HF safetensors directory",
+      {
+          OptionSpec::required_value("in", "MODEL", "GGUF file or HF model directory to read"),
+          OptionSpec::required_value("out", "PATH", "GGUF file or directory to write"),
+          OptionSpec::required_value("to", "FORMAT", "gguf-f32, gguf-bf16, gguf-f16, hf-f32 or hf-bf16"),
+      }};
+  return spec;
+}
+
+int run_convert(const CliArgs& a) {
   const std::string in = a.required("in"), out = a.required("out"), to = a.required("to");
   static const std::pair<const char*, ConvertFormat> kFormats[] = {
       {"gguf-f32", ConvertFormat::GgufF32}, {"gguf-bf16", ConvertFormat::GgufBf16}, {"gguf-f16", ConvertFormat::GgufF16},

@@ -15,11 +15,36 @@
 
 namespace tp {
 
-int run_generate(const std::vector<std::string>& argv) {
-  const CliArgs a("generate", argv,
-                  {"model", "prompt", "max-tokens", "temperature", "top-p", "top-k", "min-p", "seed", "config",
-                   "dtype", "threads", "tp"},
-                  {"ignore-eos"});
+const CommandSpec& generate_spec() {
+  static const Config d;  // the defaults without a config
+  static const CommandSpec spec{
+      "generate",
+      "run one prompt through the engine and print the text as it is produced, then prefill and decode tok/s",
+      {
+          OptionSpec::computed("config", "FILE", "built-in defaults", "YAML config (see `tpserve config`)"),
+          OptionSpec::computed("model", "PATH", "model.path of the config, else " + d.model.path,
+                               "GGUF file or HF model directory"),
+          OptionSpec::required_value("prompt", "TEXT", "the prompt text"),
+          OptionSpec::value("max-tokens", "N", "64", "tokens to generate at most"),
+          OptionSpec::value("temperature", "T", "0", "sampling temperature in [0, 100]; 0: greedy"),
+          OptionSpec::value("top-p", "P", "1", "nucleus sampling: keep the smallest set of tokens with mass >= P"),
+          OptionSpec::value("top-k", "K", "0", "keep the K most likely tokens; 0: all"),
+          OptionSpec::value("min-p", "P", "0", "drop tokens less likely than P x the most likely one"),
+          OptionSpec::value("seed", "S", "0", "sampling seed"),
+          OptionSpec::flag("ignore-eos", "keep generating past end-of-sequence tokens"),
+          OptionSpec::computed("dtype", "bf16|f32", "model.dtype of the config, else " + d.model.dtype,
+                               "runtime weight dtype"),
+          OptionSpec::computed("threads", "N",
+                               "parallel.threads of the config, else " + std::to_string(d.parallel.threads) +
+                                   "; 0: cores / ranks on the node",
+                               "compute threads per rank"),
+          OptionSpec::computed("tp", "N", "parallel.tp of the config, else " + std::to_string(d.parallel.tp),
+                               "tensor-parallel degree; run under `mpirun -np N` (or launch/start)"),
+      }};
+  return spec;
+}
+
+int run_generate(const CliArgs& a) {
   Config cfg;
   if (auto path = a.str("config")) cfg = load_config(*path);
   if (auto m = a.str("model")) cfg.model.path = *m;
@@ -29,12 +54,12 @@ int run_generate(const std::vector<std::string>& argv) {
   cfg.parallel.tp = a.integer("tp", cfg.parallel.tp, 1, 4096);
   const std::string prompt = a.required("prompt");
   Request req;
-  req.max_tokens = a.integer("max-tokens", 64, 1, 1 << 20);
-  req.sampling.temperature = float(a.real("temperature", 0.0, 0.0, 100.0));
-  req.sampling.top_p = float(a.real("top-p", 1.0, 1e-6, 1.0));
-  req.sampling.top_k = int32_t(a.integer("top-k", 0, 0, 1 << 24));
-  req.sampling.min_p = float(a.real("min-p", 0.0, 0.0, 1.0));
-  req.sampling.seed = uint64_t(a.integer("seed", 0, 0, INT64_MAX));
+  req.max_tokens = a.integer("max-tokens", 1, 1 << 20);
+  req.sampling.temperature = float(a.real("temperature", 0.0, 100.0));
+  req.sampling.top_p = float(a.real("top-p", 1e-6, 1.0));
+  req.sampling.top_k = int32_t(a.integer("top-k", 0, 1 << 24));
+  req.sampling.min_p = float(a.real("min-p", 0.0, 1.0));
+  req.sampling.seed = uint64_t(a.integer("seed", 0, INT64_MAX));
   req.ignore_eos = a.flag("ignore-eos");
   const int threads = int(a.integer("threads", cfg.parallel.threads, 0, 1024));
 

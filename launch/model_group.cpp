@@ -6,8 +6,12 @@
 #include <cstdlib>
 #include <thread>
 
+#include <unistd.h>
+
 #include "common/error.h"
 #include "kernels/cpu/linear.h"
+#include "launch/host_memory.h"
+#include "launch/load_progress.h"
 
 namespace tp {
 namespace {
@@ -44,10 +48,14 @@ ModelGroup::ModelGroup(int* argc, char*** argv, const Config& cfg, int threads_a
   cpu::set_num_threads(threads);
 
   file = open_model(cfg.model.path);
+  check_config_for_model(cfg, file->config().max_context, cfg.model.path);  // before the weights load
   const DType runtime = parse_dtype(cfg.model.dtype);
   if (runtime != DType::F32 && runtime != DType::BF16)
     throw UsageError("model.dtype must be bf16 or f32, not '" + cfg.model.dtype + "'");
-  model = std::make_unique<LlamaModel>(*file, runtime, tp_comm.get());
+  LoadProgressPrinter printer(stderr, isatty(STDERR_FILENO) != 0);  // rank 0 only: the others stay quiet
+  LoadProgress progress;
+  if (world_rank() == 0) progress = [&printer](int64_t done, int64_t n, int64_t bytes) { printer.update(done, n, bytes); };
+  model = std::make_unique<LlamaModel>(*file, runtime, tp_comm.get(), progress);
   const KvPoolShape one = model->kv_shape(1, cfg.cache.block_size);
   const int64_t block_bytes = one.bytes_per_token() * one.block_size;
   int64_t n_blocks = cfg.cache.memory_mb * (int64_t(1) << 20) / block_bytes;
@@ -56,6 +64,16 @@ ModelGroup::ModelGroup(int* argc, char*** argv, const Config& cfg, int threads_a
     tp_comm->all_gather(&n_blocks, sizeof n_blocks, counts.data());
     n_blocks = *std::min_element(counts.begin(), counts.end());
   }
+  // The pool must fit in what this node has left once every rank holds its weights (with tp, the all-gather
+  // above is where they all do); the ranks agree on the smallest MemAvailable any of them sees.
+  int64_t available = mem_available_bytes().value_or(-1);
+  if (tp_comm) {
+    std::vector<int64_t> seen(size_t(tp_comm->size()));
+    tp_comm->all_gather(&available, sizeof available, seen.data());
+    for (int64_t a : seen)
+      if (a >= 0 && (available < 0 || a < available)) available = a;
+  }
+  if (available >= 0) check_kv_memory(cfg, available, local_ranks);
   if (n_blocks < 1)
     throw InputError(cfg.source + ": cache.memory_mb: " + std::to_string(cfg.cache.memory_mb) +
                      " MiB holds no KV block of " + std::to_string(block_bytes) + " bytes");

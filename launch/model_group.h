@@ -1,6 +1,9 @@
 // Everything a rank needs to run a model as part of a tensor-parallel group: MPI (when launched by mpirun),
 // the TP communicator, this rank's model shard, its KV pool (sized from cache.memory_mb; the ranks of the
 // group agree on the smallest block count any of them can hold) and its Worker. world = dp × tp ranks; replica d = ranks [d·tp, (d+1)·tp).
+// Refused with a ConfigError before the costly part: a cache.max_context beyond the model's trained context
+// (before the weights load), a cache.memory_mb that does not fit the node's available memory (before the pool
+// is allocated; launch/host_memory.h). World rank 0 shows the weights loading on stderr (launch/load_progress.h).
 #pragma once
 #include <memory>
 #include <string>

@@ -376,11 +376,33 @@ nlohmann::ordered_json to_json(const Inputs& in, const std::string& source, int 
 
 }  // namespace
 
-int run_plan(const std::vector<std::string>& argv) {
-  const CliArgs a("plan", argv,
-                  {"model", "gpu-mem", "gpus", "tp", "dp", "weights", "kv-dtype", "context", "mean-len", "reserve",
-                   "kv-mem", "block-size", "cards"},
-                  {"json"});
+const CommandSpec& plan_spec() {
+  static const CommandSpec spec{
+      "plan",
+      "capacity plan: will a model fit, and how many sequences can it serve?",
+      {
+          OptionSpec::required_value("model", "PATH|NAME", "GGUF file, HF directory, card file, or a card's name"),
+          OptionSpec::required_value("gpu-mem", "SIZE", "memory of one GPU"),
+          OptionSpec::computed("gpus", "N", "tp x dp", "GPUs in all"),
+          OptionSpec::value("tp", "T", "1", "tensor-parallel degree"),
+          OptionSpec::computed("dp", "D", "gpus / tp", "data-parallel replicas"),
+          OptionSpec::value("weights", "FORMAT", "bf16", "weight format: bf16, fp8, int8, int4, mxfp4 or f32"),
+          OptionSpec::value("kv-dtype", "DTYPE", "bf16", "KV cache dtype: bf16, fp8, f16 or f32"),
+          OptionSpec::computed("context", "C", "the model's max context, else 8192", "max tokens per sequence"),
+          OptionSpec::computed("mean-len", "L", "min(context, 8192)", "mean sequence length for paged allocation"),
+          OptionSpec::value("reserve", "SIZE", kDefaultReserve,
+                            "room per GPU for everything but weights and KV (CUDA context, activations, NCCL)"),
+          OptionSpec::computed("kv-mem", "SIZE", "GPU memory - weights - reserve", "KV cache bytes per rank"),
+          OptionSpec::value("block-size", "B", std::to_string(kDefaultBlockSize), "tokens per KV block"),
+          OptionSpec::computed("cards", "DIR", "./configs/models, else configs/models in a folder above tpserve",
+                               "where model cards (NAME.yaml) are looked up"),
+          OptionSpec::flag("json", "print JSON instead of a table"),
+      },
+      "SIZE: 80GB = 80e9 bytes, 80GiB = 80 x 2^30 bytes. NAME: a card in configs/models/ (e.g. Llama-3.3-70B)."};
+  return spec;
+}
+
+int run_plan(const CliArgs& a) {
   const std::string model_spec = a.required("model");
   const std::string gpu_mem_text = a.required("gpu-mem");
   Inputs in;
@@ -393,15 +415,15 @@ int run_plan(const std::vector<std::string>& argv) {
   };
   in.gpu_mem = size(gpu_mem_text, "--gpu-mem");
   if (in.gpu_mem <= 0) throw UsageError("plan: --gpu-mem must be > 0");
-  in.reserve = size(a.str("reserve").value_or(kDefaultReserve), "--reserve");
+  in.reserve = size(*a.str("reserve"), "--reserve");
   if (auto k = a.str("kv-mem")) in.kv_mem = size(*k, "--kv-mem");
-  const int tp = int(a.integer("tp", 1, 1, 4096));
+  const int tp = int(a.integer("tp", 1, 4096));
   const int dp_given = int(a.integer("dp", 0, 1, 4096));
   const int gpus = int(a.integer("gpus", int64_t(tp) * std::max(dp_given, 1), 1, 1 << 20));
-  in.block_size = a.integer("block-size", kDefaultBlockSize, 1, 1024);
+  in.block_size = a.integer("block-size", 1, 1024);
   try {
-    in.format = parse_weight_format(a.str("weights").value_or("bf16"));
-    in.kv_dtype = a.str("kv-dtype").value_or("bf16");
+    in.format = parse_weight_format(*a.str("weights"));
+    in.kv_dtype = *a.str("kv-dtype");
     in.kv_dtype_bytes = parse_kv_dtype_bytes(in.kv_dtype);
   } catch (const InputError& e) {
     throw UsageError(std::string("plan: ") + e.what());

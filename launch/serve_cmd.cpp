@@ -41,8 +41,33 @@ std::string format_seconds(double s) {
 
 }  // namespace
 
-int run_serve(const std::vector<std::string>& argv) {
-  const CliArgs a("serve", argv, {"config", "model", "host", "port", "tp", "threads", "api-key", "dtype"}, {});
+const CommandSpec& serve_spec() {
+  static const Config d;  // the defaults without a config
+  static const CommandSpec spec{
+      "serve",
+      "serve the OpenAI-compatible HTTP API (completions, chat, models, health, metrics) over one TP group",
+      {
+          OptionSpec::computed("config", "FILE", "built-in defaults", "YAML config (see `tpserve config`)"),
+          OptionSpec::computed("model", "PATH", "model.path of the config, else " + d.model.path,
+                               "GGUF file or HF model directory"),
+          OptionSpec::computed("host", "H", "server.host of the config, else " + d.server.host, "address to listen on"),
+          OptionSpec::computed("port", "N", "server.port of the config, else " + std::to_string(d.server.port),
+                               "port to listen on; 0: any free port"),
+          OptionSpec::computed("api-key", "K", "server.api_key of the config, else none",
+                               "require `Authorization: Bearer K` on every request"),
+          OptionSpec::computed("dtype", "bf16|f32", "model.dtype of the config, else " + d.model.dtype,
+                               "runtime weight dtype"),
+          OptionSpec::computed("threads", "N",
+                               "parallel.threads of the config, else " + std::to_string(d.parallel.threads) +
+                                   "; 0: cores / ranks on the node",
+                               "compute threads per rank"),
+          OptionSpec::computed("tp", "N", "parallel.tp of the config, else " + std::to_string(d.parallel.tp),
+                               "tensor-parallel degree; run under `mpirun -np N` (or launch/start)"),
+      }};
+  return spec;
+}
+
+int run_serve(const CliArgs& a) {
   Config cfg;
   if (auto path = a.str("config")) cfg = load_config(*path);
   if (auto m = a.str("model")) cfg.model.path = *m;

@@ -8,18 +8,36 @@
 
 namespace tp {
 
-int run_synth(const std::vector<std::string>& argv) {
-  const CliArgs a("synth", argv, {"out", "layers", "hidden", "heads", "kv-heads", "intermediate", "vocab", "seed", "dtype"}, {});
+const CommandSpec& synth_spec() {
+  static const SynthSpec d;  // the defaults
+  static const CommandSpec spec{
+      "synth",
+      "write a synthetic Llama model (random weights, byte-level tokenizer) as an HF safetensors directory",
+      {
+          OptionSpec::required_value("out", "DIR", "directory to write (created if missing)"),
+          OptionSpec::value("layers", "L", std::to_string(d.n_layers), "transformer layers"),
+          OptionSpec::value("hidden", "H", std::to_string(d.hidden), "hidden size"),
+          OptionSpec::value("heads", "A", std::to_string(d.n_heads), "attention heads"),
+          OptionSpec::value("kv-heads", "K", std::to_string(d.n_kv_heads), "KV heads (divides --heads)"),
+          OptionSpec::value("intermediate", "I", std::to_string(d.intermediate), "feed-forward size"),
+          OptionSpec::value("vocab", "V", std::to_string(d.vocab), "vocabulary size, >= 257 (256 bytes + eos)"),
+          OptionSpec::value("seed", "S", std::to_string(d.seed), "seed of the weights"),
+          OptionSpec::value("dtype", "bf16|f32", "bf16", "dtype of the linear weights"),
+      }};
+  return spec;
+}
+
+int run_synth(const CliArgs& a) {
   SynthSpec s;
   const std::string out = a.required("out");
-  s.n_layers = a.integer("layers", s.n_layers, 1, 1024);
-  s.hidden = a.integer("hidden", s.hidden, 2, 1 << 16);
-  s.n_heads = a.integer("heads", s.n_heads, 1, 1024);
-  s.n_kv_heads = a.integer("kv-heads", s.n_kv_heads, 1, 1024);
-  s.intermediate = a.integer("intermediate", s.intermediate, 1, 1 << 18);
-  s.vocab = a.integer("vocab", s.vocab, 257, 1 << 20);
-  s.seed = uint64_t(a.integer("seed", 0, 0, INT64_MAX));
-  const std::string dtype = a.str("dtype").value_or("bf16");
+  s.n_layers = a.integer("layers", 1, 1024);
+  s.hidden = a.integer("hidden", 2, 1 << 16);
+  s.n_heads = a.integer("heads", 1, 1024);
+  s.n_kv_heads = a.integer("kv-heads", 1, 1024);
+  s.intermediate = a.integer("intermediate", 1, 1 << 18);
+  s.vocab = a.integer("vocab", 257, 1 << 20);
+  s.seed = uint64_t(a.integer("seed", 0, INT64_MAX));
+  const std::string dtype = *a.str("dtype");
   if (dtype != "bf16" && dtype != "f32") throw UsageError("synth: --dtype must be bf16 or f32, not '" + dtype + "'");
   s.dtype = dtype == "f32" ? DType::F32 : DType::BF16;
   write_synthetic_model(out, s);

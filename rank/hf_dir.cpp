@@ -291,6 +291,7 @@ TokenizerData read_hf_tokenizer(const std::string& dir) {
 
 HfDir::HfDir(const std::string& dir) : path_(dir) {
   config_ = read_hf_config(dir);
+  has_tokenizer_ = fs::exists(dir + "/tokenizer.json");
   tokenizer_ = read_hf_tokenizer(dir);
   const std::string index_file = dir + "/model.safetensors.index.json";
   std::vector<std::pair<std::string, std::string>> wanted;  // (hf name, shard) when sharded
@@ -319,6 +320,13 @@ HfDir::HfDir(const std::string& dir) : path_(dir) {
   for (const auto& v : views_)
     if (seen[v.name]++) throw FormatError(dir, v.name, "tensor appears twice");
   if (!seen.count("output.weight")) config_.tied_embeddings = true;
+}
+
+const TokenizerData& HfDir::tokenizer() const {
+  if (!has_tokenizer_)
+    throw InputError(path_ + ": no tokenizer.json: the model directory needs the tokenizer.json of its model "
+                             "(from the repository it came from) to encode and decode text");
+  return tokenizer_;
 }
 
 void write_hf_config(const std::string& dir, const ModelConfig& c, const TokenizerData& tok, const std::string& torch_dtype) {

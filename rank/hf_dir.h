@@ -1,7 +1,8 @@
 // ModelFile over a Hugging Face model directory:
 //   config.json                       -> ModelConfig (LlamaForCausalLM only; rope_style Neox)
 //   model.safetensors, or model.safetensors.index.json + its shards -> tensors, renamed to canonical names
-//   tokenizer.json (+ tokenizer_config.json, chat_template.jinja)   -> TokenizerData (optional: empty if absent)
+//   tokenizer.json (+ tokenizer_config.json, chat_template.jinja)   -> TokenizerData (optional: without it the
+//                                     directory opens for its shape and weights, and tokenizer() throws)
 // Also the writers `tpserve convert` uses to produce such a directory; the reader reads back exactly
 // what they write.
 #pragma once
@@ -21,13 +22,15 @@ class HfDir : public ModelFile {
 
   const std::string& path() const override { return path_; }
   const ModelConfig& config() const override { return config_; }
-  const TokenizerData& tokenizer() const override { return tokenizer_; }
+  // Throws InputError naming the directory and the missing tokenizer.json when it has none.
+  const TokenizerData& tokenizer() const override;
   const std::vector<TensorView>& tensors() const override { return views_; }
 
  private:
   std::string path_;
   ModelConfig config_;
   TokenizerData tokenizer_;
+  bool has_tokenizer_ = false;
   std::vector<std::unique_ptr<SafetensorsFile>> shards_;
   std::vector<TensorView> views_;
 };
@@ -38,7 +41,8 @@ std::string hf_to_canonical_name(const std::string& hf_name);
 // The inverse; unknown names come back unchanged.
 std::string canonical_to_hf_name(const std::string& name);
 
-// Parsers, exposed for tests. `dir` is the model directory.
+// Parsers, exposed for tests. `dir` is the model directory. read_hf_tokenizer gives an empty TokenizerData
+// when the directory has no tokenizer.json.
 ModelConfig read_hf_config(const std::string& dir);
 TokenizerData read_hf_tokenizer(const std::string& dir);
 

@@ -12,6 +12,7 @@
 // contiguous cache. Every rank of the group must call forward() with the same plan.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "common/dtype.h"
@@ -32,11 +33,17 @@ struct ForwardTimes {
   int64_t steps = 0;
 };
 
+// Called while the weights load: after each layer, with the layers done of n_layers and the bytes of weights
+// this rank holds so far (the lm_head, converted first, included).
+using LoadProgress = std::function<void(int64_t n_done, int64_t n_layers, int64_t bytes)>;
+
 class LlamaModel {
  public:
   // runtime: F32 or BF16. comm: the TP group (nullptr or size 1: tp = 1). Throws InputError for an
-  // impossible tp (naming the valid ones) or runtime dtype, FormatError for a missing or mis-shaped tensor.
-  LlamaModel(const ModelFile& file, DType runtime, Communicator* comm = nullptr);
+  // impossible tp (naming the valid ones) or runtime dtype, FormatError for a missing or mis-shaped tensor, or
+  // for a weight of this rank's slices holding NaN or ±inf in the file or after conversion to the runtime dtype
+  // (naming the tensor and the first such element; one extra pass over the converted data).
+  LlamaModel(const ModelFile& file, DType runtime, Communicator* comm = nullptr, const LoadProgress& progress = {});
 
   const ModelConfig& config() const { return cfg_; }
   const TpLayout& layout() const { return layout_; }

@@ -1,7 +1,15 @@
-// Config parsing: defaults, every section, and one clear error per kind of bad input.
+// Config parsing: defaults, every section, and one clear error per kind of bad input (a section or key given
+// twice, a directory for a file, a max_context beyond the model's); format_config prints every setting as
+// YAML that reads back to the same values.
 #include <gtest/gtest.h>
 
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "common/config.h"
 #include "common/error.h"
@@ -96,10 +104,133 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"model: 3", "model: expected a mapping"},
                       BadCase{"- a\n- b", "<root>: expected a mapping"},
                       BadCase{"model: {path: [unclosed", "<yaml>: not valid YAML"},
-                      BadCase{"model: {path: ''}", "model.path: must not be empty"}));
+                      BadCase{"model: {path: ''}", "model.path: must not be empty"},
+                      // a section or key given twice was silently dropped (yaml-cpp keeps both, lookups see one)
+                      BadCase{"cache:\n  block_size: 16\nmodel: {dtype: f32}\ncache:\n  memory_mb: 64\n",
+                              "test.yaml: cache: section given twice: at line 1 and again at line 4"},
+                      BadCase{"cache:\n  block_size: 16\n  memory_mb: 64\n  block_size: 32\n",
+                              "test.yaml: cache.block_size: key given twice: at line 2 and again at line 4"},
+                      BadCase{"server: {port: 1, port: 2}",
+                              "server.port: key given twice: at line 1, column 10 and again at column 19"}));
+
+TEST(Config, RecordsTheLineOfEachKey) {
+  const Config c = parse_config("# comment\ncache:\n  block_size: 16\n\n  max_context: 4096\n", "t.yaml", "/");
+  EXPECT_EQ(c.line_of("cache.max_context"), " (line 5)");
+  EXPECT_EQ(c.line_of("cache.block_size"), " (line 3)");
+  EXPECT_EQ(c.line_of("cache.memory_mb"), "");  // a default
+}
+
+TEST(Config, DirectoryIsNotAConfig) {
+  const std::string dir = testing::TempDir() + "/tp_config_dir";
+  std::filesystem::create_directories(dir);
+  try {
+    load_config(dir);
+    ADD_FAILURE() << "a directory was accepted as a config";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), dir + ": is a directory, expected a YAML file");
+  }
+}
+
+TEST(Config, MaxContextBeyondTheModelIsRefused) {
+  const std::string file = testing::TempDir() + "/tp_ctx.yaml";
+  std::ofstream(file) << "model: {dtype: bf16}\ncache:\n  max_context: 100000\n";
+  const Config c = load_config(file);
+  try {
+    check_config_for_model(c, 8192, "models/m.gguf");
+    ADD_FAILURE() << "max_context 100000 accepted for an 8192-token model";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), file + ": cache.max_context: 100000 exceeds the trained context of the model "
+                                            "(8192 tokens in models/m.gguf) (line 3); use at most 8192, or 0 for the model's");
+  }
+  EXPECT_NO_THROW(check_config_for_model(c, 100000, "m"));
+  EXPECT_NO_THROW(check_config_for_model(c, 0, "m"));  // the model's context is unknown
+  Config dflt;                                          // max_context 0: the model's own
+  EXPECT_NO_THROW(check_config_for_model(dflt, 8192, "m"));
+}
+
+// A config with every setting away from its default (strings that YAML would otherwise read as other types).
+Config unusual_config() {
+  Config c;
+  c.model = {"/models/x y.gguf", "f32", "yes", "{% for m in messages %}{{ m.content }}\n{% endfor %}"};
+  c.parallel = {2, 3, 4};
+  c.cache = {32, 777, 4096, false};
+  c.scheduler = {5, 333, 17, "static"};
+  c.server.host = "0.0.0.0";
+  c.server.port = 9001;
+  c.server.api_key = "123";
+  c.server.max_body_bytes = 4097;
+  c.server.max_connections = 11;
+  c.server.shutdown_deadline_s = 0.1;
+  c.server.request_timeout_s = 12.5;
+  c.server.step_timeout_s = 0;
+  return c;
+}
+
+void expect_same(const Config& a, const Config& b) {
+  EXPECT_EQ(a.model.path, b.model.path);
+  EXPECT_EQ(a.model.dtype, b.model.dtype);
+  EXPECT_EQ(a.model.name, b.model.name);
+  EXPECT_EQ(a.model.chat_template, b.model.chat_template);
+  EXPECT_EQ(a.parallel.tp, b.parallel.tp);
+  EXPECT_EQ(a.parallel.dp, b.parallel.dp);
+  EXPECT_EQ(a.parallel.threads, b.parallel.threads);
+  EXPECT_EQ(a.cache.block_size, b.cache.block_size);
+  EXPECT_EQ(a.cache.memory_mb, b.cache.memory_mb);
+  EXPECT_EQ(a.cache.max_context, b.cache.max_context);
+  EXPECT_EQ(a.cache.prefix_caching, b.cache.prefix_caching);
+  EXPECT_EQ(a.scheduler.max_num_seqs, b.scheduler.max_num_seqs);
+  EXPECT_EQ(a.scheduler.max_num_batched_tokens, b.scheduler.max_num_batched_tokens);
+  EXPECT_EQ(a.scheduler.max_queued_requests, b.scheduler.max_queued_requests);
+  EXPECT_EQ(a.scheduler.kv_reservation, b.scheduler.kv_reservation);
+  EXPECT_EQ(a.server.host, b.server.host);
+  EXPECT_EQ(a.server.port, b.server.port);
+  EXPECT_EQ(a.server.api_key, b.server.api_key);
+  EXPECT_EQ(a.server.max_body_bytes, b.server.max_body_bytes);
+  EXPECT_EQ(a.server.max_connections, b.server.max_connections);
+  EXPECT_EQ(a.server.shutdown_deadline_s, b.server.shutdown_deadline_s);  // exact: shortest round-trip text
+  EXPECT_EQ(a.server.request_timeout_s, b.server.request_timeout_s);
+  EXPECT_EQ(a.server.step_timeout_s, b.server.step_timeout_s);
+}
+
+TEST(Config, FormatReadsBackToTheSameValues) {
+  const Config c = unusual_config();
+  const std::string yaml = format_config(c);
+  expect_same(parse_config(yaml, "printed.yaml", "/elsewhere"), c);
+  Config d;  // its relative model path is printed absolute: relative to the working directory, where it opens
+  const Config back = parse_config(format_config(d), "printed.yaml", "/elsewhere");
+  d.model.path = (std::filesystem::current_path() / d.model.path).string();
+  expect_same(back, d);
+}
+
+TEST(Config, FormatPrintsEverySettingOfEachSection) {
+  // Every key of every section, whatever its value: the printed YAML has exactly the keys parse_config
+  // accepts (an unknown key would be refused on the way back in; a key missing here would not print).
+  const YAML::Node n = YAML::Load(format_config(Config{}));
+  const std::map<std::string, std::vector<std::string>> expected = {
+      {"model", {"path", "dtype", "name", "chat_template"}},
+      {"parallel", {"tp", "dp", "threads"}},
+      {"cache", {"block_size", "memory_mb", "max_context", "prefix_caching"}},
+      {"scheduler", {"max_num_seqs", "max_num_batched_tokens", "max_queued_requests", "kv_reservation"}},
+      {"server", {"host", "port", "api_key", "max_body_bytes", "max_connections", "shutdown_deadline_s",
+                  "request_timeout_s", "step_timeout_s"}}};
+  ASSERT_TRUE(n.IsMap());
+  EXPECT_EQ(n.size(), expected.size());
+  for (const auto& [section, keys] : expected) {
+    ASSERT_TRUE(n[section].IsMap()) << section;
+    EXPECT_EQ(n[section].size(), keys.size()) << section;
+    for (const auto& k : keys) EXPECT_TRUE(n[section][k].IsDefined()) << section << "." << k;
+  }
+  EXPECT_EQ(n["server"]["request_timeout_s"].Scalar(), "60");
+  EXPECT_EQ(n["model"]["name"].Scalar(), "");
+}
 
 TEST(Config, MissingFileIsAnInputError) {
-  EXPECT_THROW(load_config("/nonexistent/tpserve.yaml"), InputError);
+  try {
+    load_config("/nonexistent/tpserve.yaml");
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "cannot read config '/nonexistent/tpserve.yaml': No such file or directory");
+  }
 }
 
 TEST(Config, DefaultConfigFileLoads) {

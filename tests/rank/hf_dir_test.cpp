@@ -130,6 +130,22 @@ TEST(HfDir, SingleFile) {
   check_dir(*open_model(dir.path()));
 }
 
+TEST(HfDir, MissingTokenizerIsReportedAsSuch) {
+  // Once reported, much later, as "tokenizer pre-type 'default' not supported".
+  TempDir dir;
+  write_dir(dir, false);
+  std::filesystem::remove(dir.file("tokenizer.json"));
+  const auto m = open_model(dir.path());  // shape and weights are there: `tpserve plan` can use it
+  EXPECT_EQ(m->config().n_layers, 1);
+  try {
+    m->tokenizer();
+    ADD_FAILURE() << "a directory without tokenizer.json gave a tokenizer";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), dir.path() + ": no tokenizer.json: the model directory needs the tokenizer.json "
+                                                  "of its model (from the repository it came from) to encode and decode text");
+  }
+}
+
 TEST(HfDir, Sharded) {
   TempDir dir;
   write_dir(dir, true);
