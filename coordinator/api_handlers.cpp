@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/token_ids.h"
+#include "common/version.h"
 #include "coordinator/choice_stream.h"
 #include "coordinator/openai_request.h"
 #include "coordinator/openai_response.h"
@@ -86,7 +87,10 @@ void ApiHandlers::install(HttpServer& server) {
   route("POST", "/tokenize", [this](const HttpRequest& r, ResponseStream&) { return tokenize(r); });
   route("POST", "/detokenize", [this](const HttpRequest& r, ResponseStream&) { return detokenize(r); });
   route("GET", "/tokenizer_info", [this](const HttpRequest& r, ResponseStream&) { return tokenizer_info(r); });
-  route("GET", "/version", [this](const HttpRequest&, ResponseStream&) { return json_response({{"version", cfg_.version}}); });
+  route("GET", "/version", [](const HttpRequest&, ResponseStream&) {
+    const BuildInfo& b = build_info();
+    return json_response({{"version", b.version}, {"commit", b.commit}, {"build_type", b.build_type}});
+  });
   route("GET", "/metrics", [this](const HttpRequest& r, ResponseStream&) { return metrics(r); });
   route("GET", "/health", [this](const HttpRequest&, ResponseStream&) {
     const std::string reason = cfg_.health ? cfg_.health() : std::string();

@@ -35,7 +35,6 @@ struct ApiConfig {
   // GET /health: "" while every rank is up, else why not (then 503 {"status": "unhealthy", "reason"}).
   // Empty function: always healthy.
   std::function<std::string()> health;
-  std::string version;        // GET /version
   std::string chat_template;  // the model's own (Jinja) template text, for /tokenizer_info; may be empty
 };
 

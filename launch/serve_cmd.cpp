@@ -120,7 +120,6 @@ int run_serve(const CliArgs& a) {
   api_cfg.model_name = name;
   api_cfg.api_key = cfg.server.api_key;
   api_cfg.max_context = ec.scheduler.max_context;
-  api_cfg.version = "dev";  // replaced by the build version (launch/version.h) on merge
   api_cfg.chat_template = group.file->tokenizer().chat_template;
   api_cfg.health = [&]() -> std::string {
     if (engine_failed.load()) return "the engine failed";
