@@ -171,7 +171,9 @@ Config parse_config(const std::string& yaml_text, const std::string& source, con
              {"shutdown_deadline_s", [&](auto& n, auto& k) { c.server.shutdown_deadline_s = r.real(n, k, 0.0, 3600.0); }},
              {"max_connections", [&](auto& n, auto& k) { c.server.max_connections = r.integer(n, k, 1, 65536); }},
              {"request_timeout_s", [&](auto& n, auto& k) { c.server.request_timeout_s = r.real(n, k, 0.0, 86400.0); }},
-             {"step_timeout_s", [&](auto& n, auto& k) { c.server.step_timeout_s = r.real(n, k, 0.0, 86400.0); }}});
+             {"step_timeout_s", [&](auto& n, auto& k) { c.server.step_timeout_s = r.real(n, k, 0.0, 86400.0); }},
+             {"metrics_prefix",
+              [&](auto& n, auto& k) { c.server.metrics_prefix = r.one_of(n, k, {"vllm", "tpserve"}); }}});
 
   return c;
 }
