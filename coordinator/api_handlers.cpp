@@ -150,6 +150,8 @@ struct ApiHandlers::ChoiceState {
   int64_t n_decoded = 0;   // characters (code points) decoded so far, echo included (completions' text_offset)
   json logprobs;           // non-streaming: the choice's logprobs object, built up token by token
   SteadyTime prev{};       // when its previous token came (inter-token latency); epoch before the first
+  RequestTimes times;      // its latest output's (metrics)
+  SteadyTime finished{};   // when it ended (metrics)
 };
 
 HttpResponse ApiHandlers::generate(Generation& g, ResponseStream& out) {
@@ -169,6 +171,7 @@ HttpResponse ApiHandlers::generate(Generation& g, ResponseStream& out) {
   r.n = p.n;
   r.max_tokens = p.max_tokens.value_or(cfg_.max_context - n_prompt);
   r.ignore_eos = p.ignore_eos;
+  const int64_t max_tokens = r.max_tokens;
   auto queue = std::make_shared<OutputQueue>();  // outlives this handler when the engine still delivers
   r.on_output = [queue](const RequestOutput& o) { queue->push(o); };
   const auto t_submit = std::chrono::steady_clock::now();
@@ -218,6 +221,7 @@ HttpResponse ApiHandlers::generate(Generation& g, ResponseStream& out) {
   for (int32_t i = 0; i < p.n; ++i) {
     choices.push_back(std::make_unique<ChoiceState>(tok_, p.stop));
     choices.back()->n_decoded = utf8_chars(g.echo);
+    choices.back()->times.arrival = t_submit;  // until its first output brings the engine's times
   }
   const bool stream = p.stream;
   const bool want_logprobs = p.sampling.logprobs >= 0;
@@ -235,7 +239,6 @@ HttpResponse ApiHandlers::generate(Generation& g, ResponseStream& out) {
 
   int32_t n_open = p.n;
   std::string error;
-  bool first = true;  // TTFT: the first token of any choice
   while (!client_gone && n_open > 0) {
     std::optional<RequestOutput> o = queue->pop(std::chrono::milliseconds(50));
     if (!o) {
@@ -247,11 +250,8 @@ HttpResponse ApiHandlers::generate(Generation& g, ResponseStream& out) {
     if (!c.finish.empty()) continue;  // stopped by a stop string; the engine's abort output follows
     if (!o->new_tokens.empty()) {
       const int64_t n = int64_t(o->new_tokens.size());
-      if (first) {
-        metrics_.observe_ttft(secs(o->times.first_token - o->times.arrival));
-        first = false;
-      }
-      if (c.prev != SteadyTime{}) metrics_.observe_itl(secs(o->times.last_token - c.prev) / double(n), n);
+      if (c.prev == SteadyTime{}) metrics_.observe_ttft(secs(o->times.first_token - o->times.arrival));
+      else metrics_.observe_itl(secs(o->times.last_token - c.prev) / double(n), n);
       c.prev = o->times.last_token;
     }
     c.n_generated = o->n_generated;
@@ -279,6 +279,8 @@ HttpResponse ApiHandlers::generate(Generation& g, ResponseStream& out) {
       if (o->finish_reason == FinishReason::Error) error = o->error;
     }
     if (!c.finish.empty() && !o->finished) engine_.abort(id, o->index);  // a stop string: end this choice
+    c.times = o->times;
+    if (!c.finish.empty()) c.finished = std::chrono::steady_clock::now();
     if (stream) {
       if ((!piece.empty() || !lp.is_null()) && !out.write(chunk(o->index, piece, nullptr, lp))) client_gone = true;
       if (!client_gone && !c.finish.empty() && c.finish != "error" && !out.write(chunk(o->index, "", c.finish, nullptr)))
@@ -294,15 +296,15 @@ HttpResponse ApiHandlers::generate(Generation& g, ResponseStream& out) {
     n_generated += c->n_generated;
     errored = errored || c->finish == "error";
   }
+  FinishedRequestStats stats{n_prompt, max_tokens, {}};
+  for (const auto& c : choices)  // a choice still open when the client went away is aborted
+    stats.choices.push_back({c->finish.empty() ? "abort" : c->finish, c->n_generated, c->times, c->finished});
+  metrics_.observe_finished(stats);
   if (client_gone) {
     engine_.abort(id);
-    metrics_.observe_finished(secs(std::chrono::steady_clock::now() - t_submit), "abort");
     return HttpResponse{499, "application/json", "", {}};  // nobody reads it
   }
-  const std::string finish = errored ? "error" : choices[0]->finish;  // the request's, for the metrics
-  metrics_.observe_finished(secs(std::chrono::steady_clock::now() - t_submit), finish);
-
-  if (finish == "error") {
+  if (errored) {
     engine_.abort(id);
     const ApiError e = internal_error("generation failed: " + error);
     if (!stream) throw ApiException(e);
