@@ -15,8 +15,9 @@ const std::vector<double> kTtftBounds = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0
                                          1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
 const std::vector<double> kTokenLatencyBounds = {0.01, 0.025, 0.05, 0.075, 0.1,  0.15, 0.2,  0.3,  0.4, 0.5,
                                                  0.75, 1.0,   2.5,  5.0,   7.5,  10.0, 20.0, 40.0, 80.0};
-const std::vector<double> kRequestLatencyBounds = {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,  15.0,  20.0,
-                                                   30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+const std::vector<double> kRequestLatencyBounds = {0.3,  0.5,  0.8,  1.0,   1.5,   2.0,   2.5,
+                                                   5.0,  10.0, 15.0, 20.0,  30.0,  40.0,  50.0,
+                                                   60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 const std::vector<double> kIterationTokenBounds = {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384};
 const std::vector<double> kParamsNBounds = {1, 2, 5, 10, 20};
 const char* const kFinishReasons[] = {"stop", "length", "abort", "error", "repetition"};  // vLLM's, all exported
@@ -279,8 +280,8 @@ std::string ServerMetrics::render(const EngineMetrics& m) const {
                       "(last_token - first_token) / (generation tokens - 1) per finished choice; 0 for <= 1 token.",
                       lb);
   out += e2e_.render(name("e2e_request_latency_seconds"), "finished - arrival, per finished choice.", lb);
-  out += queue_.render(name("request_queue_time_seconds"), "scheduled (first admission) - arrival, per finished choice.",
-                       lb);
+  out += queue_.render(name("request_queue_time_seconds"),
+                       "scheduled (first admission) - arrival, per finished choice.", lb);
   out += inference_.render(name("request_inference_time_seconds"), "last_token - scheduled, per finished choice.", lb);
   out += prefill_.render(name("request_prefill_time_seconds"), "first_token - scheduled, per finished choice.", lb);
   out += decode_.render(name("request_decode_time_seconds"), "last_token - first_token, per finished choice.", lb);
