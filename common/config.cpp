@@ -200,6 +200,7 @@ const std::vector<Setting>& settings() {
       real("server", "shutdown_deadline_s", &C::server, &ServerSection::shutdown_deadline_s, 0.0, 3600.0),
       real("server", "request_timeout_s", &C::server, &ServerSection::request_timeout_s, 0.0, 86400.0),
       real("server", "step_timeout_s", &C::server, &ServerSection::step_timeout_s, 0.0, 86400.0),
+      choice("server", "metrics_prefix", &C::server, &ServerSection::metrics_prefix, {"vllm", "tpserve"}),
   };
   return kSettings;
 }

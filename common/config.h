@@ -48,6 +48,7 @@ struct ServerSection {
   // A step (one forward on every rank) running longer than this means a rank stopped responding while
   // alive: /health turns 503 and the job is aborted (MPI_Abort), so it never hangs. 0: never.
   double step_timeout_s = 300.0;
+  std::string metrics_prefix = "vllm";  // /metrics names: "vllm" (vllm:..., what vLLM dashboards read) or "tpserve"
 };
 
 struct Config {

@@ -171,9 +171,10 @@ HttpResponse ApiHandlers::generate(const GenerationJob& job, ResponseStream& out
     for (int32_t i = 0; job.chat && i < job.n_choices() && !client_gone; ++i) client_gone = !sse.role(i);
   }
 
-  std::vector<SteadyTime> prev(choices.size());  // each choice's previous token time (inter-token latency)
+  // Per choice, for the metrics: its latest output's times and when it ended.
+  std::vector<RequestTimes> times(choices.size(), RequestTimes{t_submit, {}, {}, {}});
+  std::vector<SteadyTime> ended(choices.size());
   int64_t n_open = job.n_choices();
-  bool first = true;  // TTFT: the first token of any choice
   while (!client_gone && n_open > 0) {
     std::optional<RequestOutput> o = queue->pop(std::chrono::milliseconds(50));
     if (!o) {
@@ -184,29 +185,38 @@ HttpResponse ApiHandlers::generate(const GenerationJob& job, ResponseStream& out
     if (it == prompt_of.end() || o->index < 0 || o->index >= n) continue;
     const size_t index = it->second * size_t(n) + size_t(o->index);
     ChoiceStream& c = *choices[index];
-    if (!o->new_tokens.empty()) {
+    if (!o->new_tokens.empty() && !c.finished()) {
       const int64_t n_new = int64_t(o->new_tokens.size());
-      if (first) metrics_.observe_ttft(secs(o->times.first_token - o->times.arrival));
-      first = false;
-      if (prev[index] != SteadyTime{}) metrics_.observe_itl(secs(o->times.last_token - prev[index]) / double(n_new), n_new);
-      prev[index] = o->times.last_token;
+      if (times[index].first_token == SteadyTime{})
+        metrics_.observe_ttft(secs(o->times.first_token - o->times.arrival));
+      else
+        metrics_.observe_itl(secs(o->times.last_token - times[index].last_token) / double(n_new), n_new);
     }
+    if (!c.finished()) times[index] = o->times;
     const bool was_open = !c.finished();
     const ChoiceDelta d = c.push(*o);
     if (d.stopped_by_string) handles[it->second]->abort(o->index);
     if (p.stream && !sse.delta(int32_t(index), d)) client_gone = true;
-    if (was_open && c.finished()) --n_open;
+    if (was_open && c.finished()) {
+      --n_open;
+      ended[index] = std::chrono::steady_clock::now();
+    }
+  }
+  // One finished request per prompt, as vLLM counts a batch; a choice still open when the client left is an abort.
+  for (size_t j = 0; j < job.prompts.size(); ++j) {
+    FinishedRequestStats stats{int64_t(job.prompts[j].tokens.size()), job.engine_request(j, seed, cfg_.max_context).max_tokens, {}};
+    for (int32_t i = 0; i < n; ++i) {
+      const size_t index = j * size_t(n) + size_t(i);
+      const ChoiceStream& c = *choices[index];
+      stats.choices.push_back({c.finished() ? c.finish_reason() : "abort", c.n_generated(), times[index], ended[index]});
+    }
+    metrics_.observe_finished(stats);
   }
   const bool all_done = std::all_of(choices.begin(), choices.end(), [](const auto& c) { return c->engine_done(); });
   for (size_t j = 0; j < handles.size() && all_done; ++j) handles[j]->set_finished();
 
   const auto failed = std::find_if(choices.begin(), choices.end(), [](const auto& c) { return c->finish_reason() == "error"; });
-  const double e2e = secs(std::chrono::steady_clock::now() - t_submit);
-  if (client_gone) {
-    metrics_.observe_finished(e2e, "abort");
-    return HttpResponse{499, "application/json", "", {}};  // nobody reads it; the handles abort the requests
-  }
-  metrics_.observe_finished(e2e, failed != choices.end() ? "error" : choices[0]->finish_reason());
+  if (client_gone) return HttpResponse{499, "application/json", "", {}};  // nobody reads it; the handles abort
   if (failed != choices.end()) {
     const ApiError e = internal_error("generation failed: " + (*failed)->error());
     if (!p.stream) throw ApiException(e);

@@ -36,7 +36,7 @@ std::string_view finish_reason_name(FinishReason r);
 
 struct RequestTimes {
   SteadyTime arrival{};      // submit() returned
-  SteadyTime scheduled{};    // first admitted to the running batch; epoch until then
+  SteadyTime scheduled{};    // first admitted by the scheduler (preemptions do not move it); epoch until then
   SteadyTime first_token{};  // first generated token emitted; epoch until then
   SteadyTime last_token{};   // latest generated token emitted; epoch until then
 };

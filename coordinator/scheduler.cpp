@@ -207,6 +207,7 @@ void Scheduler::admit(int64_t& budget, ScheduledStep& out) {
     s.admit_order = next_admit_order_++;
     if (!s.ever_admitted) {
       s.ever_admitted = true;
+      s.times.scheduled = std::chrono::steady_clock::now();
       if (s.index == 0) {  // a request's prompt is counted once, whatever its number of choices
         ++n_first_admissions_;
         n_prompt_tokens_ += s.n_prompt;

@@ -110,7 +110,8 @@ int run_serve(const CliArgs& a) {
   std::fprintf(stderr, "%s", engine.startup_report().c_str());
 
   const std::string name = served_model_name(cfg.model.name, cfg.model.path);
-  ServerMetrics metrics(name);
+  ServerMetrics metrics({name, cfg.server.metrics_prefix, ec.scheduler.max_context, ec.scheduler.block_size,
+                         ec.scheduler.prefix_caching});
   // The engine thread: the only thread that steps the engine (and so makes MPI calls).
   std::atomic<bool> engine_stop{false}, engine_failed{false};
   std::string engine_error;
@@ -142,8 +143,7 @@ int run_serve(const CliArgs& a) {
     try {
       while (!engine_stop.load()) {
         if (!engine.wait_for_work(std::chrono::milliseconds(50))) continue;
-        while (engine.has_work() && engine.step()) {
-        }
+        while (engine.has_work() && engine.step()) metrics.observe_step(engine.metrics());
       }
       engine.shutdown();
     } catch (const std::exception& e) {

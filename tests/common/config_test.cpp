@@ -98,6 +98,8 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"server: {port: 70000}", "server.port: 70000 is out of range [0, 65535]"},
                       BadCase{"server: {shutdown_deadline_s: -1}", "server.shutdown_deadline_s: -1 is out of range"},
                       BadCase{"server: {step_timeout_s: -2}", "server.step_timeout_s: -2 is out of range"},
+                      BadCase{"server:\n  metrics_prefix: prom",
+                              "server.metrics_prefix: 'prom' is not one of: vllm, tpserve (line 2)"},
                       // found by tests/fuzz/config_fuzz: non-scalar keys escaped as yaml-cpp exceptions
                       BadCase{"{[a]: 1}", "a section name must be a plain name"},
                       BadCase{"model: {[a]: 1}", "model: a key must be a plain name"},
@@ -222,6 +224,11 @@ TEST(Config, FormatPrintsEverySettingOfEachSection) {
   }
   EXPECT_EQ(n["server"]["request_timeout_s"].Scalar(), "60");
   EXPECT_EQ(n["model"]["name"].Scalar(), "");
+}
+
+TEST(Config, MetricsPrefixDefaultsToVllm) {
+  EXPECT_EQ(parse_config("", "test.yaml", "/base").server.metrics_prefix, "vllm");
+  EXPECT_EQ(parse_config("server: {metrics_prefix: tpserve}", "test.yaml", "/base").server.metrics_prefix, "tpserve");
 }
 
 TEST(Config, MissingFileIsAnInputError) {

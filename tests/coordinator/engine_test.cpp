@@ -144,7 +144,9 @@ TEST(Engine, MetricsTimesAndOutputs) {
   EXPECT_EQ(toks[ib], (std::vector<int32_t>{9, 10, 11}));
   EXPECT_EQ(last[ib].finish_reason, FinishReason::Length);
   const RequestTimes& t = last[ia].times;
-  EXPECT_LE(t.arrival, t.first_token);
+  EXPECT_NE(t.scheduled, SteadyTime{});  // first admission: queue = scheduled - arrival, prefill = first - scheduled
+  EXPECT_LE(t.arrival, t.scheduled);
+  EXPECT_LE(t.scheduled, t.first_token);
   EXPECT_LE(t.first_token, t.last_token);
   EXPECT_EQ(last[ia].n_generated, 5);
 

@@ -411,25 +411,31 @@ TEST_F(HttpServerTest, DisconnectMidStreamAbortsAndFreesBlocks) {
       got.append(buf.data(), n);
     }
     const std::string mid = request(port(), "GET", "/metrics").body;
-    EXPECT_GT(metric(mid, "tpserve:kv_cache_usage_perc"), 0.0);
-    EXPECT_EQ(metric(mid, "tpserve:num_requests_running"), 1);
+    EXPECT_GT(metric(mid, "vllm:kv_cache_usage_perc"), 0.0);
+    EXPECT_EQ(metric(mid, "vllm:num_requests_running"), 1);
   }  // closed mid-stream
   double usage = -1, running = -1;
   std::string after;
   for (int i = 0; i < 100; ++i) {
     after = request(port(), "GET", "/metrics").body;
-    usage = metric(after, "tpserve:kv_cache_usage_perc");
-    running = metric(after, "tpserve:num_requests_running");
+    usage = metric(after, "vllm:kv_cache_usage_perc");
+    running = metric(after, "vllm:num_requests_running");
     if (usage == 0 && running == 0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_EQ(usage, 0);
   EXPECT_EQ(running, 0);
-  EXPECT_LT(metric(after, "tpserve:generation_tokens_total"), metric(before, "tpserve:generation_tokens_total") + 400);
-  EXPECT_GT(metric(after, "tpserve:prompt_tokens_total"), metric(before, "tpserve:prompt_tokens_total"));
-  EXPECT_NE(after.find("tpserve:request_success_total{model_name=\"SmolLM2-135M-Instruct\",finished_reason=\"abort\"}"),
-            std::string::npos);
-  EXPECT_NE(after.find("tpserve:time_to_first_token_seconds_count"), std::string::npos);
+  EXPECT_LT(metric(after, "vllm:generation_tokens_total"), metric(before, "vllm:generation_tokens_total") + 400);
+  EXPECT_GT(metric(after, "vllm:prompt_tokens_total"), metric(before, "vllm:prompt_tokens_total"));
+  const std::string aborted =
+      "\nvllm:request_success_total{engine=\"0\",finished_reason=\"abort\",model_name=\"SmolLM2-135M-Instruct\"} ";
+  auto count = [&](const std::string& t) {
+    const auto at = t.find(aborted);
+    return at == std::string::npos ? -1.0 : std::stod(t.substr(at + aborted.size()));
+  };
+  EXPECT_GE(count(before), 0);
+  EXPECT_EQ(count(after), count(before) + 1);
+  EXPECT_NE(after.find("vllm:time_to_first_token_seconds_count"), std::string::npos);
   EXPECT_EQ(request(port(), "GET", "/health").status, 200);
 }
 

@@ -104,14 +104,14 @@ class Server:
             self.proc.wait()
 
     def metrics(self):
-        """{metric name (with labels, model_name removed): value}."""
+        """{metric name (with labels, model_name and engine removed): value}."""
         text = httpx.get(self.url + "/metrics", timeout=10).text
         out = {}
         for line in text.splitlines():
             if not line or line.startswith("#"):
                 continue
             key, _, value = line.rpartition(" ")
-            key = re.sub(r'model_name="[^"]*",?', "", key).replace("{}", "")
+            key = re.sub(r'(model_name|engine)="[^"]*",?', "", key).replace(",}", "}").replace("{}", "")
             out[key] = float(value)
         return out
 
@@ -120,8 +120,8 @@ class Server:
         deadline = time.monotonic() + timeout
         while True:
             m = self.metrics()
-            idle = (m["tpserve:num_requests_running"] == 0 and m["tpserve:num_requests_waiting"] == 0 and
-                    m["tpserve:kv_cache_usage_perc"] == 0)
+            idle = (m["vllm:num_requests_running"] == 0 and m["vllm:num_requests_waiting"] == 0 and
+                    m["vllm:kv_cache_usage_perc"] == 0)
             if idle or time.monotonic() > deadline:
                 return m
             time.sleep(0.05)
@@ -261,7 +261,7 @@ def test_choices_and_seeds(s):
     check("chat n=2: two messages", sorted(c.index for c in chat.choices) == [0, 1] and
           all(c.message.role == "assistant" for c in chat.choices), repr(chat.choices))
     m = s.wait_idle()
-    check("n: no KV blocks left in use", m.get("tpserve:kv_cache_usage_perc") == 0.0, repr(m))
+    check("n: no KV blocks left in use", m.get("vllm:kv_cache_usage_perc") == 0.0, repr(m))
 
 
 def test_logprobs(s):
@@ -350,7 +350,7 @@ def test_concurrent_streams(s, n=8, max_tokens=24):
               chunks[-1].usage.completion_tokens == ref.usage.completion_tokens, repr(chunks[-1].usage))
     m = s.wait_idle()
     check("after concurrent streams: idle, zero KV blocks in use",
-          m["tpserve:num_requests_running"] == 0 and m["tpserve:kv_cache_usage_perc"] == 0, repr(m))
+          m["vllm:num_requests_running"] == 0 and m["vllm:kv_cache_usage_perc"] == 0, repr(m))
 
 
 def random_request(rng):
@@ -504,8 +504,8 @@ def test_random_soak(s, n_requests=168, n_clients=12):
           f"{time.monotonic() - t0:.0f} s)", not problems, repr(problems[:3]))
     m = s.wait_idle(10.0)
     check("soak: afterwards nothing running or waiting, zero KV blocks in use",
-          m["tpserve:num_requests_running"] == 0 and m["tpserve:num_requests_waiting"] == 0 and
-          m["tpserve:kv_cache_usage_perc"] == 0, repr(m))
+          m["vllm:num_requests_running"] == 0 and m["vllm:num_requests_waiting"] == 0 and
+          m["vllm:kv_cache_usage_perc"] == 0, repr(m))
     check("soak: /health 200", httpx.get(s.url + "/health", timeout=10).status_code == 200)
 
 
@@ -530,19 +530,19 @@ def test_metrics_counters(s):
     n_prompt = sum(u.prompt_tokens for u in usages)
     n_gen = sum(u.completion_tokens for u in usages)
     check("metrics: prompt_tokens_total += sum(usage.prompt_tokens)",
-          delta("tpserve:prompt_tokens_total") == n_prompt, f"{delta('tpserve:prompt_tokens_total')} vs {n_prompt}")
+          delta("vllm:prompt_tokens_total") == n_prompt, f"{delta('vllm:prompt_tokens_total')} vs {n_prompt}")
     check("metrics: generation_tokens_total += sum(usage.completion_tokens)",
-          delta("tpserve:generation_tokens_total") == n_gen, f"{delta('tpserve:generation_tokens_total')} vs {n_gen}")
+          delta("vllm:generation_tokens_total") == n_gen, f"{delta('vllm:generation_tokens_total')} vs {n_gen}")
     check("metrics: requests_submitted_total += 4", delta("tpserve:requests_submitted_total") == 4,
           str(delta("tpserve:requests_submitted_total")))
-    n_finished = sum(v - before.get(k, 0) for k, v in after.items() if k.startswith("tpserve:request_success_total"))
+    n_finished = sum(v - before.get(k, 0) for k, v in after.items() if k.startswith("vllm:request_success_total"))
     check("metrics: request_success_total += 4", n_finished == 4, str(n_finished))
     check("metrics: http 200 += 4 (+ the /metrics scrapes)",
           delta('tpserve:http_responses_total{status="200"}') >= 4)
-    check("metrics: e2e latency count += 4", delta("tpserve:e2e_request_latency_seconds_count") == 4,
-          str(delta("tpserve:e2e_request_latency_seconds_count")))
-    check("metrics: ttft count += 4", delta("tpserve:time_to_first_token_seconds_count") == 4,
-          str(delta("tpserve:time_to_first_token_seconds_count")))
+    check("metrics: e2e latency count += 4", delta("vllm:e2e_request_latency_seconds_count") == 4,
+          str(delta("vllm:e2e_request_latency_seconds_count")))
+    check("metrics: ttft count += 4", delta("vllm:time_to_first_token_seconds_count") == 4,
+          str(delta("vllm:time_to_first_token_seconds_count")))
 
 
 def raw_stream_then_close(url, body, n_events):
@@ -582,13 +582,14 @@ def test_disconnect(s):
     check("disconnect (httpx): the stream had started", n >= 3)
     t0 = time.monotonic()
     m = s.wait_idle(5.0)
-    check("disconnect: num_requests_running 0 within 5 s", m["tpserve:num_requests_running"] == 0, repr(m))
-    check("disconnect: kv_cache_usage_perc 0 within 5 s", m["tpserve:kv_cache_usage_perc"] == 0, repr(m))
-    check("disconnect: num_requests_waiting 0", m["tpserve:num_requests_waiting"] == 0)
-    aborted = (m.get('tpserve:request_success_total{finished_reason="abort"}', 0) -
-               before.get('tpserve:request_success_total{finished_reason="abort"}', 0))
-    check("disconnect: both requests counted as aborted", aborted == 2, str(aborted))
-    gen = m["tpserve:generation_tokens_total"] - before["tpserve:generation_tokens_total"]
+    check("disconnect: num_requests_running 0 within 5 s", m["vllm:num_requests_running"] == 0, repr(m))
+    check("disconnect: kv_cache_usage_perc 0 within 5 s", m["vllm:kv_cache_usage_perc"] == 0, repr(m))
+    check("disconnect: num_requests_waiting 0", m["vllm:num_requests_waiting"] == 0)
+    aborted = (m.get('vllm:request_success_total{finished_reason="abort"}', 0) -
+               before.get('vllm:request_success_total{finished_reason="abort"}', 0))
+    # request_success_total counts choices (vLLM: one child request per choice): 3 + 1.
+    check("disconnect: every choice of both requests counted as aborted", aborted == 4, str(aborted))
+    gen = m["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"]
     check("disconnect: generation stopped early (< 4 x 400 tokens)", gen < 800, str(gen))
     print(f"       (idle {time.monotonic() - t0:.2f} s after the disconnects)", flush=True)
     # The server still serves.
@@ -632,8 +633,8 @@ def test_rate_limit(s, n=6):
             check("429: accepted request complete", j["usage"]["completion_tokens"] == 24 and
                   j["choices"][0]["finish_reason"] == "length", body)
     m = s.wait_idle()
-    check("429: idle afterwards", m["tpserve:num_requests_running"] == 0 and
-          m["tpserve:kv_cache_usage_perc"] == 0, repr(m))
+    check("429: idle afterwards", m["vllm:num_requests_running"] == 0 and
+          m["vllm:kv_cache_usage_perc"] == 0, repr(m))
     check("429: metrics count the 429 responses",
           m.get('tpserve:http_responses_total{status="429"}', 0) == statuses.count(429), repr(m))
 
@@ -657,7 +658,7 @@ def test_rate_limit(s, n=6):
     steps_seen = None
     while time.monotonic() < deadline:
         m = s.metrics()
-        if m["tpserve:num_requests_running"] == 1 and m["tpserve:num_requests_waiting"] == 1:
+        if m["vllm:num_requests_running"] == 1 and m["vllm:num_requests_waiting"] == 1:
             if steps_seen is None:
                 steps_seen = m["tpserve:engine_steps_total"]
             elif m["tpserve:engine_steps_total"] >= steps_seen + 2:
@@ -669,7 +670,7 @@ def test_rate_limit(s, n=6):
         r = s.client.completions.create(model=s.name, prompt="y", max_tokens=2)
         m2 = s.metrics()
         check("busy -> openai.RateLimitError", False, "no exception (running/waiting before: " +
-              f"{m['tpserve:num_requests_running']}/{m['tpserve:num_requests_waiting']}); response {r!r}; "
+              f"{m['vllm:num_requests_running']}/{m['vllm:num_requests_waiting']}); response {r!r}; "
               f"metrics after: {m2!r}")
     except openai.RateLimitError as e:
         check("busy -> openai.RateLimitError", e.status_code == 429 and
@@ -678,8 +679,8 @@ def test_rate_limit(s, n=6):
     for t in holders:
         t.join(60)
     m = s.wait_idle()
-    check("busy: closed holders leave zero KV blocks in use", m["tpserve:num_requests_running"] == 0 and
-          m["tpserve:kv_cache_usage_perc"] == 0, repr(m))
+    check("busy: closed holders leave zero KV blocks in use", m["vllm:num_requests_running"] == 0 and
+          m["vllm:kv_cache_usage_perc"] == 0, repr(m))
 
 
 def test_shutdown_in_flight(s, deadline_s):
