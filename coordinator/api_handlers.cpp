@@ -85,7 +85,7 @@ void ApiHandlers::install(HttpServer& server) {
     if (!reason.empty()) return json_response({{"status", "unhealthy"}, {"reason", reason}}, 503);
     return json_response({{"status", "ok"}});
   });
-  server.on_response([this](int status) { metrics_.observe_http(status); });
+  server.add_access_hook([this](const AccessRecord& r) { metrics_.observe_http(r.status); });
 }
 
 void ApiHandlers::abort_all() {
