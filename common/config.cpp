@@ -171,7 +171,11 @@ Config parse_config(const std::string& yaml_text, const std::string& source, con
              {"shutdown_deadline_s", [&](auto& n, auto& k) { c.server.shutdown_deadline_s = r.real(n, k, 0.0, 3600.0); }},
              {"max_connections", [&](auto& n, auto& k) { c.server.max_connections = r.integer(n, k, 1, 65536); }},
              {"request_timeout_s", [&](auto& n, auto& k) { c.server.request_timeout_s = r.real(n, k, 0.0, 86400.0); }},
-             {"step_timeout_s", [&](auto& n, auto& k) { c.server.step_timeout_s = r.real(n, k, 0.0, 86400.0); }}});
+             {"step_timeout_s", [&](auto& n, auto& k) { c.server.step_timeout_s = r.real(n, k, 0.0, 86400.0); }},
+             {"keepalive_timeout_s", [&](auto& n, auto& k) { c.server.keepalive_timeout_s = r.real(n, k, 0.0, 86400.0); }},
+             {"send_timeout_s", [&](auto& n, auto& k) { c.server.send_timeout_s = r.real(n, k, 0.0, 86400.0); }},
+             {"log_format", [&](auto& n, auto& k) { c.server.log_format = r.one_of(n, k, {"text", "json"}); }},
+             {"stats_interval_s", [&](auto& n, auto& k) { c.server.stats_interval_s = r.real(n, k, 0.0, 86400.0); }}});
 
   return c;
 }
