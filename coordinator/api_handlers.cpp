@@ -236,6 +236,7 @@ HttpResponse ApiHandlers::generate(Generation& g, ResponseStream& out) {
   int32_t n_open = p.n;
   std::string error;
   bool first = true;  // TTFT: the first token of any choice
+  double ttft_s = -1;
   while (!client_gone && n_open > 0) {
     std::optional<RequestOutput> o = queue->pop(std::chrono::milliseconds(50));
     if (!o) {
@@ -248,7 +249,8 @@ HttpResponse ApiHandlers::generate(Generation& g, ResponseStream& out) {
     if (!o->new_tokens.empty()) {
       const int64_t n = int64_t(o->new_tokens.size());
       if (first) {
-        metrics_.observe_ttft(secs(o->times.first_token - o->times.arrival));
+        ttft_s = secs(o->times.first_token - o->times.arrival);
+        metrics_.observe_ttft(ttft_s);
         first = false;
       }
       if (c.prev != SteadyTime{}) metrics_.observe_itl(secs(o->times.last_token - c.prev) / double(n), n);
@@ -294,10 +296,19 @@ HttpResponse ApiHandlers::generate(Generation& g, ResponseStream& out) {
     n_generated += c->n_generated;
     errored = errored || c->finish == "error";
   }
+  auto logged = [&](HttpResponse r) {  // the access log's view of this request
+    r.log.request_id = rid;
+    r.log.n_prompt_tokens = n_prompt;
+    r.log.n_output_tokens = n_generated;
+    r.log.ttft_s = ttft_s;
+    return r;
+  };
   if (client_gone) {
     engine_.abort(id);
     metrics_.observe_finished(secs(std::chrono::steady_clock::now() - t_submit), "abort");
-    return HttpResponse{499, "application/json", "", {}};  // nobody reads it
+    HttpResponse r = logged(HttpResponse{499, "application/json", "", {}});  // nobody reads it
+    r.log.error = "the client went away; request aborted";
+    return r;
   }
   const std::string finish = errored ? "error" : choices[0]->finish;  // the request's, for the metrics
   metrics_.observe_finished(secs(std::chrono::steady_clock::now() - t_submit), finish);
@@ -308,14 +319,16 @@ HttpResponse ApiHandlers::generate(Generation& g, ResponseStream& out) {
     if (!stream) throw ApiException(e);
     out.write(sse_event(to_json(e)));
     out.write(sse_event("[DONE]"));
-    return {};
+    HttpResponse r = logged({});
+    r.log.error = e.message;
+    return r;
   }
   if (stream) {
     if (p.include_usage)
       out.write(sse_event(dump({{"id", rid}, {"object", object}, {"created", created}, {"model", cfg_.model_name},
                                 {"choices", json::array()}, {"usage", usage_json(n_prompt, n_generated)}})));
     out.write(sse_event("[DONE]"));
-    return {};
+    return logged({});
   }
   json out_choices = json::array();
   for (int32_t i = 0; i < p.n; ++i) {
@@ -328,12 +341,12 @@ HttpResponse ApiHandlers::generate(Generation& g, ResponseStream& out) {
       choice["text"] = c.text;
     out_choices.push_back(std::move(choice));
   }
-  return json_response({{"id", rid},
-                        {"object", g.chat ? "chat.completion" : "text_completion"},
-                        {"created", created},
-                        {"model", cfg_.model_name},
-                        {"choices", out_choices},
-                        {"usage", usage_json(n_prompt, n_generated)}});
+  return logged(json_response({{"id", rid},
+                               {"object", g.chat ? "chat.completion" : "text_completion"},
+                               {"created", created},
+                               {"model", cfg_.model_name},
+                               {"choices", out_choices},
+                               {"usage", usage_json(n_prompt, n_generated)}}));
 }
 
 HttpResponse ApiHandlers::models(const HttpRequest& req) {
