@@ -1,7 +1,8 @@
 // `tpserve serve` as a user runs it: the real binary on SmolLM2 (Q4_1, 1 thread) as a child process, driven
 // by a small Beast HTTP client. Greedy completions equal `tpserve generate`; streaming equals non-streaming;
 // errors are OpenAI JSON with the right status; a client that disconnects mid-stream gets its request
-// aborted (KV usage returns to 0); SIGTERM exits 0.
+// aborted (KV usage returns to 0); SIGTERM exits 0; one access-log line per request (text, and JSON with
+// --log-format json, where every stderr line parses); a taken port fails before the model loads.
 #include <fcntl.h>
 #include <poll.h>
 #include <gtest/gtest.h>
