@@ -340,6 +340,8 @@ void HttpServer::wait_request(const std::shared_ptr<Connection>& c, bool fresh) 
   if (c->reserve) deadline = std::min(deadline, after(now, kReserveReadTimeout));
   arm_timer(c, deadline);
   c->socket.async_wait(tcp::socket::wait_read, [this, c, fresh, deadline](beast::error_code ec) {
+    ++c->timer_gen;
+    c->timer.cancel();  // a pending timer holds the connection: let it go now
     if (ec || c->done.load() || stopping_.load()) {
       close(c);
       return;
