@@ -201,6 +201,10 @@ const std::vector<Setting>& settings() {
       real("server", "request_timeout_s", &C::server, &ServerSection::request_timeout_s, 0.0, 86400.0),
       real("server", "step_timeout_s", &C::server, &ServerSection::step_timeout_s, 0.0, 86400.0),
       choice("server", "metrics_prefix", &C::server, &ServerSection::metrics_prefix, {"vllm", "tpserve"}),
+      real("server", "keepalive_timeout_s", &C::server, &ServerSection::keepalive_timeout_s, 0.0, 86400.0),
+      real("server", "send_timeout_s", &C::server, &ServerSection::send_timeout_s, 0.0, 86400.0),
+      choice("server", "log_format", &C::server, &ServerSection::log_format, {"text", "json"}),
+      real("server", "stats_interval_s", &C::server, &ServerSection::stats_interval_s, 0.0, 86400.0),
   };
   return kSettings;
 }

@@ -49,6 +49,10 @@ struct ServerSection {
   // alive: /health turns 503 and the job is aborted (MPI_Abort), so it never hangs. 0: never.
   double step_timeout_s = 300.0;
   std::string metrics_prefix = "vllm";  // /metrics names: "vllm" (vllm:..., what vLLM dashboards read) or "tpserve"
+  double keepalive_timeout_s = 5.0;  // a kept-alive connection idle this long between requests is closed; 0: never
+  double send_timeout_s = 30.0;      // one response write (or stream chunk) taking longer closes the connection; 0: never
+  std::string log_format = "text";   // "text" | "json": the server's log lines on stderr (access log, stats)
+  double stats_interval_s = 10.0;    // a throughput / queue / KV stats line this often, when it changed; 0: off
 };
 
 struct Config {

@@ -97,7 +97,7 @@ void ApiHandlers::install(HttpServer& server) {
     if (!reason.empty()) return json_response({{"status", "unhealthy"}, {"reason", reason}}, 503);
     return json_response({{"status", "ok"}});
   });
-  server.on_response([this](int status) { metrics_.observe_http(status); });
+  server.add_access_hook([this](const AccessRecord& r) { metrics_.observe_http(r.status); });
 }
 
 void ApiHandlers::abort_all() { in_flight_.abort_all(engine_); }
@@ -174,6 +174,7 @@ HttpResponse ApiHandlers::generate(const GenerationJob& job, ResponseStream& out
   // Per choice, for the metrics: its latest output's times and when it ended.
   std::vector<RequestTimes> times(choices.size(), RequestTimes{t_submit, {}, {}, {}});
   std::vector<SteadyTime> ended(choices.size());
+  double ttft_s = -1;  // the first token of any choice (the access log)
   int64_t n_open = job.n_choices();
   while (!client_gone && n_open > 0) {
     std::optional<RequestOutput> o = queue->pop(std::chrono::milliseconds(50));
@@ -187,6 +188,7 @@ HttpResponse ApiHandlers::generate(const GenerationJob& job, ResponseStream& out
     ChoiceStream& c = *choices[index];
     if (!o->new_tokens.empty() && !c.finished()) {
       const int64_t n_new = int64_t(o->new_tokens.size());
+      if (ttft_s < 0) ttft_s = secs(o->times.first_token - o->times.arrival);
       if (times[index].first_token == SteadyTime{})
         metrics_.observe_ttft(secs(o->times.first_token - o->times.arrival));
       else
@@ -215,23 +217,33 @@ HttpResponse ApiHandlers::generate(const GenerationJob& job, ResponseStream& out
   const bool all_done = std::all_of(choices.begin(), choices.end(), [](const auto& c) { return c->engine_done(); });
   for (size_t j = 0; j < handles.size() && all_done; ++j) handles[j]->set_finished();
 
+  int64_t n_generated = 0;
+  for (const auto& c : choices) n_generated += c->n_generated();
+  ResponseLog log;  // the access log's view of this request
+  log.request_id = header.id;
+  log.n_prompt_tokens = n_prompt_tokens;
+  log.n_output_tokens = n_generated;
+  log.ttft_s = ttft_s;
+  log.ignored_fields = p.ignored_fields;
+  const auto logged = [&log](HttpResponse r, std::string error = {}) {
+    r.log = log;
+    r.log.error = std::move(error);
+    return r;
+  };
   const auto failed = std::find_if(choices.begin(), choices.end(), [](const auto& c) { return c->finish_reason() == "error"; });
-  if (client_gone) return HttpResponse{499, "application/json", "", {}};  // nobody reads it; the handles abort
+  if (client_gone)  // nobody reads it; the handles abort the engine requests
+    return logged(HttpResponse{499, "application/json", "", {}}, "the client went away; request aborted");
   if (failed != choices.end()) {
     const ApiError e = internal_error("generation failed: " + (*failed)->error());
     if (!p.stream) throw ApiException(e);
     sse.error(e);
     sse.done();
-    return {};
+    return logged({}, e.message);
   }
-  if (!p.stream) return json_response(final_response(header, choices, n_prompt_tokens));
-  if (p.include_usage) {
-    int64_t n_generated = 0;
-    for (const auto& c : choices) n_generated += c->n_generated();
-    sse.usage(n_prompt_tokens, n_generated);
-  }
+  if (!p.stream) return logged(json_response(final_response(header, choices, n_prompt_tokens)));
+  if (p.include_usage) sse.usage(n_prompt_tokens, n_generated);
   sse.done();
-  return {};
+  return logged({});
 }
 
 HttpResponse ApiHandlers::models(const HttpRequest& req) {

@@ -5,19 +5,26 @@
 // An engine failure (a rank died) fails in-flight requests and exits 1. A rank alive but stuck leaves a step
 // running: past server.step_timeout_s /health answers 503, and a second later the job is aborted
 // (MPI_Abort, exit 3) — a collective cannot be cancelled, and a server that hangs forever helps nobody.
+// The leader binds server.host:server.port before the model loads (a taken port fails at once). It logs one
+// access line per request and a periodic stats line (launch/serve_log.h) on stderr, as text or JSON lines
+// (--log-format / server.log_format).
 #include <pthread.h>
 #include <signal.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
+#include <memory>
+#include <sstream>
 #include <optional>
 #include <string>
 #include <thread>
 
 #include "common/config.h"
 #include "common/error.h"
+#include "common/log.h"
 #include "coordinator/api_handlers.h"
 #include "coordinator/chat_template.h"
 #include "coordinator/engine.h"
@@ -27,6 +34,7 @@
 #include "launch/cli_args.h"
 #include "launch/commands.h"
 #include "launch/model_group.h"
+#include "launch/serve_log.h"
 #include "launch/worker_executor.h"
 #include "parallel/mpi_communicator.h"
 
@@ -37,6 +45,22 @@ std::string format_seconds(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%g", s);
   return buf;
+}
+
+// This process's MPI world rank from the launcher's environment (0 when not under MPI): known before MPI_Init.
+int world_rank_from_env() {
+  if (!launched_by_mpi()) return 0;
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
+    if (const char* v = std::getenv(name); v && *v) return std::atoi(v);
+  return 0;
+}
+
+// Each line of a multi-line report as one info line.
+void log_lines(Logger& log, const std::string& text) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) log.info(line);
 }
 
 }  // namespace
@@ -63,6 +87,8 @@ const CommandSpec& serve_spec() {
                                "compute threads per rank"),
           OptionSpec::computed("tp", "N", "parallel.tp of the config, else " + std::to_string(d.parallel.tp),
                                "tensor-parallel degree; run under `mpirun -np N` (or launch/start)"),
+          OptionSpec::computed("log-format", "text|json", "server.log_format of the config, else " + d.server.log_format,
+                               "the server's log lines on stderr: plain text or one JSON object a line"),
       }};
   return spec;
 }
@@ -79,6 +105,8 @@ int run_serve(const CliArgs& a) {
   cfg.server.port = a.integer("port", cfg.server.port, 0, 65535);
   cfg.parallel.tp = a.integer("tp", cfg.parallel.tp, 1, 4096);
   const int threads = int(a.integer("threads", cfg.parallel.threads, 0, 1024));
+  if (auto f = a.str("log-format")) cfg.server.log_format = *f;
+  Logger log(parse_log_format(cfg.server.log_format, "--log-format"));
 
   // SIGINT/SIGTERM are blocked in every thread (MPI's and ours inherit this mask) and taken by sigtimedwait
   // on the main thread below; a write to a closed client socket must not kill the process.
@@ -89,9 +117,25 @@ int run_serve(const CliArgs& a) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  HttpServerOptions ho;
+  ho.host = cfg.server.host;
+  ho.port = uint16_t(cfg.server.port);
+  ho.max_body_bytes = cfg.server.max_body_bytes;
+  ho.request_timeout_s = cfg.server.request_timeout_s;
+  ho.keepalive_timeout_s = cfg.server.keepalive_timeout_s;
+  ho.send_timeout_s = cfg.server.send_timeout_s;
+  ho.max_connections = int(cfg.server.max_connections);
+  // Bound before the model loads, so a taken port fails in a second, not after the weights are read.
+  std::unique_ptr<HttpServer> server;
+  if (world_rank_from_env() == 0) {
+    server = std::make_unique<HttpServer>(ho);
+    server->listen();
+  }
+
   ModelGroup group(nullptr, nullptr, cfg, threads);
-  std::fprintf(stderr, "%s\n", group.report().c_str());
+  log.info(group.report());
   if (!group.is_leader()) {
+    server.reset();
     pthread_sigmask(SIG_UNBLOCK, &sigs, nullptr);
     group.worker->serve();
     return 0;
@@ -107,7 +151,7 @@ int run_serve(const CliArgs& a) {
   ec.is_eog = [&tok](int32_t id) { return tok.is_eog(id); };
   WorkerExecutor executor(*group.worker);
   Engine engine(ec, executor);
-  std::fprintf(stderr, "%s", engine.startup_report().c_str());
+  log_lines(log, engine.startup_report());
 
   const std::string name = served_model_name(cfg.model.name, cfg.model.path);
   ServerMetrics metrics({name, cfg.server.metrics_prefix, ec.scheduler.max_context, ec.scheduler.block_size,
@@ -130,14 +174,14 @@ int run_serve(const CliArgs& a) {
     return "";
   };
   ApiHandlers api(api_cfg, engine, tok, chat, metrics);
-  HttpServerOptions ho;
-  ho.host = cfg.server.host;
-  ho.port = uint16_t(cfg.server.port);
-  ho.max_body_bytes = cfg.server.max_body_bytes;
-  ho.request_timeout_s = cfg.server.request_timeout_s;
-  ho.max_connections = int(cfg.server.max_connections);
-  HttpServer server(ho);
-  api.install(server);
+  if (!server) server = std::make_unique<HttpServer>(ho);
+  struct StopServer {  // declared after api: the server's threads end before the handlers they call go away
+    HttpServer& s;
+    ~StopServer() { s.stop(); }
+  } stop_server{*server};
+  api.install(*server);
+  server->add_access_hook([&log](const AccessRecord& r) { log_access(log, r); });
+  StatsLogger stats(log, cfg.server.stats_interval_s);
 
   std::thread engine_thread([&] {
     try {
@@ -153,16 +197,16 @@ int run_serve(const CliArgs& a) {
   });
 
   try {
-    server.start();
+    server->start();
   } catch (...) {
     engine_stop.store(true);
     engine_thread.join();
     throw;
   }
-  std::printf("tpserve serving %s at http://%s:%u\n", name.c_str(), cfg.server.host.c_str(), unsigned(server.port()));
+  std::printf("tpserve serving %s at http://%s:%u\n", name.c_str(), cfg.server.host.c_str(), unsigned(server->port()));
   std::printf("  curl http://%s:%u/v1/completions -H 'Content-Type: application/json' %s-d '{\"model\": \"%s\", "
               "\"prompt\": \"The capital of France is\", \"max_tokens\": 16}'\n",
-              cfg.server.host.c_str(), unsigned(server.port()),
+              cfg.server.host.c_str(), unsigned(server->port()),
               cfg.server.api_key.empty() ? "" : "-H 'Authorization: Bearer $API_KEY' ", name.c_str());
   std::fflush(stdout);
 
@@ -171,11 +215,12 @@ int run_serve(const CliArgs& a) {
   auto watchdog = [&] {
     const double s = step_seconds();
     if (step_timeout_s <= 0 || s <= step_timeout_s + 1.0) return;
-    std::fprintf(stderr,
-                 "tpserve: a step has run for %.1f s, past server.step_timeout_s = %.1f: a rank is not responding; "
-                 "aborting the job\n",
-                 s, step_timeout_s);
-    std::fflush(stderr);
+    char msg[200];
+    std::snprintf(msg, sizeof msg,
+                  "a step has run for %.1f s, past server.step_timeout_s = %.1f: a rank is not responding; aborting "
+                  "the job",
+                  s, step_timeout_s);
+    log.error(msg);
     abort_job(3);
   };
   int sig = 0;
@@ -184,27 +229,27 @@ int run_serve(const CliArgs& a) {
     sig = sigtimedwait(&sigs, nullptr, &ts);
     if (sig > 0) break;
     watchdog();
+    stats.tick(engine.metrics(), std::chrono::steady_clock::now());
   }
-  if (sig > 0) std::fprintf(stderr, "tpserve: signal %d: shutting down\n", sig);
+  if (sig > 0) log.info("signal " + std::to_string(sig) + ": shutting down");
 
   // Graceful shutdown: no new connections; in-flight requests get until the deadline, then are aborted.
-  server.stop_accepting();
+  server->stop_accepting();
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::milliseconds(int64_t(cfg.server.shutdown_deadline_s * 1000.0));
-  while (server.n_active_requests() > 0 && std::chrono::steady_clock::now() < deadline && !engine_failed.load()) {
+  while (server->n_active_requests() > 0 && std::chrono::steady_clock::now() < deadline && !engine_failed.load()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     watchdog();
   }
   if (api.n_in_flight() > 0) {
-    std::fprintf(stderr, "tpserve: aborting %lld in-flight requests at the shutdown deadline\n",
-                 (long long)api.n_in_flight());
+    log.warn("aborting " + std::to_string(api.n_in_flight()) + " in-flight requests at the shutdown deadline");
     api.abort_all();
     // Let the handlers write the abort chunk and [DONE] before the sockets close (bounded: 1 s).
     const auto grace = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-    while (server.n_active_requests() > 0 && std::chrono::steady_clock::now() < grace && !engine_failed.load())
+    while (server->n_active_requests() > 0 && std::chrono::steady_clock::now() < grace && !engine_failed.load())
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  server.stop();
+  server->stop();
   engine_stop.store(true);
   while (step_seconds() > 0) {  // the engine thread may be inside a step that never returns
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -212,7 +257,7 @@ int run_serve(const CliArgs& a) {
   }
   engine_thread.join();
   if (engine_failed.load()) throw Error("engine failed: " + engine_error);
-  std::fprintf(stderr, "tpserve: stopped\n");
+  log.info("stopped");
   return 0;
 }
 

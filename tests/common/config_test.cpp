@@ -247,5 +247,22 @@ TEST(Config, DefaultConfigFileLoads) {
   EXPECT_EQ(c.model.path.find(".."), std::string::npos) << c.model.path;
 }
 
+TEST(Config, ServerLoggingAndConnectionTimeouts) {
+  const Config d = parse_config("", "test.yaml", "/base");
+  EXPECT_DOUBLE_EQ(d.server.keepalive_timeout_s, 5.0);
+  EXPECT_DOUBLE_EQ(d.server.send_timeout_s, 30.0);
+  EXPECT_EQ(d.server.log_format, "text");
+  EXPECT_DOUBLE_EQ(d.server.stats_interval_s, 10.0);
+  const Config c = parse_config(
+      "server: {keepalive_timeout_s: 2, send_timeout_s: 0.5, log_format: json, stats_interval_s: 0}", "test.yaml", "/base");
+  EXPECT_DOUBLE_EQ(c.server.keepalive_timeout_s, 2.0);
+  EXPECT_DOUBLE_EQ(c.server.send_timeout_s, 0.5);
+  EXPECT_EQ(c.server.log_format, "json");
+  EXPECT_DOUBLE_EQ(c.server.stats_interval_s, 0.0);
+  EXPECT_NE(error_of("server: {log_format: xml}").find("server.log_format: 'xml' is not one of: text, json"),
+            std::string::npos);
+  EXPECT_NE(error_of("server: {send_timeout_s: -1}").find("server.send_timeout_s: -1 is out of range"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace tp

@@ -1,7 +1,8 @@
 // `tpserve serve` as a user runs it: the real binary on SmolLM2 (Q4_1, 1 thread) as a child process, driven
 // by a small Beast HTTP client. Greedy completions equal `tpserve generate`; streaming equals non-streaming;
 // errors are OpenAI JSON with the right status; a client that disconnects mid-stream gets its request
-// aborted (KV usage returns to 0); SIGTERM exits 0.
+// aborted (KV usage returns to 0); SIGTERM exits 0; one access-log line per request (text, and JSON with
+// --log-format json, where every stderr line parses); a taken port fails before the model loads.
 #include <fcntl.h>
 #include <poll.h>
 #include <gtest/gtest.h>
@@ -43,21 +44,28 @@ struct Server {
   pid_t pid = -1;
   int port = 0;
   std::string log;
+  std::string err;  // stderr alone when started with split_stderr, else empty (stderr goes to `log`)
 
   // Starts `tpserve serve --port 0 ...extra` and waits for its "serving ... at http://host:port" line.
-  void start(const std::vector<std::string>& extra) {
+  void start(const std::vector<std::string>& extra, bool split_stderr = false) {
     // A fresh, empty log made here before the fork: a name that could exist from an earlier run (pids are
     // reused) would let the poll below read a stale "serving ... at" line before the child truncates it.
     std::string name = testing::TempDir() + "/tpserve_http_XXXXXX";
     const int fd = mkstemp(name.data());
     ASSERT_GE(fd, 0) << "mkstemp " << name;
     log = name;
+    int err_fd = fd;
+    if (split_stderr) {
+      err = testing::TempDir() + "/tpserve_http_err_XXXXXX";
+      err_fd = mkstemp(err.data());
+      ASSERT_GE(err_fd, 0) << "mkstemp " << err;
+    }
     std::vector<std::string> args = {TPSERVE_BIN, "serve", "--model", model(), "--port", "0", "--threads", "1"};
     args.insert(args.end(), extra.begin(), extra.end());
     pid = fork();
     if (pid == 0) {
       dup2(fd, 1);
-      dup2(fd, 2);
+      dup2(err_fd, 2);
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
@@ -65,6 +73,7 @@ struct Server {
       _exit(127);
     }
     close(fd);
+    if (err_fd != fd) close(err_fd);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
     while (std::chrono::steady_clock::now() < deadline) {
       const std::string out = slurp(log);
@@ -80,7 +89,7 @@ struct Server {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    FAIL() << "server did not start:\n" << slurp(log);
+    FAIL() << "server did not start:\n" << slurp(log) << (err.empty() ? "" : slurp(err));
   }
 
   // SIGTERM, then the exit code (-1: killed by a signal or timeout).
@@ -158,6 +167,22 @@ double metric(const std::string& text, const std::string& name) {
   if (at == std::string::npos) return -1;
   const auto sp = text.find("} ", at);
   return std::stod(text.substr(sp + 2, text.find('\n', sp) - sp - 2));
+}
+
+// The lines of `path` that contain `needle`, once there are at least `n` (polled up to 5 s: the access line is
+// written just after the response).
+std::vector<std::string> wait_lines(const std::string& path, const std::string& needle, size_t n = 1) {
+  std::vector<std::string> found;
+  for (int i = 0; i < 100; ++i) {
+    found.clear();
+    std::istringstream in(slurp(path));
+    std::string line;
+    while (std::getline(in, line))
+      if (line.find(needle) != std::string::npos) found.push_back(line);
+    if (found.size() >= n) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return found;
 }
 
 class HttpServerTest : public testing::Test {
@@ -471,7 +496,7 @@ TEST(HttpServerAuth, ApiKeyRequiredOnV1RequestTimeoutAndSigtermExitsZero) {
   EXPECT_EQ(post(srv.port, "/v1/completions", body, {{"Authorization", "Bearer sekret"}}).status, 200);
   EXPECT_EQ(request(srv.port, "GET", "/health").status, 200);
   // A client that stalls mid-request, or connects and says nothing, loses its connection after
-  // server.request_timeout_s (3 s: long enough that a loaded machine does not expire the idle connections of
+  // server.request_timeout_s (3 s: long enough that a loaded machine does not expire the busy connections of
   // the max_connections check below early); the server keeps serving.
   const double stalled = seconds_until_closed(srv.port, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Le");
   EXPECT_GT(stalled, 2.8);
@@ -480,35 +505,122 @@ TEST(HttpServerAuth, ApiKeyRequiredOnV1RequestTimeoutAndSigtermExitsZero) {
   EXPECT_GT(silent, 2.8);
   EXPECT_LT(silent, 10.0);
   EXPECT_EQ(request(srv.port, "GET", "/health").status, 200);
-  {  // server.max_connections: 2 held open -> the third gets 503; the timeout frees the slots again
+  {  // server.max_connections: 2 busy (each in the middle of a request) -> another request gets 503, /health
+     // is still answered (the reserve); the request timeout frees the slots again
     net::io_context io;
     std::vector<tcp::socket> held;
-    // Closes of earlier connections are processed asynchronously: until they are, a new connection may itself
-    // be refused. Hold two connections the server did not refuse (nothing to read on them after 300 ms).
-    for (int attempt = 0; attempt < 20 && held.size() < 2; ++attempt) {
-      held.clear();
-      for (int i = 0; i < 2; ++i) {
-        held.emplace_back(io);
-        held.back().connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), uint16_t(srv.port)));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
-      for (auto& h : held) {
-        pollfd p{h.native_handle(), POLLIN, 0};
-        if (poll(&p, 1, 0) != 0) {  // a 503 arrived: this one was refused
-          held.clear();
-          std::this_thread::sleep_for(std::chrono::milliseconds(500));
-          break;
-        }
-      }
+    for (int i = 0; i < 2; ++i) {
+      held.emplace_back(io);
+      held.back().connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), uint16_t(srv.port)));
+      net::write(held.back(), net::buffer(std::string("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Le")));
     }
-    ASSERT_EQ(held.size(), 2u) << "could not hold two connections";
-    const Resp busy = request(srv.port, "GET", "/health");
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const Resp busy = request(srv.port, "GET", "/nope");
     EXPECT_EQ(busy.status, 503) << busy.body;
     EXPECT_NE(busy.body.find("too many open connections"), std::string::npos) << busy.body;
-    std::this_thread::sleep_for(std::chrono::milliseconds(3600));
     EXPECT_EQ(request(srv.port, "GET", "/health").status, 200);
+    std::this_thread::sleep_for(std::chrono::milliseconds(3600));
+    EXPECT_EQ(request(srv.port, "GET", "/nope").status, 404);
   }
   EXPECT_EQ(srv.stop(), 0) << slurp(srv.log);
+}
+
+TEST_F(HttpServerTest, AccessLogOneLinePerRequestWithItsFields) {
+  ASSERT_GT(port(), 0);
+  const Resp ok = post(port(), "/v1/completions",
+                       {{"prompt", "The capital of France is"}, {"max_tokens", 3}, {"temperature", 0}, {"ignore_eos", true}});
+  ASSERT_EQ(ok.status, 200) << ok.body;
+  const std::string id = ok.j()["id"];
+  const Resp bad = request(port(), "POST", "/v1/completions", R"({"prompt": "hi", "max_tokens": "access-log-x"})");
+  ASSERT_EQ(bad.status, 400) << bad.body;
+  ASSERT_EQ(request(port(), "GET", "/nope-access-log").status, 404);
+
+  const auto l200 = wait_lines(server_.log, "id=" + id);
+  ASSERT_EQ(l200.size(), 1u) << slurp(server_.log);
+  EXPECT_NE(l200[0].find(" INFO  POST /v1/completions 200 id=" + id + " prompt_tokens=5 output_tokens=3 ttft_s="),
+            std::string::npos) << l200[0];
+  EXPECT_NE(l200[0].find(" total_s="), std::string::npos) << l200[0];
+  EXPECT_NE(l200[0].find(" peer=127.0.0.1:"), std::string::npos) << l200[0];
+  const auto l400 = wait_lines(server_.log, "access-log-x");
+  ASSERT_EQ(l400.size(), 1u) << slurp(server_.log);
+  EXPECT_NE(l400[0].find(" WARN  POST /v1/completions 400 "), std::string::npos) << l400[0];
+  EXPECT_NE(l400[0].find(" error=\"max_tokens "), std::string::npos) << l400[0];
+  const auto l404 = wait_lines(server_.log, "/nope-access-log 404");
+  ASSERT_EQ(l404.size(), 1u) << slurp(server_.log);
+  EXPECT_NE(l404[0].find(" WARN  GET /nope-access-log 404 "), std::string::npos) << l404[0];
+  EXPECT_NE(l404[0].find(" error=\"Not Found: GET /nope-access-log\""), std::string::npos) << l404[0];
+}
+
+TEST(HttpServerLogJson, EveryStderrLineIsJsonWithAccessAndStatsFields) {
+  const std::string cfg = testing::TempDir() + "/tpserve_http_json.yaml";
+  std::ofstream(cfg) << "server:\n  stats_interval_s: 0.5\n";
+  Server srv;
+  srv.start({"--config", cfg, "--log-format", "json"}, true);
+  ASSERT_GT(srv.port, 0);
+  const Resp ok = post(srv.port, "/v1/completions",
+                       {{"prompt", "The capital of France is"}, {"max_tokens", 3}, {"temperature", 0}, {"ignore_eos", true}});
+  ASSERT_EQ(ok.status, 200) << ok.body;
+  ASSERT_EQ(request(srv.port, "POST", "/v1/completions", R"({"prompt": "hi", "max_tokens": "x"})").status, 400);
+  ASSERT_EQ(request(srv.port, "GET", "/nope").status, 404);
+  EXPECT_FALSE(wait_lines(srv.err, "\"event\":\"stats\"").empty()) << slurp(srv.err);
+  EXPECT_EQ(srv.stop(), 0) << slurp(srv.log) << slurp(srv.err);
+
+  std::istringstream in(slurp(srv.err));
+  std::string line;
+  std::vector<json> access, stats;
+  int n_lines = 0;
+  while (std::getline(in, line)) {
+    ++n_lines;
+    json j;
+    ASSERT_NO_THROW(j = json::parse(line)) << "not JSON: " << line;
+    EXPECT_TRUE(j.contains("time") && j.contains("level") && j.contains("msg")) << line;
+    if (j.value("event", "") == "access") access.push_back(j);
+    if (j.value("event", "") == "stats") stats.push_back(j);
+  }
+  EXPECT_GT(n_lines, 3);
+  ASSERT_EQ(access.size(), 3u) << slurp(srv.err);
+  const json& a = access[0];
+  EXPECT_EQ(a["method"], "POST");
+  EXPECT_EQ(a["route"], "/v1/completions");
+  EXPECT_EQ(a["status"], 200);
+  EXPECT_EQ(a["id"], ok.j()["id"]);
+  EXPECT_EQ(a["prompt_tokens"], 5);
+  EXPECT_EQ(a["output_tokens"], 3);
+  EXPECT_GT(a["ttft_s"].get<double>(), 0.0);
+  EXPECT_GE(a["total_s"].get<double>(), a["ttft_s"].get<double>());
+  EXPECT_EQ(a["level"], "info");
+  EXPECT_EQ(access[1]["status"], 400);
+  EXPECT_EQ(access[1]["level"], "warn");
+  EXPECT_NE(access[1]["error"].get<std::string>().find("max_tokens"), std::string::npos) << access[1];
+  EXPECT_EQ(access[2]["route"], "/nope");
+  EXPECT_EQ(access[2]["status"], 404);
+  EXPECT_EQ(access[2]["error"], "Not Found: GET /nope");
+  ASSERT_FALSE(stats.empty());
+  double generated = 0;
+  for (const json& st : stats) generated += st["generation_tokens_per_s"].get<double>();
+  EXPECT_GT(generated, 0.0);
+  EXPECT_NE(stats[0]["msg"].get<std::string>().find("Avg prompt throughput: "), std::string::npos) << stats[0];
+}
+
+TEST(ServePortCheck, TakenPortFailsAtOnceBeforeTheModelLoads) {
+  net::io_context io;
+  tcp::acceptor taken(io, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
+  const int port = taken.local_endpoint().port();
+  // A model path that does not exist: checked after the port, the error must be the port's.
+  const std::string cmd = std::string(TPSERVE_BIN) + " serve --model /nonexistent/model.gguf --port " +
+                          std::to_string(port) + " 2>&1";
+  const auto t0 = std::chrono::steady_clock::now();
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int status = pclose(p);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << out;
+  EXPECT_LT(seconds, 2.0);
+  EXPECT_EQ(out, "tpserve serve: cannot listen on 127.0.0.1:" + std::to_string(port) +
+                     ": Address already in use (server.host, server.port)\n");
 }
 
 }  // namespace
