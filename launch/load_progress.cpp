@@ -1,6 +1,7 @@
 #include "launch/load_progress.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace tp {
 namespace {
@@ -14,6 +15,11 @@ double mib(int64_t bytes) { return double(bytes) / double(int64_t(1) << 20); }
 
 LoadProgressPrinter::LoadProgressPrinter(std::FILE* out, bool terminal)
     : out_(out), terminal_(terminal), start_(Clock::now()), last_draw_(start_ - kRedrawEvery) {}
+
+LoadProgressPrinter::LoadProgressPrinter(std::function<void(const std::string&)> line)
+    : LoadProgressPrinter(nullptr, false) {
+  line_ = std::move(line);
+}
 
 LoadProgressPrinter::~LoadProgressPrinter() {
   if (drawn_ && !finished_) {
@@ -39,8 +45,15 @@ void LoadProgressPrinter::update(int64_t done, int64_t total, int64_t bytes) {
     const int64_t quarter = done * 4 / total;
     if (quarter <= quarters_printed_) return;
     quarters_printed_ = quarter;
-    std::fprintf(out_, "loading weights: %lld/%lld layers, %.1f MiB (%lld%%)\n", (long long)done, (long long)total,
-                 mib(bytes), (long long)(done * 100 / total));
+    char line[128];
+    std::snprintf(line, sizeof line, "loading weights: %lld/%lld layers, %.1f MiB (%lld%%)", (long long)done,
+                  (long long)total, mib(bytes), (long long)(done * 100 / total));
+    if (line_) {
+      line_(line);
+      finished_ = last;
+      return;
+    }
+    std::fprintf(out_, "%s\n", line);
   }
   std::fflush(out_);
   finished_ = last;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
 
 namespace tp {
@@ -15,6 +16,8 @@ class LoadProgressPrinter {
  public:
   // out: where to print (stderr); terminal: whether out is one (isatty).
   LoadProgressPrinter(std::FILE* out, bool terminal);
+  // The plain lines (never a bar) handed to `line` instead, e.g. a Logger writing JSON lines.
+  explicit LoadProgressPrinter(std::function<void(const std::string&)> line);
   // Ends a bar left unfinished (loading failed) with a newline, so the error that follows starts a line.
   ~LoadProgressPrinter();
   LoadProgressPrinter(const LoadProgressPrinter&) = delete;
@@ -27,6 +30,7 @@ class LoadProgressPrinter {
   using Clock = std::chrono::steady_clock;
   std::FILE* out_;
   bool terminal_;
+  std::function<void(const std::string&)> line_;  // set: plain lines go here, not to out_
   Clock::time_point start_, last_draw_;
   int64_t quarters_printed_ = 0;  // plain lines: the last quarter printed
   bool drawn_ = false;     // terminal: a bar is on the line

@@ -27,7 +27,8 @@ bool launched_by_mpi() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") || std::getenv("PMI_RANK");
 }
 
-ModelGroup::ModelGroup(int* argc, char*** argv, const Config& cfg, int threads_arg) {
+ModelGroup::ModelGroup(int* argc, char*** argv, const Config& cfg, int threads_arg,
+                       std::function<void(const std::string&)> progress_line) {
   const int64_t want = cfg.parallel.tp * cfg.parallel.dp;
   if (launched_by_mpi()) {
     mpi = std::make_unique<MpiSession>(argc, argv);
@@ -52,7 +53,9 @@ ModelGroup::ModelGroup(int* argc, char*** argv, const Config& cfg, int threads_a
   const DType runtime = parse_dtype(cfg.model.dtype);
   if (runtime != DType::F32 && runtime != DType::BF16)
     throw UsageError("model.dtype must be bf16 or f32, not '" + cfg.model.dtype + "'");
-  LoadProgressPrinter printer(stderr, isatty(STDERR_FILENO) != 0);  // rank 0 only: the others stay quiet
+  // Rank 0 only: the others stay quiet.
+  LoadProgressPrinter printer = progress_line ? LoadProgressPrinter(std::move(progress_line))
+                                              : LoadProgressPrinter(stderr, isatty(STDERR_FILENO) != 0);
   LoadProgress progress;
   if (world_rank() == 0) progress = [&printer](int64_t done, int64_t n, int64_t bytes) { printer.update(done, n, bytes); };
   model = std::make_unique<LlamaModel>(*file, runtime, tp_comm.get(), progress);

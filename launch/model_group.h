@@ -5,6 +5,7 @@
 // (before the weights load), a cache.memory_mb that does not fit the node's available memory (before the pool
 // is allocated; launch/host_memory.h). World rank 0 shows the weights loading on stderr (launch/load_progress.h).
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -23,7 +24,9 @@ bool launched_by_mpi();
 
 struct ModelGroup {
   // threads: compute threads per rank (0: cores on this node / ranks on this node).
-  ModelGroup(int* argc, char*** argv, const Config& cfg, int threads);
+  // progress_line: where rank 0's weight-loading lines go (e.g. a JSON Logger); empty: stderr, a bar on a terminal.
+  ModelGroup(int* argc, char*** argv, const Config& cfg, int threads,
+             std::function<void(const std::string&)> progress_line = {});
   ~ModelGroup();
 
   int world_rank() const { return world ? world->rank() : 0; }

@@ -132,7 +132,10 @@ int run_serve(const CliArgs& a) {
     server->listen();
   }
 
-  ModelGroup group(nullptr, nullptr, cfg, threads);
+  // JSON logs: the weight-loading lines are log lines too (text: a bar on a terminal, plain lines otherwise).
+  std::function<void(const std::string&)> progress_line;
+  if (cfg.server.log_format == "json") progress_line = [&log](const std::string& l) { log.info(l); };
+  ModelGroup group(nullptr, nullptr, cfg, threads, std::move(progress_line));
   log.info(group.report());
   if (!group.is_leader()) {
     server.reset();

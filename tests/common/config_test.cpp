@@ -214,7 +214,8 @@ TEST(Config, FormatPrintsEverySettingOfEachSection) {
       {"cache", {"block_size", "memory_mb", "max_context", "prefix_caching"}},
       {"scheduler", {"max_num_seqs", "max_num_batched_tokens", "max_queued_requests", "kv_reservation"}},
       {"server", {"host", "port", "api_key", "max_body_bytes", "max_connections", "shutdown_deadline_s",
-                  "request_timeout_s", "step_timeout_s"}}};
+                  "request_timeout_s", "step_timeout_s", "metrics_prefix", "keepalive_timeout_s", "send_timeout_s",
+                  "log_format", "stats_interval_s"}}};
   ASSERT_TRUE(n.IsMap());
   EXPECT_EQ(n.size(), expected.size());
   for (const auto& [section, keys] : expected) {
