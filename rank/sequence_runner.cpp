@@ -36,4 +36,30 @@ const std::vector<float>& SequenceRunner::feed(const std::vector<int32_t>& token
   return logits_;
 }
 
+std::vector<TokenLogprobs> SequenceRunner::feed_scored(const std::vector<int32_t>& tokens, int32_t k) {
+  if (n_past_ != 0) throw InputError("feed_scored: the sequence is not empty");
+  if (int64_t(tokens.size()) > capacity_)
+    throw InputError("sequence of " + std::to_string(tokens.size()) + " tokens exceeds the capacity of " +
+                     std::to_string(capacity_));
+  std::vector<TokenLogprobs> out(tokens.size());
+  for (size_t i = 0; i < tokens.size(); i += size_t(chunk_)) {
+    const size_t n = std::min(tokens.size() - i, size_t(chunk_));
+    StepPlan plan;
+    SeqPlan& s = plan.seqs.emplace_back();
+    s.tokens.assign(tokens.begin() + long(i), tokens.begin() + long(i + n));
+    s.start_pos = n_past_;
+    s.block_table = block_table_;
+    s.prompt_logprobs = k;
+    s.prompt_targets.assign(tokens.begin() + long(i + 1), tokens.begin() + long(std::min(i + n + 1, tokens.size())));
+    StepResult result;
+    worker_.lead(plan, result);
+    if (!s.prompt_targets.empty()) {
+      const PromptLogprobs& p = result.prompt_logprobs.at(0);
+      for (size_t j = 0; j < p.entries.size(); ++j) out[size_t(p.first_position) + j] = p.entries[j];
+    }
+    n_past_ += int64_t(n);
+  }
+  return out;
+}
+
 }  // namespace tp

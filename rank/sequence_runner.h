@@ -19,6 +19,11 @@ class SequenceRunner {
   // Appends tokens (any number) and returns the logits [vocab] after the last one.
   // Throws InputError when capacity would be exceeded.
   const std::vector<float>& feed(const std::vector<int32_t>& tokens);
+  // Prefills `tokens` from an empty sequence, asking the ranks for prompt logprobs (SeqPlan::prompt_targets,
+  // top k): returns [tokens.size()] entries, entry i the logprob, rank and top k of tokens[i] given the ones
+  // before it, from the rows of the prefill itself (entry 0 is left default: the first token has none).
+  // Samples nothing (the last chunk wants no logits). Throws InputError when not empty or over capacity.
+  std::vector<TokenLogprobs> feed_scored(const std::vector<int32_t>& tokens, int32_t k);
   int64_t n_past() const { return n_past_; }
   int64_t capacity() const { return capacity_; }
 

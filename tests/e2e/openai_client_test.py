@@ -227,10 +227,14 @@ def test_errors(s):
         check("bad temperature: error names the param", body.get("param") == "temperature" and
               body.get("type") == "invalid_request_error", repr(e.body))
     try:
-        s.client.chat.completions.create(model=s.name, messages=CHAT, max_tokens=0)
-        check("max_tokens 0 -> BadRequestError", False, "no exception")
+        s.client.chat.completions.create(model=s.name, messages=CHAT, max_tokens=-1)
+        check("max_tokens -1 -> BadRequestError", False, "no exception")
     except openai.BadRequestError as e:
-        check("max_tokens 0 -> BadRequestError", e.status_code == 400)
+        check("max_tokens -1 -> BadRequestError", e.status_code == 400)
+    r = s.client.chat.completions.create(model=s.name, messages=CHAT, max_tokens=0)
+    check("max_tokens 0: no content, finish_reason length, 0 completion tokens",
+          r.choices[0].message.content == "" and r.choices[0].finish_reason == "length" and
+          r.usage.completion_tokens == 0 and r.usage.prompt_tokens > 0, repr(r))
 
 
 def test_choices_and_seeds(s):

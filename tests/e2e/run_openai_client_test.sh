@@ -16,19 +16,7 @@ have_venv() {
 
 case "$mode" in
   setup)
-    if have_venv; then
-      echo "reusing $VENV (openai $OPENAI_VERSION)"
-      exit 0
-    fi
-    # One setup at a time (parallel ctest runs share the build dir).
-    exec 9>"$VENV.lock"
-    flock 9
-    if have_venv; then exit 0; fi
-    rm -rf "$VENV"
-    python3 -m venv "$VENV"
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "openai==$OPENAI_VERSION"
-    have_venv || { echo "setup: openai $OPENAI_VERSION did not install into $VENV" >&2; exit 1; }
-    echo "created $VENV (openai $OPENAI_VERSION)"
+    exec "$HERE/venv.sh" "$VENV" "openai==$OPENAI_VERSION"
     ;;
   run)
     TPSERVE=${3:?missing TPSERVE_BIN}

@@ -4,6 +4,9 @@
 // tokens must be equal — a divergence passes only where the reference's top-2 gap is below TOL (a genuine
 // near-tie), and that prompt stops there. Each rank's resident weight bytes must be within 15% of
 // total/tp + the replicated parts (norms; K/V rows when tp > kv_heads).
+// Prompt logprobs (SeqPlan::prompt_targets, top 5): the TP group's prefill rows equal tp 1's within TOL, and
+// both equal the decode path (the same prompt fed one token at a time, each next token scored from the
+// sampling row): the logprob of every prompt token and the top-5 values.
 //   tp_equivalence MODEL DTYPE TOL [GEN=32]
 // Prints one line per prompt and "N passed, M failed"; exits non-zero on any failure.
 #include <algorithm>
@@ -123,6 +126,32 @@ int run(int argc, char** argv) {
     }
     std::printf("[tp=%lld] prompt of %zu tokens: %d/%d greedy tokens equal, logits max-abs-diff %.2e (tol %.1e) %s %s\n",
                 (long long)tp, prompt.size(), equal, gen, worst, tol, ok ? "ok" : "FAIL", why.c_str());
+    ok ? ++passed : ++failed;
+  }
+  constexpr int32_t kTop = 5;
+  for (const auto& prompt : prompts(vocab)) {
+    if (prompt.size() < 2) continue;
+    SequenceRunner tp_seq(worker, int64_t(prompt.size()), 16);  // chunks of 16: targets cross chunk boundaries
+    LocalRunner ref(ref_model, int64_t(prompt.size()));
+    const std::vector<TokenLogprobs> a = tp_seq.feed_scored(prompt, kTop);
+    const std::vector<TokenLogprobs> b = ref.seq.feed_scored(prompt, kTop);
+    LocalRunner dec(ref_model, int64_t(prompt.size()));
+    Sampler sampler;
+    float worst_tp = 0, worst_decode = 0;
+    for (size_t i = 1; i < prompt.size(); ++i) {
+      const std::vector<float>& logits = dec.seq.feed({prompt[i - 1]});
+      const TokenLogprobs c = sampler.logprobs(logits.data(), vocab, prompt[i], kTop);
+      worst_tp = std::max(worst_tp, std::fabs(a[i].logprob - b[i].logprob));
+      worst_decode = std::max(worst_decode, std::fabs(b[i].logprob - c.logprob));
+      for (int32_t j = 0; j < kTop; ++j) {
+        worst_tp = std::max(worst_tp, std::fabs(a[i].top_logprobs.at(size_t(j)) - b[i].top_logprobs.at(size_t(j))));
+        worst_decode = std::max(worst_decode, std::fabs(b[i].top_logprobs.at(size_t(j)) - c.top_logprobs.at(size_t(j))));
+      }
+    }
+    const bool ok = worst_tp <= tol && worst_decode <= tol;
+    std::printf("[tp=%lld] prompt logprobs of %zu tokens: tp vs tp 1 max-abs-diff %.2e, prefill vs decode %.2e "
+                "(tol %.1e) %s\n",
+                (long long)tp, prompt.size(), worst_tp, worst_decode, tol, ok ? "ok" : "FAIL");
     ok ? ++passed : ++failed;
   }
   worker.shutdown();
