@@ -12,6 +12,7 @@
 #include <sstream>
 #include <vector>
 
+#include "common/dtype.h"
 #include "common/error.h"
 
 namespace tp {
@@ -171,7 +172,7 @@ const std::vector<Setting>& settings() {
                                          path = (fs::path(r.base_dir) / path).lexically_normal().string();
                                        return path;
                                      }),
-      choice("model", "dtype", &C::model, &ModelSection::dtype, {"bf16", "f32"}),
+      choice("model", "dtype", &C::model, &ModelSection::dtype, {kRuntimeDTypeNames[0], kRuntimeDTypeNames[1]}),
       text("model", "name", &C::model, &ModelSection::name),
       text("model", "chat_template", &C::model, &ModelSection::chat_template),
       integer("parallel", "tp", &C::parallel, &ParallelSection::tp, 1, 4096),

@@ -27,6 +27,20 @@ DType parse_dtype(std::string_view name) {
   throw InputError("unknown dtype '" + std::string(name) + "' (valid: f32, f16, bf16, q8_0, q4_0, q4_1)");
 }
 
+bool is_runtime_dtype(DType t) { return t == DType::BF16 || t == DType::F32; }
+
+std::string runtime_dtype_error(std::string_view name, std::string_view what) {
+  for (std::string_view n : kRuntimeDTypeNames)
+    if (n == name) return "";
+  return std::string(what) + " must be bf16 or f32, not '" + std::string(name) + "'";
+}
+
+DType parse_runtime_dtype(std::string_view name, std::string_view what) {
+  const std::string error = runtime_dtype_error(name, what);
+  if (!error.empty()) throw InputError(error);
+  return parse_dtype(name);
+}
+
 bool is_quantized(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1; }
 
 int64_t dtype_block_bytes(DType t) {

@@ -21,6 +21,14 @@ std::string_view dtype_name(DType t);
 // Parses "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1" (case-insensitive); throws InputError.
 DType parse_dtype(std::string_view name);
 bool is_quantized(DType t);
+// The dtypes a model's weights can be held in at run time (model.dtype, --dtype): bf16 and f32. The one
+// statement of that rule: every flag, config key and loader checks through these.
+inline constexpr const char* kRuntimeDTypeNames[] = {"bf16", "f32"};
+bool is_runtime_dtype(DType t);
+// "<what> must be bf16 or f32, not '<name>'" when `name` is not one of them, else "".
+std::string runtime_dtype_error(std::string_view name, std::string_view what);
+// Parses a runtime dtype name; throws InputError with runtime_dtype_error's message.
+DType parse_runtime_dtype(std::string_view name, std::string_view what);
 // Bytes of one block (quantized) or one element (float types).
 int64_t dtype_block_bytes(DType t);
 // Elements in one block: 32 for quantized types, 1 otherwise.

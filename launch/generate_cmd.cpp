@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "common/config.h"
+#include "common/dtype.h"
 #include "common/error.h"
 #include "coordinator/engine.h"
 #include "coordinator/tokenizer.h"
@@ -49,8 +50,7 @@ int run_generate(const CliArgs& a) {
   if (auto path = a.str("config")) cfg = load_config(*path);
   if (auto m = a.str("model")) cfg.model.path = *m;
   if (auto d = a.str("dtype")) cfg.model.dtype = *d;
-  if (cfg.model.dtype != "bf16" && cfg.model.dtype != "f32")
-    throw UsageError("generate: --dtype must be bf16 or f32, not '" + cfg.model.dtype + "'");
+  if (const std::string e = runtime_dtype_error(cfg.model.dtype, "generate: --dtype"); !e.empty()) throw UsageError(e);
   cfg.parallel.tp = a.integer("tp", cfg.parallel.tp, 1, 4096);
   const std::string prompt = a.required("prompt");
   Request req;

@@ -50,9 +50,7 @@ ModelGroup::ModelGroup(int* argc, char*** argv, const Config& cfg, int threads_a
 
   file = open_model(cfg.model.path);
   check_config_for_model(cfg, file->config().max_context, cfg.model.path);  // before the weights load
-  const DType runtime = parse_dtype(cfg.model.dtype);
-  if (runtime != DType::F32 && runtime != DType::BF16)
-    throw UsageError("model.dtype must be bf16 or f32, not '" + cfg.model.dtype + "'");
+  const DType runtime = parse_runtime_dtype(cfg.model.dtype, "model.dtype");
   // Rank 0 only: the others stay quiet.
   LoadProgressPrinter printer = progress_line ? LoadProgressPrinter(std::move(progress_line))
                                               : LoadProgressPrinter(stderr, isatty(STDERR_FILENO) != 0);

@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "common/config.h"
+#include "common/dtype.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "coordinator/api_handlers.h"
@@ -98,8 +99,7 @@ int run_serve(const CliArgs& a) {
   if (auto path = a.str("config")) cfg = load_config(*path);
   if (auto m = a.str("model")) cfg.model.path = *m;
   if (auto d = a.str("dtype")) cfg.model.dtype = *d;
-  if (cfg.model.dtype != "bf16" && cfg.model.dtype != "f32")
-    throw UsageError("serve: --dtype must be bf16 or f32, not '" + cfg.model.dtype + "'");
+  if (const std::string e = runtime_dtype_error(cfg.model.dtype, "serve: --dtype"); !e.empty()) throw UsageError(e);
   if (auto h = a.str("host")) cfg.server.host = *h;
   if (auto k = a.str("api-key")) cfg.server.api_key = *k;
   cfg.server.port = a.integer("port", cfg.server.port, 0, 65535);

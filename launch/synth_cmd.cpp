@@ -1,6 +1,7 @@
 // `tpserve synth`: writes a synthetic Llama model as an HF safetensors directory (see rank/synth.h).
 #include <cstdio>
 
+#include "common/dtype.h"
 #include "common/error.h"
 #include "launch/cli_args.h"
 #include "launch/commands.h"
@@ -38,8 +39,8 @@ int run_synth(const CliArgs& a) {
   s.vocab = a.integer("vocab", 257, 1 << 20);
   s.seed = uint64_t(a.integer("seed", 0, INT64_MAX));
   const std::string dtype = *a.str("dtype");
-  if (dtype != "bf16" && dtype != "f32") throw UsageError("synth: --dtype must be bf16 or f32, not '" + dtype + "'");
-  s.dtype = dtype == "f32" ? DType::F32 : DType::BF16;
+  if (const std::string e = runtime_dtype_error(dtype, "synth: --dtype"); !e.empty()) throw UsageError(e);
+  s.dtype = parse_dtype(dtype);
   write_synthetic_model(out, s);
   std::printf("wrote %s\n", out.c_str());
   return 0;

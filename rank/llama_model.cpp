@@ -140,8 +140,8 @@ void check_embedding_rows(const ModelFile& f, const TensorView& t, int64_t hidde
 }
 
 DType check_runtime(DType runtime) {
-  if (runtime != DType::F32 && runtime != DType::BF16)
-    throw InputError("runtime dtype must be f32 or bf16, not " + std::string(dtype_name(runtime)));
+  if (!is_runtime_dtype(runtime))
+    throw InputError("runtime dtype must be bf16 or f32, not " + std::string(dtype_name(runtime)));
   return runtime;
 }
 

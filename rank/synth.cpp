@@ -81,7 +81,7 @@ void write_synthetic_model(const std::string& out, const SynthSpec& s) {
   check(s.n_kv_heads >= 1 && s.n_heads % s.n_kv_heads == 0, "kv-heads", "must divide --heads " + std::to_string(s.n_heads));
   check(s.intermediate >= 1, "intermediate", "must be >= 1");
   check(s.vocab >= 257, "vocab", "must be >= 257 (256 byte tokens + end of text)");
-  check(s.dtype == DType::F32 || s.dtype == DType::BF16, "dtype", "must be bf16 or f32");
+  check(is_runtime_dtype(s.dtype), "dtype", "must be bf16 or f32");
 
   const int64_t hd = s.hidden / s.n_heads;
   ModelConfig cfg;
