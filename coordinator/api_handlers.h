@@ -8,7 +8,8 @@
 //   the Engine, aborted if the handler leaves early) -> each output routed to its ChoiceStream
 //   (choice_stream.h: detokenize, stop strings, logprobs) -> SSE chunks (SseWriter) or the final JSON
 //   (openai_response.h).
-// A client that disconnects (seen within ~50 ms) gets its engine requests aborted, so their blocks are freed.
+// A client that goes away (a reset, a failed or timed-out write; a half-close after sending is not one) gets its
+// engine requests aborted — by the RequestHandles as the handler returns — so their blocks are freed.
 // Errors are OpenAI JSON: 400 bad body / context overflow (FieldError and ApiException, mapped by type), 401
 // bad API key (/v1/* only, as vLLM), 404 unknown model, 429 queue full, 500 engine failure.
 // Batched prompts: prompt j's choice i has index j * n + i. Prompt logprobs (echo + logprobs, vLLM's

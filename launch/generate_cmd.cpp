@@ -12,19 +12,16 @@
 #include "launch/cli_args.h"
 #include "launch/commands.h"
 #include "launch/model_group.h"
+#include "launch/model_options.h"
 #include "launch/worker_executor.h"
 
 namespace tp {
 
 const CommandSpec& generate_spec() {
-  static const Config d;  // the defaults without a config
   static const CommandSpec spec{
       "generate",
       "run one prompt through the engine and print the text as it is produced, then prefill and decode tok/s",
-      {
-          OptionSpec::computed("config", "FILE", "built-in defaults", "YAML config (see `tpserve config`)"),
-          OptionSpec::computed("model", "PATH", "model.path of the config, else " + d.model.path,
-                               "GGUF file or HF model directory"),
+      with(model_options(), {
           OptionSpec::required_value("prompt", "TEXT", "the prompt text"),
           OptionSpec::value("max-tokens", "N", "64", "tokens to generate at most"),
           OptionSpec::value("temperature", "T", "0", "sampling temperature in [0, 100]; 0: greedy"),
@@ -33,25 +30,13 @@ const CommandSpec& generate_spec() {
           OptionSpec::value("min-p", "P", "0", "drop tokens less likely than P x the most likely one"),
           OptionSpec::value("seed", "S", "0", "sampling seed"),
           OptionSpec::flag("ignore-eos", "keep generating past end-of-sequence tokens"),
-          OptionSpec::computed("dtype", "bf16|f32", "model.dtype of the config, else " + d.model.dtype,
-                               "runtime weight dtype"),
-          OptionSpec::computed("threads", "N",
-                               "parallel.threads of the config, else " + std::to_string(d.parallel.threads) +
-                                   "; 0: cores / ranks on the node",
-                               "compute threads per rank"),
-          OptionSpec::computed("tp", "N", "parallel.tp of the config, else " + std::to_string(d.parallel.tp),
-                               "tensor-parallel degree; run under `mpirun -np N` (or launch/start)"),
-      }};
+      })};
   return spec;
 }
 
 int run_generate(const CliArgs& a) {
-  Config cfg;
-  if (auto path = a.str("config")) cfg = load_config(*path);
-  if (auto m = a.str("model")) cfg.model.path = *m;
-  if (auto d = a.str("dtype")) cfg.model.dtype = *d;
-  if (const std::string e = runtime_dtype_error(cfg.model.dtype, "generate: --dtype"); !e.empty()) throw UsageError(e);
-  cfg.parallel.tp = a.integer("tp", cfg.parallel.tp, 1, 4096);
+  int threads = 0;
+  const Config cfg = config_with_model_options(a, "generate", &threads);
   const std::string prompt = a.required("prompt");
   Request req;
   req.max_tokens = a.integer("max-tokens", 1, 1 << 20);
@@ -61,7 +46,6 @@ int run_generate(const CliArgs& a) {
   req.sampling.min_p = float(a.real("min-p", 0.0, 1.0));
   req.sampling.seed = uint64_t(a.integer("seed", 0, INT64_MAX));
   req.ignore_eos = a.flag("ignore-eos");
-  const int threads = int(a.integer("threads", cfg.parallel.threads, 0, 1024));
 
   ModelGroup group(nullptr, nullptr, cfg, threads);
   std::fprintf(stderr, "%s\n", group.report().c_str());

@@ -35,6 +35,7 @@
 #include "launch/cli_args.h"
 #include "launch/commands.h"
 #include "launch/model_group.h"
+#include "launch/model_options.h"
 #include "launch/serve_log.h"
 #include "launch/worker_executor.h"
 #include "parallel/mpi_communicator.h"
@@ -71,40 +72,24 @@ const CommandSpec& serve_spec() {
   static const CommandSpec spec{
       "serve",
       "serve the OpenAI-compatible HTTP API (completions, chat, models, health, metrics) over one TP group",
-      {
-          OptionSpec::computed("config", "FILE", "built-in defaults", "YAML config (see `tpserve config`)"),
-          OptionSpec::computed("model", "PATH", "model.path of the config, else " + d.model.path,
-                               "GGUF file or HF model directory"),
+      with(model_options(), {
           OptionSpec::computed("host", "H", "server.host of the config, else " + d.server.host, "address to listen on"),
           OptionSpec::computed("port", "N", "server.port of the config, else " + std::to_string(d.server.port),
                                "port to listen on; 0: any free port"),
           OptionSpec::computed("api-key", "K", "server.api_key of the config, else none",
                                "require `Authorization: Bearer K` on every request"),
-          OptionSpec::computed("dtype", "bf16|f32", "model.dtype of the config, else " + d.model.dtype,
-                               "runtime weight dtype"),
-          OptionSpec::computed("threads", "N",
-                               "parallel.threads of the config, else " + std::to_string(d.parallel.threads) +
-                                   "; 0: cores / ranks on the node",
-                               "compute threads per rank"),
-          OptionSpec::computed("tp", "N", "parallel.tp of the config, else " + std::to_string(d.parallel.tp),
-                               "tensor-parallel degree; run under `mpirun -np N` (or launch/start)"),
           OptionSpec::computed("log-format", "text|json", "server.log_format of the config, else " + d.server.log_format,
                                "the server's log lines on stderr: plain text or one JSON object a line"),
-      }};
+      })};
   return spec;
 }
 
 int run_serve(const CliArgs& a) {
-  Config cfg;
-  if (auto path = a.str("config")) cfg = load_config(*path);
-  if (auto m = a.str("model")) cfg.model.path = *m;
-  if (auto d = a.str("dtype")) cfg.model.dtype = *d;
-  if (const std::string e = runtime_dtype_error(cfg.model.dtype, "serve: --dtype"); !e.empty()) throw UsageError(e);
+  int threads = 0;
+  Config cfg = config_with_model_options(a, "serve", &threads);
   if (auto h = a.str("host")) cfg.server.host = *h;
   if (auto k = a.str("api-key")) cfg.server.api_key = *k;
   cfg.server.port = a.integer("port", cfg.server.port, 0, 65535);
-  cfg.parallel.tp = a.integer("tp", cfg.parallel.tp, 1, 4096);
-  const int threads = int(a.integer("threads", cfg.parallel.threads, 0, 1024));
   if (auto f = a.str("log-format")) cfg.server.log_format = *f;
   Logger log(parse_log_format(cfg.server.log_format, "--log-format"));
 

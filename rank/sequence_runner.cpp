@@ -24,16 +24,21 @@ const std::vector<float>& SequenceRunner::feed(const std::vector<int32_t>& token
                      " tokens exceeds the capacity of " + std::to_string(capacity_));
   for (size_t i = 0; i < tokens.size(); i += size_t(chunk_)) {
     const size_t n = std::min(tokens.size() - i, size_t(chunk_));
-    StepPlan plan;
-    SeqPlan& s = plan.seqs.emplace_back();
-    s.tokens.assign(tokens.begin() + long(i), tokens.begin() + long(i + n));
-    s.start_pos = n_past_;
-    s.block_table = block_table_;
-    s.want_logits = i + n == tokens.size();
+    StepPlan plan = chunk_plan(tokens, i, n);
+    plan.seqs[0].want_logits = i + n == tokens.size();
     worker_.lead(plan, logits_);
     n_past_ += int64_t(n);
   }
   return logits_;
+}
+
+StepPlan SequenceRunner::chunk_plan(const std::vector<int32_t>& tokens, size_t i, size_t n) const {
+  StepPlan plan;
+  SeqPlan& s = plan.seqs.emplace_back();
+  s.tokens.assign(tokens.begin() + long(i), tokens.begin() + long(i + n));
+  s.start_pos = n_past_;
+  s.block_table = block_table_;
+  return plan;
 }
 
 std::vector<TokenLogprobs> SequenceRunner::feed_scored(const std::vector<int32_t>& tokens, int32_t k) {
@@ -44,11 +49,8 @@ std::vector<TokenLogprobs> SequenceRunner::feed_scored(const std::vector<int32_t
   std::vector<TokenLogprobs> out(tokens.size());
   for (size_t i = 0; i < tokens.size(); i += size_t(chunk_)) {
     const size_t n = std::min(tokens.size() - i, size_t(chunk_));
-    StepPlan plan;
-    SeqPlan& s = plan.seqs.emplace_back();
-    s.tokens.assign(tokens.begin() + long(i), tokens.begin() + long(i + n));
-    s.start_pos = n_past_;
-    s.block_table = block_table_;
+    StepPlan plan = chunk_plan(tokens, i, n);
+    SeqPlan& s = plan.seqs[0];
     s.prompt_logprobs = k;
     s.prompt_targets.assign(tokens.begin() + long(i + 1), tokens.begin() + long(std::min(i + n + 1, tokens.size())));
     StepResult result;

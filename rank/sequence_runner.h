@@ -28,6 +28,9 @@ class SequenceRunner {
   int64_t capacity() const { return capacity_; }
 
  private:
+  // The plan of tokens[i, i + n) at the current position (no logits asked yet).
+  StepPlan chunk_plan(const std::vector<int32_t>& tokens, size_t i, size_t n) const;
+
   Worker& worker_;
   int64_t capacity_, chunk_;
   std::vector<int32_t> block_table_;

@@ -37,19 +37,7 @@ import urllib.request
 TPSERVE, MODEL, TASK_DIR = sys.argv[1], sys.argv[2], sys.argv[3]
 TOL = 0.01
 
-n_passed = 0
-n_failed = 0
-
-
-def check(name, cond, detail=""):
-    global n_passed, n_failed
-    if cond:
-        n_passed += 1
-        print(f"[ OK ] {name}", flush=True)
-    else:
-        n_failed += 1
-        print(f"[FAIL] {name} {detail}", flush=True)
-    return cond
+from checks import check, summary  # noqa: E402 - tests/e2e/checks.py, beside this script
 
 
 def post(url, body):
@@ -210,5 +198,4 @@ if __name__ == "__main__":
         main()
     except Exception as e:  # noqa: BLE001 - report as a failure, never crash silently
         check("no exception", False, repr(e))
-    print(f"{n_passed} passed, {n_failed} failed", flush=True)
-    sys.exit(1 if n_failed else 0)
+    sys.exit(summary())

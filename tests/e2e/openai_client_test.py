@@ -42,19 +42,7 @@ import openai
 TPSERVE = sys.argv[1]
 MODEL = sys.argv[2]
 
-n_passed = 0
-n_failed = 0
-
-
-def check(name, cond, detail=""):
-    global n_passed, n_failed
-    if cond:
-        n_passed += 1
-        print(f"[ OK ] {name}", flush=True)
-    else:
-        n_failed += 1
-        print(f"[FAIL] {name} {detail}", flush=True)
-    return cond
+from checks import check, summary  # noqa: E402 - tests/e2e/checks.py, beside this script
 
 
 class Server:
@@ -114,6 +102,12 @@ class Server:
             key = re.sub(r'(model_name|engine)="[^"]*",?', "", key).replace(",}", "}").replace("{}", "")
             out[key] = float(value)
         return out
+
+    def post(self, path, body):
+        """POST a JSON body to a non-OpenAI route (/tokenize); the parsed JSON answer."""
+        r = httpx.post(self.url + path, json=body, timeout=60)
+        r.raise_for_status()
+        return r.json()
 
     def wait_idle(self, timeout=5.0):
         """Polls /metrics until no request is running or waiting and the KV cache is empty; the last snapshot."""
@@ -308,6 +302,77 @@ def test_logprobs(s):
     check("no logprobs unless asked", no.choices[0].logprobs is None, repr(no.choices[0].logprobs))
 
 
+def test_batches_prompt_logprobs_and_bias(s):
+    # A batch of 2 prompts x n=2: indices j*n + i, each choice prompt j's; usage sums the prompts.
+    r = s.client.completions.create(model=s.name, prompt=["The capital of France is", "Once upon a time"],
+                                    n=2, max_tokens=4, temperature=0)
+    check("batched prompts: 4 choices indexed 0..3", sorted(c.index for c in r.choices) == [0, 1, 2, 3])
+    by = {c.index: c.text for c in r.choices}
+    solo = [s.client.completions.create(model=s.name, prompt=p, max_tokens=4, temperature=0).choices[0].text
+            for p in ("The capital of France is", "Once upon a time")]
+    check("batched prompts: choice j*n+i is prompt j's greedy text", [by[0], by[1], by[2], by[3]] ==
+          [solo[0], solo[0], solo[1], solo[1]], repr(by))
+    ids = s.post("/tokenize", {"prompt": "The capital of France is"})["tokens"]
+    ids2 = s.post("/tokenize", {"prompt": "Once upon a time"})["tokens"]
+    check("batched prompts: usage counts every prompt", r.usage.prompt_tokens == len(ids) + len(ids2), repr(r.usage))
+    # echo + logprobs (lm-eval's loglikelihood request): prompt tokens first, the first with a null logprob.
+    e = s.client.completions.create(model=s.name, prompt=[ids, ids2], max_tokens=1, logprobs=1, echo=True,
+                                    temperature=0)
+    lp = e.choices[0].logprobs
+    check("echo+logprobs: prompt tokens lead the logprobs", len(lp.tokens) == len(ids) + 1 and
+          lp.token_logprobs[0] is None and all(v <= 0 for v in lp.token_logprobs[1:]), repr(lp)[:400])
+    check("echo+logprobs: the text starts with the prompt", e.choices[0].text.startswith("The capital of France is"))
+    check("echo+logprobs: top_logprobs hold the prompt token", all(
+        lp.tokens[i] in lp.top_logprobs[i] for i in range(1, len(ids))), repr(lp.top_logprobs)[:300])
+    # max_tokens 0: only the prompt; its logprobs equal the echo ones.
+    z = s.client.completions.create(model=s.name, prompt=ids, max_tokens=0, logprobs=1, echo=True)
+    check("max_tokens 0: finish length, the prompt's logprobs only", z.choices[0].finish_reason == "length" and
+          z.choices[0].logprobs.token_logprobs == lp.token_logprobs[:len(ids)] and z.usage.completion_tokens == 0,
+          repr(z.choices[0].logprobs.token_logprobs))
+    # vLLM's prompt_logprobs (extra_body): [null, {id: {logprob, rank, decoded_token}}...] on the choice.
+    v = s.client.completions.create(model=s.name, prompt=ids, max_tokens=1, temperature=0,
+                                    extra_body={"prompt_logprobs": 2})
+    plp = v.choices[0].model_extra.get("prompt_logprobs")
+    ok = isinstance(plp, list) and len(plp) == len(ids) and plp[0] is None
+    if ok:
+        for i in range(1, len(ids)):
+            entry = plp[i].get(str(ids[i]))
+            ok = ok and entry is not None and abs(entry["logprob"] - lp.token_logprobs[i]) < 1e-4 and entry["rank"] >= 1
+            ok = ok and len(plp[i]) <= 3 and any(x["rank"] == 1 for x in plp[i].values())
+    check("prompt_logprobs: vLLM's shape, equal to the echo logprobs", ok, repr(plp)[:400])
+    cp = s.client.chat.completions.create(model=s.name, messages=CHAT, max_tokens=1, extra_body={"prompt_logprobs": 0})
+    check("chat prompt_logprobs: at the top level", isinstance(cp.model_extra.get("prompt_logprobs"), list) and
+          cp.model_extra["prompt_logprobs"][0] is None)
+    # logit_bias: +100 on one token makes greedy decoding repeat it; -100 on the greedy token removes it.
+    target = s.post("/tokenize", {"prompt": " banana"})["tokens"][0]
+    b = s.client.completions.create(model=s.name, prompt="Hello", max_tokens=3, temperature=0,
+                                    logit_bias={str(target): 100})
+    check("logit_bias +100: the biased token every time", b.choices[0].text == " banana" * 3, repr(b.choices[0].text))
+    greedy = s.client.completions.create(model=s.name, prompt="The capital of France is", max_tokens=1,
+                                         temperature=0, logprobs=0)
+    first = s.post("/tokenize", {"prompt": "The capital of France is" + greedy.choices[0].text})["tokens"][len(ids)]
+    nb = s.client.completions.create(model=s.name, prompt="The capital of France is", max_tokens=1, temperature=0,
+                                     logit_bias={str(first): -100})
+    check("logit_bias -100: the greedy token is avoided", nb.choices[0].text != greedy.choices[0].text,
+          repr((nb.choices[0].text, greedy.choices[0].text)))
+    try:
+        s.client.completions.create(model=s.name, prompt="x", max_tokens=1, logit_bias={"99999999": 1})
+        check("logit_bias outside the vocabulary -> BadRequestError", False, "no exception")
+    except openai.BadRequestError as e:
+        check("logit_bias outside the vocabulary -> BadRequestError", e.status_code == 400 and
+              (e.body or {}).get("param") == "logit_bias[0]", repr(e.body))
+    # Streaming a batch: every index gets its text and exactly one finish_reason.
+    finishes, texts = {}, {}
+    for ch in s.client.completions.create(model=s.name, prompt=["Hi", "Hey"], n=2, max_tokens=3, temperature=0,
+                                          stream=True):
+        for c in ch.choices:
+            texts[c.index] = texts.get(c.index, "") + c.text
+            if c.finish_reason:
+                finishes[c.index] = finishes.get(c.index, 0) + 1
+    check("streamed batch: one finish per index 0..3", finishes == {0: 1, 1: 1, 2: 1, 3: 1}, repr(finishes))
+    s.wait_idle()
+
+
 def test_penalties(s):
     kw = dict(model=s.name, prompt="List of fruits: apple, banana, apple, banana, apple,", max_tokens=16, temperature=0)
     plain = s.client.completions.create(**kw).choices[0].text
@@ -386,9 +451,16 @@ def random_request(rng):
             body["logprobs"] = True
             body["top_logprobs"] = rng.randint(0, 3)
     else:
-        body["prompt"] = rng.choice(["Once upon a time", "The capital of France is", "1, 2, 3,", "def f(x):"])
+        prompts = ["Once upon a time", "The capital of France is", "1, 2, 3,", "def f(x):"]
+        body["prompt"] = rng.choice(prompts) if rng.random() < 0.75 else rng.sample(prompts, 2)  # a batch of 2
         if rng.random() < 0.3:
             body["logprobs"] = rng.randint(0, 3)
+            if rng.random() < 0.5:
+                body["echo"] = True  # prompt logprobs, computed in the prefill
+        if rng.random() < 0.1:
+            body["prompt_logprobs"] = rng.randint(0, 2)
+    if rng.random() < 0.15:
+        body["logit_bias"] = {str(rng.randint(0, 49151)): rng.choice([-100, -1.5, 2, 100])}
     valid = True
     if rng.random() < 1 / 12:
         key, bad = rng.choice([("temperature", 7), ("top_p", 7), ("n", 17), ("presence_penalty", 7)])
@@ -405,7 +477,7 @@ def check_response(path, body, status, payload, events, done):
     p = []
     if status != 200:
         return [f"status {status}: {payload[:200]!r}"]
-    n = body["n"]
+    n = body["n"] * (len(body["prompt"]) if isinstance(body.get("prompt"), list) else 1)
     if body["stream"]:
         if not done:
             p.append("stream did not end with [DONE]")
@@ -425,6 +497,10 @@ def check_response(path, body, status, payload, events, done):
     if any(c["finish_reason"] not in ("stop", "length") for c in j["choices"]):
         p.append(f"finish_reason {[c['finish_reason'] for c in j['choices']]}")
     u = j["usage"]
+    if body.get("echo") and any(not c["text"].startswith(body["prompt"] if isinstance(body["prompt"], str)
+                                                          else body["prompt"][c["index"] // body["n"]])
+                                for c in j["choices"]):
+        p.append("echo: a choice's text does not start with its prompt")
     if not (0 <= u["completion_tokens"] <= n * body["max_tokens"]):
         p.append(f"usage {u}")
     if body.get("logprobs") not in (None, False) and any(c["logprobs"] is None for c in j["choices"]):
@@ -759,6 +835,7 @@ def main():
             run("choices and seeds", test_choices_and_seeds, s)
             run("logprobs", test_logprobs, s)
             run("penalties", test_penalties, s)
+            run("batches, prompt logprobs, logit_bias", test_batches_prompt_logprobs_and_bias, s)
             run("errors", test_errors, s)
             run("metrics counters", test_metrics_counters, s)
             run("concurrent streams", test_concurrent_streams, s)
@@ -781,8 +858,7 @@ def main():
         for c in configs:
             os.unlink(c)
 
-    print(f"{n_passed} passed, {n_failed} failed ({time.monotonic() - t_start:.1f} s)", flush=True)
-    return 1 if n_failed else 0
+    return summary(f" ({time.monotonic() - t_start:.1f} s)")
 
 
 if __name__ == "__main__":

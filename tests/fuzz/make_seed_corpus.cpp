@@ -71,6 +71,8 @@ void write_step_plan_seeds(const std::string& dir) {
   prefill.tokens = {1, 17, 300, 4095};
   prefill.start_pos = 16;
   prefill.block_table = {3, 9};
+  prefill.prompt_logprobs = 2;  // every row also yields a prompt logprob
+  prefill.prompt_targets = {17, 300, 4095, 6};
   SeqPlan decode;  // one token, sampled with every knob, penalties with their history
   decode.seq_id = 2;
   decode.tokens = {88};
@@ -82,6 +84,7 @@ void write_step_plan_seeds(const std::string& dir) {
                      .logprobs = 5};
   decode.history = {1, 2, 3, 88, 42};
   decode.n_history_prompt = 3;
+  decode.logit_bias = {{50256, -100.0f}, {7, 2.5f}};
   SeqPlan greedy;  // want_logits without penalties: no history
   greedy.seq_id = 1000000000000;
   greedy.tokens = {5};
@@ -106,6 +109,7 @@ void write_step_plan_seeds(const std::string& dir) {
   lp.logprobs.resize(3);
   lp.logprobs[0] = TokenLogprobs{-0.5f, {17, 3, 99}, {-0.5f, -1.25f, -std::numeric_limits<float>::infinity()}};
   lp.logprobs[1] = TokenLogprobs{0.0f, {}, {}};
+  lp.prompt_logprobs = {{7, 17, {TokenLogprobs{-2.0f, {4, 5}, {-0.25f, -0.5f}, 9}, TokenLogprobs{-0.1f, {}, {}, 1}}}};
   write_step_seed(dir + "/step_plan/result_logprobs.bin", kResult | kFixFrame, serialize(lp));
   StepResult plain;
   plain.step_id = 3;

@@ -48,7 +48,13 @@ void check_params(const tp::GenerationParams& p, const tp::ApiLimits& limits) {
   } catch (const tp::InputError& e) {
     broken(std::string("parsed sampling params fail validate_sampling: ") + e.what());
   }
-  check(!p.max_tokens || *p.max_tokens >= 1, "max_tokens >= 1");
+  check(!p.max_tokens || *p.max_tokens >= 0, "max_tokens >= 0");
+  check(!p.prompt_logprobs || (*p.prompt_logprobs >= 0 && *p.prompt_logprobs <= limits.max_logprobs),
+        "prompt_logprobs in [0, max_logprobs]");
+  for (const tp::LogitBias& b : p.logit_bias) {
+    check(b.token >= 0, "logit_bias ids >= 0");
+    check(!tp::check_sampling_value(tp::kLogitBiasRange, b.bias), "logit_bias values in range");
+  }
   check(p.n >= 1 && p.n <= limits.max_n, "n in [1, max_n]");
   check(int32_t(p.stop.size()) <= limits.max_stop, "at most max_stop stop strings");
   for (const auto& s : p.stop) check(!s.empty(), "stop strings non-empty");
@@ -103,9 +109,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 0: {
         const tp::CompletionRequest r = tp::parse_completion_body(body, limits);
         check_params(r.params, limits);
-        check(r.prompt.is_tokens ? !r.prompt.tokens.empty() : !r.prompt.text.empty(), "prompt non-empty");
-        check_tokens(r.prompt.tokens);
-        check(!(r.echo && r.logprobs), "echo not with logprobs");
+        check(!r.prompts.empty() && int32_t(r.prompts.size()) <= limits.max_prompts, "1..max_prompts prompts");
+        for (const tp::Prompt& pr : r.prompts) {
+          check(pr.is_tokens ? !pr.tokens.empty() : !pr.text.empty(), "prompt non-empty");
+          check_tokens(pr.tokens);
+        }
         check(r.params.sampling.logprobs == r.logprobs.value_or(-1), "sampling.logprobs mirrors logprobs");
         break;
       }

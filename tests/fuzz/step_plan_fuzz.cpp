@@ -17,7 +17,7 @@
 
 namespace {
 
-// Both headers (PlanHeader and ResultHeader in step_plan.cpp) are 40 bytes with total_bytes (uint64) at
+// Both headers (PlanHeader and ResultHeader in step_plan.cpp: 40 and 48 bytes) have total_bytes (uint64) at
 // offset 24 and checksum (uint32) at offset 32.
 constexpr size_t kHeaderBytes = 40, kTotalOffset = 24, kChecksumOffset = 32;
 
