@@ -115,17 +115,17 @@ ModelShape model_shape_from(const ModelConfig& c, int64_t n_params) {
 namespace {
 
 struct FormatInfo {
-  WeightFormat format;
+  PlanFormat format;
   const char* name;
   double bits;
 };
 
 constexpr FormatInfo kFormats[] = {
-    {WeightFormat::F32, "f32", 32.0},  {WeightFormat::BF16, "bf16", 16.0}, {WeightFormat::FP8, "fp8", 8.0},
-    {WeightFormat::INT8, "int8", 8.0}, {WeightFormat::INT4, "int4", 4.5},  {WeightFormat::MXFP4, "mxfp4", 4.25},
+    {PlanFormat::F32, "f32", 32.0},  {PlanFormat::BF16, "bf16", 16.0}, {PlanFormat::FP8, "fp8", 8.0},
+    {PlanFormat::INT8, "int8", 8.0}, {PlanFormat::INT4, "int4", 4.5},  {PlanFormat::MXFP4, "mxfp4", 4.25},
 };
 
-const FormatInfo& info(WeightFormat f) {
+const FormatInfo& info(PlanFormat f) {
   for (const FormatInfo& i : kFormats)
     if (i.format == f) return i;
   return kFormats[1];
@@ -133,7 +133,7 @@ const FormatInfo& info(WeightFormat f) {
 
 }  // namespace
 
-WeightFormat parse_weight_format(std::string_view name) {
+PlanFormat parse_plan_format(std::string_view name) {
   const std::string n = lower(name);
   std::string list;
   for (const FormatInfo& i : kFormats) {
@@ -143,14 +143,14 @@ WeightFormat parse_weight_format(std::string_view name) {
   throw InputError("weight format '" + std::string(name) + "' is not one of: " + list);
 }
 
-std::string_view weight_format_name(WeightFormat f) { return info(f).name; }
+std::string_view plan_format_name(PlanFormat f) { return info(f).name; }
 
-double weight_bits(WeightFormat f) { return info(f).bits; }
+double plan_format_bits(PlanFormat f) { return info(f).bits; }
 
-WeightBytes weight_bytes(const ModelShape& s, WeightFormat format, int64_t tp) {
+WeightBytes weight_bytes(const ModelShape& s, PlanFormat format, int64_t tp) {
   WeightBytes w;
   w.format = format;
-  if (format == WeightFormat::F32 || format == WeightFormat::BF16) {
+  if (format == PlanFormat::F32 || format == PlanFormat::BF16) {
     w.n_format_params = s.n_params;
   } else {
     const int64_t bulk = s.is_moe() ? s.n_expert_params : s.n_params - s.n_embedding_and_norm_params();
@@ -158,7 +158,7 @@ WeightBytes weight_bytes(const ModelShape& s, WeightFormat format, int64_t tp) {
     w.n_bf16_params = s.n_params - w.n_format_params;
   }
   // Integer arithmetic: bits x 8 is whole for every format (mxfp4 34, int4 36), so bytes = params x (bits x 8) / 64.
-  const int64_t bits_x8 = int64_t(std::lround(weight_bits(format) * 8.0));
+  const int64_t bits_x8 = int64_t(std::lround(plan_format_bits(format) * 8.0));
   w.total_bytes = ceil_div(w.n_format_params * bits_x8, 64) + w.n_bf16_params * 2;
   w.per_rank_bytes = ceil_div(w.total_bytes, std::max<int64_t>(tp, 1));
   return w;

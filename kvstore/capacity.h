@@ -76,22 +76,22 @@ ModelShape model_shape_from(const ModelConfig& config, int64_t n_params);
 
 // ---- weights ----
 
-enum class WeightFormat : uint8_t { F32, BF16, FP8, INT8, INT4, MXFP4 };
+enum class PlanFormat : uint8_t { F32, BF16, FP8, INT8, INT4, MXFP4 };
 
 // "f32", "bf16", "fp8", "int8", "int4", "mxfp4" (case-insensitive). Throws InputError listing them.
-WeightFormat parse_weight_format(std::string_view name);
-std::string_view weight_format_name(WeightFormat f);
+PlanFormat parse_plan_format(std::string_view name);
+std::string_view plan_format_name(PlanFormat f);
 // Bits per parameter including scales (table above).
-double weight_bits(WeightFormat f);
+double plan_format_bits(PlanFormat f);
 
 struct WeightBytes {
-  WeightFormat format = WeightFormat::BF16;
+  PlanFormat format = PlanFormat::BF16;
   int64_t n_format_params = 0;    // parameters stored in `format`
   int64_t n_bf16_params = 0;      // the rest, stored in bf16 (0 when format is f32 or bf16)
   int64_t total_bytes = 0;        // all ranks together
   int64_t per_rank_bytes = 0;     // ceil(total_bytes / tp)
 };
-WeightBytes weight_bytes(const ModelShape& shape, WeightFormat format, int64_t tp);
+WeightBytes weight_bytes(const ModelShape& shape, PlanFormat format, int64_t tp);
 
 // GPUs needed to hold the weights alone: ceil(total_weight_bytes / (gpu_mem - reserve)); -1 when nothing
 // is usable (reserve >= gpu_mem).

@@ -183,7 +183,7 @@ struct TpPlan {
 
 struct Inputs {
   ModelShape shape;
-  WeightFormat format = WeightFormat::BF16;
+  PlanFormat format = PlanFormat::BF16;
   int64_t kv_dtype_bytes = 2;
   std::string kv_dtype;
   int64_t gpu_mem = 0, reserve = 0;
@@ -252,9 +252,9 @@ void print_table(const Inputs& in, const std::string& source, int gpus, int dp, 
                    std::to_string(p.tp) + ", dp " + std::to_string(dp) + ", reserve " + both(in.reserve) + ", block " +
                    std::to_string(in.block_size) + " tokens");
   const auto& w = p.weights;
-  std::string wtext = std::string(weight_format_name(w.format));
+  std::string wtext = std::string(plan_format_name(w.format));
   char bits[32];
-  std::snprintf(bits, sizeof(bits), "%g", weight_bits(w.format));
+  std::snprintf(bits, sizeof(bits), "%g", plan_format_bits(w.format));
   wtext += " (" + std::string(bits) + " bits) for " + count(w.n_format_params) +
            (w.n_bf16_params > 0 && s.is_moe() ? " expert" : "") + " params";
   if (w.n_bf16_params > 0) wtext += " + bf16 for " + count(w.n_bf16_params);
@@ -336,8 +336,8 @@ nlohmann::ordered_json to_json(const Inputs& in, const std::string& source, int 
   j["setup"] = {{"gpu_mem_bytes", in.gpu_mem}, {"gpus", gpus},           {"tp", p.tp},
                 {"dp", dp},                    {"reserve_bytes", in.reserve}, {"block_size", in.block_size},
                 {"context", in.context},       {"mean_len", in.mean_len}};
-  j["weights"] = {{"format", weight_format_name(p.weights.format)},
-                  {"bits_per_param", weight_bits(p.weights.format)},
+  j["weights"] = {{"format", plan_format_name(p.weights.format)},
+                  {"bits_per_param", plan_format_bits(p.weights.format)},
                   {"format_params", p.weights.n_format_params},
                   {"bf16_params", p.weights.n_bf16_params},
                   {"bytes_total", p.weights.total_bytes},
@@ -422,7 +422,7 @@ int run_plan(const CliArgs& a) {
   const int gpus = int(a.integer("gpus", int64_t(tp) * std::max(dp_given, 1), 1, 1 << 20));
   in.block_size = a.integer("block-size", 1, 1024);
   try {
-    in.format = parse_weight_format(*a.str("weights"));
+    in.format = parse_plan_format(*a.str("weights"));
     in.kv_dtype = *a.str("kv-dtype");
     in.kv_dtype_bytes = parse_kv_dtype_bytes(in.kv_dtype);
   } catch (const InputError& e) {

@@ -9,10 +9,9 @@
 #include <string>
 
 #include "common/error.h"
-#include "kernels/cpu/finite.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/paged_attention.h"
-#include "rank/hf_dir.h"
+#include "rank/weight_loader.h"
 
 namespace tp {
 namespace {
@@ -20,130 +19,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 std::string blk(int64_t i, const char* what) { return "blk." + std::to_string(i) + "." + what + ".weight"; }
-
-// ---- refusing NaN / inf weights (one pass over what was just converted) ----
-
-// The tensor as its file names it: the HF name too for an HF directory.
-std::string tensor_label(const ModelFile& f, const std::string& name) {
-  std::error_code ec;
-  const std::string hf = canonical_to_hf_name(name);
-  return std::filesystem::is_directory(f.path(), ec) && hf != name ? hf + " (" + name + ")" : name;
-}
-
-std::string value_text(float v) {
-  if (std::isnan(v)) return "NaN";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", double(v));
-  return buf;
-}
-
-// Throws FormatError for element (row, col) of tensor `name` [n_rows, n_cols], whose value in the file is
-// `source` and in the runtime dtype `runtime` (which may have overflowed to inf).
-[[noreturn]] void refuse_weight(const ModelFile& f, const std::string& name, int64_t row, int64_t col, int64_t n_cols,
-                                float source, DType runtime) {
-  const std::string at = " at [" + std::to_string(row) + ", " + std::to_string(col) + "] (element " +
-                         std::to_string(row * n_cols + col) + ")";
-  const std::string what = std::isfinite(source) ? "holds " + value_text(source) + at + ", which overflows " +
-                                                       std::string(dtype_name(runtime))
-                                                 : "holds " + value_text(source) + at;
-  throw FormatError(f.path(), tensor_label(f, name), what + ": every weight must be finite");
-}
-
-// Value of element `col` of row `row` of tensor t [rows, n_in], read from the file.
-float source_value(const TensorView& t, int64_t n_in, int64_t row, int64_t col) {
-  std::vector<float> r(static_cast<size_t>(n_in));
-  dequantize_row(t.dtype, t.data + row * dtype_row_bytes(t.dtype, n_in), r.data(), n_in);
-  return r[size_t(col)];
-}
-
-std::vector<float> load_vector(const ModelFile& f, const std::string& name, int64_t n) {
-  const TensorView& t = f.require(name, {n});
-  std::vector<float> out(static_cast<size_t>(n));
-  dequantize_row(t.dtype, t.data, out.data(), n);
-  if (const int64_t bad = cpu::first_non_finite(DType::F32, out.data(), n); bad >= 0)
-    throw FormatError(f.path(), tensor_label(f, name),
-                      "holds " + value_text(out[size_t(bad)]) + " at [" + std::to_string(bad) +
-                          "]: every weight must be finite");
-  return out;
-}
-
-// Rows `rows` of tensor `name` [total_rows, n_in].
-struct RowSlice {
-  std::string name;
-  int64_t total_rows;
-  Range rows;
-};
-
-// The given row slices, stacked, restricted to columns `cols` of [0, n_in), as one runtime weight.
-// Only the bytes of the slice are read from the mapping. A column slice of a quantized tensor must start and
-// end on a block boundary.
-cpu::Weight load_slices(const ModelFile& f, DType runtime, int64_t n_in, Range cols, const std::vector<RowSlice>& parts) {
-  const int64_t n_cols = cols.size();
-  int64_t rows = 0;
-  std::vector<const TensorView*> views;
-  for (const RowSlice& p : parts) {
-    views.push_back(&f.require(p.name, {p.total_rows, n_in}));
-    rows += p.rows.size();
-    const int64_t blk_elems = dtype_block_elems(views.back()->dtype);
-    if (cols.begin % blk_elems != 0 || cols.end % blk_elems != 0)
-      throw FormatError(f.path(), p.name,
-                        "column slice [" + std::to_string(cols.begin) + ", " + std::to_string(cols.end) +
-                            ") does not fall on the " + std::to_string(blk_elems) + "-weight quantization blocks");
-  }
-  cpu::Weight w = [&] {
-    if (parts.size() == 1 && n_cols == n_in) {  // one contiguous run of whole rows: convert straight from the file
-      const TensorView& t = *views[0];
-      const int64_t stride = dtype_row_bytes(t.dtype, n_in);
-      return cpu::Weight(runtime, rows, n_in, t.dtype, t.data + parts[0].rows.begin * stride, stride);
-    }
-    std::vector<float> staging(static_cast<size_t>(rows * n_cols));
-    int64_t r0 = 0;
-    for (size_t i = 0; i < parts.size(); ++i) {
-      const TensorView& t = *views[i];
-      const int64_t stride = dtype_row_bytes(t.dtype, n_in), col_off = dtype_row_bytes(t.dtype, cols.begin);
-      for (int64_t r = parts[i].rows.begin; r < parts[i].rows.end; ++r, ++r0)
-        dequantize_row(t.dtype, t.data + r * stride + col_off, staging.data() + r0 * n_cols, n_cols);
-    }
-    return cpu::Weight(runtime, rows, n_cols, DType::F32, staging.data(), n_cols * int64_t(sizeof(float)));
-  }();
-  // NaN / inf, in the file or from the conversion overflowing: name the part, its row and column.
-  if (const int64_t bad = cpu::first_non_finite(w.dtype(), w.data(), rows * n_cols); bad >= 0) {
-    int64_t r = bad / n_cols;  // row of the stacked weight -> part i, row of its tensor
-    const int64_t c = cols.begin + bad % n_cols;
-    size_t i = 0;
-    while (r >= parts[i].rows.size()) r -= parts[i++].rows.size();
-    const int64_t row = parts[i].rows.begin + r;
-    refuse_weight(f, parts[i].name, row, c, n_in, source_value(*views[i], n_in, row, c), runtime);
-  }
-  return w;
-}
-
-// The rows [rows.begin, rows.end) of the token embedding, which stays in the file's type (it is read through
-// the mapping, not converted): refused when one holds NaN / inf.
-void check_embedding_rows(const ModelFile& f, const TensorView& t, int64_t hidden, Range rows) {
-  const int64_t stride = dtype_row_bytes(t.dtype, hidden);
-  if (!is_quantized(t.dtype)) {
-    const int64_t bad = cpu::first_non_finite(t.dtype, t.data + rows.begin * stride, rows.size() * hidden);
-    if (bad >= 0) {
-      const int64_t row = rows.begin + bad / hidden, col = bad % hidden;
-      refuse_weight(f, t.name, row, col, hidden, source_value(t, hidden, row, col), t.dtype);
-    }
-    return;
-  }
-  std::vector<float> r(static_cast<size_t>(hidden));
-  for (int64_t row = rows.begin; row < rows.end; ++row) {
-    dequantize_row(t.dtype, t.data + row * stride, r.data(), hidden);
-    if (const int64_t col = cpu::first_non_finite(DType::F32, r.data(), hidden); col >= 0)
-      refuse_weight(f, t.name, row, col, hidden, r[size_t(col)], t.dtype);
-  }
-}
-
-DType check_runtime(DType runtime) {
-  if (!is_runtime_dtype(runtime))
-    throw InputError("runtime dtype must be bf16 or f32, not " + std::string(dtype_name(runtime)));
-  return runtime;
-}
 
 // The model as users name it: its file or folder name up to the first '.' ("SmolLM2-135M-Instruct").
 std::string model_name(const std::string& path) {
@@ -158,12 +33,11 @@ TpLayout layout_for(const ModelFile& f, Communicator* comm) {
 }
 
 // SmolLM2 and other tied models have no output.weight: the lm_head is the token embedding.
-cpu::Weight load_lm_head(const ModelFile& f, DType runtime, const TpLayout& l) {
+cpu::Weight load_lm_head(const ModelFile& f, const WeightLoadOptions& o, const TpLayout& l) {
   const ModelConfig& c = f.config();
   const bool tied = c.tied_embeddings || f.find("output.weight") == nullptr;
   const Range rows{l.vocab_rows.begin, l.vocab_rows.begin + l.local_real_vocab_rows()};
-  return load_slices(f, check_runtime(runtime), c.hidden, {0, c.hidden},
-                     {{tied ? "token_embd.weight" : "output.weight", c.vocab, rows}});
+  return load_linear(f, o, c.hidden, {0, c.hidden}, {{tied ? "token_embd.weight" : "output.weight", c.vocab, rows}});
 }
 
 template <class T>
@@ -178,7 +52,8 @@ LlamaModel::LlamaModel(const ModelFile& f, DType runtime, Communicator* comm, co
     : cfg_(f.config()),
       layout_(layout_for(f, comm)),
       comm_(comm && comm->size() > 1 ? comm : nullptr),
-      lm_head_(load_lm_head(f, runtime, layout_)) {
+      lm_head_(load_lm_head(f, WeightLoadOptions{runtime}, layout_)) {
+  const WeightLoadOptions o{runtime};
   const int64_t hd = cfg_.head_dim, hidden = cfg_.hidden, nh = cfg_.n_heads, nkv = cfg_.n_kv_heads;
   if (hd % 2 != 0) throw FormatError(f.path(), "head_dim", std::to_string(hd) + " is odd; rope needs pairs");
   const Range q{layout_.q_heads.begin * hd, layout_.q_heads.end * hd};
@@ -196,12 +71,12 @@ LlamaModel::LlamaModel(const ModelFile& f, DType runtime, Communicator* comm, co
     layers_.push_back(Layer{
         load_vector(f, blk(i, "attn_norm"), hidden),
         load_vector(f, blk(i, "ffn_norm"), hidden),
-        load_slices(f, runtime, hidden, {0, hidden},
+        load_linear(f, o, hidden, {0, hidden},
                     {{blk(i, "attn_q"), nh * hd, q}, {blk(i, "attn_k"), nkv * hd, kv}, {blk(i, "attn_v"), nkv * hd, kv}}),
-        load_slices(f, runtime, nh * hd, q, {{blk(i, "attn_output"), hidden, {0, hidden}}}),
-        load_slices(f, runtime, hidden, {0, hidden},
+        load_linear(f, o, nh * hd, q, {{blk(i, "attn_output"), hidden, {0, hidden}}}),
+        load_linear(f, o, hidden, {0, hidden},
                     {{blk(i, "ffn_gate"), cfg_.intermediate, inter}, {blk(i, "ffn_up"), cfg_.intermediate, inter}}),
-        load_slices(f, runtime, cfg_.intermediate, inter, {{blk(i, "ffn_down"), hidden, {0, hidden}}}),
+        load_linear(f, o, cfg_.intermediate, inter, {{blk(i, "ffn_down"), hidden, {0, hidden}}}),
     });
     if (progress && i + 1 < cfg_.n_layers) progress(i + 1, cfg_.n_layers, resident_weight_bytes());
   }

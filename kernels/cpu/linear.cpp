@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/onednn_matmul.h"
+#include "kernels/cpu/packed_linear.h"
 
 namespace tp::cpu {
 
@@ -91,8 +92,9 @@ void gemv(const float* x, int64_t m, const Weight& w, float* y, LinearImpl best)
 }  // namespace
 
 // ------------------------------------------------------------------------------------------------ Weight
-Weight::Weight(DType dtype, int64_t n_out, int64_t n_in, DType src_type, const void* src, int64_t src_row_stride)
-    : dtype_(dtype), n_out_(n_out), n_in_(n_in) {
+Weight::Weight(PackedWeight w) : w_(std::move(w)) { check_packed_weight(w_); }
+
+Weight::Weight(DType dtype, int64_t n_out, int64_t n_in, DType src_type, const void* src, int64_t src_row_stride) {
   if (dtype != DType::F32 && dtype != DType::BF16)
     throw InputError("Weight: storage dtype must be f32 or bf16, got " + std::string(dtype_name(dtype)));
   if (n_out < 0 || n_in < 0)
@@ -103,13 +105,14 @@ Weight::Weight(DType dtype, int64_t n_out, int64_t n_in, DType src_type, const v
   if (n_out > 0 && src_row_stride < dtype_row_bytes(src_type, n_in))
     throw InputError("Weight: source row stride " + std::to_string(src_row_stride) + " bytes is less than a " +
                      std::string(dtype_name(src_type)) + " row of " + std::to_string(n_in));
-  const int64_t bytes = round_up(std::max<int64_t>(n_bytes(), 1), 64);
-  data_ = std::aligned_alloc(64, size_t(bytes));
-  if (data_ == nullptr) throw Error("Weight: cannot allocate " + std::to_string(bytes) + " bytes");
+  w_.format = dtype == DType::F32 ? WeightFormat::F32 : WeightFormat::BF16;
+  w_.n_out = n_out;
+  w_.n_in = n_in;
+  w_.data = AlignedBytes(n_out * w_.row_bytes());
 
   const auto* s = static_cast<const uint8_t*>(src);
   const int64_t dst_row = dtype_row_bytes(dtype, n_in);
-  auto* d = static_cast<uint8_t*>(data_);
+  uint8_t* d = w_.data.data();
   if (src_type == dtype) {
     for (int64_t r = 0; r < n_out; ++r) std::memcpy(d + r * dst_row, s + r * src_row_stride, size_t(dst_row));
     return;
@@ -130,24 +133,14 @@ Weight::Weight(DType dtype, int64_t n_out, int64_t n_in, DType src_type, const v
   }
 }
 
-Weight::~Weight() { std::free(data_); }
+Weight::~Weight() = default;
+Weight::Weight(Weight&& o) noexcept = default;
+Weight& Weight::operator=(Weight&& o) noexcept = default;
 
-Weight::Weight(Weight&& o) noexcept
-    : dtype_(o.dtype_), n_out_(o.n_out_), n_in_(o.n_in_), data_(o.data_), gemm_cache_(std::move(o.gemm_cache_)) {
-  o.data_ = nullptr;
-  o.n_out_ = o.n_in_ = 0;
-}
-
-Weight& Weight::operator=(Weight&& o) noexcept {
-  if (this != &o) {
-    std::free(data_);
-    dtype_ = o.dtype_;
-    n_out_ = std::exchange(o.n_out_, 0);
-    n_in_ = std::exchange(o.n_in_, 0);
-    data_ = std::exchange(o.data_, nullptr);
-    gemm_cache_ = std::move(o.gemm_cache_);
-  }
-  return *this;
+DType Weight::dtype() const {
+  if (w_.format == WeightFormat::F32) return DType::F32;
+  if (w_.format == WeightFormat::BF16) return DType::BF16;
+  throw Error("Weight::dtype: a " + std::string(weight_format_name(w_.format)) + " weight is not dense");
 }
 
 int64_t Weight::gemm_cache_bytes() const { return detail::gemm_cache_bytes(*this); }
@@ -169,6 +162,10 @@ void linear(const float* x, int64_t m, const Weight& w, float* y, LinearImpl imp
   if (m <= 0 || w.n_out() == 0) return;
   if (w.n_in() == 0) {
     std::memset(y, 0, size_t(m * w.n_out()) * sizeof(float));
+    return;
+  }
+  if (!w.dense()) {
+    detail::packed_linear(x, m, w.packed(), y, num_threads());
     return;
   }
   if (impl == LinearImpl::Auto) impl = m < gemm_min_m(w.dtype()) ? LinearImpl::Gemv : LinearImpl::Onednn;

@@ -1,5 +1,6 @@
-// Dense weights for y = x · Wᵀ and the CPU GEMM/GEMV that applies them.
-// W: [n_out, n_in] row-major (one output feature a row), stored as F32 or BF16 in a 64-byte aligned buffer.
+// Weights for y = x · Wᵀ and the CPU GEMM/GEMV that applies them.
+// W: [n_out, n_in] row-major (one output feature a row) in any PackedWeight format; dense ones (F32, BF16) as
+// described below, packed ones on their format's kernel (linear() dispatches; packed_linear.h).
 // Large M goes through oneDNN matmul (BF16: activations converted to BF16, accumulate in F32) where oneDNN
 // has one for the dtype; small M (decode) — and every M for BF16 on CPUs without AVX-512, where oneDNN has no
 // BF16 matmul — through our own GEMV tiles: AVX-512(-BF16) when the CPU has it, else AVX2 + FMA, else a
@@ -9,6 +10,7 @@
 #include <memory>
 
 #include "common/dtype.h"
+#include "common/packed_weight.h"
 
 namespace tp::cpu {
 
@@ -18,8 +20,11 @@ struct GemmCache;  // oneDNN's blocked copies of a Weight (onednn_matmul.cpp)
 
 class Weight {
  public:
-  // Converts `n_out * n_in` elements of type `src_type` (F32, F16, BF16, Q8_0, Q4_0, Q4_1; rows contiguous,
-  // `src_row_stride` bytes apart) into `dtype` (F32 or BF16).
+  // A packed weight as the loaders give it (common/packed_weight.h): checked (check_packed_weight), kept as it
+  // is stored. F32 / BF16 run on the dense paths below; every other format on its own kernel.
+  explicit Weight(PackedWeight w);
+  // A dense weight: converts `n_out * n_in` elements of type `src_type` (F32, F16, BF16, Q8_0, Q4_0, Q4_1;
+  // rows contiguous, `src_row_stride` bytes apart) into `dtype` (F32 or BF16).
   Weight(DType dtype, int64_t n_out, int64_t n_in, DType src_type, const void* src, int64_t src_row_stride);
   ~Weight();
   Weight(Weight&&) noexcept;
@@ -27,20 +32,23 @@ class Weight {
   Weight(const Weight&) = delete;
   Weight& operator=(const Weight&) = delete;
 
-  DType dtype() const { return dtype_; }
-  int64_t n_out() const { return n_out_; }
-  int64_t n_in() const { return n_in_; }
-  const void* data() const { return data_; }
-  int64_t n_bytes() const { return dtype_row_bytes(dtype_, n_in_) * n_out_; }
+  WeightFormat format() const { return w_.format; }
+  bool dense() const { return w_.format == WeightFormat::F32 || w_.format == WeightFormat::BF16; }
+  // The element type of a dense weight (F32 or BF16); throws tp::Error for a packed one.
+  DType dtype() const;
+  int64_t n_out() const { return w_.n_out; }
+  int64_t n_in() const { return w_.n_in; }
+  const void* data() const { return w_.data.data(); }
+  const PackedWeight& packed() const { return w_; }
+  // Bytes held: values and every scale (PackedWeight::n_bytes).
+  int64_t n_bytes() const { return w_.n_bytes(); }
   // Bytes of the blocked copy oneDNN prefers (made on the first oneDNN-path call, kept with the Weight:
   // 1.1-4x faster GEMM than reading the plain rows; 0 until then or when the plain layout is what it wants).
   int64_t gemm_cache_bytes() const;
 
  private:
   friend struct detail::GemmCache;
-  DType dtype_;
-  int64_t n_out_, n_in_;
-  void* data_ = nullptr;  // aligned_alloc(64)
+  PackedWeight w_;
   mutable std::shared_ptr<detail::GemmCache> gemm_cache_;  // thread-safe, created on first use
 };
 

@@ -189,12 +189,12 @@ TEST(KvBytesForContext, RoundsUpToBlocks) {
 }
 
 TEST(Weights, FormatsAndBits) {
-  EXPECT_EQ(parse_weight_format("MXFP4"), WeightFormat::MXFP4);
-  EXPECT_EQ(weight_bits(WeightFormat::MXFP4), 4.25);
-  EXPECT_EQ(weight_bits(WeightFormat::INT4), 4.5);
-  EXPECT_EQ(weight_format_name(WeightFormat::FP8), "fp8");
+  EXPECT_EQ(parse_plan_format("MXFP4"), PlanFormat::MXFP4);
+  EXPECT_EQ(plan_format_bits(PlanFormat::MXFP4), 4.25);
+  EXPECT_EQ(plan_format_bits(PlanFormat::INT4), 4.5);
+  EXPECT_EQ(plan_format_name(PlanFormat::FP8), "fp8");
   try {
-    parse_weight_format("q4_k");
+    parse_plan_format("q4_k");
     ADD_FAILURE();
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("'q4_k' is not one of: f32, bf16, fp8, int8, int4, mxfp4"), std::string::npos)
@@ -208,15 +208,15 @@ TEST(Weights, FormatsAndBits) {
 
 TEST(Weights, GptOssBf16NeedsThreeGpusMxfp4FitsOne) {
   const ModelShape s = gpt_oss_120b();
-  const WeightBytes bf16 = weight_bytes(s, WeightFormat::BF16, 1);
+  const WeightBytes bf16 = weight_bytes(s, PlanFormat::BF16, 1);
   EXPECT_EQ(bf16.total_bytes, 2 * s.n_params);
   expect_rel(double(bf16.total_bytes), 234e9, 0.005, "117B params in bf16");  // seed: ≈ 234 GB
   EXPECT_EQ(min_gpus_for_weights(bf16.total_bytes, 80'000'000'000, 0), 3);   // seed: 3 GPUs of 80 GB
   EXPECT_EQ(min_gpus_for_weights(bf16.total_bytes, 80 * kGiB, 3 * kGiB), 3);
-  EXPECT_EQ(weight_bytes(s, WeightFormat::BF16, 4).per_rank_bytes, (bf16.total_bytes + 3) / 4);
+  EXPECT_EQ(weight_bytes(s, PlanFormat::BF16, 4).per_rank_bytes, (bf16.total_bytes + 3) / 4);
 
   // MXFP4 experts (4.25 bits) + the other 2.13 B params in bf16, as gpt-oss ships: 65.19 GB.
-  const WeightBytes mx = weight_bytes(s, WeightFormat::MXFP4, 1);
+  const WeightBytes mx = weight_bytes(s, PlanFormat::MXFP4, 1);
   EXPECT_EQ(mx.n_format_params, s.n_expert_params);
   EXPECT_EQ(mx.n_bf16_params, 2'127'557'952);
   EXPECT_EQ(mx.total_bytes, 114'701'598'720 / 8 * 17 / 4 + 2 * int64_t(2'127'557'952));
@@ -230,13 +230,13 @@ TEST(Weights, DenseQuantizesAllButEmbeddingsAndNorms) {
   const ModelShape s = llama_33_70b();
   const int64_t embed = int64_t(2) * 128256 * 8192, norms = (2 * 80 + 1) * 8192;
   EXPECT_EQ(s.n_embedding_and_norm_params(), embed + norms);
-  const WeightBytes fp8 = weight_bytes(s, WeightFormat::FP8, 1);
+  const WeightBytes fp8 = weight_bytes(s, PlanFormat::FP8, 1);
   EXPECT_EQ(fp8.n_format_params, s.n_params - embed - norms);
   EXPECT_EQ(fp8.total_bytes, fp8.n_format_params + 2 * (embed + norms));
-  const WeightBytes int4 = weight_bytes(s, WeightFormat::INT4, 2);
+  const WeightBytes int4 = weight_bytes(s, PlanFormat::INT4, 2);
   EXPECT_EQ(int4.total_bytes, (int4.n_format_params * 9 + 15) / 16 + 2 * (embed + norms));
   EXPECT_EQ(int4.per_rank_bytes, (int4.total_bytes + 1) / 2);
-  EXPECT_EQ(weight_bytes(s, WeightFormat::F32, 1).total_bytes, 4 * s.n_params);
+  EXPECT_EQ(weight_bytes(s, PlanFormat::F32, 1).total_bytes, 4 * s.n_params);
   // Tied embeddings count once.
   const ModelShape smol = smollm2_135m();
   EXPECT_EQ(smol.n_embedding_and_norm_params(), 49152 * 576 + 61 * 576);
@@ -245,7 +245,7 @@ TEST(Weights, DenseQuantizesAllButEmbeddingsAndNorms) {
 TEST(Concurrency, H100StaticVsPaged) {
   // gpt-oss-120b on one 80 GB H100 (80 GiB), MXFP4 weights, default 3 GiB reserve, bf16 KV, blocks of 16.
   const ModelShape s = gpt_oss_120b();
-  const int64_t budget = kv_budget_bytes(80 * kGiB, weight_bytes(s, WeightFormat::MXFP4, 1).per_rank_bytes, 3 * kGiB);
+  const int64_t budget = kv_budget_bytes(80 * kGiB, weight_bytes(s, PlanFormat::MXFP4, 1).per_rank_bytes, 3 * kGiB);
   EXPECT_EQ(budget, 17'487'780'224);
   EXPECT_GE(budget, 15'000'000'000);  // seed: 15–20 GB left for KV
   EXPECT_LE(budget, 20'000'000'000);

@@ -1,0 +1,253 @@
+// PackedWeight: names, sizes, checks and the reference dequantization (see packed_weight.h).
+#include "common/packed_weight.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "common/dtype.h"
+#include "common/error.h"
+#include "common/fp_formats.h"
+
+namespace tp {
+namespace {
+
+std::string num(int64_t v) { return std::to_string(v); }
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The GGUF block dtype of a GGUF format (its blocks are what dtype.h dequantizes).
+DType gguf_dtype(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::GgufQ8_0: return DType::Q8_0;
+    case WeightFormat::GgufQ4_0: return DType::Q4_0;
+    case WeightFormat::GgufQ4_1: return DType::Q4_1;
+    default: throw Error("gguf_dtype: " + std::string(weight_format_name(f)) + " is not a GGUF block format");
+  }
+}
+
+bool is_gguf(WeightFormat f) {
+  return f == WeightFormat::GgufQ8_0 || f == WeightFormat::GgufQ4_0 || f == WeightFormat::GgufQ4_1 ||
+         f == WeightFormat::GgufQ4_K || f == WeightFormat::GgufQ6_K;
+}
+
+int64_t fp4_block(WeightFormat f) { return f == WeightFormat::Mxfp4 ? 32 : 16; }
+
+constexpr int64_t kKBlock = 256;  // GGUF K-quant super-block: 256 weights (Q4_K 144 bytes, Q6_K 210)
+
+}  // namespace
+
+std::string_view weight_format_name(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::F32: return "f32";
+    case WeightFormat::BF16: return "bf16";
+    case WeightFormat::GgufQ8_0: return "q8_0";
+    case WeightFormat::GgufQ4_0: return "q4_0";
+    case WeightFormat::GgufQ4_1: return "q4_1";
+    case WeightFormat::GgufQ4_K: return "q4_k";
+    case WeightFormat::GgufQ6_K: return "q6_k";
+    case WeightFormat::Int8: return "int8";
+    case WeightFormat::Int4: return "int4";
+    case WeightFormat::Fp8E4M3: return "fp8_e4m3";
+    case WeightFormat::Mxfp4: return "mxfp4";
+    case WeightFormat::Nvfp4: return "nvfp4";
+  }
+  return "?";
+}
+
+std::string_view act_quant_name(ActQuant a) {
+  switch (a) {
+    case ActQuant::None: return "none";
+    case ActQuant::Int8Dynamic: return "int8_dynamic";
+    case ActQuant::Int8Static: return "int8_static";
+    case ActQuant::Fp8Dynamic: return "fp8_dynamic";
+    case ActQuant::Fp8Static: return "fp8_static";
+  }
+  return "?";
+}
+
+double weight_format_bits(WeightFormat f, int64_t group_size) {
+  const double g = group_size > 0 ? double(group_size) : 1e9;
+  switch (f) {
+    case WeightFormat::F32: return 32;
+    case WeightFormat::BF16: return 16;
+    case WeightFormat::GgufQ8_0: return 8.5;
+    case WeightFormat::GgufQ4_0: return 4.5;
+    case WeightFormat::GgufQ4_1: return 5.0;
+    case WeightFormat::GgufQ4_K: return 4.5;
+    case WeightFormat::GgufQ6_K: return 6.5625;
+    case WeightFormat::Int8: return 8 + 32 / g;
+    case WeightFormat::Int4: return 4 + 32 / g;
+    case WeightFormat::Fp8E4M3: return 8 + 32 / g;
+    case WeightFormat::Mxfp4: return 4.25;
+    case WeightFormat::Nvfp4: return 4.5;
+  }
+  return 0;
+}
+
+int64_t weight_column_align(WeightFormat f, int64_t group_size) {
+  if (f == WeightFormat::GgufQ4_K || f == WeightFormat::GgufQ6_K) return kKBlock;
+  if (is_gguf(f)) return dtype_block_elems(gguf_dtype(f));
+  switch (f) {
+    case WeightFormat::Int8:
+    case WeightFormat::Int4: return group_size > 0 ? group_size : 1;
+    case WeightFormat::Fp8E4M3: return group_size > 0 ? group_size : 1;
+    case WeightFormat::Mxfp4:
+    case WeightFormat::Nvfp4: return fp4_block(f);
+    default: return 1;
+  }
+}
+
+AlignedBytes::AlignedBytes(int64_t n) : n_(n) {
+  if (n < 0) throw Error("AlignedBytes: negative size " + num(n));
+  const size_t bytes = size_t((std::max<int64_t>(n, 1) + 63) / 64 * 64);
+  p_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, bytes)));
+  if (!p_) throw Error("AlignedBytes: cannot allocate " + num(int64_t(bytes)) + " bytes");
+  std::memset(p_.get(), 0, bytes);
+}
+
+int64_t PackedWeight::row_bytes() const {
+  if (format == WeightFormat::GgufQ4_K) return n_in / kKBlock * 144;
+  if (format == WeightFormat::GgufQ6_K) return n_in / kKBlock * 210;
+  if (is_gguf(format)) return dtype_row_bytes(gguf_dtype(format), n_in);
+  switch (format) {
+    case WeightFormat::F32: return n_in * 4;
+    case WeightFormat::BF16: return n_in * 2;
+    case WeightFormat::Int8:
+    case WeightFormat::Fp8E4M3: return n_in;
+    case WeightFormat::Int4:
+    case WeightFormat::Mxfp4:
+    case WeightFormat::Nvfp4: return (n_in + 1) / 2;
+    default: return 0;
+  }
+}
+
+int64_t PackedWeight::n_groups() const {
+  if ((format == WeightFormat::Int8 || format == WeightFormat::Int4 || format == WeightFormat::Fp8E4M3) && group_size > 0)
+    return ceil_div(n_in, group_size);
+  return 1;
+}
+
+int64_t PackedWeight::n_bytes() const {
+  return data.size() + int64_t(scales.size() * sizeof(float) + zeros.size() + g_idx.size() * sizeof(int32_t) +
+                               scale_bytes.size());
+}
+
+void check_packed_weight(const PackedWeight& w) {
+  const std::string what = std::string("packed ") + std::string(weight_format_name(w.format)) + " weight [" +
+                           num(w.n_out) + ", " + num(w.n_in) + "]: ";
+  auto need = [&](bool ok, const std::string& why) {
+    if (!ok) throw Error(what + why);
+  };
+  need(w.n_out >= 0 && w.n_in >= 0, "negative shape");
+  const int64_t align = weight_column_align(w.format, w.group_size);
+  if (is_gguf(w.format) || w.format == WeightFormat::Mxfp4 || w.format == WeightFormat::Nvfp4)
+    need(w.n_in % align == 0, "n_in is not a multiple of the " + num(align) + "-column block");
+  need(w.data.size() == w.n_out * w.row_bytes(),
+       "data holds " + num(w.data.size()) + " bytes, expected " + num(w.n_out * w.row_bytes()));
+  const bool grouped = w.format == WeightFormat::Int8 || w.format == WeightFormat::Int4;
+  if (grouped) {
+    need(w.group_size >= 1 && w.group_size <= std::max<int64_t>(w.n_in, 1), "group_size " + num(w.group_size) +
+                                                                               " is not in [1, n_in]");
+    const int64_t n_scales = w.n_out * w.n_groups();
+    need(int64_t(w.scales.size()) == n_scales, num(int64_t(w.scales.size())) + " scales, expected " + num(n_scales));
+    need(w.zeros.empty() || int64_t(w.zeros.size()) == n_scales,
+         num(int64_t(w.zeros.size())) + " zero points, expected 0 or " + num(n_scales));
+    need(w.g_idx.empty() || int64_t(w.g_idx.size()) == w.n_in,
+         num(int64_t(w.g_idx.size())) + " g_idx entries, expected 0 or " + num(w.n_in));
+    for (const int32_t g : w.g_idx) need(g >= 0 && g < w.n_groups(), "g_idx value " + num(g) + " is not a group");
+  } else {
+    need(w.zeros.empty() && w.g_idx.empty(), "zero points or g_idx on a format without groups");
+  }
+  if (w.format == WeightFormat::Fp8E4M3) {
+    int64_t n_scales = 1;
+    if (w.block_out > 0) {
+      need(w.group_size > 0, "block scales need group_size (the block's columns)");
+      n_scales = ceil_div(w.n_out, w.block_out) * ceil_div(w.n_in, w.group_size);
+    } else if (w.scales.size() != 1) {
+      n_scales = w.n_out;
+    }
+    need(int64_t(w.scales.size()) == n_scales, num(int64_t(w.scales.size())) + " scales, expected " + num(n_scales));
+  }
+  if (w.format == WeightFormat::Mxfp4 || w.format == WeightFormat::Nvfp4) {
+    const int64_t n = w.n_out * (w.n_in / fp4_block(w.format));
+    need(int64_t(w.scale_bytes.size()) == n, num(int64_t(w.scale_bytes.size())) + " block scales, expected " + num(n));
+  } else {
+    need(w.scale_bytes.empty(), "block scale bytes on a format without them");
+  }
+  if (w.format == WeightFormat::F32 || w.format == WeightFormat::BF16 || is_gguf(w.format))
+    need(w.scales.empty(), "scales on a format that keeps none outside its data");
+  need(w.act == ActQuant::None || w.format == WeightFormat::Int8 || w.format == WeightFormat::Fp8E4M3,
+       "activation quantization " + std::string(act_quant_name(w.act)) + " is for int8 and fp8 weights");
+  need((w.act != ActQuant::Int8Static && w.act != ActQuant::Fp8Static) || (std::isfinite(w.act_scale) && w.act_scale > 0),
+       "static activation quantization needs a positive act_scale");
+}
+
+void dequantize_rows(const PackedWeight& w, int64_t r0, int64_t r1, float* out) {
+  const int64_t n = w.n_in, rb = w.row_bytes();
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* row = w.data.data() + r * rb;
+    float* o = out + (r - r0) * n;
+    switch (w.format) {
+      case WeightFormat::F32: std::memcpy(o, row, size_t(n) * 4); break;
+      case WeightFormat::BF16:
+        for (int64_t c = 0; c < n; ++c) o[c] = bf16_to_f32(reinterpret_cast<const uint16_t*>(row)[c]);
+        break;
+      case WeightFormat::Int8:
+      case WeightFormat::Int4:
+        for (int64_t c = 0; c < n; ++c) {
+          int32_t q;
+          if (w.format == WeightFormat::Int8) {
+            q = int8_t(row[c]);
+          } else {
+            const uint8_t b = row[c / 2];
+            q = int32_t((c % 2 ? b >> 4 : b) & 15) - 8;
+          }
+          const int64_t g = r * w.n_groups() + w.group_of(c);
+          const int32_t zero = w.zeros.empty() ? 0 : w.zeros[size_t(g)];
+          o[c] = float(q - zero) * w.scales[size_t(g)];
+        }
+        break;
+      case WeightFormat::Fp8E4M3:
+        for (int64_t c = 0; c < n; ++c) {
+          float s;
+          if (w.block_out > 0)
+            s = w.scales[size_t((r / w.block_out) * ceil_div(n, w.group_size) + c / w.group_size)];
+          else
+            s = w.scales.size() == 1 ? w.scales[0] : w.scales[size_t(r)];
+          o[c] = fp8_e4m3_to_f32(row[c]) * s;
+        }
+        break;
+      case WeightFormat::Mxfp4:
+      case WeightFormat::Nvfp4: {
+        const int64_t blk = fp4_block(w.format), n_blocks = n / blk;
+        for (int64_t c = 0; c < n; ++c) {
+          const uint8_t b = row[c / 2];
+          const float v = e2m1_to_f32(uint8_t((c % 2 ? b >> 4 : b) & 15));
+          const uint8_t sb = w.scale_bytes[size_t(r * n_blocks + c / blk)];
+          o[c] = w.format == WeightFormat::Mxfp4 ? v * e8m0_to_f32(sb) : v * fp8_e4m3_to_f32(sb) * w.global_scale;
+        }
+        break;
+      }
+      default: dequantize_row(gguf_dtype(w.format), row, o, n); break;
+    }
+  }
+}
+
+PackedWeight pack_dense(WeightFormat f, int64_t n_out, int64_t n_in, const float* src) {
+  if (f != WeightFormat::F32 && f != WeightFormat::BF16)
+    throw Error("pack_dense: " + std::string(weight_format_name(f)) + " is not a dense format");
+  PackedWeight w;
+  w.format = f;
+  w.n_out = n_out;
+  w.n_in = n_in;
+  w.data = AlignedBytes(n_out * w.row_bytes());
+  if (f == WeightFormat::F32) {
+    std::memcpy(w.data.data(), src, size_t(n_out * n_in) * 4);
+  } else {
+    auto* d = reinterpret_cast<uint16_t*>(w.data.data());
+    for (int64_t i = 0; i < n_out * n_in; ++i) d[i] = f32_to_bf16(src[i]);
+  }
+  return w;
+}
+
+}  // namespace tp

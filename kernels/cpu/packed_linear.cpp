@@ -1,0 +1,72 @@
+#include "kernels/cpu/packed_linear.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "common/fp_formats.h"
+
+namespace tp::cpu::detail {
+
+void fake_quantize_activations(const float* x, int64_t m, int64_t n_in, ActQuant act, float act_scale, float* out) {
+  const bool fp8 = act == ActQuant::Fp8Dynamic || act == ActQuant::Fp8Static;
+  const float qmax = fp8 ? kFp8E4M3Max : 127.0f;
+  for (int64_t r = 0; r < m; ++r) {
+    const float* xr = x + r * n_in;
+    float* o = out + r * n_in;
+    if (act == ActQuant::None) {
+      std::copy(xr, xr + n_in, o);
+      continue;
+    }
+    float s = act_scale;
+    if (act == ActQuant::Int8Dynamic || act == ActQuant::Fp8Dynamic) {
+      float amax = 0;
+      for (int64_t c = 0; c < n_in; ++c) amax = std::max(amax, std::fabs(xr[c]));
+      s = amax / qmax;
+    }
+    for (int64_t c = 0; c < n_in; ++c) {
+      if (s == 0.0f) {
+        o[c] = 0.0f;
+      } else if (fp8) {
+        o[c] = fp8_e4m3_to_f32(f32_to_fp8_e4m3(xr[c] / s)) * s;
+      } else {
+        o[c] = std::clamp(std::nearbyint(xr[c] / s), -127.0f, 127.0f) * s;
+      }
+    }
+  }
+}
+
+void packed_linear_reference(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
+  const int64_t n_in = w.n_in;
+  std::vector<float> xq(size_t(m * n_in));
+  fake_quantize_activations(x, m, n_in, w.act, w.act_scale, xq.data());
+  constexpr int64_t kTile = 16;  // rows of W dequantized at a time
+  const int64_t n_tiles = (w.n_out + kTile - 1) / kTile;
+#pragma omp parallel num_threads(n_threads) if (n_threads > 1 && w.n_out * n_in >= (int64_t(1) << 16))
+  {
+    std::vector<float> tile(size_t(kTile * n_in));
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < n_tiles; ++t) {
+      const int64_t r0 = t * kTile, r1 = std::min(w.n_out, r0 + kTile);
+      dequantize_rows(w, r0, r1, tile.data());
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t r = r0; r < r1; ++r) {
+          const float* a = xq.data() + i * n_in;
+          const float* b = tile.data() + (r - r0) * n_in;
+          double s = 0;
+          for (int64_t c = 0; c < n_in; ++c) s += double(a[c]) * double(b[c]);
+          y[i * w.n_out + r] = float(s);
+        }
+    }
+  }
+}
+
+void packed_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
+  switch (w.format) {
+    default:
+      packed_linear_reference(x, m, w, y, n_threads);
+      return;
+  }
+}
+
+}  // namespace tp::cpu::detail

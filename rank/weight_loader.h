@@ -1,0 +1,45 @@
+// What one rank loads of a model's weights: its slice of each linear layer's weight, in the format the file
+// stores it (dense F32/BF16 converted to the runtime dtype; packed formats kept as they are), and the small
+// vectors (norms). Every weight is refused at load when it holds NaN or inf, naming the tensor and the
+// element. Only the bytes of the slice are read from the mapping.
+//
+// A linear slice is given as row ranges of one or more tensors [total_rows, n_in] stacked (fused Q|K|V,
+// gate|up; column-parallel: each rank's rows), restricted to the columns `cols` (row-parallel: each rank's
+// input range). A column slice of a packed tensor must start and end on its blocks / scale groups
+// (weight_column_align), else FormatError naming the tensor and the boundary.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "kernels/cpu/linear.h"
+#include "parallel/tp_layout.h"
+#include "rank/model_file.h"
+
+namespace tp {
+
+// Rows `rows` of tensor `name` [total_rows, n_in].
+struct RowSlice {
+  std::string name;
+  int64_t total_rows;
+  Range rows;
+};
+
+struct WeightLoadOptions {
+  DType runtime = DType::BF16;  // dense weights' dtype at run time: F32 or BF16
+};
+
+// The stacked slice as one weight of [sum of the parts' rows, cols.size()]. Throws FormatError (missing or
+// mis-shaped tensor, a column slice off the blocks, NaN / inf).
+cpu::Weight load_linear(const ModelFile& f, const WeightLoadOptions& o, int64_t n_in, Range cols,
+                        const std::vector<RowSlice>& parts);
+
+// A vector tensor [n] (a norm) as F32; NaN / inf refused.
+std::vector<float> load_vector(const ModelFile& f, const std::string& name, int64_t n);
+
+// The rows [rows.begin, rows.end) of a table read through the mapping in the file's type (the token
+// embedding): refused when one holds NaN / inf.
+void check_embedding_rows(const ModelFile& f, const TensorView& t, int64_t hidden, Range rows);
+
+}  // namespace tp
