@@ -32,14 +32,6 @@ TpLayout layout_for(const ModelFile& f, Communicator* comm) {
   return make_tp_layout(TpShape::from(f.config()), tp, rank, model_name(f.path()));
 }
 
-// SmolLM2 and other tied models have no output.weight: the lm_head is the token embedding.
-cpu::Weight load_lm_head(const ModelFile& f, const WeightLoadOptions& o, const TpLayout& l) {
-  const ModelConfig& c = f.config();
-  const bool tied = c.tied_embeddings || f.find("output.weight") == nullptr;
-  const Range rows{l.vocab_rows.begin, l.vocab_rows.begin + l.local_real_vocab_rows()};
-  return load_linear(f, o, c.hidden, {0, c.hidden}, {{tied ? "token_embd.weight" : "output.weight", c.vocab, rows}});
-}
-
 template <class T>
 T* grow(std::vector<T>& v, int64_t n) {
   if (int64_t(v.size()) < n) v.resize(size_t(n));
@@ -49,10 +41,9 @@ T* grow(std::vector<T>& v, int64_t n) {
 }  // namespace
 
 LlamaModel::LlamaModel(const ModelFile& f, DType runtime, Communicator* comm, const LoadProgress& progress)
-    : cfg_(f.config()),
-      layout_(layout_for(f, comm)),
-      comm_(comm && comm->size() > 1 ? comm : nullptr),
-      lm_head_(load_lm_head(f, WeightLoadOptions{runtime}, layout_)) {
+    : cfg_(f.config()), layout_(layout_for(f, comm)) {
+  Communicator* group = comm && comm->size() > 1 ? comm : nullptr;
+  double* comm_s = &times_.comm_s;
   const WeightLoadOptions o{runtime};
   const int64_t hd = cfg_.head_dim, hidden = cfg_.hidden, nh = cfg_.n_heads, nkv = cfg_.n_kv_heads;
   if (hd % 2 != 0) throw FormatError(f.path(), "head_dim", std::to_string(hd) + " is odd; rope needs pairs");
@@ -60,23 +51,20 @@ LlamaModel::LlamaModel(const ModelFile& f, DType runtime, Communicator* comm, co
   const Range kv{layout_.kv_heads.begin * hd, layout_.kv_heads.end * hd};
   const Range inter = layout_.intermediate;
 
-  embd_ = &f.require("token_embd.weight", {cfg_.vocab, hidden});
-  if (hidden % dtype_block_elems(embd_->dtype) != 0)
-    throw FormatError(f.path(), "token_embd.weight", "row length is not a multiple of the block size");
-  if (!cfg_.tied_embeddings && f.find("output.weight") != nullptr)  // tied: the lm_head checked these rows
-    check_embedding_rows(f, *embd_, hidden,
-                         {layout_.vocab_rows.begin, layout_.vocab_rows.begin + layout_.local_real_vocab_rows()});
+  lm_head_ = ParallelLmHead(f, o, layout_, group, comm_s);
+  embd_ = VocabParallelEmbedding(f, {layout_.vocab_rows.begin, layout_.vocab_rows.begin + layout_.local_real_vocab_rows()},
+                                 group, comm_s);
   layers_.reserve(size_t(cfg_.n_layers));
   for (int64_t i = 0; i < cfg_.n_layers; ++i) {
     layers_.push_back(Layer{
         load_vector(f, blk(i, "attn_norm"), hidden),
         load_vector(f, blk(i, "ffn_norm"), hidden),
-        load_linear(f, o, hidden, {0, hidden},
-                    {{blk(i, "attn_q"), nh * hd, q}, {blk(i, "attn_k"), nkv * hd, kv}, {blk(i, "attn_v"), nkv * hd, kv}}),
-        load_linear(f, o, nh * hd, q, {{blk(i, "attn_output"), hidden, {0, hidden}}}),
-        load_linear(f, o, hidden, {0, hidden},
-                    {{blk(i, "ffn_gate"), cfg_.intermediate, inter}, {blk(i, "ffn_up"), cfg_.intermediate, inter}}),
-        load_linear(f, o, cfg_.intermediate, inter, {{blk(i, "ffn_down"), hidden, {0, hidden}}}),
+        ColumnParallelLinear(f, o, hidden, {{blk(i, "attn_q"), nh * hd, q}, {blk(i, "attn_k"), nkv * hd, kv},
+                                            {blk(i, "attn_v"), nkv * hd, kv}}),
+        RowParallelLinear(f, o, blk(i, "attn_output"), hidden, nh * hd, q, group, comm_s),
+        ColumnParallelLinear(f, o, hidden, {{blk(i, "ffn_gate"), cfg_.intermediate, inter},
+                                            {blk(i, "ffn_up"), cfg_.intermediate, inter}}),
+        RowParallelLinear(f, o, blk(i, "ffn_down"), hidden, cfg_.intermediate, inter, group, comm_s),
     });
     if (progress && i + 1 < cfg_.n_layers) progress(i + 1, cfg_.n_layers, resident_weight_bytes());
   }
@@ -85,9 +73,7 @@ LlamaModel::LlamaModel(const ModelFile& f, DType runtime, Communicator* comm, co
 }
 
 int64_t LlamaModel::resident_weight_bytes() const {
-  const int64_t embd_rows = layout_.local_real_vocab_rows();
-  int64_t n = embd_rows * dtype_row_bytes(embd_->dtype, cfg_.hidden) + lm_head_.n_bytes() +
-              int64_t(output_norm_.size() * sizeof(float));
+  int64_t n = embd_.n_bytes() + lm_head_.n_bytes() + int64_t(output_norm_.size() * sizeof(float));
   for (const Layer& l : layers_)
     n += l.qkv.n_bytes() + l.wo.n_bytes() + l.gate_up.n_bytes() + l.down.n_bytes() +
          int64_t((l.attn_norm.size() + l.ffn_norm.size()) * sizeof(float));
@@ -96,13 +82,6 @@ int64_t LlamaModel::resident_weight_bytes() const {
 
 KvPoolShape LlamaModel::kv_shape(int64_t n_blocks, int64_t block_size) const {
   return KvPoolShape{cfg_.n_layers, n_blocks, block_size, layout_.local_kv_heads(), cfg_.head_dim};
-}
-
-void LlamaModel::all_reduce(float* x, int64_t n) {
-  if (!comm_) return;
-  const auto t0 = Clock::now();
-  comm_->all_reduce_sum(x, size_t(n));
-  times_.comm_s += std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
 void LlamaModel::forward(const std::vector<SeqPlan>& seqs, KvPool& pool, std::vector<float>& logits) {
@@ -150,26 +129,13 @@ void LlamaModel::forward(const std::vector<SeqPlan>& seqs, KvPool& pool, std::ve
   float* gu = grow(gu_, n_tok * 2 * inter);
   float* mlp = grow(mlp_, n_tok * inter);
 
-  // Vocab-parallel embedding: rows outside this rank's shard are zero, the all-reduce fills them in.
-  const int64_t row_bytes = dtype_row_bytes(embd_->dtype, hidden);
-  if (!comm_) {
-    cpu::embedding(embd_->data, embd_->dtype, row_bytes, hidden, ids, n_tok, x);
-  } else {
-    const Range mine{layout_.vocab_rows.begin, layout_.vocab_rows.begin + layout_.local_real_vocab_rows()};
-    for (int64_t t = 0; t < n_tok; ++t) {
-      if (mine.contains(ids[t]))
-        cpu::embedding(embd_->data, embd_->dtype, row_bytes, hidden, ids + t, 1, x + t * hidden);
-      else
-        std::memset(x + t * hidden, 0, size_t(hidden) * sizeof(float));
-    }
-    all_reduce(x, n_tok * hidden);
-  }
+  embd_.forward(ids, n_tok, x);
   const float scale = 1.0f / std::sqrt(float(hd));
 
   for (int64_t li = 0; li < cfg_.n_layers; ++li) {
     Layer& L = layers_[size_t(li)];
     cpu::rmsnorm(x, L.attn_norm.data(), n_tok, hidden, cfg_.rms_eps, h);
-    cpu::linear(h, n_tok, L.qkv, qkv);
+    L.qkv.forward(h, n_tok, qkv);
     for (int64_t t = 0; t < n_tok; ++t) {
       const float* row = qkv + t * qkv_w;
       std::memcpy(q + t * nh * hd, row, size_t(nh * hd) * sizeof(float));
@@ -186,15 +152,13 @@ void LlamaModel::forward(const std::vector<SeqPlan>& seqs, KvPool& pool, std::ve
                            s.block_table.data(), bs, scale, attn + t0 * nh * hd);
       t0 += n;
     }
-    cpu::linear(attn, n_tok, L.wo, h);
-    all_reduce(h, n_tok * hidden);
+    L.wo.forward(attn, n_tok, h);
     cpu::add_inplace(x, h, n_tok * hidden);
 
     cpu::rmsnorm(x, L.ffn_norm.data(), n_tok, hidden, cfg_.rms_eps, h);
-    cpu::linear(h, n_tok, L.gate_up, gu);
+    L.gate_up.forward(h, n_tok, gu);
     cpu::silu_mul(gu, n_tok, inter, mlp);
-    cpu::linear(mlp, n_tok, L.down, h);
-    all_reduce(h, n_tok * hidden);
+    L.down.forward(mlp, n_tok, h);
     cpu::add_inplace(x, h, n_tok * hidden);
   }
 
@@ -210,31 +174,7 @@ void LlamaModel::forward(const std::vector<SeqPlan>& seqs, KvPool& pool, std::ve
   }
   cpu::rmsnorm(last, output_norm_.data(), n_out, hidden, cfg_.rms_eps, last);
   logits.resize(size_t(n_out * vocab));
-  if (!comm_) {
-    cpu::linear(last, n_out, lm_head_, logits.data());
-  } else if (n_out > 0) {
-    // Vocab-parallel lm_head: each rank computes its shard [n_out, local] (padded rows -inf), then every
-    // rank gathers [tp, n_out, local] and keeps the real vocab columns.
-    const int64_t local = layout_.vocab_rows.size(), real = layout_.local_real_vocab_rows();
-    float* shard = grow(shard_, n_out * local);
-    float* tmp = grow(lm_out_, n_out * std::max<int64_t>(real, 1));
-    if (real > 0) cpu::linear(last, n_out, lm_head_, tmp);
-    for (int64_t r = 0; r < n_out; ++r) {
-      std::memcpy(shard + r * local, tmp + r * real, size_t(real) * sizeof(float));
-      std::fill(shard + r * local + real, shard + (r + 1) * local, -std::numeric_limits<float>::infinity());
-    }
-    const int tp = layout_.tp;
-    float* all = grow(gathered_, tp * n_out * local);
-    const auto t0 = Clock::now();
-    comm_->all_gather(shard, size_t(n_out * local) * sizeof(float), all);
-    times_.comm_s += std::chrono::duration<double>(Clock::now() - t0).count();
-    for (int64_t r = 0; r < n_out; ++r)
-      for (int g = 0; g < tp; ++g) {
-        const int64_t col0 = g * local, n = std::min(local, vocab - col0);
-        if (n > 0)
-          std::memcpy(logits.data() + r * vocab + col0, all + (g * n_out + r) * local, size_t(n) * sizeof(float));
-      }
-  }
+  lm_head_.forward(last, n_out, logits.data());
   times_.total_s += std::chrono::duration<double>(Clock::now() - t_start).count();
   ++times_.steps;
 }

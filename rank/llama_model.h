@@ -1,10 +1,11 @@
 // The Llama forward pass on one rank of a tensor-parallel group, over a paged K/V pool.
 //
-// Sharding (parallel/tp_layout.h, Megatron style): each rank loads only its slice of every weight from the
-// mapped file — Q/K/V rows of its heads, O columns of its heads (row-parallel, all-reduced), gate/up rows and
-// down columns of its intermediate range (down all-reduced), embedding and lm_head rows of its vocab shard;
-// norms replicated. Weights are converted at load into the runtime dtype (F32 or BF16) with Q|K|V and
-// gate|up fused row-wise; the token embedding stays in the file's type and is read through the mapping.
+// Sharding (parallel/tp_layout.h, Megatron style) lives in the parallel layers (rank/parallel_layers.h): each
+// rank loads only its slice of every weight from the mapped file — Q/K/V rows of its heads (Q|K|V fused,
+// column-parallel), O columns of its heads (row-parallel, all-reduced), gate|up rows and down columns of its
+// intermediate range, embedding and lm_head rows of its vocab shard; norms replicated. Linear weights stay in
+// the format they are stored in (dense ones in the runtime dtype, F32 or BF16; rank/weight_loader.h); the token
+// embedding stays in the file's type and is read through the mapping.
 //
 // One step runs any number of sequences (a StepPlan's SeqPlans), each a run of new tokens at consecutive
 // positions (a prefill chunk or one decode token). K/V of those tokens are written into the pool at the slots
@@ -23,6 +24,7 @@
 #include "parallel/step_plan.h"
 #include "parallel/tp_layout.h"
 #include "rank/model_file.h"
+#include "rank/parallel_layers.h"
 
 namespace tp {
 
@@ -44,6 +46,8 @@ class LlamaModel {
   // for a weight of this rank's slices holding NaN or ±inf in the file or after conversion to the runtime dtype
   // (naming the tensor and the first such element; one extra pass over the converted data).
   LlamaModel(const ModelFile& file, DType runtime, Communicator* comm = nullptr, const LoadProgress& progress = {});
+  LlamaModel(const LlamaModel&) = delete;  // the layers keep a pointer to times_
+  LlamaModel& operator=(const LlamaModel&) = delete;
 
   const ModelConfig& config() const { return cfg_; }
   const TpLayout& layout() const { return layout_; }
@@ -64,25 +68,22 @@ class LlamaModel {
  private:
   struct Layer {
     std::vector<float> attn_norm, ffn_norm;  // [hidden]
-    cpu::Weight qkv;                          // [(local q + 2 local kv heads) head_dim, hidden]
-    cpu::Weight wo;                           // [hidden, local q heads head_dim]
-    cpu::Weight gate_up;                      // [2 local intermediate, hidden]
-    cpu::Weight down;                         // [hidden, local intermediate]
+    ColumnParallelLinear qkv;                // [(local q + 2 local kv heads) head_dim, hidden]
+    RowParallelLinear wo;                    // [hidden, local q heads head_dim], all-reduced
+    ColumnParallelLinear gate_up;            // [2 local intermediate, hidden]
+    RowParallelLinear down;                  // [hidden, local intermediate], all-reduced
   };
-
-  void all_reduce(float* x, int64_t n);
 
   ModelConfig cfg_;
   TpLayout layout_;
-  Communicator* comm_;                // nullptr when tp = 1
-  const TensorView* embd_ = nullptr;  // [vocab, hidden] in the file's type (only local rows are read)
+  ForwardTimes times_;                // before the layers, which keep &times_.comm_s
+  VocabParallelEmbedding embd_;       // [vocab, hidden] in the file's type (only local rows are read)
   std::vector<Layer> layers_;
   std::vector<float> output_norm_;    // [hidden]
-  cpu::Weight lm_head_;               // [local real vocab rows, hidden]
-  ForwardTimes times_;
+  ParallelLmHead lm_head_;            // [local real vocab rows, hidden], gathered
 
   // Scratch, grown on demand: [n_tokens, ...]
-  std::vector<float> x_, h_, qkv_, q_, k_, v_, attn_, gu_, mlp_, last_, lm_out_, shard_, gathered_;
+  std::vector<float> x_, h_, qkv_, q_, k_, v_, attn_, gu_, mlp_, last_;
   std::vector<int32_t> ids_, positions_;
   std::vector<int64_t> slots_;
 };

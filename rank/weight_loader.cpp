@@ -93,11 +93,13 @@ cpu::Weight load_dense(const ModelFile& f, DType runtime, int64_t n_in, Range co
 
 }  // namespace
 
-cpu::Weight load_linear(const ModelFile& f, const WeightLoadOptions& o, int64_t n_in, Range cols,
-                        const std::vector<RowSlice>& parts) {
+std::vector<cpu::Weight> load_linear(const ModelFile& f, const WeightLoadOptions& o, int64_t n_in, Range cols,
+                                     const std::vector<RowSlice>& parts) {
   if (!is_runtime_dtype(o.runtime))
     throw InputError("runtime dtype must be bf16 or f32, not " + std::string(dtype_name(o.runtime)));
-  return load_dense(f, o.runtime, n_in, cols, parts);
+  std::vector<cpu::Weight> out;
+  out.push_back(load_dense(f, o.runtime, n_in, cols, parts));
+  return out;
 }
 
 std::vector<float> load_vector(const ModelFile& f, const std::string& name, int64_t n) {

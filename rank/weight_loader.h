@@ -30,10 +30,12 @@ struct WeightLoadOptions {
   DType runtime = DType::BF16;  // dense weights' dtype at run time: F32 or BF16
 };
 
-// The stacked slice as one weight of [sum of the parts' rows, cols.size()]. Throws FormatError (missing or
-// mis-shaped tensor, a column slice off the blocks, NaN / inf).
-cpu::Weight load_linear(const ModelFile& f, const WeightLoadOptions& o, int64_t n_in, Range cols,
-                        const std::vector<RowSlice>& parts);
+// The stacked slice [sum of the parts' rows, cols.size()]: one weight per run of consecutive parts held in
+// the same format (usually one for all; a GGUF mix such as Q4_K_M keeps attn_v in Q6_K beside Q4_K attn_q and
+// attn_k: two), in part order. Throws FormatError (missing or mis-shaped tensor, a column slice off the
+// blocks, NaN / inf).
+std::vector<cpu::Weight> load_linear(const ModelFile& f, const WeightLoadOptions& o, int64_t n_in, Range cols,
+                                     const std::vector<RowSlice>& parts);
 
 // A vector tensor [n] (a norm) as F32; NaN / inf refused.
 std::vector<float> load_vector(const ModelFile& f, const std::string& name, int64_t n);
