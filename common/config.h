@@ -45,8 +45,9 @@ struct ServerSection {
   int64_t max_connections = 1024;   // open connections served at once (a thread each); more get 503
   double shutdown_deadline_s = 10.0;
   double request_timeout_s = 60.0;  // a client must deliver each request (headers + body) within this; 0: never
-  // A step (one forward on every rank) running longer than this means a rank stopped responding while
-  // alive: /health turns 503 and the job is aborted (MPI_Abort), so it never hangs. 0: never.
+  // A step (one forward on every rank) making no progress — no layer finished — for this long means a rank
+  // stopped responding while alive: /health turns 503 and the job is aborted (MPI_Abort), so it never hangs.
+  // A long step that keeps finishing layers (a long prefill) is never stopped. 0: never.
   double step_timeout_s = 300.0;
   std::string metrics_prefix = "vllm";  // /metrics names: "vllm" (vllm:..., what vLLM dashboards read) or "tpserve"
   double keepalive_timeout_s = 5.0;  // a kept-alive connection idle this long between requests is closed; 0: never

@@ -232,6 +232,13 @@ std::chrono::steady_clock::duration Engine::step_running_for() const {
   return std::chrono::steady_clock::now().time_since_epoch() - std::chrono::nanoseconds(t0);
 }
 
+std::chrono::steady_clock::duration Engine::step_stalled_for() const {
+  const int64_t t0 = step_started_ns_.load();
+  if (t0 == 0) return {};
+  const int64_t last = std::max(t0, executor_.progress_ns());
+  return std::chrono::steady_clock::now().time_since_epoch() - std::chrono::nanoseconds(last);
+}
+
 StepResult Engine::run(ScheduledStep& s, std::vector<Delivery>& deliveries) {
   StepResult result;
   struct Running {  // step_running_for() sees this step while the executor runs it

@@ -121,6 +121,10 @@ class Engine {
   // How long the executor has been running the current step; zero when no step is running. Any thread
   // (the server's watchdog: a rank that stopped responding while alive leaves a step running forever).
   std::chrono::steady_clock::duration step_running_for() const;
+  // How long the running step has made no progress: since it began, or since the executor's latest progress
+  // (StepExecutor::progress_ns) within it, whichever is later; zero when no step is running. Any thread (the
+  // watchdog: a long step that keeps progressing is healthy; a rank that stopped leaves this growing).
+  std::chrono::steady_clock::duration step_stalled_for() const;
   // The KV capacity lines (kvstore/capacity.h capacity_report) and the scheduler's limits.
   std::string startup_report() const;
 

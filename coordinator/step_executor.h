@@ -16,6 +16,9 @@ class StepExecutor {
   virtual void execute(StepPlan& plan, StepResult& result) = 0;
   // Ends the ranks' serve loops; idempotent.
   virtual void shutdown() = 0;
+  // Steady-clock nanoseconds of the latest progress inside the running step (the ranks' forward finished a
+  // layer — with tp > 1, a collective every rank took part in); 0 when the executor cannot say. Any thread.
+  virtual int64_t progress_ns() const { return 0; }
 };
 
 }  // namespace tp

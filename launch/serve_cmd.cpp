@@ -3,8 +3,9 @@
 // (coordinator/http_server.h, api_handlers.h) on its own threads. SIGINT / SIGTERM: stop accepting, let
 // in-flight requests finish until server.shutdown_deadline_s, abort the rest, shut the ranks down, exit 0.
 // An engine failure (a rank died) fails in-flight requests and exits 1. A rank alive but stuck leaves a step
-// running: past server.step_timeout_s /health answers 503, and a second later the job is aborted
-// (MPI_Abort, exit 3) — a collective cannot be cancelled, and a server that hangs forever helps nobody.
+// without progress (no layer finishes: the leader waits in a collective): past server.step_timeout_s of that,
+// /health answers 503, and a second later the job is aborted (MPI_Abort, exit 3) — a collective cannot be
+// cancelled, and a server that hangs forever helps nobody. A long step that keeps finishing layers is healthy.
 // The leader binds server.host:server.port before the model loads (a taken port fails at once). It logs one
 // access line per request and a periodic stats line (launch/serve_log.h) on stderr, as text or JSON lines
 // (--log-format / server.log_format).
@@ -148,7 +149,8 @@ int run_serve(const CliArgs& a) {
   std::atomic<bool> engine_stop{false}, engine_failed{false};
   std::string engine_error;
   const double step_timeout_s = cfg.server.step_timeout_s;
-  auto step_seconds = [&engine] { return std::chrono::duration<double>(engine.step_running_for()).count(); };
+  // A step is stuck when it makes no progress (no layer finished) for step_timeout_s, however long it runs.
+  auto step_seconds = [&engine] { return std::chrono::duration<double>(engine.step_stalled_for()).count(); };
   ApiConfig api_cfg;
   api_cfg.model_name = name;
   api_cfg.api_key = cfg.server.api_key;
@@ -157,7 +159,8 @@ int run_serve(const CliArgs& a) {
   api_cfg.health = [&]() -> std::string {
     if (engine_failed.load()) return "the engine failed";
     if (step_timeout_s > 0 && step_seconds() > step_timeout_s)
-      return "a step has run for " + std::to_string(int64_t(step_seconds())) + " s (server.step_timeout_s = " +
+      return "a step has made no progress for " + std::to_string(int64_t(step_seconds())) +
+             " s (server.step_timeout_s = " +
              format_seconds(step_timeout_s) + "): a rank is not responding";
     return "";
   };
@@ -198,15 +201,15 @@ int run_serve(const CliArgs& a) {
               cfg.server.api_key.empty() ? "" : "-H 'Authorization: Bearer $API_KEY' ", name.c_str());
   std::fflush(stdout);
 
-  // The watchdog: a step that outlives server.step_timeout_s is a collective that will never return (a rank
-  // alive but stuck); nothing can cancel it, so the job is aborted (after /health had a moment to say 503).
+  // The watchdog: a step without progress for server.step_timeout_s is a collective that will never return (a
+  // rank alive but stuck); nothing can cancel it, so the job is aborted (after /health had a moment to say 503).
   auto watchdog = [&] {
     const double s = step_seconds();
     if (step_timeout_s <= 0 || s <= step_timeout_s + 1.0) return;
     char msg[200];
     std::snprintf(msg, sizeof msg,
-                  "a step has run for %.1f s, past server.step_timeout_s = %.1f: a rank is not responding; aborting "
-                  "the job",
+                  "a step has made no progress for %.1f s, past server.step_timeout_s = %.1f: a rank is not "
+                  "responding; aborting the job",
                   s, step_timeout_s);
     log.error(msg);
     abort_job(3);

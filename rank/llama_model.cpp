@@ -160,6 +160,7 @@ void LlamaModel::forward(const std::vector<SeqPlan>& seqs, KvPool& pool, std::ve
     cpu::silu_mul(gu, n_tok, inter, mlp);
     L.down.forward(mlp, n_tok, h);
     cpu::add_inplace(x, h, n_tok * hidden);
+    progress_ns_.store(Clock::now().time_since_epoch() / std::chrono::nanoseconds(1), std::memory_order_relaxed);
   }
 
   // Final norm and lm_head only for the rows that give logits: prompt-logprob rows, then the last token.

@@ -12,6 +12,7 @@
 // their block table gives, then attention reads every past position through the same table: there is no
 // contiguous cache. Every rank of the group must call forward() with the same plan.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -64,6 +65,9 @@ class LlamaModel {
   void forward(const std::vector<SeqPlan>& seqs, KvPool& pool, std::vector<float>& logits);
 
   ForwardTimes& times() { return times_; }
+  // Steady-clock ns when the running forward last finished a layer (its all-reduces returned: every rank of
+  // the group reached it); 0 before the first. Any thread (the stuck-step watchdog).
+  int64_t progress_ns() const { return progress_ns_.load(std::memory_order_relaxed); }
 
  private:
   struct Layer {
@@ -77,6 +81,7 @@ class LlamaModel {
   ModelConfig cfg_;
   TpLayout layout_;
   ForwardTimes times_;                // before the layers, which keep &times_.comm_s
+  std::atomic<int64_t> progress_ns_{0};
   VocabParallelEmbedding embd_;       // [vocab, hidden] in the file's type (only local rows are read)
   std::vector<Layer> layers_;
   std::vector<float> output_norm_;    // [hidden]

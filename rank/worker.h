@@ -34,6 +34,7 @@ class Worker {
   void serve();
 
   LlamaModel& model() { return model_; }
+  const LlamaModel& model() const { return model_; }
   KvPool& pool() { return pool_; }
   bool is_leader() const { return !comm_ || comm_->rank() == 0; }
 

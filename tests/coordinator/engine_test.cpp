@@ -282,5 +282,57 @@ TEST(Engine, StartupReportUsesCapacityReport) {
       << s.startup_report();
 }
 
+// An executor whose step runs `n_layers` x `layer` and reports progress after each layer unless `stuck`.
+class SlowExecutor final : public StepExecutor {
+ public:
+  void execute(StepPlan& plan, StepResult& result) override {
+    for (int i = 0; i < n_layers; ++i) {
+      std::this_thread::sleep_for(layer);
+      if (!stuck) progress.store(std::chrono::steady_clock::now().time_since_epoch() / std::chrono::nanoseconds(1));
+    }
+    result = {};
+    for (const SeqPlan& sp : plan.seqs)
+      if (sp.want_logits) {
+        result.seq_ids.push_back(sp.seq_id);
+        result.tokens.push_back(1);
+      }
+  }
+  void shutdown() override {}
+  int64_t progress_ns() const override { return progress.load(); }
+  int n_layers = 12;
+  std::chrono::milliseconds layer{40};
+  bool stuck = false;
+  std::atomic<int64_t> progress{0};
+};
+
+// The watchdog's view: a long step that keeps finishing layers is never "stalled" longer than one layer; a
+// step that stops reporting progress stalls for as long as it runs.
+TEST(Engine, StepStalledForFollowsProgressNotWallTime) {
+  for (const bool stuck : {false, true}) {
+    SlowExecutor ex;
+    ex.stuck = stuck;
+    Engine e(small_config(), ex);
+    e.submit(req(3, 1));
+    std::atomic<bool> done{false};
+    double max_running = 0, max_stalled = 0;
+    std::thread watch([&] {
+      while (!done.load()) {
+        max_running = std::max(max_running, std::chrono::duration<double>(e.step_running_for()).count());
+        max_stalled = std::max(max_stalled, std::chrono::duration<double>(e.step_stalled_for()).count());
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    });
+    e.run_until_idle();
+    done.store(true);
+    watch.join();
+    EXPECT_GT(max_running, 0.35) << stuck;  // the step ran 12 x 40 ms
+    if (stuck)
+      EXPECT_GT(max_stalled, 0.35);  // no progress: stalled for the whole step
+    else
+      EXPECT_LT(max_stalled, 0.2);  // one layer (40 ms) at a time, with scheduling slack
+    EXPECT_EQ(std::chrono::duration<double>(e.step_stalled_for()).count(), 0.0);  // no step running
+  }
+}
+
 }  // namespace
 }  // namespace tp

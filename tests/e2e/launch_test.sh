@@ -3,8 +3,10 @@
 #  1. the mpirun line launch/start builds (ranks, oversubscribe only when ranks > cores, threads per rank);
 #  2. `launch/start generate --tp 3` on the real model prints exactly what tp 1 prints (greedy);
 #  3. a rank killed mid-generation makes the job exit non-zero within 30 s, naming the rank — never a hang;
-#  4. `tpserve serve` with a rank alive but stopped (SIGSTOP): /health turns 503 once a step outlives
-#     server.step_timeout_s, then the job aborts (non-zero, naming the timeout) — never a hang.
+#  4. `tpserve serve` with a rank alive but stopped (SIGSTOP): /health turns 503 once a step makes no progress
+#     for server.step_timeout_s, then the job aborts (non-zero, naming the timeout) — never a hang;
+#  5. a healthy step much longer than server.step_timeout_s (a long prefill at tp 3, every rank finishing its
+#     layers) is not killed: the request is answered and the server stays up.
 # usage: launch_test.sh TPSERVE_BINARY REPO_ROOT SYNTH_DIR
 set -uo pipefail
 export TPSERVE=$1
@@ -97,6 +99,33 @@ elapsed=$(($(date +%s) - start))
 check "serve tp 2, rank 1 stopped: /health 503 after server.step_timeout_s" $saw503 "$(tail -3 "$log")"
 [ $rc != 0 ] && ((elapsed < 30)) && grep -q "server.step_timeout_s" "$log"
 check "serve tp 2, rank 1 stopped: job aborted (rc $rc) in ${elapsed}s naming the timeout" $? "$(tail -5 "$log")"
+rm -f "$log"
+
+# 5. a long but healthy step (tp 3 on SmolLM2: collectives every layer) with server.step_timeout_s = 5
+printf 'model: {chat_template: chatml}\nserver: {step_timeout_s: 5}\nscheduler: {max_num_batched_tokens: 2048}\n' >"$cfg"
+log=$(mktemp)
+mpirun --oversubscribe -np 3 "$TPSERVE" serve --model "$MODEL" --tp 3 --port 0 --threads 1 --config "$cfg" >"$log" 2>&1 &
+job=$!
+port=""
+for _ in $(seq 1 600); do
+  port=$(grep -o 'serving .* at http://127.0.0.1:[0-9]*' "$log" | grep -o '[0-9]*$')
+  [ -n "$port" ] && break
+  sleep 0.1
+done
+prompt=$(python3 -c 'print(" ".join(["The quick brown fox jumps over the lazy dog."] * 160))')  # ~1,600 tokens
+t0=$(date +%s.%N)
+code=$(curl -s -o /dev/null -m 300 -w '%{http_code}' "http://127.0.0.1:$port/v1/completions" \
+  -H 'Content-Type: application/json' -d "{\"prompt\": \"$prompt\", \"max_tokens\": 2}")
+took=$(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")
+h=$(curl -s -o /dev/null -m 5 -w '%{http_code}' "http://127.0.0.1:$port/health")
+kill $job 2>/dev/null
+wait $job 2>/dev/null
+[ "$code" = 200 ] && [ "$h" = 200 ] && ! grep -q "no progress" "$log"
+check "serve tp 3, step_timeout_s 5: a ${took} s prefill is answered (200) and /health stays 200" $? \
+  "code $code health $h $(tail -3 "$log")"
+python3 -c "import sys; sys.exit(0 if $took > 6 else 1)"
+check "serve tp 3: that prefill outlived step_timeout_s + 1 s (what a wall-clock watchdog would have killed)" $? \
+  "took $took s: too fast here to show it"
 rm -f "$log" "$cfg"
 
 echo "$pass passed, $fail failed"
