@@ -131,16 +131,27 @@ EngineMetrics Engine::metrics() const {
 }
 
 bool Engine::step() {
+  using Clock = std::chrono::steady_clock;
+  const auto seconds = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
   std::vector<Delivery> deliveries;
   last_step_ = {};
+  const auto t0 = Clock::now();
   const bool applied = apply_inbox(deliveries);
   ScheduledStep s = schedule();
   {  // the queue length submit() checks against max_queued_requests: exact again before the forward runs
     std::lock_guard<std::mutex> lock(mu_);
     n_waiting_published_ = scheduler_.n_waiting();
   }
-  if (!s.empty()) postprocess(s, run(s, deliveries), deliveries);
-  publish(deliveries);
+  schedule_s_ += seconds(Clock::now() - t0);
+  if (!s.empty()) {
+    const StepResult result = run(s, deliveries);
+    const auto t1 = Clock::now();
+    postprocess(s, result, deliveries);
+    publish(deliveries);  // the callbacks run here: part of postprocessing
+    postprocess_s_ += seconds(Clock::now() - t1);
+  } else {
+    publish(deliveries);
+  }
   return applied || !s.empty() || !s.preempted.empty();
 }
 
@@ -393,6 +404,9 @@ void Engine::publish(std::vector<Delivery>& deliveries) {
     m.n_steps = n_steps_;
     m.n_finished = n_finished_;
     m.n_aborted = n_aborted_;
+    m.executor_times = executor_.times();
+    m.schedule_s = schedule_s_;
+    m.postprocess_s = postprocess_s_;
   }
   for (Delivery& d : deliveries)
     if (d.callback) d.callback(d.output);

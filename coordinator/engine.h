@@ -76,6 +76,12 @@ struct EngineMetrics {
   int64_t n_submitted = 0;
   int64_t n_finished = 0;            // choices finished, every reason
   int64_t n_aborted = 0;             // choices aborted
+  // Where the steps' time went (seconds, cumulative): the executor's parts (ExecutorTimes) and the engine's
+  // own — schedule (admission, block allocation, plan building) and postprocess (tokens appended, stops,
+  // deliveries to the requests' callbacks).
+  ExecutorTimes executor_times;
+  double schedule_s = 0;
+  double postprocess_s = 0;
 };
 
 // What the latest step did (tests, debugging).
@@ -163,6 +169,7 @@ class Engine {
   StepRecord last_step_;
   std::atomic<int64_t> step_started_ns_{0};  // steady clock ns when the running step began; 0: none
   int64_t n_generation_tokens_ = 0, n_steps_ = 0, n_finished_ = 0, n_aborted_ = 0;
+  double schedule_s_ = 0, postprocess_s_ = 0;
   struct RequestState {
     int64_t seq_base = 0;  // choice i is sequence seq_base + i
     int32_t n = 1;

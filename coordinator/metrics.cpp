@@ -264,6 +264,17 @@ std::string ServerMetrics::render(const EngineMetrics& m) const {
   single(out, "tpserve:engine_steps_total", "counter", "Engine forwards run.", lb, double(m.n_steps));
   single(out, "tpserve:requests_submitted_total", "counter", "Requests accepted by the engine.", lb,
          double(m.n_submitted));
+  header(out, "tpserve:step_time_seconds_total", "counter",
+         "Where the engine steps' time went, cumulative seconds by part: forward = linear + attention + "
+         "communication + the rest of the ranks' forward; sample (leader, after the forward); schedule and "
+         "postprocess (the engine's own, per step).");
+  const ExecutorTimes& t = m.executor_times;
+  const std::pair<const char*, double> parts[] = {
+      {"linear", t.linear_s},   {"attention", t.attention_s},
+      {"communication", t.comm_s},
+      {"forward_other", std::max(0.0, t.forward_s - t.linear_s - t.attention_s - t.comm_s)},
+      {"sample", t.sample_s}, {"schedule", m.schedule_s}, {"postprocess", m.postprocess_s}};
+  for (const auto& [part, v] : parts) sample(out, "tpserve:step_time_seconds_total", with(lb, "part", part), v);
 
   std::lock_guard lk(mu_);
   header(out, name("request_success_total"), "counter", "Finished choices by finish reason.");

@@ -8,6 +8,14 @@
 
 namespace tp {
 
+// Seconds the ranks' side of the steps took so far (cumulative, as measured on the leader), by part:
+//   forward = linear + attention + communication + the rest (norms, rope, embedding, KV writes);
+//   linear: the matrix products (communication excluded); communication: all-reduce + all-gather waits;
+//   sample: sampling and logprobs on the leader after the forward.
+struct ExecutorTimes {
+  double forward_s = 0, linear_s = 0, attention_s = 0, comm_s = 0, sample_s = 0;
+};
+
 class StepExecutor {
  public:
   virtual ~StepExecutor() = default;
@@ -19,6 +27,8 @@ class StepExecutor {
   // Steady-clock nanoseconds of the latest progress inside the running step (the ranks' forward finished a
   // layer — with tp > 1, a collective every rank took part in); 0 when the executor cannot say. Any thread.
   virtual int64_t progress_ns() const { return 0; }
+  // The cumulative ExecutorTimes; zeros when the executor does not measure them. Engine thread.
+  virtual ExecutorTimes times() const { return {}; }
 };
 
 }  // namespace tp

@@ -11,6 +11,10 @@ class WorkerExecutor final : public StepExecutor {
   void execute(StepPlan& plan, StepResult& result) override { worker_.lead(plan, result); }
   void shutdown() override { worker_.shutdown(); }
   int64_t progress_ns() const override { return worker_.model().progress_ns(); }
+  ExecutorTimes times() const override {
+    const ForwardTimes& f = worker_.model().times();
+    return {f.total_s, f.linear_s, f.attention_s, f.comm_s, worker_.sample_seconds()};
+  }
 
  private:
   Worker& worker_;

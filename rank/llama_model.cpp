@@ -86,6 +86,13 @@ KvPoolShape LlamaModel::kv_shape(int64_t n_blocks, int64_t block_size) const {
 
 void LlamaModel::forward(const std::vector<SeqPlan>& seqs, KvPool& pool, std::vector<float>& logits) {
   const auto t_start = Clock::now();
+  // A linear layer's time, its communication (counted in comm_s by the layer) taken out.
+  const auto timed_linear = [this](auto&& f) {
+    const auto t0 = Clock::now();
+    const double comm0 = times_.comm_s;
+    f();
+    times_.linear_s += std::chrono::duration<double>(Clock::now() - t0).count() - (times_.comm_s - comm0);
+  };
   const int64_t hidden = cfg_.hidden, hd = cfg_.head_dim, vocab = cfg_.vocab;
   const int64_t nh = layout_.local_q_heads(), nkv = layout_.local_kv_heads();
   const int64_t inter = layout_.intermediate.size(), bs = pool.shape().block_size;
@@ -135,7 +142,7 @@ void LlamaModel::forward(const std::vector<SeqPlan>& seqs, KvPool& pool, std::ve
   for (int64_t li = 0; li < cfg_.n_layers; ++li) {
     Layer& L = layers_[size_t(li)];
     cpu::rmsnorm(x, L.attn_norm.data(), n_tok, hidden, cfg_.rms_eps, h);
-    L.qkv.forward(h, n_tok, qkv);
+    timed_linear([&] { L.qkv.forward(h, n_tok, qkv); });
     for (int64_t t = 0; t < n_tok; ++t) {
       const float* row = qkv + t * qkv_w;
       std::memcpy(q + t * nh * hd, row, size_t(nh * hd) * sizeof(float));
@@ -145,6 +152,7 @@ void LlamaModel::forward(const std::vector<SeqPlan>& seqs, KvPool& pool, std::ve
     cpu::rope(q, n_tok, nh, hd, pos, cfg_.rope_theta, cfg_.rope_style);
     cpu::rope(k, n_tok, nkv, hd, pos, cfg_.rope_theta, cfg_.rope_style);
     cpu::write_kv(k, v, n_tok, nkv, hd, slot, pool.k(li), pool.v(li));
+    const auto t_attn = Clock::now();
     int64_t t0 = 0;
     for (const SeqPlan& s : seqs) {
       const int64_t n = int64_t(s.tokens.size());
@@ -152,13 +160,14 @@ void LlamaModel::forward(const std::vector<SeqPlan>& seqs, KvPool& pool, std::ve
                            s.block_table.data(), bs, scale, attn + t0 * nh * hd);
       t0 += n;
     }
-    L.wo.forward(attn, n_tok, h);
+    times_.attention_s += std::chrono::duration<double>(Clock::now() - t_attn).count();
+    timed_linear([&] { L.wo.forward(attn, n_tok, h); });
     cpu::add_inplace(x, h, n_tok * hidden);
 
     cpu::rmsnorm(x, L.ffn_norm.data(), n_tok, hidden, cfg_.rms_eps, h);
-    L.gate_up.forward(h, n_tok, gu);
+    timed_linear([&] { L.gate_up.forward(h, n_tok, gu); });
     cpu::silu_mul(gu, n_tok, inter, mlp);
-    L.down.forward(mlp, n_tok, h);
+    timed_linear([&] { L.down.forward(mlp, n_tok, h); });
     cpu::add_inplace(x, h, n_tok * hidden);
     progress_ns_.store(Clock::now().time_since_epoch() / std::chrono::nanoseconds(1), std::memory_order_relaxed);
   }
@@ -175,7 +184,7 @@ void LlamaModel::forward(const std::vector<SeqPlan>& seqs, KvPool& pool, std::ve
   }
   cpu::rmsnorm(last, output_norm_.data(), n_out, hidden, cfg_.rms_eps, last);
   logits.resize(size_t(n_out * vocab));
-  lm_head_.forward(last, n_out, logits.data());
+  timed_linear([&] { lm_head_.forward(last, n_out, logits.data()); });
   times_.total_s += std::chrono::duration<double>(Clock::now() - t_start).count();
   ++times_.steps;
 }

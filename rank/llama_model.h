@@ -29,10 +29,13 @@
 
 namespace tp {
 
-// Seconds spent in one forward, split by kind (accumulated until reset).
+// Seconds spent in the forwards, split by kind (accumulated until reset): total = linear + attention + comm +
+// the rest (norms, rope, embedding lookups, KV writes).
 struct ForwardTimes {
   double total_s = 0;
-  double comm_s = 0;  // all-reduce + all-gather
+  double linear_s = 0;     // matrix products of the linear layers and the lm_head, communication excluded
+  double attention_s = 0;  // paged attention
+  double comm_s = 0;       // all-reduce + all-gather
   int64_t steps = 0;
 };
 

@@ -1,6 +1,7 @@
 #include "rank/worker.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <optional>
 #include <utility>
@@ -68,6 +69,12 @@ void Worker::broadcast_without_history(StepPlan& plan) {
 
 void Worker::lead(StepPlan& plan, StepResult& result) {
   lead(plan, logits_);
+  const auto t0 = std::chrono::steady_clock::now();
+  struct AddTime {
+    std::chrono::steady_clock::time_point t0;
+    double& acc;
+    ~AddTime() { acc += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+  } add_time{t0, sample_s_};
   result.step_id = plan.step_id;
   result.seq_ids.clear();
   result.tokens.clear();

@@ -37,6 +37,8 @@ class Worker {
   const LlamaModel& model() const { return model_; }
   KvPool& pool() { return pool_; }
   bool is_leader() const { return !comm_ || comm_->rank() == 0; }
+  // Seconds the leader spent sampling (and computing logprobs) after the forwards, cumulative.
+  double sample_seconds() const { return sample_s_; }
 
  private:
   // Runs the plan on this rank's shard; SeqPlan::history is not read (only the leader samples).
@@ -58,6 +60,7 @@ class Worker {
   std::vector<float> logits_;
   std::vector<HeldHistory> held_;  // [plan.seqs] scratch of broadcast_without_history
   uint64_t next_step_ = 0;
+  double sample_s_ = 0;
   bool shut_down_ = false;
 };
 
