@@ -56,59 +56,84 @@ const float* Sampler::penalize(const float* logits, int64_t vocab, const Samplin
   return penalized_.data();
 }
 
+namespace {
+
+// SplitMix64 of (seed, position): one uniform draw in [0, 1).
+double uniform(uint64_t seed, uint64_t position) {
+  uint64_t z = seed * 0x9e3779b97f4a7c15ull + position + 0x632be59bd9b4e019ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return double(z >> 11) * 0x1.0p-53;
+}
+
+// Candidates [begin, end) of (weight, id), in walk order: the first whose running sum passes r, else the last.
+int32_t walk(const std::pair<float, int32_t>* begin, const std::pair<float, int32_t>* end, double r) {
+  double acc = 0;
+  for (const auto* c = begin; c != end; ++c) {
+    acc += c->first;
+    if (r < acc) return c->second;
+  }
+  return (end - 1)->second;
+}
+
+}  // namespace
+
 int32_t Sampler::sample(const float* logits, int64_t vocab, const SamplingParams& p, uint64_t position,
                         std::span<const int32_t> history, int64_t n_prompt, std::span<const LogitBias> bias) {
   const float* row = p.has_penalties() || !bias.empty() ? penalize(logits, vocab, p, history, n_prompt, bias) : logits;
   if (p.temperature == 0.0f) return argmax(row, vocab);
-  cand_.clear();
-  cand_.reserve(size_t(vocab));
-  for (int64_t i = 0; i < vocab; ++i) cand_.emplace_back(row[i] / p.temperature, int32_t(i));
-  const ByValueThenId by_logit;
-  size_t n = cand_.size();
-  if (p.top_k > 0 && size_t(p.top_k) < n) {
-    std::partial_sort(cand_.begin(), cand_.begin() + p.top_k, cand_.end(), by_logit);
-    n = size_t(p.top_k);
+  const double u = uniform(p.seed, position);
+  const ByValueThenId by_weight;
+  if (p.top_k > 0 && p.top_k < vocab) {
+    // The k largest logits, sorted; then softmax weights over them (the largest has weight 1).
+    cand_.clear();
+    cand_.reserve(size_t(vocab));
+    for (int64_t i = 0; i < vocab; ++i) cand_.emplace_back(row[i], int32_t(i));
+    std::partial_sort(cand_.begin(), cand_.begin() + p.top_k, cand_.end(), by_weight);
+    cand_.resize(size_t(p.top_k));
+    const float max_logit = cand_[0].first;
+    for (auto& c : cand_) c.first = std::exp((c.first - max_logit) / p.temperature);
   } else {
-    std::sort(cand_.begin(), cand_.end(), by_logit);
+    // Weights of the whole vocabulary in id order (the largest is 1); no sort.
+    const float max_logit = row[argmax(row, vocab)];
+    cand_.resize(size_t(vocab));
+    for (int64_t i = 0; i < vocab; ++i) cand_[size_t(i)] = {std::exp((row[i] - max_logit) / p.temperature), int32_t(i)};
   }
-  // softmax over the kept candidates (sorted, descending)
-  const float max_logit = cand_[0].first;
-  double sum = 0;
-  for (size_t i = 0; i < n; ++i) {
-    cand_[i].first = std::exp(cand_[i].first - max_logit);
-    sum += cand_[i].first;
-  }
-  for (size_t i = 0; i < n; ++i) cand_[i].first = float(cand_[i].first / sum);
+  // min_p: keep the weights >= min_p x the largest (1), order kept. total_all: the softmax denominator.
+  double total_all = 0;
+  for (const auto& c : cand_) total_all += c.first;
   if (p.min_p > 0.0f) {
-    const float cut = p.min_p * cand_[0].first;
-    size_t keep = 1;
-    while (keep < n && cand_[keep].first >= cut) ++keep;
-    n = keep;
+    const float cut = p.min_p;
+    cand_.erase(std::remove_if(cand_.begin(), cand_.end(), [cut](const auto& c) { return c.first < cut; }), cand_.end());
   }
+  size_t n = cand_.size();
   if (p.top_p < 1.0f) {
+    // The smallest prefix by descending weight (lower id first on a tie) whose mass reaches top_p of the
+    // softmax: sorted a chunk at a time, so only the head of the distribution is ever sorted.
+    const double target = double(p.top_p) * total_all;
+    constexpr size_t kChunk = 256;
     double acc = 0;
-    size_t keep = 0;
-    while (keep < n) {
-      acc += cand_[keep].first;
-      ++keep;
-      if (acc >= p.top_p) break;
+    size_t begin = 0;
+    n = 0;
+    while (begin < cand_.size() && n == 0) {
+      const size_t end = std::min(cand_.size(), begin + kChunk);
+      std::nth_element(cand_.begin() + ptrdiff_t(begin), cand_.begin() + ptrdiff_t(end - 1), cand_.end(), by_weight);
+      std::sort(cand_.begin() + ptrdiff_t(begin), cand_.begin() + ptrdiff_t(end), by_weight);
+      for (size_t j = begin; j < end; ++j) {
+        acc += cand_[j].first;
+        if (acc >= target) {
+          n = j + 1;
+          break;
+        }
+      }
+      begin = end;
     }
-    n = keep;
+    if (n == 0) n = cand_.size();
   }
   double total = 0;
   for (size_t i = 0; i < n; ++i) total += cand_[i].first;
-  // SplitMix64 of (seed, position): one uniform draw in [0, total)
-  uint64_t z = p.seed * 0x9e3779b97f4a7c15ull + position + 0x632be59bd9b4e019ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  z ^= z >> 31;
-  const double r = double(z >> 11) * 0x1.0p-53 * total;
-  double acc = 0;
-  for (size_t i = 0; i < n; ++i) {
-    acc += cand_[i].first;
-    if (r < acc) return cand_[i].second;
-  }
-  return cand_[n - 1].second;
+  return walk(cand_.data(), cand_.data() + n, u * total);
 }
 
 TokenLogprobs Sampler::logprobs(const float* logits, int64_t vocab, int32_t token, int32_t k) {

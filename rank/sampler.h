@@ -3,6 +3,12 @@
 // Stateless across steps: the random draw depends only on (seed, position), and the penalties only on the
 // history the StepPlan carries, so the same seed gives the same text, and a sequence recomputed after
 // preemption samples exactly as before.
+// The draw: softmax weights w_i = exp((l_i - l_max) / T) over the candidates (the top k when top_k is set,
+// sorted; else the whole vocabulary in id order — no sort), those below min_p x the largest dropped; with
+// top_p < 1 the smallest prefix by descending weight (lower id first on a tie) holding top_p of the softmax
+// mass (sorted a chunk at a time: only the head is ever sorted); then one uniform u in [0, 1) from
+// SplitMix64(seed, position) picks the first candidate, in that order, whose running weight passes u x the
+// kept total. Every filter keeps exactly the tokens the definitions in sampling_params.h keep.
 #pragma once
 #include <cstdint>
 #include <span>

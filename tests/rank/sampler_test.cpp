@@ -1,6 +1,6 @@
-// Sampler: penalties (hand-computed small-vocab cases, and against a naive reference), the unchanged
-// no-penalty path (tokens recorded from the pre-penalty sampler, and an inline copy of its algorithm), the
-// counts_ scratch staying zeroed, and logprobs against a double-precision log_softmax.
+// Sampler: the draw against a plain reference of its definition (rank/sampler.h) and recorded tokens, its
+// distribution, penalties (hand-computed small-vocab cases, and against a naive reference), the counts_ scratch
+// staying zeroed, and logprobs against a double-precision log_softmax.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -36,57 +36,53 @@ SamplingParams penalties(float presence, float frequency, float repetition, floa
   return p;
 }
 
-// The sampler before penalties existed (git history of rank/sampler.cpp), verbatim but for the scratch
-// vector: the reference for "no penalties -> bit-for-bit the same draw".
-int32_t old_sample(const float* logits, int64_t vocab, const SamplingParams& p, uint64_t position) {
+// The draw as rank/sampler.h defines it, written plainly (full sorts, no chunks): the reference the Sampler
+// must match exactly. Weights are computed in float exactly as the Sampler does, so the sums agree bit for bit.
+int32_t reference_sample(const float* logits, int64_t vocab, const SamplingParams& p, uint64_t position) {
   if (p.temperature == 0.0f) return argmax(logits, vocab);
-  std::vector<std::pair<float, int32_t>> cand_;
-  cand_.reserve(size_t(vocab));
-  for (int64_t i = 0; i < vocab; ++i) cand_.emplace_back(logits[i] / p.temperature, int32_t(i));
-  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
-  size_t n = cand_.size();
-  if (p.top_k > 0 && size_t(p.top_k) < n) {
-    std::partial_sort(cand_.begin(), cand_.begin() + p.top_k, cand_.end(), by_logit);
-    n = size_t(p.top_k);
+  auto by_weight = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  std::vector<std::pair<float, int32_t>> c;
+  if (p.top_k > 0 && p.top_k < vocab) {
+    for (int64_t i = 0; i < vocab; ++i) c.emplace_back(logits[i], int32_t(i));
+    std::sort(c.begin(), c.end(), by_weight);
+    c.resize(size_t(p.top_k));
+    const float max_logit = c[0].first;
+    for (auto& x : c) x.first = std::exp((x.first - max_logit) / p.temperature);
   } else {
-    std::sort(cand_.begin(), cand_.end(), by_logit);
+    const float max_logit = logits[argmax(logits, vocab)];
+    for (int64_t i = 0; i < vocab; ++i) c.emplace_back(std::exp((logits[i] - max_logit) / p.temperature), int32_t(i));
   }
-  const float max_logit = cand_[0].first;
-  double sum = 0;
-  for (size_t i = 0; i < n; ++i) {
-    cand_[i].first = std::exp(cand_[i].first - max_logit);
-    sum += cand_[i].first;
-  }
-  for (size_t i = 0; i < n; ++i) cand_[i].first = float(cand_[i].first / sum);
-  if (p.min_p > 0.0f) {
-    const float cut = p.min_p * cand_[0].first;
-    size_t keep = 1;
-    while (keep < n && cand_[keep].first >= cut) ++keep;
-    n = keep;
-  }
+  double total_all = 0;
+  for (const auto& x : c) total_all += x.first;
+  std::vector<std::pair<float, int32_t>> kept;
+  for (const auto& x : c)
+    if (p.min_p == 0.0f || x.first >= p.min_p) kept.push_back(x);
   if (p.top_p < 1.0f) {
+    std::sort(kept.begin(), kept.end(), by_weight);
     double acc = 0;
-    size_t keep = 0;
-    while (keep < n) {
-      acc += cand_[keep].first;
-      ++keep;
-      if (acc >= p.top_p) break;
+    size_t n = kept.size();
+    for (size_t j = 0; j < kept.size(); ++j) {
+      acc += kept[j].first;
+      if (acc >= double(p.top_p) * total_all) {
+        n = j + 1;
+        break;
+      }
     }
-    n = keep;
+    kept.resize(n);
   }
   double total = 0;
-  for (size_t i = 0; i < n; ++i) total += cand_[i].first;
+  for (const auto& x : kept) total += x.first;
   uint64_t z = p.seed * 0x9e3779b97f4a7c15ull + position + 0x632be59bd9b4e019ull;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   z ^= z >> 31;
   const double r = double(z >> 11) * 0x1.0p-53 * total;
   double acc = 0;
-  for (size_t i = 0; i < n; ++i) {
-    acc += cand_[i].first;
-    if (r < acc) return cand_[i].second;
+  for (const auto& x : kept) {
+    acc += x.first;
+    if (r < acc) return x.second;
   }
-  return cand_[n - 1].second;
+  return kept.back().second;
 }
 
 // Naive penalties, straight from common/sampling_params.h: O(vocab * history).
@@ -147,14 +143,16 @@ void expect_penalized(std::vector<float> row, const SamplingParams& p, const std
 
 // ---------------------------------------------------------------------------------- no penalties: unchanged
 
-TEST(Sampler, NoPenaltiesMatchesTokensRecordedFromThePreviousSampler) {
-  // Printed by the pre-penalty rank/sampler.cpp on xorshift_row(257, seed * 31 + position).
+TEST(Sampler, NoPenaltiesMatchesTokensRecordedFromThisSampler) {
+  // Printed by rank/sampler.cpp on xorshift_row(257, seed * 31 + position): a change of these is a change of
+  // every seeded text. (Rows 2-5 are also what the sampler before the id-order draw gave: with top_k / top_p
+  // the walk is in sorted order as it was; row 1, no filter, now walks in id order without sorting.)
   struct Case {
     SamplingParams p;
     int32_t expected[4][3];  // [seed 0, 1, 42, 123456789][position 0, 7, 300]
   };
   const Case cases[] = {
-      {params(0.8f), {{22, 168, 46}, {241, 246, 178}, {252, 53, 118}, {112, 195, 130}}},
+      {params(0.8f), {{130, 220, 105}, {76, 234, 255}, {89, 0, 142}, {160, 18, 6}}},
       {params(0.8f, 0.9f, 40, 0.05f), {{212, 235, 106}, {106, 36, 226}, {87, 53, 0}, {107, 195, 130}}},
       {params(1.3f, 0.5f), {{105, 133, 163}, {194, 7, 181}, {87, 53, 0}, {47, 195, 130}}},
       {params(0.5f, 1.0f, 5, 0.1f), {{130, 13, 4}, {210, 185, 47}, {233, 53, 245}, {91, 246, 130}}},
@@ -180,26 +178,63 @@ TEST(Sampler, NoPenaltiesMatchesTokensRecordedFromThePreviousSampler) {
   }
 }
 
-TEST(Sampler, NoPenaltiesMatchesThePreviousAlgorithm) {
+TEST(Sampler, MatchesThePlainReferenceOfTheDraw) {
   std::mt19937 rng(11);
   const SamplingParams settings[] = {params(0.8f),       params(0.8f, 0.95f), params(0.8f, 1.0f, 50),
                                      params(1.0f, 1.0f, 0, 0.05f), params(0.7f, 0.8f, 20, 0.02f), params(2.0f, 0.3f),
-                                     params(0.0f)};
+                                     params(0.9f, 0.999f, 0, 0.001f), params(0.0f)};
   Sampler s;
   int checked = 0;
-  for (int64_t vocab : {1, 2, 17, 1000}) {
-    for (int trial = 0; trial < 40; ++trial) {
-      const std::vector<float> row = normal_row(rng, vocab);
+  for (int64_t vocab : {1, 2, 17, 1000, 49152}) {  // 49152: top_p's head spans several 256-candidate chunks
+    for (int trial = 0; trial < (vocab > 1000 ? 6 : 40); ++trial) {
+      const std::vector<float> row = normal_row(rng, vocab, vocab > 1000 ? 1.0f : 3.0f);
       for (SamplingParams p : settings) {
         p.seed = rng();
         const uint64_t position = rng() % 4096;
-        ASSERT_EQ(s.sample(row.data(), vocab, p, position), old_sample(row.data(), vocab, p, position))
+        ASSERT_EQ(s.sample(row.data(), vocab, p, position), reference_sample(row.data(), vocab, p, position))
             << "vocab " << vocab << " trial " << trial << " T " << p.temperature;
         ++checked;
       }
     }
   }
-  EXPECT_EQ(checked, 4 * 40 * 7);
+  EXPECT_EQ(checked, 4 * 40 * 8 + 6 * 8);
+}
+
+// The draws follow the distribution: on a 6-token vocabulary, 60,000 positions give each kept token its
+// softmax share within 4 standard deviations, and filtered tokens never.
+TEST(Sampler, DrawsFollowTheFilteredSoftmax) {
+  const std::vector<float> row = {2.0f, 1.0f, 0.5f, 0.0f, -1.0f, -3.0f};
+  struct Case {
+    SamplingParams p;
+    std::vector<double> probs;  // expected, from the definitions
+  };
+  std::vector<double> w;
+  for (float x : row) w.push_back(std::exp(double(x) - 2.0));
+  const double z = w[0] + w[1] + w[2] + w[3] + w[4] + w[5];
+  const double z3 = w[0] + w[1] + w[2];
+  const Case cases[] = {
+      {params(1.0f), {w[0] / z, w[1] / z, w[2] / z, w[3] / z, w[4] / z, w[5] / z}},
+      {params(1.0f, 1.0f, 3), {w[0] / z3, w[1] / z3, w[2] / z3, 0, 0, 0}},
+      // top_p 0.8: w0/z = 0.56, + w1/z = 0.77, + w2/z = 0.90 reaches it: three kept.
+      {params(1.0f, 0.8f), {w[0] / z3, w[1] / z3, w[2] / z3, 0, 0, 0}},
+      // min_p 0.2: keep weights >= 0.2 (w0 1, w1 0.37, w2 0.22): three kept.
+      {params(1.0f, 1.0f, 0, 0.2f), {w[0] / z3, w[1] / z3, w[2] / z3, 0, 0, 0}},
+  };
+  Sampler s;
+  constexpr int kDraws = 60000;
+  for (const Case& c : cases) {
+    std::vector<int> count(6, 0);
+    SamplingParams p = c.p;
+    p.seed = 77;
+    for (int i = 0; i < kDraws; ++i) ++count[size_t(s.sample(row.data(), 6, p, uint64_t(i)))];
+    for (size_t t = 0; t < 6; ++t) {
+      const double expected = c.probs[t] * kDraws, sd = std::sqrt(std::max(1.0, expected * (1 - c.probs[t])));
+      if (c.probs[t] == 0)
+        EXPECT_EQ(count[t], 0) << "token " << t;
+      else
+        EXPECT_NEAR(count[t], expected, 4 * sd) << "token " << t << " top_k " << p.top_k << " top_p " << p.top_p;
+    }
+  }
 }
 
 // ------------------------------------------------------------------------------- penalties, hand-computed
@@ -295,7 +330,7 @@ TEST(Sampler, HistoryIdsOutsideTheVocabAreIgnored) {
 
 // --------------------------------------------------------------------------- penalties with the full pipeline
 
-TEST(Sampler, PenalizedSamplingEqualsThePreviousAlgorithmOnTheReferencePenalizedRow) {
+TEST(Sampler, PenalizedSamplingEqualsTheDrawOnTheReferencePenalizedRow) {
   std::mt19937 rng(21);
   std::uniform_real_distribution<float> pen(-2.0f, 2.0f), rep(0.1f, 2.0f);
   Sampler s;
@@ -316,7 +351,7 @@ TEST(Sampler, PenalizedSamplingEqualsThePreviousAlgorithmOnTheReferencePenalized
     SamplingParams plain = p;  // the same draw on the reference row
     plain.presence_penalty = plain.frequency_penalty = 0.0f;
     plain.repetition_penalty = 1.0f;
-    ASSERT_EQ(got, old_sample(penalized.data(), vocab, plain, position)) << "trial " << trial;
+    ASSERT_EQ(got, reference_sample(penalized.data(), vocab, plain, position)) << "trial " << trial;
   }
 }
 
