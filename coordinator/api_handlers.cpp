@@ -127,29 +127,41 @@ HttpResponse ApiHandlers::chat_completions(const HttpRequest& req, ResponseStrea
   return generate(chat_job(std::move(c), tok_, chat_, cfg_.max_context), out);
 }
 
-HttpResponse ApiHandlers::generate(const GenerationJob& job, ResponseStream& out) {
-  const GenerationParams& p = job.params;
-  const int32_t n = p.n;
-  // Submit every prompt; a refusal aborts those already submitted (their handles go out of scope).
-  auto queue = std::make_shared<OutputQueue>();  // outlives this handler while the engine still delivers
-  const uint64_t seed = p.seed ? *p.seed : random_seed();
-  const auto t_submit = std::chrono::steady_clock::now();
-  std::vector<std::unique_ptr<RequestHandle>> handles;
-  std::unordered_map<int64_t, size_t> prompt_of;  // engine request id -> prompt index
+namespace {
+
+// A job's engine requests, one per prompt, submitted with their outputs into one queue.
+struct Submitted {
+  std::shared_ptr<OutputQueue> queue = std::make_shared<OutputQueue>();  // outlives the handler if need be
+  std::vector<std::unique_ptr<RequestHandle>> handles;                  // [prompt]
+  std::unordered_map<int64_t, size_t> prompt_of;                        // engine request id -> prompt index
+  std::vector<int64_t> max_tokens;                                      // [prompt] as submitted
   int64_t n_prompt_tokens = 0;
+};
+
+// Submits every prompt; a refusal (429) aborts those already submitted (their handles go out of scope).
+Submitted submit_all(const GenerationJob& job, uint64_t seed, int64_t max_context, Engine& engine,
+                     InFlightRequests& in_flight) {
+  Submitted s;
   for (size_t j = 0; j < job.prompts.size(); ++j) {
+    Request r = job.engine_request(j, seed, max_context);
+    s.max_tokens.push_back(r.max_tokens);
     try {
-      handles.push_back(std::make_unique<RequestHandle>(engine_, in_flight_, job.engine_request(j, seed, cfg_.max_context), queue));
+      s.handles.push_back(std::make_unique<RequestHandle>(engine, in_flight, std::move(r), s.queue));
     } catch (const QueueFullError& e) {
       throw ApiException(rate_limited(e.what()));
     }
-    prompt_of[handles.back()->id()] = j;
-    n_prompt_tokens += int64_t(job.prompts[j].tokens.size());
+    s.prompt_of[s.handles.back()->id()] = j;
+    s.n_prompt_tokens += int64_t(job.prompts[j].tokens.size());
   }
+  return s;
+}
 
+// One ChoiceStream per choice, in OpenAI index order (prompt j's choice i at j * n + i).
+std::vector<std::unique_ptr<ChoiceStream>> make_choices(const GenerationJob& job, const Tokenizer& tok) {
+  const GenerationParams& p = job.params;
   std::vector<std::unique_ptr<ChoiceStream>> choices;
   for (const JobPrompt& jp : job.prompts)
-    for (int32_t i = 0; i < n; ++i) {
+    for (int32_t i = 0; i < p.n; ++i) {
       ChoiceOptions o;
       o.chat = job.chat;
       o.ignore_eos = p.ignore_eos;
@@ -159,9 +171,60 @@ HttpResponse ApiHandlers::generate(const GenerationJob& job, ResponseStream& out
       o.echo_logprobs = job.echo_logprobs;
       o.prompt_logprobs = p.prompt_logprobs.value_or(-1);
       if (o.echo_logprobs >= 0 || o.prompt_logprobs >= 0) o.prompt = jp.tokens;
-      choices.push_back(std::make_unique<ChoiceStream>(tok_, std::move(o)));
+      choices.push_back(std::make_unique<ChoiceStream>(tok, std::move(o)));
     }
+  return choices;
+}
 
+// The latency metrics of a job's choices: TTFT and inter-token latency as outputs arrive, one finished request
+// per prompt at the end (as vLLM counts a batch), and the first token of any choice for the access log.
+class ChoiceTimings {
+ public:
+  ChoiceTimings(size_t n_choices, SteadyTime submitted)
+      : times_(n_choices, RequestTimes{submitted, {}, {}, {}}), ended_(n_choices) {}
+
+  // Output `o` of choice `index`, which is still open.
+  void observe(ServerMetrics& m, size_t index, const RequestOutput& o) {
+    if (!o.new_tokens.empty()) {
+      const int64_t n_new = int64_t(o.new_tokens.size());
+      if (ttft_s_ < 0) ttft_s_ = secs(o.times.first_token - o.times.arrival);
+      if (times_[index].first_token == SteadyTime{})
+        m.observe_ttft(secs(o.times.first_token - o.times.arrival));
+      else
+        m.observe_itl(secs(o.times.last_token - times_[index].last_token) / double(n_new), n_new);
+    }
+    times_[index] = o.times;
+  }
+  void ended(size_t index) { ended_[index] = std::chrono::steady_clock::now(); }
+  // One FinishedRequestStats per prompt; a choice still open (the client left) counts as an abort.
+  void report(ServerMetrics& m, const GenerationJob& job, const Submitted& s,
+              const std::vector<std::unique_ptr<ChoiceStream>>& choices) const {
+    const size_t n = size_t(job.params.n);
+    for (size_t j = 0; j < job.prompts.size(); ++j) {
+      FinishedRequestStats stats{int64_t(job.prompts[j].tokens.size()), s.max_tokens[j], {}};
+      for (size_t i = j * n; i < (j + 1) * n; ++i) {
+        const ChoiceStream& c = *choices[i];
+        stats.choices.push_back({c.finished() ? c.finish_reason() : "abort", c.n_generated(), times_[i], ended_[i]});
+      }
+      m.observe_finished(stats);
+    }
+  }
+  double ttft_s() const { return ttft_s_; }  // -1: no token yet
+
+ private:
+  std::vector<RequestTimes> times_;  // [choice] its latest output's times
+  std::vector<SteadyTime> ended_;    // [choice] when it ended
+  double ttft_s_ = -1;
+};
+
+}  // namespace
+
+HttpResponse ApiHandlers::generate(const GenerationJob& job, ResponseStream& out) {
+  const GenerationParams& p = job.params;
+  const uint64_t seed = p.seed ? *p.seed : random_seed();
+  Submitted sub = submit_all(job, seed, cfg_.max_context, engine_, in_flight_);
+  std::vector<std::unique_ptr<ChoiceStream>> choices = make_choices(job, tok_);
+  ChoiceTimings timings(choices.size(), std::chrono::steady_clock::now());
   const ResponseHeader header{(job.chat ? "chatcmpl-" : "cmpl-") + random_hex(24), int64_t(std::time(nullptr)),
                               cfg_.model_name, job.chat};
   SseWriter sse(out, header);
@@ -171,68 +234,41 @@ HttpResponse ApiHandlers::generate(const GenerationJob& job, ResponseStream& out
     for (int32_t i = 0; job.chat && i < job.n_choices() && !client_gone; ++i) client_gone = !sse.role(i);
   }
 
-  // Per choice, for the metrics: its latest output's times and when it ended.
-  std::vector<RequestTimes> times(choices.size(), RequestTimes{t_submit, {}, {}, {}});
-  std::vector<SteadyTime> ended(choices.size());
-  double ttft_s = -1;  // the first token of any choice (the access log)
+  // Each output to its choice; stream the deltas; until every choice ended or the client went away.
   int64_t n_open = job.n_choices();
   while (!client_gone && n_open > 0) {
-    std::optional<RequestOutput> o = queue->pop(std::chrono::milliseconds(50));
+    std::optional<RequestOutput> o = sub.queue->pop(std::chrono::milliseconds(50));
     if (!o) {
       client_gone = out.peer_closed();
       continue;
     }
-    const auto it = prompt_of.find(o->request_id);
-    if (it == prompt_of.end() || o->index < 0 || o->index >= n) continue;
-    const size_t index = it->second * size_t(n) + size_t(o->index);
+    const auto it = sub.prompt_of.find(o->request_id);
+    if (it == sub.prompt_of.end() || o->index < 0 || o->index >= p.n) continue;
+    const size_t index = it->second * size_t(p.n) + size_t(o->index);
     ChoiceStream& c = *choices[index];
-    if (!o->new_tokens.empty() && !c.finished()) {
-      const int64_t n_new = int64_t(o->new_tokens.size());
-      if (ttft_s < 0) ttft_s = secs(o->times.first_token - o->times.arrival);
-      if (times[index].first_token == SteadyTime{})
-        metrics_.observe_ttft(secs(o->times.first_token - o->times.arrival));
-      else
-        metrics_.observe_itl(secs(o->times.last_token - times[index].last_token) / double(n_new), n_new);
-    }
-    if (!c.finished()) times[index] = o->times;
     const bool was_open = !c.finished();
+    if (was_open) timings.observe(metrics_, index, *o);
     const ChoiceDelta d = c.push(*o);
-    if (d.stopped_by_string) handles[it->second]->abort(o->index);
+    if (d.stopped_by_string) sub.handles[it->second]->abort(o->index);
     if (p.stream && !sse.delta(int32_t(index), d)) client_gone = true;
     if (was_open && c.finished()) {
       --n_open;
-      ended[index] = std::chrono::steady_clock::now();
+      timings.ended(index);
     }
   }
-  // One finished request per prompt, as vLLM counts a batch; a choice still open when the client left is an abort.
-  for (size_t j = 0; j < job.prompts.size(); ++j) {
-    FinishedRequestStats stats{int64_t(job.prompts[j].tokens.size()), job.engine_request(j, seed, cfg_.max_context).max_tokens, {}};
-    for (int32_t i = 0; i < n; ++i) {
-      const size_t index = j * size_t(n) + size_t(i);
-      const ChoiceStream& c = *choices[index];
-      stats.choices.push_back({c.finished() ? c.finish_reason() : "abort", c.n_generated(), times[index], ended[index]});
-    }
-    metrics_.observe_finished(stats);
-  }
-  const bool all_done = std::all_of(choices.begin(), choices.end(), [](const auto& c) { return c->engine_done(); });
-  for (size_t j = 0; j < handles.size() && all_done; ++j) handles[j]->set_finished();
+  timings.report(metrics_, job, sub, choices);
+  if (std::all_of(choices.begin(), choices.end(), [](const auto& c) { return c->engine_done(); }))
+    for (auto& h : sub.handles) h->set_finished();  // else the handles abort what still runs
 
   int64_t n_generated = 0;
   for (const auto& c : choices) n_generated += c->n_generated();
-  ResponseLog log;  // the access log's view of this request
-  log.request_id = header.id;
-  log.n_prompt_tokens = n_prompt_tokens;
-  log.n_output_tokens = n_generated;
-  log.ttft_s = ttft_s;
-  log.ignored_fields = p.ignored_fields;
-  const auto logged = [&log](HttpResponse r, std::string error = {}) {
-    r.log = log;
-    r.log.error = std::move(error);
+  const auto logged = [&](HttpResponse r, std::string error = {}) {  // the access log's view of this request
+    r.log = {header.id, sub.n_prompt_tokens, n_generated, timings.ttft_s(), std::move(error), p.ignored_fields};
     return r;
   };
-  const auto failed = std::find_if(choices.begin(), choices.end(), [](const auto& c) { return c->finish_reason() == "error"; });
-  if (client_gone)  // nobody reads it; the handles abort the engine requests
-    return logged(HttpResponse{499, "application/json", "", {}}, "the client went away; request aborted");
+  const auto failed =
+      std::find_if(choices.begin(), choices.end(), [](const auto& c) { return c->finish_reason() == "error"; });
+  if (client_gone) return logged(HttpResponse{499, "application/json", "", {}}, "the client went away; request aborted");
   if (failed != choices.end()) {
     const ApiError e = internal_error("generation failed: " + (*failed)->error());
     if (!p.stream) throw ApiException(e);
@@ -240,8 +276,8 @@ HttpResponse ApiHandlers::generate(const GenerationJob& job, ResponseStream& out
     sse.done();
     return logged({}, e.message);
   }
-  if (!p.stream) return logged(json_response(final_response(header, choices, n_prompt_tokens)));
-  if (p.include_usage) sse.usage(n_prompt_tokens, n_generated);
+  if (!p.stream) return logged(json_response(final_response(header, choices, sub.n_prompt_tokens)));
+  if (p.include_usage) sse.usage(sub.n_prompt_tokens, n_generated);
   sse.done();
   return logged({});
 }
