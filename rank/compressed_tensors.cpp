@@ -616,7 +616,12 @@ PackedWeight load_fp8(const ModelFile& f, const CtScheme& s, Range cols, const s
     const TensorView& sc = need(f, p.prefix + ".weight_scale", {}, true, sshape);
     const int64_t cb0 = bcols > 0 ? cols.begin / bcols : 0;
     for (int64_t r = p.rows.begin; r < p.rows.end; ++r, ++r_out) {
-      std::memcpy(w.data.data() + r_out * w.n_in, t.data + r * p.g.n_in + cols.begin, size_t(w.n_in));
+      const uint8_t* src = t.data + r * p.g.n_in + cols.begin;
+      for (int64_t c = 0; c < w.n_in; ++c)
+        if ((src[c] & 0x7f) == 0x7f)  // S.1111.111: E4M3's NaN
+          throw FormatError(f.path(), canonical_to_hf_name(t.name),
+                            "holds NaN at [" + num(r) + ", " + num(cols.begin + c) + "]: every weight must be finite");
+      std::memcpy(w.data.data() + r_out * w.n_in, src, size_t(w.n_in));
       if (bcols == 0) {
         w.scales.push_back(checked_scale(f, sc, sc.n_elems() == 1 ? 0 : r));
       } else if (!keep_blocks || (r - p.rows.begin) % brows == 0) {

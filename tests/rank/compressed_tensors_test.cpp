@@ -5,6 +5,7 @@
 // keeps its columns' groups; sharded safetensors load the same weights; KV cache scales are exposed.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -288,6 +289,30 @@ TEST(CtConfig, MixedPrecisionGroupsKeepTheirFormats) {
   EXPECT_EQ(attn->format, CtFormat::NaiveQuantized);
   EXPECT_EQ(mlp->format, CtFormat::PackQuantized);
   EXPECT_EQ(ct_quantized_scheme(*f, c, "output.weight"), nullptr);  // lm_head ignored: dense
+}
+
+// An FP8 weight holding E4M3's NaN code is refused at load, naming the tensor and the element.
+TEST(CtRefused, Fp8NaNWeight) {
+  test::TempDir dir;
+  const std::string src = fixture("fp8_weight_only"), dst = dir.file("model");
+  fs::create_directories(dst);
+  fs::copy_file(src + "/config.json", dst + "/config.json");
+  std::vector<uint8_t> bytes = test::read_bytes(src + "/model.safetensors");
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  const json h = json::parse(std::string(bytes.begin() + 8, bytes.begin() + 8 + int64_t(n)));
+  const uint64_t begin = h["model.layers.1.self_attn.o_proj.weight"]["data_offsets"][0].get<uint64_t>();
+  bytes[8 + n + begin + 3 * 256 + 7] = 0xff;  // [3, 7]
+  test::write_bytes(dst + "/model.safetensors", bytes);
+  auto f = open_model(dst);
+  const CtScheme* s = ct_quantized_scheme(*f, *f->quantization(), "blk.1.attn_output.weight");
+  ASSERT_NE(s, nullptr);
+  try {
+    ct_load_slice(*f, *s, 256, {0, 256}, {{"blk.1.attn_output.weight", 256, {0, 256}}});
+    ADD_FAILURE() << "a NaN weight was accepted";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("o_proj.weight: holds NaN at [3, 7]"), std::string::npos) << e.what();
+  }
 }
 
 // A raw (integer) tensor is refused where a float one is required.
