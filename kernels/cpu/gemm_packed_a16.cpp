@@ -2,6 +2,7 @@
 // (W8A16, W4A16 with groups, zero points, g_idx), Fp8E4M3 (A16, and W8A8-FP8 with emulated activations) and
 // MXFP4 / NVFP4. The kernel body is packed_a16.inc, compiled three times: portable, AVX2 + FMA, AVX-512.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -25,7 +26,7 @@ namespace portable {
 }  // namespace portable
 
 #pragma GCC push_options
-#pragma GCC target("avx2,fma")
+#pragma GCC target("avx2,fma,f16c")
 namespace avx2 {
 #define TP_VEC_WIDTH 8
 #include "kernels/cpu/packed_a16.inc"
@@ -34,7 +35,7 @@ namespace avx2 {
 #pragma GCC pop_options
 
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx2,fma")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")
 namespace avx512 {
 #define TP_VEC_WIDTH 16
 #include "kernels/cpu/packed_a16.inc"
@@ -56,7 +57,11 @@ bool a16(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threa
 }  // namespace
 
 PackedIsa packed_best_isa() {
-  static const PackedIsa isa = cpu_has_avx512f() ? PackedIsa::Avx512 : cpu_has_avx2() ? PackedIsa::Avx2 : PackedIsa::Portable;
+  // F16C (vcvtph2ps, the FP8 fast path) comes with every AVX2 CPU made; checked all the same.
+  static const bool f16c = __builtin_cpu_supports("f16c");
+  static const PackedIsa isa = cpu_has_avx512f() && f16c ? PackedIsa::Avx512
+                               : cpu_has_avx2() && f16c  ? PackedIsa::Avx2
+                                                         : PackedIsa::Portable;
   return isa;
 }
 

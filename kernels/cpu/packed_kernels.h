@@ -22,7 +22,7 @@ namespace tp::cpu::detail {
 
 enum class PackedIsa : uint8_t { Portable, Avx2, Avx512 };
 
-// The best this CPU runs: Avx512 (avx512f + bw + vl), Avx2 (avx2 + fma), else Portable.
+// The best this CPU runs: Avx512 (avx512f + bw + vl + f16c), Avx2 (avx2 + fma + f16c), else Portable.
 PackedIsa packed_best_isa();
 // Whether this CPU has AVX-512 VNNI (the int8 dot product instruction of the W8A8 kernel's AVX-512 path).
 bool cpu_has_avx512vnni();
