@@ -204,9 +204,9 @@ void check_scheme(const CtScheme& s, const Fields& f) {
         fw.fail("num_bits", "pack-quantized weights of " + num(w.num_bits) + "-bit " +
                                 (w.type == CtType::Int ? "int" : "float") + " (supported: 4- and 8-bit int)");
       break;
-    case CtFormat::IntQuantized:
-      if (w.type != CtType::Int || w.num_bits != 8)
-        fw.fail("num_bits", "int-quantized weights of " + num(w.num_bits) + " bits (supported: 8-bit int)");
+    case CtFormat::IntQuantized:  // int8 tensors; 4-bit values (W4A8) are repacked two a byte
+      if (w.type != CtType::Int || (w.num_bits != 8 && w.num_bits != 4))
+        fw.fail("num_bits", "int-quantized weights of " + num(w.num_bits) + " bits (supported: 4- and 8-bit int)");
       break;
     case CtFormat::FloatQuantized:
     case CtFormat::NaiveQuantized:
@@ -563,8 +563,13 @@ PackedWeight load_int(const ModelFile& f, const CtScheme& s, Range cols, const s
       } else if (m.packed && cols.begin % 2 == 0 && w.n_in % 2 == 0) {  // whole bytes: the nibble pairs as stored
         std::memcpy(dst, m.data->data + r * ceil_div(p.g.n_in * 4, 32) * 4 + cols.begin / 2, size_t(w.n_in / 2));
       } else {
-        for (int64_t c = 0; c < w.n_in; ++c)
-          dst[c / 2] |= uint8_t((q_at(m, p.g.n_in, r, cols.begin + c) + 8) << (4 * (c % 2)));
+        for (int64_t c = 0; c < w.n_in; ++c) {
+          const int q = q_at(m, p.g.n_in, r, cols.begin + c);
+          if (q < -8 || q > 7)  // 4-bit values stored one a byte (int-quantized)
+            throw FormatError(f.path(), canonical_to_hf_name(m.data->name),
+                              "holds " + num(q) + " at [" + num(r) + ", " + num(cols.begin + c) + "]: not a 4-bit value");
+          dst[c / 2] |= uint8_t((q + 8) << (4 * (c % 2)));
+        }
       }
       for (int64_t g = 0; g < n_groups; ++g) {
         const int64_t src_g = used[i][size_t(g)];

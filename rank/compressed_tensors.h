@@ -21,8 +21,9 @@
 //                       low-nibble-first pairs of PackedWeight Int4); weight_scale float [n_out, n_groups];
 //                       weight_zero_point I32 [ceil(n_out / (32 / bits)), n_groups] packed along rows
 //                       (asymmetric only); weight_g_idx I32 [n_in] (actorder group); weight_shape I32/I64 [2]
-//   int-quantized       weight I8 [n_out, n_in], weight_scale float [n_out, 1] (channel) or [1] (tensor),
-//                       weight_zero_point I8 (asymmetric); input_scale float [1] (static activations)
+//   int-quantized       weight I8 [n_out, n_in] (8-bit; or 4-bit values one a byte — W4A8 — repacked two a
+//                       byte), weight_scale float [n_out, n_groups] / [n_out, 1] / [1], weight_zero_point I8
+//                       (asymmetric); input_scale float [1] (static activations)
 //   float-quantized /   weight F8_E4M3 [n_out, n_in], weight_scale float [1] | [n_out, 1] |
 //   naive-quantized     [ceil(n_out / 128), ceil(n_in / 128)] (block); input_scale float [1] (static)
 //   nvfp4-pack-quantized weight_packed U8 [n_out, n_in / 2] (E2M1 pairs, low nibble first), weight_scale

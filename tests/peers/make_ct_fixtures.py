@@ -97,6 +97,8 @@ SCHEMES = {
     "w8a16_channel_asym": (QuantizationModifier, dict(ignore=IGNORE, **groups(
         group_0={"targets": LINEAR, "weights": w(8, "int", "channel", symmetric=False)})), False),
     "w8a8_int8_dynamic": (QuantizationModifier, dict(targets=LINEAR, scheme="W8A8", ignore=IGNORE), False),
+    # int4 g128 weights stored one a byte (int-quantized) with per-token int8 activations.
+    "w4a8_int": (QuantizationModifier, dict(targets=LINEAR, scheme="W4A8", ignore=IGNORE), False),
     "w8a8_int8_static": (QuantizationModifier, dict(ignore=IGNORE, **groups(
         group_0={"targets": LINEAR, "weights": w(8, "int", "channel"),
                  "input_activations": w(8, "int", "tensor")})), True),
