@@ -122,6 +122,8 @@ int64_t PackedWeight::row_bytes() const {
 }
 
 int64_t PackedWeight::n_groups() const {
+  if ((format == WeightFormat::Int8 || format == WeightFormat::Int4) && !g_idx.empty() && g_idx_groups > 0)
+    return g_idx_groups;
   if ((format == WeightFormat::Int8 || format == WeightFormat::Int4 || format == WeightFormat::Fp8E4M3) && group_size > 0)
     return ceil_div(n_in, group_size);
   return 1;
@@ -176,8 +178,12 @@ void check_packed_weight(const PackedWeight& w) {
   }
   if (w.format == WeightFormat::F32 || w.format == WeightFormat::BF16 || is_gguf(w.format))
     need(w.scales.empty(), "scales on a format that keeps none outside its data");
-  need(w.act == ActQuant::None || w.format == WeightFormat::Int8 || w.format == WeightFormat::Fp8E4M3,
-       "activation quantization " + std::string(act_quant_name(w.act)) + " is for int8 and fp8 weights");
+  need(w.act == ActQuant::None || w.format == WeightFormat::Int8 || w.format == WeightFormat::Int4 ||
+           w.format == WeightFormat::Fp8E4M3,
+       "activation quantization " + std::string(act_quant_name(w.act)) + " is for int8, int4 and fp8 weights");
+  need(w.act_group >= 0 && (w.act_group == 0 || w.act == ActQuant::Int8Dynamic || w.act == ActQuant::Fp8Dynamic),
+       "act_group " + num(w.act_group) + " is for dynamic activation quantization");
+  need(w.g_idx_groups >= 0 && (w.g_idx_groups == 0 || !w.g_idx.empty()), "g_idx_groups without g_idx");
   need((w.act != ActQuant::Int8Static && w.act != ActQuant::Fp8Static) || (std::isfinite(w.act_scale) && w.act_scale > 0),
        "static activation quantization needs a positive act_scale");
 }

@@ -9,7 +9,9 @@
 //   Int8             int8 q, w = (q - zero) · scale                  scales [n_out, n_groups] f32
 //   Int4             int4 q two a byte (column 2j low nibble, 2j+1 high), stored u = q + 8, w = (q - zero) · scale
 //                    zeros (asymmetric): int8 [n_out, n_groups] in q units; empty: symmetric (zero 0)
-//                    group of column c: g_idx[c] when g_idx is given (act-order), else c / group_size
+//                    group of column c: g_idx[c] when g_idx is given (act-order), else c / group_size;
+//                    with g_idx a row holds g_idx_groups groups (a row-parallel slice of an act-order weight
+//                    keeps the groups its columns use, which may be more than n_in / group_size)
 //   Fp8E4M3          E4M3 bytes, w = fp8 · scale: per tensor (scales [1]), per channel ([n_out]) or per
 //                    block_out × group_size block ([ceil(n_out / block_out), ceil(n_in / group_size)])
 //   Mxfp4            E2M1 values two a byte (low nibble first), E8M0 scale bytes [n_out, n_in / 32] in
@@ -17,8 +19,9 @@
 //   Nvfp4            E2M1 values two a byte, E4M3 scale bytes [n_out, n_in / 16] in `scale_bytes`,
 //                    w = e2m1 · e4m3 · global_scale
 // Activations (act): None — x is used as given (A16: computed in F32, or BF16 for BF16 weights); Int8Dynamic —
-// x quantized to int8 per token (row of x), scale max|x| / 127; Int8Static — one scale act_scale; Fp8Dynamic /
-// Fp8Static likewise for E4M3 (max 448). W8A8 schemes use them; the kernels may also quantize activations on
+// x quantized to int8 per token (row of x), scale max|x| / 127, or per act_group columns of the row when
+// act_group > 0; Int8Static — one scale act_scale; Fp8Dynamic / Fp8Static likewise for E4M3 (max 448).
+// Int8 and Int4 weights (W8A8, W4A8) and Fp8E4M3 weights take activation quantization. W8A8 schemes use them; the kernels may also quantize activations on
 // their own where a format's fastest kernel does (GGUF blocks: llama.cpp's Q8 activations), said per kernel.
 #pragma once
 #include <cstdint>
@@ -87,6 +90,8 @@ struct PackedWeight {
   float global_scale = 1.0f;        // Nvfp4
   ActQuant act = ActQuant::None;
   float act_scale = 0.0f;           // Int8Static / Fp8Static: the activations' scale
+  int64_t act_group = 0;            // Int8Dynamic / Fp8Dynamic: columns a scale (0: the whole row)
+  int64_t g_idx_groups = 0;         // with g_idx: scale groups a row (0: ceil(n_in / group_size))
 
   int64_t row_bytes() const;        // bytes of one row of `data`
   int64_t n_groups() const;         // scale groups a row (Int8/Int4/Fp8 block); 1 otherwise

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "rank/compressed_tensors.h"
 
 namespace tp {
 namespace {
@@ -25,32 +26,49 @@ struct NamePair {
   const char* hf;
   const char* canon;
 };
-// Per-layer suffixes after "model.layers.N." / "blk.N.".
-constexpr NamePair kLayerNames[] = {
-    {"self_attn.q_proj.weight", "attn_q.weight"},       {"self_attn.k_proj.weight", "attn_k.weight"},
-    {"self_attn.v_proj.weight", "attn_v.weight"},       {"self_attn.o_proj.weight", "attn_output.weight"},
-    {"mlp.gate_proj.weight", "ffn_gate.weight"},        {"mlp.up_proj.weight", "ffn_up.weight"},
-    {"mlp.down_proj.weight", "ffn_down.weight"},        {"input_layernorm.weight", "attn_norm.weight"},
-    {"post_attention_layernorm.weight", "ffn_norm.weight"},
+// Modules of a layer, after "model.layers.N." / "blk.N."; any parameter of theirs keeps its name
+// ("self_attn.q_proj.weight_scale" <-> "attn_q.weight_scale").
+constexpr NamePair kLayerModules[] = {
+    {"self_attn.q_proj", "attn_q"},   {"self_attn.k_proj", "attn_k"},     {"self_attn.v_proj", "attn_v"},
+    {"self_attn.o_proj", "attn_output"}, {"mlp.gate_proj", "ffn_gate"},  {"mlp.up_proj", "ffn_up"},
+    {"mlp.down_proj", "ffn_down"},    {"input_layernorm", "attn_norm"}, {"post_attention_layernorm", "ffn_norm"},
 };
-constexpr NamePair kGlobalNames[] = {
-    {"model.embed_tokens.weight", "token_embd.weight"},
-    {"model.norm.weight", "output_norm.weight"},
-    {"lm_head.weight", "output.weight"},
+// Whole names within a layer: the KV cache scales of a compressed-tensors checkpoint.
+constexpr NamePair kLayerNames[] = {
+    {"self_attn.q_scale", "attn_q_scale"}, {"self_attn.k_scale", "attn_k_scale"}, {"self_attn.v_scale", "attn_v_scale"},
+};
+constexpr NamePair kGlobalModules[] = {
+    {"model.embed_tokens", "token_embd"},
+    {"model.norm", "output_norm"},
+    {"lm_head", "output"},
 };
 
+// "module.param" with param one identifier -> (module, param); false when there is no '.'.
+bool split_param(const std::string& s, std::string* module, std::string* param) {
+  const size_t dot = s.rfind('.');
+  if (dot == std::string::npos || dot == 0 || dot + 1 == s.size()) return false;
+  *module = s.substr(0, dot);
+  *param = s.substr(dot + 1);
+  return true;
+}
+
 std::string map_name(const std::string& name, bool to_canon) {
-  for (const auto& p : kGlobalNames)
-    if (name == (to_canon ? p.hf : p.canon)) return to_canon ? p.canon : p.hf;
+  std::string module, param;
+  if (split_param(name, &module, &param))
+    for (const auto& p : kGlobalModules)
+      if (module == (to_canon ? p.hf : p.canon)) return (to_canon ? p.canon : p.hf) + std::string(".") + param;
   const std::string prefix = to_canon ? "model.layers." : "blk.";
   if (name.rfind(prefix, 0) != 0) return name;
   size_t i = prefix.size(), j = i;
   while (j < name.size() && std::isdigit(static_cast<unsigned char>(name[j]))) ++j;
   if (j == i || j >= name.size() || name[j] != '.') return name;
   const std::string layer = name.substr(i, j - i), rest = name.substr(j + 1);
+  const std::string out_prefix = (to_canon ? "blk." : "model.layers.") + layer + ".";
   for (const auto& p : kLayerNames)
-    if (rest == (to_canon ? p.hf : p.canon))
-      return (to_canon ? "blk." : "model.layers.") + layer + "." + (to_canon ? p.canon : p.hf);
+    if (rest == (to_canon ? p.hf : p.canon)) return out_prefix + (to_canon ? p.canon : p.hf);
+  if (split_param(rest, &module, &param))
+    for (const auto& p : kLayerModules)
+      if (module == (to_canon ? p.hf : p.canon)) return out_prefix + (to_canon ? p.canon : p.hf) + "." + param;
   return name;
 }
 
@@ -165,6 +183,12 @@ ModelConfig read_hf_config(const std::string& dir) {
   c.head_dim = get_positive(j, file, "head_dim", std::max<int64_t>(c.hidden / c.n_heads, 0));
   c.rms_eps = float(get_number(j, file, "rms_norm_eps", 1e-6));
   c.rope_theta = float(get_number(j, file, "rope_theta", 10000.0));
+  if (auto rp = j.find("rope_parameters"); rp != j.end() && rp->is_object() && !j.contains("rope_theta")) {
+    // transformers >= 5 keeps rope_theta under rope_parameters; only the default rope is supported.
+    const std::string type = rp->value("rope_type", std::string("default"));
+    if (type != "default") throw FormatError(file, "rope_parameters.rope_type", "unsupported rope type '" + type + "' (need default)");
+    c.rope_theta = float(get_number(*rp, file, "rope_theta", 10000.0));
+  }
   c.tied_embeddings = get_bool(j, file, "tie_word_embeddings", false);
   c.rope_style = RopeStyle::Neox;
   if (c.n_heads % c.n_kv_heads != 0)
@@ -291,6 +315,7 @@ TokenizerData read_hf_tokenizer(const std::string& dir) {
 
 HfDir::HfDir(const std::string& dir) : path_(dir) {
   config_ = read_hf_config(dir);
+  if (auto q = read_ct_config(dir)) quant_ = std::make_shared<const CtConfig>(std::move(*q));
   has_tokenizer_ = fs::exists(dir + "/tokenizer.json");
   tokenizer_ = read_hf_tokenizer(dir);
   const std::string index_file = dir + "/model.safetensors.index.json";
@@ -306,7 +331,7 @@ HfDir::HfDir(const std::string& dir) : path_(dir) {
       const SafetensorsFile& sf = *shards_[shard_of[shard]];
       const SafetensorsTensor* st = sf.find(name);
       if (!st) throw FormatError(sf.path(), name, "tensor listed in model.safetensors.index.json is missing");
-      views_.push_back({hf_to_canonical_name(name), st->dtype, st->shape, st->data, st->n_bytes});
+      views_.push_back({hf_to_canonical_name(name), st->dtype, st->shape, st->data, st->n_bytes, st->raw});
     }
   } else {
     const std::string single = dir + "/model.safetensors";
@@ -314,12 +339,13 @@ HfDir::HfDir(const std::string& dir) : path_(dir) {
       throw InputError("cannot open model '" + dir + "': no model.safetensors or model.safetensors.index.json");
     shards_.push_back(std::make_unique<SafetensorsFile>(single));
     for (const auto& st : shards_.back()->tensors())
-      views_.push_back({hf_to_canonical_name(st.name), st.dtype, st.shape, st.data, st.n_bytes});
+      views_.push_back({hf_to_canonical_name(st.name), st.dtype, st.shape, st.data, st.n_bytes, st.raw});
   }
   std::unordered_map<std::string, int> seen;
   for (const auto& v : views_)
     if (seen[v.name]++) throw FormatError(dir, v.name, "tensor appears twice");
-  if (!seen.count("output.weight")) config_.tied_embeddings = true;
+  // A quantized lm_head keeps its values in output.weight_packed (compressed-tensors pack formats).
+  if (!seen.count("output.weight") && !seen.count("output.weight_packed")) config_.tied_embeddings = true;
 }
 
 const TokenizerData& HfDir::tokenizer() const {

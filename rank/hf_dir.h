@@ -1,6 +1,7 @@
 // ModelFile over a Hugging Face model directory:
 //   config.json                       -> ModelConfig (LlamaForCausalLM only; rope_style Neox)
 //   model.safetensors, or model.safetensors.index.json + its shards -> tensors, renamed to canonical names
+//   quantization_config in config.json -> quantization() (compressed-tensors; rank/compressed_tensors.h)
 //   tokenizer.json (+ tokenizer_config.json, chat_template.jinja)   -> TokenizerData (optional: without it the
 //                                     directory opens for its shape and weights, and tokenizer() throws)
 // Also the writers `tpserve convert` uses to produce such a directory; the reader reads back exactly
@@ -25,6 +26,8 @@ class HfDir : public ModelFile {
   // Throws InputError naming the directory and the missing tokenizer.json when it has none.
   const TokenizerData& tokenizer() const override;
   const std::vector<TensorView>& tensors() const override { return views_; }
+  // config.json's quantization_config (compressed-tensors), parsed and checked at open; nullptr when none.
+  const CtConfig* quantization() const override { return quant_.get(); }
 
  private:
   std::string path_;
@@ -33,6 +36,7 @@ class HfDir : public ModelFile {
   bool has_tokenizer_ = false;
   std::vector<std::unique_ptr<SafetensorsFile>> shards_;
   std::vector<TensorView> views_;
+  std::shared_ptr<const CtConfig> quant_;
 };
 
 // HF tensor name -> canonical name ("model.layers.3.mlp.up_proj.weight" -> "blk.3.ffn_up.weight");

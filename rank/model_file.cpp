@@ -26,6 +26,9 @@ const TensorView& ModelFile::require(const std::string& name, const std::vector<
   if (!t) throw FormatError(path(), name, "missing tensor");
   if (t->shape != shape)
     throw FormatError(path(), name, "shape " + shape_str(t->shape) + ", expected " + shape_str(shape));
+  if (t->raw != RawType::None)
+    throw FormatError(path(), name,
+                      "holds " + std::string(raw_type_name(t->raw)) + " data where a float tensor (F32, F16, BF16) is expected");
   return *t;
 }
 

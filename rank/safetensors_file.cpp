@@ -16,13 +16,26 @@ namespace {
 
 using json = nlohmann::json;
 
-bool parse_dtype_name(const std::string& s, DType* out) {
+constexpr RawType kRawTypes[] = {RawType::I8, RawType::U8, RawType::I16, RawType::I32,
+                                 RawType::I64, RawType::F8E4M3, RawType::F8E5M2};
+
+bool parse_dtype_name(const std::string& s, DType* out, RawType* raw) {
+  *raw = RawType::None;
   if (s == "F32") *out = DType::F32;
   else if (s == "F16") *out = DType::F16;
   else if (s == "BF16") *out = DType::BF16;
-  else return false;
+  else {
+    for (RawType r : kRawTypes)
+      if (s == raw_type_name(r)) {
+        *raw = r;
+        return true;
+      }
+    return false;
+  }
   return true;
 }
+
+int64_t element_bytes(const SafetensorsTensor& t) { return t.raw != RawType::None ? raw_type_bytes(t.raw) : dtype_block_bytes(t.dtype); }
 
 const char* dtype_st_name(DType t) {
   switch (t) {
@@ -74,8 +87,10 @@ void SafetensorsFile::parse() {
     t.name = name;
     auto dt = e.find("dtype");
     if (dt == e.end() || !dt->is_string()) throw FormatError(file, name + ".dtype", "missing or not a string");
-    if (!parse_dtype_name(dt->get<std::string>(), &t.dtype))
-      throw FormatError(file, name + ".dtype", "unsupported dtype '" + dt->get<std::string>() + "' (supported: F32, F16, BF16)");
+    if (!parse_dtype_name(dt->get<std::string>(), &t.dtype, &t.raw))
+      throw FormatError(file, name + ".dtype",
+                        "unsupported dtype '" + dt->get<std::string>() +
+                            "' (supported: F32, F16, BF16, I8, U8, I16, I32, I64, F8_E4M3, F8_E5M2)");
     auto sh = e.find("shape");
     if (sh == e.end() || !sh->is_array() || sh->size() > 8)
       throw FormatError(file, name + ".shape", "missing, not an array, or more than 8 dims");
@@ -96,7 +111,7 @@ void SafetensorsFile::parse() {
                         "data range [" + std::to_string(begin) + ", " + std::to_string(end) +
                             ") invalid or beyond end of data (size " + std::to_string(data_size) + ")");
     int64_t n_bytes = 0;
-    if (__builtin_mul_overflow(n_elems, dtype_block_bytes(t.dtype), &n_bytes) || uint64_t(n_bytes) != end - begin)
+    if (__builtin_mul_overflow(n_elems, element_bytes(t), &n_bytes) || uint64_t(n_bytes) != end - begin)
       throw FormatError(file, name + ".data_offsets",
                         "data range of " + std::to_string(end - begin) + " bytes does not match shape and dtype");
     t.n_bytes = n_bytes;
@@ -145,8 +160,10 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsOut
   for (const auto& t : tensors) {
     int64_t n = 1;
     for (int64_t d : t.shape) n *= d;
-    uint64_t bytes = uint64_t(n * dtype_block_bytes(t.dtype));
-    h[t.name] = {{"dtype", dtype_st_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    const bool raw = t.raw != RawType::None;
+    uint64_t bytes = uint64_t(n * (raw ? raw_type_bytes(t.raw) : dtype_block_bytes(t.dtype)));
+    const std::string type = raw ? std::string(raw_type_name(t.raw)) : std::string(dtype_st_name(t.dtype));
+    h[t.name] = {{"dtype", type}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     sizes.push_back(bytes);
     offset += bytes;
   }

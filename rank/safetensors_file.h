@@ -1,6 +1,8 @@
 // safetensors reader over a read-only mapping: 8-byte little-endian header length N, N bytes of JSON
 // ({"name": {"dtype", "shape", "data_offsets": [begin, end)}, "__metadata__": {str: str}}), then the data.
-// Accepted dtypes: F32, F16, BF16 (others -> FormatError). Every offset and size is checked against the file.
+// Accepted dtypes: F32, F16, BF16 (`dtype`), and the raw types of quantized checkpoints I8, U8, I16, I32, I64,
+// F8_E4M3, F8_E5M2 (`raw`, rank/raw_dtype.h); others -> FormatError. Every offset and size is checked against
+// the file.
 // Also: the sharded index (model.safetensors.index.json, weight_map: tensor name -> shard file) and a writer.
 #pragma once
 #include <cstdint>
@@ -12,6 +14,7 @@
 
 #include "common/dtype.h"
 #include "rank/mapped_file.h"
+#include "rank/raw_dtype.h"
 
 namespace tp {
 
@@ -19,10 +22,11 @@ inline constexpr uint64_t kSafetensorsMaxHeader = 100ull << 20;  // 100 MiB, as 
 
 struct SafetensorsTensor {
   std::string name;
-  DType dtype = DType::F32;
+  DType dtype = DType::F32;        // meaningless when raw != None
   std::vector<int64_t> shape;      // outermost first; [] is a scalar
   const uint8_t* data = nullptr;   // into the mapping
   int64_t n_bytes = 0;
+  RawType raw = RawType::None;     // an integer / FP8 tensor (quantized checkpoints)
 };
 
 class SafetensorsFile {
@@ -58,6 +62,7 @@ struct SafetensorsOut {
   DType dtype = DType::F32;        // F32, F16 or BF16
   std::vector<int64_t> shape;
   std::function<void(uint8_t* dst)> fill;
+  RawType raw = RawType::None;     // when set: the tensor's type instead of `dtype`
 };
 // Writes a safetensors file (tensors in the given order, 8-byte aligned header). Throws InputError.
 void write_safetensors(const std::string& path, const std::vector<SafetensorsOut>& tensors,

@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "kernels/cpu/finite.h"
+#include "rank/compressed_tensors.h"
 #include "rank/hf_dir.h"
 
 namespace tp {
@@ -98,6 +99,24 @@ std::vector<cpu::Weight> load_linear(const ModelFile& f, const WeightLoadOptions
   if (!is_runtime_dtype(o.runtime))
     throw InputError("runtime dtype must be bf16 or f32, not " + std::string(dtype_name(o.runtime)));
   std::vector<cpu::Weight> out;
+  if (const CtConfig* ct = f.quantization()) {
+    // compressed-tensors: runs of consecutive parts of one scheme that can share a weight; unquantized parts
+    // (ignored modules) load dense.
+    for (size_t i = 0; i < parts.size();) {
+      const CtScheme* s = ct_quantized_scheme(f, *ct, parts[i].name);
+      size_t j = i + 1;
+      while (j < parts.size() && ct_quantized_scheme(f, *ct, parts[j].name) == s &&
+             (!s || ct_can_stack(f, parts[i].name, parts[j].name)))
+        ++j;
+      const std::vector<RowSlice> run(parts.begin() + int64_t(i), parts.begin() + int64_t(j));
+      if (s)
+        out.emplace_back(ct_load_slice(f, *s, n_in, cols, run));
+      else
+        out.push_back(load_dense(f, o.runtime, n_in, cols, run));
+      i = j;
+    }
+    return out;
+  }
   out.push_back(load_dense(f, o.runtime, n_in, cols, parts));
   return out;
 }

@@ -5,26 +5,32 @@
 #include <vector>
 
 #include "common/fp_formats.h"
+#include "kernels/cpu/packed_kernels.h"
 
 namespace tp::cpu::detail {
 
-void fake_quantize_activations(const float* x, int64_t m, int64_t n_in, ActQuant act, float act_scale, float* out) {
+void fake_quantize_activations(const float* x, int64_t m, int64_t n_in, ActQuant act, float act_scale,
+                               int64_t act_group, float* out) {
   const bool fp8 = act == ActQuant::Fp8Dynamic || act == ActQuant::Fp8Static;
   const float qmax = fp8 ? kFp8E4M3Max : 127.0f;
-  for (int64_t r = 0; r < m; ++r) {
+  const bool dynamic = act == ActQuant::Int8Dynamic || act == ActQuant::Fp8Dynamic;
+  const int64_t group = dynamic && act_group > 0 ? act_group : std::max<int64_t>(n_in, 1);
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t c0 = 0; c0 < n_in; c0 += group) {
+    const int64_t c1 = std::min(n_in, c0 + group);
     const float* xr = x + r * n_in;
     float* o = out + r * n_in;
     if (act == ActQuant::None) {
-      std::copy(xr, xr + n_in, o);
+      std::copy(xr + c0, xr + c1, o + c0);
       continue;
     }
     float s = act_scale;
-    if (act == ActQuant::Int8Dynamic || act == ActQuant::Fp8Dynamic) {
+    if (dynamic) {
       float amax = 0;
-      for (int64_t c = 0; c < n_in; ++c) amax = std::max(amax, std::fabs(xr[c]));
+      for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(xr[c]));
       s = amax / qmax;
     }
-    for (int64_t c = 0; c < n_in; ++c) {
+    for (int64_t c = c0; c < c1; ++c) {
       if (s == 0.0f) {
         o[c] = 0.0f;
       } else if (fp8) {
@@ -39,7 +45,7 @@ void fake_quantize_activations(const float* x, int64_t m, int64_t n_in, ActQuant
 void packed_linear_reference(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
   const int64_t n_in = w.n_in;
   std::vector<float> xq(size_t(m * n_in));
-  fake_quantize_activations(x, m, n_in, w.act, w.act_scale, xq.data());
+  fake_quantize_activations(x, m, n_in, w.act, w.act_scale, w.act_group, xq.data());
   constexpr int64_t kTile = 16;  // rows of W dequantized at a time
   const int64_t n_tiles = (w.n_out + kTile - 1) / kTile;
 #pragma omp parallel num_threads(n_threads) if (n_threads > 1 && w.n_out * n_in >= (int64_t(1) << 16))
@@ -61,12 +67,25 @@ void packed_linear_reference(const float* x, int64_t m, const PackedWeight& w, f
   }
 }
 
-void packed_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
+bool packed_linear_isa(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa) {
+  bool ran = false;
   switch (w.format) {
-    default:
-      packed_linear_reference(x, m, w, y, n_threads);
-      return;
+    case WeightFormat::Int8:
+    case WeightFormat::Int4:
+      ran = w.act == ActQuant::None ? int_a16_linear(x, m, w, y, n_threads, isa)
+                                    : int_w8a8_linear(x, m, w, y, n_threads, isa);
+      break;
+    case WeightFormat::Fp8E4M3: ran = fp8_linear(x, m, w, y, n_threads, isa); break;
+    case WeightFormat::Mxfp4:
+    case WeightFormat::Nvfp4: ran = fp4_linear(x, m, w, y, n_threads, isa); break;
+    default: break;
   }
+  if (!ran) packed_linear_reference(x, m, w, y, n_threads);
+  return ran;
+}
+
+void packed_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
+  packed_linear_isa(x, m, w, y, n_threads, packed_best_isa());
 }
 
 }  // namespace tp::cpu::detail

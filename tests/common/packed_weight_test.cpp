@@ -176,12 +176,36 @@ TEST(PackedWeight, CheckRefusesWhatDoesNotFit) {
   refused([](PackedWeight& w) { w.g_idx = {0, 0, 1, 0}; }, "g_idx value 1 is not a group");
   refused([](PackedWeight& w) { w.group_size = 0; }, "group_size 0");
   refused([](PackedWeight& w) { w.act = ActQuant::Int8Static; }, "positive act_scale");
+  refused([](PackedWeight& w) { w.act_group = 2; }, "act_group 2 is for dynamic");
+  refused([](PackedWeight& w) { w.g_idx_groups = 3; }, "g_idx_groups without g_idx");
+  refused([](PackedWeight& w) { w.format = WeightFormat::Mxfp4, w.data = AlignedBytes(4), w.scales.clear(),
+                                w.scale_bytes = {127, 127}, w.act = ActQuant::Int8Dynamic; }, "not a multiple of the 32");
   refused([](PackedWeight& w) { w.format = WeightFormat::BF16, w.data = AlignedBytes(16); }, "scales on a format");
   refused([](PackedWeight& w) { w.format = WeightFormat::Fp8E4M3, w.zeros = {0, 0}; }, "zero points or g_idx");
   refused([](PackedWeight& w) {
     w.format = WeightFormat::GgufQ4_0;
     w.scales.clear();
   }, "not a multiple of the 32-column block");
+}
+
+// An act-order slice holds the groups its columns use (g_idx_groups), which may exceed n_in / group_size.
+TEST(PackedWeight, ActOrderSliceGroups) {
+  PackedWeight w;
+  w.format = WeightFormat::Int8;
+  w.n_out = 1;
+  w.n_in = 2;
+  w.group_size = 2;
+  w.data = AlignedBytes(2);
+  w.data.data()[0] = 3;
+  w.data.data()[1] = uint8_t(int8_t(-2));
+  w.g_idx = {2, 0};
+  w.g_idx_groups = 3;
+  w.scales = {0.5f, 7.0f, 0.25f};
+  check_packed_weight(w);
+  EXPECT_EQ(w.n_groups(), 3);
+  std::vector<float> d(2);
+  dequantize_rows(w, 0, 1, d.data());
+  EXPECT_EQ(d, (std::vector<float>{0.75f, -1.0f}));
 }
 
 TEST(PackedWeight, NamesBitsAndAlignment) {

@@ -80,7 +80,8 @@ void expect_format_error(const std::string& header, const std::vector<uint8_t>& 
 
 TEST(SafetensorsFile, RejectsMalformedHeaders) {
   const auto d = sample_data();
-  expect_format_error(R"({"a":{"dtype":"I64","shape":[3],"data_offsets":[0,24]}})", d, "unsupported dtype 'I64'");
+  expect_format_error(R"({"a":{"dtype":"F64","shape":[3],"data_offsets":[0,24]}})", d, "unsupported dtype 'F64'");
+  expect_format_error(R"({"a":{"dtype":"I32","shape":[4],"data_offsets":[0,12]}})", d, "does not match shape");
   expect_format_error(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,400]}})", d, "a.data_offsets");
   expect_format_error(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", d, "does not match shape");
   expect_format_error(R"({"a":{"dtype":"F32","shape":[-3],"data_offsets":[0,12]}})", d, "a.shape");
@@ -95,6 +96,21 @@ TEST(SafetensorsFile, RejectsMalformedHeaders) {
   expect_format_error(R"([1, 2])", d, "not a JSON object");
   expect_format_error(R"({"a": )", d, "invalid JSON");
   expect_format_error(R"({"__metadata__":{"x":1}})", d, "__metadata__.x");
+}
+
+// The integer / FP8 tensors of quantized checkpoints: read with their raw type and size, written back alike.
+TEST(SafetensorsFile, RawTypesOfQuantizedCheckpoints) {
+  const auto d = sample_data();  // 12 bytes
+  std::vector<uint8_t> b = make_st(R"({"p":{"dtype":"I32","shape":[1,2],"data_offsets":[0,8]},)"
+                                   R"("s":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[8,10]},)"
+                                   R"("u":{"dtype":"U8","shape":[2],"data_offsets":[10,12]}})",
+                                   d);
+  SafetensorsFile f("q.safetensors", b.data(), b.size());
+  ASSERT_NE(f.find("p"), nullptr);
+  EXPECT_EQ(f.find("p")->raw, RawType::I32);
+  EXPECT_EQ(f.find("p")->n_bytes, 8);
+  EXPECT_EQ(f.find("s")->raw, RawType::F8E4M3);
+  EXPECT_EQ(f.find("u")->raw, RawType::U8);
 }
 
 TEST(SafetensorsFile, TruncatedAtEveryCutPoint) {

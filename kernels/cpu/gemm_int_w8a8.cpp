@@ -1,0 +1,207 @@
+// W8A8 / W4A8: Int8 or Int4 weights with int8 activations, as int8 × int8 dot products (packed_kernels.h).
+// x is quantized once a call: q = clamp(round(x / s), -127, 127) with s = max|x| / 127 per row (or per
+// act_group columns), or the static act_scale — the reference's rule (packed_linear.h). A weight row is read as
+// int8 (Int4: 32 nibbles at a time unpacked in registers to q = u - 8 in column order); over each
+// segment (the finer of the weight's scale groups and the activations' groups)
+//   y += w_scale · x_scale · (Σ qw·qx − zero · Σ qx)        (Σ in int32: exact)
+// Dot products: AVX2 vpmaddubsw on |qw| (unsigned) and qx · sign(qw) (qw may be -128, qx never is), summed
+// by vpmaddwd; AVX-512 VNNI vpdpbusd on the same pair; portable: a scalar loop.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include "kernels/cpu/gemv.h"
+#include "kernels/cpu/packed_kernels.h"
+
+namespace tp::cpu::detail {
+
+namespace {
+
+int32_t dot_portable(const int8_t* a, const int8_t* b, int64_t n) {
+  int32_t s = 0;
+  for (int64_t k = 0; k < n; ++k) s += int32_t(a[k]) * int32_t(b[k]);
+  return s;
+}
+
+__attribute__((target("avx2,fma"))) int32_t dot_avx2(const int8_t* w, const int8_t* x, int64_t n) {
+  __m256i acc = _mm256_setzero_si256();
+  const __m256i ones = _mm256_set1_epi16(1);
+  int64_t k = 0;
+  for (; k + 32 <= n; k += 32) {
+    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + k));
+    const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + k));
+    const __m256i p16 = _mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv));
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p16, ones));
+  }
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s) + dot_portable(w + k, x + k, n - k);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) int32_t dot_vnni(const int8_t* w, const int8_t* x,
+                                                                                  int64_t n) {
+  __m512i acc = _mm512_setzero_si512();
+  int64_t k = 0;
+  for (; k + 64 <= n; k += 64) {
+    const __m512i wv = _mm512_loadu_si512(w + k);
+    const __m512i xv = _mm512_loadu_si512(x + k);
+    const __mmask64 neg = _mm512_movepi8_mask(wv);  // qw < 0
+    const __m512i xs = _mm512_mask_sub_epi8(xv, neg, _mm512_setzero_si512(), xv);
+    acc = _mm512_dpbusd_epi32(acc, _mm512_abs_epi8(wv), xs);
+  }
+  return _mm512_reduce_add_epi32(acc) + dot_portable(w + k, x + k, n - k);
+}
+
+using DotFn = int32_t (*)(const int8_t*, const int8_t*, int64_t);
+
+// Int4: the dot of n columns whose nibbles start at byte w (column 2j low, 2j+1 high; q = u - 8).
+int32_t dot4_portable(const uint8_t* w, const int8_t* x, int64_t n) {
+  int32_t s = 0;
+  for (int64_t k = 0; k < n; ++k) s += (int32_t((w[k / 2] >> (4 * (k % 2))) & 15) - 8) * int32_t(x[k]);
+  return s;
+}
+
+// 32 nibbles (16 bytes) -> 32 int8 q = u - 8 in column order.
+__attribute__((target("avx2,fma"))) inline __m256i unpack_q4_avx2(const uint8_t* w) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
+  const __m128i m = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
+  const __m128i lo = _mm_sub_epi8(_mm_and_si128(b, m), eight);                     // even columns
+  const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(b, 4), m), eight);  // odd columns
+  return _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+}
+
+__attribute__((target("avx2,fma"))) void unpack_q4_store(const uint8_t* w, int8_t* out) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), unpack_q4_avx2(w));
+}
+
+__attribute__((target("avx2,fma"))) int32_t dot4_avx2(const uint8_t* w, const int8_t* x, int64_t n) {
+  __m256i acc = _mm256_setzero_si256();
+  const __m256i ones = _mm256_set1_epi16(1);
+  int64_t k = 0;
+  for (; k + 32 <= n; k += 32) {
+    const __m256i wv = unpack_q4_avx2(w + k / 2);
+    const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + k));
+    const __m256i p16 = _mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv));
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p16, ones));
+  }
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s) + dot4_portable(w + k / 2, x + k, n - k);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma"))) int32_t dot4_vnni(const uint8_t* w, const int8_t* x,
+                                                                                        int64_t n) {
+  __m512i acc = _mm512_setzero_si512();
+  int64_t k = 0;
+  for (; k + 64 <= n; k += 64) {
+    const __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(unpack_q4_avx2(w + k / 2)), unpack_q4_avx2(w + k / 2 + 16), 1);
+    const __m512i xv = _mm512_loadu_si512(x + k);
+    const __mmask64 neg = _mm512_movepi8_mask(wv);
+    const __m512i xs = _mm512_mask_sub_epi8(xv, neg, _mm512_setzero_si512(), xv);
+    acc = _mm512_dpbusd_epi32(acc, _mm512_abs_epi8(wv), xs);
+  }
+  return _mm512_reduce_add_epi32(acc) + dot4_avx2(w + k / 2, x + k, n - k);
+}
+
+using Dot4Fn = int32_t (*)(const uint8_t*, const int8_t*, int64_t);
+
+}  // namespace
+
+bool cpu_has_avx512vnni() {
+  static const bool has = cpu_has_avx512f() && __builtin_cpu_supports("avx512vnni");
+  return has;
+}
+
+bool int_w8a8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa) {
+  if ((w.format != WeightFormat::Int8 && w.format != WeightFormat::Int4) || !w.g_idx.empty()) return false;
+  if (w.act != ActQuant::Int8Dynamic && w.act != ActQuant::Int8Static) return false;
+  const int64_t n_in = w.n_in, n_groups = w.n_groups();
+  const int64_t wg = n_groups > 1 ? w.group_size : n_in;
+  const int64_t ag = w.act == ActQuant::Int8Dynamic && w.act_group > 0 ? w.act_group : n_in;
+  const int64_t seg = std::min(wg, ag);
+  if (wg % seg != 0 || ag % seg != 0) return false;
+  const int64_t n_seg = (n_in + seg - 1) / seg;
+  DotFn dot = dot_portable;
+  Dot4Fn dot4 = dot4_portable;
+  if (isa == PackedIsa::Avx512 && cpu_has_avx512vnni()) {
+    dot = dot_vnni;
+    dot4 = dot4_vnni;
+  } else if (isa != PackedIsa::Portable) {
+    dot = dot_avx2;
+    dot4 = dot4_avx2;
+  }
+  if (w.format == WeightFormat::Int4 && n_seg > 1 && seg % 2 != 0) return false;  // segments start on whole bytes
+
+  // x -> int8 [m, n_in], scales [m, n_seg] (per segment, repeated within an activation group), Σ qx [m, n_seg].
+  thread_local std::vector<int8_t> xq;
+  thread_local std::vector<float> xs;
+  thread_local std::vector<int32_t> xsum;
+  xq.resize(size_t(m * n_in));
+  xs.resize(size_t(m * n_seg));
+  xsum.assign(size_t(m * n_seg), 0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t a0 = 0; a0 < n_in; a0 += ag) {
+      const int64_t a1 = std::min(n_in, a0 + ag);
+      const float* xr = x + i * n_in;
+      float s = w.act_scale;
+      if (w.act == ActQuant::Int8Dynamic) {
+        float amax = 0;
+        for (int64_t c = a0; c < a1; ++c) amax = std::max(amax, std::fabs(xr[c]));
+        s = amax / 127.0f;
+      }
+      for (int64_t c = a0; c < a1; ++c) {
+        const int8_t q = s == 0.0f ? 0 : int8_t(std::clamp(std::nearbyint(xr[c] / s), -127.0f, 127.0f));
+        xq[size_t(i * n_in + c)] = q;
+        xsum[size_t(i * n_seg + c / seg)] += q;
+      }
+      for (int64_t sg = a0 / seg; sg * seg < a1; ++sg) xs[size_t(i * n_seg + sg)] = s;
+    }
+
+  const bool parallel = n_threads > 1 && worth_parallel(w.n_out * w.row_bytes() * m);
+  const int8_t* xqd = xq.data();
+  const float* xsd = xs.data();
+  const int32_t* xsumd = xsum.data();
+  // Int4 against several rows of x: the row's nibbles unpacked once (in registers, 32 at a time) into an L1
+  // buffer that every row of x reuses; against one or two rows, unpacked inside the dot product.
+  const bool int4 = w.format == WeightFormat::Int4, unpack_row = int4 && m > 2;
+  const bool wide = isa != PackedIsa::Portable;
+#pragma omp parallel num_threads(n_threads) if (parallel)
+  {
+    std::vector<int8_t> buf(unpack_row ? size_t(n_in + 32) : 0);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < w.n_out; ++r) {
+      const uint8_t* row = w.data.data() + r * w.row_bytes();
+      const int8_t* wq = reinterpret_cast<const int8_t*>(row);
+      if (unpack_row) {
+        int64_t c = 0;
+        if (wide)
+          for (; c + 32 <= n_in; c += 32) unpack_q4_store(row + c / 2, buf.data() + c);
+        for (; c < n_in; ++c) buf[size_t(c)] = int8_t(int((row[c / 2] >> (4 * (c % 2))) & 15) - 8);
+        wq = buf.data();
+      }
+      const float* sw = w.scales.data() + r * n_groups;
+      const int8_t* zw = w.zeros.empty() ? nullptr : w.zeros.data() + r * n_groups;
+      for (int64_t i = 0; i < m; ++i) {
+        float acc = 0.0f;
+        for (int64_t sg = 0; sg < n_seg; ++sg) {
+          const int64_t c0 = sg * seg, len = std::min(seg, n_in - c0), g = n_groups > 1 ? c0 / wg : 0;
+          int32_t d = int4 && !unpack_row ? dot4(row + c0 / 2, xqd + i * n_in + c0, len)
+                                          : dot(wq + c0, xqd + i * n_in + c0, len);
+          if (zw) d -= int32_t(zw[g]) * xsumd[i * n_seg + sg];
+          acc += sw[g] * xsd[i * n_seg + sg] * float(d);
+        }
+        y[i * w.n_out + r] = acc;
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace tp::cpu::detail

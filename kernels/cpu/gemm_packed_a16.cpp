@@ -1,0 +1,88 @@
+// Dequantize-in-register GEMV/GEMM for packed weights with F32 activations (packed_kernels.h): Int8 / Int4
+// (W8A16, W4A16 with groups, zero points, g_idx), Fp8E4M3 (A16, and W8A8-FP8 with emulated activations) and
+// MXFP4 / NVFP4. The kernel body is packed_a16.inc, compiled three times: portable, AVX2 + FMA, AVX-512.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+// GCC 12's AVX-512 intrinsics use a self-initialized "undefined" vector that trips -Wuninitialized once
+// inlined; the warning is about the header (as in gemv.cpp).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include "common/fp_formats.h"
+#include "kernels/cpu/gemv.h"
+#include "kernels/cpu/packed_kernels.h"
+#include "kernels/cpu/packed_linear.h"
+
+namespace tp::cpu::detail {
+
+namespace portable {
+#define TP_VEC_WIDTH 1
+#include "kernels/cpu/packed_a16.inc"
+#undef TP_VEC_WIDTH
+}  // namespace portable
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+namespace avx2 {
+#define TP_VEC_WIDTH 8
+#include "kernels/cpu/packed_a16.inc"
+#undef TP_VEC_WIDTH
+}  // namespace avx2
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")
+namespace avx512 {
+#define TP_VEC_WIDTH 16
+#include "kernels/cpu/packed_a16.inc"
+#undef TP_VEC_WIDTH
+}  // namespace avx512
+#pragma GCC pop_options
+
+namespace {
+
+bool a16(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa) {
+  switch (isa) {
+    case PackedIsa::Avx512: return avx512::linear_a16(x, m, w, y, n_threads);
+    case PackedIsa::Avx2: return avx2::linear_a16(x, m, w, y, n_threads);
+    case PackedIsa::Portable: return portable::linear_a16(x, m, w, y, n_threads);
+  }
+  return false;
+}
+
+}  // namespace
+
+PackedIsa packed_best_isa() {
+  // F16C (vcvtph2ps, the FP8 fast path) comes with every AVX2 CPU made; checked all the same.
+  static const bool f16c = __builtin_cpu_supports("f16c");
+  static const PackedIsa isa = cpu_has_avx512f() && f16c ? PackedIsa::Avx512
+                               : cpu_has_avx2() && f16c  ? PackedIsa::Avx2
+                                                         : PackedIsa::Portable;
+  return isa;
+}
+
+bool int_a16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa) {
+  if ((w.format != WeightFormat::Int8 && w.format != WeightFormat::Int4) || w.act != ActQuant::None) return false;
+  return a16(x, m, w, y, n_threads, isa);
+}
+
+bool fp8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa) {
+  if (w.format != WeightFormat::Fp8E4M3) return false;
+  if (w.act == ActQuant::None) return a16(x, m, w, y, n_threads, isa);
+  // W8A8-FP8 (and int8 activations on FP8 weights): x rounded to its quantized values once, then A16.
+  thread_local std::vector<float> xq;
+  if (int64_t(xq.size()) < m * w.n_in) xq.resize(size_t(m * w.n_in));
+  fake_quantize_activations(x, m, w.n_in, w.act, w.act_scale, w.act_group, xq.data());
+  return a16(xq.data(), m, w, y, n_threads, isa);
+}
+
+bool fp4_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa) {
+  if ((w.format != WeightFormat::Mxfp4 && w.format != WeightFormat::Nvfp4) || w.act != ActQuant::None) return false;
+  return a16(x, m, w, y, n_threads, isa);
+}
+
+}  // namespace tp::cpu::detail

@@ -1,0 +1,39 @@
+// Private to kernels/cpu: the packed-weight kernels behind packed_linear() (packed_linear.h), one source file
+// per family, each with an AVX-512 path, an AVX2 + FMA path and a portable one (runtime dispatch):
+//   gemm_int_a16.cpp   Int8 / Int4 weights (groups, zero points, g_idx), F32 activations: weights
+//                      dequantized in registers ((q - zero) as F32, FMA with x, × scale once a group)
+//   gemm_int_w8a8.cpp  Int8 / Int4 weights with int8 activations (W8A8, W4A8): x quantized per token / per
+//                      group / with the static scale, int8 × int8 dot products in int32 (AVX2 maddubs with the
+//                      sign trick, AVX-512 VNNI vpdpbusd), × weight scale × activation scale once a group
+//   gemm_fp8.cpp       E4M3 weights (tensor / channel / block scales) converted to F32 in registers; FP8
+//                      activations (W8A8-FP8) are emulated: x is rounded to its E4M3 values (still F32) once a
+//                      call, then the same kernel (what an FP8 tensor core computes, up to summation order)
+//   gemm_fp4.cpp       MXFP4 / NVFP4 weights: E2M1 nibbles through an 8-entry table in a register, × the
+//                      block's E8M0 or E4M3 scale (× the NVFP4 global scale)
+// Each computes y[m, n_out] = x[m, n_in] · Wᵀ (x, y F32 row-major contiguous), splitting W's rows over
+// n_threads OpenMP threads, and returns false when it has no kernel for this weight (its caller then uses
+// packed_linear_reference): a group size that is not a multiple of the vector width, for instance.
+#pragma once
+#include <cstdint>
+
+#include "common/packed_weight.h"
+
+namespace tp::cpu::detail {
+
+enum class PackedIsa : uint8_t { Portable, Avx2, Avx512 };
+
+// The best this CPU runs: Avx512 (avx512f + bw + vl + f16c), Avx2 (avx2 + fma + f16c), else Portable.
+PackedIsa packed_best_isa();
+// Whether this CPU has AVX-512 VNNI (the int8 dot product instruction of the W8A8 kernel's AVX-512 path).
+bool cpu_has_avx512vnni();
+
+bool int_a16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa);
+bool int_w8a8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa);
+bool fp8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa);
+bool fp4_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa);
+
+// packed_linear() with the ISA chosen (tests, benchmarks): the kernel of w's family at `isa` (which must not
+// be above packed_best_isa()), else the reference. Returns whether a kernel ran.
+bool packed_linear_isa(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa);
+
+}  // namespace tp::cpu::detail

@@ -1,0 +1,127 @@
+// compressed-tensors checkpoints (what llm-compressor writes, vLLM serves): config.json's
+// `quantization_config` with `quant_method: "compressed-tensors"`, parsed and checked field by field, the
+// scheme of each linear module, and one rank's slice of a quantized linear as a PackedWeight.
+//
+// Config (every field is checked; an unknown format, strategy, type or value — the commonest failure, a
+// checkpoint from a newer tool — is refused with a FormatError naming the field and the value):
+//   quantization_config: {quant_method, format, quantization_status ("compressed"), config_groups: {name:
+//     {targets: [...], weights: QuantArgs, input_activations: QuantArgs|null, output_activations: null,
+//     format: str|null}}, ignore: [...], kv_cache_scheme: QuantArgs|null, sparsity_config (absent or empty),
+//     transform_config (absent or null), global_compression_ratio, version}
+//   QuantArgs: {num_bits, type: int|float, symmetric, strategy: tensor|channel|group|block|token|tensor_group,
+//     group_size, block_structure [rows, cols], dynamic: bool|"local", actorder: null|group|weight|dynamic|
+//     static|bool, observer, observer_kwargs (ignored: calibration only)}
+// A module's scheme: compressed-tensors' own rule — targets are module names ("model.layers.0.mlp.down_proj"),
+// "re:"-prefixed regular expressions matched at the start of the name (Python re.match), or class names
+// ("Linear"); exact names win over regexes over classes; a module matching `ignore` stays dense.
+//
+// Formats and what each stores per quantized module M (tensor names after "M."; [n_out, n_in] = the weight):
+//   pack-quantized      weight_packed I32 [n_out, ceil(n_in / (32 / bits))]: bits 4 or 8, u = q + 2^(bits-1),
+//                       element 8j+k (4-bit) in bits 4k..4k+3 of word j (little-endian: byte for byte the
+//                       low-nibble-first pairs of PackedWeight Int4); weight_scale float [n_out, n_groups];
+//                       weight_zero_point I32 [ceil(n_out / (32 / bits)), n_groups] packed along rows
+//                       (asymmetric only); weight_g_idx I32 [n_in] (actorder group); weight_shape I32/I64 [2]
+//   int-quantized       weight I8 [n_out, n_in] (8-bit; or 4-bit values one a byte — W4A8 — repacked two a
+//                       byte), weight_scale float [n_out, n_groups] / [n_out, 1] / [1], weight_zero_point I8
+//                       (asymmetric); input_scale float [1] (static activations)
+//   float-quantized /   weight F8_E4M3 [n_out, n_in], weight_scale float [1] | [n_out, 1] |
+//   naive-quantized     [ceil(n_out / 128), ceil(n_in / 128)] (block); input_scale float [1] (static)
+//   nvfp4-pack-quantized weight_packed U8 [n_out, n_in / 2] (E2M1 pairs, low nibble first), weight_scale
+//                       F8_E4M3 [n_out, n_in / 16], weight_global_scale F32 [1]: w = e2m1 · scale / global
+//   mxfp4-pack-quantized weight_packed U8 [n_out, n_in / 2], weight_scale U8 [n_out, n_in / 32] (E8M0)
+//   mixed-precision     each config group names its own format (or it is inferred as compressed-tensors does)
+// Activations: int8 or fp8, per token dynamic, per tensor static (input_scale), or per 128-column group
+// dynamic (FP8 block); asymmetric activations and FP4 activations are refused.
+// KV cache: kv_cache_scheme parsed and passed on; the scales are blk.{i}.attn_k_scale / attn_v_scale
+// (kv_cache_scales).
+//
+// TP slicing (ct_load_slice): column-parallel takes rows with their scales (and unpacks the row-packed zero
+// points); row-parallel takes input columns on whole groups / blocks, keeping each row's scales of those
+// columns (per-channel and per-tensor scales replicated). An act-order (g_idx) weight may be cut anywhere:
+// the slice keeps its columns' group ids, renumbered to the groups they use, with those groups' scales (every
+// rank may hold most of the row's scales). A cut that falls inside a group is refused naming the tensor and
+// the tp degrees whose cuts fit.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/packed_weight.h"
+#include "parallel/tp_layout.h"
+#include "rank/model_file.h"
+#include "rank/weight_loader.h"
+
+namespace tp {
+
+enum class CtFormat : uint8_t { Dense, PackQuantized, IntQuantized, FloatQuantized, NaiveQuantized, Nvfp4Pack, Mxfp4Pack };
+enum class CtType : uint8_t { Int, Float };
+enum class CtStrategy : uint8_t { Tensor, Channel, Group, Block, Token, TensorGroup };
+enum class CtDynamic : uint8_t { Static, Dynamic, Local };
+enum class CtActOrder : uint8_t { None, Group, Weight };
+
+std::string_view ct_format_name(CtFormat f);  // as config.json spells it: "pack-quantized", ...
+
+struct CtQuantArgs {
+  int num_bits = 8;
+  CtType type = CtType::Int;
+  bool symmetric = true;
+  CtStrategy strategy = CtStrategy::Tensor;
+  int64_t group_size = 0;                // group / tensor_group: columns a scale
+  int64_t block_rows = 0, block_cols = 0;  // block
+  CtDynamic dynamic = CtDynamic::Static;
+  CtActOrder actorder = CtActOrder::None;
+};
+
+struct CtScheme {
+  std::string name;                      // the config group's name
+  std::vector<std::string> targets;
+  std::optional<CtQuantArgs> weights, input_activations;
+  CtFormat format = CtFormat::Dense;     // the group's own, else the config's, else inferred
+};
+
+struct CtConfig {
+  std::string file;                      // config.json, for errors
+  CtFormat format = CtFormat::Dense;     // the global format (mixed-precision: each scheme has its own)
+  bool mixed_precision = false;
+  std::vector<CtScheme> schemes;
+  std::vector<std::string> ignore;
+  std::optional<CtQuantArgs> kv_cache_scheme;
+};
+
+// config.json's quantization_config of the HF directory `dir`: nullopt when there is none. FormatError for a
+// quant_method other than compressed-tensors, and for any field it does not know or accept.
+std::optional<CtConfig> read_ct_config(const std::string& dir);
+// The same from the JSON text of a quantization_config object (tests); `file` names it in errors.
+CtConfig parse_ct_config(const std::string& json_text, const std::string& file);
+
+// The scheme of HF module `module` ("model.layers.0.self_attn.q_proj") of class `class_name` ("Linear"), or
+// nullptr when no group targets it, it is ignored, or its weights are not quantized.
+const CtScheme* ct_scheme_for(const CtConfig& c, const std::string& module, const std::string& class_name = "Linear");
+
+// One rank's slice of quantized linear weights: rows `rows` of each part (canonical weight names
+// "blk.0.attn_q.weight", all of scheme `s`) stacked, columns `cols` of [0, n_in). Several parts stack into
+// one PackedWeight (per-tensor scales become per-row; FP8 blocks cut off their rows become per-row blocks).
+// FormatError naming the tensor for a missing or mis-shaped tensor, a value out of range (g_idx, NaN / inf
+// scales), a column cut inside a group (with the tp degrees that fit) or a combination of parts that cannot
+// share one weight (different activation scales: the caller loads them apart).
+PackedWeight ct_load_slice(const ModelFile& f, const CtScheme& s, int64_t n_in, Range cols,
+                           const std::vector<RowSlice>& parts);
+// Whether two modules' slices can share one PackedWeight (both of one scheme): equal static activation
+// scale, NVFP4 global scale and g_idx.
+bool ct_can_stack(const ModelFile& f, const std::string& a, const std::string& b);
+// Whether canonical weight `name` is stored quantized: its module has a scheme and a weight_scale tensor
+// (compressed-tensors leaves a targeted module it could not compress dense, without scales).
+const CtScheme* ct_quantized_scheme(const ModelFile& f, const CtConfig& c, const std::string& name);
+
+// The HF module name of a canonical weight name ("blk.0.attn_q.weight" -> "model.layers.0.self_attn.q_proj").
+std::string ct_module_name(const std::string& canonical_weight);
+
+// KV cache scales of layer `layer` (per-tensor k_scale / v_scale, F32) when the checkpoint has them:
+// blk.{i}.attn_k_scale / attn_v_scale, or the older blk.{i}.attn_k.output_scale / attn_v.output_scale.
+struct KvScales {
+  float k_scale = 1.0f, v_scale = 1.0f;
+};
+std::optional<KvScales> kv_cache_scales(const ModelFile& f, int64_t layer);
+
+}  // namespace tp
