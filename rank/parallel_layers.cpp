@@ -116,7 +116,8 @@ ParallelLmHead::ParallelLmHead(const ModelFile& f, const WeightLoadOptions& o, c
       comm_s_(comm_s) {
   // SmolLM2 and other tied models have no output.weight: the lm_head is the token embedding.
   const ModelConfig& c = f.config();
-  const bool tied = c.tied_embeddings || f.find("output.weight") == nullptr;
+  const bool has_output = f.find("output.weight") != nullptr || f.find("output.weight_packed") != nullptr;
+  const bool tied = c.tied_embeddings || !has_output;
   const Range rows{layout.vocab_rows.begin, layout.vocab_rows.begin + real_};
   w_ = StackedLinear(load_linear(f, o, c.hidden, {0, c.hidden}, {{tied ? "token_embd.weight" : "output.weight", c.vocab, rows}}));
 }
