@@ -432,6 +432,10 @@ bool HttpServer::evict_oldest_waiting() {
   for (auto& cp : conns_) {
     Connection& c = *cp;
     if (c.phase != Connection::Phase::Waiting || c.done.load() || c.reserve || c.buf.size() != 0) continue;
+    // Bytes already waiting in the socket: a request has begun that the I/O thread has not looked at yet (its
+    // wait completes next); the connection is busy, not idle.
+    char ch;
+    if (::recv(c.fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT) > 0) continue;
     if (!oldest || c.waiting_since < oldest->waiting_since) oldest = &c;
   }
   if (!oldest) return false;
@@ -462,10 +466,10 @@ void HttpServer::close(const std::shared_ptr<Connection>& c) {
   // Under mu_: whoever polls or shuts down connection fds (under mu_) skips done ones, so a descriptor number
   // the kernel reuses for a new connection is never touched through this one.
   std::lock_guard lk(mu_);
+  c->done.store(true);  // before the client can see the close: a client that saw it finds its slot free
   beast::error_code ec;
   c->socket.shutdown(tcp::socket::shutdown_both, ec);
   c->socket.close(ec);  // now, not when the last reference goes: unread input resets the connection
-  c->done.store(true);
 }
 
 void HttpServer::serve_request(const std::shared_ptr<Connection>& c) {

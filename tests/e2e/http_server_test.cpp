@@ -118,8 +118,9 @@ struct Resp {
   json j() const { return json::parse(body); }
 };
 
+// until_closed: after the response, read until the server closes the connection.
 Resp request(int port, const std::string& method, const std::string& target, const std::string& body = {},
-             const std::vector<std::pair<std::string, std::string>>& headers = {}) {
+             const std::vector<std::pair<std::string, std::string>>& headers = {}, bool until_closed = false) {
   net::io_context io;
   tcp::socket s(io);
   s.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), uint16_t(port)));
@@ -136,6 +137,7 @@ Resp request(int port, const std::string& method, const std::string& target, con
   p.body_limit(64 << 20);
   http::read(s, buf, p, ec);
   if (ec) return {0, "", "client error: " + ec.message()};
+  for (std::array<char, 256> rest; until_closed && !ec;) s.read_some(net::buffer(rest), ec);
   return {int(p.get().result_int()), std::string(p.get()[http::field::content_type]), p.get().body()};
 }
 
@@ -188,7 +190,7 @@ std::vector<std::string> wait_lines(const std::string& path, const std::string& 
 class HttpServerTest : public testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const std::string cfg = testing::TempDir() + "/tpserve_http_test.yaml";
+    const std::string cfg = testing::TempDir() + "/tpserve_http_test." + std::to_string(getpid()) + ".yaml";
     std::ofstream(cfg) << "server:\n  max_body_bytes: 65536\n";
     server_.start({"--config", cfg});
   }
@@ -485,7 +487,7 @@ double seconds_until_closed(int port, const std::string& partial) {
 }
 
 TEST(HttpServerAuth, ApiKeyRequiredOnV1RequestTimeoutAndSigtermExitsZero) {
-  const std::string cfg = testing::TempDir() + "/tpserve_http_auth.yaml";
+  const std::string cfg = testing::TempDir() + "/tpserve_http_auth." + std::to_string(getpid()) + ".yaml";
   std::ofstream(cfg) << "server:\n  api_key: sekret\n  request_timeout_s: 3\n  max_connections: 2\n";
   Server srv;
   srv.start({"--config", cfg});
@@ -507,7 +509,9 @@ TEST(HttpServerAuth, ApiKeyRequiredOnV1RequestTimeoutAndSigtermExitsZero) {
   const double silent = seconds_until_closed(srv.port, "");
   EXPECT_GT(silent, 2.8);
   EXPECT_LT(silent, 10.0);
-  EXPECT_EQ(request(srv.port, "GET", "/health").status, 200);
+  // The last request before the cap check closes its connection and waits for the server's close: a kept-alive
+  // connection still being finished by the server would take one of the two slots.
+  EXPECT_EQ(request(srv.port, "GET", "/health", {}, {{"Connection", "close"}}, true).status, 200);
   {  // server.max_connections: 2 busy (each in the middle of a request) -> another request gets 503, /health
      // is still answered (the reserve); the request timeout frees the slots again
     net::io_context io;
@@ -517,13 +521,24 @@ TEST(HttpServerAuth, ApiKeyRequiredOnV1RequestTimeoutAndSigtermExitsZero) {
       held.back().connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), uint16_t(srv.port)));
       net::write(held.back(), net::buffer(std::string("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Le")));
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    const Resp busy = request(srv.port, "GET", "/nope");
+    // Polled, not slept: on a loaded machine (CI runs tests in parallel) the server may take a while to
+    // accept the held connections, and its timers may fire late.
+    const auto t_held = std::chrono::steady_clock::now();
+    Resp busy = request(srv.port, "GET", "/nope");
+    while (busy.status != 503 && std::chrono::steady_clock::now() - t_held < std::chrono::seconds(2)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      busy = request(srv.port, "GET", "/nope");
+    }
     EXPECT_EQ(busy.status, 503) << busy.body;
     EXPECT_NE(busy.body.find("too many open connections"), std::string::npos) << busy.body;
     EXPECT_EQ(request(srv.port, "GET", "/health").status, 200);
-    std::this_thread::sleep_for(std::chrono::milliseconds(3600));
-    EXPECT_EQ(request(srv.port, "GET", "/nope").status, 404);
+    int freed = request(srv.port, "GET", "/nope").status;
+    while (freed != 404 && std::chrono::steady_clock::now() - t_held < std::chrono::seconds(15)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      freed = request(srv.port, "GET", "/nope").status;
+    }
+    EXPECT_EQ(freed, 404);
+    EXPECT_GT(std::chrono::steady_clock::now() - t_held, std::chrono::milliseconds(2500));  // freed by the timeout
   }
   EXPECT_EQ(srv.stop(), 0) << slurp(srv.log);
 }
@@ -555,7 +570,7 @@ TEST_F(HttpServerTest, AccessLogOneLinePerRequestWithItsFields) {
 }
 
 TEST(HttpServerLogJson, EveryStderrLineIsJsonWithAccessAndStatsFields) {
-  const std::string cfg = testing::TempDir() + "/tpserve_http_json.yaml";
+  const std::string cfg = testing::TempDir() + "/tpserve_http_json." + std::to_string(getpid()) + ".yaml";
   std::ofstream(cfg) << "server:\n  stats_interval_s: 0.5\n";
   Server srv;
   srv.start({"--config", cfg, "--log-format", "json"}, true);

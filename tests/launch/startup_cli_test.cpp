@@ -9,6 +9,8 @@
 #include <fstream>
 #include <string>
 
+#include <unistd.h>
+
 #include "tests/util/run_tpserve.h"
 
 namespace {
@@ -18,7 +20,11 @@ using tp::test::Result;
 class ConfigCli : public testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = std::filesystem::path(testing::TempDir() + "/tp_startup_cli").lexically_normal().string();
+    // One directory per process: ctest runs each test of this suite as its own process, in parallel, and each
+    // makes the synthetic model in SetUpTestSuite (a shared directory let one read another's half-written file).
+    dir_ = std::filesystem::path(testing::TempDir() + "/tp_startup_cli." + std::to_string(getpid()))
+               .lexically_normal()
+               .string();
     std::filesystem::create_directories(dir_);
     const Result r = tp::test::run_tpserve("synth --out " + model() +
                                            " --layers 2 --hidden 64 --heads 4 --kv-heads 2 --intermediate 128 --vocab 300");
