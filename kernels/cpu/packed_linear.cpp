@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/fp_formats.h"
+#include "kernels/cpu/gemm_gguf.h"
 
 namespace tp::cpu::detail {
 
@@ -63,6 +64,14 @@ void packed_linear_reference(const float* x, int64_t m, const PackedWeight& w, f
 
 void packed_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
   switch (w.format) {
+    case WeightFormat::GgufQ8_0:
+    case WeightFormat::GgufQ4_0:
+    case WeightFormat::GgufQ4_1:
+    case WeightFormat::GgufQ5_0:
+    case WeightFormat::GgufQ4_K:
+    case WeightFormat::GgufQ6_K:
+      gemm_gguf(x, m, w, y, n_threads);  // kernels/cpu/gemm_gguf.h
+      return;
     default:
       packed_linear_reference(x, m, w, y, n_threads);
       return;
