@@ -44,9 +44,12 @@ struct Path {
   const char* fixture;  // tests/peers/fixtures/...
   float tol;      // first-position logits max-abs-diff
   float tie_gap;  // a greedy divergence passes only where llama.cpp's top-2 gap is below this
+  bool keep_quantized = false;  // GGUF blocks run as they are (else dequantized to `runtime` at load)
 };
 
-void PrintTo(const Path& p, std::ostream* os) { *os << p.model << " @" << dtype_name(p.runtime); }
+void PrintTo(const Path& p, std::ostream* os) {
+  *os << p.model << " @" << dtype_name(p.runtime) << (p.keep_quantized ? " kept quantized" : "");
+}
 
 class Oracle : public ::testing::TestWithParam<Path> {};
 
@@ -56,7 +59,7 @@ TEST_P(Oracle, GreedyTokensAndFirstLogitsMatchLlamaCpp) {
   ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: run launch/setup";
   cpu::set_num_threads(1);
   auto file = open_model(path);
-  LlamaModel model(*file, p.runtime);
+  LlamaModel model(*file, WeightLoadOptions{p.runtime, p.keep_quantized});
   const Tokenizer tok(file->tokenizer());
   const nlohmann::json fx = read_fixture(p.fixture);
   const int64_t vocab = file->config().vocab;
@@ -95,8 +98,9 @@ TEST_P(Oracle, GreedyTokensAndFirstLogitsMatchLlamaCpp) {
   }
   EXPECT_LE(worst_logit_diff, p.tol);
   EXPECT_GE(n_tokens_compared, 8 * 16) << "too few tokens compared";
-  std::printf("[oracle] %s @%s: %d tokens equal, %d near-tie divergences, first-logit max-abs-diff %.5f (tol %.3f)\n",
-              p.model, std::string(dtype_name(p.runtime)).c_str(), n_tokens_compared, n_ties, worst_logit_diff, p.tol);
+  std::printf("[oracle] %s @%s%s: %d tokens equal, %d near-tie divergences, first-logit max-abs-diff %.5f (tol %.3f)\n",
+              p.model, std::string(dtype_name(p.runtime)).c_str(), p.keep_quantized ? " kept quantized" : "",
+              n_tokens_compared, n_ties, worst_logit_diff, p.tol);
 }
 
 INSTANTIATE_TEST_SUITE_P(
