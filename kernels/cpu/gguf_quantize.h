@@ -1,9 +1,10 @@
 // Quantizing F32 weights into GGUF blocks exactly as llama.cpp's reference quantizers do (ggml-quants.c
 // quantize_row_{q8_0,q4_0,q4_1,q5_0,q4_K,q6_K}_ref: the ones llama-quantize runs when no importance matrix
-// is given), so `tpserve convert --to gguf-*` writes the blocks llama-quantize writes. The same float
-// operations in the same order; llama.cpp built with -march=native may contract a·b + c into an FMA where we
-// do not, which can move a value that sits on a rounding boundary by one code (tests/rank/convert_test.cpp
-// measures how often against llama-quantize's own output).
+// is given), so `tpserve convert --to gguf-*` writes the blocks llama-quantize writes: the same float
+// operations in the same order. Measured on SmolLM2 (tests/rank/quant_peer_test.cpp): every tensor of the
+// Q8_0, Q4_0, Q4_1, Q4_K_M, pure Q4_K and pure Q6_K files is bit-identical to llama-quantize's (llama.cpp
+// built -march=native on this Zen 2; an FMA contraction there that we do not make could move a value on a
+// rounding boundary by one code elsewhere — the test would count it).
 // Block layouts: common/dtype.h.
 #pragma once
 #include <cstdint>
