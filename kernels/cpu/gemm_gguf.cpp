@@ -16,6 +16,15 @@ namespace {
 
 float f16_round(float v) { return f16_to_f32(f32_to_f16(v)); }
 
+// Round half to even for |v| ≤ 2^22 (here |v| ≤ 127.5): llama.cpp's nearest_int, and what _mm256_round_ps
+// (_MM_ROUND_NEAREST) gives; std::nearbyint would be a libm call per element without SSE4.1.
+inline int round_even(float v) {
+  const float t = v + 12582912.f;
+  int i;
+  std::memcpy(&i, &t, sizeof i);
+  return (i & 0x007fffff) - 0x00400000;
+}
+
 uint16_t u16(const uint8_t* p) {
   uint16_t v;
   std::memcpy(&v, p, 2);
@@ -31,7 +40,7 @@ void quantize_row_q8_32(const float* x, int64_t n, bool q8_1, int8_t* q, float* 
     const float db = amax / 127.f, id = amax != 0.0f ? 127.f / amax : 0.0f;
     int sum = 0;
     for (int j = 0; j < 32; ++j) {
-      const int v = int(std::nearbyint(xb[j] * id));
+      const int v = round_even(xb[j] * id);
       q[b * 32 + j] = int8_t(v);
       sum += v;
     }
@@ -60,7 +69,7 @@ void quantize_row_q8_k(const float* x, int64_t n, int8_t* q, float* d, int16_t* 
       continue;
     }
     const float iscale = -127.f / max;
-    for (int j = 0; j < 256; ++j) qb[j] = int8_t(std::min(127, int(std::nearbyint(iscale * xb[j]))));
+    for (int j = 0; j < 256; ++j) qb[j] = int8_t(std::min(127, round_even(iscale * xb[j])));
     for (int j = 0; j < 16; ++j) {
       int sum = 0;
       for (int k = 0; k < 16; ++k) sum += qb[j * 16 + k];
