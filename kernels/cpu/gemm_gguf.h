@@ -16,8 +16,9 @@
 //
 // Kernels: AVX-512 VNNI (vpdpbusd on 256-bit vectors: u8 weights or |w| × s8 activations, the sign trick for
 // Q8_0), AVX2 (the same code with vpmaddubsw + vpmaddwd: the two give identical integers), portable C++.
-// Threads (OpenMP) split the output rows; for m > 1 each block of weights read is used for up to 4 rows of x
-// while it is in registers.
+// Threads (OpenMP) split the output rows. Decode (m = 1) takes 4 weight rows a tile (2 for the K-quants): one
+// activation load feeds several rows and the accumulator chains run side by side; for m > 1 each block of
+// weights read is used for up to 4 rows of x while it is in registers.
 #pragma once
 #include <cstdint>
 #include <vector>
