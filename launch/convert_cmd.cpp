@@ -28,8 +28,10 @@ int run_convert(const CliArgs& a) {
   ConvertFormat fmt;
   try {
     fmt = parse_convert_format(to);
-  } catch (const UsageError& e) {
-    throw UsageError(std::string("convert: --to: ") + e.what());
+  } catch (const UsageError&) {
+    throw UsageError("convert: --to '" + to +
+                     "' is not one of gguf-f32, gguf-bf16, gguf-f16, hf-f32, hf-bf16, gguf-q8_0, gguf-q4_0, gguf-q4_1, "
+                     "gguf-q4_k, gguf-q6_k, gguf-q4_k_m");
   }
   convert_model(in, out, fmt);
   std::printf("wrote %s (%s)\n", out.c_str(), to.c_str());
