@@ -2,8 +2,13 @@
 // pp = a P-token prompt in one step (tok/s), tg = G single-token decode steps (tok/s), each repeated R times
 // on a fresh sequence after one warm-up; prints mean ± stddev, and under mpirun (tp = ranks) the share of
 // each phase spent in all-reduce/all-gather on rank 0. Token ids are fixed pseudo-random ids (content does
-// not change the cost).
-//   [mpirun -np T] decode_bench --model PATH [--dtype bf16|f32] [--threads N] [--pp 512] [--tg 128] [--reps 3]
+// not change the cost). --batch B > 1 adds batched decode: B sequences each with a 64-token context, G steps
+// of one token per sequence in one forward each; tok/s = B · G / seconds. GGUF block-quantized weights run
+// as they are (--quantized keep) or dequantized to --dtype. The last column, bytes/token, is the weight bytes
+// a decode step streams: every linear slice and the lm_head (resident bytes less the mapped embedding rows,
+// of which one row a token is read).
+//   [mpirun -np T] decode_bench --model PATH [--dtype bf16|f32] [--quantized keep|dequantize] [--threads N]
+//                               [--pp 512] [--tg 128] [--reps 3] [--batch 1]
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -37,6 +42,8 @@ int run(int argc, char** argv) {
                              "prefill (pp) and decode (tg) throughput of one sequence, llama-bench style",
                              {OptionSpec::required_value("model", "PATH", "GGUF file or HF model directory"),
                               OptionSpec::value("dtype", "bf16|f32", "bf16", "runtime weight dtype"),
+                              OptionSpec::value("quantized", "keep|dequantize", "keep", "GGUF block weights"),
+                              OptionSpec::value("batch", "B", "1", "also decode B sequences a step (B > 1)"),
                               OptionSpec::value("threads", "N", "1", "compute threads per rank"),
                               OptionSpec::value("pp", "P", "512", "prompt tokens of the prefill step"),
                               OptionSpec::value("tg", "G", "128", "single-token decode steps"),
@@ -49,6 +56,8 @@ int run(int argc, char** argv) {
   tp::Config cfg;
   cfg.model.path = a.required("model");
   cfg.model.dtype = *a.str("dtype");
+  cfg.model.quantized = *a.str("quantized");
+  const int64_t batch = a.integer("batch", 1, 4096);
   const int64_t pp = a.integer("pp", 1, 1 << 20), tg = a.integer("tg", 1, 1 << 20);
   const int reps = int(a.integer("reps", 1, 1000));
   const char* world = std::getenv("OMPI_COMM_WORLD_SIZE");
@@ -89,13 +98,61 @@ int run(int argc, char** argv) {
     tg_comm += times.comm_s;
     tg_total += times.total_s;
   }
+  // Batched decode: B sequences of a 64-token context, one token each a step.
+  std::vector<double> batch_rates;
+  if (batch > 1) {
+    constexpr int64_t kContext = 64;
+    const int64_t bs = cfg.cache.block_size, per_seq = (kContext + tg + bs - 1) / bs;
+    if (per_seq * batch > g.pool->shape().n_blocks)
+      throw tp::InputError("--batch " + std::to_string(batch) + " needs " + std::to_string(per_seq * batch) +
+                           " KV blocks, the pool has " + std::to_string(g.pool->shape().n_blocks));
+    std::vector<float> logits;
+    for (int r = -1; r < reps; ++r) {
+      tp::StepPlan prefill;
+      for (int64_t i = 0; i < batch; ++i) {
+        tp::SeqPlan& s = prefill.seqs.emplace_back();
+        s.seq_id = i;
+        s.tokens.assign(prompt.begin(), prompt.begin() + std::min<int64_t>(kContext, pp));
+        s.tokens.resize(size_t(kContext), 1);
+        for (int64_t b = 0; b < per_seq; ++b) s.block_table.push_back(int32_t(i * per_seq + b));
+      }
+      g.worker->lead(prefill, logits);
+      const auto t0 = clock::now();
+      for (int64_t step = 0; step < tg; ++step) {
+        tp::StepPlan plan;
+        for (int64_t i = 0; i < batch; ++i) {
+          tp::SeqPlan& s = plan.seqs.emplace_back();
+          s.seq_id = i;
+          s.tokens = {prompt[size_t((step + i) % pp)]};
+          s.start_pos = kContext + step;
+          s.block_table = prefill.seqs[size_t(i)].block_table;
+          s.want_logits = true;
+        }
+        g.worker->lead(plan, logits);
+      }
+      const auto t1 = clock::now();
+      if (r >= 0) batch_rates.push_back(double(batch * tg) / std::chrono::duration<double>(t1 - t0).count());
+    }
+  }
   g.worker->shutdown();
   const Stat sp = stats(pp_rates), st = stats(tg_rates);
-  std::printf("tpserve | %s | %s | tp %d | threads/rank %d | pp%lld %.2f ± %.2f tok/s (comm %.1f%%) | "
-              "tg%lld %.2f ± %.2f tok/s (comm %.1f%%) | weights/rank %.1f MiB\n",
-              g.model->config().name.c_str(), cfg.model.dtype.c_str(), g.model->layout().tp, g.threads, (long long)pp,
+  const tp::TensorView* embd = g.file->find("token_embd.weight");
+  const int64_t embd_bytes = embd ? embd->n_bytes / g.model->config().vocab * g.model->layout().local_real_vocab_rows() : 0;
+  const int64_t streamed = g.model->resident_weight_bytes() - embd_bytes;
+  std::string batch_text;
+  if (batch > 1) {
+    const Stat sb = stats(batch_rates);
+    char buf[128];
+    std::snprintf(buf, sizeof buf, " | tg%lld x b%lld %.2f ± %.2f tok/s", (long long)tg, (long long)batch, sb.mean, sb.sd);
+    batch_text = buf;
+  }
+  std::printf("tpserve | %s | %s%s | tp %d | threads/rank %d | pp%lld %.2f ± %.2f tok/s (comm %.1f%%) | "
+              "tg%lld %.2f ± %.2f tok/s (comm %.1f%%)%s | weights/rank %.1f MiB | bytes/token %.1f MiB\n",
+              g.model->config().name.c_str(), cfg.model.dtype.c_str(),
+              cfg.model.quantized == "keep" ? "" : " (dequantized)", g.model->layout().tp, g.threads, (long long)pp,
               sp.mean, sp.sd, 100.0 * pp_comm / pp_total, (long long)tg, st.mean, st.sd, 100.0 * tg_comm / tg_total,
-              double(g.model->resident_weight_bytes()) / (1 << 20));
+              batch_text.c_str(), double(g.model->resident_weight_bytes()) / (1 << 20),
+              double(streamed) / (1 << 20));
   return 0;
 }
 

@@ -173,6 +173,7 @@ const std::vector<Setting>& settings() {
                                        return path;
                                      }),
       choice("model", "dtype", &C::model, &ModelSection::dtype, {kRuntimeDTypeNames[0], kRuntimeDTypeNames[1]}),
+      choice("model", "quantized", &C::model, &ModelSection::quantized, {"keep", "dequantize"}),
       text("model", "name", &C::model, &ModelSection::name),
       text("model", "chat_template", &C::model, &ModelSection::chat_template),
       integer("parallel", "tp", &C::parallel, &ParallelSection::tp, 1, 4096),

@@ -13,6 +13,7 @@ namespace tp {
 struct ModelSection {
   std::string path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";  // GGUF file or HF directory
   std::string dtype = "bf16";     // runtime weight dtype: "bf16" or "f32"
+  std::string quantized = "keep"; // GGUF block-quantized weights: "keep" (run quantized) or "dequantize" (to dtype)
   std::string name;               // served model name; empty: taken from the file
   std::string chat_template;      // empty: from the model file
 };

@@ -15,6 +15,9 @@ std::string_view dtype_name(DType t) {
     case DType::Q8_0: return "q8_0";
     case DType::Q4_0: return "q4_0";
     case DType::Q4_1: return "q4_1";
+    case DType::Q5_0: return "q5_0";
+    case DType::Q4_K: return "q4_k";
+    case DType::Q6_K: return "q6_k";
   }
   return "?";
 }
@@ -22,9 +25,11 @@ std::string_view dtype_name(DType t) {
 DType parse_dtype(std::string_view name) {
   std::string s(name);
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1})
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
+                  DType::Q4_K, DType::Q6_K})
     if (dtype_name(t) == s) return t;
-  throw InputError("unknown dtype '" + std::string(name) + "' (valid: f32, f16, bf16, q8_0, q4_0, q4_1)");
+  throw InputError("unknown dtype '" + std::string(name) +
+                   "' (valid: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q4_k, q6_k)");
 }
 
 bool is_runtime_dtype(DType t) { return t == DType::BF16 || t == DType::F32; }
@@ -41,7 +46,10 @@ DType parse_runtime_dtype(std::string_view name, std::string_view what) {
   return parse_dtype(name);
 }
 
-bool is_quantized(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1; }
+bool is_quantized(DType t) {
+  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q4_K ||
+         t == DType::Q6_K;
+}
 
 int64_t dtype_block_bytes(DType t) {
   switch (t) {
@@ -51,11 +59,17 @@ int64_t dtype_block_bytes(DType t) {
     case DType::Q8_0: return 34;
     case DType::Q4_0: return 18;
     case DType::Q4_1: return 20;
+    case DType::Q5_0: return 22;
+    case DType::Q4_K: return 144;
+    case DType::Q6_K: return 210;
   }
   return 0;
 }
 
-int64_t dtype_block_elems(DType t) { return is_quantized(t) ? kQuantBlock : 1; }
+int64_t dtype_block_elems(DType t) {
+  if (t == DType::Q4_K || t == DType::Q6_K) return kQuantKBlock;
+  return is_quantized(t) ? kQuantBlock : 1;
+}
 
 float f16_to_f32(uint16_t h) {
   const uint32_t sign = uint32_t(h & 0x8000u) << 16;
@@ -107,6 +121,17 @@ inline uint16_t load_u16(const uint8_t* p) {
   std::memcpy(&v, p, 2);
   return v;
 }
+
+// llama.cpp's get_scale_min_k4: the 6-bit scale and min of sub-block j (0..7) of a Q4_K super-block.
+inline void scale_min_k4(int j, const uint8_t* q, int* d, int* m) {
+  if (j < 4) {
+    *d = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4);
+  }
+}
 }  // namespace
 
 void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
@@ -143,6 +168,57 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
         for (int j = 0; j < 16; ++j) {
           dst[b * 32 + j] = d * float(p[4 + j] & 0x0f) + m;
           dst[b * 32 + j + 16] = d * float(p[4 + j] >> 4) + m;
+        }
+      }
+      return;
+    case DType::Q5_0:
+      for (int64_t b = 0; b < n / kQuantBlock; ++b, p += 22) {
+        const float d = f16_to_f32(load_u16(p));
+        uint32_t qh;
+        std::memcpy(&qh, p + 2, 4);
+        for (int j = 0; j < 16; ++j) {
+          const int h0 = int(((qh >> (j + 0)) << 4) & 0x10), h1 = int((qh >> (j + 12)) & 0x10);
+          dst[b * 32 + j] = float(((p[6 + j] & 0x0f) | h0) - 16) * d;
+          dst[b * 32 + j + 16] = float(((p[6 + j] >> 4) | h1) - 16) * d;
+        }
+      }
+      return;
+    case DType::Q4_K:  // llama.cpp dequantize_row_q4_K
+      for (int64_t b = 0; b < n / kQuantKBlock; ++b, p += 144) {
+        const float d = f16_to_f32(load_u16(p)), dmin = f16_to_f32(load_u16(p + 2));
+        const uint8_t* scales = p + 4;
+        const uint8_t* q = p + 16;
+        float* y = dst + b * kQuantKBlock;
+        for (int j = 0, is = 0; j < 256; j += 64, q += 32, is += 2) {
+          int sc, m;
+          scale_min_k4(is + 0, scales, &sc, &m);
+          const float d1 = d * float(sc), m1 = dmin * float(m);
+          scale_min_k4(is + 1, scales, &sc, &m);
+          const float d2 = d * float(sc), m2 = dmin * float(m);
+          for (int l = 0; l < 32; ++l) *y++ = d1 * float(q[l] & 0xF) - m1;
+          for (int l = 0; l < 32; ++l) *y++ = d2 * float(q[l] >> 4) - m2;
+        }
+      }
+      return;
+    case DType::Q6_K:  // llama.cpp dequantize_row_q6_K
+      for (int64_t b = 0; b < n / kQuantKBlock; ++b, p += 210) {
+        const uint8_t* ql = p;
+        const uint8_t* qh = p + 128;
+        const auto* sc = reinterpret_cast<const int8_t*>(p + 192);
+        const float d = f16_to_f32(load_u16(p + 208));
+        float* y = dst + b * kQuantKBlock;
+        for (int nn = 0; nn < 256; nn += 128, y += 128, ql += 64, qh += 32, sc += 8) {
+          for (int l = 0; l < 32; ++l) {
+            const int is = l / 16;
+            const int q1 = int((ql[l + 0] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+            const int q2 = int((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+            const int q3 = int((ql[l + 0] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+            const int q4 = int((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+            y[l + 0] = d * float(sc[is + 0]) * float(q1);
+            y[l + 32] = d * float(sc[is + 2]) * float(q2);
+            y[l + 64] = d * float(sc[is + 4]) * float(q3);
+            y[l + 96] = d * float(sc[is + 6]) * float(q4);
+          }
         }
       }
       return;

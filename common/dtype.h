@@ -1,9 +1,16 @@
 // Element types of weights and activations, and the scalar conversions between them.
-// Block-quantized types (GGUF): 32 weights a block.
+// Block-quantized types (GGUF, bit layouts as llama.cpp's ggml-common.h): 32 weights a block.
 //   Q8_0: f16 d, 32 x int8 q           x = d * q            (34 bytes)
 //   Q4_0: f16 d, 16 bytes of nibbles   x = d * (q - 8)      (18 bytes)
 //   Q4_1: f16 d, f16 m, 16 bytes       x = d * q + m        (20 bytes)
-// Nibble order within a block: byte j holds weight j (low nibble) and weight j + 16 (high nibble).
+//   Q5_0: f16 d, u32 qh (5th bits), 16 bytes of nibbles     x = d * (q - 16)   (22 bytes)
+// Nibble order within a block: byte j holds weight j (low nibble) and weight j + 16 (high nibble); Q5_0's
+// bit j of qh is the 5th bit of weight j.
+// K-quants: 256-weight super-blocks.
+//   Q4_K: f16 d, f16 dmin, 12 bytes of 6-bit (scale, min) pairs for 8 sub-blocks of 32, 128 bytes of nibbles;
+//         x = d * sc_j * q - dmin * m_j                     (144 bytes)
+//   Q6_K: 128 bytes low nibbles, 64 bytes high 2 bits, 16 x int8 scales (one per 16 weights), f16 d;
+//         x = d * sc_j * (q - 32)                           (210 bytes)
 #pragma once
 #include <bit>
 #include <cstdint>
@@ -13,12 +20,14 @@
 
 namespace tp {
 
-enum class DType : uint8_t { F32, F16, BF16, Q8_0, Q4_0, Q4_1 };
+enum class DType : uint8_t { F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K };
 
-inline constexpr int64_t kQuantBlock = 32;  // weights per quantized block
+inline constexpr int64_t kQuantBlock = 32;   // weights per block of Q8_0 / Q4_0 / Q4_1 / Q5_0
+inline constexpr int64_t kQuantKBlock = 256; // weights per super-block of Q4_K / Q6_K
 
 std::string_view dtype_name(DType t);
-// Parses "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1" (case-insensitive); throws InputError.
+// Parses "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q6_k" (case-insensitive); throws
+// InputError.
 DType parse_dtype(std::string_view name);
 bool is_quantized(DType t);
 // The dtypes a model's weights can be held in at run time (model.dtype, --dtype): bf16 and f32. The one
@@ -31,7 +40,7 @@ std::string runtime_dtype_error(std::string_view name, std::string_view what);
 DType parse_runtime_dtype(std::string_view name, std::string_view what);
 // Bytes of one block (quantized) or one element (float types).
 int64_t dtype_block_bytes(DType t);
-// Elements in one block: 32 for quantized types, 1 otherwise.
+// Elements in one block: 32 for Q8_0 / Q4_0 / Q4_1 / Q5_0, 256 for Q4_K / Q6_K, 1 otherwise.
 int64_t dtype_block_elems(DType t);
 // Bytes of a row of n elements; n must be a multiple of dtype_block_elems(t) (caller checks).
 inline int64_t dtype_row_bytes(DType t, int64_t n) { return n / dtype_block_elems(t) * dtype_block_bytes(t); }
@@ -47,7 +56,9 @@ inline uint16_t f32_to_bf16(float f) {
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);  // round to nearest even, overflow -> inf
 
-// Dequantizes n elements (a multiple of the block size for quantized types) of type t at src into dst.
+// Dequantizes n elements (a multiple of the block size for quantized types) of type t at src into dst,
+// as llama.cpp's dequantize_row_<type> does: the same operations in the same order (bit-equal up to the
+// compiler's FMA contraction of d * q - m).
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 
 }  // namespace tp

@@ -15,26 +15,44 @@ std::string num(int64_t v) { return std::to_string(v); }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+DType gguf_dtype(WeightFormat f) { return gguf_block_dtype(f); }
+bool is_gguf(WeightFormat f) { return is_gguf_format(f); }
+
+int64_t fp4_block(WeightFormat f) { return f == WeightFormat::Mxfp4 ? 32 : 16; }
+
+}  // namespace
+
+bool is_gguf_format(WeightFormat f) {
+  return f == WeightFormat::GgufQ8_0 || f == WeightFormat::GgufQ4_0 || f == WeightFormat::GgufQ4_1 ||
+         f == WeightFormat::GgufQ5_0 || f == WeightFormat::GgufQ4_K || f == WeightFormat::GgufQ6_K;
+}
+
 // The GGUF block dtype of a GGUF format (its blocks are what dtype.h dequantizes).
-DType gguf_dtype(WeightFormat f) {
+DType gguf_block_dtype(WeightFormat f) {
   switch (f) {
     case WeightFormat::GgufQ8_0: return DType::Q8_0;
     case WeightFormat::GgufQ4_0: return DType::Q4_0;
     case WeightFormat::GgufQ4_1: return DType::Q4_1;
-    default: throw Error("gguf_dtype: " + std::string(weight_format_name(f)) + " is not a GGUF block format");
+    case WeightFormat::GgufQ5_0: return DType::Q5_0;
+    case WeightFormat::GgufQ4_K: return DType::Q4_K;
+    case WeightFormat::GgufQ6_K: return DType::Q6_K;
+    default: throw Error("gguf_block_dtype: " + std::string(weight_format_name(f)) + " is not a GGUF block format");
   }
 }
 
-bool is_gguf(WeightFormat f) {
-  return f == WeightFormat::GgufQ8_0 || f == WeightFormat::GgufQ4_0 || f == WeightFormat::GgufQ4_1 ||
-         f == WeightFormat::GgufQ4_K || f == WeightFormat::GgufQ6_K;
+bool is_gguf_block_dtype(DType t) { return is_quantized(t); }
+
+WeightFormat gguf_weight_format(DType t) {
+  switch (t) {
+    case DType::Q8_0: return WeightFormat::GgufQ8_0;
+    case DType::Q4_0: return WeightFormat::GgufQ4_0;
+    case DType::Q4_1: return WeightFormat::GgufQ4_1;
+    case DType::Q5_0: return WeightFormat::GgufQ5_0;
+    case DType::Q4_K: return WeightFormat::GgufQ4_K;
+    case DType::Q6_K: return WeightFormat::GgufQ6_K;
+    default: throw Error("gguf_weight_format: " + std::string(dtype_name(t)) + " is not a GGUF block type");
+  }
 }
-
-int64_t fp4_block(WeightFormat f) { return f == WeightFormat::Mxfp4 ? 32 : 16; }
-
-constexpr int64_t kKBlock = 256;  // GGUF K-quant super-block: 256 weights (Q4_K 144 bytes, Q6_K 210)
-
-}  // namespace
 
 std::string_view weight_format_name(WeightFormat f) {
   switch (f) {
@@ -43,6 +61,7 @@ std::string_view weight_format_name(WeightFormat f) {
     case WeightFormat::GgufQ8_0: return "q8_0";
     case WeightFormat::GgufQ4_0: return "q4_0";
     case WeightFormat::GgufQ4_1: return "q4_1";
+    case WeightFormat::GgufQ5_0: return "q5_0";
     case WeightFormat::GgufQ4_K: return "q4_k";
     case WeightFormat::GgufQ6_K: return "q6_k";
     case WeightFormat::Int8: return "int8";
@@ -73,6 +92,7 @@ double weight_format_bits(WeightFormat f, int64_t group_size) {
     case WeightFormat::GgufQ8_0: return 8.5;
     case WeightFormat::GgufQ4_0: return 4.5;
     case WeightFormat::GgufQ4_1: return 5.0;
+    case WeightFormat::GgufQ5_0: return 5.5;
     case WeightFormat::GgufQ4_K: return 4.5;
     case WeightFormat::GgufQ6_K: return 6.5625;
     case WeightFormat::Int8: return 8 + 32 / g;
@@ -85,7 +105,6 @@ double weight_format_bits(WeightFormat f, int64_t group_size) {
 }
 
 int64_t weight_column_align(WeightFormat f, int64_t group_size) {
-  if (f == WeightFormat::GgufQ4_K || f == WeightFormat::GgufQ6_K) return kKBlock;
   if (is_gguf(f)) return dtype_block_elems(gguf_dtype(f));
   switch (f) {
     case WeightFormat::Int8:
@@ -106,8 +125,6 @@ AlignedBytes::AlignedBytes(int64_t n) : n_(n) {
 }
 
 int64_t PackedWeight::row_bytes() const {
-  if (format == WeightFormat::GgufQ4_K) return n_in / kKBlock * 144;
-  if (format == WeightFormat::GgufQ6_K) return n_in / kKBlock * 210;
   if (is_gguf(format)) return dtype_row_bytes(gguf_dtype(format), n_in);
   switch (format) {
     case WeightFormat::F32: return n_in * 4;

@@ -4,8 +4,9 @@
 //
 // Formats and what each holds (`data`: rows contiguous, row r at data + r * row_bytes()):
 //   F32, BF16        dense values                                   scales: none
-//   GgufQ8_0/Q4_0/Q4_1/Q4_K/Q6_K
-//                    GGUF blocks (their scales inside), n_in a multiple of the block (32; 256 for the K types)
+//   GgufQ8_0/Q4_0/Q4_1/Q5_0/Q4_K/Q6_K
+//                    GGUF blocks (their scales inside; layouts in common/dtype.h), n_in a multiple of the block
+//                    (32; 256 for the K types)
 //   Int8             int8 q, w = (q - zero) · scale                  scales [n_out, n_groups] f32
 //   Int4             int4 q two a byte (column 2j low nibble, 2j+1 high), stored u = q + 8, w = (q - zero) · scale
 //                    zeros (asymmetric): int8 [n_out, n_groups] in q units; empty: symmetric (zero 0)
@@ -31,11 +32,13 @@
 #include <string_view>
 #include <vector>
 
+#include "common/dtype.h"
+
 namespace tp {
 
 enum class WeightFormat : uint8_t {
   F32, BF16,
-  GgufQ8_0, GgufQ4_0, GgufQ4_1, GgufQ4_K, GgufQ6_K,
+  GgufQ8_0, GgufQ4_0, GgufQ4_1, GgufQ5_0, GgufQ4_K, GgufQ6_K,
   Int8, Int4,
   Fp8E4M3,
   Mxfp4, Nvfp4,
@@ -45,6 +48,12 @@ enum class ActQuant : uint8_t { None, Int8Dynamic, Int8Static, Fp8Dynamic, Fp8St
 
 std::string_view weight_format_name(WeightFormat f);  // "f32", "bf16", "q8_0", ..., "int4", "fp8_e4m3", "nvfp4"
 std::string_view act_quant_name(ActQuant a);           // "none", "int8_dynamic", ...
+
+// GGUF block formats and their block dtypes (common/dtype.h): Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K.
+bool is_gguf_format(WeightFormat f);
+DType gguf_block_dtype(WeightFormat f);    // throws tp::Error for a format that is not a GGUF block format
+bool is_gguf_block_dtype(DType t);          // a DType a GGUF weight can be kept in (the quantized ones)
+WeightFormat gguf_weight_format(DType t);  // throws tp::Error unless is_gguf_block_dtype(t)
 
 // Bits a weight takes on average, scales included (for reports and the planner): F32 32, BF16 16, Q8_0 8.5, ...
 double weight_format_bits(WeightFormat f, int64_t group_size);

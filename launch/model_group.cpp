@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "kernels/cpu/linear.h"
 #include "launch/host_memory.h"
+#include "rank/weight_loader.h"
 #include "launch/load_progress.h"
 
 namespace tp {
@@ -56,7 +57,8 @@ ModelGroup::ModelGroup(int* argc, char*** argv, const Config& cfg, int threads_a
                                               : LoadProgressPrinter(stderr, isatty(STDERR_FILENO) != 0);
   LoadProgress progress;
   if (world_rank() == 0) progress = [&printer](int64_t done, int64_t n, int64_t bytes) { printer.update(done, n, bytes); };
-  model = std::make_unique<LlamaModel>(*file, runtime, tp_comm.get(), progress);
+  const WeightLoadOptions load{runtime, parse_quantized_mode(cfg.model.quantized, "model.quantized")};
+  model = std::make_unique<LlamaModel>(*file, load, tp_comm.get(), progress);
   const KvPoolShape one = model->kv_shape(1, cfg.cache.block_size);
   const int64_t block_bytes = one.bytes_per_token() * one.block_size;
   int64_t n_blocks = cfg.cache.memory_mb * (int64_t(1) << 20) / block_bytes;

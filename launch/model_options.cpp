@@ -14,6 +14,8 @@ std::vector<OptionSpec> model_options() {
       OptionSpec::computed("model", "PATH", "model.path of the config, else " + d.model.path,
                            "GGUF file or HF model directory"),
       OptionSpec::computed("dtype", "bf16|f32", "model.dtype of the config, else " + d.model.dtype, "runtime weight dtype"),
+      OptionSpec::computed("quantized", "keep|dequantize", "model.quantized of the config, else " + d.model.quantized,
+                           "GGUF block-quantized weights: run them as they are, or dequantize to the dtype"),
       OptionSpec::computed("threads", "N",
                            "parallel.threads of the config, else " + std::to_string(d.parallel.threads) +
                                "; 0: cores / ranks on the node",
@@ -34,6 +36,11 @@ Config config_with_model_options(const CliArgs& a, const std::string& command, i
   if (auto m = a.str("model")) cfg.model.path = *m;
   if (auto d = a.str("dtype")) cfg.model.dtype = *d;
   if (const std::string e = runtime_dtype_error(cfg.model.dtype, command + ": --dtype"); !e.empty()) throw UsageError(e);
+  if (auto q = a.str("quantized")) {
+    if (*q != "keep" && *q != "dequantize")
+      throw UsageError(command + ": --quantized must be keep or dequantize, not '" + *q + "'");
+    cfg.model.quantized = *q;
+  }
   cfg.parallel.tp = a.integer("tp", cfg.parallel.tp, 1, 4096);
   *threads = int(a.integer("threads", cfg.parallel.threads, 0, 1024));
   return cfg;

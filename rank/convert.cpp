@@ -4,7 +4,9 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "kernels/cpu/gguf_quantize.h"
 #include "rank/gguf_model.h"
+#include "rank/gguf_quant_mix.h"
 #include "rank/gguf_writer.h"
 #include "rank/hf_dir.h"
 #include "rank/safetensors_file.h"
@@ -18,7 +20,7 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// Writes tensor `t` as `out` dtype (F32/F16/BF16) into dst, taking row map(r) for output row r when
+// Writes tensor `t` as `out` dtype (F32/F16/BF16 or a GGUF block type) into dst, taking row map(r) for output row r when
 // heads > 0 (Q/K permutation with head_dim = rows / heads).
 void convert_rows(const TensorView& t, DType out, uint8_t* dst, int64_t heads, bool to_hf) {
   const int64_t row_len = t.shape.empty() ? 1 : t.shape.back();
@@ -30,6 +32,10 @@ void convert_rows(const TensorView& t, DType out, uint8_t* dst, int64_t heads, b
     int64_t src = r;
     if (heads > 0) src = to_hf ? gguf_to_hf_row(r, head_dim) : hf_to_gguf_row(r, head_dim);
     dequantize_row(t.dtype, t.data + src * src_row_bytes, buf.data(), row_len);
+    if (is_quantized(out)) {
+      cpu::quantize_row_gguf(out, buf.data(), dst + r * dtype_row_bytes(out, row_len), row_len);
+      continue;
+    }
     switch (out) {
       case DType::F32: std::memcpy(dst + r * row_len * 4, buf.data(), size_t(row_len) * 4); break;
       case DType::F16:
@@ -96,7 +102,9 @@ void set_gguf_metadata_from(GgufWriter& w, const ModelConfig& c, const Tokenizer
   if (!tok.chat_template.empty()) w.set("tokenizer.chat_template", GgufValue::make_string(tok.chat_template));
 }
 
-void write_gguf(const ModelFile& m, const std::string& out_path, DType wdt, uint32_t file_type) {
+// `mix`: the GGUF quantization mix of the matrices (wdt ignored), or none: every matrix in wdt.
+void write_gguf(const ModelFile& m, const std::string& out_path, DType wdt, uint32_t file_type,
+                const GgufQuantMix* mix = nullptr) {
   GgufWriter w;
   const auto* gm = dynamic_cast<const GgufModel*>(&m);
   const bool permute = m.config().rope_style == RopeStyle::Neox;
@@ -107,9 +115,15 @@ void write_gguf(const ModelFile& m, const std::string& out_path, DType wdt, uint
     set_gguf_metadata_from(w, m.config(), m.tokenizer());
   }
   w.set("general.file_type", GgufValue::make_u32(file_type));
+  if (mix) w.set("general.quantization_version", GgufValue::make_u32(2));
+  const bool has_output = m.find("output.weight") != nullptr;
   for (const TensorView& t : m.tensors()) {
     const bool matrix = t.shape.size() >= 2;
-    const DType out = matrix ? wdt : DType::F32;
+    DType out = matrix ? wdt : DType::F32;
+    if (matrix && mix) {
+      const bool output = t.name == "output.weight" || (!has_output && t.name == "token_embd.weight");
+      out = gguf_mix_type(*mix, t.name, t.shape.back(), m.config().n_layers, output);
+    }
     const int64_t heads = permute ? qk_heads(t.name, m.config()) : 0;
     if (heads) check_qk(m, t, heads);
     if (t.shape.empty() || t.shape.back() % dtype_block_elems(out) != 0)
@@ -161,7 +175,15 @@ ConvertFormat parse_convert_format(std::string_view name) {
   if (name == "gguf-f16") return ConvertFormat::GgufF16;
   if (name == "hf-f32") return ConvertFormat::HfF32;
   if (name == "hf-bf16") return ConvertFormat::HfBf16;
-  throw UsageError("unknown convert format '" + std::string(name) + "' (valid: gguf-f32, gguf-bf16, gguf-f16, hf-f32, hf-bf16)");
+  if (name == "gguf-q8_0") return ConvertFormat::GgufQ8_0;
+  if (name == "gguf-q4_0") return ConvertFormat::GgufQ4_0;
+  if (name == "gguf-q4_1") return ConvertFormat::GgufQ4_1;
+  if (name == "gguf-q4_k") return ConvertFormat::GgufQ4_K;
+  if (name == "gguf-q6_k") return ConvertFormat::GgufQ6_K;
+  if (name == "gguf-q4_k_m") return ConvertFormat::GgufQ4_K_M;
+  throw UsageError("unknown convert format '" + std::string(name) +
+                   "' (valid: gguf-f32, gguf-bf16, gguf-f16, hf-f32, hf-bf16, gguf-q8_0, gguf-q4_0, gguf-q4_1, "
+                   "gguf-q4_k, gguf-q6_k, gguf-q4_k_m)");
 }
 
 void convert_model(const std::string& in_path, const std::string& out_path, ConvertFormat fmt) {
@@ -172,6 +194,21 @@ void convert_model(const std::string& in_path, const std::string& out_path, Conv
     case ConvertFormat::GgufBf16: write_gguf(*m, out_path, DType::BF16, 32); break;
     case ConvertFormat::HfF32: write_hf(*m, out_path, DType::F32); break;
     case ConvertFormat::HfBf16: write_hf(*m, out_path, DType::BF16); break;
+    case ConvertFormat::GgufQ8_0:
+    case ConvertFormat::GgufQ4_0:
+    case ConvertFormat::GgufQ4_1:
+    case ConvertFormat::GgufQ4_K:
+    case ConvertFormat::GgufQ6_K:
+    case ConvertFormat::GgufQ4_K_M: {
+      const GgufQuantMix mix = fmt == ConvertFormat::GgufQ8_0   ? GgufQuantMix::Q8_0
+                               : fmt == ConvertFormat::GgufQ4_0 ? GgufQuantMix::Q4_0
+                               : fmt == ConvertFormat::GgufQ4_1 ? GgufQuantMix::Q4_1
+                               : fmt == ConvertFormat::GgufQ4_K ? GgufQuantMix::Q4_K
+                               : fmt == ConvertFormat::GgufQ6_K ? GgufQuantMix::Q6_K
+                                                                : GgufQuantMix::Q4_K_M;
+      write_gguf(*m, out_path, DType::F32, gguf_mix_file_type(mix), &mix);
+      break;
+    }
   }
 }
 

@@ -3,6 +3,10 @@
 //     F32, alignment 32. From a GGUF all metadata is copied (general.file_type rewritten: ALL_F32=0,
 //     MOSTLY_F16=1, MOSTLY_BF16=32); from an HF directory the llama.* / tokenizer.ggml.* keys are built from
 //     config.json + tokenizer files and Q/K are permuted into llama.cpp's interleaved layout.
+//   GgufQ8_0 / GgufQ4_0 / GgufQ4_1 / GgufQ4_K / GgufQ6_K / GgufQ4_K_M: a GGUF v3 file whose matrices are
+//     quantized as llama-quantize does it without an importance matrix — its per-tensor type choice
+//     (rank/gguf_quant_mix.h) and its reference quantizers (kernels/cpu/gguf_quantize.h) — 1-D tensors F32;
+//     general.file_type as llama.cpp writes it, general.quantization_version 2.
 //   HfF32 / HfBf16: an HF directory (config.json, model.safetensors with HF names, tokenizer.json,
 //     tokenizer_config.json), 2-D+ weights in the target type, 1-D in F32; Q/K from a GGUF are un-permuted
 //     into the rotate-half (Neox) layout.
@@ -15,9 +19,13 @@
 
 namespace tp {
 
-enum class ConvertFormat { GgufF32, GgufBf16, GgufF16, HfF32, HfBf16 };
+enum class ConvertFormat {
+  GgufF32, GgufBf16, GgufF16, HfF32, HfBf16,
+  GgufQ8_0, GgufQ4_0, GgufQ4_1, GgufQ4_K, GgufQ6_K, GgufQ4_K_M,
+};
 
-// "gguf-f32", "gguf-bf16", "gguf-f16", "hf-f32", "hf-bf16"; throws UsageError on anything else.
+// "gguf-f32", "gguf-bf16", "gguf-f16", "hf-f32", "hf-bf16", "gguf-q8_0", "gguf-q4_0", "gguf-q4_1", "gguf-q4_k",
+// "gguf-q6_k", "gguf-q4_k_m"; throws UsageError on anything else.
 ConvertFormat parse_convert_format(std::string_view name);
 
 void convert_model(const std::string& in_path, const std::string& out_path, ConvertFormat fmt);

@@ -41,10 +41,12 @@ T* grow(std::vector<T>& v, int64_t n) {
 }  // namespace
 
 LlamaModel::LlamaModel(const ModelFile& f, DType runtime, Communicator* comm, const LoadProgress& progress)
+    : LlamaModel(f, WeightLoadOptions{runtime}, comm, progress) {}
+
+LlamaModel::LlamaModel(const ModelFile& f, const WeightLoadOptions& o, Communicator* comm, const LoadProgress& progress)
     : cfg_(f.config()), layout_(layout_for(f, comm)) {
   Communicator* group = comm && comm->size() > 1 ? comm : nullptr;
   double* comm_s = &times_.comm_s;
-  const WeightLoadOptions o{runtime};
   const int64_t hd = cfg_.head_dim, hidden = cfg_.hidden, nh = cfg_.n_heads, nkv = cfg_.n_kv_heads;
   if (hd % 2 != 0) throw FormatError(f.path(), "head_dim", std::to_string(hd) + " is odd; rope needs pairs");
   const Range q{layout_.q_heads.begin * hd, layout_.q_heads.end * hd};

@@ -50,6 +50,9 @@ class LlamaModel {
   // for a weight of this rank's slices holding NaN or ±inf in the file or after conversion to the runtime dtype
   // (naming the tensor and the first such element; one extra pass over the converted data).
   LlamaModel(const ModelFile& file, DType runtime, Communicator* comm = nullptr, const LoadProgress& progress = {});
+  // The same with every load option (rank/weight_loader.h: the runtime dtype, GGUF blocks kept or dequantized).
+  LlamaModel(const ModelFile& file, const WeightLoadOptions& options, Communicator* comm = nullptr,
+             const LoadProgress& progress = {});
   LlamaModel(const LlamaModel&) = delete;  // the layers keep a pointer to times_
   LlamaModel& operator=(const LlamaModel&) = delete;
 

@@ -3,10 +3,12 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <string>
 
 #include "common/error.h"
+#include "common/packed_weight.h"
 #include "kernels/cpu/finite.h"
 #include "rank/compressed_tensors.h"
 #include "rank/hf_dir.h"
@@ -49,8 +51,7 @@ float source_value(const TensorView& t, int64_t n_in, int64_t row, int64_t col) 
 }
 
 // The given row slices, stacked, restricted to columns `cols` of [0, n_in), as one runtime weight.
-// Only the bytes of the slice are read from the mapping. A column slice of a quantized tensor must start and
-// end on a block boundary.
+// Only the rows of the slice are read from the mapping (quantized rows whole, then their columns taken).
 cpu::Weight load_dense(const ModelFile& f, DType runtime, int64_t n_in, Range cols, const std::vector<RowSlice>& parts) {
   const int64_t n_cols = cols.size();
   int64_t rows = 0;
@@ -58,11 +59,6 @@ cpu::Weight load_dense(const ModelFile& f, DType runtime, int64_t n_in, Range co
   for (const RowSlice& p : parts) {
     views.push_back(&f.require(p.name, {p.total_rows, n_in}));
     rows += p.rows.size();
-    const int64_t blk_elems = dtype_block_elems(views.back()->dtype);
-    if (cols.begin % blk_elems != 0 || cols.end % blk_elems != 0)
-      throw FormatError(f.path(), p.name,
-                        "column slice [" + std::to_string(cols.begin) + ", " + std::to_string(cols.end) +
-                            ") does not fall on the " + std::to_string(blk_elems) + "-weight quantization blocks");
   }
   cpu::Weight w = [&] {
     if (parts.size() == 1 && n_cols == n_in) {  // one contiguous run of whole rows: convert straight from the file
@@ -70,13 +66,15 @@ cpu::Weight load_dense(const ModelFile& f, DType runtime, int64_t n_in, Range co
       const int64_t stride = dtype_row_bytes(t.dtype, n_in);
       return cpu::Weight(runtime, rows, n_in, t.dtype, t.data + parts[0].rows.begin * stride, stride);
     }
-    std::vector<float> staging(static_cast<size_t>(rows * n_cols));
+    std::vector<float> staging(static_cast<size_t>(rows * n_cols)), row(static_cast<size_t>(n_in));
     int64_t r0 = 0;
     for (size_t i = 0; i < parts.size(); ++i) {
       const TensorView& t = *views[i];
-      const int64_t stride = dtype_row_bytes(t.dtype, n_in), col_off = dtype_row_bytes(t.dtype, cols.begin);
-      for (int64_t r = parts[i].rows.begin; r < parts[i].rows.end; ++r, ++r0)
-        dequantize_row(t.dtype, t.data + r * stride + col_off, staging.data() + r0 * n_cols, n_cols);
+      const int64_t stride = dtype_row_bytes(t.dtype, n_in);
+      for (int64_t r = parts[i].rows.begin; r < parts[i].rows.end; ++r, ++r0) {
+        dequantize_row(t.dtype, t.data + r * stride, row.data(), n_in);
+        std::copy(row.begin() + cols.begin, row.begin() + cols.end, staging.begin() + r0 * n_cols);
+      }
     }
     return cpu::Weight(runtime, rows, n_cols, DType::F32, staging.data(), n_cols * int64_t(sizeof(float)));
   }();
@@ -92,12 +90,89 @@ cpu::Weight load_dense(const ModelFile& f, DType runtime, int64_t n_in, Range co
   return w;
 }
 
+// The TP degrees (of the model's valid ones) whose even split of n_in columns falls on `align`-column blocks.
+std::string degrees_on_blocks(const ModelFile& f, int64_t n_in, int64_t align) {
+  std::string out;
+  std::vector<int> all;
+  try {
+    all = valid_tp_degrees(TpShape::from(f.config()));
+  } catch (const InputError&) {
+    all = {1};
+  }
+  for (int t : all)
+    if (n_in % t == 0 && (n_in / t) % align == 0) out += (out.empty() ? "" : ", ") + std::to_string(t);
+  return out.empty() ? "none" : out;
+}
+
+// Refuses a block whose f16 scale (and min, for Q4_1 / Q4_K) is not finite. Returns normally otherwise.
+void check_block_scales(const ModelFile& f, const std::string& name, DType t, const uint8_t* row, int64_t row_index,
+                        int64_t first_block, int64_t n_blocks) {
+  const int64_t bb = dtype_block_bytes(t);
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const uint8_t* blk = row + b * bb;
+    int n_f16 = 1, at = 0;
+    if (t == DType::Q4_1 || t == DType::Q4_K) n_f16 = 2;
+    if (t == DType::Q6_K) at = 208;
+    for (int k = 0; k < n_f16; ++k) {
+      uint16_t h;
+      std::memcpy(&h, blk + at + 2 * k, 2);
+      if ((h & 0x7c00u) == 0x7c00u) {  // exponent all ones: inf or NaN
+        const float v = f16_to_f32(h);
+        throw FormatError(f.path(), tensor_label(f, name),
+                          "holds a " + std::string(dtype_name(t)) + " block whose " +
+                              (k == 0 ? "scale" : "min scale") + " is " + value_text(v) + " (row " +
+                              std::to_string(row_index) + ", block " + std::to_string(first_block + b) +
+                              "): every weight must be finite");
+      }
+    }
+  }
+}
+
+// The given parts (all of GGUF block type t), stacked, columns `cols`, as one packed weight: the blocks copied.
+cpu::Weight load_gguf_blocks(const ModelFile& f, DType t, int64_t n_in, Range cols, const std::vector<RowSlice>& parts) {
+  const int64_t align = dtype_block_elems(t);
+  if (cols.begin % align != 0 || cols.end % align != 0)
+    throw FormatError(f.path(), tensor_label(f, parts[0].name),
+                      std::string(dtype_name(t)) + " blocks of " + std::to_string(align) +
+                          " columns: this rank's row-parallel slice [" + std::to_string(cols.begin) + ", " +
+                          std::to_string(cols.end) + ") of " + std::to_string(n_in) +
+                          " columns does not fall on whole blocks; tp degrees that slice it on its blocks: " +
+                          degrees_on_blocks(f, n_in, align) + " (or set model.quantized: dequantize)");
+  PackedWeight w;
+  w.format = gguf_weight_format(t);
+  w.n_in = cols.size();
+  for (const RowSlice& p : parts) w.n_out += p.rows.size();
+  w.data = AlignedBytes(w.n_out * w.row_bytes());
+  const int64_t stride = dtype_row_bytes(t, n_in), off = dtype_row_bytes(t, cols.begin), rb = w.row_bytes();
+  int64_t r0 = 0;
+  for (const RowSlice& p : parts) {
+    const TensorView& v = f.require(p.name, {p.total_rows, n_in});
+    for (int64_t r = p.rows.begin; r < p.rows.end; ++r, ++r0) {
+      const uint8_t* src = v.data + r * stride + off;
+      check_block_scales(f, p.name, t, src, r, cols.begin / align, w.n_in / align);
+      std::memcpy(w.data.data() + r0 * rb, src, size_t(rb));
+    }
+  }
+  return cpu::Weight(std::move(w));
+}
+
 }  // namespace
+
+bool parse_quantized_mode(const std::string& name, const std::string& what) {
+  if (name == kQuantizedModeNames[0]) return true;
+  if (name == kQuantizedModeNames[1]) return false;
+  throw InputError(what + " must be keep or dequantize, not '" + name + "'");
+}
 
 std::vector<cpu::Weight> load_linear(const ModelFile& f, const WeightLoadOptions& o, int64_t n_in, Range cols,
                                      const std::vector<RowSlice>& parts) {
   if (!is_runtime_dtype(o.runtime))
     throw InputError("runtime dtype must be bf16 or f32, not " + std::string(dtype_name(o.runtime)));
+  // Runs of consecutive parts: one per GGUF block type kept as it is, one for the dense (or dequantized) rest.
+  auto kind = [&](const RowSlice& p) {
+    const DType t = f.require(p.name, {p.total_rows, n_in}).dtype;
+    return o.keep_quantized && is_gguf_block_dtype(t) ? int(t) : -1;
+  };
   std::vector<cpu::Weight> out;
   if (const CtConfig* ct = f.quantization()) {
     // compressed-tensors: runs of consecutive parts of one scheme that can share a weight; unquantized parts
@@ -117,7 +192,14 @@ std::vector<cpu::Weight> load_linear(const ModelFile& f, const WeightLoadOptions
     }
     return out;
   }
-  out.push_back(load_dense(f, o.runtime, n_in, cols, parts));
+  for (size_t i = 0; i < parts.size();) {
+    const int k = kind(parts[i]);
+    size_t j = i + 1;
+    while (j < parts.size() && kind(parts[j]) == k) ++j;
+    const std::vector<RowSlice> run(parts.begin() + ptrdiff_t(i), parts.begin() + ptrdiff_t(j));
+    out.push_back(k < 0 ? load_dense(f, o.runtime, n_in, cols, run) : load_gguf_blocks(f, DType(k), n_in, cols, run));
+    i = j;
+  }
   return out;
 }
 

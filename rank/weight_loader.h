@@ -1,12 +1,17 @@
 // What one rank loads of a model's weights: its slice of each linear layer's weight, in the format the file
-// stores it (dense F32/BF16 converted to the runtime dtype; packed formats kept as they are), and the small
-// vectors (norms). Every weight is refused at load when it holds NaN or inf, naming the tensor and the
-// element. Only the bytes of the slice are read from the mapping.
+// stores it (dense F32/BF16 converted to the runtime dtype; packed formats kept as they are: GGUF Q8_0, Q4_0,
+// Q4_1, Q5_0, Q4_K and Q6_K blocks copied as they are unless WeightLoadOptions::keep_quantized is false), and
+// the small vectors (norms). Every weight is refused at load when it holds NaN or inf, naming the tensor and
+// the element (for kept GGUF blocks: a scale / min that is not finite, naming the tensor, row and block; the
+// codes of a block with finite scales are finite by construction). Only the bytes of the slice are read from
+// the mapping.
 //
 // A linear slice is given as row ranges of one or more tensors [total_rows, n_in] stacked (fused Q|K|V,
 // gate|up; column-parallel: each rank's rows), restricted to the columns `cols` (row-parallel: each rank's
-// input range). A column slice of a packed tensor must start and end on its blocks / scale groups
-// (weight_column_align), else FormatError naming the tensor and the boundary.
+// input range). A column slice of a packed tensor kept packed must start and end on its blocks / scale groups
+// (weight_column_align), else FormatError naming the tensor, its blocks and the TP degrees that do slice it on
+// them (SmolLM2's 576-column tensors cannot be Q4_K at all — GGUF needs rows of whole 256-blocks; its
+// 1536-column ffn_down in Q4_K slices at tp 1 and 3). Dequantized slices may start anywhere.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -28,7 +33,14 @@ struct RowSlice {
 
 struct WeightLoadOptions {
   DType runtime = DType::BF16;  // dense weights' dtype at run time: F32 or BF16
+  // GGUF block-quantized tensors: true keeps their blocks (run by kernels/cpu/gemm_gguf), false dequantizes
+  // them to `runtime` (config model.quantized: keep | dequantize).
+  bool keep_quantized = true;
 };
+
+// "keep" / "dequantize" (config model.quantized, --quantized) -> keep_quantized; throws InputError otherwise.
+inline constexpr const char* kQuantizedModeNames[] = {"keep", "dequantize"};
+bool parse_quantized_mode(const std::string& name, const std::string& what);
 
 // The stacked slice [sum of the parts' rows, cols.size()]: one weight per run of consecutive parts held in
 // the same format (usually one for all; a GGUF mix such as Q4_K_M keeps attn_v in Q6_K beside Q4_K attn_q and

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/fp_formats.h"
+#include "kernels/cpu/gemm_gguf.h"
 #include "kernels/cpu/packed_kernels.h"
 
 namespace tp::cpu::detail {
@@ -78,6 +79,15 @@ bool packed_linear_isa(const float* x, int64_t m, const PackedWeight& w, float* 
     case WeightFormat::Fp8E4M3: ran = fp8_linear(x, m, w, y, n_threads, isa); break;
     case WeightFormat::Mxfp4:
     case WeightFormat::Nvfp4: ran = fp4_linear(x, m, w, y, n_threads, isa); break;
+    case WeightFormat::GgufQ8_0:
+    case WeightFormat::GgufQ4_0:
+    case WeightFormat::GgufQ4_1:
+    case WeightFormat::GgufQ5_0:
+    case WeightFormat::GgufQ4_K:
+    case WeightFormat::GgufQ6_K:  // kernels/cpu/gemm_gguf.h: int8 dot products on the blocks
+      gemm_gguf(x, m, w, y, n_threads, isa == PackedIsa::Portable ? GgufKernel::Portable : GgufKernel::Best);
+      ran = true;
+      break;
     default: break;
   }
   if (!ran) packed_linear_reference(x, m, w, y, n_threads);

@@ -87,7 +87,7 @@ TEST_P(ConfigErrors, NameFileKeyAndReason) {
 INSTANTIATE_TEST_SUITE_P(
     All, ConfigErrors,
     ::testing::Values(BadCase{"modle: {}", "modle: unknown section"},
-                      BadCase{"model: {pth: x}", "model.pth: unknown key (valid: chat_template, dtype, name, path)"},
+                      BadCase{"model: {pth: x}", "model.pth: unknown key (valid: chat_template, dtype, name, path, quantized)"},
                       BadCase{"parallel: {tp: two}", "parallel.tp: expected an integer, got 'two'"},
                       BadCase{"parallel: {tp: 0}", "parallel.tp: 0 is out of range [1, 4096]"},
                       BadCase{"parallel: {tp: [1, 2]}", "parallel.tp: expected an integer"},
@@ -153,7 +153,7 @@ TEST(Config, MaxContextBeyondTheModelIsRefused) {
 // A config with every setting away from its default (strings that YAML would otherwise read as other types).
 Config unusual_config() {
   Config c;
-  c.model = {"/models/x y.gguf", "f32", "yes", "{% for m in messages %}{{ m.content }}\n{% endfor %}"};
+  c.model = {"/models/x y.gguf", "f32", "dequantize", "yes", "{% for m in messages %}{{ m.content }}\n{% endfor %}"};
   c.parallel = {2, 3, 4};
   c.cache = {32, 777, 4096, false};
   c.scheduler = {5, 333, 17, "static"};
@@ -171,6 +171,7 @@ Config unusual_config() {
 void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.model.path, b.model.path);
   EXPECT_EQ(a.model.dtype, b.model.dtype);
+  EXPECT_EQ(a.model.quantized, b.model.quantized);
   EXPECT_EQ(a.model.name, b.model.name);
   EXPECT_EQ(a.model.chat_template, b.model.chat_template);
   EXPECT_EQ(a.parallel.tp, b.parallel.tp);
@@ -209,7 +210,7 @@ TEST(Config, FormatPrintsEverySettingOfEachSection) {
   // accepts (an unknown key would be refused on the way back in; a key missing here would not print).
   const YAML::Node n = YAML::Load(format_config(Config{}));
   const std::map<std::string, std::vector<std::string>> expected = {
-      {"model", {"path", "dtype", "name", "chat_template"}},
+      {"model", {"path", "dtype", "quantized", "name", "chat_template"}},
       {"parallel", {"tp", "dp", "threads"}},
       {"cache", {"block_size", "memory_mb", "max_context", "prefix_caching"}},
       {"scheduler", {"max_num_seqs", "max_num_batched_tokens", "max_queued_requests", "kv_reservation"}},

@@ -1,5 +1,6 @@
 // Our forward pass against llama.cpp (tests/peers/fixtures, made by tests/peers/make_fixtures.sh):
-// greedy tokens over every fixture prompt and first-position logits, through every loader path.
+// greedy tokens over every fixture prompt and first-position logits, through every loader path, and with GGUF
+// blocks kept quantized (Q4_1, Q8_0, Q4_K_M) against llama.cpp on the same quantized files.
 //
 // Tolerances (measured, see the numbers in each Path below and the commit that set them):
 //   F32 runtime vs llama.cpp on the F32 GGUF: first-position logits max-abs-diff <= kF32LogitTol.
@@ -29,6 +30,14 @@ namespace {
 constexpr float kF32LogitTol = 1e-3f;  // measured 4e-5 (GGUF) and 7e-5 (HF) on 8 prompts
 constexpr float kBf16LogitTol = 0.5f;
 constexpr float kF32TieGap = 1e-4f;
+// GGUF blocks kept quantized (Q4_1, Q8_0, Q4_K_M) vs llama.cpp on the same file: both quantize activations the
+// same way (Q8_1 / Q8_0 / Q8_K, kernels/cpu/gemm_gguf.h), but every other float op differs in order (4e-5 on
+// the F32 paths), and a value that lands near an int8 rounding boundary rounds one way in one and the other
+// way in the other; the layers after it amplify that to the size of the activation rounding itself. Measured
+// first-logit max-abs-diff 0.71 (Q4_1), 0.74 (Q8_0), 0.70 (Q4_K_M), with 281 / 264 / 333 greedy tokens
+// equal and 6 / 7 / 4 divergences, all at near-ties; for scale, llama.cpp's own Q4_1 vs its F32 run of the
+// same weights differ by 1.26 (that much is the activation rounding).
+constexpr float kQuantLogitTol = 1.0f;
 
 std::string repo(const std::string& rel) { return std::string(TPSERVE_SOURCE_DIR) + "/" + rel; }
 
@@ -44,9 +53,12 @@ struct Path {
   const char* fixture;  // tests/peers/fixtures/...
   float tol;      // first-position logits max-abs-diff
   float tie_gap;  // a greedy divergence passes only where llama.cpp's top-2 gap is below this
+  bool keep_quantized = false;  // GGUF blocks run as they are (else dequantized to `runtime` at load)
 };
 
-void PrintTo(const Path& p, std::ostream* os) { *os << p.model << " @" << dtype_name(p.runtime); }
+void PrintTo(const Path& p, std::ostream* os) {
+  *os << p.model << " @" << dtype_name(p.runtime) << (p.keep_quantized ? " kept quantized" : "");
+}
 
 class Oracle : public ::testing::TestWithParam<Path> {};
 
@@ -56,7 +68,7 @@ TEST_P(Oracle, GreedyTokensAndFirstLogitsMatchLlamaCpp) {
   ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: run launch/setup";
   cpu::set_num_threads(1);
   auto file = open_model(path);
-  LlamaModel model(*file, p.runtime);
+  LlamaModel model(*file, WeightLoadOptions{p.runtime, p.keep_quantized});
   const Tokenizer tok(file->tokenizer());
   const nlohmann::json fx = read_fixture(p.fixture);
   const int64_t vocab = file->config().vocab;
@@ -95,8 +107,9 @@ TEST_P(Oracle, GreedyTokensAndFirstLogitsMatchLlamaCpp) {
   }
   EXPECT_LE(worst_logit_diff, p.tol);
   EXPECT_GE(n_tokens_compared, 8 * 16) << "too few tokens compared";
-  std::printf("[oracle] %s @%s: %d tokens equal, %d near-tie divergences, first-logit max-abs-diff %.5f (tol %.3f)\n",
-              p.model, std::string(dtype_name(p.runtime)).c_str(), n_tokens_compared, n_ties, worst_logit_diff, p.tol);
+  std::printf("[oracle] %s @%s%s: %d tokens equal, %d near-tie divergences, first-logit max-abs-diff %.5f (tol %.3f)\n",
+              p.model, std::string(dtype_name(p.runtime)).c_str(), p.keep_quantized ? " kept quantized" : "",
+              n_tokens_compared, n_ties, worst_logit_diff, p.tol);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -105,7 +118,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Path{"models/SmolLM2-135M-Instruct.Q4_1.gguf", DType::F32, "greedy_f32.json", kF32LogitTol, kF32TieGap},
                       Path{"models/SmolLM2-135M-Instruct-hf", DType::F32, "greedy_f32.json", kF32LogitTol, kF32TieGap},
                       Path{"models/SmolLM2-135M-Instruct.BF16.gguf", DType::BF16, "greedy_bf16.json", kBf16LogitTol, kBf16LogitTol},
-                      Path{"models/SmolLM2-135M-Instruct.Q4_1.gguf", DType::BF16, "greedy_bf16.json", kBf16LogitTol, kBf16LogitTol}));
+                      Path{"models/SmolLM2-135M-Instruct.Q4_1.gguf", DType::BF16, "greedy_bf16.json", kBf16LogitTol, kBf16LogitTol},
+                      Path{"models/SmolLM2-135M-Instruct.Q4_1.gguf", DType::F32, "greedy_q4_1.json", kQuantLogitTol, kQuantLogitTol, true},
+                      Path{"models/SmolLM2-135M-Instruct.Q8_0.gguf", DType::F32, "greedy_q8_0.json", kQuantLogitTol, kQuantLogitTol, true},
+                      Path{"models/SmolLM2-135M-Instruct.Q4_K_M.gguf", DType::F32, "greedy_q4_k_m.json", kQuantLogitTol, kQuantLogitTol, true}));
 
 }  // namespace
 }  // namespace tp

@@ -10,7 +10,7 @@
 
 namespace tp::test {
 
-// `rows` rows of `n` elements of type t (n a multiple of 32 for quantized types), contiguous with
+// `rows` rows of `n` elements of type t (n a multiple of the block: 32, 256 for Q4_K / Q6_K), contiguous with
 // `stride` bytes between rows (>= the row size; padding bytes are 0xAB). values = what they encode.
 struct TypedRows {
   std::vector<uint8_t> bytes;
@@ -92,6 +92,73 @@ inline TypedRows make_typed_rows(DType t, int64_t rows, int64_t n, uint32_t seed
             val[b * 32 + j] = d * float(lo) + m;
             val[b * 32 + j + 16] = d * float(hi) + m;
           }
+        }
+        break;
+      case DType::Q5_0:
+        for (int64_t b = 0; b < n / 32; ++b) {
+          uint8_t* blk = row + b * 22;
+          const float d = scale(blk);
+          uint32_t qh = 0;
+          for (int j = 0; j < 16; ++j) {
+            const int lo = byte(rng) & 31, hi = byte(rng) & 31;
+            blk[6 + j] = uint8_t((lo & 15) | ((hi & 15) << 4));
+            qh |= uint32_t(lo >> 4) << j;
+            qh |= uint32_t(hi >> 4) << (j + 16);
+            val[b * 32 + j] = float(lo - 16) * d;
+            val[b * 32 + j + 16] = float(hi - 16) * d;
+          }
+          std::memcpy(blk + 2, &qh, 4);
+        }
+        break;
+      case DType::Q4_K:  // packed as llama.cpp's quantize_row_q4_K_ref packs (sc, m) and the nibbles
+        for (int64_t b = 0; b < n / 256; ++b) {
+          uint8_t* blk = row + b * 144;
+          const float d = scale(blk), dmin = float(1 + byte(rng) % 16) / 256.0f;
+          put16(blk + 2, f32_to_f16(dmin));
+          uint8_t* scales = blk + 4;
+          std::memset(scales, 0, 12);
+          int sc[8], mn[8];
+          for (int j = 0; j < 8; ++j) {
+            sc[j] = byte(rng) & 63;
+            mn[j] = byte(rng) & 63;
+            if (j < 4) {
+              scales[j] = uint8_t(sc[j]);
+              scales[j + 4] = uint8_t(mn[j]);
+            } else {
+              scales[j + 4] = uint8_t((sc[j] & 0xF) | ((mn[j] & 0xF) << 4));
+              scales[j - 4] |= uint8_t((sc[j] >> 4) << 6);
+              scales[j - 0] |= uint8_t((mn[j] >> 4) << 6);
+            }
+          }
+          int q[256];
+          for (int& v : q) v = byte(rng) & 15;
+          for (int c = 0; c < 4; ++c)
+            for (int l = 0; l < 32; ++l) blk[16 + 32 * c + l] = uint8_t(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
+          for (int i = 0; i < 256; ++i)
+            val[b * 256 + i] = d * float(sc[i / 32]) * float(q[i]) - dmin * float(mn[i / 32]);
+        }
+        break;
+      case DType::Q6_K:  // packed as llama.cpp's quantize_row_q6_K_ref packs ql / qh
+        for (int64_t b = 0; b < n / 256; ++b) {
+          uint8_t* blk = row + b * 210;
+          const float d = float(1 + byte(rng) % 16) / 1024.0f;
+          put16(blk + 208, f32_to_f16(d));
+          int sc[16], q[256];
+          for (int j = 0; j < 16; ++j) {
+            sc[j] = byte(rng) - 128;
+            blk[192 + j] = uint8_t(int8_t(sc[j]));
+          }
+          for (int& v : q) v = byte(rng) & 63;
+          uint8_t* ql = blk;
+          uint8_t* qh = blk + 128;
+          for (int h = 0; h < 2; ++h, ql += 64, qh += 32)
+            for (int l = 0; l < 32; ++l) {
+              const int* L = q + 128 * h;
+              ql[l] = uint8_t((L[l] & 15) | ((L[l + 64] & 15) << 4));
+              ql[l + 32] = uint8_t((L[l + 32] & 15) | ((L[l + 96] & 15) << 4));
+              qh[l] = uint8_t((L[l] >> 4) | ((L[l + 32] >> 4) << 2) | ((L[l + 64] >> 4) << 4) | ((L[l + 96] >> 4) << 6));
+            }
+          for (int i = 0; i < 256; ++i) val[b * 256 + i] = d * float(sc[i / 16]) * float(q[i] - 32);
         }
         break;
     }

@@ -182,7 +182,7 @@ class WeightTest : public ::testing::TestWithParam<std::tuple<DType, DType>> {};
 
 TEST_P(WeightTest, ConvertsFromSourceType) {
   const auto [src_type, dtype] = GetParam();
-  const int64_t n_out = 5, n_in = 96;
+  const int64_t n_out = 5, n_in = dtype_block_elems(src_type) == 256 ? 512 : 96;
   const auto src = make_typed_rows(src_type, n_out, n_in, 11, /*extra_stride=*/6);
   const Weight w(dtype, n_out, n_in, src_type, src.bytes.data(), src.stride);
   EXPECT_EQ(w.dtype(), dtype);
@@ -203,7 +203,8 @@ TEST_P(WeightTest, ConvertsFromSourceType) {
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, WeightTest,
                          ::testing::Combine(::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0,
-                                                              DType::Q4_0, DType::Q4_1),
+                                                              DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q4_K,
+                                                              DType::Q6_K),
                                             ::testing::Values(DType::F32, DType::BF16)),
                          [](const auto& info) {
                            return std::string(dtype_name(std::get<0>(info.param))) + "_to_" +

@@ -156,7 +156,7 @@ class EmbeddingTest : public ::testing::TestWithParam<DType> {};
 // Exact up to 1e-6 relative (the fixture computes d·q + m the same way; only FMA contraction may differ).
 TEST_P(EmbeddingTest, GathersRows) {
   const DType type = GetParam();
-  const int64_t vocab = 50, hidden = 64;
+  const int64_t vocab = 50, hidden = 512;  // two K-quant super-blocks
   const auto table = make_typed_rows(type, vocab, hidden, 13, /*extra_stride=*/10);
   const std::vector<int32_t> ids = {0, 49, 7, 7, 23};
   std::vector<float> out(ids.size() * size_t(hidden));
@@ -169,7 +169,8 @@ TEST_P(EmbeddingTest, GathersRows) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, EmbeddingTest,
-                         ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1),
+                         ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
+                                           DType::Q5_0, DType::Q4_K, DType::Q6_K),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 // ------------------------------------------------------------------------------------------- add_inplace

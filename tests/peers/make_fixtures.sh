@@ -3,6 +3,12 @@
 #   tokenizer_ids.json  - token ids of tests/peers/tokenizer_strings.json (Q4_1 GGUF: the vocab is the same in all)
 #   greedy_f32.json     - greedy continuations of tests/peers/greedy_prompts.json on the F32 GGUF
 #   greedy_bf16.json    - the same on the BF16 GGUF
+#   greedy_q4_1.json    - the same on the original Q4_1 GGUF (llama.cpp quantizes activations to Q8_1)
+#   greedy_q8_0.json    - the same on the Q8_0 GGUF made by `tpserve convert --to gguf-q8_0` (activations Q8_0)
+#   greedy_q4_k_m.json  - the same on the Q4_K_M GGUF made by `tpserve convert --to gguf-q4_k_m`
+#   quant_<TYPE>.json   - llama-quantize's own files of the F32 GGUF (Q8_0, Q4_0, Q4_1, Q4_K_M, --pure Q4_K_S,
+#                         --pure Q6_K) summarized by quant_fixture.py: every tensor's type, CRC-32 of its
+#                         bytes, the first rows of a few tensors (tests/rank/quant_peer_test.cpp compares ours)
 # The F32/BF16 GGUFs are made by OUR converter (build/launch/tpserve convert). If that binary does not exist,
 # a development-only fallback uses llama.cpp's llama-quantize --allow-requantize (logged loudly, and recorded
 # in the fixtures' "model_source"); rerun this script once tpserve convert exists.
@@ -28,6 +34,8 @@ SELF="tests/peers/make_fixtures.sh"
 Q41=models/SmolLM2-135M-Instruct.Q4_1.gguf
 F32=models/SmolLM2-135M-Instruct.F32.gguf
 BF16=models/SmolLM2-135M-Instruct.BF16.gguf
+Q80=models/SmolLM2-135M-Instruct.Q8_0.gguf
+Q4KM=models/SmolLM2-135M-Instruct.Q4_K_M.gguf
 FIX=tests/peers/fixtures
 mkdir -p "$FIX"
 
@@ -62,6 +70,8 @@ convert() {  # convert OUT TO(gguf-f32|gguf-bf16) LLAMA_TYPE(F32|BF16)
 }
 convert "$F32" gguf-f32 F32
 convert "$BF16" gguf-bf16 BF16
+convert "$Q80" gguf-q8_0 Q8_0
+convert "$Q4KM" gguf-q4_k_m Q4_K_M
 
 run_oracle() {  # run_oracle MODE MODEL IN OUT [extra args...]
   local mode="$1" model="$2" in="$3" out="$4"; shift 4
@@ -86,6 +96,31 @@ run_oracle generate "$F32" tests/peers/greedy_prompts.json "$FIX/greedy_f32.json
   --n-predict 48 --n-ctx 512 --threads 2 --kv-type f32
 run_oracle generate "$BF16" tests/peers/greedy_prompts.json "$FIX/greedy_bf16.json" \
   --n-predict 48 --n-ctx 512 --threads 2 --kv-type f32
+
+run_oracle generate "$Q41" tests/peers/greedy_prompts.json "$FIX/greedy_q4_1.json" \
+  --n-predict 48 --n-ctx 512 --threads 2 --kv-type f32
+run_oracle generate "$Q80" tests/peers/greedy_prompts.json "$FIX/greedy_q8_0.json" \
+  --n-predict 48 --n-ctx 512 --threads 2 --kv-type f32
+run_oracle generate "$Q4KM" tests/peers/greedy_prompts.json "$FIX/greedy_q4_k_m.json" \
+  --n-predict 48 --n-ctx 512 --threads 2 --kv-type f32
+
+# llama-quantize's own quantization of the F32 GGUF, for tests/rank/quant_peer_test.cpp.
+QTMP="$(mktemp -d)"
+quant_fixture() {  # NAME [--pure] TYPE
+  local name="$1" cmd; shift
+  if [[ "$1" == --pure ]]; then cmd="$QUANTIZE --pure $F32 $QTMP/$name.gguf $2"; else cmd="$QUANTIZE $F32 $QTMP/$name.gguf $1"; fi
+  echo "[make_fixtures] $cmd"
+  $cmd >"$QTMP/$name.log" 2>&1 || { tail -20 "$QTMP/$name.log" >&2; exit 1; }
+  python3 tests/peers/quant_fixture.py "$QTMP/$name.gguf" "$SELF -> $cmd (F32: ${SOURCE[$F32]})" >"$FIX/quant_$name.json"
+  rm -f "$QTMP/$name.gguf"
+}
+quant_fixture q8_0 Q8_0
+quant_fixture q4_0 Q4_0
+quant_fixture q4_1 Q4_1
+quant_fixture q4_k_m Q4_K_M
+quant_fixture q4_k_pure --pure Q4_K_S
+quant_fixture q6_k_pure --pure Q6_K
+rm -rf "$QTMP"
 
 echo "[make_fixtures] done ($VERSION):"
 ls -l "$FIX"

@@ -7,7 +7,14 @@
 // Prompt logprobs (SeqPlan::prompt_targets, top 5): the TP group's prefill rows equal tp 1's within TOL, and
 // both equal the decode path (the same prompt fed one token at a time, each next token scored from the
 // sampling row): the logprob of every prompt token and the top-5 values.
-//   tp_equivalence MODEL DTYPE TOL [GEN=32]
+// GGUF block-quantized weights run kept as their blocks (QUANTIZED=keep, the default) or dequantized to DTYPE.
+// Kept, the activations are quantized to int8 per block (kernels/cpu/gemm_gguf.h): the row-parallel partial
+// sums, added in another order than tp 1's single dot product, move a value across a rounding boundary now
+// and then and the difference grows through the layers to the size of the activation rounding itself
+// (≈ 1 logit max-abs-diff, the same as kept vs dequantized at tp 1), so those runs take a TOL of that size.
+// The exactness of the slices themselves is tested below that level: tests/rank/weight_loader_test.cpp (a kept
+// slice is exactly the columns' blocks) and tests/kernels/test_gemm_gguf.cpp (slices sum to the whole).
+//   tp_equivalence MODEL DTYPE TOL [GEN=32] [QUANTIZED=keep|dequantize]
 // Prints one line per prompt and "N passed, M failed"; exits non-zero on any failure.
 #include <algorithm>
 #include <cmath>
@@ -51,12 +58,13 @@ int run(int argc, char** argv) {
   const DType dtype = parse_dtype(argv[2]);
   const float tol = std::strtof(argv[3], nullptr);
   const int gen = argc > 4 ? std::atoi(argv[4]) : 32;
+  const WeightLoadOptions load{dtype, argc > 5 ? parse_quantized_mode(argv[5], "QUANTIZED") : true};
 
   MpiSession mpi(&argc, &argv);
   MpiCommunicator world = MpiCommunicator::world();
   cpu::set_num_threads(1);
   auto file = open_model(path);
-  LlamaModel model(*file, dtype, &world);
+  LlamaModel model(*file, load, &world);
   const int64_t vocab = model.config().vocab, tp = world.size();
   KvPool pool(model.kv_shape(64, 16));
   Worker worker(model, pool, &world);
@@ -70,13 +78,13 @@ int run(int argc, char** argv) {
     return 0;
   }
   int passed = 0, failed = 0;
-  LlamaModel ref_model(*file, dtype, nullptr);
+  LlamaModel ref_model(*file, load, nullptr);
   {
     const ModelConfig& c = model.config();
     const int64_t total = ref_model.resident_weight_bytes();
     const int64_t norms = (2 * c.n_layers + 1) * c.hidden * int64_t(sizeof(float));
     const TpLayout& l = model.layout();
-    const int64_t wbytes = dtype == DType::BF16 ? 2 : 4;
+    const int64_t wbytes = dtype == DType::BF16 ? 2 : 4;  // K/V rows (dense only: no quantized synth models)
     const int64_t kv_extra =
         l.kv_replicated ? 2 * c.n_layers * c.hidden * c.head_dim * (1 - double(c.n_kv_heads) / double(tp)) * wbytes : 0;
     const double expected = double(total - norms) / double(tp) + double(norms + kv_extra);

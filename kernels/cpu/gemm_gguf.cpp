@@ -1,0 +1,249 @@
+// GGUF block GEMM: activation quantization, the portable kernel, and the dispatch (see gemm_gguf.h).
+#include "kernels/cpu/gemm_gguf.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "common/dtype.h"
+#include "common/error.h"
+#include "kernels/cpu/gemv.h"
+
+namespace tp::cpu::detail {
+
+namespace {
+
+float f16_round(float v) { return f16_to_f32(f32_to_f16(v)); }
+
+// Round half to even for |v| ≤ 2^22 (here |v| ≤ 127.5): llama.cpp's nearest_int, and what _mm256_round_ps
+// (_MM_ROUND_NEAREST) gives; std::nearbyint would be a libm call per element without SSE4.1.
+inline int round_even(float v) {
+  const float t = v + 12582912.f;
+  int i;
+  std::memcpy(&i, &t, sizeof i);
+  return (i & 0x007fffff) - 0x00400000;
+}
+
+uint16_t u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+// Q8_0 / Q8_1 of one row (llama.cpp's x86 quantize_row_q8_0 / q8_1: id = 127 / amax, round half to even).
+void quantize_row_q8_32(const float* x, int64_t n, bool q8_1, int8_t* q, float* d, float* s) {
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const float* xb = x + b * 32;
+    float amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    const float db = amax / 127.f, id = amax != 0.0f ? 127.f / amax : 0.0f;
+    int sum = 0;
+    for (int j = 0; j < 32; ++j) {
+      const int v = round_even(xb[j] * id);
+      q[b * 32 + j] = int8_t(v);
+      sum += v;
+    }
+    d[b] = f16_round(db);
+    s[b] = q8_1 ? f16_round(db * float(sum)) : d[b] * float(sum);
+  }
+}
+
+// Q8_K of one row (llama.cpp's quantize_row_q8_K_ref).
+void quantize_row_q8_k(const float* x, int64_t n, int8_t* q, float* d, int16_t* bsums) {
+  for (int64_t b = 0; b < n / 256; ++b) {
+    const float* xb = x + b * 256;
+    int8_t* qb = q + b * 256;
+    float max = 0, amax = 0;
+    for (int j = 0; j < 256; ++j) {
+      const float ax = std::fabs(xb[j]);
+      if (ax > amax) {
+        amax = ax;
+        max = xb[j];
+      }
+    }
+    if (amax == 0.0f) {
+      d[b] = 0;
+      std::memset(qb, 0, 256);
+      std::fill(bsums + b * 16, bsums + b * 16 + 16, int16_t(0));
+      continue;
+    }
+    const float iscale = -127.f / max;
+    for (int j = 0; j < 256; ++j) qb[j] = int8_t(std::min(127, round_even(iscale * xb[j])));
+    for (int j = 0; j < 16; ++j) {
+      int sum = 0;
+      for (int k = 0; k < 16; ++k) sum += qb[j * 16 + k];
+      bsums[b * 16 + j] = int16_t(sum);
+    }
+    d[b] = 1 / iscale;
+  }
+}
+
+// ------------------------------------------------------------------------------------------------ portable
+// One output: weight row `wr` (row_bytes of blocks) · activation row g.
+float dot_portable(WeightFormat f, const uint8_t* wr, const GgufActs& a, int64_t g) {
+  const int64_t nb = a.n_blocks(), n = a.n_in;
+  const int8_t* xq = a.q.data() + g * n;
+  const float* xd = a.d.data() + g * nb;
+  float acc = 0;
+  switch (f) {
+    case WeightFormat::GgufQ8_0:
+      for (int64_t b = 0; b < nb; ++b, wr += 34) {
+        int sum = 0;
+        for (int j = 0; j < 32; ++j) sum += int(int8_t(wr[2 + j])) * xq[b * 32 + j];
+        acc += f16_to_f32(u16(wr)) * xd[b] * float(sum);
+      }
+      return acc;
+    case WeightFormat::GgufQ4_0:
+    case WeightFormat::GgufQ4_1:
+    case WeightFormat::GgufQ5_0: {
+      const float* xs = a.s.data() + g * nb;
+      const int64_t bytes = f == WeightFormat::GgufQ4_0 ? 18 : f == WeightFormat::GgufQ4_1 ? 20 : 22;
+      for (int64_t b = 0; b < nb; ++b, wr += bytes) {
+        const float dw = f16_to_f32(u16(wr));
+        const uint8_t* qs = wr + (f == WeightFormat::GgufQ4_0 ? 2 : f == WeightFormat::GgufQ4_1 ? 4 : 6);
+        uint32_t qh = 0;
+        if (f == WeightFormat::GgufQ5_0) std::memcpy(&qh, wr + 2, 4);
+        int sum = 0;
+        for (int j = 0; j < 16; ++j) {
+          const int u0 = (qs[j] & 15) | int(((qh >> j) & 1) << 4), u1 = (qs[j] >> 4) | int(((qh >> (j + 16)) & 1) << 4);
+          sum += u0 * xq[b * 32 + j] + u1 * xq[b * 32 + j + 16];
+        }
+        acc += dw * xd[b] * float(sum);
+        if (f == WeightFormat::GgufQ4_1)
+          acc += f16_to_f32(u16(wr + 2)) * xs[b];
+        else
+          acc -= (f == WeightFormat::GgufQ4_0 ? 8.0f : 16.0f) * dw * xs[b];
+      }
+      return acc;
+    }
+    case WeightFormat::GgufQ4_K: {
+      const int16_t* bs = a.bsums.data() + g * (n / 16);
+      for (int64_t b = 0; b < nb; ++b, wr += 144) {
+        const uint8_t* sc = wr + 4;
+        const uint8_t* qs = wr + 16;
+        int sumi = 0, summ = 0;
+        for (int j = 0; j < 8; ++j) {
+          const int s = j < 4 ? sc[j] & 63 : (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
+          const int m = j < 4 ? sc[j + 4] & 63 : (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+          const uint8_t* q = qs + 32 * (j / 2);
+          int sum = 0;
+          for (int l = 0; l < 32; ++l) sum += ((j % 2 ? q[l] >> 4 : q[l] & 15)) * xq[b * 256 + 32 * j + l];
+          sumi += s * sum;
+          summ += m * (bs[b * 16 + 2 * j] + bs[b * 16 + 2 * j + 1]);
+        }
+        const float dx = xd[b];
+        acc += f16_to_f32(u16(wr)) * dx * float(sumi) - f16_to_f32(u16(wr + 2)) * dx * float(summ);
+      }
+      return acc;
+    }
+    case WeightFormat::GgufQ6_K: {
+      const int16_t* bs = a.bsums.data() + g * (n / 16);
+      for (int64_t b = 0; b < nb; ++b, wr += 210) {
+        const auto* sc = reinterpret_cast<const int8_t*>(wr + 192);
+        int sumi = 0, corr = 0;
+        for (int h = 0; h < 2; ++h) {
+          const uint8_t* ql = wr + 64 * h;
+          const uint8_t* qh = wr + 128 + 32 * h;
+          for (int l = 0; l < 32; ++l) {
+            const int u[4] = {(ql[l] & 15) | ((qh[l] & 3) << 4), (ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4),
+                              (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4), (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)};
+            for (int k = 0; k < 4; ++k) {
+              const int e = 128 * h + 32 * k + l;
+              sumi += sc[e / 16] * u[k] * xq[b * 256 + e];
+            }
+          }
+        }
+        for (int k = 0; k < 16; ++k) corr += sc[k] * bs[b * 16 + k];
+        acc += f16_to_f32(u16(wr + 208)) * xd[b] * float(sumi - 32 * corr);
+      }
+      return acc;
+    }
+    default: throw Error("gemm_gguf: " + std::string(weight_format_name(f)) + " is not a GGUF block format");
+  }
+}
+
+}  // namespace
+
+void gguf_rows_portable(const PackedWeight& w, const GgufActs& a, int64_t r0, int64_t r1, float* y) {
+  const int64_t rb = w.row_bytes();
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t g = 0; g < a.m; ++g) y[g * w.n_out + r] = dot_portable(w.format, w.data.data() + r * rb, a, g);
+}
+
+const char* gguf_kernel_name(GgufKernel k) {
+  switch (k) {
+    case GgufKernel::Best: return "best";
+    case GgufKernel::Avx512Vnni: return "avx512_vnni";
+    case GgufKernel::Avx2: return "avx2";
+    case GgufKernel::Portable: return "portable";
+  }
+  return "?";
+}
+
+bool gguf_kernel_available(GgufKernel k) {
+  static const bool avx2 = cpu_has_avx2() && __builtin_cpu_supports("f16c");
+  static const bool vnni = avx2 && cpu_has_avx512f() && __builtin_cpu_supports("avx512vnni");
+  switch (k) {
+    case GgufKernel::Avx512Vnni: return vnni;
+    case GgufKernel::Avx2: return avx2;
+    default: return true;
+  }
+}
+
+GgufActType gguf_act_type(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::GgufQ8_0:
+    case WeightFormat::GgufQ4_0:
+    case WeightFormat::GgufQ5_0: return GgufActType::Q8_0;
+    case WeightFormat::GgufQ4_1: return GgufActType::Q8_1;
+    case WeightFormat::GgufQ4_K:
+    case WeightFormat::GgufQ6_K: return GgufActType::Q8_K;
+    default: throw Error("gemm_gguf: " + std::string(weight_format_name(f)) + " is not a GGUF block format");
+  }
+}
+
+void quantize_gguf_acts(const float* x, int64_t m, int64_t n_in, GgufActType type, GgufActs* out) {
+  out->type = type;
+  out->m = m;
+  out->n_in = n_in;
+  const int64_t nb = out->n_blocks();
+  out->q.resize(size_t(m * n_in));
+  out->d.resize(size_t(m * nb));
+  if (type == GgufActType::Q8_K) {
+    out->bsums.resize(size_t(m * n_in / 16));
+    for (int64_t g = 0; g < m; ++g)
+      quantize_row_q8_k(x + g * n_in, n_in, out->q.data() + g * n_in, out->d.data() + g * nb,
+                        out->bsums.data() + g * (n_in / 16));
+  } else {
+    out->s.resize(size_t(m * nb));
+    for (int64_t g = 0; g < m; ++g)
+      quantize_row_q8_32(x + g * n_in, n_in, type == GgufActType::Q8_1, out->q.data() + g * n_in,
+                         out->d.data() + g * nb, out->s.data() + g * nb);
+  }
+}
+
+void gemm_gguf(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, GgufKernel kernel) {
+  const GgufActType act = gguf_act_type(w.format);
+  if (kernel == GgufKernel::Best)
+    kernel = gguf_kernel_available(GgufKernel::Avx512Vnni) ? GgufKernel::Avx512Vnni
+             : gguf_kernel_available(GgufKernel::Avx2)     ? GgufKernel::Avx2
+                                                           : GgufKernel::Portable;
+  if (!gguf_kernel_available(kernel))
+    throw Error(std::string("gemm_gguf: this CPU has no ") + gguf_kernel_name(kernel) + " kernel");
+  const GgufRowsFn rows = kernel == GgufKernel::Avx512Vnni ? gguf_rows_vnni
+                          : kernel == GgufKernel::Avx2     ? gguf_rows_avx2
+                                                           : gguf_rows_portable;
+  thread_local GgufActs a;
+  quantize_gguf_acts(x, m, w.n_in, act, &a);
+  // Chunks of 8 rows (the SIMD kernels take rows in pairs); static split over the threads.
+  constexpr int64_t kChunk = 8;
+  const int64_t n_chunks = (w.n_out + kChunk - 1) / kChunk;
+  const bool parallel = n_threads > 1 && n_chunks > 1 && worth_parallel(w.n_out * w.row_bytes() * ((m + 3) / 4));
+  const GgufActs& acts = a;
+#pragma omp parallel for schedule(static) num_threads(n_threads) if (parallel)
+  for (int64_t c = 0; c < n_chunks; ++c)
+    rows(w, acts, c * kChunk, std::min(w.n_out, (c + 1) * kChunk), y);
+}
+
+}  // namespace tp::cpu::detail

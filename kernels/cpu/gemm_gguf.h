@@ -1,0 +1,64 @@
+// Private to kernels/cpu: y = x · Wᵀ for GGUF block weights (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K) read as they
+// are stored, with int8 × int8 dot products.
+//
+// Activations are quantized on the fly, per row of x, to the type llama.cpp's CPU backend pairs with each
+// weight type (its `vec_dot_type`), so that our results compare like with like with llama.cpp:
+//   Q8_0, Q4_0, Q5_0 weights  x as Q8_0: per 32-block, d = max|x| / 127 (kept rounded to F16, as llama.cpp
+//                             stores it), q = round-half-even(x · 127 / max|x|) in [-127, 127]
+//   Q4_1 weights              x as Q8_1: the same q and d, plus s = F16(d · Σq) for the min term
+//   Q4_K, Q6_K weights        x as Q8_K: per 256-block, iscale = -127 / (the value of largest magnitude),
+//                             q = round-half-even(iscale · x) ≤ 127, d = 1 / iscale (F32), Σq per 16
+// Each output is then Σ_blocks d_w · d_x · Σ(q_w · q_x) (+ the block's offset / min term), the integer sums
+// exact (no saturation: every product pair fits int16, see gemm_gguf_simd.inc), the float sum in F32.
+// Versus the F32 reference (W dequantized, x unquantized, F64 sums) the error is the activations' rounding:
+// within Σ|w|·d_x/2 per output; NMSE ≈ 1e-5 on smooth activations, up to ~1e-3 with outliers in the block
+// (tests/kernels/test_gemm_gguf.cpp states the bounds).
+//
+// Kernels: AVX-512 VNNI (vpdpbusd on 256-bit vectors: u8 weights or |w| × s8 activations, the sign trick for
+// Q8_0), AVX2 (the same code with vpmaddubsw + vpmaddwd: the two give identical integers), portable C++.
+// Threads (OpenMP) split the output rows. Decode (m = 1) takes 4 weight rows a tile (2 for the K-quants): one
+// activation load feeds several rows and the accumulator chains run side by side; for m > 1 each block of
+// weights read is used for up to 4 rows of x while it is in registers.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "common/packed_weight.h"
+
+namespace tp::cpu::detail {
+
+enum class GgufKernel : uint8_t { Best, Avx512Vnni, Avx2, Portable };
+const char* gguf_kernel_name(GgufKernel k);
+// Whether this CPU runs the kernel (Best and Portable: always; Avx2: avx2 + fma + f16c; Avx512Vnni: the
+// above + avx512f/bw/vl + avx512_vnni).
+bool gguf_kernel_available(GgufKernel k);
+
+// The activation type llama.cpp pairs with a GGUF weight format (see above).
+enum class GgufActType : uint8_t { Q8_0, Q8_1, Q8_K };
+GgufActType gguf_act_type(WeightFormat f);
+
+// m rows of x [m, n_in] quantized as `type`. n_in a multiple of the block (32; 256 for Q8_K).
+struct GgufActs {
+  GgufActType type = GgufActType::Q8_0;
+  int64_t m = 0, n_in = 0;
+  std::vector<int8_t> q;      // [m, n_in]
+  std::vector<float> d;       // [m, n_in / block]: the scale (Q8_0/Q8_1: the F16-rounded value)
+  std::vector<float> s;       // Q8_0: d · Σq of each 32-block; Q8_1: F16(d_unrounded · Σq) (llama.cpp's s)
+  std::vector<int16_t> bsums; // Q8_K: [m, n_in / 16] Σq of each 16
+  int64_t n_blocks() const { return n_in / (type == GgufActType::Q8_K ? 256 : 32); }
+};
+void quantize_gguf_acts(const float* x, int64_t m, int64_t n_in, GgufActType type, GgufActs* out);
+
+// y[m, n_out] = x[m, n_in] · Wᵀ, W a GGUF block format. Throws tp::Error for another format or a kernel this
+// CPU lacks.
+void gemm_gguf(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads,
+               GgufKernel kernel = GgufKernel::Best);
+
+// One ISA's rows [r0, r1) of y for all m rows of the quantized activations (gemm_gguf_avx2.cpp /
+// gemm_gguf_vnni.cpp; the portable one in gemm_gguf.cpp). y [m, n_out].
+using GgufRowsFn = void (*)(const PackedWeight& w, const GgufActs& a, int64_t r0, int64_t r1, float* y);
+void gguf_rows_avx2(const PackedWeight& w, const GgufActs& a, int64_t r0, int64_t r1, float* y);
+void gguf_rows_vnni(const PackedWeight& w, const GgufActs& a, int64_t r0, int64_t r1, float* y);
+void gguf_rows_portable(const PackedWeight& w, const GgufActs& a, int64_t r0, int64_t r1, float* y);
+
+}  // namespace tp::cpu::detail

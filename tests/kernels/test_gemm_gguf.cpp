@@ -1,0 +1,225 @@
+// The GGUF block kernels (kernels/cpu/gemm_gguf.h) against the F32 reference (packed_linear_reference: W
+// dequantized, x as given, F64 sums) over parametrized shapes, on every kernel this CPU runs (portable, AVX2,
+// AVX-512 VNNI where present — this test cannot exercise VNNI on a CPU without it, and says so).
+//
+// Bounds (random blocks; x uniform in [-1, 1] with every 97th element ×8, so a third of the 32-blocks have a
+// max of ~8 and a 8× coarser activation step):
+//   vs the F32 reference, the activations' int8 rounding (llama.cpp's Q8_0 / Q8_1 / Q8_K):
+//     every output: |y − ref| ≤ Σ_k |w_k| · d_x(k) / 2 (+ the kernel bound below) — the hard bound of
+//     round-to-nearest with step d_x; and NMSE = Σ(y − ref)² / Σ ref² over each shape's outputs ≤ 1e-3 for
+//     32-block activations (Q8_0 / Q8_1; expected ≈ 3e-4 with these outliers, measured worst 5.7e-4) and
+//     ≤ 3e-3 for Q8_K (256-blocks: every block holds an outlier, expected ≈ 6e-4, measured worst 1.45e-3
+//     on a single output).
+//   between kernels (portable vs AVX2 vs VNNI): the same integers, F32 sums in another order:
+//     |y_a − y_b| ≤ 1e-5 · Σ_k |x_k · w_k|; measured worst 1.8e-7 · Σ|x·w|.
+//   column slices (a TP row-parallel split on block boundaries): Σ over the slices = the whole, same bound
+//     as between kernels (the activation blocks quantize identically because slices fall on blocks).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "kernels/cpu/gemm_gguf.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/packed_linear.h"
+#include "tests/kernels/fixtures.h"
+
+namespace tp::cpu::detail {
+namespace {
+
+constexpr double kNmseVsF32 = 1e-3;      // Q8_0 / Q8_1 activations
+constexpr double kNmseVsF32Q8K = 3e-3;  // Q8_K activations
+constexpr double kKernelRel = 1e-5;
+
+PackedWeight make_weight(DType t, int64_t n_out, int64_t n_in, uint32_t seed) {
+  const auto rows = test::make_typed_rows(t, n_out, n_in, seed);
+  PackedWeight w;
+  w.format = gguf_weight_format(t);
+  w.n_out = n_out;
+  w.n_in = n_in;
+  w.data = AlignedBytes(n_out * w.row_bytes());
+  for (int64_t r = 0; r < n_out; ++r)
+    std::memcpy(w.data.data() + r * w.row_bytes(), rows.bytes.data() + r * rows.stride, size_t(w.row_bytes()));
+  check_packed_weight(w);
+  return w;
+}
+
+// Columns [c0, c1) of w (block-aligned).
+PackedWeight slice_cols(const PackedWeight& w, int64_t c0, int64_t c1) {
+  PackedWeight s;
+  s.format = w.format;
+  s.n_out = w.n_out;
+  s.n_in = c1 - c0;
+  s.data = AlignedBytes(s.n_out * s.row_bytes());
+  const int64_t off = dtype_row_bytes(gguf_block_dtype(w.format), c0);
+  for (int64_t r = 0; r < w.n_out; ++r)
+    std::memcpy(s.data.data() + r * s.row_bytes(), w.data.data() + r * w.row_bytes() + off, size_t(s.row_bytes()));
+  return s;
+}
+
+std::vector<float> make_x(int64_t m, int64_t n_in, uint32_t seed) {
+  auto x = test::random_floats(size_t(m * n_in), seed);
+  for (size_t i = 0; i < x.size(); i += 97) x[i] *= 8;  // outliers: blocks with a large max
+  return x;
+}
+
+double nmse(const std::vector<float>& y, const std::vector<float>& ref) {
+  double e = 0, s = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    e += (double(y[i]) - ref[i]) * (double(y[i]) - ref[i]);
+    s += double(ref[i]) * ref[i];
+  }
+  return s > 0 ? e / s : e;
+}
+
+// Σ_k |x_k · w_k| for every output: the scale of F32 summation-order differences.
+std::vector<double> abs_sums(const std::vector<float>& x, int64_t m, const PackedWeight& w) {
+  std::vector<float> wd(size_t(w.n_out * w.n_in));
+  dequantize_rows(w, 0, w.n_out, wd.data());
+  std::vector<double> out(size_t(m * w.n_out));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t r = 0; r < w.n_out; ++r) {
+      double s = 0;
+      for (int64_t k = 0; k < w.n_in; ++k) s += std::fabs(double(x[size_t(i * w.n_in + k)]) * wd[size_t(r * w.n_in + k)]);
+      out[size_t(i * w.n_out + r)] = s;
+    }
+  return out;
+}
+
+double g_worst_kernel_rel = 0;
+
+void expect_close(const std::vector<float>& a, const std::vector<float>& b, const std::vector<double>& scale,
+                  const std::string& what) {
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double err = std::fabs(double(a[i]) - b[i]);
+    g_worst_kernel_rel = std::max(g_worst_kernel_rel, err / (scale[i] + 1e-30));
+    ASSERT_LE(err, kKernelRel * scale[i] + 1e-30) << what << " at " << i << ": " << a[i] << " vs " << b[i];
+  }
+}
+
+using Shape = std::tuple<DType, int64_t /*m*/, int64_t /*n_out*/, int64_t /*blocks in a row*/>;
+
+class GemmGguf : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(GemmGguf, MatchesTheF32ReferenceOnEveryKernel) {
+  const auto [t, m, n_out, n_blocks] = GetParam();
+  const int64_t n_in = n_blocks * dtype_block_elems(t);
+  const PackedWeight w = make_weight(t, n_out, n_in, uint32_t(7 + m + n_out));
+  const auto x = make_x(m, n_in, uint32_t(100 + m));
+  std::vector<float> ref(size_t(m * n_out));
+  packed_linear_reference(x.data(), m, w, ref.data(), 2);
+
+  std::vector<float> portable(size_t(m * n_out), NAN);
+  gemm_gguf(x.data(), m, w, portable.data(), 2, GgufKernel::Portable);
+  const double e = nmse(portable, ref);
+  EXPECT_LE(e, gguf_act_type(w.format) == GgufActType::Q8_K ? kNmseVsF32Q8K : kNmseVsF32) << "portable vs F32 reference";
+  const auto scale = abs_sums(x, m, w);
+  {
+    GgufActs a;
+    quantize_gguf_acts(x.data(), m, n_in, gguf_act_type(w.format), &a);
+    const int64_t blk = n_in / a.n_blocks();
+    std::vector<float> wd(size_t(n_out * n_in));
+    dequantize_rows(w, 0, n_out, wd.data());
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t r = 0; r < n_out; ++r) {
+        double hard = 0;
+        for (int64_t k = 0; k < n_in; ++k)
+          hard += std::fabs(double(wd[size_t(r * n_in + k)])) * std::fabs(a.d[size_t(i * a.n_blocks() + k / blk)]) / 2;
+        const size_t o = size_t(i * n_out + r);
+        ASSERT_LE(std::fabs(double(portable[o]) - ref[o]), hard * 1.0001 + kKernelRel * scale[o]) << "output " << o;
+      }
+  }
+  g_worst_kernel_rel = 0;
+
+  for (GgufKernel k : {GgufKernel::Avx2, GgufKernel::Avx512Vnni}) {
+    if (!gguf_kernel_available(k)) {
+      std::printf("[gemm_gguf] %s kernel not run: this CPU lacks it\n", gguf_kernel_name(k));
+      continue;
+    }
+    for (int threads : {1, 2}) {
+      std::vector<float> y(size_t(m * n_out), NAN);
+      gemm_gguf(x.data(), m, w, y.data(), threads, k);
+      expect_close(y, portable, scale, std::string(gguf_kernel_name(k)) + " vs portable, threads " + std::to_string(threads));
+    }
+  }
+  std::printf("[gemm_gguf] %s m=%lld [%lld x %lld]: NMSE vs F32 %.2e, kernels vs portable worst %.1e of sum|x*w|\n",
+              std::string(dtype_name(t)).c_str(), (long long)m, (long long)n_out, (long long)n_in, e, g_worst_kernel_rel);
+
+  // linear() on a cpu::Weight takes the best kernel.
+  const Weight cw(make_weight(t, n_out, n_in, uint32_t(7 + m + n_out)));
+  std::vector<float> via_linear(size_t(m * n_out), NAN), best(size_t(m * n_out), NAN);
+  linear(x.data(), m, cw, via_linear.data());
+  gemm_gguf(x.data(), m, w, best.data(), num_threads(), GgufKernel::Best);
+  expect_close(via_linear, best, scale, "linear() vs gemm_gguf");
+}
+
+TEST_P(GemmGguf, ColumnSlicesSumToTheWhole) {
+  const auto [t, m, n_out, n_blocks_param] = GetParam();
+  const int64_t n_blocks = std::max<int64_t>(n_blocks_param, 6);  // three slices of whole blocks
+  const int64_t blk = dtype_block_elems(t), n_in = n_blocks * blk;
+  const PackedWeight w = make_weight(t, n_out, n_in, 11);
+  const auto x = make_x(m, n_in, 12);
+  std::vector<float> whole(size_t(m * n_out));
+  gemm_gguf(x.data(), m, w, whole.data(), 1);
+  // Three ranks' column ranges, on block boundaries.
+  const int64_t cuts[4] = {0, blk * (n_blocks / 3), blk * (2 * n_blocks / 3), n_in};
+  std::vector<float> sum(size_t(m * n_out), 0.0f), part(size_t(m * n_out));
+  for (int k = 0; k < 3; ++k) {
+    const PackedWeight s = slice_cols(w, cuts[k], cuts[k + 1]);
+    std::vector<float> xs(size_t(m * s.n_in));
+    for (int64_t i = 0; i < m; ++i)
+      std::memcpy(xs.data() + i * s.n_in, x.data() + i * n_in + cuts[k], size_t(s.n_in) * sizeof(float));
+    gemm_gguf(xs.data(), m, s, part.data(), 1);
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
+  }
+  expect_close(sum, whole, abs_sums(x, m, w), "sum of column slices vs whole");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, GemmGguf,
+    ::testing::Combine(::testing::Values(DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q4_K, DType::Q6_K),
+                       ::testing::Values(1, 2, 3, 7, 16, 33),
+                       ::testing::Values(1, 7, 34),  // odd row counts, a pair remainder
+                       ::testing::Values(1, 6)),     // blocks a row: 32 / 192 (256 / 1536 for the K types)
+    [](const auto& info) {
+      return std::string(dtype_name(std::get<0>(info.param))) + "_m" + std::to_string(std::get<1>(info.param)) +
+             "_out" + std::to_string(std::get<2>(info.param)) + "_b" + std::to_string(std::get<3>(info.param));
+    });
+
+// Q8_K (llama.cpp's quantize_row_q8_K_ref): the value of largest magnitude maps to ∓127, every q·d is within
+// d/2 of x, and bsums are the 16-sums.
+TEST(GgufActs, Q8KAndQ8_0AsLlamaCpp) {
+  const auto x = make_x(2, 512, 5);
+  GgufActs a;
+  quantize_gguf_acts(x.data(), 2, 512, GgufActType::Q8_K, &a);
+  for (int64_t b = 0; b < 4; ++b) {
+    const float d = a.d[size_t(b)];
+    for (int j = 0; j < 256; ++j) {
+      const size_t i = size_t(b * 256 + j);
+      ASSERT_LE(std::fabs(a.q[i] * d - x[i]), std::fabs(d) * 0.5001f) << i;
+    }
+    for (int k = 0; k < 16; ++k) {
+      int s = 0;
+      for (int j = 0; j < 16; ++j) s += a.q[size_t(b * 256 + 16 * k + j)];
+      EXPECT_EQ(a.bsums[size_t(b * 16 + k)], s);
+    }
+  }
+  quantize_gguf_acts(x.data(), 2, 512, GgufActType::Q8_1, &a);
+  for (int64_t b = 0; b < 32; ++b) {
+    float amax = 0;
+    int s = 0;
+    for (int j = 0; j < 32; ++j) {
+      amax = std::max(amax, std::fabs(x[size_t(b * 32 + j)]));
+      s += a.q[size_t(b * 32 + j)];
+    }
+    EXPECT_EQ(a.d[size_t(b)], f16_to_f32(f32_to_f16(amax / 127)));
+    EXPECT_EQ(a.s[size_t(b)], f16_to_f32(f32_to_f16(amax / 127 * float(s))));
+  }
+}
+
+}  // namespace
+}  // namespace tp::cpu::detail

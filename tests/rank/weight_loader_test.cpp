@@ -1,0 +1,217 @@
+// rank/weight_loader: GGUF block-quantized tensors kept as their blocks (the default) or dequantized.
+//   - a kept slice holds exactly the file's blocks: dequantized, it equals the dequantize path's F32 values
+//     bit for bit, rows and block-aligned columns alike;
+//   - a fused layer over mixed block types (Q5_0 q|k, Q8_0 v, as llama-quantize's Q4_K_M mix makes for
+//     SmolLM2) gives one weight per run of the same type;
+//   - a row-parallel slice off the blocks is refused naming the tensor and the TP degrees that fit; the
+//     dequantize path slices anywhere;
+//   - a block whose scale is not finite is refused naming the tensor, row and block;
+//   - the real Q4_1 model keeps Q4_1 / Q8_0 blocks and its resident bytes are those of the blocks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "rank/gguf_writer.h"
+#include "rank/llama_model.h"
+#include "rank/model_file.h"
+#include "rank/weight_loader.h"
+#include "tests/rank/loader_test_util.h"
+
+namespace tp {
+namespace {
+
+using test::TempDir;
+
+constexpr int64_t kHidden = 384, kHeads = 3, kInter = 768, kVocab = 16;
+
+// Blocks of type t for [rows, cols] with random codes and finite F16 scales in [0.005, 0.02].
+std::vector<uint8_t> random_blocks(DType t, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int64_t n = rows * dtype_row_bytes(t, cols), bb = dtype_block_bytes(t);
+  std::vector<uint8_t> b(static_cast<size_t>(n));
+  for (auto& v : b) v = uint8_t(rng());
+  for (int64_t k = 0; k < n / bb; ++k) {
+    uint8_t* blk = b.data() + k * bb;
+    const int at = t == DType::Q6_K ? 208 : 0, n_f16 = (t == DType::Q4_1 || t == DType::Q4_K) ? 2 : 1;
+    for (int j = 0; j < n_f16; ++j) {
+      const uint16_t h = f32_to_f16(0.005f + 0.015f * float(rng() % 1000) / 1000.0f);
+      std::memcpy(blk + at + 2 * j, &h, 2);
+    }
+  }
+  return b;
+}
+
+// A one-layer llama GGUF (hidden 384, 3 heads of 128, intermediate 768): q|k Q5_0, v Q8_0, o Q4_0, gate Q4_1,
+// up Q8_0, down Q4_K (768 = 3 × 256; the 384-column tensors cannot be K-quants).
+void write_mixed_model(const std::string& path, bool nan_scale = false) {
+  GgufWriter w;
+  w.set("general.architecture", GgufValue::make_string("llama"));
+  w.set("llama.block_count", GgufValue::make_u32(1));
+  w.set("llama.context_length", GgufValue::make_u32(64));
+  w.set("llama.embedding_length", GgufValue::make_u32(uint32_t(kHidden)));
+  w.set("llama.feed_forward_length", GgufValue::make_u32(uint32_t(kInter)));
+  w.set("llama.attention.head_count", GgufValue::make_u32(uint32_t(kHeads)));
+  w.set("llama.attention.head_count_kv", GgufValue::make_u32(uint32_t(kHeads)));
+  w.set("llama.vocab_size", GgufValue::make_u32(uint32_t(kVocab)));
+  auto add = [&](const std::string& name, DType t, int64_t rows, int64_t cols, uint32_t seed, bool bad = false) {
+    auto bytes = std::make_shared<std::vector<uint8_t>>(random_blocks(t, rows, cols, seed));
+    if (bad) {  // row 2, block 1: scale NaN
+      const uint16_t nan = 0x7e00;
+      std::memcpy(bytes->data() + 2 * dtype_row_bytes(t, cols) + dtype_block_bytes(t), &nan, 2);
+    }
+    w.add_tensor(name, dtype_to_ggml(t), {cols, rows}, [bytes](uint8_t* d) { std::memcpy(d, bytes->data(), bytes->size()); });
+  };
+  auto vec = [&](const std::string& name, int64_t n) {
+    w.add_tensor(name, GgmlType::F32, {n}, [n](uint8_t* d) {
+      for (int64_t k = 0; k < n; ++k) {
+        const float one = 1.0f;
+        std::memcpy(d + 4 * k, &one, 4);
+      }
+    });
+  };
+  add("token_embd.weight", DType::Q8_0, kVocab, kHidden, 1);
+  vec("output_norm.weight", kHidden);
+  vec("blk.0.attn_norm.weight", kHidden);
+  vec("blk.0.ffn_norm.weight", kHidden);
+  add("blk.0.attn_q.weight", DType::Q5_0, kHidden, kHidden, 2);
+  add("blk.0.attn_k.weight", DType::Q5_0, kHidden, kHidden, 3);
+  add("blk.0.attn_v.weight", DType::Q8_0, kHidden, kHidden, 4, nan_scale);
+  add("blk.0.attn_output.weight", DType::Q4_0, kHidden, kHidden, 5);
+  add("blk.0.ffn_gate.weight", DType::Q4_1, kInter, kHidden, 6);
+  add("blk.0.ffn_up.weight", DType::Q8_0, kInter, kHidden, 7);
+  add("blk.0.ffn_down.weight", DType::Q4_K, kHidden, kInter, 8);
+  w.write(path);
+}
+
+std::vector<float> dequantized(const cpu::Weight& w) {
+  std::vector<float> out(size_t(w.n_out() * w.n_in()));
+  if (w.dense()) {
+    EXPECT_EQ(w.dtype(), DType::F32);
+    std::memcpy(out.data(), w.data(), out.size() * sizeof(float));
+  } else {
+    dequantize_rows(w.packed(), 0, w.n_out(), out.data());
+  }
+  return out;
+}
+
+const WeightLoadOptions kKeep{DType::F32, true};
+const WeightLoadOptions kDequantize{DType::F32, false};
+
+TEST(WeightLoader, MixedBlockTypesGiveOneWeightPerRunAndKeepTheBlocks) {
+  TempDir dir;
+  write_mixed_model(dir.file("m.gguf"));
+  auto f = open_model(dir.file("m.gguf"));
+  // tp 3, rank 1: head 1's rows of q, k, v.
+  const std::vector<RowSlice> qkv = {{"blk.0.attn_q.weight", kHidden, {128, 256}},
+                                     {"blk.0.attn_k.weight", kHidden, {128, 256}},
+                                     {"blk.0.attn_v.weight", kHidden, {128, 256}}};
+  const auto kept = load_linear(*f, kKeep, kHidden, {0, kHidden}, qkv);
+  ASSERT_EQ(kept.size(), 2u);
+  EXPECT_EQ(kept[0].format(), WeightFormat::GgufQ5_0);
+  EXPECT_EQ(kept[0].n_out(), 256);
+  EXPECT_EQ(kept[1].format(), WeightFormat::GgufQ8_0);
+  EXPECT_EQ(kept[1].n_out(), 128);
+  EXPECT_EQ(kept[0].n_bytes(), 256 * dtype_row_bytes(DType::Q5_0, kHidden));
+  const auto dense = load_linear(*f, kDequantize, kHidden, {0, kHidden}, qkv);
+  ASSERT_EQ(dense.size(), 1u);
+  std::vector<float> a = dequantized(kept[0]), b = dequantized(kept[1]), d = dequantized(dense[0]);
+  a.insert(a.end(), b.begin(), b.end());
+  ASSERT_EQ(a.size(), d.size());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], d[i]) << i;
+}
+
+TEST(WeightLoader, RowParallelSliceOnBlocksKeepsTheColumnsBlocks) {
+  TempDir dir;
+  write_mixed_model(dir.file("m.gguf"));
+  auto f = open_model(dir.file("m.gguf"));
+  const std::vector<RowSlice> down = {{"blk.0.ffn_down.weight", kHidden, {0, kHidden}}};
+  const Range cols{256, 512};  // tp 3, rank 1 of 768 columns: one Q4_K super-block
+  const auto kept = load_linear(*f, kKeep, kInter, cols, down);
+  ASSERT_EQ(kept.size(), 1u);
+  EXPECT_EQ(kept[0].format(), WeightFormat::GgufQ4_K);
+  EXPECT_EQ(kept[0].n_in(), 256);
+  const auto dense = load_linear(*f, kDequantize, kInter, cols, down);
+  const auto a = dequantized(kept[0]), d = dequantized(dense[0]);
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], d[i]) << i;
+}
+
+TEST(WeightLoader, SliceOffTheBlocksIsRefusedNamingTheDegreesThatFit) {
+  TempDir dir;
+  write_mixed_model(dir.file("m.gguf"));
+  auto f = open_model(dir.file("m.gguf"));
+  const std::vector<RowSlice> down = {{"blk.0.ffn_down.weight", kHidden, {0, kHidden}}};
+  try {
+    load_linear(*f, kKeep, kInter, {0, 384}, down);  // a half: 1.5 super-blocks
+    FAIL() << "accepted";
+  } catch (const FormatError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("blk.0.ffn_down.weight"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("q4_k blocks of 256 columns"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("[0, 384) of 768"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("tp degrees that slice it on its blocks: 1, 3"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("model.quantized: dequantize"), std::string::npos) << msg;
+  }
+  // Dequantized, any column range loads.
+  const auto dense = load_linear(*f, kDequantize, kInter, {0, 384}, down);
+  ASSERT_EQ(dense.size(), 1u);
+  EXPECT_EQ(dense[0].n_in(), 384);
+}
+
+TEST(WeightLoader, NonFiniteBlockScaleIsRefusedNamingTensorRowAndBlock) {
+  TempDir dir;
+  write_mixed_model(dir.file("m.gguf"), /*nan_scale=*/true);
+  auto f = open_model(dir.file("m.gguf"));
+  try {
+    load_linear(*f, kKeep, kHidden, {0, kHidden}, {{"blk.0.attn_v.weight", kHidden, {0, kHidden}}});
+    FAIL() << "accepted";
+  } catch (const FormatError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("blk.0.attn_v.weight"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("q8_0 block whose scale is NaN (row 2, block 1)"), std::string::npos) << msg;
+  }
+  // Rows without the bad block load.
+  EXPECT_NO_THROW(load_linear(*f, kKeep, kHidden, {0, kHidden}, {{"blk.0.attn_v.weight", kHidden, {3, kHidden}}}));
+}
+
+TEST(WeightLoader, MixedModelRunsKeptAndDequantizedAlike) {
+  TempDir dir;
+  write_mixed_model(dir.file("m.gguf"));
+  auto f = open_model(dir.file("m.gguf"));
+  LlamaModel kept(*f, kKeep), dense(*f, kDequantize);
+  EXPECT_LT(double(kept.resident_weight_bytes()), 0.25 * double(dense.resident_weight_bytes()));
+}
+
+TEST(WeightLoader, RealQ4_1ModelKeepsItsBlocks) {
+  TP_REQUIRE_REAL_MODEL();
+  auto f = open_model(test::real_model_path());
+  const ModelConfig& c = f->config();
+  const auto qkv = load_linear(*f, kKeep, c.hidden, {0, c.hidden},
+                               {{"blk.0.attn_q.weight", c.hidden, {0, c.hidden}},
+                                {"blk.0.attn_k.weight", c.n_kv_heads * c.head_dim, {0, c.n_kv_heads * c.head_dim}}});
+  ASSERT_EQ(qkv.size(), 1u);
+  EXPECT_EQ(qkv[0].format(), WeightFormat::GgufQ4_1);
+  const auto head = load_linear(*f, kKeep, c.hidden, {0, c.hidden}, {{"token_embd.weight", c.vocab, {0, 64}}});
+  EXPECT_EQ(head[0].format(), WeightFormat::GgufQ8_0);  // the tied lm_head: the embedding's Q8_0 blocks
+
+  LlamaModel kept_model(*f, WeightLoadOptions{DType::BF16, true});
+  LlamaModel bf16_model(*f, WeightLoadOptions{DType::BF16, false});
+  const double ratio = double(bf16_model.resident_weight_bytes()) / double(kept_model.resident_weight_bytes());
+  std::printf("[weight_loader] SmolLM2 Q4_1 resident: kept %.1f MiB, dequantized to BF16 %.1f MiB (%.2fx)\n",
+              double(kept_model.resident_weight_bytes()) / (1 << 20),
+              double(bf16_model.resident_weight_bytes()) / (1 << 20), ratio);
+  // Exactly the file's bytes: every linear's blocks, the tied lm_head's Q8_0 copy of token_embd, the mapped
+  // embedding rows (token_embd again: read through the mapping) and the F32 norms. The Q4_1 linears are 1/3.2
+  // of their BF16 bytes; the Q8_0 lm_head 1/1.88; the mapped embedding counts the same in both (2.36x in all).
+  int64_t file_bytes = 0;
+  for (const TensorView& t : f->tensors()) file_bytes += t.n_bytes * (t.name == "token_embd.weight" ? 2 : 1);
+  EXPECT_EQ(kept_model.resident_weight_bytes(), file_bytes);
+  EXPECT_GT(ratio, 2.3);
+}
+
+}  // namespace
+}  // namespace tp
