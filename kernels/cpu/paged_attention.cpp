@@ -50,8 +50,24 @@ struct PortableOps {
   }
 
   template <KvDType D>
+  static void dot4(const float* q, const uint8_t* row, int64_t stride, int64_t n, float* s) {
+    for (int j = 0; j < 4; ++j) s[j] = dot<D>(q, row + j * stride, n);
+  }
+
+  template <KvDType D>
   static void axpy(float w, const uint8_t* row, int64_t n, float* out) {
     for (int64_t i = 0; i < n; ++i) out[i] += w * element<D>(row, i);
+  }
+
+  template <KvDType D>
+  static void axpy4(const float* w, const uint8_t* row, int64_t stride, int64_t n, float* out) {
+    for (int j = 0; j < 4; ++j) axpy<D>(w[j], row + j * stride, n, out);
+  }
+
+  static float exp_sum(float* s, int64_t n, float max) {
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; ++i) sum += (s[i] = std::exp(s[i] - max));
+    return sum;
   }
 };
 

@@ -5,7 +5,12 @@
 // never merge (an AVX2 instantiation must not be picked by the linker for the portable path).
 //
 // Ops: template <KvDType D> static float dot(const float* q, const uint8_t* row, int64_t n)  — Σ q[i] · x[i]
+//      template <KvDType D> static void dot4(const float* q, const uint8_t* row, int64_t stride, int64_t n,
+//                                            float* s)  — s[j] = dot(q, row + j · stride, n), j < 4
 //      template <KvDType D> static void axpy(float w, const uint8_t* row, int64_t n, float* out) — out += w · x
+//      template <KvDType D> static void axpy4(const float* w, const uint8_t* row, int64_t stride, int64_t n,
+//                                             float* out)  — out += Σ_j w[j] · x(row + j · stride), j < 4
+//      static float exp_sum(float* s, int64_t n, float max)  — s[i] = exp(s[i] - max), returns Σ s[i]
 //      static constexpr float kFp8Unit — the true value of an fp8 element is kFp8Unit × what dot/axpy read
 // where x[i] is element i of a stored row (elements of kv_elem_bytes<D> bytes), before its scale.
 #pragma once
@@ -64,25 +69,29 @@ TP_KV_TARGET void attend_one(const float* q, int64_t n_pos, int64_t kv_head, con
     const float s_row = row_scale<D, Ops>(k, blk, kv_head) * scale;
     const int64_t n = std::min(bs, n_pos - p0);
     const uint8_t* r = blk + head_at;
-    for (int64_t o = 0; o < n; ++o, r += row) {
-      const float s = Ops::template dot<D>(q, r, hd) * s_row;
-      scores[p0 + o] = s;
-      max_s = s > max_s ? s : max_s;
+    float* s = scores + p0;
+    int64_t o = 0;
+    for (; o + 4 <= n; o += 4, r += 4 * row) Ops::template dot4<D>(q, r, row, hd, s + o);
+    for (; o < n; ++o, r += row) s[o] = Ops::template dot<D>(q, r, hd);
+    for (o = 0; o < n; ++o) {
+      s[o] *= s_row;
+      max_s = s[o] > max_s ? s[o] : max_s;
     }
   }
-  float sum = 0.0f;
-  for (int64_t p = 0; p < n_pos; ++p) {
-    const float e = std::exp(scores[p] - max_s);
-    scores[p] = e;
-    sum += e;
-  }
+  const float sum = Ops::exp_sum(scores, n_pos, max_s);
   for (int64_t d = 0; d < hd; ++d) out[d] = 0.0f;
   for (int64_t p0 = 0, b = 0; p0 < n_pos; p0 += bs, ++b) {
     const uint8_t* blk = v.block(block_table[b]);
     const float s_row = row_scale<D, Ops>(v, blk, kv_head);
     const int64_t n = std::min(bs, n_pos - p0);
     const uint8_t* r = blk + head_at;
-    for (int64_t o = 0; o < n; ++o, r += row) Ops::template axpy<D>(scores[p0 + o] * s_row, r, hd, out);
+    const float* e = scores + p0;
+    int64_t o = 0;
+    for (; o + 4 <= n; o += 4, r += 4 * row) {
+      const float w[4] = {e[o] * s_row, e[o + 1] * s_row, e[o + 2] * s_row, e[o + 3] * s_row};
+      Ops::template axpy4<D>(w, r, row, hd, out);
+    }
+    for (; o < n; ++o, r += row) Ops::template axpy<D>(e[o] * s_row, r, hd, out);
   }
   const float inv = 1.0f / sum;
   for (int64_t d = 0; d < hd; ++d) out[d] *= inv;
