@@ -5,6 +5,7 @@
 #include <vector>
 #include <cstdlib>
 #include <thread>
+#include <utility>
 
 #include <unistd.h>
 
@@ -57,14 +58,21 @@ ModelGroup::ModelGroup(int* argc, char*** argv, const Config& cfg, int threads_a
   LoadProgress progress;
   if (world_rank() == 0) progress = [&printer](int64_t done, int64_t n, int64_t bytes) { printer.update(done, n, bytes); };
   model = std::make_unique<LlamaModel>(*file, runtime, tp_comm.get(), progress);
+  const KvDType kv_dtype = parse_kv_dtype(cfg.cache.dtype, cfg.source + ": cache.dtype");
+  // The hook for a checkpoint's per-layer k_scale / v_scale ([n_layers] each): fill kv_scales and fp8_e4m3 /
+  // int8 use them (int8 then keeps no block scales). Until the loader exposes them, fp8_e4m3 reads at scale 1
+  // and int8 keeps a scale per block and KV head.
+  KvTensorScales kv_scales;
+  const bool tensor_scales = !kv_scales.k.empty() && kv_takes_tensor_scales(kv_dtype);
+  if (!tensor_scales) kv_scales = {};
+  KvPoolShape shape = model->kv_shape(1, cfg.cache.block_size, kv_dtype);
+  shape.tensor_scales = tensor_scales;
   // Block bytes from kvstore/capacity, as the engine's report and `tpserve plan` count them; the pool's own
   // layout must agree.
-  const KvDType kv_dtype = parse_kv_dtype(cfg.cache.dtype, cfg.source + ": cache.dtype");
-  const KvFootprint fp =
-      kv_footprint(model_shape_from(model->config(), 0), model->layout().local_kv_heads(), kv_cost(kv_dtype));
+  const KvFootprint fp = kv_footprint(model_shape_from(model->config(), 0), model->layout().local_kv_heads(),
+                                      kv_cost(kv_dtype, tensor_scales));
   const int64_t block_bytes = fp.block_bytes(cfg.cache.block_size);
-  if (model->kv_shape(1, cfg.cache.block_size, kv_dtype).block_bytes() != block_bytes)
-    throw Error("KV pool and capacity arithmetic disagree on the block bytes");
+  if (shape.block_bytes() != block_bytes) throw Error("KV pool and capacity arithmetic disagree on the block bytes");
   int64_t n_blocks = cfg.cache.memory_mb * (int64_t(1) << 20) / block_bytes;
   if (tp_comm) {  // every rank of the group must hold the same blocks: agree on the smallest count
     std::vector<int64_t> counts(size_t(tp_comm->size()));
@@ -84,9 +92,8 @@ ModelGroup::ModelGroup(int* argc, char*** argv, const Config& cfg, int threads_a
   if (n_blocks < 1)
     throw InputError(cfg.source + ": cache.memory_mb: " + std::to_string(cfg.cache.memory_mb) +
                      " MiB holds no KV block of " + std::to_string(block_bytes) + " bytes");
-  // A checkpoint's per-layer k_scale / v_scale would go here: shape.tensor_scales = true and
-  // KvTensorScales{k, v} (kvstore/kv_pool.h); until the loader exposes them, int8 keeps block scales.
-  pool = std::make_unique<KvPool>(model->kv_shape(n_blocks, cfg.cache.block_size, kv_dtype));
+  shape.n_blocks = n_blocks;
+  pool = std::make_unique<KvPool>(shape, std::move(kv_scales));
   worker = std::make_unique<Worker>(*model, *pool, tp_comm.get());
 }
 
