@@ -2,25 +2,29 @@
 //  (1) At a fixed KV budget, N requests whose max context is C but whose real lengths follow a realistic
 //      distribution (prompt lengths log-normal, median P, clipped to [8, C/2]; outputs uniform in [G/2, G]),
 //      all submitted at once: static reservation of C tokens per request (scheduler.kv_reservation: static)
-//      vs paged allocation. Reports mean and peak concurrency (running sequences per step), output tok/s,
-//      and KV utilization = tokens stored ÷ pool capacity, averaged over steps (tokens stored = Σ computed
-//      positions of running sequences).
-//  (2) Prefix caching: TTFT of requests that share a S-token system prompt (+ a short distinct question),
+//      vs paged allocation, for each KV dtype of --kv-dtypes (cache.dtype: the same budget holds more blocks
+//      of a smaller dtype). Reports the pool's blocks and token capacity, mean and peak concurrency (running
+//      sequences per step), peak KV tokens (the most tokens stored at once = Σ computed positions of running
+//      sequences, the concurrent tokens admitted), output tok/s, and KV utilization = tokens stored ÷ pool
+//      capacity, averaged over steps.
+//  (2) Prefix caching (first KV dtype only): TTFT of requests that share a S-token system prompt (+ a short distinct question),
 //      run one at a time: the first (cold) vs the rest (warm), and the same with prefix caching off.
-//  (3) Parallel sampling: one request with n = N choices over a P-token prompt (the prompt is prefilled once
+//  (3) Parallel sampling (first KV dtype only): one request with n = N choices over a P-token prompt (the prompt is prefilled once
 //      and its blocks forked) vs N separate requests with that prompt submitted together. Reports tokens run
 //      through the model, peak KV blocks in use, mean TTFT over the choices, output tok/s.
-//   kv_bench --model PATH [--dtype bf16|f32] [--threads N] [--budget-mb 96] [--context 2048] [--requests 48]
+//   kv_bench --model PATH [--dtype bf16|f32] [--kv-dtypes bf16,...] [--threads N] [--budget-mb 96] [--context 2048] [--requests 48]
 //            [--prompt-median 120] [--gen 32] [--system 1000] [--warm 4] [--choices 8] [--choice-prompt 500]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <exception>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "common/kv_dtype.h"
 #include "coordinator/engine.h"
 #include "launch/cli_args.h"
 #include "launch/model_group.h"
@@ -33,7 +37,7 @@ using Clock = std::chrono::steady_clock;
 
 struct LoadResult {
   double wall_s = 0, mean_running = 0, peak_running = 0, mean_util = 0;
-  int64_t generated = 0, preemptions = 0;
+  int64_t generated = 0, preemptions = 0, peak_tokens = 0;
 };
 
 LoadResult run_load(ModelGroup& g, Config cfg, const std::string& mode, const std::vector<Request>& reqs) {
@@ -53,6 +57,7 @@ LoadResult run_load(ModelGroup& g, Config cfg, const std::string& mode, const st
     for (int64_t id : running)
       if (bm.has_seq(id)) stored += bm.n_computed(id);
     res.mean_running += double(running.size());
+    res.peak_tokens = std::max(res.peak_tokens, stored);
     res.peak_running = std::max(res.peak_running, double(running.size()));
     res.mean_util += double(stored) / capacity;
     ++steps;
@@ -128,6 +133,7 @@ int run(int argc, char** argv) {
       "static vs paged KV reservation, prefix caching, parallel sampling (see the header of bench/kv_bench.cpp)",
       {OptionSpec::required_value("model", "PATH", "GGUF file or HF model directory"),
        OptionSpec::value("dtype", "bf16|f32", "bf16", "runtime weight dtype"),
+       OptionSpec::value("kv-dtypes", "LIST", "bf16", "KV dtypes of experiment (1), comma-separated (cache.dtype)"),
        OptionSpec::value("threads", "N", "2", "compute threads"),
        OptionSpec::value("budget-mb", "MB", "96", "KV budget in MiB (cache.memory_mb)"),
        OptionSpec::value("context", "C", "2048", "max context per request (cache.max_context)"),
@@ -155,7 +161,19 @@ int run(int argc, char** argv) {
   const int64_t warm = a.integer("warm", 1, 1000);
   const int32_t choices = int32_t(a.integer("choices", 2, 64));
   const int64_t choice_prompt = a.integer("choice-prompt", 2, 1 << 20);
-  ModelGroup g(&argc, &argv, cfg, int(a.integer("threads", 1, 1024)));
+  std::vector<std::string> kv_dtypes;
+  for (std::string list = *a.str("kv-dtypes"); !list.empty();) {
+    const size_t comma = list.find(',');
+    kv_dtypes.push_back(list.substr(0, comma));
+    parse_kv_dtype(kv_dtypes.back(), "--kv-dtypes");
+    list = comma == std::string::npos ? "" : list.substr(comma + 1);
+  }
+  if (kv_dtypes.empty()) throw UsageError("--kv-dtypes: give at least one KV dtype");
+  if (kv_dtypes.size() > 1 && launched_by_mpi())
+    throw UsageError("--kv-dtypes: one KV dtype per run under mpirun (a group initializes MPI once)");
+  const int threads = int(a.integer("threads", 1, 1024));
+  cfg.cache.dtype = kv_dtypes[0];
+  ModelGroup g(&argc, &argv, cfg, threads);
   const int64_t vocab = g.model->config().vocab, C = cfg.cache.max_context;
 
   // (1) the load
@@ -175,27 +193,39 @@ int run(int argc, char** argv) {
     sum_len += n + r.max_tokens;
     reqs.push_back(std::move(r));
   }
-  std::printf("model %s (%s), %d threads; KV budget %lld MiB = %lld blocks x %lld tokens; max context C = %lld\n",
+  std::printf("model %s (%s), %d threads; KV budget %lld MiB, blocks of %lld tokens; max context C = %lld\n",
               cfg.model.path.c_str(), cfg.model.dtype.c_str(), g.threads, (long long)cfg.cache.memory_mb,
-              (long long)g.pool->shape().n_blocks, (long long)g.pool->shape().block_size, (long long)C);
+              (long long)g.pool->shape().block_size, (long long)C);
   std::printf("load: %lld requests, prompt log-normal median %lld (clipped to [8, %lld]), output uniform [%lld, %lld]; "
               "mean real length %.0f tokens\n\n",
               (long long)n_req, (long long)median, (long long)(C / 2), (long long)(gen / 2), (long long)gen,
               double(sum_len) / double(n_req));
-  std::printf("| mode | mean running | peak running | output tok/s | KV utilization | preemptions | wall s |\n");
-  std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
-  for (const char* mode : {"static", "paged"}) {
-    const LoadResult r = run_load(g, cfg, mode, reqs);
-    std::printf("| %s | %.1f | %.0f | %.1f | %.1f%% | %lld | %.1f |\n", mode, r.mean_running, r.peak_running,
-                double(r.generated) / r.wall_s, 100.0 * r.mean_util, (long long)r.preemptions, r.wall_s);
-    std::fflush(stdout);
+  std::printf("| KV dtype | block bytes | blocks | token capacity | mode | mean running | peak running | peak KV tokens "
+              "| output tok/s | KV utilization | preemptions | wall s |\n");
+  std::printf("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const std::string& kv : kv_dtypes) {
+    Config c = cfg;
+    c.cache.dtype = kv;
+    std::unique_ptr<ModelGroup> other;  // the first dtype's group also serves experiments (2) and (3)
+    if (kv != kv_dtypes[0]) other = std::make_unique<ModelGroup>(&argc, &argv, c, threads);
+    ModelGroup& group = other ? *other : g;
+    const KvPoolShape& ps = group.pool->shape();
+    for (const char* mode : {"static", "paged"}) {
+      const LoadResult r = run_load(group, c, mode, reqs);
+      std::printf("| %s | %lld | %lld | %lld | %s | %.1f | %.0f | %lld | %.1f | %.1f%% | %lld | %.1f |\n", kv.c_str(),
+                  (long long)ps.block_bytes(), (long long)ps.n_blocks, (long long)(ps.n_blocks * ps.block_size), mode,
+                  r.mean_running, r.peak_running, (long long)r.peak_tokens, double(r.generated) / r.wall_s,
+                  100.0 * r.mean_util, (long long)r.preemptions, r.wall_s);
+      std::fflush(stdout);
+    }
   }
 
   // (2) prefix caching: a shared system prompt, one request at a time
   std::vector<int32_t> sys;
   for (int64_t j = 0; j < system; ++j) sys.push_back(tok(rng));
-  std::printf("\nprefix caching: %lld-token shared system prompt + a distinct 16-token question, one request at a time\n\n",
-              (long long)system);
+  std::printf("\nprefix caching (KV %s): %lld-token shared system prompt + a distinct 16-token question, one request at "
+              "a time\n\n",
+              kv_dtypes[0].c_str(), (long long)system);
   std::printf("| prefix caching | cold TTFT s | warm TTFT s (mean of %lld) | speed-up |\n|---|---:|---:|---:|\n",
               (long long)warm);
   for (bool caching : {false, true}) {
@@ -218,8 +248,8 @@ int run(int argc, char** argv) {
   // (3) parallel sampling: n choices of one prompt
   std::vector<int32_t> cp;
   for (int64_t j = 0; j < choice_prompt; ++j) cp.push_back(tok(rng));
-  std::printf("\nparallel sampling: %d choices of one %lld-token prompt, %lld tokens each (temperature 0.8)\n\n",
-              choices, (long long)choice_prompt, (long long)gen);
+  std::printf("\nparallel sampling (KV %s): %d choices of one %lld-token prompt, %lld tokens each (temperature 0.8)\n\n",
+              kv_dtypes[0].c_str(), choices, (long long)choice_prompt, (long long)gen);
   std::printf("| submitted as | tokens run | peak KV blocks | mean TTFT s | output tok/s | wall s |\n"
               "|---|---:|---:|---:|---:|---:|\n");
   for (bool one : {false, true}) {

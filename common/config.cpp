@@ -14,6 +14,7 @@
 
 #include "common/dtype.h"
 #include "common/error.h"
+#include "common/kv_dtype.h"
 
 namespace tp {
 namespace {
@@ -187,6 +188,8 @@ const std::vector<Setting>& settings() {
                                    return v;
                                  }),
       integer("cache", "memory_mb", &C::cache, &CacheSection::memory_mb, 1, int64_t(1) << 30),
+      choice("cache", "dtype", &C::cache, &CacheSection::dtype,
+             {kKvDTypeNames[0], kKvDTypeNames[1], kKvDTypeNames[2], kKvDTypeNames[3]}),
       integer("cache", "max_context", &C::cache, &CacheSection::max_context, 0, int64_t(1) << 24),
       row<CacheSection, bool>("cache", "prefix_caching", &C::cache, &CacheSection::prefix_caching,
                               [](const Reader& r, const YAML::Node& n, const std::string& k) { return r.boolean(n, k); }),

@@ -27,6 +27,7 @@ struct ParallelSection {
 struct CacheSection {
   int64_t block_size = 16;        // tokens per KV block, power of two in [1, 1024]
   int64_t memory_mb = 512;        // KV budget per rank in MiB, >= 1
+  std::string dtype = "bf16";     // KV element type (common/kv_dtype.h): "bf16", "f32", "fp8_e4m3", "int8"
   int64_t max_context = 0;        // max tokens per sequence; 0: the model's trained context
   bool prefix_caching = true;
 };

@@ -51,7 +51,7 @@ struct EngineConfig {
 
 // The engine config of a served model: the scheduler and cache sections of `cfg`; n_blocks =
 // kv_pool_plan(fp, cache.memory_mb MiB, block_size).n_blocks — the same count ModelGroup gives its KvPool
-// (fp must be the per-rank footprint of the F32 pool); max_context = cache.max_context, or the model's.
+// (fp: the per-rank footprint of the pool in its cache.dtype); max_context = cache.max_context, or the model's.
 EngineConfig make_engine_config(const Config& cfg, const KvFootprint& fp, int64_t model_max_context, int64_t vocab);
 
 // Counters for /metrics, snapshot after the latest step. Formulas:

@@ -239,6 +239,7 @@ std::string ServerMetrics::render(const EngineMetrics& m) const {
     sample(out, name("engine_sleep_state"), with(lb, "sleep_state", s), std::string(s) == "awake" ? 1.0 : 0.0);
   single(out, name("cache_config_info"), "gauge", "KV cache configuration (labels); value 1.",
          {{"block_size", std::to_string(opt_.block_size)},
+          {"cache_dtype", opt_.kv_dtype},
           {"enable_prefix_caching", opt_.prefix_caching ? "True" : "False"},
           {"engine", "0"},
           {"num_gpu_blocks", std::to_string(m.n_blocks)}},
@@ -258,6 +259,12 @@ std::string ServerMetrics::render(const EngineMetrics& m) const {
          "Prompt tokens found in the prefix cache; hit rate = hits / queries.", lb, double(m.prefix_hit_tokens));
   single(out, "tpserve:kv_cache_blocks_total", "gauge", "KV blocks in the pool (per rank; every rank has as many).",
          lb, double(m.n_blocks));
+  single(out, "tpserve:kv_cache_bytes_per_token", "gauge",
+         "KV bytes per token per rank: 2 x layers x local KV heads x head_dim x dtype bytes (block scales excluded).",
+         lb, double(opt_.kv_bytes_per_token));
+  single(out, "tpserve:kv_cache_block_bytes", "gauge",
+         "KV bytes per block per rank: block_size x bytes per token + the block's scales (int8).", lb,
+         double(opt_.kv_block_bytes));
   single(out, "tpserve:computed_tokens_total", "counter",
          "Tokens run through the model: prefill + decode, recomputation after preemption included.", lb,
          double(m.n_computed_tokens));

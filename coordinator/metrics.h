@@ -13,7 +13,7 @@
 //   kv_cache_usage_perc    = KV blocks held by sequences / KV blocks in the pool, 0..1
 //   gpu_cache_usage_perc   = the same (vLLM's name before 0.10; prefix "vllm" only)
 //   engine_sleep_state{sleep_state}  = awake 1, weights_offloaded 0, discard_all 0 (tpserve never sleeps)
-//   cache_config_info{block_size, enable_prefix_caching, num_gpu_blocks} = 1
+//   cache_config_info{block_size, cache_dtype, enable_prefix_caching, num_gpu_blocks} = 1
 // Counters since start:
 //   prompt_tokens_total     = sum of prompt lengths, once per request, at its first admission
 //   generation_tokens_total = tokens sampled (every choice)
@@ -41,7 +41,9 @@
 //                                       num_generation_tokens of the iteration)
 //   A time that never happened (aborted while waiting: no scheduled; no token yet) is taken as `finished`
 //   (scheduled, first_token) or first_token (last_token), so queue + inference = e2e and nothing is negative.
-// tpserve-only: tpserve:kv_cache_blocks_total (gauge), tpserve:computed_tokens_total (prefill + decode tokens
+// tpserve-only: tpserve:kv_cache_blocks_total, tpserve:kv_cache_bytes_per_token = 2 x layers x local KV heads x
+// head_dim x dtype bytes, tpserve:kv_cache_block_bytes = block_size x bytes_per_token + block scales (gauges, per
+// rank, the start-up report's figures), tpserve:computed_tokens_total (prefill + decode tokens
 // run, recomputation included), tpserve:engine_steps_total, tpserve:requests_submitted_total,
 // tpserve:http_responses_total{status}.
 //
@@ -90,6 +92,10 @@ struct MetricsOptions {
   int64_t max_model_len = 0;    // the token-count histograms' bounds: buckets_1_2_5(max_model_len)
   int64_t block_size = 0;       // cache_config_info
   bool prefix_caching = false;  // cache_config_info
+  // The KV footprint per rank (EngineConfig::kv_footprint: the start-up report's and `tpserve plan`'s numbers).
+  std::string kv_dtype;             // cache_config_info's cache_dtype
+  int64_t kv_bytes_per_token = 0;   // tpserve:kv_cache_bytes_per_token (elements; block scales excluded)
+  int64_t kv_block_bytes = 0;       // tpserve:kv_cache_block_bytes (block_size tokens of every layer + scales)
 };
 
 // One choice of a finished request, from its final RequestOutput.

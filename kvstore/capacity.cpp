@@ -172,36 +172,53 @@ int64_t min_gpus_for_weights(int64_t total_weight_bytes, int64_t gpu_mem_bytes, 
 
 // ---- KV cache ----
 
-int64_t parse_kv_dtype_bytes(std::string_view name) {
-  const std::string n = lower(name);
-  if (n == "f32") return 4;
-  if (n == "bf16" || n == "f16") return 2;
-  if (n == "fp8") return 1;
-  throw InputError("KV dtype '" + std::string(name) + "' is not one of: f32, bf16, f16, fp8");
+KvCost kv_cost(KvDType t, bool tensor_scales) {
+  return {std::string(kv_dtype_name(t)), kv_dtype_bytes(t), kv_block_scales(t, tensor_scales) ? kKvScaleBytes : 0};
 }
 
-KvFootprint kv_footprint(const ModelShape& s, int64_t kv_heads, int64_t kv_dtype_bytes) {
+KvCost parse_kv_cost(std::string_view name) {
+  const std::string n = lower(name);
+  std::string list;
+  for (KvDType t : kKvDTypes) {
+    if (n == kv_dtype_name(t)) return kv_cost(t);
+    list += std::string(kv_dtype_name(t)) + ", ";
+  }
+  if (n == "fp8") return kv_cost(KvDType::FP8_E4M3);
+  if (n == "f16") return {"f16", 2, 0};
+  throw InputError("KV dtype '" + std::string(name) + "' is not one of: " + list + "fp8 (= fp8_e4m3), f16");
+}
+
+KvFootprint kv_footprint(const ModelShape& s, int64_t kv_heads, const KvCost& cost) {
   KvFootprint f;
+  f.dtype = cost.name;
   f.n_layers = s.n_layers;
   f.n_sliding_layers = std::clamp<int64_t>(s.sliding_window > 0 ? s.n_sliding_layers : 0, 0, s.n_layers);
   f.sliding_window = f.n_sliding_layers > 0 ? s.sliding_window : 0;
   f.kv_heads = kv_heads;
   f.head_dim = s.head_dim;
-  f.dtype_bytes = kv_dtype_bytes;
-  f.layer_bytes_per_token = 2 * kv_heads * s.head_dim * kv_dtype_bytes;
+  f.dtype_bytes = cost.dtype_bytes;
+  f.scale_bytes = cost.scale_bytes;
+  f.layer_bytes_per_token = 2 * kv_heads * s.head_dim * cost.dtype_bytes;
+  f.layer_scale_bytes_per_block = 2 * kv_heads * cost.scale_bytes;
   f.bytes_per_token = f.n_layers * f.layer_bytes_per_token;
   f.long_bytes_per_token = (f.n_layers - f.n_sliding_layers) * f.layer_bytes_per_token;
+  f.scale_bytes_per_block = f.n_layers * f.layer_scale_bytes_per_block;
   return f;
+}
+
+KvFootprint kv_footprint(const ModelShape& s, int64_t kv_heads, int64_t kv_dtype_bytes) {
+  return kv_footprint(s, kv_heads, KvCost{"", kv_dtype_bytes, 0});
 }
 
 int64_t kv_bytes_for_context(const KvFootprint& fp, int64_t tokens, int64_t block_size) {
   if (tokens <= 0) return 0;
   const int64_t bs = std::max<int64_t>(block_size, 1);
   const int64_t blocks = ceil_div(tokens, bs);
-  int64_t bytes = fp.long_bytes_per_token * blocks * bs;
+  const int64_t layer_block_bytes = fp.layer_bytes_per_token * bs + fp.layer_scale_bytes_per_block;
+  int64_t bytes = (fp.n_layers - fp.n_sliding_layers) * layer_block_bytes * blocks;
   if (fp.n_sliding_layers > 0) {
     const int64_t window_blocks = ceil_div(fp.sliding_window - 1, bs) + 1;
-    bytes += fp.n_sliding_layers * fp.layer_bytes_per_token * std::min(blocks, window_blocks) * bs;
+    bytes += fp.n_sliding_layers * layer_block_bytes * std::min(blocks, window_blocks);
   }
   return bytes;
 }
@@ -210,7 +227,7 @@ KvPoolPlan kv_pool_plan(const KvFootprint& fp, int64_t budget_bytes, int64_t blo
   KvPoolPlan p;
   p.budget_bytes = budget_bytes;
   p.block_size = block_size;
-  p.block_bytes = block_size * fp.bytes_per_token;
+  p.block_bytes = fp.block_bytes(block_size);
   p.n_blocks = budget_bytes > 0 && p.block_bytes > 0 ? budget_bytes / p.block_bytes : 0;
   p.token_capacity = p.n_blocks * block_size;
   return p;
@@ -228,10 +245,14 @@ std::string capacity_report(const KvFootprint& fp, int64_t budget_bytes, int64_t
   const KvPoolPlan p = kv_pool_plan(fp, budget_bytes, block_size);
   auto n = [](int64_t v) { return std::to_string(v); };
   std::string r = "KV cache per rank: " + n(fp.bytes_per_token) + " B/token (2 x " + n(fp.n_layers) + " layers x " +
-                  n(fp.kv_heads) + " KV heads x " + n(fp.head_dim) + " x " + n(fp.dtype_bytes) + " B)";
+                  n(fp.kv_heads) + " KV heads x " + n(fp.head_dim) + " x " + n(fp.dtype_bytes) + " B" +
+                  (fp.dtype.empty() ? "" : " " + fp.dtype) + ")";
   if (fp.n_sliding_layers > 0)
     r += ", " + n(fp.long_bytes_per_token) + " B/token past the " + n(fp.sliding_window) + "-token window of " +
          n(fp.n_sliding_layers) + " sliding layers";
+  if (fp.scale_bytes_per_block > 0)
+    r += ", + " + n(fp.scale_bytes_per_block) + " B/block of scales (2 x " + n(fp.n_layers) + " layers x " +
+         n(fp.kv_heads) + " KV heads x " + n(fp.scale_bytes) + " B)";
   r += ", block " + n(block_size) + " tokens = " + n(p.block_bytes) + " B\n";
   r += "KV pool per rank: " + n(p.n_blocks) + " blocks = " + n(p.token_capacity) + " tokens in " + n(budget_bytes) +
        " B (" + format_binary_bytes(budget_bytes) + ")\n";

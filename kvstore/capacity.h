@@ -8,7 +8,8 @@
 // (KiB, MiB, GiB, TiB, also Ki, Mi, Gi, Ti: "80GiB" = 80 * 2^30); no suffix or B means bytes.
 //
 // KV model (DESIGN §4): one token of one full-attention layer holds 2 (K and V) x kv_heads x head_dim x
-// dtype_bytes. A sliding-window layer holds only the last `sliding_window` tokens of a sequence, so past the
+// dtype_bytes; a dtype with block scales (int8, common/kv_dtype.h) adds 2 x kv_heads x 4 B per block and layer
+// (one F32 scale per block, KV head and tensor). A sliding-window layer holds only the last `sliding_window` tokens of a sequence, so past the
 // window a token costs only the full-attention layers ("long-context" bytes per token).
 // Paged allocation rounds a sequence up to whole blocks of `block_size` tokens: a full layer holds
 // ceil(n / block_size) blocks, a sliding layer min(that, the blocks a window can straddle =
@@ -28,6 +29,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/kv_dtype.h"
 #include "common/model_config.h"
 
 namespace tp {
@@ -103,23 +105,43 @@ inline int64_t kv_budget_bytes(int64_t gpu_mem_bytes, int64_t weight_bytes_per_r
 
 // ---- KV cache ----
 
-// "f32" 4, "bf16" 2, "f16" 2, "fp8" 1 bytes per element (case-insensitive). Throws InputError listing them.
-int64_t parse_kv_dtype_bytes(std::string_view name);
+// What a KV cache dtype costs. The sizes are common/kv_dtype.h's (the one statement of them, shared with the
+// pool and the kernels): the start-up report, `tpserve plan`, /metrics and KvPool all take them from here.
+struct KvCost {
+  std::string name = "bf16";  // "bf16", "f32", "fp8_e4m3", "int8", or "f16" (planning only)
+  int64_t dtype_bytes = 2;    // per element
+  int64_t scale_bytes = 0;    // per (block, KV head) of K and of V in one layer: 4 for int8 with block scales
+};
+// The cost of a pool of dtype t; tensor_scales: fp8 / int8 scaled per layer tensor (no block scales).
+KvCost kv_cost(KvDType t, bool tensor_scales = false);
+// Parses `tpserve plan --kv-dtype`: a cache.dtype name (bf16, f32, fp8_e4m3, int8 with block scales), "fp8"
+// (= fp8_e4m3) or "f16" (2 bytes: planning for GPUs; the CPU pool does not store it); case-insensitive. Throws
+// InputError listing them.
+KvCost parse_kv_cost(std::string_view name);
 
 // What one token costs in the KV cache of `kv_heads` KV heads (all of a model's, or one rank's).
 struct KvFootprint {
+  std::string dtype;               // the KvCost's name; empty when made from dtype_bytes alone
   int64_t n_layers = 0;
   int64_t n_sliding_layers = 0;
   int64_t sliding_window = 0;
   int64_t kv_heads = 0;            // KV heads held (per rank: local, replicated ones counted)
   int64_t head_dim = 0;
   int64_t dtype_bytes = 0;
+  int64_t scale_bytes = 0;            // per (block, KV head, tensor) of one layer (KvCost::scale_bytes)
   int64_t layer_bytes_per_token = 0;  // 2 x kv_heads x head_dim x dtype_bytes
-  int64_t bytes_per_token = 0;        // every layer: the cost of a token within the window
+  int64_t layer_scale_bytes_per_block = 0;  // 2 x kv_heads x scale_bytes
+  int64_t bytes_per_token = 0;        // every layer: the cost of a token within the window (scales excluded)
   int64_t long_bytes_per_token = 0;   // full-attention layers only: a token past the window; = bytes_per_token
                                       // without sliding layers
+  int64_t scale_bytes_per_block = 0;  // every layer: n_layers x layer_scale_bytes_per_block
+
+  // One block of block_size tokens in every layer, scales included: what KvPool allocates per block.
+  int64_t block_bytes(int64_t block_size) const { return block_size * bytes_per_token + scale_bytes_per_block; }
 };
 // kv_heads: the model's n_kv_heads for the whole model, or a rank's local KV heads (>= 1).
+KvFootprint kv_footprint(const ModelShape& shape, int64_t kv_heads, const KvCost& cost);
+// The same without scales or a dtype name (kv_dtype_bytes per element).
 KvFootprint kv_footprint(const ModelShape& shape, int64_t kv_heads, int64_t kv_dtype_bytes);
 
 // KV bytes one sequence of `tokens` tokens holds, rounded up to whole blocks (block_size 1: exact).
@@ -129,7 +151,7 @@ int64_t kv_bytes_for_context(const KvFootprint& fp, int64_t tokens, int64_t bloc
 struct KvPoolPlan {
   int64_t budget_bytes = 0;
   int64_t block_size = 0;          // tokens per block
-  int64_t block_bytes = 0;         // block_size x bytes_per_token (all layers)
+  int64_t block_bytes = 0;         // fp.block_bytes(block_size): block_size x bytes_per_token + block scales
   int64_t n_blocks = 0;            // floor(budget / block_bytes); 0 when the budget is <= 0
   int64_t token_capacity = 0;      // n_blocks x block_size
 };
@@ -145,10 +167,12 @@ struct Concurrency {
 Concurrency concurrency(const KvFootprint& fp, int64_t budget_bytes, int64_t tokens, int64_t block_size);
 
 // The engine's start-up lines for one rank (fp: per rank), each ending in '\n':
-//   KV cache per rank: 46080 B/token (2 x 30 layers x 3 KV heads x 64 x 4 B), block 16 tokens = 737280 B
+//   KV cache per rank: 46080 B/token (2 x 30 layers x 3 KV heads x 64 x 4 B f32), block 16 tokens = 737280 B
 //   KV pool per rank: 728 blocks = 11648 tokens in 536870912 B (512.00 MiB)
 //   max concurrency: 1 at the max context of 8192 tokens, 5 at 2048, 1 at 8192
-// plus, with sliding layers, the long-context bytes per token on the first line.
+// plus, with sliding layers, the long-context bytes per token on the first line, and with block scales (int8)
+//   "..., + 720 B/block of scales (2 x 30 layers x 3 KV heads x 4 B), block 16 tokens = 185040 B".
+// The dtype name follows the element bytes when fp.dtype is set.
 std::string capacity_report(const KvFootprint& fp, int64_t budget_bytes, int64_t block_size, int64_t max_context);
 
 }  // namespace tp

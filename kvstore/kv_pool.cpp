@@ -1,21 +1,67 @@
 #include "kvstore/kv_pool.h"
 
+#include <cmath>
+#include <cstring>
 #include <string>
 
 #include "common/error.h"
 
 namespace tp {
+namespace {
 
-KvPool::KvPool(const KvPoolShape& shape) : shape_(shape) {
+void check_scales(const std::vector<float>& scales, int64_t n_layers, const char* which) {
+  if (int64_t(scales.size()) != n_layers)
+    throw InputError(std::string("KvPool: ") + which + " tensor scales: " + std::to_string(scales.size()) +
+                     " given for " + std::to_string(n_layers) + " layers");
+  for (size_t l = 0; l < scales.size(); ++l)
+    if (!std::isfinite(scales[l]) || scales[l] <= 0.0f)
+      throw InputError(std::string("KvPool: ") + which + " tensor scale of layer " + std::to_string(l) + " is " +
+                       std::to_string(scales[l]) + "; scales must be finite and > 0");
+}
+
+}  // namespace
+
+KvPool::KvPool(const KvPoolShape& shape, KvTensorScales scales) : shape_(shape), scales_(std::move(scales)) {
   if (shape.n_layers < 0 || shape.n_blocks < 0 || shape.block_size <= 0 || shape.n_kv_heads < 0 ||
       shape.head_dim < 0)
     throw InputError("KvPool: invalid shape (layers " + std::to_string(shape.n_layers) + ", blocks " +
                      std::to_string(shape.n_blocks) + ", block_size " + std::to_string(shape.block_size) +
                      ", kv_heads " + std::to_string(shape.n_kv_heads) + ", head_dim " +
                      std::to_string(shape.head_dim) + ")");
-  const size_t n = size_t(shape.n_layers * layer_floats());
-  k_.assign(n, 0.0f);
-  v_.assign(n, 0.0f);
+  if (shape.tensor_scales) {
+    if (!kv_takes_tensor_scales(shape.dtype))
+      throw InputError("KvPool: a " + std::string(kv_dtype_name(shape.dtype)) +
+                       " pool takes no tensor scales (only fp8_e4m3 and int8 do)");
+    check_scales(scales_.k, shape.n_layers, "K");
+    check_scales(scales_.v, shape.n_layers, "V");
+  } else if (!scales_.k.empty() || !scales_.v.empty()) {
+    throw InputError("KvPool: tensor scales given but shape.tensor_scales is false");
+  }
+  const size_t n = size_t(shape.n_layers * layer_bytes());
+  k_.assign(n, 0);
+  v_.assign(n, 0);
+}
+
+KvTensorView KvPool::view(std::vector<uint8_t>& data, const std::vector<float>& scales, int64_t layer) {
+  KvTensorView t;
+  t.blocks = data.data() + layer * layer_bytes();
+  t.n_blocks = shape_.n_blocks;
+  t.layout = shape_.layout();
+  t.tensor_scale = shape_.tensor_scales ? scales[size_t(layer)] : 1.0f;
+  return t;
+}
+
+KvTensorView KvPool::k(int64_t layer) { return view(k_, scales_.k, layer); }
+KvTensorView KvPool::v(int64_t layer) { return view(v_, scales_.v, layer); }
+
+void KvPool::copy_block(int64_t src, int64_t dst) {
+  if (src < 0 || dst < 0 || src >= shape_.n_blocks || dst >= shape_.n_blocks)
+    throw Error("KvPool: block copy " + std::to_string(src) + " -> " + std::to_string(dst) + " outside a pool of " +
+                std::to_string(shape_.n_blocks) + " blocks");
+  if (src == dst) return;
+  const size_t bb = size_t(shape_.layout().block_bytes());
+  for (int64_t l = 0; l < shape_.n_layers; ++l)
+    for (const KvTensorView& t : {k(l), v(l)}) std::memcpy(t.block(dst), t.block(src), bb);
 }
 
 }  // namespace tp

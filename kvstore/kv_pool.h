@@ -1,10 +1,20 @@
-// The paged K/V memory of one rank: for every layer, K and V blocks of `block_size` tokens.
-// Layout per layer and per tensor (K or V): [n_blocks, block_size, n_kv_heads, head_dim] F32.
+// The paged K/V memory of one rank: for every layer, K and V blocks of `block_size` tokens, stored in the
+// pool's dtype (cache.dtype: f32, bf16, fp8_e4m3, int8) with the block layout of common/kv_dtype.h:
+// per layer and tensor, [n_blocks] blocks of [block_size, n_kv_heads, head_dim] elements, each followed by its
+// [n_kv_heads] F32 scales when the dtype keeps block scales (int8 without tensor scales).
 // A token's slot is block_id * block_size + offset_in_block; slot -1 means padding (not written).
-// The pool only owns memory; which block belongs to whom is the BlockManager's business.
+// The pool only owns memory; which block belongs to whom is the BlockManager's business. kernels/cpu/
+// paged_attention.h writes and reads it through the views k(layer) / v(layer).
+//
+// Tensor scales (the hook for a checkpoint's per-layer k_scale / v_scale, e.g. compressed-tensors'
+// `kv_cache_scheme`): with shape.tensor_scales, the pool takes one K and one V scale per layer (finite, > 0);
+// fp8_e4m3 stores x / scale, int8 round(x / scale) clamped to ±127, and no block scales are kept. Without them,
+// fp8_e4m3 uses scale 1 and int8 keeps a scale per block and KV head.
 #pragma once
 #include <cstdint>
 #include <vector>
+
+#include "common/kv_dtype.h"
 
 namespace tp {
 
@@ -14,25 +24,40 @@ struct KvPoolShape {
   int64_t block_size = 16;   // tokens per block
   int64_t n_kv_heads = 0;    // local to this rank
   int64_t head_dim = 0;
-  int64_t floats_per_block() const { return block_size * n_kv_heads * head_dim; }
-  // K and V, all layers, F32.
-  int64_t bytes_per_token() const { return 2 * n_layers * n_kv_heads * head_dim * int64_t(sizeof(float)); }
+  KvDType dtype = KvDType::F32;  // the library default: exact; serving takes cache.dtype (default bf16)
+  bool tensor_scales = false;    // fp8_e4m3 / int8: per-layer scales given to the pool (see above)
+
+  KvBlockLayout layout() const { return {dtype, block_size, n_kv_heads, head_dim, tensor_scales}; }
+  // One block of every layer, K and V, scales included (= KvFootprint::block_bytes, kvstore/capacity.h).
+  int64_t block_bytes() const { return 2 * n_layers * layout().block_bytes(); }
+  // K and V, all layers, elements only (block scales excluded: they are per block).
+  int64_t bytes_per_token() const { return 2 * n_layers * layout().row_bytes(); }
+};
+
+// Per-layer tensor scales, [n_layers] each: x̂ = stored · scale.
+struct KvTensorScales {
+  std::vector<float> k, v;
 };
 
 class KvPool {
  public:
-  explicit KvPool(const KvPoolShape& shape);
+  // Throws InputError for a negative count, block_size <= 0, tensor scales on a dtype that takes none, or
+  // scales that are missing, of the wrong count, non-finite or <= 0 (naming the layer).
+  explicit KvPool(const KvPoolShape& shape, KvTensorScales scales = {});
   const KvPoolShape& shape() const { return shape_; }
-  float* k(int64_t layer) { return k_.data() + layer * layer_floats(); }
-  float* v(int64_t layer) { return v_.data() + layer * layer_floats(); }
-  const float* k(int64_t layer) const { return k_.data() + layer * layer_floats(); }
-  const float* v(int64_t layer) const { return v_.data() + layer * layer_floats(); }
-  int64_t n_bytes() const { return int64_t((k_.size() + v_.size()) * sizeof(float)); }
+  // One layer's K or V, writable (write_kv) and readable (paged_attention).
+  KvTensorView k(int64_t layer);
+  KvTensorView v(int64_t layer);
+  // Copies block src into block dst in every layer, K and V, with their scales (copy-on-write).
+  void copy_block(int64_t src, int64_t dst);
+  int64_t n_bytes() const { return int64_t(k_.size() + v_.size()); }
 
  private:
-  int64_t layer_floats() const { return shape_.n_blocks * shape_.floats_per_block(); }
+  int64_t layer_bytes() const { return shape_.n_blocks * shape_.layout().block_bytes(); }
+  KvTensorView view(std::vector<uint8_t>& data, const std::vector<float>& scales, int64_t layer);
   KvPoolShape shape_;
-  std::vector<float> k_, v_;
+  KvTensorScales scales_;
+  std::vector<uint8_t> k_, v_;
 };
 
 }  // namespace tp

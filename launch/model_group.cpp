@@ -5,6 +5,7 @@
 #include <vector>
 #include <cstdlib>
 #include <thread>
+#include <utility>
 
 #include <unistd.h>
 
@@ -59,8 +60,21 @@ ModelGroup::ModelGroup(int* argc, char*** argv, const Config& cfg, int threads_a
   if (world_rank() == 0) progress = [&printer](int64_t done, int64_t n, int64_t bytes) { printer.update(done, n, bytes); };
   const WeightLoadOptions load{runtime, parse_quantized_mode(cfg.model.quantized, "model.quantized")};
   model = std::make_unique<LlamaModel>(*file, load, tp_comm.get(), progress);
-  const KvPoolShape one = model->kv_shape(1, cfg.cache.block_size);
-  const int64_t block_bytes = one.bytes_per_token() * one.block_size;
+  const KvDType kv_dtype = parse_kv_dtype(cfg.cache.dtype, cfg.source + ": cache.dtype");
+  // The hook for a checkpoint's per-layer k_scale / v_scale ([n_layers] each): fill kv_scales and fp8_e4m3 /
+  // int8 use them (int8 then keeps no block scales). Until the loader exposes them, fp8_e4m3 reads at scale 1
+  // and int8 keeps a scale per block and KV head.
+  KvTensorScales kv_scales;
+  const bool tensor_scales = !kv_scales.k.empty() && kv_takes_tensor_scales(kv_dtype);
+  if (!tensor_scales) kv_scales = {};
+  KvPoolShape shape = model->kv_shape(1, cfg.cache.block_size, kv_dtype);
+  shape.tensor_scales = tensor_scales;
+  // Block bytes from kvstore/capacity, as the engine's report and `tpserve plan` count them; the pool's own
+  // layout must agree.
+  const KvFootprint fp = kv_footprint(model_shape_from(model->config(), 0), model->layout().local_kv_heads(),
+                                      kv_cost(kv_dtype, tensor_scales));
+  const int64_t block_bytes = fp.block_bytes(cfg.cache.block_size);
+  if (shape.block_bytes() != block_bytes) throw Error("KV pool and capacity arithmetic disagree on the block bytes");
   int64_t n_blocks = cfg.cache.memory_mb * (int64_t(1) << 20) / block_bytes;
   if (tp_comm) {  // every rank of the group must hold the same blocks: agree on the smallest count
     std::vector<int64_t> counts(size_t(tp_comm->size()));
@@ -80,7 +94,8 @@ ModelGroup::ModelGroup(int* argc, char*** argv, const Config& cfg, int threads_a
   if (n_blocks < 1)
     throw InputError(cfg.source + ": cache.memory_mb: " + std::to_string(cfg.cache.memory_mb) +
                      " MiB holds no KV block of " + std::to_string(block_bytes) + " bytes");
-  pool = std::make_unique<KvPool>(model->kv_shape(n_blocks, cfg.cache.block_size));
+  shape.n_blocks = n_blocks;
+  pool = std::make_unique<KvPool>(shape, std::move(kv_scales));
   worker = std::make_unique<Worker>(*model, *pool, tp_comm.get());
 }
 
@@ -93,8 +108,8 @@ ModelGroup::~ModelGroup() {
 }
 
 EngineConfig ModelGroup::engine_config(const Config& cfg) const {
-  const KvFootprint fp =
-      kv_footprint(model_shape_from(model->config(), 0), model->layout().local_kv_heads(), int64_t(sizeof(float)));
+  const KvFootprint fp = kv_footprint(model_shape_from(model->config(), 0), model->layout().local_kv_heads(),
+                                      kv_cost(pool->shape().dtype, pool->shape().tensor_scales));
   EngineConfig e = make_engine_config(cfg, fp, model->config().max_context, model->config().vocab);
   if (e.scheduler.n_blocks != pool->shape().n_blocks)
     throw Error("engine and pool disagree on the block count: " + std::to_string(e.scheduler.n_blocks) + " vs " +
@@ -105,10 +120,12 @@ EngineConfig ModelGroup::engine_config(const Config& cfg) const {
 std::string ModelGroup::report() const {
   char buf[256];
   const TpLayout& l = model->layout();
-  std::snprintf(buf, sizeof buf, "rank %d (tp %d/%d): weights %.1f MiB, KV pool %lld blocks × %lld tokens = %.1f MiB, %d threads",
+  std::snprintf(buf, sizeof buf,
+                "rank %d (tp %d/%d): weights %.1f MiB, KV pool %s %lld blocks × %lld tokens = %lld B (%.1f MiB), %d threads",
                 world_rank(), l.rank, l.tp, double(model->resident_weight_bytes()) / (1 << 20),
-                (long long)pool->shape().n_blocks, (long long)pool->shape().block_size,
-                double(pool->n_bytes()) / (1 << 20), threads);
+                std::string(kv_dtype_name(pool->shape().dtype)).c_str(), (long long)pool->shape().n_blocks,
+                (long long)pool->shape().block_size, (long long)pool->n_bytes(), double(pool->n_bytes()) / (1 << 20),
+                threads);
   return buf;
 }
 

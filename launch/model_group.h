@@ -1,5 +1,5 @@
 // Everything a rank needs to run a model as part of a tensor-parallel group: MPI (when launched by mpirun),
-// the TP communicator, this rank's model shard, its KV pool (sized from cache.memory_mb; the ranks of the
+// the TP communicator, this rank's model shard, its KV pool (cache.dtype, sized from cache.memory_mb; the ranks of the
 // group agree on the smallest block count any of them can hold) and its Worker. world = dp × tp ranks; replica d = ranks [d·tp, (d+1)·tp).
 // Refused with a ConfigError before the costly part: a cache.max_context beyond the model's trained context
 // (before the weights load), a cache.memory_mb that does not fit the node's available memory (before the pool
@@ -33,7 +33,7 @@ struct ModelGroup {
   bool is_leader() const { return worker->is_leader(); }
   // One line about this rank: weights, KV pool, threads.
   std::string report() const;
-  // The engine config for this group's pool: the same block count, the per-rank F32 KV footprint.
+  // The engine config for this group's pool: the same block count, the per-rank KV footprint in its dtype.
   EngineConfig engine_config(const Config& cfg) const;
 
   std::unique_ptr<MpiSession> mpi;

@@ -184,8 +184,7 @@ struct TpPlan {
 struct Inputs {
   ModelShape shape;
   PlanFormat format = PlanFormat::BF16;
-  int64_t kv_dtype_bytes = 2;
-  std::string kv_dtype;
+  KvCost kv;                   // --kv-dtype
   int64_t gpu_mem = 0, reserve = 0;
   std::optional<int64_t> kv_mem;
   int64_t block_size = kDefaultBlockSize;
@@ -202,7 +201,7 @@ TpPlan plan_for(const Inputs& in, int tp) {
   p.kv_replicated = layout.kv_replicated;
   p.weights = weight_bytes(in.shape, in.format, tp);
   p.budget = in.kv_mem ? *in.kv_mem : kv_budget_bytes(in.gpu_mem, p.weights.per_rank_bytes, in.reserve);
-  p.fp_rank = kv_footprint(in.shape, p.local_kv_heads, in.kv_dtype_bytes);
+  p.fp_rank = kv_footprint(in.shape, p.local_kv_heads, in.kv);
   p.static_c = concurrency(p.fp_rank, p.budget, in.context, in.block_size);
   p.paged_c = concurrency(p.fp_rank, p.budget, in.mean_len, in.block_size);
   const int64_t used = p.weights.per_rank_bytes + in.reserve + (in.kv_mem ? *in.kv_mem : 0);
@@ -235,7 +234,7 @@ std::string per_token(int64_t bytes) { return std::to_string(bytes) + " B (" + f
 void print_table(const Inputs& in, const std::string& source, int gpus, int dp, const TpPlan& p,
                  const std::optional<TpPlan>& smallest, int64_t min_gpus) {
   const ModelShape& s = in.shape;
-  const KvFootprint fp_all = kv_footprint(s, s.n_kv_heads, in.kv_dtype_bytes);
+  const KvFootprint fp_all = kv_footprint(s, s.n_kv_heads, in.kv);
   auto row = [](const char* label, const std::string& text) { std::printf("%-16s%s\n", label, text.c_str()); };
   row("model", s.name + " (" + source + ")");
   row("shape", std::to_string(s.n_layers) + " layers, hidden " + std::to_string(s.hidden) + ", " +
@@ -262,7 +261,9 @@ void print_table(const Inputs& in, const std::string& source, int gpus, int dp, 
   const std::string window = s.n_sliding_layers > 0 ? " past the " + std::to_string(s.sliding_window) + "-token window" : "";
   std::string kv = per_token(fp_all.bytes_per_token) + " all layers";
   if (s.n_sliding_layers > 0) kv += ", " + per_token(fp_all.long_bytes_per_token) + window;
-  row("KV per token", kv + " (" + in.kv_dtype + ", " + std::to_string(s.n_kv_heads) + " KV heads)");
+  if (fp_all.scale_bytes_per_block > 0)
+    kv += " + " + std::to_string(fp_all.scale_bytes_per_block) + " B of scales per block";
+  row("KV per token", kv + " (" + in.kv.name + ", " + std::to_string(s.n_kv_heads) + " KV heads)");
   std::string kvr = per_token(p.fp_rank.bytes_per_token);
   if (s.n_sliding_layers > 0) kvr += ", " + per_token(p.fp_rank.long_bytes_per_token) + window;
   kvr += " (" + std::to_string(p.local_kv_heads) + " KV head" + (p.local_kv_heads > 1 ? "s" : "");
@@ -312,7 +313,7 @@ void print_table(const Inputs& in, const std::string& source, int gpus, int dp, 
 nlohmann::ordered_json to_json(const Inputs& in, const std::string& source, int gpus, int dp, const TpPlan& p,
                                const std::optional<TpPlan>& smallest, int64_t min_gpus) {
   const ModelShape& s = in.shape;
-  const KvFootprint fp_all = kv_footprint(s, s.n_kv_heads, in.kv_dtype_bytes);
+  const KvFootprint fp_all = kv_footprint(s, s.n_kv_heads, in.kv);
   const KvPoolPlan pool = kv_pool_plan(p.fp_rank, p.budget, in.block_size);
   nlohmann::ordered_json j;
   j["model"] = {{"name", s.name},
@@ -344,8 +345,10 @@ nlohmann::ordered_json to_json(const Inputs& in, const std::string& source, int 
                   {"bytes_per_rank", p.weights.per_rank_bytes}};
   nlohmann::ordered_json ctx = nlohmann::ordered_json::object();
   for (int64_t c : kReportContexts) ctx[std::to_string(c)] = kv_bytes_for_context(fp_all, c);
-  j["kv"] = {{"dtype", in.kv_dtype},
-             {"dtype_bytes", in.kv_dtype_bytes},
+  j["kv"] = {{"dtype", in.kv.name},
+             {"dtype_bytes", in.kv.dtype_bytes},
+             {"scale_bytes_per_block", fp_all.scale_bytes_per_block},
+             {"scale_bytes_per_block_per_rank", p.fp_rank.scale_bytes_per_block},
              {"bytes_per_token", fp_all.bytes_per_token},
              {"long_bytes_per_token", fp_all.long_bytes_per_token},
              {"local_kv_heads", p.local_kv_heads},
@@ -387,7 +390,8 @@ const CommandSpec& plan_spec() {
           OptionSpec::value("tp", "T", "1", "tensor-parallel degree"),
           OptionSpec::computed("dp", "D", "gpus / tp", "data-parallel replicas"),
           OptionSpec::value("weights", "FORMAT", "bf16", "weight format: bf16, fp8, int8, int4, mxfp4 or f32"),
-          OptionSpec::value("kv-dtype", "DTYPE", "bf16", "KV cache dtype: bf16, fp8, f16 or f32"),
+          OptionSpec::value("kv-dtype", "DTYPE", "bf16",
+                            "KV cache dtype: bf16, f32, fp8_e4m3 (or fp8), int8 (+ scales per block and head), f16"),
           OptionSpec::computed("context", "C", "the model's max context, else 8192", "max tokens per sequence"),
           OptionSpec::computed("mean-len", "L", "min(context, 8192)", "mean sequence length for paged allocation"),
           OptionSpec::value("reserve", "SIZE", kDefaultReserve,
@@ -423,8 +427,7 @@ int run_plan(const CliArgs& a) {
   in.block_size = a.integer("block-size", 1, 1024);
   try {
     in.format = parse_plan_format(*a.str("weights"));
-    in.kv_dtype = *a.str("kv-dtype");
-    in.kv_dtype_bytes = parse_kv_dtype_bytes(in.kv_dtype);
+    in.kv = parse_kv_cost(*a.str("kv-dtype"));
   } catch (const InputError& e) {
     throw UsageError(std::string("plan: ") + e.what());
   }

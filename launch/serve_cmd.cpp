@@ -144,7 +144,8 @@ int run_serve(const CliArgs& a) {
 
   const std::string name = served_model_name(cfg.model.name, cfg.model.path);
   ServerMetrics metrics({name, cfg.server.metrics_prefix, ec.scheduler.max_context, ec.scheduler.block_size,
-                         ec.scheduler.prefix_caching});
+                         ec.scheduler.prefix_caching, ec.kv_footprint.dtype, ec.kv_footprint.bytes_per_token,
+                         ec.kv_footprint.block_bytes(ec.scheduler.block_size)});
   // The engine thread: the only thread that steps the engine (and so makes MPI calls).
   std::atomic<bool> engine_stop{false}, engine_failed{false};
   std::string engine_error;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "kernels/cpu/kv_write.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/paged_attention.h"
 #include "rank/weight_loader.h"
@@ -82,8 +83,8 @@ int64_t LlamaModel::resident_weight_bytes() const {
   return n;
 }
 
-KvPoolShape LlamaModel::kv_shape(int64_t n_blocks, int64_t block_size) const {
-  return KvPoolShape{cfg_.n_layers, n_blocks, block_size, layout_.local_kv_heads(), cfg_.head_dim};
+KvPoolShape LlamaModel::kv_shape(int64_t n_blocks, int64_t block_size, KvDType dtype) const {
+  return KvPoolShape{cfg_.n_layers, n_blocks, block_size, layout_.local_kv_heads(), cfg_.head_dim, dtype};
 }
 
 void LlamaModel::forward(const std::vector<SeqPlan>& seqs, KvPool& pool, std::vector<float>& logits) {
@@ -153,13 +154,14 @@ void LlamaModel::forward(const std::vector<SeqPlan>& seqs, KvPool& pool, std::ve
     }
     cpu::rope(q, n_tok, nh, hd, pos, cfg_.rope_theta, cfg_.rope_style);
     cpu::rope(k, n_tok, nkv, hd, pos, cfg_.rope_theta, cfg_.rope_style);
-    cpu::write_kv(k, v, n_tok, nkv, hd, slot, pool.k(li), pool.v(li));
+    const KvTensorView k_pool = pool.k(li), v_pool = pool.v(li);  // in the pool's dtype (cache.dtype)
+    cpu::write_kv(k, v, n_tok, slot, k_pool, v_pool);
     const auto t_attn = Clock::now();
     int64_t t0 = 0;
     for (const SeqPlan& s : seqs) {
       const int64_t n = int64_t(s.tokens.size());
-      cpu::paged_attention(q + t0 * nh * hd, n, s.start_pos, nh, nkv, hd, pool.k(li), pool.v(li),
-                           s.block_table.data(), bs, scale, attn + t0 * nh * hd);
+      cpu::paged_attention(q + t0 * nh * hd, n, s.start_pos, nh, k_pool, v_pool, s.block_table.data(), scale,
+                           attn + t0 * nh * hd);
       t0 += n;
     }
     times_.attention_s += std::chrono::duration<double>(Clock::now() - t_attn).count();

@@ -62,8 +62,9 @@ class LlamaModel {
   // table it reads.
   int64_t resident_weight_bytes() const;
 
-  // The pool shape this rank needs for n_blocks blocks of block_size tokens (local KV heads).
-  KvPoolShape kv_shape(int64_t n_blocks, int64_t block_size) const;
+  // The pool shape this rank needs for n_blocks blocks of block_size tokens (local KV heads), K/V stored in
+  // `dtype` (serving: cache.dtype; F32, the exact reference, for tests and tools that do not say).
+  KvPoolShape kv_shape(int64_t n_blocks, int64_t block_size, KvDType dtype = KvDType::F32) const;
 
   // Runs one step. logits: [sum of seqs' n_logit_rows(), vocab] — per sequence in seqs order, the rows of its
   // prompt_targets (positions start_pos, start_pos + 1, ...) then, with want_logits, its last token's row;

@@ -38,10 +38,10 @@ class SequenceRunner {
   std::vector<float> logits_;
 };
 
-// A single-rank model with its own pool: the common case of tests and tools (tp = 1).
+// A single-rank model with its own pool (K/V in kv_dtype): the common case of tests and tools (tp = 1).
 struct LocalRunner {
-  LocalRunner(LlamaModel& model, int64_t capacity, int64_t block_size = 16)
-      : pool(model.kv_shape((capacity + block_size - 1) / block_size, block_size)),
+  LocalRunner(LlamaModel& model, int64_t capacity, int64_t block_size = 16, KvDType kv_dtype = KvDType::F32)
+      : pool(model.kv_shape((capacity + block_size - 1) / block_size, block_size, kv_dtype)),
         worker(model, pool, nullptr),
         seq(worker, capacity) {}
   KvPool pool;

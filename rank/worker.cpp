@@ -15,13 +15,10 @@ Worker::Worker(LlamaModel& model, KvPool& pool, Communicator* comm)
 
 void Worker::execute(const StepPlan& plan, std::vector<float>& logits) {
   const KvPoolShape& s = pool_.shape();
-  const size_t block_floats = size_t(s.floats_per_block());
   for (const BlockCopy& c : plan.block_copies) {
-    if (c.src >= s.n_blocks || c.dst >= s.n_blocks) throw Error("step plan copies a block outside the pool");
-    for (int64_t l = 0; l < s.n_layers; ++l) {
-      std::memcpy(pool_.k(l) + c.dst * block_floats, pool_.k(l) + c.src * block_floats, block_floats * sizeof(float));
-      std::memcpy(pool_.v(l) + c.dst * block_floats, pool_.v(l) + c.src * block_floats, block_floats * sizeof(float));
-    }
+    if (c.src < 0 || c.dst < 0 || c.src >= s.n_blocks || c.dst >= s.n_blocks)
+      throw Error("step plan copies a block outside the pool");
+    pool_.copy_block(c.src, c.dst);  // every layer, K and V, with their block scales
   }
   for (const SeqPlan& sp : plan.seqs)
     for (int32_t b : sp.block_table)

@@ -1,75 +1,105 @@
-// Paged attention: one (query token, head) pair at a time, parallel over pairs. Scores for all attended
-// positions go to a per-thread buffer, softmax in F32 with max subtraction, then a weighted sum of V rows.
+// Paged attention: one (query token, head) pair at a time, parallel over pairs, each reading the pool block by
+// block through the sequence's block table. Scores for all attended positions go to a per-thread buffer,
+// softmax in F32 with max subtraction, then a weighted sum of V rows (paged_attention_impl.h). This file holds
+// the entry, the dispatch and the portable rows (scalar; the compiler may vectorize them).
 // O(n_tokens · context · head_dim) per head; inner loops are contiguous over head_dim.
 #include "kernels/cpu/paged_attention.h"
 
-#include <cmath>
-#include <cstring>
 #include <string>
 #include <vector>
 
+#include "common/dtype.h"
 #include "common/error.h"
+#include "kernels/cpu/kv_write.h"
 #include "kernels/cpu/linear.h"
 
-namespace tp::cpu {
+#define TP_KV_TARGET
+#include "kernels/cpu/paged_attention_impl.h"
 
+namespace tp::cpu {
+namespace detail {
 namespace {
 
-// One query row against positions [0, n_pos). kv_stride = floats between consecutive slots of one KV head.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void attend_one(
-    const float* q, int64_t n_pos, int64_t head_dim, const float* k_head, const float* v_head, int64_t kv_stride,
-    const int32_t* block_table, int64_t block_size, float scale, float* scores, float* out) {
-  float max_s = -INFINITY;
-  for (int64_t p = 0; p < n_pos; ++p) {
-    const int64_t slot = int64_t(block_table[p / block_size]) * block_size + p % block_size;
-    const float* k = k_head + slot * kv_stride;
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int64_t d = 0; d < head_dim; ++d) s += q[d] * k[d];
-    s *= scale;
-    scores[p] = s;
-    max_s = s > max_s ? s : max_s;
+const float* const kE4m3 = e4m3_table();
+
+template <KvDType D>
+inline float element(const uint8_t* row, int64_t i) {
+  if constexpr (D == KvDType::F32) {
+    float f;
+    std::memcpy(&f, row + 4 * i, sizeof f);
+    return f;
+  } else if constexpr (D == KvDType::BF16) {
+    uint16_t h;
+    std::memcpy(&h, row + 2 * i, sizeof h);
+    return bf16_to_f32(h);
+  } else if constexpr (D == KvDType::FP8_E4M3) {
+    return kE4m3[row[i]];
+  } else {
+    return float(int8_t(row[i]));
   }
-  float sum = 0.0f;
-  for (int64_t p = 0; p < n_pos; ++p) {
-    const float e = std::exp(scores[p] - max_s);
-    scores[p] = e;
-    sum += e;
-  }
-  for (int64_t d = 0; d < head_dim; ++d) out[d] = 0.0f;
-  for (int64_t p = 0; p < n_pos; ++p) {
-    const int64_t slot = int64_t(block_table[p / block_size]) * block_size + p % block_size;
-    const float* v = v_head + slot * kv_stride;
-    const float w = scores[p];
-#pragma omp simd
-    for (int64_t d = 0; d < head_dim; ++d) out[d] += w * v[d];
-  }
-  const float inv = 1.0f / sum;
-#pragma omp simd
-  for (int64_t d = 0; d < head_dim; ++d) out[d] *= inv;
 }
+
+struct PortableOps {
+  static constexpr float kFp8Unit = 1.0f;
+
+  template <KvDType D>
+  static float dot(const float* q, const uint8_t* row, int64_t n) {
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; ++i) s += q[i] * element<D>(row, i);
+    return s;
+  }
+
+  template <KvDType D>
+  static void dot4(const float* q, const uint8_t* row, int64_t stride, int64_t n, float* s) {
+    for (int j = 0; j < 4; ++j) s[j] = dot<D>(q, row + j * stride, n);
+  }
+
+  template <KvDType D>
+  static void axpy(float w, const uint8_t* row, int64_t n, float* out) {
+    for (int64_t i = 0; i < n; ++i) out[i] += w * element<D>(row, i);
+  }
+
+  template <KvDType D>
+  static void axpy4(const float* w, const uint8_t* row, int64_t stride, int64_t n, float* out) {
+    for (int j = 0; j < 4; ++j) axpy<D>(w[j], row + j * stride, n, out);
+  }
+
+  static float exp_sum(float* s, int64_t n, float max) {
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; ++i) sum += (s[i] = std::exp(s[i] - max));
+    return sum;
+  }
+};
 
 }  // namespace
 
-void write_kv(const float* k, const float* v, int64_t n_tokens, int64_t n_kv_heads, int64_t head_dim,
-              const int64_t* slots, float* k_pool, float* v_pool) {
-  const int64_t row = n_kv_heads * head_dim;
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    if (slots[t] < 0) continue;
-    std::memcpy(k_pool + slots[t] * row, k + t * row, size_t(row) * sizeof(float));
-    std::memcpy(v_pool + slots[t] * row, v + t * row, size_t(row) * sizeof(float));
-  }
+AttendFn attend_portable(KvDType d) { return attend_for<PortableOps>(d); }
+
+}  // namespace detail
+
+bool attention_has_avx2() {
+  static const bool has =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  return has;
 }
 
-void paged_attention(const float* q, int64_t n_tokens, int64_t start_pos, int64_t n_heads, int64_t n_kv_heads,
-                     int64_t head_dim, const float* k_pool, const float* v_pool, const int32_t* block_table,
-                     int64_t block_size, float scale, float* out) {
+void paged_attention(const float* q, int64_t n_tokens, int64_t start_pos, int64_t n_heads, const KvTensorView& k_pool,
+                     const KvTensorView& v_pool, const int32_t* block_table, float scale, float* out,
+                     AttentionImpl impl) {
+  const KvBlockLayout &kl = k_pool.layout, &vl = v_pool.layout;
+  const int64_t n_kv_heads = kl.n_kv_heads, head_dim = kl.head_dim;
   if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0)
     throw InputError("paged_attention: n_heads " + std::to_string(n_heads) + " is not a multiple of n_kv_heads " +
                      std::to_string(n_kv_heads));
-  if (block_size <= 0) throw InputError("paged_attention: block_size must be positive");
+  if (kl.block_size <= 0) throw InputError("paged_attention: block_size must be positive");
+  if (kl.dtype != vl.dtype || kl.block_size != vl.block_size || kl.n_kv_heads != vl.n_kv_heads ||
+      kl.head_dim != vl.head_dim || kl.tensor_scales != vl.tensor_scales)
+    throw InputError("paged_attention: the K and V pools differ in layout");
+  if (impl == AttentionImpl::Avx2 && !attention_has_avx2())
+    throw InputError("paged_attention: this CPU lacks avx2, fma or f16c");
+  const bool avx2 = impl == AttentionImpl::Avx2 || (impl == AttentionImpl::Auto && attention_has_avx2());
+  const detail::AttendFn attend = avx2 ? detail::attend_avx2(kl.dtype) : detail::attend_portable(kl.dtype);
   const int64_t group = n_heads / n_kv_heads;
-  const int64_t kv_stride = n_kv_heads * head_dim;
   const int64_t n_pairs = n_tokens * n_heads;
   const int64_t work = n_tokens * (start_pos + n_tokens) * n_heads * head_dim;
 #pragma omp parallel num_threads(num_threads()) if (n_pairs > 1 && work >= (int64_t(1) << 16))
@@ -79,10 +109,8 @@ void paged_attention(const float* q, int64_t n_tokens, int64_t start_pos, int64_
 #pragma omp for schedule(dynamic, 1)
     for (int64_t j = n_pairs - 1; j >= 0; --j) {
       const int64_t t = j / n_heads, h = j % n_heads;
-      const int64_t kvh = h / group;
-      attend_one(q + (t * n_heads + h) * head_dim, start_pos + t + 1, head_dim, k_pool + kvh * head_dim,
-                 v_pool + kvh * head_dim, kv_stride, block_table, block_size, scale, scores.data(),
-                 out + (t * n_heads + h) * head_dim);
+      attend(q + (t * n_heads + h) * head_dim, start_pos + t + 1, h / group, k_pool, v_pool, block_table, scale,
+             scores.data(), out + (t * n_heads + h) * head_dim);
     }
   }
 }

@@ -1,20 +1,27 @@
-// Attention over a paged K/V pool (layout of kvstore/kv_pool.h: [n_blocks, block_size, n_kv_heads, head_dim]).
+// Attention over a paged K/V pool in its stored dtype (layout: common/kv_dtype.h, kvstore/kv_pool.h; the store
+// side is kernels/cpu/kv_write.h). K and V are read as stored — f32, bf16, fp8_e4m3 or int8 rows widened to F32
+// in registers, the block's or tensor's scale applied to the dot product and to the softmax weight — never
+// copied to F32. AVX2 + FMA + F16C with runtime dispatch, and a portable path.
 #pragma once
 #include <cstdint>
 
+#include "common/kv_dtype.h"
+
 namespace tp::cpu {
 
-// Writes k, v [n_tokens, n_kv_heads, head_dim] into one layer's pool at slots[n_tokens]
-// (slot = block * block_size + offset; -1 = skip).
-void write_kv(const float* k, const float* v, int64_t n_tokens, int64_t n_kv_heads, int64_t head_dim,
-              const int64_t* slots, float* k_pool, float* v_pool);
+enum class AttentionImpl : uint8_t { Auto, Avx2, Portable };
 
-// Causal attention for one sequence. q: [n_tokens, n_heads, head_dim], token i at position start_pos + i,
-// attends to positions [0, start_pos + i] whose K/V live in the pool at
-// block_table[p / block_size] * block_size + p % block_size. GQA: head h reads KV head h / (n_heads / n_kv_heads).
-// out: [n_tokens, n_heads, head_dim]. scale = 1/sqrt(head_dim) typically.
-void paged_attention(const float* q, int64_t n_tokens, int64_t start_pos, int64_t n_heads, int64_t n_kv_heads,
-                     int64_t head_dim, const float* k_pool, const float* v_pool, const int32_t* block_table,
-                     int64_t block_size, float scale, float* out);
+// Causal attention for one sequence. q: [n_tokens, n_heads, head_dim] F32, token i at position start_pos + i,
+// attends to positions [0, start_pos + i] whose K/V live in block block_table[p / block_size] at offset
+// p % block_size of k_pool / v_pool (one layer's views, the same layout; n_kv_heads, head_dim and block_size
+// from it). GQA: head h reads KV head h / (n_heads / n_kv_heads). out: [n_tokens, n_heads, head_dim] F32.
+// scale = 1/sqrt(head_dim) typically. Scores and softmax in F32. Throws InputError when n_heads is not a
+// multiple of n_kv_heads or the K and V layouts differ; block ids are not checked (the Worker does).
+// impl: Auto takes AVX2 when the CPU has avx2, fma and f16c; Avx2 on a CPU without them throws InputError.
+void paged_attention(const float* q, int64_t n_tokens, int64_t start_pos, int64_t n_heads, const KvTensorView& k_pool,
+                     const KvTensorView& v_pool, const int32_t* block_table, float scale, float* out,
+                     AttentionImpl impl = AttentionImpl::Auto);
+
+bool attention_has_avx2();  // avx2 + fma + f16c
 
 }  // namespace tp::cpu

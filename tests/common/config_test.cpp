@@ -30,6 +30,7 @@ TEST(Config, EmptyGivesDefaults) {
   const Config c = parse_config("", "test.yaml", "/base");
   EXPECT_EQ(c.parallel.tp, 1);
   EXPECT_EQ(c.cache.block_size, 16);
+  EXPECT_EQ(c.cache.dtype, "bf16");
   EXPECT_EQ(c.server.host, "127.0.0.1");
   EXPECT_EQ(c.model.path, "models/SmolLM2-135M-Instruct.Q4_1.gguf");
 }
@@ -38,7 +39,7 @@ TEST(Config, ReadsEverySection) {
   const Config c = parse_config(R"(
 model: {path: /m.gguf, dtype: f32, name: smol}
 parallel: {tp: 3, dp: 2, threads: 1}
-cache: {block_size: 32, memory_mb: 100, max_context: 4096, prefix_caching: false}
+cache: {block_size: 32, memory_mb: 100, dtype: int8, max_context: 4096, prefix_caching: false}
 scheduler: {max_num_seqs: 8, max_num_batched_tokens: 512, max_queued_requests: 9, kv_reservation: static}
 server: {host: 0.0.0.0, port: 9000, api_key: k, max_body_bytes: 1000, shutdown_deadline_s: 2.5, step_timeout_s: 7, request_timeout_s: 9, max_connections: 12}
 )",
@@ -51,6 +52,7 @@ server: {host: 0.0.0.0, port: 9000, api_key: k, max_body_bytes: 1000, shutdown_d
   EXPECT_EQ(c.parallel.threads, 1);
   EXPECT_EQ(c.cache.block_size, 32);
   EXPECT_EQ(c.cache.memory_mb, 100);
+  EXPECT_EQ(c.cache.dtype, "int8");
   EXPECT_EQ(c.cache.max_context, 4096);
   EXPECT_FALSE(c.cache.prefix_caching);
   EXPECT_EQ(c.scheduler.max_num_seqs, 8);
@@ -94,6 +96,8 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"cache: {block_size: 12}", "cache.block_size: 12 is not a power of two"},
                       BadCase{"cache: {prefix_caching: maybe}", "cache.prefix_caching: expected true or false"},
                       BadCase{"model: {dtype: f8}", "model.dtype: 'f8' is not one of: bf16, f32"},
+                      BadCase{"cache: {dtype: fp8}", "cache.dtype: 'fp8' is not one of: bf16, f32, fp8_e4m3, int8"},
+                      BadCase{"cache: {dtype: 8}", "cache.dtype: '8' is not one of: bf16, f32, fp8_e4m3, int8"},
                       BadCase{"scheduler: {kv_reservation: lazy}", "scheduler.kv_reservation: 'lazy' is not one of: paged, static"},
                       BadCase{"server: {port: 70000}", "server.port: 70000 is out of range [0, 65535]"},
                       BadCase{"server: {shutdown_deadline_s: -1}", "server.shutdown_deadline_s: -1 is out of range"},
@@ -155,7 +159,7 @@ Config unusual_config() {
   Config c;
   c.model = {"/models/x y.gguf", "f32", "dequantize", "yes", "{% for m in messages %}{{ m.content }}\n{% endfor %}"};
   c.parallel = {2, 3, 4};
-  c.cache = {32, 777, 4096, false};
+  c.cache = {32, 777, "fp8_e4m3", 4096, false};
   c.scheduler = {5, 333, 17, "static"};
   c.server.host = "0.0.0.0";
   c.server.port = 9001;
@@ -179,6 +183,7 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.parallel.threads, b.parallel.threads);
   EXPECT_EQ(a.cache.block_size, b.cache.block_size);
   EXPECT_EQ(a.cache.memory_mb, b.cache.memory_mb);
+  EXPECT_EQ(a.cache.dtype, b.cache.dtype);
   EXPECT_EQ(a.cache.max_context, b.cache.max_context);
   EXPECT_EQ(a.cache.prefix_caching, b.cache.prefix_caching);
   EXPECT_EQ(a.scheduler.max_num_seqs, b.scheduler.max_num_seqs);
@@ -212,7 +217,7 @@ TEST(Config, FormatPrintsEverySettingOfEachSection) {
   const std::map<std::string, std::vector<std::string>> expected = {
       {"model", {"path", "dtype", "quantized", "name", "chat_template"}},
       {"parallel", {"tp", "dp", "threads"}},
-      {"cache", {"block_size", "memory_mb", "max_context", "prefix_caching"}},
+      {"cache", {"block_size", "memory_mb", "dtype", "max_context", "prefix_caching"}},
       {"scheduler", {"max_num_seqs", "max_num_batched_tokens", "max_queued_requests", "kv_reservation"}},
       {"server", {"host", "port", "api_key", "max_body_bytes", "max_connections", "shutdown_deadline_s",
                   "request_timeout_s", "step_timeout_s", "metrics_prefix", "keepalive_timeout_s", "send_timeout_s",

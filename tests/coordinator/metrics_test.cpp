@@ -75,7 +75,7 @@ TEST(Histogram, CumulativeUpperInclusiveBuckets) {
             "x_sum{model_name=\"m\"} 4.005\n");
 }
 
-MetricsOptions options(const std::string& prefix) { return {"m", prefix, 100, 16, true}; }
+MetricsOptions options(const std::string& prefix) { return {"m", prefix, 100, 16, true, "int8", 11520, 185040}; }
 
 TEST(ServerMetrics, VllmPrefixNamesTypesAndLabels) {
   ServerMetrics sm(options("vllm"));
@@ -103,8 +103,12 @@ TEST(ServerMetrics, VllmPrefixNamesTypesAndLabels) {
   EXPECT_TRUE(has(t, "vllm:prefix_cache_hits_total{" + kLb + "} 16.0"));
   EXPECT_TRUE(has(t, "vllm:num_preemptions_total{" + kLb + "} 1.0"));
   EXPECT_TRUE(has(t, R"(vllm:engine_sleep_state{engine="0",model_name="m",sleep_state="awake"} 1.0)"));
-  EXPECT_TRUE(has(t, R"(vllm:cache_config_info{block_size="16",enable_prefix_caching="True",engine="0",)"
-                     R"(num_gpu_blocks="64"} 1.0)"));
+  EXPECT_TRUE(has(t, R"(vllm:cache_config_info{block_size="16",cache_dtype="int8",enable_prefix_caching="True",)"
+                     R"(engine="0",num_gpu_blocks="64"} 1.0)"));
+  // The KV footprint of the start-up report (kvstore/capacity): SmolLM2 at int8, blocks of 16.
+  EXPECT_TRUE(has(t, "# TYPE tpserve:kv_cache_bytes_per_token gauge"));
+  EXPECT_TRUE(has(t, "tpserve:kv_cache_bytes_per_token{" + kLb + "} 11520.0"));
+  EXPECT_TRUE(has(t, "tpserve:kv_cache_block_bytes{" + kLb + "} 185040.0"));
   for (const char* r : {"stop", "length", "abort", "error", "repetition"})  // every reason, from the start
     EXPECT_TRUE(has(t, std::string(R"(vllm:request_success_total{engine="0",finished_reason=")") + r +
                            R"(",model_name="m"} 0.0)"))

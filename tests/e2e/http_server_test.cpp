@@ -420,6 +420,23 @@ TEST_F(HttpServerTest, ErrorsAreOpenAiJson) {
   EXPECT_EQ(request(port(), "GET", "/health").status, 200);  // still serving
 }
 
+// /metrics reports the KV footprint the start-up report printed (both from kvstore/capacity): the default
+// cache.dtype bf16, 512 MiB, blocks of 16 on SmolLM2 = 23040 B/token, 368640 B/block, 1456 blocks.
+TEST_F(HttpServerTest, MetricsShowTheStartUpKvFootprint) {
+  ASSERT_GT(port(), 0);
+  const std::string m = request(port(), "GET", "/metrics").body;
+  const std::string log = slurp(server_.log);
+  EXPECT_NE(log.find("KV cache per rank: 23040 B/token (2 x 30 layers x 3 KV heads x 64 x 2 B bf16), block 16 "
+                     "tokens = 368640 B"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("KV pool per rank: 1456 blocks"), std::string::npos) << log;
+  EXPECT_EQ(metric(m, "tpserve:kv_cache_bytes_per_token"), 23040);
+  EXPECT_EQ(metric(m, "tpserve:kv_cache_block_bytes"), 368640);
+  EXPECT_EQ(metric(m, "tpserve:kv_cache_blocks_total"), 1456);
+  EXPECT_NE(m.find("vllm:cache_config_info{block_size=\"16\",cache_dtype=\"bf16\","), std::string::npos) << m;
+}
+
 TEST_F(HttpServerTest, DisconnectMidStreamAbortsAndFreesBlocks) {
   ASSERT_GT(port(), 0);
   const std::string before = request(port(), "GET", "/metrics").body;

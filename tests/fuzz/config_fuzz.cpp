@@ -9,6 +9,7 @@
 
 #include "common/config.h"
 #include "common/error.h"
+#include "common/kv_dtype.h"
 
 namespace {
 
@@ -30,6 +31,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     check(c.cache.block_size >= 1 && c.cache.block_size <= 1024 && (c.cache.block_size & (c.cache.block_size - 1)) == 0,
           "cache.block_size a power of two in [1, 1024]");
     check(c.cache.memory_mb >= 1 && c.cache.max_context >= 0, "cache sizes");
+    bool kv_dtype_known = false;
+    for (const char* name : tp::kKvDTypeNames) kv_dtype_known = kv_dtype_known || c.cache.dtype == name;
+    check(kv_dtype_known, "cache.dtype one of bf16, f32, fp8_e4m3, int8");
     check(c.scheduler.max_num_seqs >= 1 && c.scheduler.max_num_batched_tokens >= 1 &&
               c.scheduler.max_queued_requests >= 1,
           "scheduler sizes >= 1");

@@ -1,10 +1,17 @@
-// write_kv and paged_attention against naive causal attention over contiguous K/V (double precision).
-// The pool is addressed through a shuffled, non-contiguous block table.
-// Tolerance: 2e-5 absolute with q, k, v in [-1, 1] (F32 dot products of ≤ 128 terms, F32 softmax).
+// write_kv + paged_attention for every KV dtype against naive causal attention over contiguous K/V (double
+// precision), through a shuffled, non-contiguous block table over garbage-filled blocks, on both the AVX2 and
+// the portable path. Each case checks two things:
+//   stored:   the reference run on the values the pool stores (decoded by tests/kernels/kv_fixtures.h) — the
+//             kernel reads the stored dtype exactly: |out - ref| <= kStoredTol (F32 accumulation only);
+//   original: the reference run on the F32 inputs — the error the dtype costs, bounded per dtype below.
+// Inputs: q in [-1, 1]; each K/V token row is uniform [-1, 1] times a per-token factor in [0.25, 2] (so int8
+// block scales get raised and rows requantized). The bounds hold over all the shapes below; the largest error
+// measured (AMD EPYC Zen 2, both paths) is in the comment of each.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <string>
@@ -12,42 +19,108 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/cpu/kv_write.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/paged_attention.h"
 #include "tests/kernels/fixtures.h"
+#include "tests/kernels/kv_fixtures.h"
 
 namespace tp::cpu {
 namespace {
 
 using test::random_floats;
+using test::stored_value;
+using test::TestPool;
 
-// n_heads, n_kv_heads, head_dim, block_size, start_pos, n_tokens
-using AttnParam = std::tuple<std::pair<int64_t, int64_t>, int64_t, int64_t, int64_t, int64_t>;
+constexpr double kStoredTol = 2e-6;  // measured 3.7e-7
+
+// A KV dtype as the pool holds it: block-scaled int8, or a tensor scale for fp8 / int8.
+struct KvVariant {
+  KvDType dtype;
+  bool tensor_scales;
+  float tensor_scale;
+  double original_tol;  // max |out - reference on the F32 inputs|
+};
+
+// Bounds about 2x the maxima measured over the shapes below (in the comments), for outputs of magnitude <= 2:
+// bf16 keeps 8 mantissa bits (relative 2^-9 per element), e4m3 3 (2^-4), int8 0.5 / 127 of the block's or the
+// tensor's range (+ requantization, kv_write.h).
+const KvVariant kVariants[] = {
+    {KvDType::F32, false, 1.0f, 2e-6},                   // 3.5e-7
+    {KvDType::BF16, false, 1.0f, 7e-3},                  // 3.5e-3
+    {KvDType::FP8_E4M3, false, 1.0f, 0.1},               // 5.9e-2
+    {KvDType::FP8_E4M3, true, 1.0f / 64, 0.1},           // 5.9e-2 (x / s in [-128, 128])
+    {KvDType::INT8, false, 1.0f, 3e-2},                  // 1.5e-2 (block scales)
+    {KvDType::INT8, true, 2.0f / 127, 2e-2},             // 9.5e-3 (the inputs' range [-2, 2])
+};
+
+std::string variant_name(const KvVariant& v) { return test::dtype_label(v.dtype, v.tensor_scales); }
+
+// Contiguous context [n_ctx, n_kv_heads, head_dim] with per-token magnitudes in [0.25, 2].
+std::vector<float> context_rows(int64_t n_ctx, int64_t row, uint32_t seed) {
+  std::vector<float> x = random_floats(size_t(n_ctx * row), seed);
+  std::mt19937 rng(seed + 1000);
+  std::uniform_real_distribution<float> mag(0.25f, 2.0f);
+  for (int64_t p = 0; p < n_ctx; ++p) {
+    const float m = mag(rng);
+    for (int64_t i = 0; i < row; ++i) x[size_t(p * row + i)] *= m;
+  }
+  return x;
+}
+
+// Element i of KV head kvh at position p.
+using KvGet = std::function<double(int64_t p, int64_t kvh, int64_t i)>;
+
+// Causal attention of one query row over positions [0, n_pos) of KV head kvh, in double.
+std::vector<double> reference(const float* qh, int64_t n_pos, int64_t kvh, int64_t head_dim, float scale,
+                              const KvGet& k, const KvGet& v) {
+  std::vector<double> s(static_cast<size_t>(n_pos));
+  double mx = -INFINITY;
+  for (int64_t p = 0; p < n_pos; ++p) {
+    double d = 0;
+    for (int64_t i = 0; i < head_dim; ++i) d += double(qh[i]) * k(p, kvh, i);
+    s[size_t(p)] = d * scale;
+    mx = std::max(mx, s[size_t(p)]);
+  }
+  double sum = 0;
+  for (double& e : s) sum += (e = std::exp(e - mx));
+  std::vector<double> o(static_cast<size_t>(head_dim), 0.0);
+  for (int64_t i = 0; i < head_dim; ++i) {
+    for (int64_t p = 0; p < n_pos; ++p) o[size_t(i)] += s[size_t(p)] * v(p, kvh, i);
+    o[size_t(i)] /= sum;
+  }
+  return o;
+}
+
+// (n_heads, n_kv_heads), head_dim, block_size, start_pos, n_tokens, variant, impl
+using AttnParam = std::tuple<std::pair<int64_t, int64_t>, int64_t, int64_t, int64_t, int64_t, size_t, AttentionImpl>;
 
 class PagedAttentionTest : public ::testing::TestWithParam<AttnParam> {};
 
 TEST_P(PagedAttentionTest, MatchesContiguousReference) {
-  const auto [heads, head_dim, block_size, start_pos, n_tokens] = GetParam();
+  const auto [heads, head_dim, block_size, start_pos, n_tokens, vi, impl] = GetParam();
   const auto [n_heads, n_kv_heads] = heads;
+  const KvVariant& var = kVariants[vi];
+  if (impl == AttentionImpl::Avx2 && !attention_has_avx2()) GTEST_SKIP() << "no avx2/fma/f16c on this CPU";
   const int64_t n_ctx = start_pos + n_tokens;
   const int64_t n_seq_blocks = (n_ctx + block_size - 1) / block_size;
   const int64_t n_pool_blocks = 2 * n_seq_blocks + 3;
   const int64_t row = n_kv_heads * head_dim;
 
-  // Contiguous K/V of the whole context [n_ctx, n_kv_heads, head_dim], queries of the new tokens.
-  const auto k = random_floats(size_t(n_ctx * row), 21);
-  const auto v = random_floats(size_t(n_ctx * row), 22);
+  const auto k = context_rows(n_ctx, row, 21);
+  const auto v = context_rows(n_ctx, row, 22);
   const auto q = random_floats(size_t(n_tokens * n_heads * head_dim), 23);
 
-  // Shuffled block table over a pool with unused blocks; unused memory holds garbage.
+  // Shuffled block table over a pool with unused blocks; unused memory (and old scales) hold garbage.
   std::vector<int32_t> all(static_cast<size_t>(n_pool_blocks));
   std::iota(all.begin(), all.end(), 0);
   std::shuffle(all.begin(), all.end(), std::mt19937(uint32_t(n_ctx)));
   const std::vector<int32_t> table(all.begin(), all.begin() + n_seq_blocks);
-  std::vector<float> k_pool(size_t(n_pool_blocks * block_size * row), 1e6f);
-  std::vector<float> v_pool(k_pool.size(), -1e6f);
+  const KvBlockLayout layout{var.dtype, block_size, n_kv_heads, head_dim, var.tensor_scales};
+  TestPool k_pool(layout, n_pool_blocks, var.tensor_scale, 0x5A), v_pool(layout, n_pool_blocks, var.tensor_scale, 0xA5);
 
   // Write the context in two calls (history, then the new tokens), with -1 padding slots interleaved.
+  std::vector<int64_t> slot_of(static_cast<size_t>(n_ctx));
   auto write = [&](int64_t p0, int64_t p1) {
     std::vector<int64_t> slots;
     std::vector<float> kk, vv;
@@ -57,98 +130,116 @@ TEST_P(PagedAttentionTest, MatchesContiguousReference) {
         kk.insert(kk.end(), size_t(row), 7.0f);
         vv.insert(vv.end(), size_t(row), 7.0f);
       }
-      slots.push_back(int64_t(table[size_t(p / block_size)]) * block_size + p % block_size);
+      slot_of[size_t(p)] = int64_t(table[size_t(p / block_size)]) * block_size + p % block_size;
+      slots.push_back(slot_of[size_t(p)]);
       kk.insert(kk.end(), k.begin() + p * row, k.begin() + (p + 1) * row);
       vv.insert(vv.end(), v.begin() + p * row, v.begin() + (p + 1) * row);
     }
-    write_kv(kk.data(), vv.data(), int64_t(slots.size()), n_kv_heads, head_dim, slots.data(), k_pool.data(),
-             v_pool.data());
+    write_kv(kk.data(), vv.data(), int64_t(slots.size()), slots.data(), k_pool.view, v_pool.view);
   };
   write(0, start_pos);
   write(start_pos, n_ctx);
 
   const float scale = 1.0f / std::sqrt(float(head_dim));
   std::vector<float> out(q.size(), NAN);
-  paged_attention(q.data(), n_tokens, start_pos, n_heads, n_kv_heads, head_dim, k_pool.data(), v_pool.data(),
-                  table.data(), block_size, scale, out.data());
+  paged_attention(q.data(), n_tokens, start_pos, n_heads, k_pool.view, v_pool.view, table.data(), scale, out.data(),
+                  impl);
 
+  auto orig_k = [&](int64_t p, int64_t h, int64_t i) { return double(k[size_t(p * row + h * head_dim + i)]); };
+  auto orig_v = [&](int64_t p, int64_t h, int64_t i) { return double(v[size_t(p * row + h * head_dim + i)]); };
+  auto st_k = [&](int64_t p, int64_t h, int64_t i) { return double(stored_value(k_pool.view, slot_of[size_t(p)], h, i)); };
+  auto st_v = [&](int64_t p, int64_t h, int64_t i) { return double(stored_value(v_pool.view, slot_of[size_t(p)], h, i)); };
   const int64_t group = n_heads / n_kv_heads;
+  double err_stored = 0, err_original = 0;
   for (int64_t t = 0; t < n_tokens; ++t)
     for (int64_t h = 0; h < n_heads; ++h) {
-      const int64_t kvh = h / group, n_pos = start_pos + t + 1;
       const float* qh = q.data() + (t * n_heads + h) * head_dim;
-      std::vector<double> s(static_cast<size_t>(n_pos));
-      double mx = -INFINITY;
-      for (int64_t p = 0; p < n_pos; ++p) {
-        double d = 0;
-        for (int64_t i = 0; i < head_dim; ++i) d += double(qh[i]) * k[size_t(p * row + kvh * head_dim + i)];
-        s[size_t(p)] = d * scale;
-        mx = std::max(mx, s[size_t(p)]);
-      }
-      double sum = 0;
-      for (double& e : s) sum += (e = std::exp(e - mx));
+      const float* o = out.data() + (t * n_heads + h) * head_dim;
+      const int64_t n_pos = start_pos + t + 1;
+      const auto rs = reference(qh, n_pos, h / group, head_dim, scale, st_k, st_v);
+      const auto ro = reference(qh, n_pos, h / group, head_dim, scale, orig_k, orig_v);
       for (int64_t i = 0; i < head_dim; ++i) {
-        double o = 0;
-        for (int64_t p = 0; p < n_pos; ++p) o += s[size_t(p)] * v[size_t(p * row + kvh * head_dim + i)];
-        ASSERT_NEAR(out[size_t((t * n_heads + h) * head_dim + i)], o / sum, 2e-5)
-            << "token " << t << " head " << h << " dim " << i;
+        ASSERT_TRUE(std::isfinite(o[i])) << "token " << t << " head " << h << " dim " << i;
+        err_stored = std::max(err_stored, std::fabs(o[i] - rs[size_t(i)]));
+        err_original = std::max(err_original, std::fabs(o[i] - ro[size_t(i)]));
       }
     }
+  EXPECT_LE(err_stored, kStoredTol) << variant_name(var);
+  EXPECT_LE(err_original, var.original_tol) << variant_name(var);
+  RecordProperty("err_stored", std::to_string(err_stored));
+  RecordProperty("err_original", std::to_string(err_original));
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, PagedAttentionTest,
     ::testing::Combine(::testing::Values(std::pair<int64_t, int64_t>{4, 4}, std::pair<int64_t, int64_t>{9, 3},
-                                         std::pair<int64_t, int64_t>{8, 2}),
+                                         std::pair<int64_t, int64_t>{8, 1}),
                        ::testing::Values(64, 17), ::testing::Values(16, 3), ::testing::Values(0, 37),
-                       ::testing::Values(1, 50)),
+                       ::testing::Values(1, 50), ::testing::Range(size_t(0), std::size(kVariants)),
+                       ::testing::Values(AttentionImpl::Avx2, AttentionImpl::Portable)),
     [](const ::testing::TestParamInfo<AttnParam>& info) {
       const auto& p = info.param;
-      return "h" + std::to_string(std::get<0>(p).first) + "kv" + std::to_string(std::get<0>(p).second) + "_d" +
+      return variant_name(kVariants[std::get<5>(p)]) + "_" +
+             (std::get<6>(p) == AttentionImpl::Avx2 ? "avx2" : "portable") + "_h" +
+             std::to_string(std::get<0>(p).first) + "kv" + std::to_string(std::get<0>(p).second) + "_d" +
              std::to_string(std::get<1>(p)) + "_bs" + std::to_string(std::get<2>(p)) + "_start" +
              std::to_string(std::get<3>(p)) + "_n" + std::to_string(std::get<4>(p));
     });
+
+// The AVX2 and portable paths agree on every dtype (the same stored bytes; only the summation order differs).
+TEST(PagedAttention, Avx2AndPortableAgree) {
+  if (!attention_has_avx2()) GTEST_SKIP() << "no avx2/fma/f16c on this CPU";
+  const int64_t n = 40, n_heads = 9, n_kv = 3, d = 64, bs = 16, n_blocks = (n + bs - 1) / bs;
+  std::vector<int32_t> table(static_cast<size_t>(n_blocks));
+  std::iota(table.rbegin(), table.rend(), 0);
+  const auto k = context_rows(n, n_kv * d, 51), v = context_rows(n, n_kv * d, 52);
+  const auto q = random_floats(size_t(n * n_heads * d), 53);
+  std::vector<int64_t> slots(static_cast<size_t>(n));
+  for (int64_t p = 0; p < n; ++p) slots[size_t(p)] = table[size_t(p / bs)] * bs + p % bs;
+  for (const KvVariant& var : kVariants) {
+    const KvBlockLayout layout{var.dtype, bs, n_kv, d, var.tensor_scales};
+    TestPool kp(layout, n_blocks, var.tensor_scale), vp(layout, n_blocks, var.tensor_scale);
+    write_kv(k.data(), v.data(), n, slots.data(), kp.view, vp.view);
+    std::vector<float> a(q.size()), b(q.size()), c(q.size());
+    paged_attention(q.data(), n, 0, n_heads, kp.view, vp.view, table.data(), 0.125f, a.data(), AttentionImpl::Avx2);
+    paged_attention(q.data(), n, 0, n_heads, kp.view, vp.view, table.data(), 0.125f, b.data(), AttentionImpl::Portable);
+    paged_attention(q.data(), n, 0, n_heads, kp.view, vp.view, table.data(), 0.125f, c.data());
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 2e-5) << variant_name(var) << " " << i;
+    EXPECT_EQ(a, c) << variant_name(var) << ": Auto takes AVX2 on this CPU";
+  }
+}
 
 // A 512-token prefill (SmolLM2 shape: 9 heads, 3 KV heads, head_dim 64) on two threads matches one thread.
 TEST(PagedAttention, PrefillThreadsAgree) {
   const int64_t n = 512, n_heads = 9, n_kv = 3, d = 64, bs = 16, n_blocks = n / bs;
   std::vector<int32_t> table(static_cast<size_t>(n_blocks));
-  std::iota(table.begin(), table.end(), 0);
-  std::reverse(table.begin(), table.end());
-  const auto k_pool = random_floats(size_t(n * n_kv * d), 31);
-  const auto v_pool = random_floats(size_t(n * n_kv * d), 32);
+  std::iota(table.rbegin(), table.rend(), 0);
+  const auto k = random_floats(size_t(n * n_kv * d), 31);
+  const auto v = random_floats(size_t(n * n_kv * d), 32);
   const auto q = random_floats(size_t(n * n_heads * d), 33);
-  std::vector<float> o1(q.size()), o2(q.size());
+  std::vector<int64_t> slots(static_cast<size_t>(n));
+  for (int64_t p = 0; p < n; ++p) slots[size_t(p)] = table[size_t(p / bs)] * bs + p % bs;
+  for (KvDType dt : kKvDTypes) {
+    const KvBlockLayout layout{dt, bs, n_kv, d, false};
+    TestPool kp(layout, n_blocks), vp(layout, n_blocks);
+    write_kv(k.data(), v.data(), n, slots.data(), kp.view, vp.view);
+    std::vector<float> o1(q.size()), o2(q.size());
+    set_num_threads(1);
+    paged_attention(q.data(), n, 0, n_heads, kp.view, vp.view, table.data(), 0.125f, o1.data());
+    set_num_threads(2);
+    paged_attention(q.data(), n, 0, n_heads, kp.view, vp.view, table.data(), 0.125f, o2.data());
+    EXPECT_EQ(o1, o2) << kv_dtype_name(dt);
+  }
   set_num_threads(1);
-  paged_attention(q.data(), n, 0, n_heads, n_kv, d, k_pool.data(), v_pool.data(), table.data(), bs, 0.125f,
-                  o1.data());
-  set_num_threads(2);
-  paged_attention(q.data(), n, 0, n_heads, n_kv, d, k_pool.data(), v_pool.data(), table.data(), bs, 0.125f,
-                  o2.data());
-  EXPECT_EQ(o1, o2);
 }
 
-TEST(PagedAttention, RejectsBadGrouping) {
+TEST(PagedAttention, RejectsBadGroupingAndMismatchedPools) {
   std::vector<float> buf(64);
   const int32_t table = 0;
-  EXPECT_THROW(paged_attention(buf.data(), 1, 0, 4, 3, 8, buf.data(), buf.data(), &table, 16, 1.0f, buf.data()),
-               InputError);
-}
-
-TEST(WriteKv, SkipsPaddingSlots) {
-  const int64_t n_kv = 2, d = 4, row = n_kv * d;
-  std::vector<float> k_pool(10 * row, 0.0f), v_pool(10 * row, 0.0f);
-  const auto k = random_floats(3 * row, 41);
-  const auto v = random_floats(3 * row, 42);
-  const std::vector<int64_t> slots = {9, -1, 2};
-  write_kv(k.data(), v.data(), 3, n_kv, d, slots.data(), k_pool.data(), v_pool.data());
-  for (int64_t s = 0; s < 10; ++s)
-    for (int64_t i = 0; i < row; ++i) {
-      const float wk = s == 9 ? k[size_t(i)] : s == 2 ? k[size_t(2 * row + i)] : 0.0f;
-      const float wv = s == 9 ? v[size_t(i)] : s == 2 ? v[size_t(2 * row + i)] : 0.0f;
-      ASSERT_EQ(k_pool[size_t(s * row + i)], wk) << s << "," << i;
-      ASSERT_EQ(v_pool[size_t(s * row + i)], wv) << s << "," << i;
-    }
+  TestPool a({KvDType::F32, 16, 3, 8, false}, 1), b({KvDType::BF16, 16, 3, 8, false}, 1);
+  EXPECT_THROW(paged_attention(buf.data(), 1, 0, 4, a.view, a.view, &table, 1.0f, buf.data()), InputError);
+  EXPECT_THROW(paged_attention(buf.data(), 1, 0, 3, a.view, b.view, &table, 1.0f, buf.data()), InputError);
+  EXPECT_THROW(write_kv(buf.data(), buf.data(), 0, nullptr, a.view, b.view), InputError);
 }
 
 }  // namespace

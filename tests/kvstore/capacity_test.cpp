@@ -200,10 +200,70 @@ TEST(Weights, FormatsAndBits) {
     EXPECT_NE(std::string(e.what()).find("'q4_k' is not one of: f32, bf16, fp8, int8, int4, mxfp4"), std::string::npos)
         << e.what();
   }
-  EXPECT_EQ(parse_kv_dtype_bytes("bf16"), 2);
-  EXPECT_EQ(parse_kv_dtype_bytes("F32"), 4);
-  EXPECT_EQ(parse_kv_dtype_bytes("fp8"), 1);
-  EXPECT_THROW(parse_kv_dtype_bytes("int3"), InputError);
+}
+
+TEST(KvCost, EveryCacheDtypeAndThePlannerNames) {
+  struct Case {
+    const char* name;
+    const char* canonical;
+    int64_t dtype_bytes, scale_bytes;
+  };
+  for (const Case& c : {Case{"bf16", "bf16", 2, 0}, Case{"F32", "f32", 4, 0}, Case{"fp8_e4m3", "fp8_e4m3", 1, 0},
+                        Case{"fp8", "fp8_e4m3", 1, 0}, Case{"int8", "int8", 1, 4}, Case{"f16", "f16", 2, 0}}) {
+    const KvCost k = parse_kv_cost(c.name);
+    EXPECT_EQ(k.name, c.canonical) << c.name;
+    EXPECT_EQ(k.dtype_bytes, c.dtype_bytes) << c.name;
+    EXPECT_EQ(k.scale_bytes, c.scale_bytes) << c.name;
+  }
+  // The pool's dtypes cost what common/kv_dtype.h says; int8 with tensor scales (a checkpoint's k_scale /
+  // v_scale) has no block scales.
+  for (KvDType t : kKvDTypes) {
+    EXPECT_EQ(kv_cost(t).dtype_bytes, kv_dtype_bytes(t));
+    EXPECT_EQ(kv_cost(t).name, kv_dtype_name(t));
+  }
+  EXPECT_EQ(kv_cost(KvDType::INT8, true).scale_bytes, 0);
+  EXPECT_EQ(kv_cost(KvDType::FP8_E4M3, true).scale_bytes, 0);
+  try {
+    parse_kv_cost("int3");
+    ADD_FAILURE();
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "KV dtype 'int3' is not one of: bf16, f32, fp8_e4m3, int8, fp8 (= fp8_e4m3), f16");
+  }
+}
+
+// The claim, at the budget of configs/default.yaml (512 MiB per rank, blocks of 16, SmolLM2 at tp 1):
+// bf16 holds exactly 2x the blocks of F32, fp8 exactly 4x, int8 4x less its scales (720 B per 184320 B block:
+// 2901 blocks = 3.985x).
+TEST(KvPoolPlan, SmolLm2EveryDtypeIn512MiB) {
+  struct Case {
+    KvDType dtype;
+    int64_t block_bytes, n_blocks;
+  };
+  for (const Case& c : {Case{KvDType::F32, 737'280, 728}, Case{KvDType::BF16, 368'640, 1456},
+                        Case{KvDType::FP8_E4M3, 184'320, 2912}, Case{KvDType::INT8, 185'040, 2901}}) {
+    const KvFootprint fp = kv_footprint(smollm2_135m(), 3, kv_cost(c.dtype));
+    const KvPoolPlan p = kv_pool_plan(fp, 512 * kMiB, 16);
+    EXPECT_EQ(p.block_bytes, c.block_bytes) << kv_dtype_name(c.dtype);
+    EXPECT_EQ(p.n_blocks, c.n_blocks) << kv_dtype_name(c.dtype);
+    // The pool's own layout (K and V of every layer) gives the same block bytes.
+    const KvBlockLayout l{c.dtype, 16, 3, 64, false};
+    EXPECT_EQ(2 * 30 * l.block_bytes(), p.block_bytes) << kv_dtype_name(c.dtype);
+  }
+  const KvFootprint int8 = kv_footprint(smollm2_135m(), 3, kv_cost(KvDType::INT8));
+  EXPECT_EQ(int8.bytes_per_token, 11'520);
+  EXPECT_EQ(int8.scale_bytes_per_block, 720);
+  // A sequence pays the scales of every block it holds: 17 tokens = 2 blocks.
+  EXPECT_EQ(kv_bytes_for_context(int8, 17, 16), 32 * 11'520 + 2 * 720);
+  EXPECT_EQ(kv_bytes_for_context(int8, 17, 1), 17 * 11'520 + 17 * 720);
+  EXPECT_EQ(concurrency(int8, 512 * kMiB, 2048, 16).n_seqs, 2901 / 128);
+}
+
+TEST(KvBytesForContext, SlidingLayersPayTheirBlockScales) {
+  const KvFootprint oss = kv_footprint(gpt_oss_120b(), 8, kv_cost(KvDType::INT8));
+  EXPECT_EQ(oss.layer_scale_bytes_per_block, 2 * 8 * 4);
+  // 18 full layers hold all 512 blocks, 18 sliding layers the 9 a 128-token window straddles.
+  const int64_t layer_block = oss.layer_bytes_per_token * 16 + 64;
+  EXPECT_EQ(kv_bytes_for_context(oss, 8192, 16), 18 * layer_block * 512 + 18 * layer_block * 9);
 }
 
 TEST(Weights, GptOssBf16NeedsThreeGpusMxfp4FitsOne) {
@@ -284,6 +344,15 @@ TEST(CapacityReport, EngineStartUpLines) {
             "KV cache per rank: 46080 B/token (2 x 30 layers x 3 KV heads x 64 x 4 B), block 16 tokens = 737280 B\n"
             "KV pool per rank: 728 blocks = 11648 tokens in 536870912 B (512.00 MiB)\n"
             "max concurrency: 1 at the max context of 8192 tokens, 5 at 2048, 1 at 8192\n");
+  EXPECT_EQ(capacity_report(kv_footprint(smollm2_135m(), 3, kv_cost(KvDType::BF16)), 512 * kMiB, 16, 8192),
+            "KV cache per rank: 23040 B/token (2 x 30 layers x 3 KV heads x 64 x 2 B bf16), block 16 tokens = 368640 B\n"
+            "KV pool per rank: 1456 blocks = 23296 tokens in 536870912 B (512.00 MiB)\n"
+            "max concurrency: 2 at the max context of 8192 tokens, 11 at 2048, 2 at 8192\n");
+  EXPECT_EQ(capacity_report(kv_footprint(smollm2_135m(), 3, kv_cost(KvDType::INT8)), 512 * kMiB, 16, 8192),
+            "KV cache per rank: 11520 B/token (2 x 30 layers x 3 KV heads x 64 x 1 B int8), + 720 B/block of scales "
+            "(2 x 30 layers x 3 KV heads x 4 B), block 16 tokens = 185040 B\n"
+            "KV pool per rank: 2901 blocks = 46416 tokens in 536870912 B (512.00 MiB)\n"
+            "max concurrency: 5 at the max context of 8192 tokens, 22 at 2048, 5 at 8192\n");
   const std::string oss = capacity_report(kv_footprint(gpt_oss_120b(), 8, 2), 17'487'780'224, 16, 131072);
   EXPECT_NE(oss.find("73728 B/token"), std::string::npos) << oss;
   EXPECT_NE(oss.find("36864 B/token past the 128-token window of 18 sliding layers"), std::string::npos) << oss;

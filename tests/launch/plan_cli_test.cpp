@@ -118,41 +118,80 @@ TEST(PlanCli, Llama70bKvAndReplication) {
   expect_has(one.out, "smallest tp     4 fits");
 }
 
-// One source of truth: `tpserve plan` on the real model prints exactly the capacity lines that the running
-// engine prints at start-up (tpserve generate on configs/default.yaml: 512 MiB, blocks of 16, F32 K/V,
-// max context 8192) — and those are the figures below.
-TEST(PlanCli, RealModelFileMatchesEngineReport) {
-  const Result engine = run("generate --config " + source_dir() + "/configs/default.yaml --model " + gguf() +
-                            " --prompt hi --max-tokens 1 --threads 1");
-  ASSERT_EQ(engine.code, 0) << engine.out;
-  std::string engine_report;
-  for (const char* prefix : {"KV cache per rank:", "KV pool per rank:", "max concurrency:"}) {
-    const size_t at = engine.out.find(prefix);
-    ASSERT_NE(at, std::string::npos) << prefix << " missing from the engine's start-up report:\n" << engine.out;
-    engine_report += engine.out.substr(at, engine.out.find('\n', at) + 1 - at);
+// One source of truth: for every cache.dtype, `tpserve plan` on the real model prints exactly the capacity lines
+// that the running engine prints at start-up (tpserve generate, 512 MiB, blocks of 16, max context 8192; bf16 is
+// configs/default.yaml) — and those are the figures below — and the pool the rank allocated holds exactly
+// that many blocks of that many bytes ("rank 0 ...: KV pool <dtype> N blocks × 16 tokens = B bytes").
+// bf16 holds 2x the blocks of f32, fp8_e4m3 4x, int8 3.98x (its 720 B of scales per block).
+TEST(PlanCli, RealModelFileMatchesEngineReportForEveryKvDtype) {
+  struct Case {
+    const char* dtype;
+    const char* plan_name;  // what --kv-dtype is given
+    int64_t block_bytes, n_blocks;
+    std::string report;
+  };
+  const Case cases[] = {
+      {"f32", "f32", 737280, 728,
+       "KV cache per rank: 46080 B/token (2 x 30 layers x 3 KV heads x 64 x 4 B f32), block 16 tokens = 737280 B\n"
+       "KV pool per rank: 728 blocks = 11648 tokens in 536870912 B (512.00 MiB)\n"
+       "max concurrency: 1 at the max context of 8192 tokens, 5 at 2048, 1 at 8192\n"},
+      {"bf16", "bf16", 368640, 1456,
+       "KV cache per rank: 23040 B/token (2 x 30 layers x 3 KV heads x 64 x 2 B bf16), block 16 tokens = 368640 B\n"
+       "KV pool per rank: 1456 blocks = 23296 tokens in 536870912 B (512.00 MiB)\n"
+       "max concurrency: 2 at the max context of 8192 tokens, 11 at 2048, 2 at 8192\n"},
+      {"fp8_e4m3", "fp8", 184320, 2912,
+       "KV cache per rank: 11520 B/token (2 x 30 layers x 3 KV heads x 64 x 1 B fp8_e4m3), block 16 tokens = 184320 B\n"
+       "KV pool per rank: 2912 blocks = 46592 tokens in 536870912 B (512.00 MiB)\n"
+       "max concurrency: 5 at the max context of 8192 tokens, 22 at 2048, 5 at 8192\n"},
+      {"int8", "int8", 185040, 2901,
+       "KV cache per rank: 11520 B/token (2 x 30 layers x 3 KV heads x 64 x 1 B int8), + 720 B/block of scales (2 x 30 "
+       "layers x 3 KV heads x 4 B), block 16 tokens = 185040 B\n"
+       "KV pool per rank: 2901 blocks = 46416 tokens in 536870912 B (512.00 MiB)\n"
+       "max concurrency: 5 at the max context of 8192 tokens, 22 at 2048, 5 at 8192\n"},
+  };
+  const std::string dir = testing::TempDir() + "/tp_plan_cli_kv";
+  std::filesystem::create_directories(dir);
+  for (const Case& c : cases) {
+    std::string config = source_dir() + "/configs/default.yaml";
+    if (std::string(c.dtype) != "bf16") {
+      config = dir + "/" + c.dtype + ".yaml";
+      std::ofstream(config) << "cache:\n  block_size: 16\n  memory_mb: 512\n  max_context: 8192\n  dtype: " << c.dtype
+                            << "\n";
+    }
+    const Result engine = run("generate --config " + config + " --model " + gguf() + " --prompt hi --max-tokens 1 --threads 1");
+    ASSERT_EQ(engine.code, 0) << c.dtype << "\n" << engine.out;
+    std::string engine_report;
+    for (const char* prefix : {"KV cache per rank:", "KV pool per rank:", "max concurrency:"}) {
+      const size_t at = engine.out.find(prefix);
+      ASSERT_NE(at, std::string::npos) << prefix << " missing from the engine's start-up report:\n" << engine.out;
+      engine_report += engine.out.substr(at, engine.out.find('\n', at) + 1 - at);
+    }
+    EXPECT_EQ(engine_report, c.report) << c.dtype;
+    expect_has(engine.out, "KV pool " + std::string(c.dtype) + " " + std::to_string(c.n_blocks) + " blocks × 16 tokens = " +
+                               std::to_string(c.n_blocks * c.block_bytes) + " B");
+    const std::string args = "--model " + gguf() + " --gpu-mem 4GiB --kv-dtype " + c.plan_name +
+                             " --kv-mem 512MiB --context 8192";
+    const auto j = run_json(args);
+    ASSERT_TRUE(j.is_object());
+    EXPECT_EQ(j["report"], c.report) << c.dtype;
+    EXPECT_EQ(j["kv"]["dtype"], c.dtype);
+    EXPECT_EQ(j["kv"]["block_bytes"], c.block_bytes);
+    EXPECT_EQ(j["kv"]["blocks_per_rank"], c.n_blocks);
+    const Result r = run("plan " + args);
+    ASSERT_EQ(r.code, 0) << r.out;
+    expect_has(r.out, "  " + c.report.substr(0, c.report.find(", block 16")));
   }
-  const std::string report =
-      "KV cache per rank: 46080 B/token (2 x 30 layers x 3 KV heads x 64 x 4 B), block 16 tokens = 737280 B\n"
-      "KV pool per rank: 728 blocks = 11648 tokens in 536870912 B (512.00 MiB)\n"
-      "max concurrency: 1 at the max context of 8192 tokens, 5 at 2048, 1 at 8192\n";
-  EXPECT_EQ(engine_report, report);
-  const std::string args = "--model " + gguf() + " --gpu-mem 4GiB --kv-dtype f32 --kv-mem 512MiB --context 8192";
-  const auto j = run_json(args);
-  ASSERT_TRUE(j.is_object());
-  EXPECT_EQ(j["report"], report);
+  const auto j = run_json("--model " + gguf() + " --gpu-mem 4GiB --kv-dtype f32 --kv-mem 512MiB --context 8192");
   EXPECT_EQ(j["model"]["params"], 134515008);  // every tensor of the file, as the card says
   EXPECT_EQ(j["model"]["tied_embeddings"], true);
   EXPECT_EQ(j["weights"]["bytes_per_rank"], 2 * 134515008);
-  const Result r = run("plan " + args);
-  ASSERT_EQ(r.code, 0) << r.out;
-  expect_has(r.out, "  KV cache per rank: 46080 B/token (2 x 30 layers x 3 KV heads x 64 x 4 B)");
   // The HF directory gives the same shape; at tp 3 each rank holds one of the 3 KV heads.
   const auto hf = run_json("--model " + source_dir() + "/models/SmolLM2-135M-Instruct-hf --gpu-mem 4GiB --tp 3 --kv-dtype f32");
   EXPECT_EQ(hf["kv"]["bytes_per_token_per_rank"], 15360);
   EXPECT_EQ(hf["setup"]["gpus"], 3);
   // The card of the same model agrees with the file.
   const auto card = run_json("--model SmolLM2-135M --gpu-mem 4GiB --kv-dtype f32 --kv-mem 512MiB --context 8192");
-  EXPECT_EQ(card["report"], report);
+  EXPECT_EQ(card["report"], cases[0].report);
   EXPECT_EQ(card["model"]["params"], j["model"]["params"]);
 }
 

@@ -51,7 +51,7 @@ TEST_F(ConfigCli, PrintsEverySettingAsYamlThatReadsBack) {
   const std::string cfg = write("all.yaml",
                                 "model: {path: m.gguf, dtype: f32, name: smol, chat_template: chatml}\n"
                                 "parallel: {tp: 2, dp: 1, threads: 3}\n"
-                                "cache: {block_size: 32, memory_mb: 100, max_context: 4096, prefix_caching: false}\n"
+                                "cache: {block_size: 32, memory_mb: 100, dtype: fp8_e4m3, max_context: 4096, prefix_caching: false}\n"
                                 "scheduler: {max_num_seqs: 8, max_num_batched_tokens: 512, max_queued_requests: 9,"
                                 " kv_reservation: static}\n"
                                 "server: {host: 0.0.0.0, port: 9000, api_key: k, max_body_bytes: 1000, max_connections: 12,"
@@ -60,7 +60,7 @@ TEST_F(ConfigCli, PrintsEverySettingAsYamlThatReadsBack) {
   ASSERT_EQ(a.code, 0) << a.out;
   for (const char* line : {"model:\n  path: \"" /* absolute, resolved */, "\n  dtype: \"f32\"\n", "\n  name: \"smol\"\n",
                            "\n  chat_template: \"chatml\"\n", "parallel:\n  tp: 2\n  dp: 1\n  threads: 3\n",
-                           "cache:\n  block_size: 32\n  memory_mb: 100\n  max_context: 4096\n  prefix_caching: false\n",
+                           "cache:\n  block_size: 32\n  memory_mb: 100\n  dtype: \"fp8_e4m3\"\n  max_context: 4096\n  prefix_caching: false\n",
                            "scheduler:\n  max_num_seqs: 8\n  max_num_batched_tokens: 512\n  max_queued_requests: 9\n"
                            "  kv_reservation: \"static\"\n",
                            "server:\n  host: \"0.0.0.0\"\n  port: 9000\n  api_key: \"k\"\n  max_body_bytes: 1000\n"
