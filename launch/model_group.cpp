@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "kernels/cpu/linear.h"
 #include "launch/host_memory.h"
+#include "rank/compressed_tensors.h"
 #include "rank/weight_loader.h"
 #include "launch/load_progress.h"
 
@@ -61,12 +62,13 @@ ModelGroup::ModelGroup(int* argc, char*** argv, const Config& cfg, int threads_a
   const WeightLoadOptions load{runtime, parse_quantized_mode(cfg.model.quantized, "model.quantized")};
   model = std::make_unique<LlamaModel>(*file, load, tp_comm.get(), progress);
   const KvDType kv_dtype = parse_kv_dtype(cfg.cache.dtype, cfg.source + ": cache.dtype");
-  // The hook for a checkpoint's per-layer k_scale / v_scale ([n_layers] each): fill kv_scales and fp8_e4m3 /
-  // int8 use them (int8 then keeps no block scales). Until the loader exposes them, fp8_e4m3 reads at scale 1
-  // and int8 keeps a scale per block and KV head.
+  // A checkpoint's per-layer k_scale / v_scale (compressed-tensors kv_cache_scheme): fp8_e4m3 and int8 use them
+  // (int8 then keeps no block scales), as vLLM does with --kv-cache-dtype fp8; bf16 / f32 ignore them. Without
+  // them fp8_e4m3 stores at scale 1 and int8 keeps a scale per block and KV head.
   KvTensorScales kv_scales;
-  const bool tensor_scales = !kv_scales.k.empty() && kv_takes_tensor_scales(kv_dtype);
-  if (!tensor_scales) kv_scales = {};
+  if (kv_takes_tensor_scales(kv_dtype))
+    if (auto s = kv_cache_scales_all(*file, model->config().n_layers)) kv_scales = {std::move(s->first), std::move(s->second)};
+  const bool tensor_scales = !kv_scales.k.empty();
   KvPoolShape shape = model->kv_shape(1, cfg.cache.block_size, kv_dtype);
   shape.tensor_scales = tensor_scales;
   // Block bytes from kvstore/capacity, as the engine's report and `tpserve plan` count them; the pool's own
@@ -121,9 +123,10 @@ std::string ModelGroup::report() const {
   char buf[256];
   const TpLayout& l = model->layout();
   std::snprintf(buf, sizeof buf,
-                "rank %d (tp %d/%d): weights %.1f MiB, KV pool %s %lld blocks × %lld tokens = %lld B (%.1f MiB), %d threads",
+                "rank %d (tp %d/%d): weights %.1f MiB, KV pool %s%s %lld blocks × %lld tokens = %lld B (%.1f MiB), %d threads",
                 world_rank(), l.rank, l.tp, double(model->resident_weight_bytes()) / (1 << 20),
-                std::string(kv_dtype_name(pool->shape().dtype)).c_str(), (long long)pool->shape().n_blocks,
+                std::string(kv_dtype_name(pool->shape().dtype)).c_str(),
+                pool->shape().tensor_scales ? " (the checkpoint's k_scale/v_scale)" : "", (long long)pool->shape().n_blocks,
                 (long long)pool->shape().block_size, (long long)pool->n_bytes(), double(pool->n_bytes()) / (1 << 20),
                 threads);
   return buf;

@@ -2,6 +2,7 @@
 
 #include "common/dtype.h"
 #include "common/error.h"
+#include "common/kv_dtype.h"
 
 #include <iterator>
 
@@ -16,6 +17,9 @@ std::vector<OptionSpec> model_options() {
       OptionSpec::computed("dtype", "bf16|f32", "model.dtype of the config, else " + d.model.dtype, "runtime weight dtype"),
       OptionSpec::computed("quantized", "keep|dequantize", "model.quantized of the config, else " + d.model.quantized,
                            "GGUF block-quantized weights: run them as they are, or dequantize to the dtype"),
+      OptionSpec::computed("kv-cache-dtype", "bf16|f32|fp8_e4m3|int8", "cache.dtype of the config, else " + d.cache.dtype,
+                           "KV cache dtype (vLLM's --kv-cache-dtype); fp8_e4m3 / int8 use the checkpoint's per-layer "
+                           "k_scale / v_scale when it has them"),
       OptionSpec::computed("threads", "N",
                            "parallel.threads of the config, else " + std::to_string(d.parallel.threads) +
                                "; 0: cores / ranks on the node",
@@ -40,6 +44,14 @@ Config config_with_model_options(const CliArgs& a, const std::string& command, i
     if (*q != "keep" && *q != "dequantize")
       throw UsageError(command + ": --quantized must be keep or dequantize, not '" + *q + "'");
     cfg.model.quantized = *q;
+  }
+  if (auto k = a.str("kv-cache-dtype")) {
+    try {
+      parse_kv_dtype(*k, command + ": --kv-cache-dtype");
+    } catch (const InputError& e) {
+      throw UsageError(e.what());
+    }
+    cfg.cache.dtype = *k;
   }
   cfg.parallel.tp = a.integer("tp", cfg.parallel.tp, 1, 4096);
   *threads = int(a.integer("threads", cfg.parallel.threads, 0, 1024));

@@ -829,4 +829,25 @@ std::optional<KvScales> kv_cache_scales(const ModelFile& f, int64_t layer) {
   return std::nullopt;
 }
 
+std::optional<std::pair<std::vector<float>, std::vector<float>>> kv_cache_scales_all(const ModelFile& f,
+                                                                                     int64_t n_layers) {
+  std::vector<float> k, v;
+  int64_t first_with = -1, first_without = -1;
+  for (int64_t i = 0; i < n_layers; ++i) {
+    if (const auto s = kv_cache_scales(f, i)) {
+      if (first_with < 0) first_with = i;
+      k.push_back(s->k_scale);
+      v.push_back(s->v_scale);
+    } else if (first_without < 0) {
+      first_without = i;
+    }
+  }
+  if (first_with < 0) return std::nullopt;
+  if (first_without >= 0)
+    throw FormatError(f.path(), "model.layers." + num(first_without) + ".self_attn.k_scale",
+                      "KV cache scales are given for layer " + num(first_with) + " but not for layer " +
+                          num(first_without) + " (every layer needs its k_scale and v_scale)");
+  return std::make_pair(std::move(k), std::move(v));
+}
+
 }  // namespace tp

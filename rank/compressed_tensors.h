@@ -123,5 +123,9 @@ struct KvScales {
   float k_scale = 1.0f, v_scale = 1.0f;
 };
 std::optional<KvScales> kv_cache_scales(const ModelFile& f, int64_t layer);
+// Every layer's scales ([n_layers] each), or nullopt when the checkpoint has none. A checkpoint with scales
+// for some layers only is refused (FormatError naming the first layer without them).
+std::optional<std::pair<std::vector<float>, std::vector<float>>> kv_cache_scales_all(const ModelFile& f,
+                                                                                     int64_t n_layers);
 
 }  // namespace tp

@@ -40,10 +40,18 @@ class SequenceRunner {
 
 // A single-rank model with its own pool (K/V in kv_dtype): the common case of tests and tools (tp = 1).
 struct LocalRunner {
-  LocalRunner(LlamaModel& model, int64_t capacity, int64_t block_size = 16, KvDType kv_dtype = KvDType::F32)
-      : pool(model.kv_shape((capacity + block_size - 1) / block_size, block_size, kv_dtype)),
+  // scales: per-layer K / V tensor scales for an fp8_e4m3 / int8 pool (none: scale 1 / block scales).
+  LocalRunner(LlamaModel& model, int64_t capacity, int64_t block_size = 16, KvDType kv_dtype = KvDType::F32,
+              const KvTensorScales& scales = {})
+      : pool(with_tensor_scales(model.kv_shape((capacity + block_size - 1) / block_size, block_size, kv_dtype),
+                                !scales.k.empty()),
+             scales),
         worker(model, pool, nullptr),
         seq(worker, capacity) {}
+  static KvPoolShape with_tensor_scales(KvPoolShape s, bool on) {
+    s.tensor_scales = on;
+    return s;
+  }
   KvPool pool;
   Worker worker;
   SequenceRunner seq;

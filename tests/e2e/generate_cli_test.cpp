@@ -24,6 +24,14 @@ TEST(GenerateCli, GreedyRunPrintsTextAndRates) {
   EXPECT_NE(r.out.find("decode: "), std::string::npos) << r.out;
 }
 
+TEST(GenerateCli, KvCacheDtypeOptionSetsThePool) {
+  const Result r = run("generate --model " + model() +
+                       " --prompt 'The capital of France is' --max-tokens 8 --threads 1 --kv-cache-dtype int8");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("The capital of France is Paris"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("KV pool int8 "), std::string::npos) << r.out;
+}
+
 TEST(GenerateCli, SameSeedSameText) {
   const std::string args = "generate --model " + model() +
                            " --prompt 'Once upon a time' --max-tokens 12 --temperature 0.9 --top-p 0.95 --seed 7 --threads 1";
@@ -52,6 +60,8 @@ TEST(GenerateCli, BadInputGivesOneClearLine) {
       {"generate --model " + model() + " --prompt hi --temperature -1", 2, "--temperature: -1 is out of range"},
       {"generate --model " + model() + " --prompt hi --frob 1", 2, "unknown option --frob"},
       {"generate --model " + model() + " --prompt hi --dtype q4_1", 2, "--dtype must be bf16 or f32"},
+      {"generate --model " + model() + " --prompt hi --kv-cache-dtype fp9", 2,
+       "generate: --kv-cache-dtype: 'fp9' is not one of: bf16, f32, fp8_e4m3, int8"},
       {"generate --model " + tmp + ".gguf --prompt hi", 1, tmp + ".gguf"},
       {"generate --config " + tmp + ".yaml --prompt hi", 1, "model.dtype: 'f8' is not one of: bf16, f32"},
       {"generate --model " + model() + " --prompt hi --max-tokens 100000", 1, "exceeds the max context of 8192 tokens"},

@@ -1,4 +1,4 @@
-// The real model (SmolLM2-135M-Instruct, Q4_1 GGUF, BF16 runtime as served) with its KV pool in bf16, fp8_e4m3
+// The real model (SmolLM2-135M-Instruct, Q4_1 GGUF dequantized to a BF16 runtime) with its KV pool in bf16, fp8_e4m3
 // and int8 against the same model with an F32 pool, on the oracle prompts (tests/peers/fixtures/
 // greedy_f32.json: 11 prompts, 455 greedy steps). The four pools run in lockstep, teacher-forced: each is fed
 // the F32 pool's greedy tokens, so at every step all four see the same history, and
@@ -21,6 +21,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/linear.h"
@@ -65,7 +66,9 @@ TEST(KvDtypeReal, LogitsAndGreedyTokensAgainstTheF32Pool) {
   ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: run launch/setup";
   cpu::set_num_threads(1);
   auto file = open_model(path);
-  LlamaModel model(*file, DType::BF16);
+  // Dequantized to BF16: with the Q4_1 blocks kept, each linear rounds its input to int8 (Q8_1), and that
+  // rounding's discontinuities would add to, and hide, what the KV dtype does.
+  LlamaModel model(*file, WeightLoadOptions{DType::BF16, /*keep_quantized=*/false});
   std::ifstream in(repo("tests/peers/fixtures/greedy_f32.json"));
   ASSERT_TRUE(in) << "missing tests/peers/fixtures/greedy_f32.json";
   const nlohmann::json fx = nlohmann::json::parse(in);
@@ -122,6 +125,92 @@ TEST(KvDtypeReal, LogitsAndGreedyTokensAgainstTheF32Pool) {
                 "%.3f (tol %.2f), greedy equal on %lld (%.3f, min %.2f), the rest at near-ties\n",
                 std::string(kv_dtype_name(c.dtype)).c_str(), (long long)st.steps, st.worst, c.logit_tol, mean,
                 c.mean_tol, (long long)(st.steps - st.ties), agreement, c.min_agreement);
+  }
+}
+
+// Per-layer tensor scales (what a checkpoint's compressed-tensors kv_cache_scheme gives as k_scale / v_scale,
+// and what the server uses with --kv-cache-dtype fp8_e4m3 / int8 on such a checkpoint): calibrated here as
+// llm-compressor does — the max |K| and |V| of each layer over the oracle prompts (read back from an F32 pool
+// that ran them) ÷ the dtype's max (448 for e4m3, 127 for int8) — then fp8_e4m3 and int8 pools with those
+// scales run in lockstep with the F32 pool as above.
+TEST(KvDtypeReal, TensorScalesCalibratedOnThePromptsAgainstTheF32Pool) {
+  const std::string path = repo("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+  ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: run launch/setup";
+  cpu::set_num_threads(1);
+  auto file = open_model(path);
+  // Dequantized to BF16: with the Q4_1 blocks kept, each linear rounds its input to int8 (Q8_1), and that
+  // rounding's discontinuities would add to, and hide, what the KV dtype does.
+  LlamaModel model(*file, WeightLoadOptions{DType::BF16, /*keep_quantized=*/false});
+  std::ifstream in(repo("tests/peers/fixtures/greedy_f32.json"));
+  ASSERT_TRUE(in) << "missing tests/peers/fixtures/greedy_f32.json";
+  const nlohmann::json fx = nlohmann::json::parse(in);
+  const int64_t vocab = model.config().vocab, n_layers = model.config().n_layers;
+
+  // Calibration: every prompt and its greedy continuation through an F32 pool; the pool's K/V are the values.
+  std::vector<float> k_max(size_t(n_layers), 0.0f), v_max(size_t(n_layers), 0.0f);
+  for (const auto& c : fx.at("cases")) {
+    std::vector<int32_t> all = c.at("prompt_ids").get<std::vector<int32_t>>();
+    for (int32_t t : c.at("tokens").get<std::vector<int32_t>>()) all.push_back(t);
+    LocalRunner f32(model, int64_t(all.size()) + 1, 16, KvDType::F32);
+    f32.seq.feed(all);
+    for (int64_t li = 0; li < n_layers; ++li)
+      for (auto [view, mx] : {std::pair{f32.pool.k(li), &k_max[size_t(li)]}, std::pair{f32.pool.v(li), &v_max[size_t(li)]}}) {
+        const float* x = reinterpret_cast<const float*>(view.blocks);
+        const int64_t n = view.n_blocks * view.layout.block_bytes() / int64_t(sizeof(float));
+        for (int64_t i = 0; i < n; ++i) *mx = std::max(*mx, std::fabs(x[i]));
+      }
+  }
+  struct ScaledCase {
+    KvDType dtype;
+    float qmax, logit_tol, mean_tol;
+    double min_agreement;
+  };
+  const ScaledCase cases[] = {
+      {KvDType::FP8_E4M3, 448.0f, 12.0f, 2.0f, 0.93},  // measured 6.78, 1.08, 0.960
+      {KvDType::INT8, 127.0f, 5.5f, 1.7f, 0.94},       // measured 2.69, 0.88, 0.974
+  };
+  for (const ScaledCase& sc : cases) {
+    KvTensorScales scales;
+    for (int64_t li = 0; li < n_layers; ++li) {
+      ASSERT_GT(k_max[size_t(li)], 0.0f) << li;
+      scales.k.push_back(k_max[size_t(li)] / sc.qmax);
+      scales.v.push_back(v_max[size_t(li)] / sc.qmax);
+    }
+    float worst = 0;
+    double sum = 0;
+    int64_t steps = 0, ties = 0;
+    for (const auto& c : fx.at("cases")) {
+      const auto prompt = c.at("prompt_ids").get<std::vector<int32_t>>();
+      const int64_t n_gen = int64_t(c.at("tokens").size());
+      const int64_t capacity = int64_t(prompt.size()) + n_gen + 1;
+      LocalRunner f32(model, capacity, 16, KvDType::F32);
+      LocalRunner run(model, capacity, 16, sc.dtype, scales);
+      ASSERT_TRUE(run.pool.shape().tensor_scales);
+      std::vector<int32_t> feed = prompt;
+      for (int64_t step = 0; step < n_gen; ++step) {
+        const std::vector<float>& ref = f32.seq.feed(feed);
+        const int32_t want = argmax(ref.data(), vocab);
+        const std::vector<float>& got = run.seq.feed(feed);
+        float diff = 0;
+        for (int64_t t = 0; t < vocab; ++t) diff = std::max(diff, std::fabs(got[size_t(t)] - ref[size_t(t)]));
+        worst = std::max(worst, diff);
+        sum += diff;
+        ++steps;
+        EXPECT_LE(diff, sc.logit_tol) << kv_dtype_name(sc.dtype) << " at step " << step << " of \"" << c.at("prompt") << "\"";
+        if (const int32_t ours = argmax(got.data(), vocab); ours != want) {
+          ++ties;
+          EXPECT_LT(top2_gap(ref), sc.logit_tol) << kv_dtype_name(sc.dtype) << ": greedy " << ours << " vs " << want;
+        }
+        feed = {want};
+      }
+    }
+    const double mean = sum / double(steps), agreement = 1.0 - double(ties) / double(steps);
+    EXPECT_LE(mean, sc.mean_tol) << kv_dtype_name(sc.dtype);
+    EXPECT_GE(agreement, sc.min_agreement) << kv_dtype_name(sc.dtype);
+    std::printf("[kv tensor scales] %-8s vs f32 pool: %lld steps, logits max-abs-diff %.3f (tol %.2f), mean %.3f (tol "
+                "%.2f), greedy equal on %.3f (min %.2f)\n",
+                std::string(kv_dtype_name(sc.dtype)).c_str(), (long long)steps, worst, sc.logit_tol, mean, sc.mean_tol,
+                agreement, sc.min_agreement);
   }
 }
 

@@ -33,10 +33,13 @@ check "dry run: tp 1 from the default config, all cores" $? "$line"
 "$ROOT/launch/start" --dry-run generate --tp two --prompt hi >/dev/null 2>&1
 [ $? = 2 ]; check "dry run: a bad --tp is refused" $?
 
-# 2. tp 3 == tp 1 through launch/start
+# 2. tp 3 == tp 1 through launch/start, exactly: F32 weights (the Q4_1 blocks dequantized) and F32 KV. With the
+# blocks kept, each rank rounds its own slice of the activations to int8, and in a BF16 KV pool the summation-
+# order differences of tp 3 round to different BF16 values: either flips a near-tie within 24 tokens
+# (tp_equivalence covers those paths at their tolerances).
 text() { sed '/^prefill:/,$d' | sed '/^$/d'; }
-one=$("$TPSERVE" generate --model "$MODEL" --prompt "The three primary colors are" --max-tokens 24 --threads 1 --dtype f32 2>/dev/null | text)
-three=$("$ROOT/launch/start" generate --tp 3 --model "$MODEL" --prompt "The three primary colors are" --max-tokens 24 --dtype f32 2>/dev/null | text)
+one=$("$TPSERVE" generate --model "$MODEL" --prompt "The three primary colors are" --max-tokens 24 --threads 1 --dtype f32 --kv-cache-dtype f32 --quantized dequantize 2>/dev/null | text)
+three=$("$ROOT/launch/start" generate --tp 3 --model "$MODEL" --prompt "The three primary colors are" --max-tokens 24 --dtype f32 --kv-cache-dtype f32 --quantized dequantize 2>/dev/null | text)
 [ -n "$one" ] && [ "$one" = "$three" ]; check "launch/start generate --tp 3 prints what tp 1 prints" $? "$(printf '\ntp1: %s\ntp3: %s' "$one" "$three")"
 
 # 3. a dying rank

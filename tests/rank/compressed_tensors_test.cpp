@@ -265,6 +265,21 @@ TEST(CtSharded, ShardsAndKvScales) {
   EXPECT_EQ(kv->v_scale, 0.5f);
   EXPECT_FALSE(kv_cache_scales(*sharded, 1));
   EXPECT_FALSE(kv_cache_scales(*one, 0));
+  // Every layer's, for the pool: none without them; refused when some layer lacks them, naming it.
+  EXPECT_FALSE(kv_cache_scales_all(*one, 2));
+  const auto first = kv_cache_scales_all(*sharded, 1);
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->first, std::vector<float>{0.25f});
+  EXPECT_EQ(first->second, std::vector<float>{0.5f});
+  try {
+    kv_cache_scales_all(*sharded, 2);
+    ADD_FAILURE() << "scales for layer 0 only were accepted";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.layers.1.self_attn.k_scale: KV cache scales are given for layer 0 but "
+                                         "not for layer 1"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // NVFP4 with FP4 activations (W4A4) as llm-compressor writes it: refused at open, naming the field.
