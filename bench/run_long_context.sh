@@ -4,10 +4,10 @@
 #              single-token steps at [D, D + TG) (the D context tokens prefilled once, untimed)
 #   llama.cpp: llama-bench -p PP -n TG -d D (the same definition: pp512 @ dD, tg32 @ dD)
 # plus the attention kernel alone (build/bench/kv_attention_bench, SmolLM2's attention shape, bf16 KV): the
-# tiled kernel the model runs against the naive one it replaced, for decode (1 query token) and for a PP-token
-# prefill chunk at each depth. Writes bench/results/long-context-<UTC date>.md and a PNG curve beside it
-# (python3 + matplotlib from a virtualenv the script makes under build/plot_venv; gnuplot when that fails and
-# gnuplot is installed; else no PNG, said in the .md).
+# tiled kernel the model runs against the naive one it replaced, for decode (1 query token, 30 layer pools in
+# turn) and for a PP-token prefill chunk at each depth. Writes bench/results/long-context-<UTC date>.md and a
+# PNG curve beside it (python3 + matplotlib from a virtualenv the script makes under build/plot_venv; gnuplot
+# when that fails and gnuplot is installed; else no PNG, said in the .md).
 #   bench/run_long_context.sh [DEPTH...]   (default: 512 1024 2048 4096 8192 16384)
 # env: THREADS=2 PP=512 TG=32 REPS=2; LLAMA_BENCH=path (default third_party/llama.cpp-build/bin/llama-bench,
 #      built by tests/peers/build_llama_cpp.sh when missing); SKIP_PEER=1 leaves llama.cpp out.
@@ -97,9 +97,11 @@ peer_rate() {
   ctx_pre=""
   for d in "${DEPTHS[@]}"; do ctx_pre+="$((d + PP)),"; done
   ctx_pre=${ctx_pre%,}
-  for spec in "1 $ctx_dec" "$PP $ctx_pre"; do
+  # decode: 30 layer pools in turn (SmolLM2's layers; their KV is far larger than the caches, as in the model);
+  # prefill chunk: one pool.
+  for spec in "1 $ctx_dec 30" "$PP $ctx_pre 1"; do
     set -- $spec
-    cmd="$KERNEL --threads $THREADS --tokens $1 --contexts $2 --dtypes bf16 --paths avx2 --reps 5"
+    cmd="$KERNEL --threads $THREADS --tokens $1 --contexts $2 --layers $3 --dtypes bf16 --paths avx2 --reps 5"
     echo '```'
     echo "\$ OMP_NUM_THREADS=$THREADS $cmd"
     echo '```'
