@@ -1,14 +1,19 @@
 // Prefill and decode throughput of one sequence, the way llama-bench measures it:
-// pp = a P-token prompt in one step (tok/s), tg = G single-token decode steps (tok/s), each repeated R times
-// on a fresh sequence after one warm-up; prints mean ± stddev, and under mpirun (tp = ranks) the share of
-// each phase spent in all-reduce/all-gather on rank 0. Token ids are fixed pseudo-random ids (content does
-// not change the cost). --batch B > 1 adds batched decode: B sequences each with a 64-token context, G steps
-// of one token per sequence in one forward each; tok/s = B · G / seconds. GGUF block-quantized weights run
-// as they are (--quantized keep) or dequantized to --dtype. The last column, bytes/token, is the weight bytes
-// a decode step streams: every linear slice and the lm_head (resident bytes less the mapped embedding rows,
-// of which one row a token is read).
+// pp = a P-token prompt (steps of at most 512 tokens; tok/s), tg = G single-token decode steps (tok/s), each
+// repeated R times after one warm-up, both after a context of D tokens (--depth / -d D, llama-bench's -d: pp
+// runs at positions [D, D + P), tg at [D, D + G)); the D context tokens are prefilled once, untimed, and every
+// repetition overwrites only the positions after them. Prints mean ± stddev, the share of each phase spent in
+// paged attention (attn = ForwardTimes::attention_s / total_s) and, under mpirun (tp = ranks), in
+// all-reduce/all-gather on rank 0 (comm). Token ids are fixed pseudo-random ids (content does not change the
+// cost). --batch B > 1 adds batched decode: B sequences each with a 64-token context, G steps of one token per
+// sequence in one forward each; tok/s = B · G / seconds. GGUF block-quantized weights run as they are
+// (--quantized keep) or dequantized to --dtype. The last column, bytes/token, is the weight bytes a decode step
+// streams: every linear slice and the lm_head (resident bytes less the mapped embedding rows, of which one row
+// a token is read).
+// The KV budget is 256 MiB or 64 KiB a token of D + max(P, G), whichever is more (cache.dtype bf16).
 //   [mpirun -np T] decode_bench --model PATH [--dtype bf16|f32] [--quantized keep|dequantize] [--threads N]
-//                               [--pp 512] [--tg 128] [--reps 3] [--batch 1]
+//                               [--pp 512] [--tg 128] [--depth 0 | -d 0] [--reps 3] [--batch 1]
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -47,8 +52,12 @@ int run(int argc, char** argv) {
                               OptionSpec::value("threads", "N", "1", "compute threads per rank"),
                               OptionSpec::value("pp", "P", "512", "prompt tokens of the prefill step"),
                               OptionSpec::value("tg", "G", "128", "single-token decode steps"),
+                              OptionSpec::value("depth", "D", "0", "context tokens before pp and tg (alias -d)"),
                               OptionSpec::value("reps", "R", "3", "repetitions after one warm-up")}};
-  const tp::CliArgs a(spec, std::vector<std::string>(argv + 1, argv + argc));
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (std::string& s : args)
+    if (s == "-d") s = "--depth";
+  const tp::CliArgs a(spec, args);
   if (a.help()) {
     std::fputs(tp::usage_text(spec).c_str(), stdout);
     return 0;
@@ -60,9 +69,10 @@ int run(int argc, char** argv) {
   const int64_t batch = a.integer("batch", 1, 4096);
   const int64_t pp = a.integer("pp", 1, 1 << 20), tg = a.integer("tg", 1, 1 << 20);
   const int reps = int(a.integer("reps", 1, 1000));
+  const int64_t depth = a.integer("depth", 0, 1 << 24);
   const char* world = std::getenv("OMPI_COMM_WORLD_SIZE");
   cfg.parallel.tp = world ? std::atoi(world) : 1;
-  cfg.cache.memory_mb = 256;
+  cfg.cache.memory_mb = std::max<int64_t>(256, (depth + std::max(pp, tg)) / 16);
   tp::ModelGroup g(&argc, &argv, cfg, int(a.integer("threads", 1, 1024)));
   std::fprintf(stderr, "%s\n", g.report().c_str());
   if (!g.is_leader()) {
@@ -77,23 +87,48 @@ int run(int argc, char** argv) {
   using clock = std::chrono::steady_clock;
   std::vector<double> pp_rates, tg_rates;
   tp::ForwardTimes& times = g.model->times();
-  double pp_comm = 0, pp_total = 0, tg_comm = 0, tg_total = 0;
+  double pp_comm = 0, pp_total = 0, tg_comm = 0, tg_total = 0, pp_attn = 0, tg_attn = 0;
+  // One sequence over the pool's first blocks in descending order (as SequenceRunner takes them).
+  const int64_t bs = g.pool->shape().block_size, cap = depth + std::max(pp, tg);
+  const int64_t n_seq_blocks = (cap + bs - 1) / bs;
+  if (n_seq_blocks > g.pool->shape().n_blocks)
+    throw tp::InputError("--depth " + std::to_string(depth) + " needs " + std::to_string(n_seq_blocks) +
+                         " KV blocks, the pool has " + std::to_string(g.pool->shape().n_blocks));
+  std::vector<int32_t> table;
+  for (int64_t b = n_seq_blocks - 1; b >= 0; --b) table.push_back(int32_t(b));
+  std::vector<float> logits;
+  // Tokens [i, i + n) of ids at positions start + [0, n), in steps of at most 512.
+  auto feed = [&](const std::vector<int32_t>& ids, int64_t start) {
+    for (size_t i = 0; i < ids.size(); i += 512) {
+      const size_t n = std::min<size_t>(512, ids.size() - i);
+      tp::StepPlan plan;
+      tp::SeqPlan& s = plan.seqs.emplace_back();
+      s.tokens.assign(ids.begin() + long(i), ids.begin() + long(i + n));
+      s.start_pos = start + int64_t(i);
+      s.block_table = table;
+      s.want_logits = i + n == ids.size();
+      g.worker->lead(plan, logits);
+    }
+  };
+  std::vector<int32_t> context(static_cast<size_t>(depth));
+  for (auto& t : context) t = pick(rng);
+  feed(context, 0);
   for (int r = -1; r < reps; ++r) {  // r = -1: warm-up
     times = {};
-    tp::SequenceRunner pre(*g.worker, pp);
     auto t0 = clock::now();
-    pre.feed(prompt);
+    feed(prompt, depth);
     auto t1 = clock::now();
     const tp::ForwardTimes after_pp = times;
     times = {};
-    tp::SequenceRunner dec(*g.worker, tg);
     auto t2 = clock::now();
-    for (int64_t i = 0; i < tg; ++i) dec.feed({prompt[size_t(i % pp)]});
+    for (int64_t i = 0; i < tg; ++i) feed({prompt[size_t(i % pp)]}, depth + i);
     auto t3 = clock::now();
     if (r < 0) continue;
     pp_rates.push_back(double(pp) / std::chrono::duration<double>(t1 - t0).count());
     tg_rates.push_back(double(tg) / std::chrono::duration<double>(t3 - t2).count());
     pp_comm += after_pp.comm_s;
+    pp_attn += after_pp.attention_s;
+    tg_attn += times.attention_s;
     pp_total += after_pp.total_s;
     tg_comm += times.comm_s;
     tg_total += times.total_s;
@@ -102,11 +137,10 @@ int run(int argc, char** argv) {
   std::vector<double> batch_rates;
   if (batch > 1) {
     constexpr int64_t kContext = 64;
-    const int64_t bs = cfg.cache.block_size, per_seq = (kContext + tg + bs - 1) / bs;
+    const int64_t per_seq = (kContext + tg + bs - 1) / bs;
     if (per_seq * batch > g.pool->shape().n_blocks)
       throw tp::InputError("--batch " + std::to_string(batch) + " needs " + std::to_string(per_seq * batch) +
                            " KV blocks, the pool has " + std::to_string(g.pool->shape().n_blocks));
-    std::vector<float> logits;
     for (int r = -1; r < reps; ++r) {
       tp::StepPlan prefill;
       for (int64_t i = 0; i < batch; ++i) {
@@ -146,11 +180,14 @@ int run(int argc, char** argv) {
     std::snprintf(buf, sizeof buf, " | tg%lld x b%lld %.2f ± %.2f tok/s", (long long)tg, (long long)batch, sb.mean, sb.sd);
     batch_text = buf;
   }
-  std::printf("tpserve | %s | %s%s | tp %d | threads/rank %d | pp%lld %.2f ± %.2f tok/s (comm %.1f%%) | "
-              "tg%lld %.2f ± %.2f tok/s (comm %.1f%%)%s | weights/rank %.1f MiB | bytes/token %.1f MiB\n",
+  std::printf("tpserve | %s | %s%s | tp %d | threads/rank %d | depth %lld | pp%lld %.2f ± %.2f tok/s (comm %.1f%%, "
+              "attn %.1f%%) | tg%lld %.2f ± %.2f tok/s (comm %.1f%%, attn %.1f%%)%s | weights/rank %.1f MiB | "
+              "bytes/token %.1f MiB\n",
               g.model->config().name.c_str(), cfg.model.dtype.c_str(),
-              cfg.model.quantized == "keep" ? "" : " (dequantized)", g.model->layout().tp, g.threads, (long long)pp,
-              sp.mean, sp.sd, 100.0 * pp_comm / pp_total, (long long)tg, st.mean, st.sd, 100.0 * tg_comm / tg_total,
+              cfg.model.quantized == "keep" ? "" : " (dequantized)", g.model->layout().tp, g.threads,
+              (long long)depth, (long long)pp, sp.mean, sp.sd, 100.0 * pp_comm / pp_total, 100.0 * pp_attn / pp_total,
+              (long long)tg, st.mean, st.sd,
+              100.0 * tg_comm / tg_total, 100.0 * tg_attn / tg_total,
               batch_text.c_str(), double(g.model->resident_weight_bytes()) / (1 << 20),
               double(streamed) / (1 << 20));
   return 0;

@@ -1,8 +1,15 @@
-// Decode attention over a paged pool per KV dtype: one query token (SmolLM2's 9 heads, 3 KV heads, head_dim
-// 64) against C cached positions in blocks of 16 through a shuffled block table, on the AVX2 and the portable
-// path. Reports µs per call (one layer), the KV bytes it reads (C x 2 x 3 x 64 x dtype bytes + block scales)
-// and the read rate they imply. Inputs as in the tests: uniform [-1, 1]. Best of --reps after a warm-up.
-//   kv_attention_bench [--threads 1] [--contexts 512,2048,8192] [--reps 50]
+// Paged attention per KV dtype and kernel: N query tokens (SmolLM2's 9 heads, 3 KV heads, head_dim 64) at the
+// end of a context of C positions (N = 1: decode at depth C - 1; N > 1: a prefill chunk of N tokens at depth
+// C - N) in blocks of 16 through a shuffled block table, on the AVX2 and the portable path, with the tiled
+// kernel (paged_attention, the model's) and the naive one (paged_attention_naive). Reports µs per call (one
+// layer), the KV bytes of the context (C x 2 x 3 x 64 x dtype bytes + block scales; each read once by an ideal
+// kernel) and the rate they imply (bytes / time), and the speedup tiled / naive (naive time / tiled time, same
+// dtype and path). --layers L keeps L copies of the pool (the model's layers) and times one call on each in
+// turn, reporting the time per call: with L = 30 (SmolLM2) the KV of all layers is far larger than the caches,
+// as in the model, and each call reads its layer from DRAM; L = 1 measures a pool that stays in L2/L3.
+// Inputs as in the tests: uniform [-1, 1]. Best of --reps after a warm-up.
+//   kv_attention_bench [--threads 1] [--contexts 512,2048,8192] [--tokens 1] [--layers 1] [--reps 50]
+//                      [--dtypes f32,bf16,fp8_e4m3,int8] [--paths avx2,portable]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -34,51 +41,102 @@ std::vector<int64_t> parse_list(const std::string& s) {
   return out;
 }
 
+std::vector<KvDType> parse_dtypes(const std::string& s) {
+  std::vector<KvDType> out;
+  size_t at = 0;
+  while (at < s.size()) {
+    const size_t comma = s.find(',', at);
+    out.push_back(parse_kv_dtype(s.substr(at, comma - at), "--dtypes"));
+    at = comma == std::string::npos ? s.size() : comma + 1;
+  }
+  return out;
+}
+
+std::vector<cpu::AttentionImpl> parse_paths(const std::string& s) {
+  std::vector<cpu::AttentionImpl> out;
+  if (s.find("avx2") != std::string::npos) out.push_back(cpu::AttentionImpl::Avx2);
+  if (s.find("portable") != std::string::npos) out.push_back(cpu::AttentionImpl::Portable);
+  if (out.empty()) throw std::runtime_error("--paths takes avx2 and/or portable");
+  return out;
+}
+
 int run(int argc, char** argv) {
   int threads = 1, reps = 50;
+  int64_t n_tok = 1, n_layers = 1;
   std::vector<int64_t> contexts = {512, 2048, 8192};
+  std::vector<KvDType> dtypes = {KvDType::F32, KvDType::BF16, KvDType::FP8_E4M3, KvDType::INT8};
+  std::vector<cpu::AttentionImpl> paths = {cpu::AttentionImpl::Avx2, cpu::AttentionImpl::Portable};
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--threads") threads = std::stoi(v);
     else if (k == "--reps") reps = std::stoi(v);
     else if (k == "--contexts") contexts = parse_list(v);
+    else if (k == "--tokens") n_tok = std::stoll(v);
+    else if (k == "--layers") n_layers = std::stoll(v);
+    else if (k == "--dtypes") dtypes = parse_dtypes(v);
+    else if (k == "--paths") paths = parse_paths(v);
     else throw std::runtime_error("unknown option " + k);
   }
+  if (n_tok < 1 || n_layers < 1) throw std::runtime_error("--tokens and --layers must be >= 1");
   cpu::set_num_threads(threads);
   const int64_t n_heads = 9, n_kv = 3, d = 64, bs = 16;
-  std::printf("decode attention, 9 heads / 3 KV heads x 64, blocks of 16, %d thread(s), best of %d\n\n", threads, reps);
-  std::printf("| context | KV dtype | path | µs per call | KV bytes read | GB/s |\n|---:|---|---|---:|---:|---:|\n");
+  std::printf("paged attention, %lld query token(s) at the end of the context, 9 heads / 3 KV heads x 64, blocks of "
+              "16, %lld layer pool(s) in turn, %d thread(s), best of %d\n\n",
+              (long long)n_tok, (long long)n_layers, threads, reps);
+  std::printf("| context | KV dtype | path | kernel | µs per call | KV bytes | GB/s | tiled speedup |\n"
+              "|---:|---|---|---|---:|---:|---:|---:|\n");
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
   for (int64_t ctx : contexts) {
+    if (ctx < n_tok) throw std::runtime_error("a context is shorter than --tokens");
     const int64_t n_blocks = (ctx + bs - 1) / bs;
     std::vector<int32_t> table(static_cast<size_t>(n_blocks));
     std::iota(table.begin(), table.end(), 0);
     std::shuffle(table.begin(), table.end(), rng);
-    std::vector<float> k(size_t(ctx * n_kv * d)), v(k.size()), q(size_t(n_heads * d)), out(q.size());
+    std::vector<float> k(size_t(ctx * n_kv * d)), v(k.size()), q(size_t(n_tok * n_heads * d)), out(q.size());
     for (float& x : k) x = uni(rng);
     for (float& x : v) x = uni(rng);
     for (float& x : q) x = uni(rng);
     std::vector<int64_t> slots(static_cast<size_t>(ctx));
     for (int64_t p = 0; p < ctx; ++p) slots[size_t(p)] = table[size_t(p / bs)] * bs + p % bs;
-    for (KvDType dt : {KvDType::F32, KvDType::BF16, KvDType::FP8_E4M3, KvDType::INT8}) {
+    for (KvDType dt : dtypes) {
       const KvBlockLayout layout{dt, bs, n_kv, d, false};
-      std::vector<uint8_t> kb(size_t(n_blocks * layout.block_bytes())), vb(kb.size());
-      const KvTensorView kv_k{kb.data(), n_blocks, layout, 1.0f}, kv_v{vb.data(), n_blocks, layout, 1.0f};
-      cpu::write_kv(k.data(), v.data(), ctx, slots.data(), kv_k, kv_v);
+      const size_t layer_bytes = size_t(n_blocks * layout.block_bytes());
+      std::vector<uint8_t> kb(layer_bytes * size_t(n_layers)), vb(kb.size());
+      std::vector<KvTensorView> kv_k, kv_v;
+      for (int64_t li = 0; li < n_layers; ++li) {
+        kv_k.push_back({kb.data() + size_t(li) * layer_bytes, n_blocks, layout, 1.0f});
+        kv_v.push_back({vb.data() + size_t(li) * layer_bytes, n_blocks, layout, 1.0f});
+        cpu::write_kv(k.data(), v.data(), ctx, slots.data(), kv_k.back(), kv_v.back());
+      }
       const int64_t bytes = 2 * (ctx * layout.row_bytes() + n_blocks * layout.scale_bytes());
-      for (cpu::AttentionImpl impl : {cpu::AttentionImpl::Avx2, cpu::AttentionImpl::Portable}) {
+      for (cpu::AttentionImpl impl : paths) {
         if (impl == cpu::AttentionImpl::Avx2 && !cpu::attention_has_avx2()) continue;
-        double best = 1e30;
-        for (int r = 0; r < reps + 3; ++r) {
-          const auto t0 = Clock::now();
-          cpu::paged_attention(q.data(), 1, ctx - 1, n_heads, kv_k, kv_v, table.data(), 0.125f, out.data(), impl);
-          const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-          if (r >= 3) best = std::min(best, s);
+        double naive_best = 0;
+        for (bool tiled : {false, true}) {
+          double best = 1e30;
+          for (int r = 0; r < reps + 3; ++r) {
+            const auto t0 = Clock::now();
+            for (int64_t li = 0; li < n_layers; ++li) {
+              const KvTensorView &lk = kv_k[size_t(li)], &lv = kv_v[size_t(li)];
+              if (tiled)
+                cpu::paged_attention(q.data(), n_tok, ctx - n_tok, n_heads, lk, lv, table.data(), 0.125f, out.data(),
+                                     impl);
+              else
+                cpu::paged_attention_naive(q.data(), n_tok, ctx - n_tok, n_heads, lk, lv, table.data(), 0.125f,
+                                           out.data(), impl);
+            }
+            const double s = std::chrono::duration<double>(Clock::now() - t0).count() / double(n_layers);
+            if (r >= 3) best = std::min(best, s);
+          }
+          if (!tiled) naive_best = best;
+          char speedup[32] = "";
+          if (tiled) std::snprintf(speedup, sizeof speedup, "%.2fx", naive_best / best);
+          std::printf("| %lld | %s | %s | %s | %.1f | %lld | %.1f | %s |\n", (long long)ctx,
+                      std::string(kv_dtype_name(dt)).c_str(), impl == cpu::AttentionImpl::Avx2 ? "avx2" : "portable",
+                      tiled ? "tiled" : "naive", best * 1e6, (long long)bytes, double(bytes) / best / 1e9, speedup);
+          std::fflush(stdout);
         }
-        std::printf("| %lld | %s | %s | %.1f | %lld | %.1f |\n", (long long)ctx,
-                    std::string(kv_dtype_name(dt)).c_str(), impl == cpu::AttentionImpl::Avx2 ? "avx2" : "portable",
-                    best * 1e6, (long long)bytes, double(bytes) / best / 1e9);
       }
     }
   }

@@ -1,7 +1,8 @@
-// Paged attention: one (query token, head) pair at a time, parallel over pairs, each reading the pool block by
-// block through the sequence's block table. Scores for all attended positions go to a per-thread buffer,
-// softmax in F32 with max subtraction, then a weighted sum of V rows (paged_attention_impl.h). This file holds
-// the entry, the dispatch and the portable rows (scalar; the compiler may vectorize them).
+// The naive paged attention (paged_attention_naive, the reference of the tiled kernel): one (query token, head)
+// pair at a time, parallel over pairs, each reading the pool block by block through the sequence's block table.
+// Scores for all attended positions go to a per-thread buffer, softmax in F32 with max subtraction, then a
+// weighted sum of V rows (paged_attention_impl.h). This file holds its entry, the argument checks and dispatch
+// both kernels share, and the portable rows of both (scalar; the compiler may vectorize them).
 // O(n_tokens · context · head_dim) per head; inner loops are contiguous over head_dim.
 #include "kernels/cpu/paged_attention.h"
 
@@ -15,6 +16,7 @@
 
 #define TP_KV_TARGET
 #include "kernels/cpu/paged_attention_impl.h"
+#include "kernels/cpu/paged_attention_tiled_impl.h"
 
 namespace tp::cpu {
 namespace detail {
@@ -64,6 +66,11 @@ struct PortableOps {
     for (int j = 0; j < 4; ++j) axpy<D>(w[j], row + j * stride, n, out);
   }
 
+  template <KvDType D>
+  static void widen(const uint8_t* row, int64_t n, float s, float* out) {
+    for (int64_t i = 0; i < n; ++i) out[i] = s * element<D>(row, i);
+  }
+
   static float exp_sum(float* s, int64_t n, float max) {
     float sum = 0.0f;
     for (int64_t i = 0; i < n; ++i) sum += (s[i] = std::exp(s[i] - max));
@@ -74,6 +81,7 @@ struct PortableOps {
 }  // namespace
 
 AttendFn attend_portable(KvDType d) { return attend_for<PortableOps>(d); }
+TileFn tile_portable(KvDType d) { return tile_for<PortableOps>(d); }
 
 }  // namespace detail
 
@@ -83,11 +91,12 @@ bool attention_has_avx2() {
   return has;
 }
 
-void paged_attention(const float* q, int64_t n_tokens, int64_t start_pos, int64_t n_heads, const KvTensorView& k_pool,
-                     const KvTensorView& v_pool, const int32_t* block_table, float scale, float* out,
-                     AttentionImpl impl) {
+namespace detail {
+
+bool check_attention_args(int64_t n_heads, const KvTensorView& k_pool, const KvTensorView& v_pool,
+                          AttentionImpl impl) {
   const KvBlockLayout &kl = k_pool.layout, &vl = v_pool.layout;
-  const int64_t n_kv_heads = kl.n_kv_heads, head_dim = kl.head_dim;
+  const int64_t n_kv_heads = kl.n_kv_heads;
   if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0)
     throw InputError("paged_attention: n_heads " + std::to_string(n_heads) + " is not a multiple of n_kv_heads " +
                      std::to_string(n_kv_heads));
@@ -97,7 +106,17 @@ void paged_attention(const float* q, int64_t n_tokens, int64_t start_pos, int64_
     throw InputError("paged_attention: the K and V pools differ in layout");
   if (impl == AttentionImpl::Avx2 && !attention_has_avx2())
     throw InputError("paged_attention: this CPU lacks avx2, fma or f16c");
-  const bool avx2 = impl == AttentionImpl::Avx2 || (impl == AttentionImpl::Auto && attention_has_avx2());
+  return impl == AttentionImpl::Avx2 || (impl == AttentionImpl::Auto && attention_has_avx2());
+}
+
+}  // namespace detail
+
+void paged_attention_naive(const float* q, int64_t n_tokens, int64_t start_pos, int64_t n_heads,
+                           const KvTensorView& k_pool, const KvTensorView& v_pool, const int32_t* block_table,
+                           float scale, float* out, AttentionImpl impl) {
+  const bool avx2 = detail::check_attention_args(n_heads, k_pool, v_pool, impl);
+  const KvBlockLayout& kl = k_pool.layout;
+  const int64_t n_kv_heads = kl.n_kv_heads, head_dim = kl.head_dim;
   const detail::AttendFn attend = avx2 ? detail::attend_avx2(kl.dtype) : detail::attend_portable(kl.dtype);
   const int64_t group = n_heads / n_kv_heads;
   const int64_t n_pairs = n_tokens * n_heads;

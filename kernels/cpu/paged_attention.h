@@ -11,6 +11,17 @@ namespace tp::cpu {
 
 enum class AttentionImpl : uint8_t { Auto, Avx2, Portable };
 
+// How paged_attention cuts the work; 0 picks the default. Results never depend on the thread count: the cuts
+// depend only on these values and the shapes.
+struct AttentionTiling {
+  // Query tokens per tile (a tile = these tokens × the query heads of one KV head). Default: max(1, 32 / group).
+  int64_t q_tokens = 0;
+  // Split-K: when the sequence's query tokens fit one tile (decode, short chunks), its context is cut into
+  // partitions of this many KV blocks, attended in parallel and combined exactly (max-rescaled sums).
+  // Default: 128 positions' worth (ceil(128 / block_size)); -1: never split.
+  int64_t split_blocks = 0;
+};
+
 // Causal attention for one sequence. q: [n_tokens, n_heads, head_dim] F32, token i at position start_pos + i,
 // attends to positions [0, start_pos + i] whose K/V live in block block_table[p / block_size] at offset
 // p % block_size of k_pool / v_pool (one layer's views, the same layout; n_kv_heads, head_dim and block_size
@@ -18,9 +29,19 @@ enum class AttentionImpl : uint8_t { Auto, Avx2, Portable };
 // scale = 1/sqrt(head_dim) typically. Scores and softmax in F32. Throws InputError when n_heads is not a
 // multiple of n_kv_heads or the K and V layouts differ; block ids are not checked (the Worker does).
 // impl: Auto takes AVX2 when the CPU has avx2, fma and f16c; Avx2 on a CPU without them throws InputError.
+//
+// Tiled, flash-style (paged_attention_tiled.cpp): each KV block is read once per KV head and query tile, its
+// rows widened to F32 once and used by every query row of the tile (all the group's heads × q_tokens tokens),
+// with an online softmax (running max, sum and output per row). Threads over (KV head, query tile, split).
 void paged_attention(const float* q, int64_t n_tokens, int64_t start_pos, int64_t n_heads, const KvTensorView& k_pool,
                      const KvTensorView& v_pool, const int32_t* block_table, float scale, float* out,
-                     AttentionImpl impl = AttentionImpl::Auto);
+                     AttentionImpl impl = AttentionImpl::Auto, const AttentionTiling& tiling = {});
+
+// The same attention, one (query token, head) pair at a time: all scores of the pair, softmax, weighted sum of
+// V rows (paged_attention.cpp). Each K/V row is read once per query head. The reference for the tiled kernel.
+void paged_attention_naive(const float* q, int64_t n_tokens, int64_t start_pos, int64_t n_heads,
+                           const KvTensorView& k_pool, const KvTensorView& v_pool, const int32_t* block_table,
+                           float scale, float* out, AttentionImpl impl = AttentionImpl::Auto);
 
 bool attention_has_avx2();  // avx2 + fma + f16c
 

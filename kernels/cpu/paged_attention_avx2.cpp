@@ -14,6 +14,7 @@
 
 #define TP_KV_TARGET __attribute__((target("avx2,fma,f16c")))
 #include "kernels/cpu/paged_attention_impl.h"
+#include "kernels/cpu/paged_attention_tiled_impl.h"
 
 namespace tp::cpu::detail {
 namespace {
@@ -155,6 +156,14 @@ struct Avx2Ops {
   }
 
   template <KvDType D>
+  TP_KV_TARGET static void widen(const uint8_t* row, int64_t n, float s, float* out) {
+    const __m256 sv = _mm256_set1_ps(s);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_mul_ps(sv, load8<D>(row, i)));
+    for (; i < n; ++i) out[i] = s * load1<D>(row, i);
+  }
+
+  template <KvDType D>
   TP_KV_TARGET static void axpy(float w, const uint8_t* row, int64_t n, float* out) {
     const __m256 wv = _mm256_set1_ps(w);
     int64_t i = 0;
@@ -166,5 +175,6 @@ struct Avx2Ops {
 }  // namespace
 
 AttendFn attend_avx2(KvDType d) { return attend_for<Avx2Ops>(d); }
+TileFn tile_avx2(KvDType d) { return tile_for<Avx2Ops>(d); }
 
 }  // namespace tp::cpu::detail

@@ -20,6 +20,7 @@
 #include <cstring>
 
 #include "common/kv_dtype.h"
+#include "kernels/cpu/paged_attention.h"
 
 #ifndef TP_KV_TARGET
 #error "define TP_KV_TARGET before including paged_attention_impl.h"
@@ -33,6 +34,10 @@ using AttendFn = void (*)(const float* q, int64_t n_pos, int64_t kv_head, const 
                           const KvTensorView& v, const int32_t* block_table, float scale, float* scores, float* out);
 AttendFn attend_avx2(KvDType d);      // paged_attention_avx2.cpp
 AttendFn attend_portable(KvDType d);  // paged_attention.cpp
+
+// The checks both entries make (the InputErrors of paged_attention.h); returns whether to take the AVX2 rows.
+bool check_attention_args(int64_t n_heads, const KvTensorView& k_pool, const KvTensorView& v_pool,
+                          AttentionImpl impl);
 
 namespace {
 
