@@ -1,10 +1,15 @@
 // CUDA GEMMs and GEMVs (kernels/cuda/gemm.h) against the CPU linear (kernels/cpu/linear.h, y = x · Wᵀ) over
 // parametrized shapes. Bounds (NMSE against the CPU):
-//   gemm_bf16, F32 out: 1e-9 (the same BF16 inputs, F32 accumulation in another order);
+//   gemm_bf16, F32 out: 1e-8 (the same BF16 inputs, products exact in F32, F32 accumulation in another order
+//     — tensor cores may truncate rather than round partial sums: ~1e-5 relative per output at k = 1024);
 //   gemm_bf16, BF16 out: 1e-5 (one BF16 rounding of the output);
 //   quantize_fp8_per_token: exact (bytes and scales equal common/fp_formats.h's conversion);
-//   gemm_fp8: 1e-9 against the CPU over the dequantized E4M3 operands (products exact in F32);
-//   gemv_w8a16: 1e-9 against the CPU over the int8 values, the scale applied after the sum.
+//   gemm_fp8: 1e-6 against the CPU over the dequantized E4M3 operands (products exact in F32; Hopper's FP8
+//     MMA keeps fewer mantissa bits in its accumulator between cuBLASLt's F32 promotions);
+//   gemv_w8a16: 1e-9 against the CPU over the int8 values, the scale applied after the sum (F32 sums of <= 576
+//     terms in another order: ~1e-7 relative).
+// These bounds come from error analysis: no GPU was available when they were written; the first run on one
+// measures them.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -21,8 +26,10 @@
 namespace tp::test {
 namespace {
 
-constexpr double kGemmF32Nmse = 1e-9;
+constexpr double kGemmF32Nmse = 1e-8;
 constexpr double kGemmBf16Nmse = 1e-5;
+constexpr double kGemmFp8Nmse = 1e-6;
+constexpr double kGemvNmse = 1e-9;
 
 std::vector<float> random_vec(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -137,7 +144,7 @@ TEST_P(CudaFp8, PerTokenQuantizationThenGemm) {
   DeviceBuffer<uint8_t> dwq(wq);
   DeviceBuffer<float> dws(w_scale), dy(size_t(m * n));
   cuda::gemm_fp8(blas, dxq.get(), dxs.get(), dwq.get(), dws.get(), m, n, k, dy.get(), nullptr);
-  EXPECT_LT(nmse(dy.download(), want), kGemmF32Nmse);
+  EXPECT_LT(nmse(dy.download(), want), kGemmFp8Nmse);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaFp8,
@@ -167,7 +174,7 @@ TEST_P(CudaGemvW8A16, MatchesCpuOverInt8Values) {
   DeviceBuffer<int8_t> dw(w);
   const void* dx = x_type == DType::F32 ? static_cast<const void*>(dx32.get()) : static_cast<const void*>(dx16.get());
   cuda::gemv_w8a16(dx, x_type, m, dw.get(), dscale.get(), n, k, dy.get(), nullptr);
-  EXPECT_LT(nmse(dy.download(), want), kGemmF32Nmse);
+  EXPECT_LT(nmse(dy.download(), want), kGemvNmse);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaGemvW8A16,

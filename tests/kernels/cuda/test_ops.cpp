@@ -1,7 +1,8 @@
 // CUDA elementwise ops (kernels/cuda/ops.h) against the CPU ops (kernels/cpu/ops.h) over parametrized shapes.
 // Bounds (NMSE = Σ(gpu - cpu)² / Σ cpu²): F32 outputs 1e-10 (float vs double sums, expf/sincosf vs libm: a
 // few ulp); BF16 outputs 1e-5 (one BF16 rounding, relative error <= 2^-9, of values that may round the other
-// way from a few-ulp F32 difference). Embedding and residual sums: exact.
+// way from a few-ulp F32 difference). Embedding and residual sums: exact. Bounds from error analysis (no GPU
+// was available when they were written; the first run on one measures them).
 #include <gtest/gtest.h>
 
 #include <cstring>

@@ -1,7 +1,7 @@
 // CUDA sampling helpers (kernels/cuda/sampling.h) against a host reference that follows rank/sampler.cpp's
 // filters step by step (sorts instead of bisection): argmax equal; the kept token set equal and the
 // probabilities within NMSE 1e-10 (float weights from the same expf of the same differences; double sums in
-// another order).
+// another order; bound from error analysis, to be measured on the first GPU run).
 #include <gtest/gtest.h>
 
 #include <algorithm>
