@@ -8,13 +8,11 @@
 #include <vector>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_info.h"
 
 namespace tp::test {
 
-inline bool cuda_device_present() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
+inline bool cuda_device_present() { return cuda::device_count() > 0; }
 
 // In a TEST body: skip unless a CUDA device is present.
 #define TP_REQUIRE_CUDA_DEVICE()                                                  \

@@ -122,11 +122,7 @@ TEST_P(CudaFp8, PerTokenQuantizationThenGemm) {
   EXPECT_EQ(dxs.download(), want_s);
 
   // GEMM: needs cuBLASLt's FP8 kernels (sm_89+).
-  int dev = 0, major = 0, minor = 0;
-  cuda::check(cudaGetDevice(&dev), "cudaGetDevice");
-  cuda::check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "cc major");
-  cuda::check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), "cc minor");
-  if (major * 10 + minor < 89) GTEST_SKIP() << "FP8 GEMM needs sm_89 or newer";
+  if (cuda::compute_capability() < 89) GTEST_SKIP() << "FP8 GEMM needs sm_89 or newer";
   std::mt19937 rng(4);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f), sc(0.001f, 0.01f);
   std::vector<uint8_t> wq(static_cast<size_t>(n * k));

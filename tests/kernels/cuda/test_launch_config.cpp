@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "common/error.h"
+#include "kernels/cuda/device_info.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/kv_cache.h"
 #include "kernels/cuda/launch_config.h"
@@ -45,6 +46,12 @@ TEST(CudaLaunchConfig, AttentionSplitsOnlyWhenSmsIdleAndContextLong) {
   // Degenerate inputs give 1.
   EXPECT_EQ(attention_splits(0, 8, 1, 100, 132), 1);
   EXPECT_EQ(attention_splits(1, 8, 1, 4096, 0), 1);
+}
+
+TEST(CudaDeviceInfo, DeviceCountNeverThrows) {
+  int n = -1;
+  EXPECT_NO_THROW(n = device_count());
+  EXPECT_GE(n, 0);
 }
 
 TEST(CudaLaunchConfig, AttentionWorkspaceBytes) {
