@@ -16,7 +16,8 @@
 
 namespace tp::cuda {
 
-// A cuBLASLt handle and its workspace on the current device. One per stream user (not thread-safe).
+// A cuBLASLt handle and its workspace on the current device, and per GEMM shape (types, m, n, k) its descriptors
+// and algorithm, chosen by cuBLASLt's heuristic on first use and kept. One per stream user (not thread-safe).
 class Blas {
  public:
   explicit Blas(int64_t workspace_bytes = int64_t(32) << 20);

@@ -2,11 +2,14 @@
 //
 // Row-major y[m, n] = x[m, k] · w[n, k]ᵀ is, in cuBLAS's column-major terms, yᵀ (n × m, ld n) =
 // op_T(A) · B with A = w read as a k × n column-major matrix (ld k) and B = xᵀ as k × m (ld k): the "TN"
-// layout FP8 requires on Hopper. Algorithms come from cuBLASLt's heuristic on every call (no cache yet).
+// layout FP8 requires on Hopper. Each shape's descriptors and algorithm (cuBLASLt's heuristic) are made once
+// per Blas and cached.
 #include <cublasLt.h>
 
+#include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemm.h"
@@ -14,10 +17,41 @@
 
 namespace tp::cuda {
 
+namespace {
+
+// The descriptors of one matmul shape, destroyed with it.
+struct MatmulDescs {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  MatmulDescs() = default;
+  MatmulDescs(const MatmulDescs&) = delete;
+  MatmulDescs& operator=(const MatmulDescs&) = delete;
+  ~MatmulDescs() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+// A shape's descriptors and the algorithm cuBLASLt's heuristic chose for it.
+struct MatmulPlan {
+  MatmulDescs descs;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+// (input type, output type, m, n, k)
+using PlanKey = std::tuple<int, int, int64_t, int64_t, int64_t>;
+
+}  // namespace
+
 struct Blas::Impl {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  std::map<PlanKey, std::unique_ptr<MatmulPlan>> plans;  // one per shape seen: the heuristic runs once
 };
 
 Blas::Blas(int64_t workspace_bytes) : impl_(std::make_unique<Impl>()) {
@@ -34,30 +68,22 @@ Blas::Blas(int64_t workspace_bytes) : impl_(std::make_unique<Impl>()) {
 }
 
 Blas::~Blas() {
+  impl_->plans.clear();
   if (impl_->workspace) cudaFree(impl_->workspace);
   if (impl_->handle) cublasLtDestroy(impl_->handle);
 }
 
 namespace {
 
-// The descriptors of one matmul, destroyed with it.
-struct MatmulDescs {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  ~MatmulDescs() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (d) cublasLtMatrixLayoutDestroy(d);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
-  }
-};
-
-// y[m, n] (d_type) = x[m, k] (in_type) · w[n, k]ᵀ (in_type), F32 compute and scale.
-void matmul_tn(Blas::Impl& blas, cudaDataType_t in_type, const void* x, const void* w, cudaDataType_t d_type,
-               void* y, int64_t m, int64_t n, int64_t k, cudaStream_t stream, const char* entry) {
-  MatmulDescs ds;
+// The plan of y[m, n] (d_type) = x[m, k] (in_type) · w[n, k]ᵀ (in_type), F32 compute and scale: made and
+// cached on first use.
+const MatmulPlan& plan_for(Blas::Impl& blas, cudaDataType_t in_type, cudaDataType_t d_type, int64_t m, int64_t n,
+                           int64_t k, const char* entry) {
+  const PlanKey key{int(in_type), int(d_type), m, n, k};
+  auto it = blas.plans.find(key);
+  if (it != blas.plans.end()) return *it->second;
+  auto plan = std::make_unique<MatmulPlan>();
+  MatmulDescs& ds = plan->descs;
   const std::string at = std::string(entry) + ": ";
   check(cublasLtMatmulDescCreate(&ds.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), (at + "cublasLtMatmulDescCreate").c_str());
   const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
@@ -79,10 +105,17 @@ void matmul_tn(Blas::Impl& blas, cudaDataType_t in_type, const void* x, const vo
   if (n_results == 0)
     throw Error(at + "cuBLASLt has no algorithm for m " + std::to_string(m) + ", n " + std::to_string(n) + ", k " +
                 std::to_string(k) + " on this device");
+  plan->algo = result.algo;
+  return *blas.plans.emplace(key, std::move(plan)).first->second;
+}
+
+void matmul_tn(Blas::Impl& blas, cudaDataType_t in_type, const void* x, const void* w, cudaDataType_t d_type,
+               void* y, int64_t m, int64_t n, int64_t k, cudaStream_t stream, const char* entry) {
+  const MatmulPlan& p = plan_for(blas, in_type, d_type, m, n, k, entry);
   const float alpha = 1.0f, beta = 0.0f;
-  check(cublasLtMatmul(blas.handle, ds.op, &alpha, w, ds.a, x, ds.b, &beta, y, ds.d, y, ds.d, &result.algo,
-                       blas.workspace, blas.workspace_bytes, stream),
-        (at + "cublasLtMatmul").c_str());
+  check(cublasLtMatmul(blas.handle, p.descs.op, &alpha, w, p.descs.a, x, p.descs.b, &beta, y, p.descs.d, y,
+                       p.descs.d, &p.algo, blas.workspace, blas.workspace_bytes, stream),
+        (std::string(entry) + ": cublasLtMatmul").c_str());
 }
 
 void check_shape(const char* entry, int64_t m, int64_t n, int64_t k) {
