@@ -1,0 +1,68 @@
+// RMSNorm with a fused residual add (ops.h): kernel / launcher / entry.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <type_traits>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/launch_config.h"
+#include "kernels/cuda/ops.h"
+
+namespace tp::cuda {
+namespace {
+
+// One block per row. x, residual: [n, dim] F32 (residual may be null); weight: [dim] F32; out: [n, dim] of OutT.
+// With a residual, the row sum is taken over residual + x, which is stored back into residual first.
+template <typename OutT>
+__global__ void rmsnorm_kernel(const float* x, float* residual, const float* __restrict__ weight, int64_t dim,
+                               float eps, OutT* out) {
+  __shared__ float scratch[32];
+  const int64_t r = blockIdx.x;
+  const float* xr = x + r * dim;
+  float* res = residual ? residual + r * dim : nullptr;
+  float sum = 0.0f;
+  for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) {
+    float v = xr[d];
+    if (res) {
+      v += res[d];
+      res[d] = v;
+    }
+    sum += v * v;
+  }
+  sum = dev::block_sum(sum, scratch);  // synchronizes: every thread's residual writes are visible after it
+  const float scale = 1.0f / sqrtf(sum / float(dim) + eps);
+  const float* src = res ? res : xr;
+  OutT* o = out + r * dim;
+  for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) {
+    const float v = (src[d] * scale) * weight[d];
+    if constexpr (std::is_same_v<OutT, float>)
+      o[d] = v;
+    else
+      o[d] = dev::f32_to_bf16_bits(v);
+  }
+}
+
+template <typename OutT>
+void launch_rmsnorm(const float* x, float* residual, const float* weight, int64_t n, int64_t dim, float eps, OutT* out,
+                    cudaStream_t stream) {
+  rmsnorm_kernel<OutT><<<unsigned(n), row_threads(dim, 4), 0, stream>>>(x, residual, weight, dim, eps, out);
+  check_launch("rmsnorm_kernel");
+}
+
+}  // namespace
+
+void rmsnorm(const float* x, float* residual, const float* weight, int64_t n, int64_t dim, float eps, void* out,
+             DType out_type, cudaStream_t stream) {
+  check_non_negative("cuda::rmsnorm", "n", n);
+  check_positive("cuda::rmsnorm", "dim", dim);
+  if (n == 0) return;
+  if (out_type == DType::F32)
+    launch_rmsnorm(x, residual, weight, n, dim, eps, static_cast<float*>(out), stream);
+  else if (out_type == DType::BF16)
+    launch_rmsnorm(x, residual, weight, n, dim, eps, static_cast<uint16_t*>(out), stream);
+  else
+    bad_argument("cuda::rmsnorm", "out type must be F32 or BF16");
+}
+
+}  // namespace tp::cuda
