@@ -12,6 +12,8 @@
 #include "common/error.h"
 #include "kernels/cpu/linear.h"
 #include "launch/host_memory.h"
+#include "parallel/nccl_setup.h"
+#include "rank/staged_communicator.h"
 #include "rank/weight_loader.h"
 #include "launch/load_progress.h"
 
@@ -46,6 +48,20 @@ ModelGroup::ModelGroup(int* argc, char*** argv, const Config& cfg, int threads_a
                      " MPI ranks: run under `mpirun -np " + std::to_string(want) + "` or launch/start");
   }
   const int local_ranks = std::max(1, env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1));
+  // The backend first: a device this build or host cannot give is refused before anything loads.
+  const int local_rank = world ? node_place(world->handle()).local_rank : 0;
+  backend = make_backend(cfg.model.device, local_rank, cfg.source);
+  if (!backend->host_memory() && tp_comm && tp_comm->size() > 1) {
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    const CollectivePlan plan =
+        plan_collectives(gather_device_keys(*tp_comm, std::string(host) + "/" + backend->name()), nccl_built());
+    if (plan.path == CollectivePath::Nccl)
+      device_comm = make_nccl_communicator(*tp_comm);
+    else
+      device_comm = std::make_unique<StagedCommunicator>(*tp_comm, *backend);
+    if (world_rank() == 0) std::fprintf(stderr, "collectives: %s\n", plan.reason.c_str());
+  }
   threads = threads_arg > 0 ? threads_arg
                             : std::max(1, int(std::thread::hardware_concurrency()) / local_ranks);
   cpu::set_num_threads(threads);
@@ -59,7 +75,8 @@ ModelGroup::ModelGroup(int* argc, char*** argv, const Config& cfg, int threads_a
   LoadProgress progress;
   if (world_rank() == 0) progress = [&printer](int64_t done, int64_t n, int64_t bytes) { printer.update(done, n, bytes); };
   const WeightLoadOptions load{runtime, parse_quantized_mode(cfg.model.quantized, "model.quantized")};
-  model = std::make_unique<LlamaModel>(*file, load, tp_comm.get(), progress);
+  Communicator* forward_comm = device_comm ? device_comm.get() : static_cast<Communicator*>(tp_comm.get());
+  model = std::make_unique<LlamaModel>(*file, load, forward_comm, progress, backend.get());
   const KvDType kv_dtype = parse_kv_dtype(cfg.cache.dtype, cfg.source + ": cache.dtype");
   // The hook for a checkpoint's per-layer k_scale / v_scale ([n_layers] each): fill kv_scales and fp8_e4m3 /
   // int8 use them (int8 then keeps no block scales). Until the loader exposes them, fp8_e4m3 reads at scale 1

@@ -16,6 +16,8 @@ std::vector<OptionSpec> model_options() {
       OptionSpec::computed("dtype", "bf16|f32", "model.dtype of the config, else " + d.model.dtype, "runtime weight dtype"),
       OptionSpec::computed("quantized", "keep|dequantize", "model.quantized of the config, else " + d.model.quantized,
                            "GGUF block-quantized weights: run them as they are, or dequantize to the dtype"),
+      OptionSpec::computed("device", "cpu|cuda", "model.device of the config, else " + d.model.device,
+                           "where the forward runs (cuda: a CUDA build on a GPU host)"),
       OptionSpec::computed("threads", "N",
                            "parallel.threads of the config, else " + std::to_string(d.parallel.threads) +
                                "; 0: cores / ranks on the node",
@@ -40,6 +42,10 @@ Config config_with_model_options(const CliArgs& a, const std::string& command, i
     if (*q != "keep" && *q != "dequantize")
       throw UsageError(command + ": --quantized must be keep or dequantize, not '" + *q + "'");
     cfg.model.quantized = *q;
+  }
+  if (auto d = a.str("device")) {
+    if (*d != "cpu" && *d != "cuda") throw UsageError(command + ": --device must be cpu or cuda, not '" + *d + "'");
+    cfg.model.device = *d;
   }
   cfg.parallel.tp = a.integer("tp", cfg.parallel.tp, 1, 4096);
   *threads = int(a.integer("threads", cfg.parallel.threads, 0, 1024));

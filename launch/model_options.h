@@ -1,4 +1,4 @@
-// The options every command that runs a model takes — --config, --model, --dtype, --threads, --tp — as one
+// The options every command that runs a model takes — --config, --model, --dtype, --device, --threads, --tp — as one
 // table and one reading of them into a Config, so `generate` and `serve` (and what comes next) agree.
 #pragma once
 #include <string>
@@ -14,7 +14,7 @@ std::vector<OptionSpec> model_options();
 // `first` followed by `more`: a command's table is model_options() and its own.
 std::vector<OptionSpec> with(std::vector<OptionSpec> first, std::vector<OptionSpec> more);
 
-// The config (--config, else the defaults) with --model, --dtype and --tp applied; a dtype other than bf16 or
+// The config (--config, else the defaults) with --model, --dtype, --device and --tp applied; a dtype other than bf16 or
 // f32 is a UsageError naming `command`. threads (out): --threads, else parallel.threads (0: cores / ranks).
 Config config_with_model_options(const CliArgs& a, const std::string& command, int* threads);
 
