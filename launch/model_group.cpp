@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "kernels/cpu/linear.h"
+#include "kvstore/gpu_memory_plan.h"
 #include "launch/host_memory.h"
 #include "parallel/nccl_setup.h"
 #include "rank/staged_communicator.h"
@@ -93,6 +94,18 @@ ModelGroup::ModelGroup(int* argc, char*** argv, const Config& cfg, int threads_a
   const int64_t block_bytes = fp.block_bytes(cfg.cache.block_size);
   if (shape.block_bytes() != block_bytes) throw Error("KV pool and capacity arithmetic disagree on the block bytes");
   int64_t n_blocks = cfg.cache.memory_mb * (int64_t(1) << 20) / block_bytes;
+  if (!backend->host_memory()) {
+    // A GPU: cache.gpu_memory_utilization of the device for weights + activations + KV (kvstore/gpu_memory_plan.h);
+    // the activation peak is what the forward holds at the largest step (every token a logit row at most).
+    const int64_t max_tok = cfg.scheduler.max_num_batched_tokens;
+    const GpuMemoryPlan plan =
+        plan_gpu_memory(backend->device_memory_bytes(), cfg.cache.gpu_memory_utilization, model->resident_weight_bytes(),
+                        model->activation_bytes(max_tok, max_tok), fp, cfg.cache.block_size);
+    if (world_rank() == 0)
+      std::fprintf(stderr, "%s", gpu_memory_report(plan, fp, model->config().max_context).c_str());
+    check_gpu_memory_plan(plan, cfg.source);  // before the pool is allocated
+    n_blocks = plan.pool.n_blocks;
+  }
   if (tp_comm) {  // every rank of the group must hold the same blocks: agree on the smallest count
     std::vector<int64_t> counts(size_t(tp_comm->size()));
     tp_comm->all_gather(&n_blocks, sizeof n_blocks, counts.data());
@@ -107,7 +120,7 @@ ModelGroup::ModelGroup(int* argc, char*** argv, const Config& cfg, int threads_a
     for (int64_t a : seen)
       if (a >= 0 && (available < 0 || a < available)) available = a;
   }
-  if (available >= 0) check_kv_memory(cfg, available, local_ranks);
+  if (available >= 0 && backend->host_memory()) check_kv_memory(cfg, available, local_ranks);
   if (n_blocks < 1)
     throw InputError(cfg.source + ": cache.memory_mb: " + std::to_string(cfg.cache.memory_mb) +
                      " MiB holds no KV block of " + std::to_string(block_bytes) + " bytes");

@@ -78,6 +78,8 @@ class Backend {
   virtual Stream stream() const = 0;
   // True when the backend's memory is host memory (results need no copy back).
   virtual bool host_memory() const = 0;
+  // Total bytes of the device's memory (cache.gpu_memory_utilization's base); 0 on CPU.
+  virtual int64_t device_memory_bytes() const { return 0; }
 
   // ---- memory (bytes >= 0; allocate(0) may return nullptr)
   virtual void* allocate(int64_t bytes) = 0;

@@ -68,6 +68,11 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda:" + std::to_string(device_); }
   Stream stream() const override { return stream_; }
   bool host_memory() const override { return false; }
+  int64_t device_memory_bytes() const override {
+    size_t free = 0, total = 0;
+    check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+    return int64_t(total);
+  }
 
   void* allocate(int64_t bytes) override {
     if (bytes <= 0) return nullptr;

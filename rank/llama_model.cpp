@@ -84,6 +84,20 @@ int64_t LlamaModel::resident_weight_bytes() const {
   return n;
 }
 
+int64_t LlamaModel::activation_bytes(int64_t n_tok, int64_t n_out) const {
+  const int64_t hidden = cfg_.hidden, hd = cfg_.head_dim, f = sizeof(float);
+  const int64_t nh = layout_.local_q_heads(), nkv = layout_.local_kv_heads(), inter = layout_.intermediate.size();
+  // x, h, qkv, q, k, v, attn, gate|up, mlp, the logit rows' hidden states (the order of forward())
+  int64_t n = n_tok * (2 * hidden + 2 * (nh + 2 * nkv) * hd + nh * hd + 2 * inter + inter) * f + n_out * hidden * f;
+  if (!backend_->host_memory())  // the step's ids, positions, slots and the logits in the backend's memory
+    n += n_tok * (2 * int64_t(sizeof(int32_t)) + int64_t(sizeof(int64_t))) + n_out * cfg_.vocab * f;
+  int64_t layer_scratch = 0;  // one scratch per layer object; the layers' are alike, every one is held
+  for (const Layer& l : layers_)
+    layer_scratch += l.qkv.scratch_bytes(n_tok) + l.wo.scratch_bytes(n_tok) + l.gate_up.scratch_bytes(n_tok) +
+                     l.down.scratch_bytes(n_tok);
+  return n + layer_scratch + lm_head_.scratch_bytes(n_out);
+}
+
 KvPoolShape LlamaModel::kv_shape(int64_t n_blocks, int64_t block_size, KvDType dtype) const {
   return KvPoolShape{cfg_.n_layers, n_blocks, block_size, layout_.local_kv_heads(), cfg_.head_dim, dtype};
 }

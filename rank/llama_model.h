@@ -78,6 +78,11 @@ class LlamaModel {
   // complete on every rank.
   void forward(const std::vector<SeqPlan>& seqs, KvPool& pool, std::vector<float>& logits);
 
+  // Bytes of activations (the backend's memory) forward() holds for a step of n_tokens tokens giving n_logit_rows
+  // rows of logits: every scratch buffer at that size (they only grow). The activation peak of the largest step
+  // the scheduler sends (kvstore/gpu_memory_plan.h); a counting backend measures the same (tests/rank).
+  int64_t activation_bytes(int64_t n_tokens, int64_t n_logit_rows) const;
+
   ForwardTimes& times() { return times_; }
   // Steady-clock ns when the running forward last finished a layer (its all-reduces returned: every rank of
   // the group reached it); 0 before the first. Any thread (the stuck-step watchdog).

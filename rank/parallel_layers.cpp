@@ -49,6 +49,13 @@ void StackedLinear::forward(const float* x, int64_t m, float* y) const {
   }
 }
 
+int64_t StackedLinear::scratch_bytes(int64_t m) const {
+  if (parts_.size() <= 1) return 0;
+  int64_t rows = 0;
+  for (const auto& w : parts_) rows = std::max(rows, w->n_out());
+  return m * rows * int64_t(sizeof(float));
+}
+
 int64_t StackedLinear::n_bytes() const {
   int64_t n = 0;
   for (const auto& w : parts_) n += w->n_bytes();
@@ -111,6 +118,13 @@ ParallelLmHead::ParallelLmHead(Backend& backend, const ModelFile& f, const Weigh
   const Range rows{layout.vocab_rows.begin, layout.vocab_rows.begin + real_};
   w_ = StackedLinear(backend, load_linear(f, o, c.hidden, {0, c.hidden},
                                           {{tied ? "token_embd.weight" : "output.weight", c.vocab, rows}}));
+}
+
+int64_t ParallelLmHead::scratch_bytes(int64_t n) const {
+  if (!comm_) return w_.scratch_bytes(n);
+  if (n == 0) return 0;
+  const int64_t f = sizeof(float);
+  return w_.scratch_bytes(n) + n * local_ * f + n * std::max<int64_t>(real_, 1) * f + tp_ * n * local_ * f;
 }
 
 void ParallelLmHead::forward(const float* h, int64_t n, float* logits) const {

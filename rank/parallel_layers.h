@@ -35,6 +35,8 @@ class StackedLinear {
   int64_t n_in() const { return n_in_; }
   int64_t n_bytes() const;
   const std::vector<std::unique_ptr<LinearWeight>>& parts() const { return parts_; }
+  // Bytes of scratch forward() holds for m rows: [m, the largest part's rows] F32 when there are several parts.
+  int64_t scratch_bytes(int64_t m) const;
 
  private:
   Backend* backend_ = nullptr;
@@ -52,6 +54,7 @@ class ColumnParallelLinear {
   void forward(const float* x, int64_t m, float* y) const { w_.forward(x, m, y); }
   int64_t n_bytes() const { return w_.n_bytes(); }
   const StackedLinear& weight() const { return w_; }
+  int64_t scratch_bytes(int64_t m) const { return w_.scratch_bytes(m); }
 
  private:
   StackedLinear w_;
@@ -66,6 +69,7 @@ class RowParallelLinear {
   // y = the sum over ranks (every rank gets it).
   void forward(const float* x, int64_t m, float* y) const;
   int64_t n_bytes() const { return w_.n_bytes(); }
+  int64_t scratch_bytes(int64_t m) const { return w_.scratch_bytes(m); }
 
  private:
   Backend* backend_ = nullptr;
@@ -101,6 +105,8 @@ class ParallelLmHead {
                  Communicator* comm, double* comm_s = nullptr);
   // logits [n, vocab] (complete on every rank) for hidden states h [n, hidden].
   void forward(const float* h, int64_t n, float* logits) const;
+  // Bytes of scratch forward() holds for n rows (its weight's, and with a TP group the shard and the gather).
+  int64_t scratch_bytes(int64_t n) const;
   int64_t n_bytes() const { return w_.n_bytes(); }
 
  private:

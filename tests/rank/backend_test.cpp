@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
+#include <unistd.h>
 #include <random>
 
 #include "common/error.h"
@@ -13,6 +15,8 @@
 #include "rank/cpu_backend.h"
 #include "rank/cuda_backend.h"
 #include "rank/cuda_graph_buckets.h"
+#include "rank/llama_model.h"
+#include "rank/synth.h"
 #include "rank/staged_communicator.h"
 
 namespace tp {
@@ -254,6 +258,53 @@ TEST(StagedCommunicator, CopiesThroughHostAroundEachCollective) {
   c.broadcast(buf, 3, 1);  // the root: one copy out
   EXPECT_EQ(dev.to_host, 1);
   EXPECT_EQ(dev.to_device, 1);
+}
+
+// The CPU backend counting the bytes it holds: the activation bytes a forward leaves allocated (its scratch
+// only grows) are what LlamaModel::activation_bytes says, the start-up's activation peak on a GPU.
+class CountingBackend final : public CpuBackend {
+ public:
+  void* allocate(int64_t bytes) override {
+    void* p = CpuBackend::allocate(bytes);
+    if (p) sizes[p] = bytes, live += bytes;
+    return p;
+  }
+  void deallocate(void* p) noexcept override {
+    if (p) live -= sizes[p], sizes.erase(p);
+    CpuBackend::deallocate(p);
+  }
+  std::map<void*, int64_t> sizes;
+  int64_t live = 0;
+};
+
+TEST(LlamaModelOnBackend, ActivationBytesAreWhatAForwardHolds) {
+  SynthSpec spec;
+  spec.n_layers = 2;
+  spec.hidden = 64;
+  spec.n_heads = 8;
+  spec.n_kv_heads = 4;
+  spec.intermediate = 96;
+  spec.vocab = 300;
+  spec.seed = 3;
+  spec.dtype = DType::BF16;
+  const std::string dir = testing::TempDir() + "/backend_synth." + std::to_string(::getpid());
+  write_synthetic_model(dir, spec);
+  const auto f = open_model(dir);
+  for (const auto& [n_tok, want_logits] : std::vector<std::pair<int64_t, bool>>{{1, true}, {7, true}, {33, false}}) {
+    CountingBackend b;
+    LlamaModel m(*f, DType::F32, nullptr, {}, &b);
+    EXPECT_EQ(&m.backend(), &b);
+    const int64_t weights = b.live;
+    EXPECT_GT(weights, 0);  // the norms (the linear weights are held as the loaders made them)
+    KvPool pool(m.kv_shape(8, 16));
+    SeqPlan s;
+    for (int64_t i = 0; i < n_tok; ++i) s.tokens.push_back(int32_t(i + 1));
+    s.block_table = {0, 1, 2};
+    s.want_logits = want_logits;
+    std::vector<float> logits;
+    m.forward({s}, pool, logits);
+    EXPECT_EQ(b.live - weights, m.activation_bytes(n_tok, want_logits ? 1 : 0)) << n_tok;
+  }
 }
 
 }  // namespace
