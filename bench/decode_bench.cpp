@@ -11,7 +11,8 @@
 // streams: every linear slice and the lm_head (resident bytes less the mapped embedding rows, of which one row
 // a token is read).
 // The KV budget is 256 MiB or 64 KiB a token of D + max(P, G), whichever is more (cache.dtype bf16).
-//   [mpirun -np T] decode_bench --model PATH [--dtype bf16|f32] [--quantized keep|dequantize] [--threads N]
+//   [mpirun -np T] decode_bench --model PATH [--dtype bf16|f32] [--quantized keep|dequantize] [--device cpu|cuda]
+//                               [--threads N]
 //                               [--pp 512] [--tg 128] [--depth 0 | -d 0] [--reps 3] [--batch 1]
 #include <algorithm>
 #include <chrono>
@@ -48,6 +49,7 @@ int run(int argc, char** argv) {
                              {OptionSpec::required_value("model", "PATH", "GGUF file or HF model directory"),
                               OptionSpec::value("dtype", "bf16|f32", "bf16", "runtime weight dtype"),
                               OptionSpec::value("quantized", "keep|dequantize", "keep", "GGUF block weights"),
+                              OptionSpec::value("device", "cpu|cuda", "cpu", "where the forward runs"),
                               OptionSpec::value("batch", "B", "1", "also decode B sequences a step (B > 1)"),
                               OptionSpec::value("threads", "N", "1", "compute threads per rank"),
                               OptionSpec::value("pp", "P", "512", "prompt tokens of the prefill step"),
@@ -66,6 +68,7 @@ int run(int argc, char** argv) {
   cfg.model.path = a.required("model");
   cfg.model.dtype = *a.str("dtype");
   cfg.model.quantized = *a.str("quantized");
+  cfg.model.device = *a.str("device");
   const int64_t batch = a.integer("batch", 1, 4096);
   const int64_t pp = a.integer("pp", 1, 1 << 20), tg = a.integer("tg", 1, 1 << 20);
   const int reps = int(a.integer("reps", 1, 1000));

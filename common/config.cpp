@@ -177,6 +177,7 @@ const std::vector<Setting>& settings() {
       choice("model", "quantized", &C::model, &ModelSection::quantized, {"keep", "dequantize"}),
       text("model", "name", &C::model, &ModelSection::name),
       text("model", "chat_template", &C::model, &ModelSection::chat_template),
+      choice("model", "device", &C::model, &ModelSection::device, {"cpu", "cuda"}),
       integer("parallel", "tp", &C::parallel, &ParallelSection::tp, 1, 4096),
       integer("parallel", "dp", &C::parallel, &ParallelSection::dp, 1, 4096),
       integer("parallel", "threads", &C::parallel, &ParallelSection::threads, 0, 1024),
@@ -193,6 +194,12 @@ const std::vector<Setting>& settings() {
       integer("cache", "max_context", &C::cache, &CacheSection::max_context, 0, int64_t(1) << 24),
       row<CacheSection, bool>("cache", "prefix_caching", &C::cache, &CacheSection::prefix_caching,
                               [](const Reader& r, const YAML::Node& n, const std::string& k) { return r.boolean(n, k); }),
+      row<CacheSection, double>("cache", "gpu_memory_utilization", &C::cache, &CacheSection::gpu_memory_utilization,
+                                [](const Reader& r, const YAML::Node& n, const std::string& k) {
+                                  const double v = r.real(n, k, 0.0, 1.0);
+                                  if (v <= 0.0) throw ConfigError(r.source, k, n.Scalar() + " is out of range (0, 1]" + r.where(n));
+                                  return v;
+                                }),
       integer("scheduler", "max_num_seqs", &C::scheduler, &SchedulerSection::max_num_seqs, 1, 1 << 20),
       integer("scheduler", "max_num_batched_tokens", &C::scheduler, &SchedulerSection::max_num_batched_tokens, 1, 1 << 24),
       integer("scheduler", "max_queued_requests", &C::scheduler, &SchedulerSection::max_queued_requests, 1, 1 << 24),

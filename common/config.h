@@ -16,6 +16,7 @@ struct ModelSection {
   std::string quantized = "keep"; // GGUF block-quantized weights: "keep" (run quantized) or "dequantize" (to dtype)
   std::string name;               // served model name; empty: taken from the file
   std::string chat_template;      // empty: from the model file
+  std::string device = "cpu";     // where the forward runs: "cpu", or "cuda" (a build with CUDA and a GPU)
 };
 
 struct ParallelSection {
@@ -30,6 +31,9 @@ struct CacheSection {
   std::string dtype = "bf16";     // KV element type (common/kv_dtype.h): "bf16", "f32", "fp8_e4m3", "int8"
   int64_t max_context = 0;        // max tokens per sequence; 0: the model's trained context
   bool prefix_caching = true;
+  // On cuda: the fraction of each GPU's total memory for weights + activations + KV (vLLM's meaning), in
+  // (0, 1]; the KV pool is what remains of it (kvstore/gpu_memory_plan.h) and memory_mb is not used.
+  double gpu_memory_utilization = 0.9;
 };
 
 struct SchedulerSection {

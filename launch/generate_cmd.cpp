@@ -3,6 +3,8 @@
 // (KV capacity) and each rank's weights on stderr.
 #include <chrono>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "common/config.h"
 #include "common/dtype.h"
@@ -30,6 +32,7 @@ const CommandSpec& generate_spec() {
           OptionSpec::value("min-p", "P", "0", "drop tokens less likely than P x the most likely one"),
           OptionSpec::value("seed", "S", "0", "sampling seed"),
           OptionSpec::flag("ignore-eos", "keep generating past end-of-sequence tokens"),
+          OptionSpec::flag("show-ids", "also print the prompt's and the output's token ids (for reference checks)"),
       })};
   return spec;
 }
@@ -64,7 +67,10 @@ int run_generate(const CliArgs& a) {
   if (req.prompt.empty()) throw InputError("the prompt encodes to no tokens");
   IncrementalDecoder out(tok);
   RequestOutput last;
+  const std::vector<int32_t> prompt_ids = req.prompt;
+  std::vector<int32_t> output_ids;
   req.on_output = [&](const RequestOutput& o) {
+    output_ids.insert(output_ids.end(), o.new_tokens.begin(), o.new_tokens.end());
     for (int32_t t : o.new_tokens)
       if (req.ignore_eos || !tok.is_eog(t)) std::fputs(out.push(t).c_str(), stdout);
     std::fflush(stdout);
@@ -85,6 +91,14 @@ int run_generate(const CliArgs& a) {
   std::printf("\n\nprefill: %lld tokens in %.3f s (%.1f tok/s)\ndecode: %lld tokens in %.3f s (%.1f tok/s)\n",
               (long long)n_prompt, ttft, double(n_prompt) / ttft, (long long)n_steps, decode_s,
               n_steps > 0 ? double(n_steps) / decode_s : 0.0);
+  if (a.flag("show-ids")) {
+    const auto list = [](const std::vector<int32_t>& v) {
+      std::string s;
+      for (int32_t t : v) s += (s.empty() ? "" : " ") + std::to_string(t);
+      return s;
+    };
+    std::printf("prompt ids: %s\noutput ids: %s\n", list(prompt_ids).c_str(), list(output_ids).c_str());
+  }
   return 0;
 }
 

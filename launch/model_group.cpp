@@ -11,8 +11,11 @@
 
 #include "common/error.h"
 #include "kernels/cpu/linear.h"
+#include "kvstore/gpu_memory_plan.h"
 #include "launch/host_memory.h"
 #include "rank/compressed_tensors.h"
+#include "parallel/nccl_setup.h"
+#include "rank/staged_communicator.h"
 #include "rank/weight_loader.h"
 #include "launch/load_progress.h"
 
@@ -47,6 +50,20 @@ ModelGroup::ModelGroup(int* argc, char*** argv, const Config& cfg, int threads_a
                      " MPI ranks: run under `mpirun -np " + std::to_string(want) + "` or launch/start");
   }
   const int local_ranks = std::max(1, env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1));
+  // The backend first: a device this build or host cannot give is refused before anything loads.
+  const int local_rank = world ? node_place(world->handle()).local_rank : 0;
+  backend = make_backend(cfg.model.device, local_rank, cfg.source);
+  if (!backend->host_memory() && tp_comm && tp_comm->size() > 1) {
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    const CollectivePlan plan =
+        plan_collectives(gather_device_keys(*tp_comm, std::string(host) + "/" + backend->name()), nccl_built());
+    if (plan.path == CollectivePath::Nccl)
+      device_comm = make_nccl_communicator(*tp_comm);
+    else
+      device_comm = std::make_unique<StagedCommunicator>(*tp_comm, *backend);
+    if (world_rank() == 0) std::fprintf(stderr, "collectives: %s\n", plan.reason.c_str());
+  }
   threads = threads_arg > 0 ? threads_arg
                             : std::max(1, int(std::thread::hardware_concurrency()) / local_ranks);
   cpu::set_num_threads(threads);
@@ -60,7 +77,8 @@ ModelGroup::ModelGroup(int* argc, char*** argv, const Config& cfg, int threads_a
   LoadProgress progress;
   if (world_rank() == 0) progress = [&printer](int64_t done, int64_t n, int64_t bytes) { printer.update(done, n, bytes); };
   const WeightLoadOptions load{runtime, parse_quantized_mode(cfg.model.quantized, "model.quantized")};
-  model = std::make_unique<LlamaModel>(*file, load, tp_comm.get(), progress);
+  Communicator* forward_comm = device_comm ? device_comm.get() : static_cast<Communicator*>(tp_comm.get());
+  model = std::make_unique<LlamaModel>(*file, load, forward_comm, progress, backend.get());
   const KvDType kv_dtype = parse_kv_dtype(cfg.cache.dtype, cfg.source + ": cache.dtype");
   // A checkpoint's per-layer k_scale / v_scale (compressed-tensors kv_cache_scheme): fp8_e4m3 and int8 use them
   // (int8 then keeps no block scales), as vLLM does with --kv-cache-dtype fp8; bf16 / f32 ignore them. Without
@@ -78,6 +96,18 @@ ModelGroup::ModelGroup(int* argc, char*** argv, const Config& cfg, int threads_a
   const int64_t block_bytes = fp.block_bytes(cfg.cache.block_size);
   if (shape.block_bytes() != block_bytes) throw Error("KV pool and capacity arithmetic disagree on the block bytes");
   int64_t n_blocks = cfg.cache.memory_mb * (int64_t(1) << 20) / block_bytes;
+  if (!backend->host_memory()) {
+    // A GPU: cache.gpu_memory_utilization of the device for weights + activations + KV (kvstore/gpu_memory_plan.h);
+    // the activation peak is what the forward holds at the largest step (every token a logit row at most).
+    const int64_t max_tok = cfg.scheduler.max_num_batched_tokens;
+    const GpuMemoryPlan plan =
+        plan_gpu_memory(backend->device_memory_bytes(), cfg.cache.gpu_memory_utilization, model->resident_weight_bytes(),
+                        model->activation_bytes(max_tok, max_tok), fp, cfg.cache.block_size);
+    if (world_rank() == 0)
+      std::fprintf(stderr, "%s", gpu_memory_report(plan, fp, model->config().max_context).c_str());
+    check_gpu_memory_plan(plan, cfg.source);  // before the pool is allocated
+    n_blocks = plan.pool.n_blocks;
+  }
   if (tp_comm) {  // every rank of the group must hold the same blocks: agree on the smallest count
     std::vector<int64_t> counts(size_t(tp_comm->size()));
     tp_comm->all_gather(&n_blocks, sizeof n_blocks, counts.data());
@@ -92,7 +122,7 @@ ModelGroup::ModelGroup(int* argc, char*** argv, const Config& cfg, int threads_a
     for (int64_t a : seen)
       if (a >= 0 && (available < 0 || a < available)) available = a;
   }
-  if (available >= 0) check_kv_memory(cfg, available, local_ranks);
+  if (available >= 0 && backend->host_memory()) check_kv_memory(cfg, available, local_ranks);
   if (n_blocks < 1)
     throw InputError(cfg.source + ": cache.memory_mb: " + std::to_string(cfg.cache.memory_mb) +
                      " MiB holds no KV block of " + std::to_string(block_bytes) + " bytes");

@@ -4,6 +4,8 @@
 // Refused with a ConfigError before the costly part: a cache.max_context beyond the model's trained context
 // (before the weights load), a cache.memory_mb that does not fit the node's available memory (before the pool
 // is allocated; launch/host_memory.h). World rank 0 shows the weights loading on stderr (launch/load_progress.h).
+// model.device picks the Backend (rank/backend.h) before anything is loaded: cuda in a build without CUDA, or
+// on a host without a GPU, is refused there with a ConfigError naming model.device.
 #pragma once
 #include <functional>
 #include <memory>
@@ -13,6 +15,7 @@
 #include "coordinator/engine.h"
 #include "kvstore/kv_pool.h"
 #include "parallel/mpi_communicator.h"
+#include "rank/backend.h"
 #include "rank/llama_model.h"
 #include "rank/model_file.h"
 #include "rank/worker.h"
@@ -38,7 +41,11 @@ struct ModelGroup {
 
   std::unique_ptr<MpiSession> mpi;
   std::unique_ptr<MpiCommunicator> world, tp_comm;
+  // The forward's collectives on a GPU backend with tp > 1: NCCL, or tp_comm with host staging when ranks
+  // share a GPU (parallel/device_binding.h); null on CPU, where the forward uses tp_comm.
+  std::unique_ptr<Communicator> device_comm;
   std::unique_ptr<ModelFile> file;
+  std::shared_ptr<Backend> backend;  // outlives the model, whose weights live in it
   std::unique_ptr<LlamaModel> model;
   std::unique_ptr<KvPool> pool;
   std::unique_ptr<Worker> worker;

@@ -20,6 +20,8 @@ std::vector<OptionSpec> model_options() {
       OptionSpec::computed("kv-cache-dtype", "bf16|f32|fp8_e4m3|int8", "cache.dtype of the config, else " + d.cache.dtype,
                            "KV cache dtype (vLLM's --kv-cache-dtype); fp8_e4m3 / int8 use the checkpoint's per-layer "
                            "k_scale / v_scale when it has them"),
+      OptionSpec::computed("device", "cpu|cuda", "model.device of the config, else " + d.model.device,
+                           "where the forward runs (cuda: a CUDA build on a GPU host)"),
       OptionSpec::computed("threads", "N",
                            "parallel.threads of the config, else " + std::to_string(d.parallel.threads) +
                                "; 0: cores / ranks on the node",
@@ -52,6 +54,10 @@ Config config_with_model_options(const CliArgs& a, const std::string& command, i
       throw UsageError(e.what());
     }
     cfg.cache.dtype = *k;
+  }
+  if (auto d = a.str("device")) {
+    if (*d != "cpu" && *d != "cuda") throw UsageError(command + ": --device must be cpu or cuda, not '" + *d + "'");
+    cfg.model.device = *d;
   }
   cfg.parallel.tp = a.integer("tp", cfg.parallel.tp, 1, 4096);
   *threads = int(a.integer("threads", cfg.parallel.threads, 0, 1024));

@@ -1,5 +1,6 @@
 // The options every command that runs a model takes — --config, --model, --dtype, --quantized, --kv-cache-dtype,
-// --threads, --tp — as one table and one reading of them into a Config, so `generate` and `serve` (and what comes next) agree.
+// --device, --threads, --tp — as one table and one reading of them into a Config, so `generate` and `serve` (and
+// what comes next) agree.
 #pragma once
 #include <string>
 #include <vector>
@@ -14,8 +15,8 @@ std::vector<OptionSpec> model_options();
 // `first` followed by `more`: a command's table is model_options() and its own.
 std::vector<OptionSpec> with(std::vector<OptionSpec> first, std::vector<OptionSpec> more);
 
-// The config (--config, else the defaults) with --model, --dtype, --quantized, --kv-cache-dtype and --tp
-// applied; a bad value is a UsageError naming `command` and the option. threads (out): --threads, else
+// The config (--config, else the defaults) with --model, --dtype, --quantized, --kv-cache-dtype, --device and
+// --tp applied; a bad value is a UsageError naming `command` and the option. threads (out): --threads, else
 // parallel.threads (0: cores / ranks).
 Config config_with_model_options(const CliArgs& a, const std::string& command, int* threads);
 

@@ -9,9 +9,6 @@
 #include <string>
 
 #include "common/error.h"
-#include "kernels/cpu/kv_write.h"
-#include "kernels/cpu/ops.h"
-#include "kernels/cpu/paged_attention.h"
 #include "rank/weight_loader.h"
 
 namespace tp {
@@ -33,6 +30,7 @@ TpLayout layout_for(const ModelFile& f, Communicator* comm) {
   return make_tp_layout(TpShape::from(f.config()), tp, rank, model_name(f.path()));
 }
 
+
 template <class T>
 T* grow(std::vector<T>& v, int64_t n) {
   if (int64_t(v.size()) < n) v.resize(size_t(n));
@@ -41,11 +39,14 @@ T* grow(std::vector<T>& v, int64_t n) {
 
 }  // namespace
 
-LlamaModel::LlamaModel(const ModelFile& f, DType runtime, Communicator* comm, const LoadProgress& progress)
-    : LlamaModel(f, WeightLoadOptions{runtime}, comm, progress) {}
+LlamaModel::LlamaModel(const ModelFile& f, DType runtime, Communicator* comm, const LoadProgress& progress,
+                       Backend* backend)
+    : LlamaModel(f, WeightLoadOptions{runtime}, comm, progress, backend) {}
 
-LlamaModel::LlamaModel(const ModelFile& f, const WeightLoadOptions& o, Communicator* comm, const LoadProgress& progress)
-    : cfg_(f.config()), layout_(layout_for(f, comm)) {
+LlamaModel::LlamaModel(const ModelFile& f, const WeightLoadOptions& o, Communicator* comm, const LoadProgress& progress,
+                       Backend* backend)
+    : cfg_(f.config()), layout_(layout_for(f, comm)), backend_(backend ? backend : &cpu_backend()) {
+  Backend& b = *backend_;
   Communicator* group = comm && comm->size() > 1 ? comm : nullptr;
   double* comm_s = &times_.comm_s;
   const int64_t hd = cfg_.head_dim, hidden = cfg_.hidden, nh = cfg_.n_heads, nkv = cfg_.n_kv_heads;
@@ -54,33 +55,47 @@ LlamaModel::LlamaModel(const ModelFile& f, const WeightLoadOptions& o, Communica
   const Range kv{layout_.kv_heads.begin * hd, layout_.kv_heads.end * hd};
   const Range inter = layout_.intermediate;
 
-  lm_head_ = ParallelLmHead(f, o, layout_, group, comm_s);
-  embd_ = VocabParallelEmbedding(f, {layout_.vocab_rows.begin, layout_.vocab_rows.begin + layout_.local_real_vocab_rows()},
-                                 group, comm_s);
+  lm_head_ = ParallelLmHead(b, f, o, layout_, group, comm_s);
+  embd_ = VocabParallelEmbedding(
+      b, f, {layout_.vocab_rows.begin, layout_.vocab_rows.begin + layout_.local_real_vocab_rows()}, group, comm_s);
   layers_.reserve(size_t(cfg_.n_layers));
   for (int64_t i = 0; i < cfg_.n_layers; ++i) {
     layers_.push_back(Layer{
-        load_vector(f, blk(i, "attn_norm"), hidden),
-        load_vector(f, blk(i, "ffn_norm"), hidden),
-        ColumnParallelLinear(f, o, hidden, {{blk(i, "attn_q"), nh * hd, q}, {blk(i, "attn_k"), nkv * hd, kv},
-                                            {blk(i, "attn_v"), nkv * hd, kv}}),
-        RowParallelLinear(f, o, blk(i, "attn_output"), hidden, nh * hd, q, group, comm_s),
-        ColumnParallelLinear(f, o, hidden, {{blk(i, "ffn_gate"), cfg_.intermediate, inter},
-                                            {blk(i, "ffn_up"), cfg_.intermediate, inter}}),
-        RowParallelLinear(f, o, blk(i, "ffn_down"), hidden, cfg_.intermediate, inter, group, comm_s),
+        b.upload(load_vector(f, blk(i, "attn_norm"), hidden)),
+        b.upload(load_vector(f, blk(i, "ffn_norm"), hidden)),
+        ColumnParallelLinear(b, f, o, hidden, {{blk(i, "attn_q"), nh * hd, q}, {blk(i, "attn_k"), nkv * hd, kv},
+                                               {blk(i, "attn_v"), nkv * hd, kv}}),
+        RowParallelLinear(b, f, o, blk(i, "attn_output"), hidden, nh * hd, q, group, comm_s),
+        ColumnParallelLinear(b, f, o, hidden, {{blk(i, "ffn_gate"), cfg_.intermediate, inter},
+                                               {blk(i, "ffn_up"), cfg_.intermediate, inter}}),
+        RowParallelLinear(b, f, o, blk(i, "ffn_down"), hidden, cfg_.intermediate, inter, group, comm_s),
     });
     if (progress && i + 1 < cfg_.n_layers) progress(i + 1, cfg_.n_layers, resident_weight_bytes());
   }
-  output_norm_ = load_vector(f, "output_norm.weight", hidden);
+  output_norm_ = b.upload(load_vector(f, "output_norm.weight", hidden));
   if (progress) progress(cfg_.n_layers, cfg_.n_layers, resident_weight_bytes());
 }
 
 int64_t LlamaModel::resident_weight_bytes() const {
-  int64_t n = embd_.n_bytes() + lm_head_.n_bytes() + int64_t(output_norm_.size() * sizeof(float));
+  int64_t n = embd_.n_bytes() + lm_head_.n_bytes() + output_norm_.bytes();
   for (const Layer& l : layers_)
-    n += l.qkv.n_bytes() + l.wo.n_bytes() + l.gate_up.n_bytes() + l.down.n_bytes() +
-         int64_t((l.attn_norm.size() + l.ffn_norm.size()) * sizeof(float));
+    n += l.qkv.n_bytes() + l.wo.n_bytes() + l.gate_up.n_bytes() + l.down.n_bytes() + l.attn_norm.bytes() +
+         l.ffn_norm.bytes();
   return n;
+}
+
+int64_t LlamaModel::activation_bytes(int64_t n_tok, int64_t n_out) const {
+  const int64_t hidden = cfg_.hidden, hd = cfg_.head_dim, f = sizeof(float);
+  const int64_t nh = layout_.local_q_heads(), nkv = layout_.local_kv_heads(), inter = layout_.intermediate.size();
+  // x, h, qkv, q, k, v, attn, gate|up, mlp, the logit rows' hidden states (the order of forward())
+  int64_t n = n_tok * (2 * hidden + 2 * (nh + 2 * nkv) * hd + nh * hd + 2 * inter + inter) * f + n_out * hidden * f;
+  if (!backend_->host_memory())  // the step's ids, positions, slots and the logits in the backend's memory
+    n += n_tok * (2 * int64_t(sizeof(int32_t)) + int64_t(sizeof(int64_t))) + n_out * cfg_.vocab * f;
+  int64_t layer_scratch = 0;  // one scratch per layer object; the layers' are alike, every one is held
+  for (const Layer& l : layers_)
+    layer_scratch += l.qkv.scratch_bytes(n_tok) + l.wo.scratch_bytes(n_tok) + l.gate_up.scratch_bytes(n_tok) +
+                     l.down.scratch_bytes(n_tok);
+  return n + layer_scratch + lm_head_.scratch_bytes(n_out);
 }
 
 KvPoolShape LlamaModel::kv_shape(int64_t n_blocks, int64_t block_size, KvDType dtype) const {
@@ -125,70 +140,79 @@ void LlamaModel::forward(const std::vector<SeqPlan>& seqs, KvPool& pool, std::ve
       *slot++ = int64_t(s.block_table[size_t(p / bs)]) * bs + p % bs;
     }
   }
+  Backend& b = *backend_;
   ids = ids_.data();
   pos = positions_.data();
   slot = slots_.data();
+  if (!b.host_memory()) {  // the step's indices to the backend's memory
+    ids = grow_buffer<int32_t>(b, d_ids_, n_tok);
+    pos = grow_buffer<int32_t>(b, d_positions_, n_tok);
+    slot = grow_buffer<int64_t>(b, d_slots_, n_tok);
+    b.copy_to_device(ids, ids_.data(), n_tok * int64_t(sizeof(int32_t)));
+    b.copy_to_device(pos, positions_.data(), n_tok * int64_t(sizeof(int32_t)));
+    b.copy_to_device(slot, slots_.data(), n_tok * int64_t(sizeof(int64_t)));
+  }
 
-  float* x = grow(x_, n_tok * hidden);
-  float* h = grow(h_, n_tok * hidden);
-  float* qkv = grow(qkv_, n_tok * qkv_w);
-  float* q = grow(q_, n_tok * nh * hd);
-  float* k = grow(k_, n_tok * nkv * hd);
-  float* v = grow(v_, n_tok * nkv * hd);
-  float* attn = grow(attn_, n_tok * nh * hd);
-  float* gu = grow(gu_, n_tok * 2 * inter);
-  float* mlp = grow(mlp_, n_tok * inter);
+  float* x = grow_buffer<float>(b, x_, n_tok * hidden);
+  float* h = grow_buffer<float>(b, h_, n_tok * hidden);
+  float* qkv = grow_buffer<float>(b, qkv_, n_tok * qkv_w);
+  float* q = grow_buffer<float>(b, q_, n_tok * nh * hd);
+  float* k = grow_buffer<float>(b, k_, n_tok * nkv * hd);
+  float* v = grow_buffer<float>(b, v_, n_tok * nkv * hd);
+  float* attn = grow_buffer<float>(b, attn_, n_tok * nh * hd);
+  float* gu = grow_buffer<float>(b, gu_, n_tok * 2 * inter);
+  float* mlp = grow_buffer<float>(b, mlp_, n_tok * inter);
+  constexpr int64_t kF = sizeof(float);
 
   embd_.forward(ids, n_tok, x);
   const float scale = 1.0f / std::sqrt(float(hd));
 
   for (int64_t li = 0; li < cfg_.n_layers; ++li) {
     Layer& L = layers_[size_t(li)];
-    cpu::rmsnorm(x, L.attn_norm.data(), n_tok, hidden, cfg_.rms_eps, h);
+    b.rmsnorm(x, L.attn_norm.as<float>(), n_tok, hidden, cfg_.rms_eps, h);
     timed_linear([&] { L.qkv.forward(h, n_tok, qkv); });
-    for (int64_t t = 0; t < n_tok; ++t) {
-      const float* row = qkv + t * qkv_w;
-      std::memcpy(q + t * nh * hd, row, size_t(nh * hd) * sizeof(float));
-      std::memcpy(k + t * nkv * hd, row + nh * hd, size_t(nkv * hd) * sizeof(float));
-      std::memcpy(v + t * nkv * hd, row + (nh + nkv) * hd, size_t(nkv * hd) * sizeof(float));
-    }
-    cpu::rope(q, n_tok, nh, hd, pos, cfg_.rope_theta, cfg_.rope_style);
-    cpu::rope(k, n_tok, nkv, hd, pos, cfg_.rope_theta, cfg_.rope_style);
+    b.copy_2d(q, nh * hd * kF, qkv, qkv_w * kF, nh * hd * kF, n_tok);
+    b.copy_2d(k, nkv * hd * kF, qkv + nh * hd, qkv_w * kF, nkv * hd * kF, n_tok);
+    b.copy_2d(v, nkv * hd * kF, qkv + (nh + nkv) * hd, qkv_w * kF, nkv * hd * kF, n_tok);
+    b.rope(q, n_tok, nh, hd, pos, cfg_.rope_theta, cfg_.rope_style);
+    b.rope(k, n_tok, nkv, hd, pos, cfg_.rope_theta, cfg_.rope_style);
     const KvTensorView k_pool = pool.k(li), v_pool = pool.v(li);  // in the pool's dtype (cache.dtype)
-    cpu::write_kv(k, v, n_tok, slot, k_pool, v_pool);
+    b.write_kv(k, v, n_tok, slot, k_pool, v_pool);
     const auto t_attn = Clock::now();
     int64_t t0 = 0;
     for (const SeqPlan& s : seqs) {
       const int64_t n = int64_t(s.tokens.size());
-      cpu::paged_attention(q + t0 * nh * hd, n, s.start_pos, nh, k_pool, v_pool, s.block_table.data(), scale,
-                           attn + t0 * nh * hd);
+      b.paged_attention(q + t0 * nh * hd, n, s.start_pos, nh, k_pool, v_pool, s.block_table.data(), scale,
+                        attn + t0 * nh * hd);
       t0 += n;
     }
     times_.attention_s += std::chrono::duration<double>(Clock::now() - t_attn).count();
     timed_linear([&] { L.wo.forward(attn, n_tok, h); });
-    cpu::add_inplace(x, h, n_tok * hidden);
+    b.add_inplace(x, h, n_tok * hidden);
 
-    cpu::rmsnorm(x, L.ffn_norm.data(), n_tok, hidden, cfg_.rms_eps, h);
+    b.rmsnorm(x, L.ffn_norm.as<float>(), n_tok, hidden, cfg_.rms_eps, h);
     timed_linear([&] { L.gate_up.forward(h, n_tok, gu); });
-    cpu::silu_mul(gu, n_tok, inter, mlp);
+    b.silu_mul(gu, n_tok, inter, mlp);
     timed_linear([&] { L.down.forward(mlp, n_tok, h); });
-    cpu::add_inplace(x, h, n_tok * hidden);
+    b.add_inplace(x, h, n_tok * hidden);
     progress_ns_.store(Clock::now().time_since_epoch() / std::chrono::nanoseconds(1), std::memory_order_relaxed);
   }
 
   // Final norm and lm_head only for the rows that give logits: prompt-logprob rows, then the last token.
-  float* last = grow(last_, n_out * hidden);
+  float* last = grow_buffer<float>(b, last_, n_out * hidden);
   int64_t t0 = 0, o = 0;
   for (const SeqPlan& s : seqs) {
     const int64_t n = int64_t(s.tokens.size()), m = int64_t(s.prompt_targets.size());
-    std::memcpy(last + o * hidden, x + t0 * hidden, size_t(m * hidden) * sizeof(float));
+    b.copy_2d(last + o * hidden, hidden * kF, x + t0 * hidden, hidden * kF, hidden * kF, m);
     o += m;
-    if (s.want_logits) std::memcpy(last + (o++) * hidden, x + (t0 + n - 1) * hidden, size_t(hidden) * sizeof(float));
+    if (s.want_logits) b.copy_2d(last + (o++) * hidden, hidden * kF, x + (t0 + n - 1) * hidden, hidden * kF, hidden * kF, 1);
     t0 += n;
   }
-  cpu::rmsnorm(last, output_norm_.data(), n_out, hidden, cfg_.rms_eps, last);
+  b.rmsnorm(last, output_norm_.as<float>(), n_out, hidden, cfg_.rms_eps, last);
   logits.resize(size_t(n_out * vocab));
-  timed_linear([&] { lm_head_.forward(last, n_out, logits.data()); });
+  float* out = b.host_memory() ? logits.data() : grow_buffer<float>(b, logits_, n_out * vocab);
+  timed_linear([&] { lm_head_.forward(last, n_out, out); });
+  if (!b.host_memory()) b.copy_to_host(logits.data(), out, n_out * vocab * kF);
   times_.total_s += std::chrono::duration<double>(Clock::now() - t_start).count();
   ++times_.steps;
 }

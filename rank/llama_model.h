@@ -11,6 +11,9 @@
 // positions (a prefill chunk or one decode token). K/V of those tokens are written into the pool at the slots
 // their block table gives, then attention reads every past position through the same table: there is no
 // contiguous cache. Every rank of the group must call forward() with the same plan.
+//
+// The forward is written once against a Backend (rank/backend.h): the weights live in its memory and every op
+// runs on it — kernels/cpu by default, the CUDA backend when model.device is cuda.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -24,6 +27,7 @@
 #include "parallel/communicator.h"
 #include "parallel/step_plan.h"
 #include "parallel/tp_layout.h"
+#include "rank/backend.h"
 #include "rank/model_file.h"
 #include "rank/parallel_layers.h"
 
@@ -49,15 +53,18 @@ class LlamaModel {
   // impossible tp (naming the valid ones) or runtime dtype, FormatError for a missing or mis-shaped tensor, or
   // for a weight of this rank's slices holding NaN or ±inf in the file or after conversion to the runtime dtype
   // (naming the tensor and the first such element; one extra pass over the converted data).
-  LlamaModel(const ModelFile& file, DType runtime, Communicator* comm = nullptr, const LoadProgress& progress = {});
+  // backend: where the weights live and the forward runs (nullptr: cpu_backend()); it must outlive the model.
+  LlamaModel(const ModelFile& file, DType runtime, Communicator* comm = nullptr, const LoadProgress& progress = {},
+             Backend* backend = nullptr);
   // The same with every load option (rank/weight_loader.h: the runtime dtype, GGUF blocks kept or dequantized).
   LlamaModel(const ModelFile& file, const WeightLoadOptions& options, Communicator* comm = nullptr,
-             const LoadProgress& progress = {});
+             const LoadProgress& progress = {}, Backend* backend = nullptr);
   LlamaModel(const LlamaModel&) = delete;  // the layers keep a pointer to times_
   LlamaModel& operator=(const LlamaModel&) = delete;
 
   const ModelConfig& config() const { return cfg_; }
   const TpLayout& layout() const { return layout_; }
+  Backend& backend() const { return *backend_; }
   // Bytes of weights this rank holds: its converted slices, the norms, and the rows of the mapped embedding
   // table it reads.
   int64_t resident_weight_bytes() const;
@@ -71,6 +78,11 @@ class LlamaModel {
   // complete on every rank.
   void forward(const std::vector<SeqPlan>& seqs, KvPool& pool, std::vector<float>& logits);
 
+  // Bytes of activations (the backend's memory) forward() holds for a step of n_tokens tokens giving n_logit_rows
+  // rows of logits: every scratch buffer at that size (they only grow). The activation peak of the largest step
+  // the scheduler sends (kvstore/gpu_memory_plan.h); a counting backend measures the same (tests/rank).
+  int64_t activation_bytes(int64_t n_tokens, int64_t n_logit_rows) const;
+
   ForwardTimes& times() { return times_; }
   // Steady-clock ns when the running forward last finished a layer (its all-reduces returned: every rank of
   // the group reached it); 0 before the first. Any thread (the stuck-step watchdog).
@@ -78,7 +90,7 @@ class LlamaModel {
 
  private:
   struct Layer {
-    std::vector<float> attn_norm, ffn_norm;  // [hidden]
+    DeviceBuffer attn_norm, ffn_norm;        // [hidden] F32
     ColumnParallelLinear qkv;                // [(local q + 2 local kv heads) head_dim, hidden]
     RowParallelLinear wo;                    // [hidden, local q heads head_dim], all-reduced
     ColumnParallelLinear gate_up;            // [2 local intermediate, hidden]
@@ -87,15 +99,17 @@ class LlamaModel {
 
   ModelConfig cfg_;
   TpLayout layout_;
+  Backend* backend_;
   ForwardTimes times_;                // before the layers, which keep &times_.comm_s
   std::atomic<int64_t> progress_ns_{0};
   VocabParallelEmbedding embd_;       // [vocab, hidden] in the file's type (only local rows are read)
   std::vector<Layer> layers_;
-  std::vector<float> output_norm_;    // [hidden]
+  DeviceBuffer output_norm_;          // [hidden] F32
   ParallelLmHead lm_head_;            // [local real vocab rows, hidden], gathered
 
-  // Scratch, grown on demand: [n_tokens, ...]
-  std::vector<float> x_, h_, qkv_, q_, k_, v_, attn_, gu_, mlp_, last_;
+  // Scratch, grown on demand: [n_tokens, ...]; host: the step's token ids, positions and slots as planned.
+  DeviceBuffer x_, h_, qkv_, q_, k_, v_, attn_, gu_, mlp_, last_, logits_;
+  DeviceBuffer d_ids_, d_positions_, d_slots_;  // copies of the host ones when the backend's memory is not host
   std::vector<int32_t> ids_, positions_;
   std::vector<int64_t> slots_;
 };

@@ -89,7 +89,7 @@ TEST_P(ConfigErrors, NameFileKeyAndReason) {
 INSTANTIATE_TEST_SUITE_P(
     All, ConfigErrors,
     ::testing::Values(BadCase{"modle: {}", "modle: unknown section"},
-                      BadCase{"model: {pth: x}", "model.pth: unknown key (valid: chat_template, dtype, name, path, quantized)"},
+                      BadCase{"model: {pth: x}", "model.pth: unknown key (valid: chat_template, device, dtype, name, path, quantized)"},
                       BadCase{"parallel: {tp: two}", "parallel.tp: expected an integer, got 'two'"},
                       BadCase{"parallel: {tp: 0}", "parallel.tp: 0 is out of range [1, 4096]"},
                       BadCase{"parallel: {tp: [1, 2]}", "parallel.tp: expected an integer"},
@@ -98,6 +98,10 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"model: {dtype: f8}", "model.dtype: 'f8' is not one of: bf16, f32"},
                       BadCase{"cache: {dtype: fp8}", "cache.dtype: 'fp8' is not one of: bf16, f32, fp8_e4m3, int8"},
                       BadCase{"cache: {dtype: 8}", "cache.dtype: '8' is not one of: bf16, f32, fp8_e4m3, int8"},
+                      BadCase{"model: {device: gpu}", "model.device: 'gpu' is not one of: cpu, cuda"},
+                      BadCase{"cache: {gpu_memory_utilization: 0}", "cache.gpu_memory_utilization: 0 is out of range (0, 1]"},
+                      BadCase{"cache: {gpu_memory_utilization: 1.5}", "cache.gpu_memory_utilization: 1.5 is out of range"},
+                      BadCase{"cache: {gpu_memory_utilization: most}", "cache.gpu_memory_utilization: expected a number"},
                       BadCase{"scheduler: {kv_reservation: lazy}", "scheduler.kv_reservation: 'lazy' is not one of: paged, static"},
                       BadCase{"server: {port: 70000}", "server.port: 70000 is out of range [0, 65535]"},
                       BadCase{"server: {shutdown_deadline_s: -1}", "server.shutdown_deadline_s: -1 is out of range"},
@@ -160,6 +164,8 @@ Config unusual_config() {
   c.model = {"/models/x y.gguf", "f32", "dequantize", "yes", "{% for m in messages %}{{ m.content }}\n{% endfor %}"};
   c.parallel = {2, 3, 4};
   c.cache = {32, 777, "fp8_e4m3", 4096, false};
+  c.model.device = "cuda";
+  c.cache.gpu_memory_utilization = 0.85;
   c.scheduler = {5, 333, 17, "static"};
   c.server.host = "0.0.0.0";
   c.server.port = 9001;
@@ -178,6 +184,7 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.model.quantized, b.model.quantized);
   EXPECT_EQ(a.model.name, b.model.name);
   EXPECT_EQ(a.model.chat_template, b.model.chat_template);
+  EXPECT_EQ(a.model.device, b.model.device);
   EXPECT_EQ(a.parallel.tp, b.parallel.tp);
   EXPECT_EQ(a.parallel.dp, b.parallel.dp);
   EXPECT_EQ(a.parallel.threads, b.parallel.threads);
@@ -186,6 +193,7 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.cache.dtype, b.cache.dtype);
   EXPECT_EQ(a.cache.max_context, b.cache.max_context);
   EXPECT_EQ(a.cache.prefix_caching, b.cache.prefix_caching);
+  EXPECT_EQ(a.cache.gpu_memory_utilization, b.cache.gpu_memory_utilization);  // exact: shortest round-trip text
   EXPECT_EQ(a.scheduler.max_num_seqs, b.scheduler.max_num_seqs);
   EXPECT_EQ(a.scheduler.max_num_batched_tokens, b.scheduler.max_num_batched_tokens);
   EXPECT_EQ(a.scheduler.max_queued_requests, b.scheduler.max_queued_requests);
@@ -215,9 +223,9 @@ TEST(Config, FormatPrintsEverySettingOfEachSection) {
   // accepts (an unknown key would be refused on the way back in; a key missing here would not print).
   const YAML::Node n = YAML::Load(format_config(Config{}));
   const std::map<std::string, std::vector<std::string>> expected = {
-      {"model", {"path", "dtype", "quantized", "name", "chat_template"}},
+      {"model", {"path", "dtype", "quantized", "name", "chat_template", "device"}},
       {"parallel", {"tp", "dp", "threads"}},
-      {"cache", {"block_size", "memory_mb", "dtype", "max_context", "prefix_caching"}},
+      {"cache", {"block_size", "memory_mb", "dtype", "max_context", "prefix_caching", "gpu_memory_utilization"}},
       {"scheduler", {"max_num_seqs", "max_num_batched_tokens", "max_queued_requests", "kv_reservation"}},
       {"server", {"host", "port", "api_key", "max_body_bytes", "max_connections", "shutdown_deadline_s",
                   "request_timeout_s", "step_timeout_s", "metrics_prefix", "keepalive_timeout_s", "send_timeout_s",
@@ -231,6 +239,15 @@ TEST(Config, FormatPrintsEverySettingOfEachSection) {
   }
   EXPECT_EQ(n["server"]["request_timeout_s"].Scalar(), "60");
   EXPECT_EQ(n["model"]["name"].Scalar(), "");
+}
+
+TEST(Config, DeviceAndGpuMemoryUtilization) {
+  const Config d = parse_config("", "test.yaml", "/base");
+  EXPECT_EQ(d.model.device, "cpu");
+  EXPECT_DOUBLE_EQ(d.cache.gpu_memory_utilization, 0.9);
+  const Config c = parse_config("model: {device: cuda}\ncache: {gpu_memory_utilization: 0.5}", "test.yaml", "/base");
+  EXPECT_EQ(c.model.device, "cuda");
+  EXPECT_DOUBLE_EQ(c.cache.gpu_memory_utilization, 0.5);
 }
 
 TEST(Config, MetricsPrefixDefaultsToVllm) {

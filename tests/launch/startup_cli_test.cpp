@@ -83,6 +83,30 @@ TEST_F(ConfigCli, DefaultsPrintTimeoutsAndLimitsToo) {
     EXPECT_NE(r.out.find(key), std::string::npos) << key << "\n" << r.out;
 }
 
+TEST_F(ConfigCli, DevicePrintedAndCudaRefusedWhereThereIsNone) {
+  const Result r = tp::test::run_tpserve("config");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("\n  device: \"cpu\"\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\n  gpu_memory_utilization: 0.9\n"), std::string::npos) << r.out;
+  const Result u = tp::test::run_tpserve("generate --prompt hi --device gpu --model " + model());
+  EXPECT_EQ(u.code, 2) << u.out;  // a usage error
+  EXPECT_NE(u.out.find("generate: --device must be cpu or cuda, not 'gpu'"), std::string::npos) << u.out;
+  if (std::filesystem::exists("/dev/nvidiactl")) GTEST_SKIP() << "a GPU host: cuda is not refused here";
+  // No GPU on this machine (and no CUDA backend unless the kernels are built): one line naming the setting,
+  // before the weights load.
+  expect_refused("generate --prompt hi --max-tokens 1 --threads 1 --device cuda --model " + model(),
+                 "<defaults>: model.device: cuda: ");
+  const std::string cfg = write("cuda.yaml", "model:\n  device: cuda\n");
+  expect_refused("generate --prompt hi --max-tokens 1 --threads 1 --model " + model() + " --config " + cfg,
+                 cfg + ": model.device: cuda: ");
+  const Result w = tp::test::run_tpserve("generate --prompt hi --device cuda --model " + model());
+  EXPECT_EQ(w.out.find("loading"), std::string::npos) << w.out;  // refused before anything loads
+  // --device cpu overrides the config's cuda
+  const Result c = tp::test::run_tpserve("generate --prompt hi --max-tokens 2 --threads 1 --device cpu --model " +
+                                         model() + " --config " + cfg);
+  EXPECT_EQ(c.code, 0) << c.out;
+}
+
 TEST_F(ConfigCli, SectionGivenTwiceIsRefused) {
   const std::string cfg = write("twice.yaml", "cache:\n  block_size: 16\nserver:\n  port: 1\ncache:\n  memory_mb: 64\n");
   expect_refused("config --config " + cfg, cfg + ": cache: section given twice: at line 1 and again at line 5");

@@ -16,6 +16,7 @@
 #include "common/dtype.h"
 #include "common/error.h"
 #include "parallel/mpi_communicator.h"
+#include "parallel/nccl_setup.h"
 #include "parallel/step_plan.h"
 
 namespace tp {
@@ -225,6 +226,38 @@ TEST(BroadcastPlan, WithinTpGroups) {
   if (g.rank() == 0) p = plan_for(w.rank() / 2);
   broadcast_plan(g, p, 0);
   EXPECT_EQ(p, plan_for(w.rank() / 2));
+}
+
+// The NCCL unique id exchange (parallel/nccl_setup.h): TP rank 0's bytes reach every rank of its group, and
+// only TP rank 0 makes an id (the real ncclGetUniqueId is replaced by a fake; NCCL itself needs GPUs).
+TEST(NcclSetup, UniqueIdBytesBroadcastWithinTpGroups) {
+  MpiCommunicator w = MpiCommunicator::world();
+  const int tp = w.size() >= 4 ? 2 : w.size();
+  MpiCommunicator g = w.split_tp_group(tp);
+  int calls = 0;
+  const NcclIdBytes id = exchange_nccl_id(g, [&] {
+    ++calls;
+    NcclIdBytes b;
+    for (size_t i = 0; i < b.size(); ++i) b[i] = char((i * 7 + size_t(w.rank()) * 31) & 0xff);  // root's world rank
+    return b;
+  });
+  EXPECT_EQ(calls, g.rank() == 0 ? 1 : 0);
+  const int root_world = w.rank() - g.rank();
+  for (size_t i = 0; i < id.size(); ++i) ASSERT_EQ(id[i], char((i * 7 + size_t(root_world) * 31) & 0xff)) << i;
+}
+
+TEST(NcclSetup, DeviceKeysAndThePlanAgreeOnEveryRank) {
+  MpiCommunicator w = MpiCommunicator::world();
+  // Pretend one GPU per host and two ranks per host: ranks 2k and 2k+1 share a GPU.
+  const std::string key = "host" + std::to_string(w.rank() / 2) + "/cuda:0";
+  const std::vector<std::string> keys = gather_device_keys(w, key);
+  ASSERT_EQ(int(keys.size()), w.size());
+  for (int r = 0; r < w.size(); ++r) EXPECT_EQ(keys[size_t(r)], "host" + std::to_string(r / 2) + "/cuda:0");
+  EXPECT_EQ(plan_collectives(keys, true).path, CollectivePath::MpiHostStaging);
+  EXPECT_THROW(gather_device_keys(w, std::string(300, 'x')), InputError);  // refused before communicating
+  const NodePlace p = node_place(w.handle());
+  EXPECT_EQ(p.local_size, w.size());  // mpirun on one machine
+  EXPECT_EQ(p.local_rank, w.rank());
 }
 
 // Self-test of the harness (ctest parallel_mpi_failure_propagates, WILL_FAIL): with TP_MPI_INJECT_FAILURE

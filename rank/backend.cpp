@@ -1,0 +1,47 @@
+#include "rank/backend.h"
+
+#include <utility>
+
+#include "common/error.h"
+#include "rank/cuda_backend.h"
+
+namespace tp {
+
+DeviceBuffer::DeviceBuffer(Backend* owner, int64_t bytes)
+    : owner_(owner), data_(owner->allocate(bytes)), bytes_(bytes) {}
+
+DeviceBuffer::~DeviceBuffer() { release(); }
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
+    : owner_(std::exchange(o.owner_, nullptr)), data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    release();
+    owner_ = std::exchange(o.owner_, nullptr);
+    data_ = std::exchange(o.data_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+  }
+  return *this;
+}
+
+void DeviceBuffer::release() noexcept {
+  if (owner_ && data_) owner_->deallocate(data_);
+  data_ = nullptr;
+  bytes_ = 0;
+}
+
+DeviceBuffer Backend::upload(const std::vector<float>& host) {
+  const int64_t bytes = int64_t(host.size() * sizeof(float));
+  DeviceBuffer b(this, bytes);
+  copy_to_device(b.data(), host.data(), bytes);
+  return b;
+}
+
+std::shared_ptr<Backend> make_backend(const std::string& device, int local_rank, const std::string& source) {
+  if (device == "cpu") return std::shared_ptr<Backend>(&cpu_backend(), [](Backend*) {});
+  if (device == "cuda") return make_cuda_backend(local_rank, source);
+  throw ConfigError(source, "model.device", "'" + device + "' is not one of: cpu, cuda");
+}
+
+}  // namespace tp
