@@ -61,17 +61,37 @@ float top2_gap(const std::vector<float>& logits) {
   return a - b;
 }
 
-TEST(KvDtypeReal, LogitsAndGreedyTokensAgainstTheF32Pool) {
-  const std::string path = repo("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-  ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: run launch/setup";
-  cpu::set_num_threads(1);
-  auto file = open_model(path);
-  // Dequantized to BF16: with the Q4_1 blocks kept, each linear rounds its input to int8 (Q8_1), and that
-  // rounding's discontinuities would add to, and hide, what the KV dtype does.
-  LlamaModel model(*file, WeightLoadOptions{DType::BF16, /*keep_quantized=*/false});
-  std::ifstream in(repo("tests/peers/fixtures/greedy_f32.json"));
-  ASSERT_TRUE(in) << "missing tests/peers/fixtures/greedy_f32.json";
-  const nlohmann::json fx = nlohmann::json::parse(in);
+// The model and the oracle prompts, loaded once for the suite.
+class KvDtypeReal : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string path = repo("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    std::ifstream in(repo("tests/peers/fixtures/greedy_f32.json"));
+    if (!std::filesystem::exists(path) || !in) {
+      missing_ = "missing " + path + " or tests/peers/fixtures/greedy_f32.json: run launch/setup";
+      return;
+    }
+    cpu::set_num_threads(1);
+    file_ = open_model(path);
+    // Dequantized to BF16: with the Q4_1 blocks kept, each linear rounds its input to int8 (Q8_1), and that
+    // rounding's discontinuities would add to, and hide, what the KV dtype does.
+    model_ = std::make_unique<LlamaModel>(*file_, WeightLoadOptions{DType::BF16, /*keep_quantized=*/false});
+    fx_ = nlohmann::json::parse(in);
+  }
+  static void TearDownTestSuite() {
+    model_.reset();
+    file_.reset();
+  }
+  static inline std::unique_ptr<ModelFile> file_;
+  static inline std::unique_ptr<LlamaModel> model_;
+  static inline nlohmann::json fx_;
+  static inline std::string missing_;
+};
+
+TEST_F(KvDtypeReal, LogitsAndGreedyTokensAgainstTheF32Pool) {
+  ASSERT_TRUE(model_) << missing_;
+  LlamaModel& model = *model_;
+  const nlohmann::json& fx = fx_;
   const int64_t vocab = model.config().vocab;
 
   struct Stats {
@@ -133,17 +153,10 @@ TEST(KvDtypeReal, LogitsAndGreedyTokensAgainstTheF32Pool) {
 // llm-compressor does — the max |K| and |V| of each layer over the oracle prompts (read back from an F32 pool
 // that ran them) ÷ the dtype's max (448 for e4m3, 127 for int8) — then fp8_e4m3 and int8 pools with those
 // scales run in lockstep with the F32 pool as above.
-TEST(KvDtypeReal, TensorScalesCalibratedOnThePromptsAgainstTheF32Pool) {
-  const std::string path = repo("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-  ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: run launch/setup";
-  cpu::set_num_threads(1);
-  auto file = open_model(path);
-  // Dequantized to BF16: with the Q4_1 blocks kept, each linear rounds its input to int8 (Q8_1), and that
-  // rounding's discontinuities would add to, and hide, what the KV dtype does.
-  LlamaModel model(*file, WeightLoadOptions{DType::BF16, /*keep_quantized=*/false});
-  std::ifstream in(repo("tests/peers/fixtures/greedy_f32.json"));
-  ASSERT_TRUE(in) << "missing tests/peers/fixtures/greedy_f32.json";
-  const nlohmann::json fx = nlohmann::json::parse(in);
+TEST_F(KvDtypeReal, TensorScalesCalibratedOnThePromptsAgainstTheF32Pool) {
+  ASSERT_TRUE(model_) << missing_;
+  LlamaModel& model = *model_;
+  const nlohmann::json& fx = fx_;
   const int64_t vocab = model.config().vocab, n_layers = model.config().n_layers;
 
   // Calibration: every prompt and its greedy continuation through an F32 pool; the pool's K/V are the values.
