@@ -174,6 +174,9 @@ int run_serve(const CliArgs& a) {
   api.install(*server);
   server->add_access_hook([&log](const AccessRecord& r) { log_access(log, r); });
   StatsLogger stats(log, cfg.server.stats_interval_s);
+  // The baseline before any request can arrive: a first tick taken later (a loaded machine) would fold the first
+  // requests into it, and an interval that saw them would never be logged.
+  stats.tick(engine.metrics(), StatsLogger::Clock::now());
 
   std::thread engine_thread([&] {
     try {
