@@ -34,6 +34,7 @@
 #include "rank/model_file.h"
 #include "rank/sampler.h"
 #include "rank/sequence_runner.h"
+#include "tests/util/top2_gap.h"
 
 namespace tp {
 namespace {
@@ -54,18 +55,7 @@ struct Reference {
   std::vector<float> gap;       // [n] top-2 logit gap where each was chosen
 };
 
-float top2_gap(const std::vector<float>& logits) {
-  float a = -1e30f, b = -1e30f;
-  for (float x : logits) {
-    if (x > a) {
-      b = a;
-      a = x;
-    } else if (x > b) {
-      b = x;
-    }
-  }
-  return a - b;
-}
+using test::top2_gap;
 
 struct Load {
   std::vector<std::vector<int32_t>> prompts;  // unique prompts

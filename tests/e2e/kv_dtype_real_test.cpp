@@ -29,6 +29,7 @@
 #include "rank/model_file.h"
 #include "rank/sampler.h"
 #include "rank/sequence_runner.h"
+#include "tests/util/top2_gap.h"
 
 namespace tp {
 namespace {
@@ -48,18 +49,7 @@ const DtypeCase kCases[] = {
 
 std::string repo(const std::string& rel) { return std::string(TPSERVE_SOURCE_DIR) + "/" + rel; }
 
-float top2_gap(const std::vector<float>& logits) {
-  float a = -INFINITY, b = -INFINITY;
-  for (float x : logits) {
-    if (x > a) {
-      b = a;
-      a = x;
-    } else if (x > b) {
-      b = x;
-    }
-  }
-  return a - b;
-}
+using test::top2_gap;
 
 // The model and the oracle prompts, loaded once for the suite.
 class KvDtypeReal : public testing::Test {
