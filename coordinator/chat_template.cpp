@@ -173,7 +173,14 @@ ChatTemplate ChatTemplate::resolve(std::string_view configured, std::string_view
   std::string parse_error;
   try {
     ChatTemplate t(style.value_or(ChatStyle::ChatML), bos_token, eos_token, default_system);
-    t.jinja_ = std::make_shared<const JinjaTemplate>(std::string(source), std::move(bos_token), std::move(eos_token));
+    t.jinja_ = std::make_shared<const JinjaTemplate>(std::string(source), bos_token, eos_token);
+    // A template that parses but fails on a plain conversation would refuse every request: a detected family's
+    // fall-back serves instead. (Without one, the template stays; its errors are per request.)
+    try {
+      t.render({{"user", "Hello"}}, true);
+    } catch (const ApiException&) {
+      if (style) return ChatTemplate(*style, std::move(bos_token), std::move(eos_token), std::move(default_system));
+    }
     return t;
   } catch (const InputError& e) {
     parse_error = e.what();
@@ -195,12 +202,10 @@ ordered_json template_messages(const std::vector<ChatMessage>& messages) {
 }
 
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
-  if (messages.empty()) throw bad_messages("messages must contain at least one message");
-  if (!jinja_) return render_fallback(messages, add_generation_prompt);
   ChatRenderInput in;
   in.messages = template_messages(messages);
   in.add_generation_prompt = add_generation_prompt;
-  return jinja_->render(in);
+  return render(in);
 }
 
 std::string ChatTemplate::render(const ChatRenderInput& in) const {

@@ -72,7 +72,8 @@ class ChatTemplate {
   // Start-up resolution. `configured` is the config's model.chat_template: empty -> use `model_template`;
   // a style name ("chatml", "llama3", "llama2", "mistral") -> that fall-back style (a chatml default system
   // prompt still comes from `model_template` when that is chatml too); anything else -> Jinja source.
-  // Jinja source is rendered by the Jinja engine when it parses; else its style is detected (fall-back).
+  // Jinja source is rendered by the Jinja engine when it parses (and, when its family is detected too, renders a
+  // one-message conversation); else its detected family's fall-back renders.
   // Throws InputError "chat template not recognized (known: chatml, llama3, llama2, mistral); set
   // model.chat_template in the config" (plus the engine's parse error) when nothing applies.
   static ChatTemplate resolve(std::string_view configured, std::string_view model_template, std::string bos_token,

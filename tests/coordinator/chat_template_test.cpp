@@ -235,4 +235,16 @@ TEST(ChatTemplate, TemplateMessagesCarryToolFields) {
   EXPECT_EQ(j.dump(), R"([{"role":"assistant","content":"","tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":{"x":1}}}]},{"role":"tool","content":"42","tool_call_id":"c1","name":"f"}])");
 }
 
+TEST(ChatTemplate, TemplateFailingOnAPlainConversationFallsBackToItsFamily) {
+  // Parses, is detected as chatml, but raises on every conversation: the fall-back serves.
+  const std::string src = std::string(kSmolLM2) + "{{ raise_exception('broken') }}";
+  const auto t = ChatTemplate::resolve("", src, "", "");
+  EXPECT_EQ(t.jinja(), nullptr);
+  EXPECT_EQ(t.style(), ChatStyle::ChatML);
+  // Not detected as any family: the template stays (its errors are per request).
+  const auto u = ChatTemplate::resolve("", "{{ raise_exception('broken') }}", "", "");
+  ASSERT_NE(u.jinja(), nullptr);
+  EXPECT_THROW(u.render(kUserOnly, true), ApiException);
+}
+
 }  // namespace tp
