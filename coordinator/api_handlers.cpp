@@ -17,6 +17,8 @@
 #include "coordinator/choice_stream.h"
 #include "coordinator/openai_request.h"
 #include "coordinator/openai_response.h"
+#include "coordinator/responses_api.h"
+#include "coordinator/tool_call_response.h"
 
 namespace tp {
 
@@ -83,6 +85,7 @@ void ApiHandlers::install(HttpServer& server) {
   };
   route("POST", "/v1/completions", [this](const HttpRequest& r, ResponseStream& s) { return completions(r, s); });
   route("POST", "/v1/chat/completions", [this](const HttpRequest& r, ResponseStream& s) { return chat_completions(r, s); });
+  route("POST", "/v1/responses", [this](const HttpRequest& r, ResponseStream& s) { return responses(r, s); });
   route("GET", "/v1/models", [this](const HttpRequest& r, ResponseStream&) { return models(r); });
   route("POST", "/tokenize", [this](const HttpRequest& r, ResponseStream&) { return tokenize(r); });
   route("POST", "/detokenize", [this](const HttpRequest& r, ResponseStream&) { return detokenize(r); });
@@ -125,6 +128,22 @@ HttpResponse ApiHandlers::chat_completions(const HttpRequest& req, ResponseStrea
   ChatCompletionRequest c = parse_chat_completion_body(req.body);
   check_model(c.params.model);
   return generate(chat_job(std::move(c), tok_, chat_, cfg_.max_context), out);
+}
+
+HttpResponse ApiHandlers::responses(const HttpRequest& req, ResponseStream& out) {
+  check_auth(req);
+  const json body = parse_json_body(req.body);
+  ChatCompletionRequest c = parse_chat_completion_request(responses_to_chat_body(body));
+  check_model(c.params.model);
+  const std::string id = "resp_" + random_hex(24);
+  const json instructions = body.value("instructions", json(nullptr));
+  if (c.params.stream) {
+    ResponsesStream events(out, id, cfg_.model_name, int64_t(std::time(nullptr)), instructions);
+    return generate(chat_job(std::move(c), tok_, chat_, cfg_.max_context), events);
+  }
+  HttpResponse r = generate(chat_job(std::move(c), tok_, chat_, cfg_.max_context), out);
+  if (r.status == 200) r.body = dump(chat_to_response(json::parse(r.body), id, instructions));
+  return r;
 }
 
 namespace {
@@ -228,6 +247,9 @@ HttpResponse ApiHandlers::generate(const GenerationJob& job, ResponseStream& out
   const ResponseHeader header{(job.chat ? "chatcmpl-" : "cmpl-") + random_hex(24), int64_t(std::time(nullptr)),
                               cfg_.model_name, job.chat};
   SseWriter sse(out, header);
+  const ToolCallIdFn new_call_id = [] { return "call_" + random_hex(24); };
+  std::optional<ToolCallStreams> tool_streams;  // tools with tool_choice auto: calls parsed from the output
+  if (job.tool_syntax && p.stream) tool_streams.emplace(*job.tool_syntax, job.tools, choices.size(), new_call_id);
   bool client_gone = false;
   if (p.stream) {
     client_gone = !sse.start();
@@ -250,7 +272,8 @@ HttpResponse ApiHandlers::generate(const GenerationJob& job, ResponseStream& out
     if (was_open) timings.observe(metrics_, index, *o);
     const ChoiceDelta d = c.push(*o);
     if (d.stopped_by_string) sub.handles[it->second]->abort(o->index);
-    if (p.stream && !sse.delta(int32_t(index), d)) client_gone = true;
+    if (p.stream && !(tool_streams ? tool_streams->delta(sse, int32_t(index), d) : sse.delta(int32_t(index), d)))
+      client_gone = true;
     if (was_open && c.finished()) {
       --n_open;
       timings.ended(index);
@@ -276,7 +299,11 @@ HttpResponse ApiHandlers::generate(const GenerationJob& job, ResponseStream& out
     sse.done();
     return logged({}, e.message);
   }
-  if (!p.stream) return logged(json_response(final_response(header, choices, sub.n_prompt_tokens)));
+  if (!p.stream) {
+    json body = final_response(header, choices, sub.n_prompt_tokens);
+    if (job.tool_syntax) apply_tool_calls(body, *job.tool_syntax, job.tools, new_call_id);
+    return logged(json_response(body));
+  }
   if (p.include_usage) sse.usage(sub.n_prompt_tokens, n_generated);
   sse.done();
   return logged({});

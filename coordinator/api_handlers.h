@@ -1,5 +1,6 @@
 // The OpenAI-compatible endpoints on an HttpServer, in front of one Engine:
-//   POST /v1/completions, POST /v1/chat/completions (streaming as SSE or not), GET /v1/models,
+//   POST /v1/completions, POST /v1/chat/completions (streaming as SSE or not), POST /v1/responses (over the
+//   chat path, responses_api.h), GET /v1/models,
 //   POST /tokenize, POST /detokenize, GET /tokenizer_info (vLLM's, what lm-eval probes), GET /version,
 //   GET /health, GET /metrics (Prometheus text).
 // A generation request, one job per step:
@@ -53,6 +54,7 @@ class ApiHandlers {
  private:
   HttpResponse completions(const HttpRequest& req, ResponseStream& out);
   HttpResponse chat_completions(const HttpRequest& req, ResponseStream& out);
+  HttpResponse responses(const HttpRequest& req, ResponseStream& out);  // responses_api.h
   HttpResponse models(const HttpRequest& req);
   HttpResponse tokenize(const HttpRequest& req);
   HttpResponse detokenize(const HttpRequest& req);

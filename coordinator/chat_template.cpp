@@ -9,6 +9,9 @@
 #include "coordinator/openai_error.h"
 
 namespace tp {
+
+using ordered_json = nlohmann::ordered_json;
+
 namespace {
 
 constexpr std::string_view kUnknownTemplate =
@@ -159,20 +162,70 @@ ChatTemplate ChatTemplate::resolve(std::string_view configured, std::string_view
     style = named;
     if (*style == ChatStyle::ChatML && detect_chat_style(model_template) == ChatStyle::ChatML)
       default_system = chatml_default_system(model_template);
-  } else {
-    std::string_view source = configured.empty() ? model_template : configured;
-    if (source.empty())
-      throw InputError("the model has no chat template and model.chat_template is not set (known: chatml, llama3, "
-                       "llama2, mistral)");
-    style = detect_chat_style(source);
-    if (style == ChatStyle::ChatML) default_system = chatml_default_system(source);
+    return ChatTemplate(*style, std::move(bos_token), std::move(eos_token), std::move(default_system));
   }
-  if (!style) throw InputError(std::string(kUnknownTemplate));
+  std::string_view source = configured.empty() ? model_template : configured;
+  if (source.empty())
+    throw InputError("the model has no chat template and model.chat_template is not set (known: chatml, llama3, "
+                     "llama2, mistral)");
+  style = detect_chat_style(source);
+  if (style == ChatStyle::ChatML) default_system = chatml_default_system(source);
+  std::string parse_error;
+  try {
+    ChatTemplate t(style.value_or(ChatStyle::ChatML), bos_token, eos_token, default_system);
+    t.jinja_ = std::make_shared<const JinjaTemplate>(std::string(source), bos_token, eos_token);
+    // A template that parses but fails on a plain conversation would refuse every request: a detected family's
+    // fall-back serves instead. (Without one, the template stays; its errors are per request.)
+    try {
+      t.render({{"user", "Hello"}}, true);
+    } catch (const ApiException&) {
+      if (style) return ChatTemplate(*style, std::move(bos_token), std::move(eos_token), std::move(default_system));
+    }
+    return t;
+  } catch (const InputError& e) {
+    parse_error = e.what();
+  }
+  if (!style) throw InputError(std::string(kUnknownTemplate) + " (" + parse_error + ")");
   return ChatTemplate(*style, std::move(bos_token), std::move(eos_token), std::move(default_system));
 }
 
+ordered_json template_messages(const std::vector<ChatMessage>& messages) {
+  ordered_json out = ordered_json::array();
+  for (const ChatMessage& m : messages) {
+    ordered_json j = {{"role", m.role}, {"content", m.content}};
+    if (!m.tool_calls.is_null()) j["tool_calls"] = m.tool_calls;
+    if (!m.tool_call_id.empty()) j["tool_call_id"] = m.tool_call_id;
+    if (!m.name.empty()) j["name"] = m.name;
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
-  if (messages.empty()) throw bad_messages("messages must contain at least one message");
+  ChatRenderInput in;
+  in.messages = template_messages(messages);
+  in.add_generation_prompt = add_generation_prompt;
+  return render(in);
+}
+
+std::string ChatTemplate::render(const ChatRenderInput& in) const {
+  if (in.messages.empty()) throw bad_messages("messages must contain at least one message");
+  if (jinja_) return jinja_->render(in);
+  const std::string why = " needs the model's own chat template; the built-in " + std::string(chat_style_name(style_)) +
+                          " fall-back renders role and content only";
+  if (!in.tools.is_null()) throw ApiException(bad_request("tools" + why, "tools", "unsupported_value"));
+  std::vector<ChatMessage> messages;
+  for (size_t i = 0; i < in.messages.size(); ++i) {
+    const ordered_json& m = in.messages[i];
+    if (m.contains("tool_calls") || m.value("role", "") == "tool")
+      throw ApiException(bad_request("messages[" + std::to_string(i) + "]: tool calls and tool results" + why,
+                                     "messages[" + std::to_string(i) + "]", "unsupported_value"));
+    messages.push_back({m.value("role", ""), m.value("content", "")});
+  }
+  return render_fallback(messages, in.add_generation_prompt);
+}
+
+std::string ChatTemplate::render_fallback(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
   switch (style_) {
     case ChatStyle::ChatML: return render_chatml(messages, add_generation_prompt);
     case ChatStyle::Llama3: return render_llama3(messages, add_generation_prompt);

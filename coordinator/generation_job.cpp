@@ -69,8 +69,19 @@ GenerationJob chat_job(ChatCompletionRequest r, const Tokenizer& tok, const Chat
   job.chat = true;
   job.params = std::move(r.params);
   check_common(job.params, tok);
+  apply_forced_tool_call(r.tools, job.params);
+  ChatRenderInput in;
+  in.messages = template_messages(r.messages);
+  in.tools = r.tools.tools;
+  in.documents = r.tools.documents;
+  in.kwargs = r.tools.chat_template_kwargs;
+  in.add_generation_prompt = r.add_generation_prompt;
+  if (r.tools.parse_calls()) {
+    job.tool_syntax = chat.jinja() ? detect_tool_call_syntax(chat.jinja()->source()) : ToolCallSyntax::Hermes;
+    job.tools = r.tools.tools;
+  }
   JobPrompt jp;
-  jp.tokens = tok.encode(chat.render(r.messages, r.add_generation_prompt), false, true);
+  jp.tokens = tok.encode(chat.render(in), false, true);
   check_prompt(jp.tokens, tok, max_context, "messages");
   job.prompts.push_back(std::move(jp));
   return job;

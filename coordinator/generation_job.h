@@ -4,6 +4,7 @@
 // Every failure throws FieldError (HTTP 400 naming the parameter) before anything reaches the engine.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "coordinator/openai_request.h"
 #include "coordinator/request.h"
 #include "coordinator/tokenizer.h"
+#include "coordinator/tool_call_parser.h"
 
 namespace tp {
 
@@ -26,6 +28,10 @@ struct GenerationJob {
   bool echo = false;
   // Completions echo + logprobs: the top-k of the prompt tokens lead each choice's logprobs; -1: no.
   int32_t echo_logprobs = -1;
+  // Chat with tools and tool_choice auto: the output is parsed for calls in this syntax (tool_call_parser.h),
+  // naming one of `tools`; nullopt: no parsing.
+  std::optional<ToolCallSyntax> tool_syntax;
+  nlohmann::ordered_json tools;
 
   int32_t n_choices() const { return int32_t(prompts.size()) * params.n; }
   // The k the engine computes prompt logprobs with: the larger of echo_logprobs and prompt_logprobs.
@@ -37,6 +43,8 @@ struct GenerationJob {
 // Throws FieldError: a token id outside the vocabulary ("prompt[3]", "prompt[1][3]", "logit_bias[0]"), a
 // prompt that encodes to nothing or leaves no room in max_context ("context_length_exceeded").
 GenerationJob completion_job(CompletionRequest r, const Tokenizer& tok, int64_t max_context);
+// A chat job renders the messages, tools, documents and chat_template_kwargs through the chat template; tool_choice
+// required / named goes through apply_forced_tool_call (chat_tools.h).
 GenerationJob chat_job(ChatCompletionRequest r, const Tokenizer& tok, const ChatTemplate& chat, int64_t max_context);
 
 }  // namespace tp

@@ -203,10 +203,9 @@ ChatMessage parse_message(const json& m, size_t index) {
   if (!role->is_string()) fail_type(at + ".role", "a string", *role);
   msg.role = role->get<std::string>();
   if (msg.role == "developer") msg.role = "system";  // OpenAI's newer name for the system role
-  if (msg.role != "system" && msg.role != "user" && msg.role != "assistant")
-    fail(at + ".role", at + ".role must be one of system, user, assistant, got " + show(*role), "unsupported_value");
-  if (const json* tc = member(m, "tool_calls"); tc && !(tc->is_array() && tc->empty()))
-    fail(at + ".tool_calls", "tool calls are not supported", "unsupported_value");
+  if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "tool")
+    fail(at + ".role", at + ".role must be one of system, user, assistant, tool, got " + show(*role), "unsupported_value");
+  parse_message_tool_fields(m, at, msg);
   const json* content = member(m, "content");
   if (!content) {
     if (msg.role == "assistant") return msg;  // OpenAI allows a null assistant content
@@ -338,8 +337,7 @@ ChatCompletionRequest parse_chat_completion_request(const json& body, const ApiL
   }
   if (r.logprobs) r.params.sampling.logprobs = r.top_logprobs.value_or(0);
   if (auto v = get_bool(body, "add_generation_prompt", "add_generation_prompt")) r.add_generation_prompt = *v;
-  if (const json* t = member(body, "tools"); t && !(t->is_array() && t->empty()))
-    fail("tools", "tools are not supported", "unsupported_value");
+  r.tools = parse_chat_tools(nlohmann::ordered_json::parse(body.dump()));
   if (const json* rf = member(body, "response_format")) {
     if (!rf->is_object()) fail_type("response_format", "an object", *rf);
     auto type = get_string(*rf, "type", "response_format.type");
@@ -350,7 +348,7 @@ ChatCompletionRequest parse_chat_completion_request(const json& body, const ApiL
   collect_unknown(body,
                   {kCommonKeys,
                    {"messages", "max_completion_tokens", "top_logprobs", "add_generation_prompt", "tools", "tool_choice",
-                    "parallel_tool_calls", "response_format"}},
+                    "parallel_tool_calls", "response_format", "documents", "chat_template_kwargs"}},
                   r.params.ignored_fields);
   return r;
 }
@@ -388,7 +386,9 @@ CompletionRequest parse_completion_body(std::string_view body, const ApiLimits& 
   return parse_completion_request(parse_json_body(body), limits);
 }
 ChatCompletionRequest parse_chat_completion_body(std::string_view body, const ApiLimits& limits) {
-  return parse_chat_completion_request(parse_json_body(body), limits);
+  ChatCompletionRequest r = parse_chat_completion_request(parse_json_body(body), limits);
+  r.tools = parse_chat_tools(nlohmann::ordered_json::parse(body));  // again, keeping the client's key order
+  return r;
 }
 TokenizeRequest parse_tokenize_body(std::string_view body) { return parse_tokenize_request(parse_json_body(body)); }
 DetokenizeRequest parse_detokenize_body(std::string_view body) {

@@ -2,6 +2,7 @@
 //   POST /v1/completions       -> CompletionRequest
 //   POST /v1/chat/completions  -> ChatCompletionRequest
 //   POST /tokenize, /detokenize (vLLM's extra endpoints) -> TokenizeRequest, DetokenizeRequest
+// Chat messages may carry tool calls and tool results, and a chat request tools (chat_tools.h).
 // Every failure throws ApiException carrying HTTP 400, type "invalid_request_error", the offending field
 // as `param` ("temperature", "messages[1].content", "stream_options.include_usage") and a `code`
 // ("invalid_json", "invalid_type", "invalid_value", "missing_required_parameter", "unsupported_value"),
@@ -20,6 +21,7 @@
 
 #include "common/sampling_params.h"
 #include "coordinator/chat_template.h"
+#include "coordinator/chat_tools.h"
 #include "coordinator/openai_error.h"
 
 namespace tp {
@@ -72,6 +74,7 @@ struct ChatCompletionRequest {
   bool logprobs = false;                // params.sampling.logprobs = top_logprobs or 0 when true
   std::optional<int32_t> top_logprobs;  // [0, max_logprobs]; only with logprobs = true
   bool add_generation_prompt = true;    // vLLM extension
+  ChatTools tools;                      // tools, tool_choice, documents, chat_template_kwargs (chat_tools.h)
 };
 
 // /tokenize: either a prompt or a message list (vLLM's TokenizeCompletionRequest / TokenizeChatRequest).

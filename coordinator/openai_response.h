@@ -41,6 +41,8 @@ class SseWriter {
   bool usage(int64_t n_prompt, int64_t n_completion);  // stream_options.include_usage: choices []
   bool error(const ApiError& e);                 // an error event (the generation failed mid-stream)
   bool done();                                   // data: [DONE]
+  // One chunk with this choice object as it is (tool-call deltas, tool_call_response.h).
+  bool choice(nlohmann::json choice) { return chunk(std::move(choice)); }
 
  private:
   bool chunk(nlohmann::json choice, const nlohmann::json& top_extra = nullptr);

@@ -29,6 +29,7 @@
 #include "common/log.h"
 #include "coordinator/api_handlers.h"
 #include "coordinator/chat_template.h"
+#include "coordinator/tool_call_parser.h"
 #include "coordinator/engine.h"
 #include "coordinator/http_server.h"
 #include "coordinator/metrics.h"
@@ -135,6 +136,9 @@ int run_serve(const CliArgs& a) {
   // An unrecognized template is a start-up error (InputError, one line) unless the config names a style.
   const ChatTemplate chat = ChatTemplate::resolve(cfg.model.chat_template, group.file->tokenizer().chat_template,
                                                   token_text(tok.bos_id()), token_text(tok.eos_id()));
+  log.info(chat.jinja() ? "chat template: the model's own (Jinja; tool calls parsed as " +
+                              std::string(tool_call_syntax_name(detect_tool_call_syntax(chat.jinja()->source()))) + ")"
+                        : "chat template: built-in " + std::string(chat_style_name(chat.style())) + " (fall-back)");
 
   EngineConfig ec = group.engine_config(cfg);
   ec.is_eog = [&tok](int32_t id) { return tok.is_eog(id); };

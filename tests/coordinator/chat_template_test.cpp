@@ -160,13 +160,22 @@ TEST(ChatTemplate, ResolveByNameAndErrors) {
   EXPECT_EQ(plain.render(kUserOnly, true), "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n");
   // Configured Jinja source is detected like a model template.
   EXPECT_EQ(ChatTemplate::resolve(kLlama2, kSmolLM2, "<s>", "</s>").style(), ChatStyle::Llama2);
+  // Any template the Jinja engine parses is rendered by it (no family needed); the hand-written styles are
+  // fall-backs only.
+  const auto any = ChatTemplate::resolve("", "{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}", "", "");
+  ASSERT_NE(any.jinja(), nullptr);
+  EXPECT_EQ(any.render(kSysUser, true), "[system]You are terse.[user]What is 2+2?");
+  EXPECT_EQ(ChatTemplate::resolve("chatml", kSmolLM2, "", "").jinja(), nullptr);
+  // Neither parsed by the engine nor a known family: a start-up error naming both.
   try {
-    ChatTemplate::resolve("", "{{ messages }}", "", "");
+    ChatTemplate::resolve("", "{% for m in messages %}", "", "");
     ADD_FAILURE() << "no error";
   } catch (const InputError& e) {
-    EXPECT_STREQ(e.what(),
-                 "chat template not recognized (known: chatml, llama3, llama2, mistral); set model.chat_template in "
-                 "the config");
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("chat template not recognized (known: chatml, llama3, llama2, mistral); set "
+                         "model.chat_template in the config (chat template does not parse: ", 0),
+              0u)
+        << what;
   }
   EXPECT_THROW(ChatTemplate::resolve("", "", "", ""), InputError);
   EXPECT_EQ(parse_chat_style("llama2"), ChatStyle::Llama2);
@@ -194,4 +203,48 @@ TEST(ChatTemplate, TemplateInModelFileIsTheTestedOne) {
 }
 
 }  // namespace
+TEST(ChatTemplate, FallbackRefusesToolsAndToolMessages) {
+  const ChatTemplate t(ChatStyle::ChatML, "", "");
+  ChatRenderInput in;
+  in.messages = template_messages(kUserOnly);
+  EXPECT_EQ(t.render(in), "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n");
+  in.tools = nlohmann::ordered_json::array();
+  try {
+    t.render(in);
+    ADD_FAILURE() << "rendered tools";
+  } catch (const ApiException& e) {
+    EXPECT_EQ(e.error.param, "tools");
+  }
+  in.tools = nullptr;
+  in.messages.push_back({{"role", "tool"}, {"content", "18 C"}, {"tool_call_id", "call_1"}});
+  try {
+    t.render(in);
+    ADD_FAILURE() << "rendered a tool message";
+  } catch (const ApiException& e) {
+    EXPECT_EQ(e.error.param, "messages[1]");
+  }
+}
+
+TEST(ChatTemplate, TemplateMessagesCarryToolFields) {
+  ChatMessage call{"assistant", ""};
+  call.tool_calls = nlohmann::ordered_json::parse(R"([{"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}])");
+  ChatMessage result{"tool", "42"};
+  result.tool_call_id = "c1";
+  result.name = "f";
+  const auto j = template_messages({call, result});
+  EXPECT_EQ(j.dump(), R"([{"role":"assistant","content":"","tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":{"x":1}}}]},{"role":"tool","content":"42","tool_call_id":"c1","name":"f"}])");
+}
+
+TEST(ChatTemplate, TemplateFailingOnAPlainConversationFallsBackToItsFamily) {
+  // Parses, is detected as chatml, but raises on every conversation: the fall-back serves.
+  const std::string src = std::string(kSmolLM2) + "{{ raise_exception('broken') }}";
+  const auto t = ChatTemplate::resolve("", src, "", "");
+  EXPECT_EQ(t.jinja(), nullptr);
+  EXPECT_EQ(t.style(), ChatStyle::ChatML);
+  // Not detected as any family: the template stays (its errors are per request).
+  const auto u = ChatTemplate::resolve("", "{{ raise_exception('broken') }}", "", "");
+  ASSERT_NE(u.jinja(), nullptr);
+  EXPECT_THROW(u.render(kUserOnly, true), ApiException);
+}
+
 }  // namespace tp

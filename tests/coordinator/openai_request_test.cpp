@@ -241,7 +241,7 @@ TEST(OpenAiRequest, UnsupportedFeatures) {
   EXPECT_EQ(completion_error(R"({"prompt":"x","suffix":"tail"})").param, "suffix");
   EXPECT_EQ(completion_error(R"({"prompt":"x","best_of":3})").param, "best_of");
   EXPECT_EQ(chat_error(R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})").param,
-            "tools");
+            "tools[0].function");
   EXPECT_EQ(chat_error(R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})")
                 .param,
             "response_format.type");
@@ -286,7 +286,9 @@ TEST(OpenAiRequest, ChatMessages) {
     "max_tokens":10,"max_completion_tokens":20,"logprobs":true,"top_logprobs":3,"stream":true})");
   ASSERT_EQ(r.messages.size(), 4u);
   EXPECT_EQ(r.messages[0], (ChatMessage{"system", "Be brief."}));
-  EXPECT_EQ(r.messages[1], (ChatMessage{"user", "part one\npart two"}));
+  EXPECT_EQ(r.messages[1].role, "user");
+  EXPECT_EQ(r.messages[1].content, "part one\npart two");
+  EXPECT_EQ(r.messages[1].name, "bob");  // kept for the template (HF passes a message's name through)
   EXPECT_EQ(r.messages[2], (ChatMessage{"assistant", ""}));
   EXPECT_EQ(r.messages[3], (ChatMessage{"system", "dev"}));
   EXPECT_EQ(r.params.max_tokens, 20);
@@ -309,7 +311,7 @@ TEST(OpenAiRequest, ChatErrors) {
       {R"({"messages":[]})", "messages", "invalid_value"},
       {R"({"messages":"hi"})", "messages", "invalid_type"},
       {R"({"messages":[{"content":"x"}]})", "messages[0].role", "missing_required_parameter"},
-      {R"({"messages":[{"role":"tool","content":"x"}]})", "messages[0].role", "unsupported_value"},
+      {R"({"messages":[{"role":"robot","content":"x"}]})", "messages[0].role", "unsupported_value"},
       {R"({"messages":[{"role":"user"}]})", "messages[0].content", "missing_required_parameter"},
       {R"({"messages":[{"role":"user","content":5}]})", "messages[0].content", "invalid_type"},
       {R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]})",
@@ -322,16 +324,16 @@ TEST(OpenAiRequest, ChatErrors) {
       {R"({"messages":[{"role":"user","content":"x"}],"logprobs":3})", "logprobs", "invalid_type"},
       {R"({"messages":[{"role":"user","content":"x"}],"max_completion_tokens":-1})", "max_completion_tokens",
        "invalid_value"},
-      {R"({"messages":[{"role":"assistant","content":"x","tool_calls":[{"id":"1"}]}]})", "messages[0].tool_calls",
-       "unsupported_value"},
+      {R"({"messages":[{"role":"assistant","content":"x","tool_calls":[{"id":"1"}]}]})",
+       "messages[0].tool_calls[0].function", "missing_required_parameter"},
   };
   for (const auto& c : cases) {
     auto e = chat_error(c.body);
     EXPECT_EQ(e.param, c.param) << c.body;
     EXPECT_EQ(e.code, c.code) << c.body << " -> " << e.message;
   }
-  EXPECT_EQ(chat_error(R"({"messages":[{"role":"tool","content":"x"}]})").message,
-            "messages[0].role must be one of system, user, assistant, got \"tool\"");
+  EXPECT_EQ(chat_error(R"({"messages":[{"role":"robot","content":"x"}]})").message,
+            "messages[0].role must be one of system, user, assistant, tool, got \"robot\"");
 }
 
 TEST(OpenAiRequest, Limits) {

@@ -95,7 +95,8 @@ void render_all(const std::vector<tp::ChatMessage>& messages, bool add_generatio
 void check_messages(const std::vector<tp::ChatMessage>& messages) {
   check(!messages.empty(), "messages non-empty");
   for (const auto& m : messages)
-    check(m.role == "system" || m.role == "user" || m.role == "assistant", "role is system, user or assistant");
+    check(m.role == "system" || m.role == "user" || m.role == "assistant" || m.role == "tool",
+          "role is system, user, assistant or tool");
 }
 
 }  // namespace
