@@ -1,7 +1,8 @@
 # llama.cpp's Jinja engine (common/jinja/ and the two files it needs, common/json.cpp and common/unicode.cpp),
 # compiled from the llama-cpp-python sdist that launch/setup extracts under third_party/. Nothing of it is
 # copied into our tree. Target: llama_jinja (static; its headers as SYSTEM includes: "jinja/runtime.h", "json.h").
-set(TP_LLAMA_CPP_SRC "${CMAKE_SOURCE_DIR}/third_party/llama_cpp_python-0.3.36/vendor/llama.cpp"
+get_filename_component(_tp_root "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUTE)
+set(TP_LLAMA_CPP_SRC "${_tp_root}/third_party/llama_cpp_python-0.3.36/vendor/llama.cpp"
     CACHE PATH "llama.cpp sources (from the llama-cpp-python sdist; made by launch/setup)")
 if(NOT EXISTS "${TP_LLAMA_CPP_SRC}/common/jinja/runtime.cpp")
   message(FATAL_ERROR "llama.cpp sources not found at ${TP_LLAMA_CPP_SRC} (its Jinja engine renders chat "
