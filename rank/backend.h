@@ -92,6 +92,8 @@ class Backend {
                        int64_t rows) = 0;
   // x[n] = value
   virtual void fill(float* x, int64_t n, float value) = 0;
+  // p[0, bytes) = 0
+  virtual void zero(void* p, int64_t bytes) = 0;
   // Returns when every op enqueued so far has finished.
   virtual void synchronize() = 0;
 
@@ -126,6 +128,17 @@ class Backend {
   virtual void paged_attention(const float* q, int64_t n_tokens, int64_t start_pos, int64_t n_heads,
                                const KvTensorView& k_pool, const KvTensorView& v_pool, const int32_t* block_table,
                                float scale, float* out) = 0;
+  // Attention for every sequence of a step: q [Σ n_tokens, n_heads, head_dim] (the sequences' tokens in order)
+  // into out (same shape), each sequence over its own block table (host). The base class calls paged_attention
+  // per sequence; a GPU backend stages the step's metadata once (the layers of a step share it) and runs one
+  // kernel a layer.
+  struct AttentionSeq {
+    int64_t n_tokens = 0;
+    int64_t start_pos = 0;
+    const int32_t* block_table = nullptr;  // host, [ceil((start_pos + n_tokens) / block_size)]
+  };
+  virtual void paged_attention_batch(const float* q, const std::vector<AttentionSeq>& seqs, int64_t n_heads,
+                                     const KvTensorView& k_pool, const KvTensorView& v_pool, float scale, float* out);
   // Collectives of the TP group on this backend's memory, enqueued on stream().
   virtual void all_reduce_sum(Communicator& comm, float* data, int64_t count) = 0;
   virtual void all_gather(Communicator& comm, const void* send, int64_t bytes_per_rank, void* recv) = 0;

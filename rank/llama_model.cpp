@@ -140,6 +140,9 @@ void LlamaModel::forward(const std::vector<SeqPlan>& seqs, KvPool& pool, std::ve
       *slot++ = int64_t(s.block_table[size_t(p / bs)]) * bs + p % bs;
     }
   }
+  attn_seqs_.clear();
+  for (const SeqPlan& s : seqs)
+    attn_seqs_.push_back({int64_t(s.tokens.size()), s.start_pos, s.block_table.data()});
   Backend& b = *backend_;
   ids = ids_.data();
   pos = positions_.data();
@@ -179,13 +182,7 @@ void LlamaModel::forward(const std::vector<SeqPlan>& seqs, KvPool& pool, std::ve
     const KvTensorView k_pool = pool.k(li), v_pool = pool.v(li);  // in the pool's dtype (cache.dtype)
     b.write_kv(k, v, n_tok, slot, k_pool, v_pool);
     const auto t_attn = Clock::now();
-    int64_t t0 = 0;
-    for (const SeqPlan& s : seqs) {
-      const int64_t n = int64_t(s.tokens.size());
-      b.paged_attention(q + t0 * nh * hd, n, s.start_pos, nh, k_pool, v_pool, s.block_table.data(), scale,
-                        attn + t0 * nh * hd);
-      t0 += n;
-    }
+    b.paged_attention_batch(q, attn_seqs_, nh, k_pool, v_pool, scale, attn);
     times_.attention_s += std::chrono::duration<double>(Clock::now() - t_attn).count();
     timed_linear([&] { L.wo.forward(attn, n_tok, h); });
     b.add_inplace(x, h, n_tok * hidden);

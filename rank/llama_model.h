@@ -112,6 +112,7 @@ class LlamaModel {
   DeviceBuffer d_ids_, d_positions_, d_slots_;  // copies of the host ones when the backend's memory is not host
   std::vector<int32_t> ids_, positions_;
   std::vector<int64_t> slots_;
+  std::vector<Backend::AttentionSeq> attn_seqs_;  // the step's sequences for paged_attention_batch
 };
 
 }  // namespace tp
