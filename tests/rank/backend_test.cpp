@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <unistd.h>
@@ -12,10 +13,12 @@
 
 #include "common/error.h"
 #include "kernels/cpu/ops.h"
+#include "rank/backend_kv_memory.h"
 #include "rank/cpu_backend.h"
 #include "rank/cuda_backend.h"
 #include "rank/cuda_graph_buckets.h"
 #include "rank/llama_model.h"
+#include "rank/sequence_runner.h"
 #include "rank/synth.h"
 #include "rank/staged_communicator.h"
 
@@ -305,6 +308,98 @@ TEST(LlamaModelOnBackend, ActivationBytesAreWhatAForwardHolds) {
     m.forward({s}, pool, logits);
     EXPECT_EQ(b.live - weights, m.activation_bytes(n_tok, want_logits ? 1 : 0)) << n_tok;
   }
+}
+
+// A step's attention in one call (paged_attention_batch, what the forward calls) is each sequence's
+// paged_attention, bit for bit: sequences of different lengths (decode, a prefill chunk mid-block, a fresh
+// prompt), each with its own scattered block table over one pool.
+TEST(Backend, PagedAttentionBatchIsEachSequencesAttention) {
+  Backend& b = cpu_backend();
+  const int64_t n_heads = 6, n_kv = 2, hd = 16, bs = 4;
+  KvPool pool(KvPoolShape{.n_layers = 1, .n_blocks = 12, .block_size = bs, .n_kv_heads = n_kv, .head_dim = hd,
+                          .dtype = KvDType::BF16});
+  struct Seq {
+    int64_t start, n;
+    std::vector<int32_t> table;
+  };
+  const std::vector<Seq> seqs = {{9, 1, {7, 2, 11}}, {5, 3, {0, 4}}, {0, 6, {9, 1}}};
+  // Every position each sequence will see, written once.
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const int64_t len = seqs[i].start + seqs[i].n;
+    std::vector<int64_t> slots;
+    for (int64_t p = 0; p < len; ++p) slots.push_back(int64_t(seqs[i].table[size_t(p / bs)]) * bs + p % bs);
+    const auto k = random_vec(size_t(len * n_kv * hd), uint32_t(10 + i)), v = random_vec(k.size(), uint32_t(20 + i));
+    b.write_kv(k.data(), v.data(), len, slots.data(), pool.k(0), pool.v(0));
+  }
+  int64_t n_tok = 0;
+  std::vector<Backend::AttentionSeq> batch;
+  for (const Seq& q : seqs) {
+    batch.push_back({q.n, q.start, q.table.data()});
+    n_tok += q.n;
+  }
+  const auto q = random_vec(size_t(n_tok * n_heads * hd), 5);
+  std::vector<float> got(q.size(), -1.0f), want(q.size(), -2.0f);
+  b.paged_attention_batch(q.data(), batch, n_heads, pool.k(0), pool.v(0), 0.25f, got.data());
+  int64_t t0 = 0;
+  for (const Seq& s : seqs) {
+    b.paged_attention(q.data() + t0 * n_heads * hd, s.n, s.start, n_heads, pool.k(0), pool.v(0), s.table.data(), 0.25f,
+                      want.data() + t0 * n_heads * hd);
+    t0 += s.n;
+  }
+  expect_bits_equal(got.data(), want.data(), got.size());
+}
+
+// The KV pool of a device backend lives in the backend's memory: zeroed there, block copies through its
+// copy_2d; on a host-memory backend kv_memory_for gives none (the pool's own host memory).
+TEST(BackendKvMemory, PoolInDeviceMemory) {
+  EXPECT_EQ(kv_memory_for(cpu_backend()), nullptr);
+  FakeDevice dev;
+  const auto mem = kv_memory_for(dev);
+  ASSERT_NE(mem, nullptr);
+  EXPECT_FALSE(mem->host());
+  KvPool pool(KvPoolShape{.n_layers = 2, .n_blocks = 3, .block_size = 4, .n_kv_heads = 1, .head_dim = 8,
+                          .dtype = KvDType::F32},
+              {}, mem);
+  EXPECT_FALSE(pool.host());
+  const int64_t bb = pool.shape().layout().block_bytes();
+  for (int64_t l = 0; l < 2; ++l)
+    for (int64_t i = 0; i < 3 * bb; ++i) ASSERT_EQ(pool.v(l).blocks[i], 0);
+  std::memset(pool.v(1).block(0), 0x5A, size_t(bb));
+  pool.copy_block(0, 2);
+  EXPECT_EQ(pool.v(1).block(2)[bb - 1], 0x5A);
+  EXPECT_EQ(pool.v(0).block(2)[0], 0);
+}
+
+// The whole forward on a backend whose memory is not host memory (ids, positions and slots staged to it,
+// logits copied back, the KV pool in its memory): the same logits as the CPU backend, bit for bit, over a
+// prefill and decode steps.
+TEST(LlamaModelOnBackend, DeviceMemoryPathGivesTheCpuLogits) {
+  SynthSpec spec;
+  spec.n_layers = 2;
+  spec.hidden = 64;
+  spec.n_heads = 8;
+  spec.n_kv_heads = 2;
+  spec.intermediate = 96;
+  spec.vocab = 300;
+  spec.seed = 5;
+  spec.dtype = DType::BF16;
+  const std::string dir = testing::TempDir() + "/backend_synth_dev." + std::to_string(::getpid());
+  write_synthetic_model(dir, spec);
+  const auto f = open_model(dir);
+  FakeDevice dev;
+  LlamaModel on_cpu(*f, DType::BF16), on_dev(*f, DType::BF16, nullptr, {}, &dev);
+  LocalRunner a(on_cpu, 64, 16, KvDType::BF16), b(on_dev, 64, 16, KvDType::BF16);
+  EXPECT_TRUE(a.pool.host());
+  EXPECT_FALSE(b.pool.host());
+  std::vector<int32_t> toks = {3, 14, 15, 92, 65, 35, 89, 79, 32, 38, 46, 26, 43, 38, 32, 79, 50, 28};
+  for (int step = 0; step < 4; ++step) {
+    const std::vector<float> want = a.seq.feed(toks), got = b.seq.feed(toks);
+    ASSERT_EQ(got.size(), size_t(spec.vocab));
+    expect_bits_equal(got.data(), want.data(), got.size());
+    toks = {int32_t(std::max_element(want.begin(), want.end()) - want.begin())};
+  }
+  EXPECT_GT(dev.to_host, 0);
+  EXPECT_GT(dev.to_device, 0);
 }
 
 }  // namespace
