@@ -80,6 +80,16 @@ class Backend {
   virtual bool host_memory() const = 0;
   // Total bytes of the device's memory (cache.gpu_memory_utilization's base); 0 on CPU.
   virtual int64_t device_memory_bytes() const { return 0; }
+  // The shape of the largest step, for workspace_bytes.
+  struct StepShape {
+    int64_t n_tokens = 0;      // tokens of the step
+    int64_t max_features = 0;  // the widest linear input or output (hidden, intermediate, QKV, vocab shard)
+    int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;  // this rank's attention heads
+    int64_t max_context = 0;   // the longest context a sequence may reach
+  };
+  // Scratch the backend's ops may hold for such a step beyond the forward's own buffers (GPU: BF16 copies of GEMM
+  // inputs, an aligned GEMM output, split-K attention partials, the cuBLASLt workspace); 0 on CPU.
+  virtual int64_t workspace_bytes(const StepShape& /*step*/) const { return 0; }
 
   // ---- memory (bytes >= 0; allocate(0) may return nullptr)
   virtual void* allocate(int64_t bytes) = 0;

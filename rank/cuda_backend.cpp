@@ -82,7 +82,7 @@ class CudaBackend final : public Backend {
   explicit CudaBackend(int device) : device_(device) {
     check(cudaSetDevice(device), "cudaSetDevice");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    blas_ = std::make_unique<cuda::Blas>();
+    blas_ = std::make_unique<cuda::Blas>(kBlasWorkspaceBytes);
     n_sms_ = cuda::multiprocessor_count();
   }
   ~CudaBackend() override {
@@ -102,6 +102,18 @@ class CudaBackend final : public Backend {
     size_t free = 0, total = 0;
     check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
     return int64_t(total);
+  }
+
+  // x_bf16_ at the widest input, the split-K partials at their largest over step sizes up to the step's, and
+  // the cuBLASLt workspace. (y_scratch_ only serves an output that is not 16-byte aligned, which the forward
+  // never passes: its outputs are buffer starts.)
+  int64_t workspace_bytes(const StepShape& s) const override {
+    int64_t attn = 0;
+    for (int64_t n = 1; n <= s.n_tokens; ++n) {
+      const int splits = cuda::attention_splits(n, s.n_heads, s.n_kv_heads, s.max_context, n_sms_);
+      attn = std::max(attn, cuda::attention_workspace_bytes(n, s.n_heads, s.head_dim, splits));
+    }
+    return s.n_tokens * s.max_features * 2 + attn + kBlasWorkspaceBytes;
   }
 
   void* allocate(int64_t bytes) override {
@@ -289,6 +301,7 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  static constexpr int64_t kBlasWorkspaceBytes = int64_t(32) << 20;
   int device_;
   int n_sms_ = 1;
   cudaStream_t stream_ = nullptr;

@@ -1,5 +1,7 @@
 #include "rank/llama_model.h"
 
+#include <algorithm>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -89,8 +91,17 @@ int64_t LlamaModel::activation_bytes(int64_t n_tok, int64_t n_out) const {
   const int64_t nh = layout_.local_q_heads(), nkv = layout_.local_kv_heads(), inter = layout_.intermediate.size();
   // x, h, qkv, q, k, v, attn, gate|up, mlp, the logit rows' hidden states (the order of forward())
   int64_t n = n_tok * (2 * hidden + 2 * (nh + 2 * nkv) * hd + nh * hd + 2 * inter + inter) * f + n_out * hidden * f;
-  if (!backend_->host_memory())  // the step's ids, positions, slots and the logits in the backend's memory
+  if (!backend_->host_memory()) {  // the step's ids, positions, slots and the logits in the backend's memory
     n += n_tok * (2 * int64_t(sizeof(int32_t)) + int64_t(sizeof(int64_t))) + n_out * cfg_.vocab * f;
+    Backend::StepShape step;  // and the scratch of the backend's own ops
+    step.n_tokens = n_tok;
+    step.max_features = std::max({hidden, (nh + 2 * nkv) * hd, 2 * inter, layout_.vocab_rows.size()});
+    step.n_heads = nh;
+    step.n_kv_heads = nkv;
+    step.head_dim = hd;
+    step.max_context = cfg_.max_context;
+    n += backend_->workspace_bytes(step);
+  }
   int64_t layer_scratch = 0;  // one scratch per layer object; the layers' are alike, every one is held
   for (const Layer& l : layers_)
     layer_scratch += l.qkv.scratch_bytes(n_tok) + l.wo.scratch_bytes(n_tok) + l.gate_up.scratch_bytes(n_tok) +
