@@ -91,6 +91,10 @@ class Backend {
   // inputs, an aligned GEMM output, split-K attention partials, the cuBLASLt workspace); 0 on CPU.
   virtual int64_t workspace_bytes(const StepShape& /*step*/) const { return 0; }
 
+  // Makes the calling thread use this backend's device (CUDA's current device is per thread: the engine thread
+  // of rank 0 is not the thread that made the backend). Called at the start of every forward; no-op on CPU.
+  virtual void activate() {}
+
   // ---- memory (bytes >= 0; allocate(0) may return nullptr)
   virtual void* allocate(int64_t bytes) = 0;
   virtual void deallocate(void* p) noexcept = 0;

@@ -96,6 +96,10 @@ class CudaBackend final : public Backend {
   }
 
   std::string name() const override { return "cuda:" + std::to_string(device_); }
+  void activate() override {
+    int current = -1;
+    if (cudaGetDevice(&current) != cudaSuccess || current != device_) check(cudaSetDevice(device_), "cudaSetDevice");
+  }
   Stream stream() const override { return stream_; }
   bool host_memory() const override { return false; }
   int64_t device_memory_bytes() const override {

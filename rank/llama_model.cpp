@@ -155,6 +155,7 @@ void LlamaModel::forward(const std::vector<SeqPlan>& seqs, KvPool& pool, std::ve
   for (const SeqPlan& s : seqs)
     attn_seqs_.push_back({int64_t(s.tokens.size()), s.start_pos, s.block_table.data()});
   Backend& b = *backend_;
+  b.activate();
   ids = ids_.data();
   pos = positions_.data();
   slot = slots_.data();
