@@ -6,7 +6,8 @@ writes gpu-check.md into the folder given.
       backend vs CPU backend, logits NMSE < 1e-4). A skipped test fails the check on a GPU host.
   (b) a synthetic ~1B Llama (`tpserve synth`, written here) at tp 1: greedy tokens of `tpserve generate --device
       cuda` equal to transformers' LlamaForCausalLM in BF16 on the same directory, or the first divergence at a
-      step where the reference's top-2 logit gap is below NEAR_TIE (DESIGN §5); the first-position logits of
+      step where the reference's top-2 logit gap is below NEAR_TIE (DESIGN §5), and equal to the same run without
+      decode graphs (TPSERVE_CUDA_GRAPHS=0); the first-position logits of
       `decode_bench --first-logits` against transformers': max-abs-diff stated (bound FIRST_LOGIT_TOL).
   (c) tp 2 on the one card through the bundled mpirun (two ranks on one GPU: the MPI host-staging fallback,
       which start-up names): greedy tokens equal to (b)'s tp 1.
@@ -102,12 +103,12 @@ def hf_model(a):
     return a.hf
 
 
-def generate(a, extra, timeout=180, ranks=1):
+def generate(a, extra, timeout=180, ranks=1, env=None):
     cmd = [f"{a.bundle}/bin/tpserve", "generate", "--config", a.config, "--model", a.model, "--device", a.device,
            "--dtype", "bf16", "--prompt", PROMPT, "--max-tokens", str(MAX_TOKENS), "--ignore-eos", "--show-ids"] + extra
     if ranks > 1:
         cmd = [f"{a.bundle}/bin/mpirun", "--oversubscribe", "-np", str(ranks)] + cmd + ["--tp", str(ranks)]
-    rc, so, se, dt = run(cmd, timeout)
+    rc, so, se, dt = run(cmd, timeout, env=env)
     return cmd, rc, so, se, dt
 
 
@@ -149,6 +150,15 @@ def check_greedy(a):
     prompt, ours = ids_of(so)
     a.tp1_ids = ours
     a.prompt_ids = prompt
+    # The same run eagerly (no decode graphs): the graphs must replay the eager forward.
+    env = dict(os.environ, TPSERVE_CUDA_GRAPHS="0")
+    ecmd, erc, eso, ese, edt = generate(a, [], env=env)
+    eager = ids_of(eso)[1] if erc == 0 else None
+    graphs_ok = eager == ours
+    md += (f"eager (TPSERVE_CUDA_GRAPHS=0): exit {erc} in {edt:.1f} s; greedy tokens "
+           f"{'equal to the run with decode graphs' if graphs_ok else 'DIFFER from the run with decode graphs'}\n\n")
+    if not graphs_ok:
+        md += f"eager: {eager}\n\n" + (fence(ese, 8) if erc != 0 else "")
     # Our first-position logits (after the prompt).
     logits_file = os.path.join(a.work, "first_logits.f32")
     lcmd = [f"{a.bundle}/bin/decode_bench", "--model", a.model, "--device", a.device, "--dtype", "bf16",
@@ -161,7 +171,7 @@ def check_greedy(a):
     mine = read_f32(logits_file)
     model = hf_model(a)
     if model is None:
-        return True, md + f"ours: {ours}\n\n(transformers skipped: no torch on this {a.device} rehearsal)\n"
+        return graphs_ok, md + f"ours: {ours}\n\n(transformers skipped: no torch on this {a.device} rehearsal)\n"
     import torch
     with torch.no_grad():
         ids = torch.tensor([prompt], device=a.device)
@@ -183,6 +193,7 @@ def check_greedy(a):
                f"argmax ours {int(ours_first.argmax())}, transformers {int(ref_first.argmax())}\n\n")
     md += f"ours:   {ours}\n\ntheirs: {theirs}\n\n"
     div = next((i for i, (x, y) in enumerate(zip(ours, theirs)) if x != y), None)
+    ok = ok and graphs_ok
     if div is None:
         return ok and len(ours) == len(theirs), md + f"greedy tokens equal ({len(ours)} tokens)\n"
     top2 = torch.topk(ref.scores[div][0].float(), 2).values

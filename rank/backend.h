@@ -151,8 +151,28 @@ class Backend {
     int64_t start_pos = 0;
     const int32_t* block_table = nullptr;  // host, [ceil((start_pos + n_tokens) / block_size)]
   };
+  // fixed_context > 0 (decode graphs): the launch shape is that of a context of fixed_context tokens (>= every
+  // position + 1), the same for every step of a graph's replays.
   virtual void paged_attention_batch(const float* q, const std::vector<AttentionSeq>& seqs, int64_t n_heads,
-                                     const KvTensorView& k_pool, const KvTensorView& v_pool, float scale, float* out);
+                                     const KvTensorView& k_pool, const KvTensorView& v_pool, float scale, float* out,
+                                     int64_t fixed_context = 0);
+  // The host part of paged_attention_batch for these sequences (a GPU stages their metadata), enqueued now:
+  // before a capture and before each replay, where the ops themselves cannot copy from the host.
+  virtual void prepare_attention(const std::vector<AttentionSeq>& /*seqs*/, int64_t /*block_size*/,
+                                 int64_t /*fixed_context*/) {}
+
+  // ---- graphs (CUDA graphs of the decode forward; LlamaModel decides when). Default: not supported.
+  virtual bool supports_graphs() const { return false; }
+  // Counts allocate() calls: a graph holds the addresses it was captured with.
+  virtual int64_t allocation_epoch() const { return 0; }
+  // Between begin_capture and end_capture the ops on stream() are recorded, not run (no copy from or to the
+  // host, no synchronize, no allocation in between); end_capture returns the graph's id, replay runs it on
+  // stream() (ordered with the ops around it). abort_capture ends a failed capture. Throw Error when unsupported.
+  virtual void begin_capture();
+  virtual int64_t end_capture();
+  virtual void abort_capture() noexcept {}
+  virtual void replay(int64_t graph);
+  virtual void drop_graphs() {}
   // Collectives of the TP group on this backend's memory, enqueued on stream().
   virtual void all_reduce_sum(Communicator& comm, float* data, int64_t count) = 0;
   virtual void all_gather(Communicator& comm, const void* send, int64_t bytes_per_rank, void* recv) = 0;

@@ -87,6 +87,7 @@ class CudaBackend final : public Backend {
   }
   ~CudaBackend() override {
     if (stream_) cudaStreamSynchronize(stream_);
+    drop_graphs();
     x_bf16_ = DeviceBuffer();
     y_scratch_ = DeviceBuffer();
     attn_meta_ = DeviceBuffer();
@@ -122,6 +123,7 @@ class CudaBackend final : public Backend {
 
   void* allocate(int64_t bytes) override {
     if (bytes <= 0) return nullptr;
+    ++allocations_;
     void* p = nullptr;
     const cudaError_t rc = cudaMalloc(&p, size_t(bytes));
     if (rc != cudaSuccess)
@@ -252,20 +254,24 @@ class CudaBackend final : public Backend {
   }
   void paged_attention(const float* q, int64_t n_tokens, int64_t start_pos, int64_t n_heads, const KvTensorView& k_pool,
                        const KvTensorView& v_pool, const int32_t* block_table, float scale, float* out) override {
-    paged_attention_batch(q, {{n_tokens, start_pos, block_table}}, n_heads, k_pool, v_pool, scale, out);
+    paged_attention_batch(q, {{n_tokens, start_pos, block_table}}, n_heads, k_pool, v_pool, scale, out, 0);
   }
-  void paged_attention_batch(const float* q, const std::vector<AttentionSeq>& seqs, int64_t n_heads,
-                             const KvTensorView& k_pool, const KvTensorView& v_pool, float scale,
-                             float* out) override {
-    const int64_t bs = k_pool.layout.block_size;
+  // Stages [token_seq n_tok | token_pos n_tok | block_tables n_seqs × max_blocks] (int32; unused table entries 0)
+  // when it differs from what is staged (the layers of a step share it; a graph's replay finds it staged), and
+  // sizes the split-K workspace. fixed_context > 0: max_blocks and the context of the launch shape from it.
+  void prepare_attention(const std::vector<AttentionSeq>& seqs, int64_t bs, int64_t fixed_context) override {
     int64_t n_tok = 0, max_blocks = 1, max_context = 1;
     for (const AttentionSeq& s : seqs) {
       n_tok += s.n_tokens;
       max_context = std::max(max_context, s.start_pos + s.n_tokens);
       max_blocks = std::max(max_blocks, (s.start_pos + s.n_tokens + bs - 1) / bs);
     }
-    if (n_tok == 0) return;
-    // [token_seq n_tok | token_pos n_tok | block_tables n_seqs × max_blocks] (int32; unused table entries 0)
+    if (fixed_context > 0) {
+      if (fixed_context < max_context)
+        throw Error("paged attention: fixed context " + std::to_string(fixed_context) + " < " + std::to_string(max_context));
+      max_context = fixed_context;
+      max_blocks = (fixed_context + bs - 1) / bs;
+    }
     meta_host_.assign(size_t(2 * n_tok + int64_t(seqs.size()) * max_blocks), 0);
     int32_t* seq_of = meta_host_.data();
     int32_t* pos_of = seq_of + n_tok;
@@ -279,23 +285,63 @@ class CudaBackend final : public Backend {
       }
       std::copy_n(s.block_table, (s.start_pos + s.n_tokens + bs - 1) / bs, tables + int64_t(i) * max_blocks);
     }
-    // The layers of a step share the metadata: staged once, when it changes.
+    meta_.n_tok = n_tok;
+    meta_.max_blocks = max_blocks;
+    meta_.max_context = max_context;
     if (meta_host_ != meta_staged_) {
       int32_t* d = grow_buffer<int32_t>(*this, attn_meta_, int64_t(meta_host_.size()));
       copy_to_device(d, meta_host_.data(), int64_t(meta_host_.size() * sizeof(int32_t)));
       meta_staged_ = meta_host_;
     }
+  }
+  void paged_attention_batch(const float* q, const std::vector<AttentionSeq>& seqs, int64_t n_heads,
+                             const KvTensorView& k_pool, const KvTensorView& v_pool, float scale, float* out,
+                             int64_t fixed_context) override {
+    prepare_attention(seqs, k_pool.layout.block_size, fixed_context);  // no copy when staged (as in a capture)
+    const int64_t n_tok = meta_.n_tok;
+    if (n_tok == 0) return;
     int32_t* d = attn_meta_.as<int32_t>();
     cuda::AttentionBatch batch;
     batch.token_seq = d;
     batch.token_pos = d + n_tok;
     batch.block_tables = d + 2 * n_tok;
-    batch.max_blocks_per_seq = max_blocks;
-    batch.max_context = max_context;
-    batch.n_splits = cuda::attention_splits(n_tok, n_heads, k_pool.layout.n_kv_heads, max_context, n_sms_);
+    batch.max_blocks_per_seq = meta_.max_blocks;
+    batch.max_context = meta_.max_context;
+    batch.n_splits = cuda::attention_splits(n_tok, n_heads, k_pool.layout.n_kv_heads, meta_.max_context, n_sms_);
     const int64_t ws = cuda::attention_workspace_bytes(n_tok, n_heads, k_pool.layout.head_dim, batch.n_splits);
     void* workspace = ws > 0 ? grow_buffer<uint8_t>(*this, attn_workspace_, ws) : nullptr;
     cuda::paged_attention(q, n_tok, n_heads, batch, k_pool, v_pool, scale, out, workspace, ws, stream_);
+  }
+
+  bool supports_graphs() const override { return true; }
+  int64_t allocation_epoch() const override { return allocations_; }
+  void begin_capture() override {
+    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  }
+  int64_t end_capture() override {
+    cudaGraph_t graph = nullptr;
+    check(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t rc = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    check(rc, "cudaGraphInstantiate");
+    graphs_.push_back(exec);
+    return int64_t(graphs_.size()) - 1;
+  }
+  void abort_capture() noexcept override {
+    cudaGraph_t graph = nullptr;
+    if (cudaStreamEndCapture(stream_, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
+    cudaGetLastError();  // the capture's error is reported by the exception that ended it
+  }
+  void replay(int64_t graph) override {
+    if (graph < 0 || graph >= int64_t(graphs_.size()) || !graphs_[size_t(graph)])
+      throw Error("cuda backend: no graph " + std::to_string(graph));
+    check(cudaGraphLaunch(graphs_[size_t(graph)], stream_), "cudaGraphLaunch");
+  }
+  void drop_graphs() override {
+    for (cudaGraphExec_t g : graphs_)
+      if (g) cudaGraphExecDestroy(g);
+    graphs_.clear();
   }
   void all_reduce_sum(Communicator& comm, float* data, int64_t count) override {
     comm.all_reduce_sum(data, size_t(count), stream_);
@@ -315,6 +361,11 @@ class CudaBackend final : public Backend {
   DeviceBuffer attn_meta_;      // paged_attention_batch: the staged metadata
   DeviceBuffer attn_workspace_; // paged_attention_batch: split-K partials
   std::vector<int32_t> meta_host_, meta_staged_;
+  struct {
+    int64_t n_tok = 0, max_blocks = 1, max_context = 1;
+  } meta_;                                // what meta_host_ holds
+  int64_t allocations_ = 0;               // allocate() calls (allocation_epoch)
+  std::vector<cudaGraphExec_t> graphs_;   // replay ids index it
 };
 
 std::vector<DeviceInfo> visible_devices(std::string* why_none) {
