@@ -113,11 +113,8 @@ class CudaBackend final : public Backend {
   // the cuBLASLt workspace. (y_scratch_ only serves an output that is not 16-byte aligned, which the forward
   // never passes: its outputs are buffer starts.)
   int64_t workspace_bytes(const StepShape& s) const override {
-    int64_t attn = 0;
-    for (int64_t n = 1; n <= s.n_tokens; ++n) {
-      const int splits = cuda::attention_splits(n, s.n_heads, s.n_kv_heads, s.max_context, n_sms_);
-      attn = std::max(attn, cuda::attention_workspace_bytes(n, s.n_heads, s.head_dim, splits));
-    }
+    const int64_t attn =
+        cuda::attention_workspace_peak(s.n_tokens, s.n_heads, s.n_kv_heads, s.head_dim, s.max_context, n_sms_);
     return s.n_tokens * s.max_features * 2 + attn + kBlasWorkspaceBytes;
   }
 
