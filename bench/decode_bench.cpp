@@ -14,12 +14,15 @@
 //   [mpirun -np T] decode_bench --model PATH [--dtype bf16|f32] [--quantized keep|dequantize] [--device cpu|cuda]
 //                               [--threads N]
 //                               [--pp 512] [--tg 128] [--depth 0 | -d 0] [--reps 3] [--batch 1]
+//                               [--gpu-memory-utilization 0.9]
+//   decode_bench --model PATH [--device cuda] --first-logits FILE --ids "ID ..."   (the logits after a prompt)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <exception>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -42,6 +45,21 @@ Stat stats(const std::vector<double>& v) {
   return s;
 }
 
+// --first-logits: the logits after `ids` (one prefill, tp 1) as raw little-endian float32 [vocab] in `out`, for
+// comparing runtimes (launch/gpu_check.py's (b) against transformers); prints vocab, argmax and max.
+int write_first_logits(tp::ModelGroup& g, const std::vector<int32_t>& ids, const std::string& out) {
+  if (!g.is_leader()) throw tp::UsageError("--first-logits runs at tp 1");
+  tp::SequenceRunner seq(*g.worker, int64_t(ids.size()) + 1, 4096);
+  const std::vector<float>& logits = seq.feed(ids);
+  std::FILE* f = std::fopen(out.c_str(), "wb");
+  const bool written = f && std::fwrite(logits.data(), sizeof(float), logits.size(), f) == logits.size();
+  if (!f || std::fclose(f) != 0 || !written) throw tp::Error("cannot write " + out);
+  const auto top = std::max_element(logits.begin(), logits.end());
+  std::printf("first logits: vocab %zu argmax %lld max %.6f -> %s\n", logits.size(), (long long)(top - logits.begin()),
+              double(*top), out.c_str());
+  return 0;
+}
+
 int run(int argc, char** argv) {
   using tp::OptionSpec;
   const tp::CommandSpec spec{"decode_bench",
@@ -55,7 +73,12 @@ int run(int argc, char** argv) {
                               OptionSpec::value("pp", "P", "512", "prompt tokens of the prefill step"),
                               OptionSpec::value("tg", "G", "128", "single-token decode steps"),
                               OptionSpec::value("depth", "D", "0", "context tokens before pp and tg (alias -d)"),
-                              OptionSpec::value("reps", "R", "3", "repetitions after one warm-up")}};
+                              OptionSpec::value("reps", "R", "3", "repetitions after one warm-up"),
+                              OptionSpec::value("gpu-memory-utilization", "U", "0.9",
+                                                "cuda: share of the device for weights, activations and KV"),
+                              OptionSpec::value("first-logits", "FILE", "",
+                                                "instead of timing: write the logits after --ids as float32 [vocab]"),
+                              OptionSpec::value("ids", "\"ID ...\"", "", "the prompt token ids for --first-logits")}};
   std::vector<std::string> args(argv + 1, argv + argc);
   for (std::string& s : args)
     if (s == "-d") s = "--depth";
@@ -69,6 +92,7 @@ int run(int argc, char** argv) {
   cfg.model.dtype = *a.str("dtype");
   cfg.model.quantized = *a.str("quantized");
   cfg.model.device = *a.str("device");
+  cfg.cache.gpu_memory_utilization = a.real("gpu-memory-utilization", 0.01, 1.0);
   const int64_t batch = a.integer("batch", 1, 4096);
   const int64_t pp = a.integer("pp", 1, 1 << 20), tg = a.integer("tg", 1, 1 << 20);
   const int reps = int(a.integer("reps", 1, 1000));
@@ -76,8 +100,18 @@ int run(int argc, char** argv) {
   const char* world = std::getenv("OMPI_COMM_WORLD_SIZE");
   cfg.parallel.tp = world ? std::atoi(world) : 1;
   cfg.cache.memory_mb = std::max<int64_t>(256, (depth + std::max(pp, tg)) / 16);
+  const std::string logits_out = a.str("first-logits").value_or("");
+  std::vector<int32_t> first_ids;
+  if (!logits_out.empty()) {
+    std::istringstream in(a.str("ids").value_or(""));
+    for (long long t; in >> t;) first_ids.push_back(int32_t(t));
+    if (first_ids.empty() || !in.eof())
+      throw tp::UsageError("--first-logits needs --ids: token ids separated by spaces");
+    cfg.cache.memory_mb = 256;
+  }
   tp::ModelGroup g(&argc, &argv, cfg, int(a.integer("threads", 1, 1024)));
   std::fprintf(stderr, "%s\n", g.report().c_str());
+  if (!logits_out.empty()) return write_first_logits(g, first_ids, logits_out);
   if (!g.is_leader()) {
     g.worker->serve();
     return 0;

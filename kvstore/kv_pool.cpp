@@ -1,8 +1,11 @@
 #include "kvstore/kv_pool.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
+#include <utility>
 
 #include "common/error.h"
 
@@ -19,9 +22,32 @@ void check_scales(const std::vector<float>& scales, int64_t n_layers, const char
                        std::to_string(scales[l]) + "; scales must be finite and > 0");
 }
 
+class HostKvMemory final : public KvMemory {
+ public:
+  void* allocate_zeroed(int64_t bytes) override {
+    if (bytes <= 0) return nullptr;
+    void* p = ::operator new(size_t(bytes), std::align_val_t(64));
+    std::memset(p, 0, size_t(bytes));
+    return p;
+  }
+  void deallocate(void* p) noexcept override {
+    if (p) ::operator delete(p, std::align_val_t(64));
+  }
+  void copy(void* dst, const void* src, int64_t bytes) override {
+    if (bytes > 0) std::memcpy(dst, src, size_t(bytes));
+  }
+  bool host() const override { return true; }
+};
+
 }  // namespace
 
-KvPool::KvPool(const KvPoolShape& shape, KvTensorScales scales) : shape_(shape), scales_(std::move(scales)) {
+std::shared_ptr<KvMemory> host_kv_memory() {
+  static const std::shared_ptr<KvMemory> memory = std::make_shared<HostKvMemory>();
+  return memory;
+}
+
+KvPool::KvPool(const KvPoolShape& shape, KvTensorScales scales, std::shared_ptr<KvMemory> memory)
+    : shape_(shape), scales_(std::move(scales)), memory_(memory ? std::move(memory) : host_kv_memory()) {
   if (shape.n_layers < 0 || shape.n_blocks < 0 || shape.block_size <= 0 || shape.n_kv_heads < 0 ||
       shape.head_dim < 0)
     throw InputError("KvPool: invalid shape (layers " + std::to_string(shape.n_layers) + ", blocks " +
@@ -37,14 +63,47 @@ KvPool::KvPool(const KvPoolShape& shape, KvTensorScales scales) : shape_(shape),
   } else if (!scales_.k.empty() || !scales_.v.empty()) {
     throw InputError("KvPool: tensor scales given but shape.tensor_scales is false");
   }
-  const size_t n = size_t(shape.n_layers * layer_bytes());
-  k_.assign(n, 0);
-  v_.assign(n, 0);
+  bytes_each_ = shape.n_layers * layer_bytes();
+  k_ = static_cast<uint8_t*>(memory_->allocate_zeroed(bytes_each_));
+  try {
+    v_ = static_cast<uint8_t*>(memory_->allocate_zeroed(bytes_each_));
+  } catch (...) {
+    memory_->deallocate(k_);
+    throw;
+  }
 }
 
-KvTensorView KvPool::view(std::vector<uint8_t>& data, const std::vector<float>& scales, int64_t layer) {
+KvPool::~KvPool() { release(); }
+
+void KvPool::release() noexcept {
+  if (memory_) {
+    memory_->deallocate(k_);
+    memory_->deallocate(v_);
+  }
+  k_ = v_ = nullptr;
+  bytes_each_ = 0;
+}
+
+KvPool::KvPool(KvPool&& o) noexcept
+    : shape_(o.shape_), scales_(std::move(o.scales_)), memory_(o.memory_), k_(std::exchange(o.k_, nullptr)),
+      v_(std::exchange(o.v_, nullptr)), bytes_each_(std::exchange(o.bytes_each_, 0)) {}
+
+KvPool& KvPool::operator=(KvPool&& o) noexcept {
+  if (this != &o) {
+    release();
+    shape_ = o.shape_;
+    scales_ = std::move(o.scales_);
+    memory_ = o.memory_;
+    k_ = std::exchange(o.k_, nullptr);
+    v_ = std::exchange(o.v_, nullptr);
+    bytes_each_ = std::exchange(o.bytes_each_, 0);
+  }
+  return *this;
+}
+
+KvTensorView KvPool::view(uint8_t* data, const std::vector<float>& scales, int64_t layer) {
   KvTensorView t;
-  t.blocks = data.data() + layer * layer_bytes();
+  t.blocks = data + layer * layer_bytes();
   t.n_blocks = shape_.n_blocks;
   t.layout = shape_.layout();
   t.tensor_scale = shape_.tensor_scales ? scales[size_t(layer)] : 1.0f;
@@ -61,7 +120,7 @@ void KvPool::copy_block(int64_t src, int64_t dst) {
   if (src == dst) return;
   const size_t bb = size_t(shape_.layout().block_bytes());
   for (int64_t l = 0; l < shape_.n_layers; ++l)
-    for (const KvTensorView& t : {k(l), v(l)}) std::memcpy(t.block(dst), t.block(src), bb);
+    for (const KvTensorView& t : {k(l), v(l)}) memory_->copy(t.block(dst), t.block(src), int64_t(bb));
 }
 
 }  // namespace tp

@@ -13,6 +13,7 @@
 #include "kernels/cpu/linear.h"
 #include "kvstore/gpu_memory_plan.h"
 #include "launch/host_memory.h"
+#include "rank/backend_kv_memory.h"
 #include "rank/compressed_tensors.h"
 #include "parallel/nccl_setup.h"
 #include "rank/staged_communicator.h"
@@ -127,7 +128,9 @@ ModelGroup::ModelGroup(int* argc, char*** argv, const Config& cfg, int threads_a
     throw InputError(cfg.source + ": cache.memory_mb: " + std::to_string(cfg.cache.memory_mb) +
                      " MiB holds no KV block of " + std::to_string(block_bytes) + " bytes");
   shape.n_blocks = n_blocks;
-  pool = std::make_unique<KvPool>(shape, std::move(kv_scales));
+  // On a GPU the pool lives in device memory (rank/backend_kv_memory.h); on CPU in host memory.
+  pool = std::make_unique<KvPool>(shape, std::move(kv_scales),
+                                  backend->host_memory() ? nullptr : backend_kv_memory(backend));
   worker = std::make_unique<Worker>(*model, *pool, tp_comm.get());
 }
 

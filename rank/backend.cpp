@@ -38,6 +38,22 @@ DeviceBuffer Backend::upload(const std::vector<float>& host) {
   return b;
 }
 
+void Backend::paged_attention_batch(const float* q, const std::vector<AttentionSeq>& seqs, int64_t n_heads,
+                                    const KvTensorView& k_pool, const KvTensorView& v_pool, float scale, float* out,
+                                    int64_t /*fixed_context*/) {
+  const int64_t row = n_heads * k_pool.layout.head_dim;
+  int64_t t0 = 0;
+  for (const AttentionSeq& s : seqs) {
+    paged_attention(q + t0 * row, s.n_tokens, s.start_pos, n_heads, k_pool, v_pool, s.block_table, scale,
+                    out + t0 * row);
+    t0 += s.n_tokens;
+  }
+}
+
+void Backend::begin_capture() { throw Error("backend " + name() + " cannot capture graphs"); }
+int64_t Backend::end_capture() { throw Error("backend " + name() + " cannot capture graphs"); }
+void Backend::replay(int64_t /*graph*/) { throw Error("backend " + name() + " cannot replay graphs"); }
+
 std::shared_ptr<Backend> make_backend(const std::string& device, int local_rank, const std::string& source) {
   if (device == "cpu") return std::shared_ptr<Backend>(&cpu_backend(), [](Backend*) {});
   if (device == "cuda") return make_cuda_backend(local_rank, source);

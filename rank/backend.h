@@ -80,6 +80,20 @@ class Backend {
   virtual bool host_memory() const = 0;
   // Total bytes of the device's memory (cache.gpu_memory_utilization's base); 0 on CPU.
   virtual int64_t device_memory_bytes() const { return 0; }
+  // The shape of the largest step, for workspace_bytes.
+  struct StepShape {
+    int64_t n_tokens = 0;      // tokens of the step
+    int64_t max_features = 0;  // the widest linear input or output (hidden, intermediate, QKV, vocab shard)
+    int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;  // this rank's attention heads
+    int64_t max_context = 0;   // the longest context a sequence may reach
+  };
+  // Scratch the backend's ops may hold for such a step beyond the forward's own buffers (GPU: BF16 copies of GEMM
+  // inputs, an aligned GEMM output, split-K attention partials, the cuBLASLt workspace); 0 on CPU.
+  virtual int64_t workspace_bytes(const StepShape& /*step*/) const { return 0; }
+
+  // Makes the calling thread use this backend's device (CUDA's current device is per thread: the engine thread
+  // of rank 0 is not the thread that made the backend). Called at the start of every forward; no-op on CPU.
+  virtual void activate() {}
 
   // ---- memory (bytes >= 0; allocate(0) may return nullptr)
   virtual void* allocate(int64_t bytes) = 0;
@@ -92,6 +106,8 @@ class Backend {
                        int64_t rows) = 0;
   // x[n] = value
   virtual void fill(float* x, int64_t n, float value) = 0;
+  // p[0, bytes) = 0
+  virtual void zero(void* p, int64_t bytes) = 0;
   // Returns when every op enqueued so far has finished.
   virtual void synchronize() = 0;
 
@@ -126,6 +142,37 @@ class Backend {
   virtual void paged_attention(const float* q, int64_t n_tokens, int64_t start_pos, int64_t n_heads,
                                const KvTensorView& k_pool, const KvTensorView& v_pool, const int32_t* block_table,
                                float scale, float* out) = 0;
+  // Attention for every sequence of a step: q [Σ n_tokens, n_heads, head_dim] (the sequences' tokens in order)
+  // into out (same shape), each sequence over its own block table (host). The base class calls paged_attention
+  // per sequence; a GPU backend stages the step's metadata once (the layers of a step share it) and runs one
+  // kernel a layer.
+  struct AttentionSeq {
+    int64_t n_tokens = 0;
+    int64_t start_pos = 0;
+    const int32_t* block_table = nullptr;  // host, [ceil((start_pos + n_tokens) / block_size)]
+  };
+  // fixed_context > 0 (decode graphs): the launch shape is that of a context of fixed_context tokens (>= every
+  // position + 1), the same for every step of a graph's replays.
+  virtual void paged_attention_batch(const float* q, const std::vector<AttentionSeq>& seqs, int64_t n_heads,
+                                     const KvTensorView& k_pool, const KvTensorView& v_pool, float scale, float* out,
+                                     int64_t fixed_context = 0);
+  // The host part of paged_attention_batch for these sequences (a GPU stages their metadata), enqueued now:
+  // before a capture and before each replay, where the ops themselves cannot copy from the host.
+  virtual void prepare_attention(const std::vector<AttentionSeq>& /*seqs*/, int64_t /*block_size*/,
+                                 int64_t /*fixed_context*/) {}
+
+  // ---- graphs (CUDA graphs of the decode forward; LlamaModel decides when). Default: not supported.
+  virtual bool supports_graphs() const { return false; }
+  // Counts allocate() calls: a graph holds the addresses it was captured with.
+  virtual int64_t allocation_epoch() const { return 0; }
+  // Between begin_capture and end_capture the ops on stream() are recorded, not run (no copy from or to the
+  // host, no synchronize, no allocation in between); end_capture returns the graph's id, replay runs it on
+  // stream() (ordered with the ops around it). abort_capture ends a failed capture. Throw Error when unsupported.
+  virtual void begin_capture();
+  virtual int64_t end_capture();
+  virtual void abort_capture() noexcept {}
+  virtual void replay(int64_t graph);
+  virtual void drop_graphs() {}
   // Collectives of the TP group on this backend's memory, enqueued on stream().
   virtual void all_reduce_sum(Communicator& comm, float* data, int64_t count) = 0;
   virtual void all_gather(Communicator& comm, const void* send, int64_t bytes_per_rank, void* recv) = 0;

@@ -68,6 +68,10 @@ void CpuBackend::fill(float* x, int64_t n, float value) {
   for (int64_t i = 0; i < n; ++i) x[i] = value;
 }
 
+void CpuBackend::zero(void* p, int64_t bytes) {
+  if (bytes > 0) std::memset(p, 0, size_t(bytes));
+}
+
 std::unique_ptr<LinearWeight> CpuBackend::upload(cpu::Weight w) { return std::make_unique<CpuLinearWeight>(std::move(w)); }
 
 std::unique_ptr<EmbeddingTable> CpuBackend::upload_embedding(const void* table, DType type, int64_t row_stride,

@@ -19,6 +19,7 @@ class CpuBackend : public Backend {
   void copy_2d(void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch, int64_t row_bytes,
                int64_t rows) override;
   void fill(float* x, int64_t n, float value) override;
+  void zero(void* p, int64_t bytes) override;
   void synchronize() override {}
 
   using Backend::upload;

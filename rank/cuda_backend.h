@@ -1,7 +1,7 @@
 // The CUDA Backend (rank/backend.h) as the rest of the code sees it: plain C++, no CUDA headers. The class
 // lives in rank/cuda_backend.cpp, compiled only when the build has CUDA and the kernels of kernels/cuda
-// (rank/cuda_backend_ops.h lists the entries it calls); other builds compile rank/cuda_backend_none.cpp,
-// whose make_cuda_backend refuses.
+// (ops.h, kv_cache.h, gemm.h); other builds compile rank/cuda_backend_none.cpp, whose make_cuda_backend
+// refuses.
 #pragma once
 #include <memory>
 #include <string>

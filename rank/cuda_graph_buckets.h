@@ -2,7 +2,7 @@
 // batch bucket). Buckets are decode batch sizes 1, 2, 4, 8, 16, 32, 64, 128: a decode step of n sequences
 // runs the graph of the smallest bucket >= n, its n..bucket-1 padding rows given slot -1 (not written) and a
 // one-block table; above 128 sequences, or for any step with a prefill chunk or prompt logprobs, it runs
-// eagerly. Pure: the capture itself lives in the CUDA backend.
+// eagerly. Pure: LlamaModel::forward decides (and keys graphs by context class too), the backend captures.
 #pragma once
 #include <array>
 #include <cstdint>

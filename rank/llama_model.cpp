@@ -1,14 +1,18 @@
 #include "rank/llama_model.h"
 
+#include <algorithm>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
 #include <string>
 
 #include "common/error.h"
+#include "rank/cuda_graph_buckets.h"
 #include "rank/weight_loader.h"
 
 namespace tp {
@@ -48,6 +52,8 @@ LlamaModel::LlamaModel(const ModelFile& f, const WeightLoadOptions& o, Communica
     : cfg_(f.config()), layout_(layout_for(f, comm)), backend_(backend ? backend : &cpu_backend()) {
   Backend& b = *backend_;
   Communicator* group = comm && comm->size() > 1 ? comm : nullptr;
+  single_rank_ = group == nullptr;
+  if (const char* g = std::getenv("TPSERVE_CUDA_GRAPHS"); g && std::string(g) == "0") graphs_enabled_ = false;
   double* comm_s = &times_.comm_s;
   const int64_t hd = cfg_.head_dim, hidden = cfg_.hidden, nh = cfg_.n_heads, nkv = cfg_.n_kv_heads;
   if (hd % 2 != 0) throw FormatError(f.path(), "head_dim", std::to_string(hd) + " is odd; rope needs pairs");
@@ -89,8 +95,18 @@ int64_t LlamaModel::activation_bytes(int64_t n_tok, int64_t n_out) const {
   const int64_t nh = layout_.local_q_heads(), nkv = layout_.local_kv_heads(), inter = layout_.intermediate.size();
   // x, h, qkv, q, k, v, attn, gate|up, mlp, the logit rows' hidden states (the order of forward())
   int64_t n = n_tok * (2 * hidden + 2 * (nh + 2 * nkv) * hd + nh * hd + 2 * inter + inter) * f + n_out * hidden * f;
-  if (!backend_->host_memory())  // the step's ids, positions, slots and the logits in the backend's memory
-    n += n_tok * (2 * int64_t(sizeof(int32_t)) + int64_t(sizeof(int64_t))) + n_out * cfg_.vocab * f;
+  n += n_out * cfg_.vocab * f;  // the logits
+  if (!backend_->host_memory()) {  // the step's ids, positions, slots in the backend's memory
+    n += n_tok * (2 * int64_t(sizeof(int32_t)) + int64_t(sizeof(int64_t)));
+    Backend::StepShape step;  // and the scratch of the backend's own ops
+    step.n_tokens = n_tok;
+    step.max_features = std::max({hidden, (nh + 2 * nkv) * hd, 2 * inter, layout_.vocab_rows.size()});
+    step.n_heads = nh;
+    step.n_kv_heads = nkv;
+    step.head_dim = hd;
+    step.max_context = cfg_.max_context;
+    n += backend_->workspace_bytes(step);
+  }
   int64_t layer_scratch = 0;  // one scratch per layer object; the layers' are alike, every one is held
   for (const Layer& l : layers_)
     layer_scratch += l.qkv.scratch_bytes(n_tok) + l.wo.scratch_bytes(n_tok) + l.gate_up.scratch_bytes(n_tok) +
@@ -104,19 +120,67 @@ KvPoolShape LlamaModel::kv_shape(int64_t n_blocks, int64_t block_size, KvDType d
 
 void LlamaModel::forward(const std::vector<SeqPlan>& seqs, KvPool& pool, std::vector<float>& logits) {
   const auto t_start = Clock::now();
-  // A linear layer's time, its communication (counted in comm_s by the layer) taken out.
-  const auto timed_linear = [this](auto&& f) {
-    const auto t0 = Clock::now();
-    const double comm0 = times_.comm_s;
-    f();
-    times_.linear_s += std::chrono::duration<double>(Clock::now() - t0).count() - (times_.comm_s - comm0);
-  };
-  const int64_t hidden = cfg_.hidden, hd = cfg_.head_dim, vocab = cfg_.vocab;
-  const int64_t nh = layout_.local_q_heads(), nkv = layout_.local_kv_heads();
-  const int64_t inter = layout_.intermediate.size(), bs = pool.shape().block_size;
-  const int64_t qkv_w = (nh + 2 * nkv) * hd;
+  const int64_t vocab = cfg_.vocab, bs = pool.shape().block_size;
+  Backend& b = *backend_;
+  b.activate();
+  // A pure decode step of <= 128 sequences on a backend with graphs, at tp 1: its bucket's graph.
+  const int64_t bucket = single_rank_ && b.supports_graphs() && graphs_enabled_ ? cuda_graph_bucket(seqs) : 0;
+  int64_t fixed_ctx = 0;
+  if (bucket > 0) {
+    int64_t ctx = 1;
+    for (const SeqPlan& s : seqs) ctx = std::max(ctx, s.start_pos + 1);
+    fixed_ctx = kGraphMinContext;
+    while (fixed_ctx < ctx) fixed_ctx *= 2;
+  }
+  const int64_t n_real_out = stage_step(seqs, bs, bucket);
+  const GraphKey key{bucket, fixed_ctx, pool.k(0).blocks};
+  if (bucket > 0 && b.allocation_epoch() != graph_epoch_) {  // a buffer moved: every graph may hold stale addresses
+    b.drop_graphs();
+    graphs_.clear();
+  }
+  const auto found = bucket > 0 ? graphs_.find(key) : graphs_.end();
+  float* out = nullptr;
+  if (found != graphs_.end()) {
+    b.prepare_attention(attn_seqs_, bs, fixed_ctx);
+    b.replay(found->second.graph);
+    out = found->second.logits;
+    progress_ns_.store(Clock::now().time_since_epoch() / std::chrono::nanoseconds(1), std::memory_order_relaxed);
+    // a replay is not split by kind: all of it is in total_s
+  } else {
+    out = enqueue_forward(step_seqs_, pool, fixed_ctx);
+    if (bucket > 0) {  // capture it now that every buffer has its size; this step's logits come from the eager run
+      b.synchronize();
+      const ForwardTimes before = times_;
+      b.prepare_attention(attn_seqs_, bs, fixed_ctx);
+      b.begin_capture();
+      float* captured = nullptr;
+      try {
+        captured = enqueue_forward(step_seqs_, pool, fixed_ctx);
+      } catch (...) {
+        b.abort_capture();
+        throw;
+      }
+      const int64_t graph = b.end_capture();
+      times_ = before;
+      if (captured != out) throw Error("forward: a buffer moved while a decode graph was captured");
+      graphs_[key] = {graph, out};
+      graph_epoch_ = b.allocation_epoch();
+    }
+  }
+  logits.resize(size_t(n_real_out * vocab));
+  if (b.host_memory()) {
+    if (out != logits.data()) std::copy_n(out, n_real_out * vocab, logits.data());
+  } else {
+    b.copy_to_host(logits.data(), out, n_real_out * vocab * int64_t(sizeof(float)));
+  }
+  times_.total_s += std::chrono::duration<double>(Clock::now() - t_start).count();
+  ++times_.steps;
+}
 
-  // Flatten the step: token ids, positions and pool slots of every new token.
+int64_t LlamaModel::stage_step(const std::vector<SeqPlan>& seqs, int64_t bs, int64_t pad_to) {
+  const int64_t vocab = cfg_.vocab;
+  // Flatten the step: token ids, positions and pool slots of every new token; padding sequences (a graph's
+  // bucket above the batch) decode token 0 at position 0 over block 0 and write nothing (slot -1).
   int64_t n_tok = 0, n_out = 0;
   for (const SeqPlan& s : seqs) {
     n_tok += int64_t(s.tokens.size());
@@ -126,10 +190,22 @@ void LlamaModel::forward(const std::vector<SeqPlan>& seqs, KvPool& pool, std::ve
       throw Error("forward: block table covers " + std::to_string(s.block_table.size() * bs) + " positions, needs " +
                   std::to_string(end));
   }
-  int32_t* ids = grow(ids_, n_tok);
-  int32_t* pos = grow(positions_, n_tok);
-  int64_t* slot = grow(slots_, n_tok);
-  for (const SeqPlan& s : seqs) {
+  const int64_t n_pad = pad_to > 0 ? pad_to - int64_t(seqs.size()) : 0;
+  step_seqs_.assign(seqs.begin(), seqs.end());
+  for (int64_t i = 0; i < n_pad; ++i) {
+    SeqPlan& p = step_seqs_.emplace_back();
+    p.tokens = {0};
+    p.start_pos = 0;
+    p.block_table = {0};
+    p.want_logits = true;
+  }
+  const int64_t n_all = n_tok + n_pad;
+  int32_t* ids = grow(ids_, n_all);
+  int32_t* pos = grow(positions_, n_all);
+  int64_t* slot = grow(slots_, n_all);
+  for (size_t si = 0; si < step_seqs_.size(); ++si) {
+    const SeqPlan& s = step_seqs_[si];
+    const bool padding = si >= seqs.size();
     for (size_t i = 0; i < s.tokens.size(); ++i) {
       const int64_t p = s.start_pos + int64_t(i);
       if (s.tokens[i] < 0 || s.tokens[i] >= vocab)
@@ -137,21 +213,45 @@ void LlamaModel::forward(const std::vector<SeqPlan>& seqs, KvPool& pool, std::ve
                          std::to_string(vocab) + ")");
       *ids++ = s.tokens[i];
       *pos++ = int32_t(p);
-      *slot++ = int64_t(s.block_table[size_t(p / bs)]) * bs + p % bs;
+      *slot++ = padding ? -1 : int64_t(s.block_table[size_t(p / bs)]) * bs + p % bs;
     }
   }
+  attn_seqs_.clear();
+  for (const SeqPlan& s : step_seqs_)
+    attn_seqs_.push_back({int64_t(s.tokens.size()), s.start_pos, s.block_table.data()});
   Backend& b = *backend_;
-  ids = ids_.data();
-  pos = positions_.data();
-  slot = slots_.data();
   if (!b.host_memory()) {  // the step's indices to the backend's memory
-    ids = grow_buffer<int32_t>(b, d_ids_, n_tok);
-    pos = grow_buffer<int32_t>(b, d_positions_, n_tok);
-    slot = grow_buffer<int64_t>(b, d_slots_, n_tok);
-    b.copy_to_device(ids, ids_.data(), n_tok * int64_t(sizeof(int32_t)));
-    b.copy_to_device(pos, positions_.data(), n_tok * int64_t(sizeof(int32_t)));
-    b.copy_to_device(slot, slots_.data(), n_tok * int64_t(sizeof(int64_t)));
+    int32_t* d_ids = grow_buffer<int32_t>(b, d_ids_, n_all);
+    int32_t* d_pos = grow_buffer<int32_t>(b, d_positions_, n_all);
+    int64_t* d_slot = grow_buffer<int64_t>(b, d_slots_, n_all);
+    b.copy_to_device(d_ids, ids_.data(), n_all * int64_t(sizeof(int32_t)));
+    b.copy_to_device(d_pos, positions_.data(), n_all * int64_t(sizeof(int32_t)));
+    b.copy_to_device(d_slot, slots_.data(), n_all * int64_t(sizeof(int64_t)));
   }
+  return n_out;
+}
+
+float* LlamaModel::enqueue_forward(const std::vector<SeqPlan>& seqs, KvPool& pool, int64_t fixed_ctx) {
+  // A linear layer's time, its communication (counted in comm_s by the layer) taken out.
+  const auto timed_linear = [this](auto&& f) {
+    const auto t0 = Clock::now();
+    const double comm0 = times_.comm_s;
+    f();
+    times_.linear_s += std::chrono::duration<double>(Clock::now() - t0).count() - (times_.comm_s - comm0);
+  };
+  const int64_t hidden = cfg_.hidden, hd = cfg_.head_dim, vocab = cfg_.vocab;
+  const int64_t nh = layout_.local_q_heads(), nkv = layout_.local_kv_heads();
+  const int64_t inter = layout_.intermediate.size();
+  const int64_t qkv_w = (nh + 2 * nkv) * hd;
+  int64_t n_tok = 0, n_out = 0;
+  for (const SeqPlan& s : seqs) {
+    n_tok += int64_t(s.tokens.size());
+    n_out += s.n_logit_rows();
+  }
+  Backend& b = *backend_;
+  const int32_t* ids = b.host_memory() ? ids_.data() : d_ids_.as<int32_t>();
+  const int32_t* pos = b.host_memory() ? positions_.data() : d_positions_.as<int32_t>();
+  const int64_t* slot = b.host_memory() ? slots_.data() : d_slots_.as<int64_t>();
 
   float* x = grow_buffer<float>(b, x_, n_tok * hidden);
   float* h = grow_buffer<float>(b, h_, n_tok * hidden);
@@ -179,13 +279,7 @@ void LlamaModel::forward(const std::vector<SeqPlan>& seqs, KvPool& pool, std::ve
     const KvTensorView k_pool = pool.k(li), v_pool = pool.v(li);  // in the pool's dtype (cache.dtype)
     b.write_kv(k, v, n_tok, slot, k_pool, v_pool);
     const auto t_attn = Clock::now();
-    int64_t t0 = 0;
-    for (const SeqPlan& s : seqs) {
-      const int64_t n = int64_t(s.tokens.size());
-      b.paged_attention(q + t0 * nh * hd, n, s.start_pos, nh, k_pool, v_pool, s.block_table.data(), scale,
-                        attn + t0 * nh * hd);
-      t0 += n;
-    }
+    b.paged_attention_batch(q, attn_seqs_, nh, k_pool, v_pool, scale, attn, fixed_ctx);
     times_.attention_s += std::chrono::duration<double>(Clock::now() - t_attn).count();
     timed_linear([&] { L.wo.forward(attn, n_tok, h); });
     b.add_inplace(x, h, n_tok * hidden);
@@ -209,12 +303,9 @@ void LlamaModel::forward(const std::vector<SeqPlan>& seqs, KvPool& pool, std::ve
     t0 += n;
   }
   b.rmsnorm(last, output_norm_.as<float>(), n_out, hidden, cfg_.rms_eps, last);
-  logits.resize(size_t(n_out * vocab));
-  float* out = b.host_memory() ? logits.data() : grow_buffer<float>(b, logits_, n_out * vocab);
+  float* out = grow_buffer<float>(b, logits_, n_out * vocab);
   timed_linear([&] { lm_head_.forward(last, n_out, out); });
-  if (!b.host_memory()) b.copy_to_host(logits.data(), out, n_out * vocab * kF);
-  times_.total_s += std::chrono::duration<double>(Clock::now() - t_start).count();
-  ++times_.steps;
+  return out;
 }
 
 }  // namespace tp

@@ -18,6 +18,8 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <tuple>
 #include <vector>
 
 #include "common/dtype.h"
@@ -88,7 +90,25 @@ class LlamaModel {
   // the group reached it); 0 before the first. Any thread (the stuck-step watchdog).
   int64_t progress_ns() const { return progress_ns_.load(std::memory_order_relaxed); }
 
+  // Decode graphs (rank/cuda_graph_buckets.h): on a backend that supports them (CUDA) and at tp 1, a pure decode
+  // step of n <= 128 sequences runs the graph of its bucket (padded with sequences that write nothing) and of
+  // its context class (the smallest power of two >= 256 covering every position: attention's launch shape is
+  // fixed by it), captured the first time the pair is seen (that step runs eagerly) and replayed after; every
+  // graph is dropped when the backend allocates (a buffer may have moved). On by default; off with
+  // set_graphs(false) or TPSERVE_CUDA_GRAPHS=0 in the environment.
+  void set_graphs(bool on) { graphs_enabled_ = on; }
+  // Graphs captured so far.
+  int64_t n_graphs() const { return int64_t(graphs_.size()); }
+  static constexpr int64_t kGraphMinContext = 256;
+
  private:
+  // The step's host arrays (padded to pad_to sequences when > 0) into ids_/positions_/slots_, step_seqs_ and
+  // attn_seqs_, copied to the backend's memory; returns the real logit rows.
+  int64_t stage_step(const std::vector<SeqPlan>& seqs, int64_t block_size, int64_t pad_to);
+  // Enqueues the forward of the staged step (seqs: step_seqs_) on the backend; returns its logits [rows, vocab]
+  // in the backend's memory. fixed_ctx > 0: attention's launch shape for that context (graphs).
+  float* enqueue_forward(const std::vector<SeqPlan>& seqs, KvPool& pool, int64_t fixed_ctx);
+
   struct Layer {
     DeviceBuffer attn_norm, ffn_norm;        // [hidden] F32
     ColumnParallelLinear qkv;                // [(local q + 2 local kv heads) head_dim, hidden]
@@ -112,6 +132,24 @@ class LlamaModel {
   DeviceBuffer d_ids_, d_positions_, d_slots_;  // copies of the host ones when the backend's memory is not host
   std::vector<int32_t> ids_, positions_;
   std::vector<int64_t> slots_;
+  std::vector<Backend::AttentionSeq> attn_seqs_;  // the step's sequences for paged_attention_batch
+  std::vector<SeqPlan> step_seqs_;                // the step's sequences, padding included
+
+  bool single_rank_ = true;
+  bool graphs_enabled_ = true;
+  struct GraphKey {
+    int64_t bucket, context;
+    const void* pool;  // graphs hold the pool's addresses
+    bool operator<(const GraphKey& o) const {
+      return std::tie(bucket, context, pool) < std::tie(o.bucket, o.context, o.pool);
+    }
+  };
+  struct Graph {
+    int64_t graph;  // the backend's id
+    float* logits;  // where its logits land
+  };
+  std::map<GraphKey, Graph> graphs_;
+  int64_t graph_epoch_ = -1;  // the backend's allocation_epoch when the graphs were captured
 };
 
 }  // namespace tp

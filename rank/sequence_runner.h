@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "rank/backend_kv_memory.h"
 #include "rank/worker.h"
 
 namespace tp {
@@ -38,14 +39,14 @@ class SequenceRunner {
   std::vector<float> logits_;
 };
 
-// A single-rank model with its own pool (K/V in kv_dtype): the common case of tests and tools (tp = 1).
+// A single-rank model with its own pool (K/V in kv_dtype; in the model backend's memory): the common case of tests and tools (tp = 1).
 struct LocalRunner {
   // scales: per-layer K / V tensor scales for an fp8_e4m3 / int8 pool (none: scale 1 / block scales).
   LocalRunner(LlamaModel& model, int64_t capacity, int64_t block_size = 16, KvDType kv_dtype = KvDType::F32,
               const KvTensorScales& scales = {})
       : pool(with_tensor_scales(model.kv_shape((capacity + block_size - 1) / block_size, block_size, kv_dtype),
                                 !scales.k.empty()),
-             scales),
+             scales, kv_memory_for(model.backend())),
         worker(model, pool, nullptr),
         seq(worker, capacity) {}
   static KvPoolShape with_tensor_scales(KvPoolShape s, bool on) {

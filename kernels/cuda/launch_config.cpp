@@ -34,6 +34,15 @@ int64_t attention_workspace_bytes(int64_t n_tokens, int64_t n_heads, int64_t hea
   return n_tokens * n_heads * int64_t(n_splits) * (2 + head_dim) * int64_t(sizeof(float));
 }
 
+int64_t attention_workspace_peak(int64_t max_tokens, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                                 int64_t max_context, int n_sms) {
+  int64_t peak = 0;
+  for (int64_t n = 1; n <= max_tokens; ++n)
+    peak = std::max(peak, attention_workspace_bytes(
+                              n, n_heads, head_dim, attention_splits(n, n_heads, n_kv_heads, max_context, n_sms)));
+  return peak;
+}
+
 void check_positive(const char* entry, const char* name, int64_t v) {
   if (v <= 0) throw InputError(std::string(entry) + ": " + name + " " + std::to_string(v) + " <= 0");
 }

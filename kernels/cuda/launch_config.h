@@ -26,6 +26,12 @@ int attention_splits(int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads, int6
 // sum and head_dim F32 partial outputs.
 int64_t attention_workspace_bytes(int64_t n_tokens, int64_t n_heads, int64_t head_dim, int n_splits);
 
+// The most workspace any step of 1..max_tokens query tokens over contexts up to max_context needs (split-K
+// chooses more partitions for fewer tokens, so the peak is not at max_tokens): the GPU memory plan's share for
+// attention partials.
+int64_t attention_workspace_peak(int64_t max_tokens, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                                 int64_t max_context, int n_sms);
+
 // Argument checks (throw InputError "<entry>: <why>").
 void check_positive(const char* entry, const char* name, int64_t v);
 void check_non_negative(const char* entry, const char* name, int64_t v);

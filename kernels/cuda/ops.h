@@ -40,6 +40,12 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const i
 // out[n, dim] (out_type F32 or BF16) = silu(gate) · up, gate_up [n, 2·dim] F32 = [gate | up] per row.
 void silu_mul(const float* gate_up, int64_t n, int64_t dim, void* out, DType out_type, cudaStream_t stream);
 
+// x[n] (F32) += y[n] (F32): the residual add where it is not fused into rmsnorm.
+void add_inplace(float* x, const float* y, int64_t n, cudaStream_t stream);
+
+// x[n] (F32) = value.
+void fill(float* x, int64_t n, float value, cudaStream_t stream);
+
 // out[n] (BF16 bits) = bf16(x[n]), round to nearest even.
 void convert_f32_to_bf16(const float* x, int64_t n, uint16_t* out, cudaStream_t stream);
 

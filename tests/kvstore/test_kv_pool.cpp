@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <memory>
 
 #include "common/error.h"
 #include "kvstore/capacity.h"
@@ -118,6 +120,61 @@ TEST(KvPool, RejectsInvalidShape) {
                InputError);
   EXPECT_THROW(KvPool(KvPoolShape{.n_layers = -1, .n_blocks = 4, .block_size = 16, .n_kv_heads = 1, .head_dim = 8}),
                InputError);
+}
+
+// A "device" memory: host bytes it owns (filled with 0xAB before the zeroing it is asked for), counting what the
+// pool asks of it.
+class CountingMemory final : public KvMemory {
+ public:
+  void* allocate_zeroed(int64_t bytes) override {
+    if (bytes <= 0) return nullptr;
+    ++allocations;
+    auto* p = new uint8_t[size_t(bytes)];
+    std::memset(p, 0xAB, size_t(bytes));
+    std::memset(p, 0, size_t(bytes));
+    live += bytes;
+    sizes[p] = bytes;
+    return p;
+  }
+  void deallocate(void* p) noexcept override {
+    if (!p) return;
+    ++frees;
+    live -= sizes[p];
+    delete[] static_cast<uint8_t*>(p);
+  }
+  void copy(void* dst, const void* src, int64_t bytes) override {
+    ++copies;
+    copied += bytes;
+    std::memcpy(dst, src, size_t(bytes));
+  }
+  bool host() const override { return false; }
+  int allocations = 0, frees = 0, copies = 0;
+  int64_t live = 0, copied = 0;
+  std::map<void*, int64_t> sizes;
+};
+
+TEST(KvPool, LivesInTheMemoryItIsGivenAndCopiesBlocksThroughIt) {
+  auto mem = std::make_shared<CountingMemory>();
+  {
+    const KvPoolShape shape = shape_of(KvDType::INT8);
+    KvPool pool(shape, {}, mem);
+    EXPECT_FALSE(pool.host());
+    EXPECT_EQ(mem->allocations, 2);  // K and V
+    EXPECT_EQ(mem->live, pool.n_bytes());
+    const int64_t bb = shape.layout().block_bytes();
+    for (int64_t l = 0; l < 3; ++l) std::memset(pool.k(l).block(1), int(l + 1), size_t(bb));
+    pool.copy_block(1, 4);
+    EXPECT_EQ(mem->copies, 2 * 3);  // K and V of every layer
+    EXPECT_EQ(mem->copied, 2 * 3 * bb);
+    for (int64_t l = 0; l < 3; ++l) EXPECT_EQ(pool.k(l).block(4)[bb - 1], uint8_t(l + 1));
+    KvPool moved(std::move(pool));  // the blocks move; freed once
+    EXPECT_EQ(mem->frees, 0);
+    EXPECT_EQ(moved.k(2).block(4)[0], uint8_t(3));
+  }
+  EXPECT_EQ(mem->frees, 2);
+  EXPECT_EQ(mem->live, 0);
+  KvPool host_pool(shape_of(KvDType::F32));
+  EXPECT_TRUE(host_pool.host());
 }
 
 }  // namespace

@@ -5,17 +5,21 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <unistd.h>
 #include <random>
 
 #include "common/error.h"
 #include "kernels/cpu/ops.h"
+#include "rank/backend_kv_memory.h"
 #include "rank/cpu_backend.h"
 #include "rank/cuda_backend.h"
 #include "rank/cuda_graph_buckets.h"
 #include "rank/llama_model.h"
+#include "rank/sequence_runner.h"
 #include "rank/synth.h"
 #include "rank/staged_communicator.h"
 
@@ -305,6 +309,247 @@ TEST(LlamaModelOnBackend, ActivationBytesAreWhatAForwardHolds) {
     m.forward({s}, pool, logits);
     EXPECT_EQ(b.live - weights, m.activation_bytes(n_tok, want_logits ? 1 : 0)) << n_tok;
   }
+}
+
+// A step's attention in one call (paged_attention_batch, what the forward calls) is each sequence's
+// paged_attention, bit for bit: sequences of different lengths (decode, a prefill chunk mid-block, a fresh
+// prompt), each with its own scattered block table over one pool.
+TEST(Backend, PagedAttentionBatchIsEachSequencesAttention) {
+  Backend& b = cpu_backend();
+  const int64_t n_heads = 6, n_kv = 2, hd = 16, bs = 4;
+  KvPool pool(KvPoolShape{.n_layers = 1, .n_blocks = 12, .block_size = bs, .n_kv_heads = n_kv, .head_dim = hd,
+                          .dtype = KvDType::BF16});
+  struct Seq {
+    int64_t start, n;
+    std::vector<int32_t> table;
+  };
+  const std::vector<Seq> seqs = {{9, 1, {7, 2, 11}}, {5, 3, {0, 4}}, {0, 6, {9, 1}}};
+  // Every position each sequence will see, written once.
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const int64_t len = seqs[i].start + seqs[i].n;
+    std::vector<int64_t> slots;
+    for (int64_t p = 0; p < len; ++p) slots.push_back(int64_t(seqs[i].table[size_t(p / bs)]) * bs + p % bs);
+    const auto k = random_vec(size_t(len * n_kv * hd), uint32_t(10 + i)), v = random_vec(k.size(), uint32_t(20 + i));
+    b.write_kv(k.data(), v.data(), len, slots.data(), pool.k(0), pool.v(0));
+  }
+  int64_t n_tok = 0;
+  std::vector<Backend::AttentionSeq> batch;
+  for (const Seq& q : seqs) {
+    batch.push_back({q.n, q.start, q.table.data()});
+    n_tok += q.n;
+  }
+  const auto q = random_vec(size_t(n_tok * n_heads * hd), 5);
+  std::vector<float> got(q.size(), -1.0f), want(q.size(), -2.0f);
+  b.paged_attention_batch(q.data(), batch, n_heads, pool.k(0), pool.v(0), 0.25f, got.data());
+  int64_t t0 = 0;
+  for (const Seq& s : seqs) {
+    b.paged_attention(q.data() + t0 * n_heads * hd, s.n, s.start, n_heads, pool.k(0), pool.v(0), s.table.data(), 0.25f,
+                      want.data() + t0 * n_heads * hd);
+    t0 += s.n;
+  }
+  expect_bits_equal(got.data(), want.data(), got.size());
+}
+
+// The KV pool of a device backend lives in the backend's memory: zeroed there, block copies through its
+// copy_2d; on a host-memory backend kv_memory_for gives none (the pool's own host memory).
+TEST(BackendKvMemory, PoolInDeviceMemory) {
+  EXPECT_EQ(kv_memory_for(cpu_backend()), nullptr);
+  FakeDevice dev;
+  const auto mem = kv_memory_for(dev);
+  ASSERT_NE(mem, nullptr);
+  EXPECT_FALSE(mem->host());
+  KvPool pool(KvPoolShape{.n_layers = 2, .n_blocks = 3, .block_size = 4, .n_kv_heads = 1, .head_dim = 8,
+                          .dtype = KvDType::F32},
+              {}, mem);
+  EXPECT_FALSE(pool.host());
+  const int64_t bb = pool.shape().layout().block_bytes();
+  for (int64_t l = 0; l < 2; ++l)
+    for (int64_t i = 0; i < 3 * bb; ++i) ASSERT_EQ(pool.v(l).blocks[i], 0);
+  std::memset(pool.v(1).block(0), 0x5A, size_t(bb));
+  pool.copy_block(0, 2);
+  EXPECT_EQ(pool.v(1).block(2)[bb - 1], 0x5A);
+  EXPECT_EQ(pool.v(0).block(2)[0], 0);
+}
+
+// The whole forward on a backend whose memory is not host memory (ids, positions and slots staged to it,
+// logits copied back, the KV pool in its memory): the same logits as the CPU backend, bit for bit, over a
+// prefill and decode steps.
+TEST(LlamaModelOnBackend, DeviceMemoryPathGivesTheCpuLogits) {
+  SynthSpec spec;
+  spec.n_layers = 2;
+  spec.hidden = 64;
+  spec.n_heads = 8;
+  spec.n_kv_heads = 2;
+  spec.intermediate = 96;
+  spec.vocab = 300;
+  spec.seed = 5;
+  spec.dtype = DType::BF16;
+  const std::string dir = testing::TempDir() + "/backend_synth_dev." + std::to_string(::getpid());
+  write_synthetic_model(dir, spec);
+  const auto f = open_model(dir);
+  FakeDevice dev;
+  LlamaModel on_cpu(*f, DType::BF16), on_dev(*f, DType::BF16, nullptr, {}, &dev);
+  LocalRunner a(on_cpu, 64, 16, KvDType::BF16), b(on_dev, 64, 16, KvDType::BF16);
+  EXPECT_TRUE(a.pool.host());
+  EXPECT_FALSE(b.pool.host());
+  std::vector<int32_t> toks = {3, 14, 15, 92, 65, 35, 89, 79, 32, 38, 46, 26, 43, 38, 32, 79, 50, 28};
+  for (int step = 0; step < 4; ++step) {
+    const std::vector<float> want = a.seq.feed(toks), got = b.seq.feed(toks);
+    ASSERT_EQ(got.size(), size_t(spec.vocab));
+    expect_bits_equal(got.data(), want.data(), got.size());
+    toks = {int32_t(std::max_element(want.begin(), want.end()) - want.begin())};
+  }
+  EXPECT_GT(dev.to_host, 0);
+  EXPECT_GT(dev.to_device, 0);
+}
+
+// A device with "graphs" the way CUDA has them: between begin_capture and end_capture every op is recorded, not
+// run; replay runs the recorded ops on the buffers' contents at that time; attention reads the metadata
+// prepare_attention staged (a GPU reads its device copy). Host copies, synchronize and allocation while
+// capturing fail the test (CUDA forbids them in a capture).
+class GraphDevice final : public CpuBackend {
+ public:
+  bool host_memory() const override { return false; }
+  bool supports_graphs() const override { return true; }
+  int64_t allocation_epoch() const override { return allocations; }
+  void* allocate(int64_t bytes) override {
+    EXPECT_FALSE(capturing) << "allocation in a capture";
+    ++allocations;
+    return CpuBackend::allocate(bytes);
+  }
+  void copy_to_device(void* d, const void* s, int64_t n) override {
+    EXPECT_FALSE(capturing) << "host copy in a capture";
+    CpuBackend::copy_to_device(d, s, n);
+  }
+  void copy_to_host(void* d, const void* s, int64_t n) override {
+    EXPECT_FALSE(capturing) << "host copy in a capture";
+    CpuBackend::copy_to_host(d, s, n);
+  }
+  void synchronize() override { EXPECT_FALSE(capturing) << "synchronize in a capture"; }
+  void begin_capture() override {
+    ASSERT_FALSE(capturing);
+    capturing = true;
+    graphs.emplace_back();
+  }
+  int64_t end_capture() override {
+    capturing = false;
+    return int64_t(graphs.size()) - 1;
+  }
+  void abort_capture() noexcept override { capturing = false; }
+  void replay(int64_t g) override {
+    ++replays;
+    for (auto& op : graphs.at(size_t(g))) op();
+  }
+  void drop_graphs() override { graphs.clear(); }
+  void prepare_attention(const std::vector<AttentionSeq>& seqs, int64_t bs, int64_t /*fixed*/) override {
+    staged_tables.clear();
+    for (const AttentionSeq& a : seqs)
+      staged_tables.emplace_back(a.block_table, a.block_table + (a.start_pos + a.n_tokens + bs - 1) / bs);
+    staged = seqs;
+    for (size_t i = 0; i < staged.size(); ++i) staged[i].block_table = staged_tables[i].data();
+  }
+  void paged_attention_batch(const float* q, const std::vector<AttentionSeq>& seqs, int64_t n_heads,
+                             const KvTensorView& k, const KvTensorView& v, float scale, float* out,
+                             int64_t fixed) override {
+    if (fixed > 0) {
+      for (const AttentionSeq& a : seqs) EXPECT_LE(a.start_pos + a.n_tokens, fixed);
+    }
+    if (!capturing) prepare_attention(seqs, k.layout.block_size, fixed);
+    run([=, this] { CpuBackend::paged_attention_batch(q, staged, n_heads, k, v, scale, out, fixed); });
+  }
+  void embedding(const EmbeddingTable& t, const int32_t* ids, int64_t n, bool z, float* x) override {
+    run([=, &t, this] { CpuBackend::embedding(t, ids, n, z, x); });
+  }
+  void rmsnorm(const float* x, const float* w, int64_t n, int64_t d, float eps, float* o) override {
+    run([=, this] { CpuBackend::rmsnorm(x, w, n, d, eps, o); });
+  }
+  void add_inplace(float* x, const float* y, int64_t n) override { run([=, this] { CpuBackend::add_inplace(x, y, n); }); }
+  void rope(float* x, int64_t n, int64_t h, int64_t d, const int32_t* p, float base, RopeStyle st) override {
+    run([=, this] { CpuBackend::rope(x, n, h, d, p, base, st); });
+  }
+  void silu_mul(const float* g, int64_t n, int64_t d, float* o) override {
+    run([=, this] { CpuBackend::silu_mul(g, n, d, o); });
+  }
+  void linear(const LinearWeight& w, const float* x, int64_t m, float* y) override {
+    run([=, &w, this] { CpuBackend::linear(w, x, m, y); });
+  }
+  void write_kv(const float* k, const float* v, int64_t n, const int64_t* slots, const KvTensorView& kp,
+                const KvTensorView& vp) override {
+    run([=, this] { CpuBackend::write_kv(k, v, n, slots, kp, vp); });
+  }
+  void copy_2d(void* d, int64_t dp, const void* s, int64_t sp, int64_t rb, int64_t rows) override {
+    run([=, this] { CpuBackend::copy_2d(d, dp, s, sp, rb, rows); });
+  }
+  void fill(float* x, int64_t n, float value) override { run([=, this] { CpuBackend::fill(x, n, value); }); }
+  void zero(void* p, int64_t n) override { run([=, this] { CpuBackend::zero(p, n); }); }
+
+  bool capturing = false;
+  int64_t allocations = 0, replays = 0;
+  std::vector<std::vector<std::function<void()>>> graphs;
+  std::vector<AttentionSeq> staged;
+  std::vector<std::vector<int32_t>> staged_tables;
+
+ private:
+  void run(std::function<void()> op) {
+    if (capturing)
+      graphs.back().push_back(std::move(op));
+    else
+      op();
+  }
+};
+
+// Decode graphs: a batch of 3 (bucket 4, one padding sequence that writes nothing) and then of 2 (bucket 2),
+// contexts crossing 256 (a new context class): every step's logits equal the eager CPU forward's bit for bit,
+// graphs are captured once per (bucket, context class) and replayed after, a prefill step in between runs
+// eagerly, and padding never writes the pool.
+TEST(LlamaModelOnBackend, DecodeGraphsReplayTheEagerForward) {
+  SynthSpec spec;
+  spec.n_layers = 2;
+  spec.hidden = 64;
+  spec.n_heads = 4;
+  spec.n_kv_heads = 2;
+  spec.intermediate = 96;
+  spec.vocab = 300;
+  spec.seed = 9;
+  spec.dtype = DType::BF16;
+  const std::string dir = testing::TempDir() + "/backend_synth_graph." + std::to_string(::getpid());
+  write_synthetic_model(dir, spec);
+  const auto f = open_model(dir);
+  GraphDevice dev;
+  LlamaModel eager(*f, DType::BF16), graphed(*f, DType::BF16, nullptr, {}, &dev);
+  const KvPoolShape shape = eager.kv_shape(64, 16, KvDType::BF16);
+  KvPool eager_pool(shape), graph_pool(shape, {}, kv_memory_for(dev));
+  const int64_t block_bytes = shape.layout().block_bytes();
+  auto seq = [](int64_t id, int64_t start, int64_t n, int32_t first_block) {
+    SeqPlan s;
+    s.seq_id = id;
+    s.start_pos = start;
+    for (int64_t i = 0; i < n; ++i) s.tokens.push_back(int32_t((id * 37 + start + i * 11) % 300));
+    for (int64_t b = 0; b < (start + n + 15) / 16; ++b) s.block_table.push_back(first_block + int32_t(b));
+    s.want_logits = true;
+    return s;
+  };
+  auto step = [&](const std::vector<SeqPlan>& seqs) {
+    std::vector<float> want, got;
+    eager.forward(seqs, eager_pool, want);
+    graphed.forward(seqs, graph_pool, got);
+    ASSERT_EQ(got.size(), want.size());
+    expect_bits_equal(got.data(), want.data(), got.size());
+  };
+  // Block 0 (where padding sequences point) holds no sequence here: it must stay zero.
+  step({seq(0, 0, 250, 1), seq(1, 0, 7, 20), seq(2, 0, 40, 30)});  // prefill: eager
+  EXPECT_EQ(graphed.n_graphs(), 0);
+  for (int64_t i = 0; i < 10; ++i)  // positions 250..259 of seq 0: context classes 256 and 512
+    step({seq(0, 250 + i, 1, 1), seq(1, 7 + i, 1, 20), seq(2, 40 + i, 1, 30)});
+  EXPECT_EQ(graphed.n_graphs(), 2);  // bucket 4 at 256 and at 512
+  EXPECT_EQ(dev.replays, 10 - 2);    // the first step of each class captures (and runs eagerly)
+  for (int64_t i = 0; i < 3; ++i) step({seq(1, 17 + i, 1, 20), seq(2, 50 + i, 1, 30)});
+  EXPECT_EQ(graphed.n_graphs(), 3);  // bucket 2 at 256
+  step({seq(3, 0, 30, 40)});         // a prefill: eager, grows nothing graphs hold... or drops them
+  for (int64_t i = 0; i < 2; ++i) step({seq(1, 20 + i, 1, 20), seq(3, 30 + i, 1, 40)});
+  for (int64_t l = 0; l < shape.n_layers; ++l)
+    for (int64_t i = 0; i < block_bytes; ++i) ASSERT_EQ(graph_pool.k(l).block(0)[i], 0) << "padding wrote block 0";
+  EXPECT_GT(dev.replays, 8);
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 // throw InputError before any CUDA call — so this suite runs on machines without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cstdint>
 
 #include "common/error.h"
@@ -57,6 +59,20 @@ TEST(CudaDeviceInfo, DeviceCountNeverThrows) {
 TEST(CudaLaunchConfig, AttentionWorkspaceBytes) {
   EXPECT_EQ(attention_workspace_bytes(3, 8, 64, 1), 0);
   EXPECT_EQ(attention_workspace_bytes(3, 8, 64, 4), 3 * 8 * 4 * (2 + 64) * 4);
+}
+
+// The plan's attention share: the largest workspace over every step size, found where split-K is deepest (few
+// tokens, a long context), not at the largest step; 0 when no step splits (short contexts).
+TEST(CudaLaunchConfig, AttentionWorkspacePeakOverStepSizes) {
+  const int64_t nh = 32, nkv = 8, hd = 128, ctx = 32768;
+  const int sms = 132;
+  int64_t brute = 0;
+  for (int64_t n = 1; n <= 512; ++n)
+    brute = std::max(brute, attention_workspace_bytes(n, nh, hd, attention_splits(n, nh, nkv, ctx, sms)));
+  EXPECT_EQ(attention_workspace_peak(512, nh, nkv, hd, ctx, sms), brute);
+  EXPECT_GT(brute, attention_workspace_bytes(512, nh, hd, attention_splits(512, nh, nkv, ctx, sms)));
+  EXPECT_EQ(attention_workspace_peak(64, nh, nkv, hd, kMinSplitTokens, sms), 0);
+  EXPECT_EQ(attention_workspace_peak(0, nh, nkv, hd, ctx, sms), 0);
 }
 
 TEST(CudaLaunchConfig, CheckHelpersThrowInputError) {

@@ -161,5 +161,22 @@ TEST(CudaConvert, F32ToBf16IsCommonRounding) {
   EXPECT_EQ(d_out.download(), want);
 }
 
+// ---- residual add and fill (exact: one F32 add per element, as the CPU) ----
+class CudaAddFill : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(CudaAddFill, AddInplaceMatchesCpuExactlyAndFillSetsEveryElement) {
+  TP_REQUIRE_CUDA_DEVICE();
+  const int64_t n = GetParam();
+  std::vector<float> x = random_vec(size_t(n), 11), y = random_vec(size_t(n), 12);
+  DeviceBuffer<float> d_x(x), d_y(y);
+  cuda::add_inplace(d_x.get(), d_y.get(), n, nullptr);
+  cpu::add_inplace(x.data(), y.data(), n);
+  EXPECT_EQ(d_x.download(), x);
+  cuda::fill(d_y.get(), n, -3.5f, nullptr);
+  EXPECT_EQ(d_y.download(), std::vector<float>(size_t(n), -3.5f));
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, CudaAddFill, ::testing::Values(1, 255, 257, 576 * 7, 65535 * 256 + 3));
+
 }  // namespace
 }  // namespace tp::test
