@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -79,6 +80,8 @@ TEST_F(EvalCli, F32AgainstQ4_1HasSmallPositiveKl) {
   EXPECT_LT(double(j["kl_mean"]), 0.05);
   EXPECT_GE(double(j["kl_max"]), double(j["kl_mean"]));
   EXPECT_GT(double(j["top1_agreement"]), 0.9);
+  std::printf("measured: F32 vs Q4_1 ref: KL mean %.6g, max %.6g, top-1 %.6g\n", double(j["kl_mean"]),
+              double(j["kl_max"]), double(j["top1_agreement"]));
   EXPECT_LT(double(j["top1_agreement"]), 1.0 + 1e-12);
 }
 
@@ -108,6 +111,8 @@ TEST_F(EvalCli, PerplexityEqualsADirectComputationFromPromptLogprobs) {
   ASSERT_EQ(n, windows * (context - 1));
   const double direct = std::exp(sum / double(n));
   EXPECT_NEAR(ppl / direct, 1.0, 1e-5) << "eval " << ppl << " direct " << direct;
+  std::printf("measured: perplexity eval %.9g, direct from prompt logprobs %.9g (ratio - 1 = %.3g)\n", ppl, direct,
+              ppl / direct - 1.0);
 }
 
 TEST_F(EvalCli, TensorParallel3EqualsTp1) {
@@ -129,6 +134,10 @@ TEST_F(EvalCli, TensorParallel3EqualsTp1) {
   EXPECT_NEAR(double(b["ref_perplexity"]) / double(a["ref_perplexity"]), 1.0, 1e-4);
   EXPECT_NEAR(double(b["kl_mean"]), double(a["kl_mean"]), 1e-4);
   EXPECT_LE(std::abs(int64_t(b["top1_agree"]) - int64_t(a["top1_agree"])), 2);
+  std::printf("measured: tp 1 / tp 3: ppl %.9g / %.9g, ref ppl %.9g / %.9g, KL %.9g / %.9g, top-1 %lld / %lld of %lld\n",
+              double(a["perplexity"]), double(b["perplexity"]), double(a["ref_perplexity"]), double(b["ref_perplexity"]),
+              double(a["kl_mean"]), double(b["kl_mean"]), (long long)a["top1_agree"], (long long)b["top1_agree"],
+              (long long)a["scored_tokens"]);
 }
 
 TEST_F(EvalCli, BadArgumentsGiveOneClearLine) {
