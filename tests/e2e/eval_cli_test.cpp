@@ -7,7 +7,8 @@
 //     (both f32; the sampler's logprobs are float);
 //   - tp 3 = tp 1 (F32 model, the Q8_0 copy as reference, run dequantized to f32): perplexities within 1e-4 relative, KL mean
 //     within 1e-4 absolute, top-1 agreement within 2 tokens out of the N scored (reduction order differs, near-ties);
-//   - bad arguments: one clear line, exit 1 or 2, never an internal error.
+//   - bad arguments: one clear line, exit 1 or 2, never an internal error; under tp 3 a refusal on the leader
+//     releases the other ranks (no hang).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -140,6 +141,25 @@ TEST_F(EvalCli, TensorParallel3EqualsTp1) {
               double(a["perplexity"]), double(b["perplexity"]), double(a["ref_perplexity"]), double(b["ref_perplexity"]),
               double(a["kl_mean"]), double(b["kl_mean"]), (long long)a["top1_agree"], (long long)b["top1_agree"],
               (long long)a["scored_tokens"]);
+}
+
+// A refusal on the leader after the ranks have loaded (text shorter than a window) releases the followers: mpirun
+// exits with the leader's line, within the 120 s guard (124 would mean a hang).
+TEST_F(EvalCli, TensorParallelRefusalReleasesTheRanks) {
+  const std::string tmp = testing::TempDir() + "/tpserve_eval_short_tp.txt";
+  { std::ofstream(tmp) << "Too short."; }
+  const std::string cmd = "timeout 120 mpirun --oversubscribe -np 3 " + std::string(TPSERVE_BIN) + " eval --tp 3 --model " +
+                          q4() + " --ref " + q4() + " --text " + tmp + " --threads 1 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t got;
+  while ((got = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, got);
+  const int status = pclose(p);
+  ASSERT_TRUE(WIFEXITED(status)) << out;
+  EXPECT_NE(WEXITSTATUS(status), 0) << out;
+  EXPECT_NE(WEXITSTATUS(status), 124) << "mpirun hung:\n" << out;
+  EXPECT_NE(out.find("fewer than one window of --context 512"), std::string::npos) << out;
 }
 
 TEST_F(EvalCli, BadArgumentsGiveOneClearLine) {
