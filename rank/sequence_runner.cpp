@@ -64,4 +64,20 @@ std::vector<TokenLogprobs> SequenceRunner::feed_scored(const std::vector<int32_t
   return out;
 }
 
+const std::vector<float>& SequenceRunner::feed_rows(const std::vector<int32_t>& tokens, size_t begin, size_t end) {
+  if (begin >= end || end > tokens.size()) throw InputError("feed_rows: empty or out-of-range token range");
+  if (n_past_ != int64_t(begin))
+    throw InputError("feed_rows: the sequence holds " + std::to_string(n_past_) + " tokens, not " + std::to_string(begin));
+  if (int64_t(end) > capacity_)
+    throw InputError("sequence of " + std::to_string(end) + " tokens exceeds the capacity of " + std::to_string(capacity_));
+  StepPlan plan = chunk_plan(tokens, begin, end - begin);
+  SeqPlan& s = plan.seqs[0];
+  s.prompt_logprobs = 0;
+  s.prompt_targets.assign(tokens.begin() + long(begin + 1), tokens.begin() + long(std::min(end + 1, tokens.size())));
+  logits_.clear();
+  worker_.lead(plan, logits_);
+  n_past_ = int64_t(end);
+  return logits_;
+}
+
 }  // namespace tp

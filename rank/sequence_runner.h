@@ -25,6 +25,12 @@ class SequenceRunner {
   // before it, from the rows of the prefill itself (entry 0 is left default: the first token has none).
   // Samples nothing (the last chunk wants no logits). Throws InputError when not empty or over capacity.
   std::vector<TokenLogprobs> feed_scored(const std::vector<int32_t>& tokens, int32_t k);
+  // Appends tokens[begin, end) in one step (n_past() must be begin) and returns the logit rows
+  // [min(end, tokens.size() - 1) - begin, vocab]: row j is the model's next-token logits at position begin + j,
+  // the distribution of tokens[begin + j + 1] (full vocabulary, gathered on the leader under TP). Samples nothing.
+  const std::vector<float>& feed_rows(const std::vector<int32_t>& tokens, size_t begin, size_t end);
+  // Forgets the sequence (n_past() = 0); the next feed overwrites its KV slots.
+  void reset() { n_past_ = 0; }
   int64_t n_past() const { return n_past_; }
   int64_t capacity() const { return capacity_; }
 

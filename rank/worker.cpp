@@ -117,14 +117,17 @@ void Worker::shutdown() {
 }
 
 void Worker::serve() {
-  if (!comm_) return;
-  std::vector<float> logits;
-  for (;;) {
-    StepPlan plan;
-    broadcast_plan(*comm_, plan, 0);
-    if (plan.kind == StepKind::Shutdown) return;
-    execute(plan, logits);
+  while (serve_one()) {
   }
+}
+
+bool Worker::serve_one() {
+  if (!comm_) return false;
+  StepPlan plan;
+  broadcast_plan(*comm_, plan, 0);
+  if (plan.kind == StepKind::Shutdown) return false;
+  execute(plan, logits_);
+  return true;
 }
 
 }  // namespace tp

@@ -32,6 +32,9 @@ class Worker {
   void shutdown();
   // Followers: runs plans from the leader until shutdown.
   void serve();
+  // Followers: runs the leader's next plan; false when it was the shutdown (for a caller that drives several
+  // workers over one group, e.g. `tpserve eval` with a reference model).
+  bool serve_one();
 
   LlamaModel& model() { return model_; }
   const LlamaModel& model() const { return model_; }

@@ -39,6 +39,7 @@ const std::map<std::string, std::vector<std::string>> kOptions = {
               "block-size", "cards", "json"}},
     {"config", {"config"}},
     {"serve", {"config", "model", "host", "port", "tp", "threads", "api-key", "dtype"}},
+    {"eval", {"model", "text", "ref", "context", "max-chunks", "json", "tp", "threads", "dtype", "kv-cache-dtype"}},
 };
 
 struct HelpLine {
