@@ -21,6 +21,10 @@ grep -q 'libmpi\.so' "$OUT/MANIFEST" || fail "Open MPI's libmpi not bundled"
 find "$OUT/openmpi" -name 'mca_btl_vader.so' | grep -q . || fail "Open MPI's shared-memory transport not bundled"
 find "$OUT/openmpi" -name '*.so' \( -name '*ucx*' -o -name '*ofi*' \) | grep -q . && fail "a network transport plugin was bundled"
 
+# env.sh unpacks the libraries carried compressed (oneDNN) before anything runs.
+( source "$OUT/env.sh" )
+[ -e "$OUT/lib/libdnnl.so.3" ] || ls "$OUT"/lib/libdnnl.so.? >/dev/null 2>&1 || fail "env.sh did not unpack oneDNN"
+
 # Every library of every program: host-provided, or from the bundle.
 for exe in "$OUT"/bin/*; do
   LD_LIBRARY_PATH="$OUT/lib" ldd "$exe" | awk '/=>/ {print $1, $3}' | while read -r name path; do
