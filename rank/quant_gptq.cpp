@@ -33,19 +33,34 @@ std::vector<double> GptqHessian::hessian() const {
   return h;
 }
 
+namespace {
+
+// Σ_k<n a_k b_k with four partial sums (instruction-level parallelism; the order is fixed).
+double dot4(const double* a, const double* b, int64_t n) {
+  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  int64_t k = 0;
+  for (; k + 4 <= n; k += 4) {
+    s0 += a[k] * b[k];
+    s1 += a[k + 1] * b[k + 1];
+    s2 += a[k + 2] * b[k + 2];
+    s3 += a[k + 3] * b[k + 3];
+  }
+  for (; k < n; ++k) s0 += a[k] * b[k];
+  return (s0 + s1) + (s2 + s3);
+}
+
+}  // namespace
+
 bool cholesky_lower(std::vector<double>& a, int64_t n) {
   for (int64_t j = 0; j < n; ++j) {
     double* aj = a.data() + j * n;
-    double d = aj[j];
-    for (int64_t k = 0; k < j; ++k) d -= aj[k] * aj[k];
+    double d = aj[j] - dot4(aj, aj, j);
     if (!(d > 0)) return false;
     d = std::sqrt(d);
     aj[j] = d;
     for (int64_t i = j + 1; i < n; ++i) {
       double* ai = a.data() + i * n;
-      double s = ai[j];
-      for (int64_t k = 0; k < j; ++k) s -= ai[k] * aj[k];
-      ai[j] = s / d;
+      ai[j] = (ai[j] - dot4(ai, aj, j)) / d;
     }
     for (int64_t k = j + 1; k < n; ++k) aj[k] = 0;
   }
@@ -54,37 +69,33 @@ bool cholesky_lower(std::vector<double>& a, int64_t n) {
 
 namespace {
 
-// U with H⁻¹ = UᵀU, from H (damped, positive definite). Returns false when H is not positive definite.
-bool inverse_upper_cholesky(std::vector<double> h, int64_t n, std::vector<double>& u) {
-  if (!cholesky_lower(h, n)) return false;
-  // Linv = L⁻¹ (lower), column by column: L · Linv[:, j] = e_j.
-  std::vector<double> li(static_cast<size_t>(n * n), 0.0);
-  for (int64_t j = 0; j < n; ++j) {
-    li[size_t(j * n + j)] = 1.0 / h[size_t(j * n + j)];
-    for (int64_t i = j + 1; i < n; ++i) {
-      double s = 0;
-      const double* hi = h.data() + i * n;
-      for (int64_t k = j; k < i; ++k) s += hi[k] * li[size_t(k * n + j)];
-      li[size_t(i * n + j)] = -s / hi[i];
-    }
-  }
-  // H⁻¹ = Linvᵀ Linv: (H⁻¹)_ij = Σ_{k ≥ max(i, j)} Linv_ki Linv_kj.
-  std::vector<double> hinv(static_cast<size_t>(n * n), 0.0);
-  for (int64_t k = 0; k < n; ++k) {
-    const double* lk = li.data() + k * n;
-    for (int64_t i = 0; i <= k; ++i) {
-      const double a = lk[i];
-      if (a == 0) continue;
-      double* hr = hinv.data() + i * n;
-      for (int64_t j = i; j <= k; ++j) hr[j] += a * lk[j];
-    }
-  }
+// U with H⁻¹ = UᵀU, from H (damped, positive definite), with one Cholesky and one triangular inverse: with J
+// the index reversal, J·H·J = L Lᵀ gives H⁻¹ = (J L⁻¹ J)ᵀ (J L⁻¹ J), and J L⁻¹ J is upper triangular with a
+// positive diagonal, so it is U. Returns false when H is not positive definite.
+bool inverse_upper_cholesky(const std::vector<double>& h, int64_t n, std::vector<double>& u) {
+  std::vector<double> r(static_cast<size_t>(n * n));
   for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < i; ++j) hinv[size_t(i * n + j)] = hinv[size_t(j * n + i)];
-  if (!cholesky_lower(hinv, n)) return false;
+    for (int64_t j = 0; j < n; ++j) r[size_t(i * n + j)] = h[size_t((n - 1 - i) * n + (n - 1 - j))];
+  if (!cholesky_lower(r, n)) return false;
+  // Linv = L⁻¹ (lower), row by row: Linv_ij = −(Σ_{j ≤ k < i} L_ik Linv_kj) / L_ii, Linv_ii = 1 / L_ii.
+  std::vector<double> li(static_cast<size_t>(n * n), 0.0);
+  std::vector<double> acc(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    std::fill(acc.begin(), acc.begin() + i, 0.0);
+    const double* ri = r.data() + i * n;
+    for (int64_t k = 0; k < i; ++k) {
+      const double a = ri[k];
+      if (a == 0) continue;
+      const double* lk = li.data() + k * n;
+      for (int64_t j = 0; j <= k; ++j) acc[size_t(j)] += a * lk[j];
+    }
+    double* row = li.data() + i * n;
+    for (int64_t j = 0; j < i; ++j) row[j] = -acc[size_t(j)] / ri[i];
+    row[i] = 1.0 / ri[i];
+  }
   u.assign(size_t(n * n), 0.0);
   for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = i; j < n; ++j) u[size_t(i * n + j)] = hinv[size_t(j * n + i)];
+    for (int64_t j = 0; j < n; ++j) u[size_t(i * n + j)] = li[size_t((n - 1 - i) * n + (n - 1 - j))];
   return true;
 }
 
@@ -128,7 +139,7 @@ QuantizedLinear quantize_gptq(const QuantSpec& s, const float* w_in, int64_t n_o
   for (int attempt = 0;; ++attempt) {
     std::vector<double> hd = h;
     for (int64_t j = 0; j < n; ++j) hd[size_t(j * n + j)] += damp;
-    if (inverse_upper_cholesky(std::move(hd), n, u)) break;
+    if (inverse_upper_cholesky(hd, n, u)) break;
     if (attempt == 3) throw Error("GPTQ: the Hessian is not positive definite even with damping " + std::to_string(damp));
     damp *= 10;
   }
