@@ -51,7 +51,7 @@ int run_quantize(const CliArgs& a) {
   o.percdamp = a.real("percdamp", 0.0, 10.0);
   o.sq_alpha = float(a.real("smoothquant-alpha", 0.0, 1.0));
   const std::string dt = *a.str("dtype");
-  if (dt != "bf16" && dt != "f32") throw UsageError("quantize: --dtype must be bf16 or f32, not '" + dt + "'");
+  if (dt != "bf16" && dt != "f32") throw UsageError("--dtype must be bf16 or f32, not '" + dt + "'");
   o.dtype = dt == "f32" ? DType::F32 : DType::BF16;
   o.ignore.clear();
   std::stringstream ig(*a.str("ignore"));
@@ -67,13 +67,13 @@ int run_quantize(const CliArgs& a) {
     const std::string calib = *a.str("calib");
     const int64_t want = a.integer("calib-tokens", 1, 1 << 24);
     std::ifstream f(calib, std::ios::binary);
-    if (!f) throw InputError("quantize: cannot read calibration file '" + calib + "'");
+    if (!f) throw InputError("cannot read calibration file '" + calib + "'");
     std::stringstream ss;
     ss << f.rdbuf();
     const Tokenizer tok(m->tokenizer());
     std::vector<int32_t> ids = tok.encode(ss.str(), false, false);
     if (int64_t(ids.size()) < want)
-      throw InputError("quantize: calibration file '" + calib + "' has " + std::to_string(ids.size()) +
+      throw InputError("calibration file '" + calib + "' has " + std::to_string(ids.size()) +
                        " tokens, fewer than --calib-tokens " + std::to_string(want));
     ids.resize(size_t(want));
     o.calib_tokens = std::move(ids);

@@ -306,14 +306,14 @@ void Quantizer::run(const std::string& out_dir) {
   const int64_t H = c_.hidden, I = c_.intermediate, nq = c_.n_heads * c_.head_dim;
   if (m_.quantization()) throw InputError(m_.path() + ": already quantized (compressed-tensors); quantize an unquantized model");
   if (!ignored(o_.ignore, "lm_head"))
-    throw UsageError("quantize: lm_head must stay unquantized (keep it in --ignore)");
+    throw UsageError("lm_head must stay unquantized (keep it in --ignore)");
   for (auto [n_in, what] : {std::pair<int64_t, const char*>{H, "q/k/v/gate/up_proj"}, {nq, "o_proj"}, {I, "down_proj"}})
-    check_quant_spec(spec_, n_in, std::string("quantize: ") + what);
-  if (o_.act_order && !gptq()) throw UsageError("quantize: --act-order needs --method gptq or smoothquant+gptq");
+    check_quant_spec(spec_, n_in, std::string("") + what);
+  if (o_.act_order && !gptq()) throw UsageError("--act-order needs --method gptq or smoothquant+gptq");
   if (o_.method == QuantMethod::SmoothQuantGptq && o_.scheme != QuantScheme::W8A8Int8 && o_.scheme != QuantScheme::Fp8Dynamic)
-    throw UsageError("quantize: smoothquant+gptq is for schemes that quantize activations (w8a8-int8, fp8-dynamic)");
+    throw UsageError("smoothquant+gptq is for schemes that quantize activations (w8a8-int8, fp8-dynamic)");
   const int64_t n = int64_t(o_.calib_tokens.size());
-  if (calibrated() && n == 0) throw UsageError("quantize: --method needs calibration tokens (--calib FILE)");
+  if (calibrated() && n == 0) throw UsageError("--method needs calibration tokens (--calib FILE)");
   // Embedding rows of the calibration tokens.
   Vec x;
   const TensorView& emb = m_.require("token_embd.weight", {c_.vocab, H});
@@ -322,7 +322,7 @@ void Quantizer::run(const std::string& out_dir) {
     const int64_t rb = dtype_row_bytes(emb.dtype, H);
     for (int64_t t = 0; t < n; ++t) {
       const int32_t id = o_.calib_tokens[size_t(t)];
-      if (id < 0 || id >= c_.vocab) throw InputError("quantize: calibration token id " + std::to_string(id) + " out of the vocabulary");
+      if (id < 0 || id >= c_.vocab) throw InputError("calibration token id " + std::to_string(id) + " out of the vocabulary");
       dequantize_row(emb.dtype, emb.data + id * rb, x.data() + t * H, H);
     }
   }
