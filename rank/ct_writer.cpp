@@ -1,5 +1,6 @@
 #include "rank/ct_writer.h"
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -59,7 +60,8 @@ struct Stored {
   DType dtype = DType::F32;
   RawType raw = RawType::None;
   std::vector<int64_t> shape;
-  std::vector<uint8_t> bytes;
+  std::vector<uint8_t> bytes;  // until push(): then in the spill file at `offset`
+  int64_t offset = 0, n_bytes = 0;
 };
 
 }  // namespace
@@ -104,6 +106,20 @@ struct CtWriter::Impl {
   std::vector<std::string> ignore;
   DType dtype = DType::BF16;
   std::vector<Stored> tensors;
+  // Tensors are spilled to an unnamed temporary file as they come, so memory holds one layer, not the output.
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> spill{std::tmpfile(), &std::fclose};
+  int64_t spilled = 0;
+
+  void push(Stored t) {
+    if (!spill) throw InputError("quantize: cannot create a temporary file for the output tensors");
+    t.offset = spilled;
+    t.n_bytes = int64_t(t.bytes.size());
+    if (std::fwrite(t.bytes.data(), 1, t.bytes.size(), spill.get()) != t.bytes.size())
+      throw InputError("quantize: cannot write the temporary file of the output tensors (disk full?)");
+    spilled += t.n_bytes;
+    t.bytes = {};
+    tensors.push_back(std::move(t));
+  }
 
   void add_float(const std::string& name, const std::vector<int64_t>& shape, const float* v, int64_t n) {
     Stored t{name, dtype, RawType::None, shape, {}};
@@ -116,14 +132,14 @@ struct CtWriter::Impl {
         std::memcpy(t.bytes.data() + i * 2, &h, 2);
       }
     }
-    tensors.push_back(std::move(t));
+    push(std::move(t));
   }
   template <typename T>
   void add_raw(const std::string& name, RawType raw, const std::vector<int64_t>& shape, const std::vector<T>& v) {
     Stored t{name, DType::F32, raw, shape, {}};
     t.bytes.resize(v.size() * sizeof(T));
     std::memcpy(t.bytes.data(), v.data(), t.bytes.size());
-    tensors.push_back(std::move(t));
+    push(std::move(t));
   }
 };
 
@@ -201,7 +217,7 @@ void CtWriter::add_quantized(const std::string& m, const QuantizedLinear& q) {
       if (nv) {
         Stored t{m + ".weight_global_scale", DType::F32, RawType::None, {1}, std::vector<uint8_t>(4)};
         std::memcpy(t.bytes.data(), &q.global_scale, 4);
-        p_->tensors.push_back(std::move(t));
+        p_->push(std::move(t));
       }
       break;
     }
@@ -269,9 +285,16 @@ void CtWriter::finish(const std::string& out_dir, const ModelConfig& config, con
   std::filesystem::create_directories(out_dir, ec);
   if (ec) throw InputError("cannot create '" + out_dir + "': " + ec.message());
   std::vector<SafetensorsOut> outs;
+  std::fflush(p_->spill.get());
+  std::FILE* spill = p_->spill.get();
   for (const Stored& t : p_->tensors) {
     const Stored* tp_ = &t;
-    SafetensorsOut o{t.name, t.dtype, t.shape, [tp_](uint8_t* dst) { std::memcpy(dst, tp_->bytes.data(), tp_->bytes.size()); },
+    SafetensorsOut o{t.name, t.dtype, t.shape,
+                     [tp_, spill](uint8_t* dst) {
+                       if (std::fseek(spill, long(tp_->offset), SEEK_SET) != 0 ||
+                           std::fread(dst, 1, size_t(tp_->n_bytes), spill) != size_t(tp_->n_bytes))
+                         throw InputError("quantize: cannot read back the temporary file of the output tensors");
+                     },
                      t.raw};
     outs.push_back(std::move(o));
   }

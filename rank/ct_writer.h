@@ -23,8 +23,8 @@
 //                (E8M0) [n_out, n_in / 32]
 //   w3a16        refused: our loader reads 4- and 8-bit packs only (3-bit GPTQ/RTN exist in rank/quant_*.h).
 // Everything else (embeddings, norms, ignored modules) is written dense in the output dtype.
-// The writer holds every tensor in its stored (compressed) form until finish(): the output's size, not the
-// F32 model's.
+// The writer spills every tensor, in its stored form, to an unnamed temporary file as it comes (memory: the
+// tensor being added), and finish() copies them into model.safetensors.
 #pragma once
 #include <cstdint>
 #include <memory>
