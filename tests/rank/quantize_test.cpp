@@ -143,6 +143,29 @@ TEST(Quantize, LayoutEqualsLlmCompressorAndLoads) {
   }
 }
 
+// w8a16 has no fixture of its own: llm-compressor's mixed_w8a16_w4a16 quantizes the attention projections
+// with it (config group_0), so those tensors and that group's scheme must match ours.
+TEST(Quantize, W8A16EqualsTheMixedFixturesAttention) {
+  QuantizeOptions o;
+  o.scheme = QuantScheme::W8A16;
+  const std::string out = testing::TempDir() + "/quantized_w8a16";
+  quantize_model(*open_model(base_model()), out, o);
+  const std::string fx = kFixtures + "mixed_w8a16_w4a16";
+  auto attention = [](const std::map<std::string, TensorInfo>& all) {
+    std::map<std::string, TensorInfo> a;
+    for (const auto& [k, v] : all)
+      if (k.find("self_attn") != std::string::npos) a[k] = v;
+    return a;
+  };
+  const auto ours = attention(layout(out));
+  EXPECT_EQ(ours.size(), 2u * 4u * 3u);  // 2 layers × q/k/v/o × weight_packed/scale/shape
+  EXPECT_EQ(ours, attention(layout(fx)));
+  const json a = quant_config(out)["config_groups"]["group_0"], b = quant_config(fx)["config_groups"]["group_0"];
+  EXPECT_EQ(a["weights"], b["weights"]);
+  EXPECT_EQ(a["format"], b["format"]);
+  EXPECT_EQ(a["input_activations"], b["input_activations"]);
+}
+
 // Calibrated methods, 2048 calibration tokens, on 48 held-out tokens of the same distribution (the same
 // token generator). Random-token inputs to a random model are nearly full rank, so GPTQ wins less here than on
 // real activations (tests/rank/quant_test.cpp has the outlier-channel layer, quantize_real_test the real
