@@ -91,6 +91,7 @@ class Quantizer {
     return "model.layers." + std::to_string(layer) + "." + l.hf;
   }
   // Quantizes w [n_out, n_in] of module `mod` (with Hessian h when GPTQ), writes it, returns W'.
+  // keep: the quantized weight is returned there and NOT written (the caller writes it after changing it).
   Vec quantize(const std::string& mod, const Vec& w, int64_t n_out, int64_t n_in, const std::vector<double>* h,
                QuantizedLinear* keep = nullptr) {
     if (ignored(o_.ignore, mod)) {
@@ -107,9 +108,11 @@ class Quantizer {
     } else {
       q = quantize_rtn(spec_, w.data(), n_out, n_in);
     }
-    w_.add_quantized(mod, q);
     Vec d = q.dequantize();
-    if (keep) *keep = std::move(q);
+    if (keep)
+      *keep = std::move(q);
+    else
+      w_.add_quantized(mod, q);
     return d;
   }
   bool gptq() const { return o_.method == QuantMethod::Gptq || o_.method == QuantMethod::SmoothQuantGptq; }
@@ -234,6 +237,7 @@ void Quantizer::layer(int64_t i, Vec& x, int64_t n) {
         for (int64_t j = 0; j < nq; ++j) a[size_t(t * nq + j)] /= s[size_t(j)];
     }
   }
+  if (!vq.q.empty() || !vq.codes.empty()) w_.add_quantized(module(i, kV), vq);
   w_.add_dense(hfb + "input_layernorm.weight", {H}, attn_norm.data());
   if (gptq()) hs = hessian(a, n, nq);
   const Vec o = quantize(module(i, kO), wo, H, nq, hp);
@@ -293,7 +297,6 @@ void Quantizer::layer(int64_t i, Vec& x, int64_t n) {
     ++n_quantized_;
     w_.add_quantized(module(i, kUp), uq);
   }
-  (void)vq;
   if (gptq()) hs = hessian(mlp, n, I);
   const Vec d = quantize(module(i, kDown), wd, H, I, hp);
   if (calibrated()) {
