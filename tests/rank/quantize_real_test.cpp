@@ -11,6 +11,7 @@
 // Held-out text: /usr/share/common-licenses/Apache-2.0, its first 256 tokens (calibration: GPL-3, the default
 // of `tpserve quantize`). NLL = −mean log p(token_i | tokens_<i) over tokens 1..255 (one sequence).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -26,6 +27,23 @@
 
 namespace tp {
 namespace {
+
+// Scratch directory of this process (ctest runs each test in its own process, maybe in parallel), removed at
+// exit.
+struct Scratch {
+  Scratch() : dir(testing::TempDir() + "/tpserve_quantize_" + std::to_string(getpid())) {
+    std::filesystem::create_directories(dir);
+  }
+  ~Scratch() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  std::string dir;
+};
+const std::string& scratch() {
+  static const Scratch s;
+  return s.dir;
+}
 
 const std::string kModel = std::string(TPSERVE_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
@@ -88,7 +106,7 @@ class QuantizeReal : public testing::Test {
   }
 
   static Measured quantize_and_measure(const QuantizeOptions& o, const std::string& name) {
-    const std::string out = testing::TempDir() + "/smollm2_" + name;
+    const std::string out = scratch() + "/smollm2_" + name;
     quantize_model(*file_, out, o);
     return measure(*open_model(out), false);
   }

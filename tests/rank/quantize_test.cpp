@@ -4,8 +4,10 @@
 // and its logits stay near the unquantized model's (bounds per scheme below), and bad arguments are refused
 // with a clear message.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -21,6 +23,23 @@
 
 namespace tp {
 namespace {
+
+// Scratch directory of this process (ctest runs each test in its own process, maybe in parallel), removed at
+// exit.
+struct Scratch {
+  Scratch() : dir(testing::TempDir() + "/tpserve_quantize_" + std::to_string(getpid())) {
+    std::filesystem::create_directories(dir);
+  }
+  ~Scratch() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  std::string dir;
+};
+const std::string& scratch() {
+  static const Scratch s;
+  return s.dir;
+}
 
 using json = nlohmann::json;
 
@@ -39,7 +58,7 @@ const std::string& base_model() {
     s.vocab = 512;
     s.seed = 21;
     s.dtype = DType::F32;
-    const std::string d = testing::TempDir() + "/quantize_base";
+    const std::string d = scratch() + "/quantize_base";
     write_synthetic_model(d, s);
     return d;
   }();
@@ -132,7 +151,7 @@ TEST(Quantize, LayoutEqualsLlmCompressorAndLoads) {
     o.group_size = c.group;
     o.act_order = c.act_order;
     if (c.method != QuantMethod::Rtn) o.calib_tokens = calib_tokens(256), o.seq_len = 128;
-    const std::string out = testing::TempDir() + "/quantized_" + c.fixture;
+    const std::string out = scratch() + "/quantized_" + c.fixture;
     quantize_model(*open_model(base_model()), out, o);
     EXPECT_EQ(layout(out), layout(kFixtures + c.fixture));
     EXPECT_EQ(quant_config(out), quant_config(kFixtures + c.fixture));
@@ -148,7 +167,7 @@ TEST(Quantize, LayoutEqualsLlmCompressorAndLoads) {
 TEST(Quantize, W8A16EqualsTheMixedFixturesAttention) {
   QuantizeOptions o;
   o.scheme = QuantScheme::W8A16;
-  const std::string out = testing::TempDir() + "/quantized_w8a16";
+  const std::string out = scratch() + "/quantized_w8a16";
   quantize_model(*open_model(base_model()), out, o);
   const std::string fx = kFixtures + "mixed_w8a16_w4a16";
   auto attention = [](const std::map<std::string, TensorInfo>& all) {
@@ -185,7 +204,7 @@ TEST(Quantize, GptqBeatsRtnInDistribution) {
     o.method = method;
     o.act_order = act_order;
     if (method != QuantMethod::Rtn) o.calib_tokens = cal, o.seq_len = 128;
-    const std::string out = testing::TempDir() + "/quantized_" + name;
+    const std::string out = scratch() + "/quantized_" + name;
     quantize_model(*open_model(base_model()), out, o);
     err[name] = rel_l2(logits_of(out, held), base);
     std::printf("w4a16 g64 %-15s logits rel. L2 %.4f\n", name, err[name]);
@@ -203,7 +222,7 @@ TEST(Quantize, SmoothingFoldsKeepTheFunction) {
   SynthSpec sp;
   sp.n_layers = 2, sp.hidden = 128, sp.n_heads = 4, sp.n_kv_heads = 4, sp.intermediate = 256, sp.vocab = 300;
   sp.seed = 4, sp.dtype = DType::F32;
-  const std::string base = testing::TempDir() + "/quantize_mha";
+  const std::string base = scratch() + "/quantize_mha";
   write_synthetic_model(base, sp);
   std::vector<int32_t> prompt = calib_tokens(40);
   for (auto& t : prompt) t %= 290;
@@ -217,7 +236,7 @@ TEST(Quantize, SmoothingFoldsKeepTheFunction) {
     o.scheme = scheme;
     o.method = method;
     if (method != QuantMethod::Rtn) o.calib_tokens = cal, o.seq_len = 100;
-    const std::string out = testing::TempDir() + "/quantize_mha_" + name;
+    const std::string out = scratch() + "/quantize_mha_" + name;
     quantize_model(*open_model(base), out, o);
     const double d = rel_l2(logits_of(out, prompt), ref);
     std::printf("%s w8: logits rel. L2 %.4f\n", name, d);
@@ -228,7 +247,7 @@ TEST(Quantize, SmoothingFoldsKeepTheFunction) {
 TEST(Quantize, BadArgumentsRefused) {
   auto msg = [](const QuantizeOptions& o) -> std::string {
     try {
-      quantize_model(*open_model(base_model()), testing::TempDir() + "/quantized_bad", o);
+      quantize_model(*open_model(base_model()), scratch() + "/quantized_bad", o);
     } catch (const InputError& e) {
       return e.what();
     }
