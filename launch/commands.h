@@ -13,6 +13,7 @@ const CommandSpec& plan_spec();
 const CommandSpec& config_spec();
 const CommandSpec& serve_spec();
 const CommandSpec& eval_spec();
+const CommandSpec& quantize_spec();
 
 int run_generate(const CliArgs& args);
 int run_convert(const CliArgs& args);
@@ -21,5 +22,6 @@ int run_plan(const CliArgs& args);
 int run_config(const CliArgs& args);
 int run_serve(const CliArgs& args);
 int run_eval(const CliArgs& args);
+int run_quantize(const CliArgs& args);
 
 }  // namespace tp

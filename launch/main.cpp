@@ -21,6 +21,7 @@ const Command kCommands[] = {
     {tp::generate_spec, tp::run_generate}, {tp::serve_spec, tp::run_serve}, {tp::plan_spec, tp::run_plan},
     {tp::config_spec, tp::run_config},     {tp::convert_spec, tp::run_convert}, {tp::synth_spec, tp::run_synth},
     {tp::eval_spec, tp::run_eval},
+    {tp::quantize_spec, tp::run_quantize},
 };
 
 std::string usage() {

@@ -38,6 +38,7 @@ const std::map<std::string, std::vector<std::string>> kOptions = {
     {"plan", {"model", "gpu-mem", "gpus", "tp", "dp", "weights", "kv-dtype", "context", "mean-len", "reserve", "kv-mem",
               "block-size", "cards", "json"}},
     {"config", {"config"}},
+    {"quantize", {"in", "out", "scheme", "method", "group-size", "act-order", "calib", "calib-tokens", "ignore"}},
     {"serve", {"config", "model", "host", "port", "tp", "threads", "api-key", "dtype"}},
     {"eval", {"model", "text", "ref", "context", "max-chunks", "json", "tp", "threads", "dtype", "kv-cache-dtype"}},
 };

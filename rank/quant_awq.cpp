@@ -1,0 +1,98 @@
+#include "rank/quant_awq.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/error.h"
+
+namespace tp {
+
+namespace {
+
+float dot(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) acc[k] += a[i + k] * b[i + k];
+  float s = 0;
+  for (; i < n; ++i) s += a[i] * b[i];
+  for (float v : acc) s += v;
+  return s;
+}
+
+}  // namespace
+
+void apply_input_scales(float* w, int64_t n_out, int64_t n_in, const std::vector<float>& s) {
+  for (int64_t r = 0; r < n_out; ++r)
+    for (int64_t j = 0; j < n_in; ++j) w[r * n_in + j] *= s[size_t(j)];
+}
+
+void fold_into_previous(float* v, int64_t n, int64_t row_len, const std::vector<float>& s) {
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t k = 0; k < row_len; ++k) v[j * row_len + k] /= s[size_t(j)];
+}
+
+AwqResult awq_search(const QuantSpec& spec, const std::vector<LinearRef>& ws, const float* x, int64_t n_tok,
+                     int64_t n_in, int n_grid, int64_t max_rows) {
+  check_quant_spec(spec, n_in, "AWQ weight");
+  if (n_tok <= 0) throw InputError("AWQ needs calibration rows");
+  std::vector<double> xmean(static_cast<size_t>(n_in), 0.0);
+  for (int64_t t = 0; t < n_tok; ++t)
+    for (int64_t j = 0; j < n_in; ++j) xmean[size_t(j)] += std::fabs(x[t * n_in + j]);
+  for (double& v : xmean) v /= double(n_tok);
+  // Search rows: evenly spaced.
+  const int64_t m = std::min(n_tok, max_rows);
+  std::vector<float> xs(static_cast<size_t>(m * n_in));
+  for (int64_t i = 0; i < m; ++i) std::copy_n(x + (i * n_tok / m) * n_in, n_in, xs.begin() + i * n_in);
+  // Reference outputs.
+  std::vector<std::vector<float>> ref(ws.size());
+  double ref_norm = 0;
+  for (size_t li = 0; li < ws.size(); ++li) {
+    ref[li].resize(size_t(m * ws[li].n_out));
+    for (int64_t t = 0; t < m; ++t)
+      for (int64_t o = 0; o < ws[li].n_out; ++o) {
+        const float y = dot(xs.data() + t * n_in, ws[li].w + o * n_in, n_in);
+        ref[li][size_t(t * ws[li].n_out + o)] = y;
+        ref_norm += double(y) * y;
+      }
+  }
+  if (!(ref_norm > 0)) ref_norm = 1;
+  AwqResult best;
+  best.error = -1;
+  std::vector<float> s(static_cast<size_t>(n_in)), ws_buf;
+  for (int gi = 0; gi < n_grid; ++gi) {
+    const double alpha = double(gi) / n_grid;
+    double smax = 0, smin = INFINITY;
+    for (int64_t j = 0; j < n_in; ++j) {
+      s[size_t(j)] = float(std::pow(std::max(xmean[size_t(j)], 1e-8), alpha));
+      smax = std::max(smax, double(s[size_t(j)]));
+      smin = std::min(smin, double(s[size_t(j)]));
+    }
+    const float norm = float(std::sqrt(smax * smin));
+    for (float& v : s) v /= norm;
+    double err = 0;
+    for (size_t li = 0; li < ws.size(); ++li) {
+      const int64_t no = ws[li].n_out;
+      ws_buf.assign(ws[li].w, ws[li].w + no * n_in);
+      apply_input_scales(ws_buf.data(), no, n_in, s);
+      std::vector<float> wq = quantize_rtn(spec, ws_buf.data(), no, n_in).dequantize();
+      for (int64_t o = 0; o < no; ++o)
+        for (int64_t j = 0; j < n_in; ++j) wq[size_t(o * n_in + j)] /= s[size_t(j)];
+      for (int64_t t = 0; t < m; ++t)
+        for (int64_t o = 0; o < no; ++o) {
+          const double d = double(dot(xs.data() + t * n_in, wq.data() + o * n_in, n_in)) - ref[li][size_t(t * no + o)];
+          err += d * d;
+        }
+    }
+    err /= ref_norm;
+    if (gi == 0) best.error_rtn = err;
+    if (best.error < 0 || err < best.error) {
+      best.error = err;
+      best.alpha = alpha;
+      best.scales = s;
+    }
+  }
+  return best;
+}
+
+}  // namespace tp

@@ -1,0 +1,263 @@
+#include "rank/quant_gptq.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "common/error.h"
+#include "common/fp_formats.h"
+
+namespace tp {
+
+void GptqHessian::add(const float* x, int64_t n_tok) {
+  const int64_t n = n_in_;
+  std::vector<double> row(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n_tok; ++t) {
+    for (int64_t j = 0; j < n; ++j) row[size_t(j)] = x[t * n + j];
+    for (int64_t i = 0; i < n; ++i) {
+      const double xi = row[size_t(i)];
+      if (xi == 0) continue;
+      double* hr = h_.data() + i * n;
+      for (int64_t j = i; j < n; ++j) hr[j] += xi * row[size_t(j)];  // upper triangle; mirrored in hessian()
+    }
+  }
+  n_rows_ += n_tok;
+}
+
+std::vector<double> GptqHessian::hessian() const {
+  const int64_t n = n_in_;
+  std::vector<double> h(static_cast<size_t>(n * n));
+  const double f = n_rows_ > 0 ? 2.0 / double(n_rows_) : 0.0;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = i; j < n; ++j) h[size_t(i * n + j)] = h[size_t(j * n + i)] = f * h_[size_t(i * n + j)];
+  return h;
+}
+
+namespace {
+
+// Σ_k<n a_k b_k with four partial sums (instruction-level parallelism; the order is fixed).
+double dot4(const double* a, const double* b, int64_t n) {
+  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  int64_t k = 0;
+  for (; k + 4 <= n; k += 4) {
+    s0 += a[k] * b[k];
+    s1 += a[k + 1] * b[k + 1];
+    s2 += a[k + 2] * b[k + 2];
+    s3 += a[k + 3] * b[k + 3];
+  }
+  for (; k < n; ++k) s0 += a[k] * b[k];
+  return (s0 + s1) + (s2 + s3);
+}
+
+}  // namespace
+
+bool cholesky_lower(std::vector<double>& a, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    double* aj = a.data() + j * n;
+    double d = aj[j] - dot4(aj, aj, j);
+    if (!(d > 0)) return false;
+    d = std::sqrt(d);
+    aj[j] = d;
+    for (int64_t i = j + 1; i < n; ++i) {
+      double* ai = a.data() + i * n;
+      ai[j] = (ai[j] - dot4(ai, aj, j)) / d;
+    }
+    for (int64_t k = j + 1; k < n; ++k) aj[k] = 0;
+  }
+  return true;
+}
+
+namespace {
+
+// U with H⁻¹ = UᵀU, from H (damped, positive definite), with one Cholesky and one triangular inverse: with J
+// the index reversal, J·H·J = L Lᵀ gives H⁻¹ = (J L⁻¹ J)ᵀ (J L⁻¹ J), and J L⁻¹ J is upper triangular with a
+// positive diagonal, so it is U. Returns false when H is not positive definite.
+bool inverse_upper_cholesky(const std::vector<double>& h, int64_t n, std::vector<double>& u) {
+  std::vector<double> r(static_cast<size_t>(n * n));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j) r[size_t(i * n + j)] = h[size_t((n - 1 - i) * n + (n - 1 - j))];
+  if (!cholesky_lower(r, n)) return false;
+  // Linv = L⁻¹ (lower), row by row: Linv_ij = −(Σ_{j ≤ k < i} L_ik Linv_kj) / L_ii, Linv_ii = 1 / L_ii.
+  std::vector<double> li(static_cast<size_t>(n * n), 0.0);
+  std::vector<double> acc(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    std::fill(acc.begin(), acc.begin() + i, 0.0);
+    const double* ri = r.data() + i * n;
+    for (int64_t k = 0; k < i; ++k) {
+      const double a = ri[k];
+      if (a == 0) continue;
+      const double* lk = li.data() + k * n;
+      for (int64_t j = 0; j <= k; ++j) acc[size_t(j)] += a * lk[j];
+    }
+    double* row = li.data() + i * n;
+    for (int64_t j = 0; j < i; ++j) row[j] = -acc[size_t(j)] / ri[i];
+    row[i] = 1.0 / ri[i];
+  }
+  u.assign(size_t(n * n), 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j) u[size_t(i * n + j)] = li[size_t((n - 1 - i) * n + (n - 1 - j))];
+  return true;
+}
+
+}  // namespace
+
+QuantizedLinear quantize_gptq(const QuantSpec& s, const float* w_in, int64_t n_out, int64_t n_in,
+                              const std::vector<double>& h_in, const GptqOptions& o) {
+  check_quant_spec(s, n_in, "weight");
+  if (o.act_order && s.kind != QuantKind::Int) throw InputError("GPTQ act-order needs an integer scheme");
+  if (int64_t(h_in.size()) != n_in * n_in) throw Error("quantize_gptq: Hessian size does not match the weight");
+  const int64_t n = n_in;
+  // Column-major working copy: wc[j] = column j [n_out] (in visiting order).
+  std::vector<double> h = h_in;
+  std::vector<float> wc(static_cast<size_t>(n * n_out));
+  for (int64_t r = 0; r < n_out; ++r)
+    for (int64_t j = 0; j < n; ++j) wc[size_t(j * n_out + r)] = w_in[r * n + j];
+  for (int64_t j = 0; j < n; ++j)
+    if (h[size_t(j * n + j)] == 0) {
+      h[size_t(j * n + j)] = 1;
+      std::fill(wc.begin() + j * n_out, wc.begin() + (j + 1) * n_out, 0.0f);
+    }
+  std::vector<int64_t> perm(static_cast<size_t>(n));
+  std::iota(perm.begin(), perm.end(), 0);
+  if (o.act_order) {
+    std::stable_sort(perm.begin(), perm.end(),
+                     [&](int64_t a, int64_t b) { return h[size_t(a * n + a)] > h[size_t(b * n + b)]; });
+    std::vector<double> hp(static_cast<size_t>(n * n));
+    std::vector<float> wp(wc.size());
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < n; ++j) hp[size_t(i * n + j)] = h[size_t(perm[size_t(i)] * n + perm[size_t(j)])];
+      std::copy_n(wc.begin() + perm[size_t(i)] * n_out, n_out, wp.begin() + i * n_out);
+    }
+    h.swap(hp);
+    wc.swap(wp);
+  }
+  double mean_diag = 0;
+  for (int64_t j = 0; j < n; ++j) mean_diag += h[size_t(j * n + j)];
+  mean_diag /= double(n);
+  std::vector<double> u;
+  double damp = o.percdamp * mean_diag;
+  for (int attempt = 0;; ++attempt) {
+    std::vector<double> hd = h;
+    for (int64_t j = 0; j < n; ++j) hd[size_t(j * n + j)] += damp;
+    if (inverse_upper_cholesky(hd, n, u)) break;
+    if (attempt == 3) throw Error("GPTQ: the Hessian is not positive definite even with damping " + std::to_string(damp));
+    damp *= 10;
+  }
+
+  // Output, in visiting order first.
+  QuantizedLinear ql;
+  ql.spec = s;
+  ql.n_out = n_out;
+  ql.n_in = n_in;
+  const bool is_int = s.kind == QuantKind::Int;
+  const int64_t g = is_int ? s.group(n) : s.kind == QuantKind::Fp8 ? n : s.kind == QuantKind::Mxfp4 ? 32 : 16;
+  const int64_t ng = n / g;
+  std::vector<int8_t> qv(static_cast<size_t>(n * n_out));          // Int: q, column-major, visiting order
+  std::vector<uint8_t> codes(static_cast<size_t>(n * n_out));      // others
+  std::vector<float> scales(static_cast<size_t>(n_out * ng));
+  std::vector<int8_t> zeros(s.symmetric || !is_int ? 0 : size_t(n_out * ng));
+  std::vector<uint8_t> scale_bytes(is_int || s.kind == QuantKind::Fp8 ? 0 : size_t(n_out * ng));
+  if (s.kind == QuantKind::Nvfp4) {
+    float amax = 0;
+    for (float v : wc) amax = std::max(amax, std::fabs(v));
+    ql.global_scale = amax > 0 ? kFp8E4M3Max * kE2M1Max / amax : 1.0f;
+  }
+  std::vector<float> step(static_cast<size_t>(n_out));  // non-Int: w' = code value · step (per row, current group)
+  std::vector<IntParams> params(static_cast<size_t>(n_out));
+  std::vector<float> gbuf(static_cast<size_t>(g));
+  auto start_group = [&](int64_t c0, const std::vector<float>& cur) {  // cur: columns c0.. from here on
+    const int64_t gi = c0 / g;
+    for (int64_t r = 0; r < n_out; ++r) {
+      for (int64_t k = 0; k < g; ++k) gbuf[size_t(k)] = cur[size_t((c0 + k) * n_out + r)];
+      if (is_int) {
+        params[size_t(r)] = int_params(s, gbuf.data(), g);
+        scales[size_t(r * ng + gi)] = params[size_t(r)].scale;
+        if (!zeros.empty()) zeros[size_t(r * ng + gi)] = int8_t(params[size_t(r)].zero);
+        continue;
+      }
+      float amax = 0;
+      for (float v : gbuf) amax = std::max(amax, std::fabs(v));
+      if (s.kind == QuantKind::Fp8) {
+        step[size_t(r)] = amax > 0 ? amax / kFp8E4M3Max : 1.0f;
+        scales[size_t(r)] = step[size_t(r)];
+      } else if (s.kind == QuantKind::Nvfp4) {
+        const uint8_t s8 = f32_to_fp8_e4m3(amax / kE2M1Max * ql.global_scale);
+        scale_bytes[size_t(r * ng + gi)] = s8;
+        step[size_t(r)] = fp8_e4m3_to_f32(s8) / ql.global_scale;
+      } else {
+        const uint8_t e = amax > 0 ? uint8_t(std::clamp(int(std::floor(std::log2(amax))) - 2, -127, 127) + 127) : 0;
+        scale_bytes[size_t(r * ng + gi)] = e;
+        step[size_t(r)] = e8m0_to_f32(e);
+      }
+    }
+  };
+  // Quantizes value v of row r at visiting column c; returns the dequantized value.
+  auto quant = [&](int64_t r, int64_t c, float v) -> float {
+    if (is_int) {
+      const int q = int_quant(s, params[size_t(r)], v);
+      qv[size_t(c * n_out + r)] = int8_t(q);
+      return int_dequant(params[size_t(r)], q);
+    }
+    const float st = step[size_t(r)];
+    if (s.kind == QuantKind::Fp8) {
+      const uint8_t code = f32_to_fp8_e4m3(v / st);
+      codes[size_t(c * n_out + r)] = code;
+      return fp8_e4m3_to_f32(code) * st;
+    }
+    const uint8_t code = st > 0 ? f32_to_e2m1(v / st) : 0;
+    codes[size_t(c * n_out + r)] = code;
+    return e2m1_to_f32(code) * st;
+  };
+
+  std::vector<float> err(static_cast<size_t>(o.block * n_out));
+  for (int64_t i1 = 0; i1 < n; i1 += o.block) {
+    const int64_t i2 = std::min(i1 + o.block, n), count = i2 - i1;
+    for (int64_t i = i1; i < i2; ++i) {
+      if (i % g == 0) start_group(i, wc);
+      float* col = wc.data() + i * n_out;
+      const double d = u[size_t(i * n + i)];
+      float* e = err.data() + (i - i1) * n_out;
+      for (int64_t r = 0; r < n_out; ++r) {
+        const float q = quant(r, i, col[r]);
+        e[r] = float((col[r] - q) / d);
+        col[r] = q;
+      }
+      for (int64_t j = i + 1; j < i2; ++j) {
+        const float hij = float(u[size_t(i * n + j)]);
+        float* cj = wc.data() + j * n_out;
+        for (int64_t r = 0; r < n_out; ++r) cj[r] -= e[r] * hij;
+      }
+    }
+    for (int64_t j = i2; j < n; ++j) {
+      float* cj = wc.data() + j * n_out;
+      for (int64_t k = 0; k < count; ++k) {
+        const float hkj = float(u[size_t((i1 + k) * n + j)]);
+        if (hkj == 0) continue;
+        const float* e = err.data() + k * n_out;
+        for (int64_t r = 0; r < n_out; ++r) cj[r] -= e[r] * hkj;
+      }
+    }
+  }
+
+  // Back to row-major original column order.
+  if (is_int) {
+    ql.q.resize(size_t(n_out * n));
+    for (int64_t c = 0; c < n; ++c)
+      for (int64_t r = 0; r < n_out; ++r) ql.q[size_t(r * n + perm[size_t(c)])] = qv[size_t(c * n_out + r)];
+    if (o.act_order) {
+      ql.g_idx.resize(size_t(n));
+      for (int64_t c = 0; c < n; ++c) ql.g_idx[size_t(perm[size_t(c)])] = int32_t(c / g);
+    }
+  } else {
+    ql.codes.resize(size_t(n_out * n));
+    for (int64_t c = 0; c < n; ++c)
+      for (int64_t r = 0; r < n_out; ++r) ql.codes[size_t(r * n + c)] = codes[size_t(c * n_out + r)];
+  }
+  ql.scales = std::move(scales);
+  ql.zeros = std::move(zeros);
+  ql.scale_bytes = std::move(scale_bytes);
+  if (s.kind == QuantKind::Mxfp4 || s.kind == QuantKind::Nvfp4) ql.scales.clear();
+  return ql;
+}
+
+}  // namespace tp

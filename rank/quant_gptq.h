@@ -1,0 +1,54 @@
+// GPTQ (Frantar et al. 2022, as llm-compressor's gptq_quantize does it) of one linear layer's weight
+// W [n_out, n_in] from its inputs on calibration text.
+//
+//   H = (2 / N) · Σ_t x_t x_tᵀ over the N calibration rows x_t [n_in] (GptqHessian accumulates it).
+//   Dead columns (H_jj = 0: an input never active) get H_jj = 1 and W[:, j] = 0.
+//   act-order: columns visited in order of decreasing H_jj; groups are formed in that order and g_idx[j]
+//     (the group of original column j) is returned (compressed-tensors actorder "group").
+//   Damping: H += percdamp · mean(diag H) · I (raised ×10, at most 3 times, when H is not positive definite).
+//   U = the upper Cholesky factor of H⁻¹ (H⁻¹ = UᵀU).
+//   Columns i in blocks of `block` (128): q_i = Q(w_i) with the group's params fixed when its first column is
+//     reached (from the then error-corrected weights), err_i = (w_i − q_i) / U_ii, the rest of the block
+//     w_j −= err_i · U_ij at once, and the columns after the block updated lazily with the block's errors.
+// Kinds: Int (any group), Fp8 per channel (params from the whole row at column 0), Mxfp4 / Nvfp4 (block
+// params at each block's first column; Nvfp4's global scale from the whole weight). act-order needs Int.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "rank/quant_rtn.h"
+
+namespace tp {
+
+class GptqHessian {
+ public:
+  explicit GptqHessian(int64_t n_in) : n_in_(n_in), h_(size_t(n_in * n_in), 0.0) {}
+  // Adds rows x [n_tok, n_in].
+  void add(const float* x, int64_t n_tok);
+  int64_t n_in() const { return n_in_; }
+  int64_t n_rows() const { return n_rows_; }
+  // (2 / N) Σ x xᵀ, [n_in, n_in] row-major.
+  std::vector<double> hessian() const;
+
+ private:
+  int64_t n_in_;
+  int64_t n_rows_ = 0;
+  std::vector<double> h_;  // Σ x xᵀ
+};
+
+struct GptqOptions {
+  double percdamp = 0.01;
+  int64_t block = 128;
+  bool act_order = false;
+};
+
+// W [n_out, n_in] F32 row-major; h: GptqHessian::hessian() of its inputs. Throws InputError for a spec that
+// does not fit the weight or act-order with a non-Int kind; tp::Error when H stays not positive definite.
+QuantizedLinear quantize_gptq(const QuantSpec& spec, const float* w, int64_t n_out, int64_t n_in,
+                              const std::vector<double>& h, const GptqOptions& options = {});
+
+// Lower Cholesky factor L of the symmetric matrix a [n, n] (a = L Lᵀ) in place (upper part zeroed); false when
+// a is not positive definite.
+bool cholesky_lower(std::vector<double>& a, int64_t n);
+
+}  // namespace tp

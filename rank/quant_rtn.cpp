@@ -1,0 +1,199 @@
+#include "rank/quant_rtn.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/error.h"
+#include "common/fp_formats.h"
+
+namespace tp {
+
+namespace {
+
+int qmin(const QuantSpec& s) { return -(1 << (s.bits - 1)); }
+int qmax(const QuantSpec& s) { return (1 << (s.bits - 1)) - 1; }
+
+float absmax(const float* v, int64_t n) {
+  float m = 0;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(v[i]));
+  return m;
+}
+
+uint8_t mx_exponent_byte(float amax) {
+  if (amax <= 0) return 0;  // 2^-127: every code 0
+  const int e = std::clamp(int(std::floor(std::log2(amax))) - 2, -127, 127);
+  return uint8_t(e + 127);
+}
+
+}  // namespace
+
+void check_quant_spec(const QuantSpec& s, int64_t n_in, const std::string& what) {
+  auto divisors = [&](int64_t limit) {
+    std::string d;
+    for (int64_t g = 8; g <= std::min<int64_t>(limit, n_in); ++g)
+      if (n_in % g == 0) d += (d.empty() ? "" : ", ") + std::to_string(g);
+    return d.empty() ? std::string("none") : d;
+  };
+  switch (s.kind) {
+    case QuantKind::Int:
+      if (s.bits != 3 && s.bits != 4 && s.bits != 8)
+        throw InputError(what + ": " + std::to_string(s.bits) + "-bit integers are not supported (3, 4 or 8)");
+      if (s.group_size < 0 || (s.group_size > 0 && n_in % s.group_size != 0))
+        throw InputError(what + ": group size " + std::to_string(s.group_size) + " does not divide its " +
+                         std::to_string(n_in) + " input columns (group sizes that do, up to 256: " + divisors(256) +
+                         "; or 0: per channel)");
+      break;
+    case QuantKind::Fp8: break;
+    case QuantKind::Mxfp4:
+    case QuantKind::Nvfp4: {
+      const int64_t b = s.kind == QuantKind::Mxfp4 ? 32 : 16;
+      if (n_in % b != 0)
+        throw InputError(what + ": " + std::to_string(n_in) + " input columns are not a multiple of the " +
+                         (s.kind == QuantKind::Mxfp4 ? "MXFP4" : "NVFP4") + " block of " + std::to_string(b));
+      break;
+    }
+  }
+}
+
+IntParams int_params(const QuantSpec& s, const float* v, int64_t n) {
+  float lo = 0, hi = 0;  // min(min, 0), max(max, 0)
+  for (int64_t i = 0; i < n; ++i) {
+    lo = std::min(lo, v[i]);
+    hi = std::max(hi, v[i]);
+  }
+  IntParams p;
+  const float range = float(qmax(s) - qmin(s));
+  if (s.symmetric) {
+    p.scale = std::max(-lo, hi) / (range / 2);
+    if (!(p.scale > 0)) p.scale = 1.0f;
+    return p;
+  }
+  p.scale = (hi - lo) / range;
+  if (!(p.scale > 0)) p.scale = 1.0f;
+  p.zero = std::clamp(qmin(s) - int(std::nearbyint(lo / p.scale)), qmin(s), qmax(s));
+  return p;
+}
+
+int int_quant(const QuantSpec& s, const IntParams& p, float w) {
+  return std::clamp(int(std::nearbyint(w / p.scale)) + p.zero, qmin(s), qmax(s));
+}
+
+int64_t QuantizedLinear::n_groups() const { return spec.kind == QuantKind::Int ? n_in / spec.group(n_in) : 1; }
+
+std::vector<float> QuantizedLinear::dequantize() const {
+  std::vector<float> out(static_cast<size_t>(n_out * n_in));
+  for (int64_t r = 0; r < n_out; ++r) {
+    float* o = out.data() + r * n_in;
+    switch (spec.kind) {
+      case QuantKind::Int: {
+        const int64_t g = spec.group(n_in), ng = n_groups();
+        for (int64_t c = 0; c < n_in; ++c) {
+          const int64_t gi = g_idx.empty() ? c / g : g_idx[size_t(c)];
+          IntParams p{scales[size_t(r * ng + gi)], zeros.empty() ? 0 : zeros[size_t(r * ng + gi)]};
+          o[c] = int_dequant(p, q[size_t(r * n_in + c)]);
+        }
+        break;
+      }
+      case QuantKind::Fp8:
+        for (int64_t c = 0; c < n_in; ++c) o[c] = fp8_e4m3_to_f32(codes[size_t(r * n_in + c)]) * scales[size_t(r)];
+        break;
+      case QuantKind::Mxfp4:
+        for (int64_t c = 0; c < n_in; ++c)
+          o[c] = e2m1_to_f32(codes[size_t(r * n_in + c)]) * e8m0_to_f32(scale_bytes[size_t(r * (n_in / 32) + c / 32)]);
+        break;
+      case QuantKind::Nvfp4:
+        for (int64_t c = 0; c < n_in; ++c)
+          o[c] = e2m1_to_f32(codes[size_t(r * n_in + c)]) *
+                 fp8_e4m3_to_f32(scale_bytes[size_t(r * (n_in / 16) + c / 16)]) / global_scale;
+        break;
+    }
+  }
+  return out;
+}
+
+QuantizedLinear quantize_rtn(const QuantSpec& s, const float* w, int64_t n_out, int64_t n_in) {
+  check_quant_spec(s, n_in, "weight");
+  QuantizedLinear ql;
+  ql.spec = s;
+  ql.n_out = n_out;
+  ql.n_in = n_in;
+  switch (s.kind) {
+    case QuantKind::Int: {
+      const int64_t g = s.group(n_in), ng = n_in / g;
+      ql.q.resize(size_t(n_out * n_in));
+      ql.scales.resize(size_t(n_out * ng));
+      if (!s.symmetric) ql.zeros.resize(size_t(n_out * ng));
+      for (int64_t r = 0; r < n_out; ++r)
+        for (int64_t gi = 0; gi < ng; ++gi) {
+          const float* v = w + r * n_in + gi * g;
+          const IntParams p = int_params(s, v, g);
+          ql.scales[size_t(r * ng + gi)] = p.scale;
+          if (!s.symmetric) ql.zeros[size_t(r * ng + gi)] = int8_t(p.zero);
+          for (int64_t c = 0; c < g; ++c) ql.q[size_t(r * n_in + gi * g + c)] = int8_t(int_quant(s, p, v[c]));
+        }
+      break;
+    }
+    case QuantKind::Fp8: {
+      ql.codes.resize(size_t(n_out * n_in));
+      ql.scales.resize(size_t(n_out));
+      for (int64_t r = 0; r < n_out; ++r) {
+        float sc = absmax(w + r * n_in, n_in) / kFp8E4M3Max;
+        if (!(sc > 0)) sc = 1.0f;
+        ql.scales[size_t(r)] = sc;
+        for (int64_t c = 0; c < n_in; ++c) ql.codes[size_t(r * n_in + c)] = f32_to_fp8_e4m3(w[r * n_in + c] / sc);
+      }
+      break;
+    }
+    case QuantKind::Mxfp4:
+    case QuantKind::Nvfp4: {
+      const bool nv = s.kind == QuantKind::Nvfp4;
+      const int64_t b = nv ? 16 : 32, nb = n_in / b;
+      ql.codes.resize(size_t(n_out * n_in));
+      ql.scale_bytes.resize(size_t(n_out * nb));
+      if (nv) {
+        const float amax = absmax(w, n_out * n_in);
+        ql.global_scale = amax > 0 ? kFp8E4M3Max * kE2M1Max / amax : 1.0f;
+      }
+      for (int64_t r = 0; r < n_out; ++r)
+        for (int64_t bi = 0; bi < nb; ++bi) {
+          const float* v = w + r * n_in + bi * b;
+          const float amax = absmax(v, b);
+          float step;  // w = e2m1 · step
+          if (nv) {
+            const uint8_t s8 = f32_to_fp8_e4m3(amax / kE2M1Max * ql.global_scale);
+            ql.scale_bytes[size_t(r * nb + bi)] = s8;
+            step = fp8_e4m3_to_f32(s8) / ql.global_scale;
+          } else {
+            const uint8_t e = mx_exponent_byte(amax);
+            ql.scale_bytes[size_t(r * nb + bi)] = e;
+            step = e8m0_to_f32(e);
+          }
+          for (int64_t c = 0; c < b; ++c)
+            ql.codes[size_t(r * n_in + bi * b + c)] = step > 0 ? f32_to_e2m1(v[c] / step) : 0;
+        }
+      break;
+    }
+  }
+  return ql;
+}
+
+double relative_output_error(const float* x, int64_t n_tok, const float* w, const float* w_q, int64_t n_out,
+                             int64_t n_in) {
+  double num = 0, den = 0;
+  for (int64_t t = 0; t < n_tok; ++t)
+    for (int64_t o = 0; o < n_out; ++o) {
+      double a = 0, b = 0;
+      const float* xr = x + t * n_in;
+      const float* wr = w + o * n_in;
+      const float* qr = w_q + o * n_in;
+      for (int64_t c = 0; c < n_in; ++c) {
+        a += double(xr[c]) * wr[c];
+        b += double(xr[c]) * qr[c];
+      }
+      num += (b - a) * (b - a);
+      den += a * a;
+    }
+  return den > 0 ? num / den : num;
+}
+
+}  // namespace tp

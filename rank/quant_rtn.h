@@ -1,0 +1,74 @@
+// Round-to-nearest quantization of one linear layer's weight W [n_out, n_in] (y = x · Wᵀ), with the scales
+// and zero points computed as compressed-tensors' observers do (llm-compressor's "memoryless_minmax"), and the
+// per-group primitives that GPTQ and AWQ (rank/quant_gptq.h, rank/quant_awq.h) reuse.
+//
+// Kinds and their grids (q the stored integer / code, s the scale):
+//   Int, bits b in {3, 4, 8}, q in [qmin, qmax] = [-2^(b-1), 2^(b-1) - 1]:
+//     symmetric:  s = max(|min|, |max|) / ((qmax - qmin) / 2), q = clamp(round(w / s)), w' = q · s
+//     asymmetric: min' = min(min, 0), max' = max(max, 0), s = (max' - min') / (qmax - qmin),
+//                 z = clamp(qmin - round(min' / s)), q = clamp(round(w / s) + z), w' = (q - z) · s
+//     over each group of group_size columns of a row (group_size 0: the whole row = per channel).
+//   Fp8 (E4M3) per channel: s = max|w| / 448 of the row, code = e4m3(w / s), w' = e4m3 · s.
+//   Mxfp4: per 32 columns an E8M0 scale 2^e, e = floor(log2(max|w|)) - 2 (OCP MX: E2M1's emax is 2),
+//     code = e2m1(w / 2^e) saturating at ±6.
+//   Nvfp4: a tensor global scale G = 448 · 6 / max|W| and per 16 columns an E4M3 scale
+//     s8 = e4m3(max|w| / 6 · G); code = e2m1(w · G / s8), w' = e2m1 · s8 / G.
+// A zero scale (an all-zero group) is replaced by 1 so nothing divides by zero.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tp {
+
+enum class QuantKind : uint8_t { Int, Fp8, Mxfp4, Nvfp4 };
+
+struct QuantSpec {
+  QuantKind kind = QuantKind::Int;
+  int bits = 8;              // Int: 3, 4 or 8; Fp8 8; Mxfp4 / Nvfp4 4
+  bool symmetric = true;     // Int only
+  int64_t group_size = 0;    // Int: columns a scale (0: per channel); Mxfp4 32, Nvfp4 16; Fp8 0 (per channel)
+  int64_t group(int64_t n_in) const { return group_size > 0 ? group_size : n_in; }
+};
+
+// Throws InputError naming the problem when `spec` cannot quantize a weight of n_in columns: bits not
+// 3/4/8, a group size that does not divide n_in (with the ones that do, up to 256), FP4 blocks not dividing.
+void check_quant_spec(const QuantSpec& spec, int64_t n_in, const std::string& what);
+
+// Scale and zero point of one Int group.
+struct IntParams {
+  float scale = 1.0f;
+  int zero = 0;  // q units; 0 when symmetric
+};
+// The params of values v[0, n) (one group of one row).
+IntParams int_params(const QuantSpec& spec, const float* v, int64_t n);
+// q of one value, and its dequantized value.
+int int_quant(const QuantSpec& spec, const IntParams& p, float w);
+inline float int_dequant(const IntParams& p, int q) { return float(q - p.zero) * p.scale; }
+
+// A quantized weight, in the terms every output format needs (the compressed-tensors writer packs these).
+struct QuantizedLinear {
+  QuantSpec spec;
+  int64_t n_out = 0, n_in = 0;
+  std::vector<int8_t> q;             // Int: [n_out, n_in] values in [qmin, qmax]
+  std::vector<uint8_t> codes;        // Fp8: E4M3 bytes [n_out, n_in]; Mxfp4 / Nvfp4: E2M1 nibbles one a byte
+  std::vector<float> scales;         // Int: [n_out, n_groups]; Fp8: [n_out]
+  std::vector<int8_t> zeros;         // Int asymmetric: [n_out, n_groups]; else empty
+  std::vector<int32_t> g_idx;        // Int act-order (GPTQ): [n_in] group of each column; empty: c / group
+  std::vector<uint8_t> scale_bytes;  // Mxfp4: E8M0 [n_out, n_in / 32]; Nvfp4: E4M3 [n_out, n_in / 16]
+  float global_scale = 1.0f;         // Nvfp4: G (w' = e2m1 · s8 / G)
+
+  int64_t n_groups() const;          // Int: scale groups a row
+  // W' [n_out, n_in] F32: what the quantized weight computes with.
+  std::vector<float> dequantize() const;
+};
+
+// RTN of w [n_out, n_in] (F32, row-major).
+QuantizedLinear quantize_rtn(const QuantSpec& spec, const float* w, int64_t n_out, int64_t n_in);
+
+// ‖X·W'ᵀ - X·Wᵀ‖² / ‖X·Wᵀ‖² for X [n_tok, n_in]: the relative output error of a quantized layer (the tests'
+// and the searches' measure).
+double relative_output_error(const float* x, int64_t n_tok, const float* w, const float* w_q, int64_t n_out,
+                             int64_t n_in);
+
+}  // namespace tp

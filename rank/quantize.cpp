@@ -1,0 +1,383 @@
+#include "rank/quantize.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <regex>
+
+#include "common/error.h"
+#include "rank/convert.h"
+#include "rank/hf_dir.h"
+#include "rank/quant_awq.h"
+#include "rank/quant_gptq.h"
+#include "rank/quant_smooth.h"
+
+namespace tp {
+
+namespace {
+
+using Vec = std::vector<float>;
+
+float dot(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) acc[k] += a[i + k] * b[i + k];
+  float s = 0;
+  for (; i < n; ++i) s += a[i] * b[i];
+  for (float v : acc) s += v;
+  return s;
+}
+
+// y [n, n_out] = x [n, n_in] · wᵀ
+Vec matmul(const Vec& x, int64_t n, const Vec& w, int64_t n_out, int64_t n_in) {
+  Vec y(static_cast<size_t>(n * n_out));
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t o = 0; o < n_out; ++o) y[size_t(t * n_out + o)] = dot(x.data() + t * n_in, w.data() + o * n_in, n_in);
+  return y;
+}
+
+Vec rmsnorm(const Vec& x, int64_t n, int64_t d, const Vec& g, float eps) {
+  Vec y(x.size());
+  for (int64_t t = 0; t < n; ++t) {
+    double ss = 0;
+    for (int64_t j = 0; j < d; ++j) ss += double(x[size_t(t * d + j)]) * x[size_t(t * d + j)];
+    const float r = float(1.0 / std::sqrt(ss / double(d) + eps));
+    for (int64_t j = 0; j < d; ++j) y[size_t(t * d + j)] = x[size_t(t * d + j)] * r * g[size_t(j)];
+  }
+  return y;
+}
+
+bool ignored(const std::vector<std::string>& ignore, const std::string& module) {
+  for (const std::string& i : ignore) {
+    if (i == module) return true;
+    if (i.rfind("re:", 0) == 0 && std::regex_search(module, std::regex(i.substr(3)), std::regex_constants::match_continuous))
+      return true;
+  }
+  return false;
+}
+
+struct Linear {
+  const char* canonical;  // "attn_q"
+  const char* hf;         // "self_attn.q_proj"
+};
+constexpr Linear kQ{"attn_q", "self_attn.q_proj"}, kK{"attn_k", "self_attn.k_proj"}, kV{"attn_v", "self_attn.v_proj"},
+    kO{"attn_output", "self_attn.o_proj"}, kGate{"ffn_gate", "mlp.gate_proj"}, kUp{"ffn_up", "mlp.up_proj"},
+    kDown{"ffn_down", "mlp.down_proj"};
+
+class Quantizer {
+ public:
+  Quantizer(const ModelFile& m, const QuantizeOptions& o)
+      : m_(m), o_(o), c_(m.config()), spec_(scheme_weight_spec(o.scheme, o.group_size)),
+        w_(o.scheme, spec_, o.act_order, o.ignore, o.dtype) {}
+
+  void run(const std::string& out_dir);
+
+ private:
+  Vec load(const std::string& name, std::vector<int64_t> shape, int64_t qk_heads = 0) const {
+    const TensorView& t = m_.require(name, shape);
+    const int64_t row = shape.back(), rows = t.n_elems() / row;
+    const int64_t rb = dtype_row_bytes(t.dtype, row);
+    Vec out(static_cast<size_t>(rows * row));
+    const bool unpermute = qk_heads > 0 && c_.rope_style == RopeStyle::Interleaved;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t src = unpermute ? gguf_to_hf_row(r, rows / qk_heads) : r;
+      dequantize_row(t.dtype, t.data + src * rb, out.data() + r * row, row);
+    }
+    return out;
+  }
+  std::string module(int64_t layer, const Linear& l) const {
+    return "model.layers." + std::to_string(layer) + "." + l.hf;
+  }
+  // Quantizes w [n_out, n_in] of module `mod` (with Hessian h when GPTQ), writes it, returns W'.
+  // keep: the quantized weight is returned there and NOT written (the caller writes it after changing it).
+  Vec quantize(const std::string& mod, const Vec& w, int64_t n_out, int64_t n_in, const std::vector<double>* h,
+               QuantizedLinear* keep = nullptr) {
+    if (ignored(o_.ignore, mod)) {
+      w_.add_dense(mod + ".weight", {n_out, n_in}, w.data());
+      return w;
+    }
+    ++n_quantized_;
+    QuantizedLinear q;
+    if (h) {
+      GptqOptions go;
+      go.percdamp = o_.percdamp;
+      go.act_order = o_.act_order;
+      q = quantize_gptq(spec_, w.data(), n_out, n_in, *h, go);
+    } else {
+      q = quantize_rtn(spec_, w.data(), n_out, n_in);
+    }
+    Vec d = q.dequantize();
+    if (keep)
+      *keep = std::move(q);
+    else
+      w_.add_quantized(mod, q);
+    return d;
+  }
+  bool gptq() const { return o_.method == QuantMethod::Gptq || o_.method == QuantMethod::SmoothQuantGptq; }
+  bool calibrated() const { return o_.method != QuantMethod::Rtn; }
+
+  // Smoothing (AWQ / SmoothQuant) of the linears `ws` reading x [n, n_in]: scales their columns, divides the
+  // preceding norm `g` and x by s.
+  void smooth(std::vector<Vec*> ws, const std::vector<int64_t>& n_outs, Vec& x, int64_t n, int64_t n_in, Vec& g) {
+    std::vector<LinearRef> refs;
+    for (size_t i = 0; i < ws.size(); ++i) refs.push_back({ws[i]->data(), n_outs[i]});
+    std::vector<float> s;
+    if (o_.method == QuantMethod::Awq) {
+      s = awq_search(spec_, refs, x.data(), n, n_in).scales;
+    } else if (o_.method == QuantMethod::SmoothQuantGptq) {
+      ActAbsMax am(n_in);
+      am.add(x.data(), n);
+      s = smoothquant_scales(o_.sq_alpha, refs, am.values());
+    } else {
+      return;
+    }
+    for (size_t i = 0; i < ws.size(); ++i) apply_input_scales(ws[i]->data(), n_outs[i], n_in, s);
+    fold_into_previous(g.data(), n_in, 1, s);
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t j = 0; j < n_in; ++j) x[size_t(t * n_in + j)] /= s[size_t(j)];
+  }
+
+  std::vector<double> hessian(const Vec& x, int64_t n, int64_t n_in) const {
+    GptqHessian h(n_in);
+    h.add(x.data(), n);
+    return h.hessian();
+  }
+
+  // Causal attention of q [n, nh·hd], k/v [n, nkv·hd] (rope applied here) over sequences of seq_len.
+  Vec attention(Vec q, Vec k, const Vec& v, int64_t n) const {
+    const int64_t nh = c_.n_heads, nkv = c_.n_kv_heads, hd = c_.head_dim, half = hd / 2;
+    auto rope = [&](Vec& a, int64_t heads) {
+      for (int64_t t = 0; t < n; ++t) {
+        const int64_t pos = t % o_.seq_len;
+        for (int64_t h = 0; h < heads; ++h) {
+          float* p = a.data() + (t * heads + h) * hd;
+          for (int64_t i = 0; i < half; ++i) {
+            const double th = double(pos) * std::pow(double(c_.rope_theta), -2.0 * double(i) / double(hd));
+            const float cs = float(std::cos(th)), sn = float(std::sin(th));
+            const float a0 = p[i], a1 = p[i + half];
+            p[i] = a0 * cs - a1 * sn;
+            p[i + half] = a0 * sn + a1 * cs;
+          }
+        }
+      }
+    };
+    rope(q, nh);
+    rope(k, nkv);
+    Vec out(static_cast<size_t>(n * nh * hd), 0.0f);
+    const float scale = float(1.0 / std::sqrt(double(hd)));
+    Vec sc;
+    for (int64_t t = 0; t < n; ++t) {
+      const int64_t t0 = t - t % o_.seq_len;
+      sc.resize(size_t(t - t0 + 1));
+      for (int64_t h = 0; h < nh; ++h) {
+        const int64_t kh = h / (nh / nkv);
+        const float* qp = q.data() + (t * nh + h) * hd;
+        float mx = -INFINITY;
+        for (int64_t u = t0; u <= t; ++u) {
+          sc[size_t(u - t0)] = dot(qp, k.data() + (u * nkv + kh) * hd, hd) * scale;
+          mx = std::max(mx, sc[size_t(u - t0)]);
+        }
+        double sum = 0;
+        for (float& s : sc) sum += (s = std::exp(s - mx));
+        float* op = out.data() + (t * nh + h) * hd;
+        for (int64_t u = t0; u <= t; ++u) {
+          const float p = float(sc[size_t(u - t0)] / sum);
+          const float* vp = v.data() + (u * nkv + kh) * hd;
+          for (int64_t d = 0; d < hd; ++d) op[d] += p * vp[d];
+        }
+      }
+    }
+    return out;
+  }
+
+  void layer(int64_t i, Vec& x, int64_t n);
+
+  const ModelFile& m_;
+  const QuantizeOptions& o_;
+  const ModelConfig& c_;
+  QuantSpec spec_;
+  CtWriter w_;
+  int64_t n_quantized_ = 0;
+};
+
+void Quantizer::layer(int64_t i, Vec& x, int64_t n) {
+  const int64_t H = c_.hidden, I = c_.intermediate, nh = c_.n_heads, nkv = c_.n_kv_heads, hd = c_.head_dim;
+  const int64_t nq = nh * hd, nk = nkv * hd;
+  const std::string b = "blk." + std::to_string(i) + ".";
+  const std::string hfb = "model.layers." + std::to_string(i) + ".";
+  Vec attn_norm = load(b + "attn_norm.weight", {H}), ffn_norm = load(b + "ffn_norm.weight", {H});
+  Vec wq = load(b + "attn_q.weight", {nq, H}, nh), wk = load(b + "attn_k.weight", {nk, H}, nkv),
+      wv = load(b + "attn_v.weight", {nk, H});
+  Vec h;
+  if (calibrated()) {
+    h = rmsnorm(x, n, H, attn_norm, c_.rms_eps);
+    smooth({&wq, &wk, &wv}, {nq, nk, nk}, h, n, H, attn_norm);
+  }
+  std::vector<double> hs;
+  if (gptq()) hs = hessian(h, n, H);
+  const std::vector<double>* hp = gptq() ? &hs : nullptr;
+  const Vec q = quantize(module(i, kQ), wq, nq, H, hp), k = quantize(module(i, kK), wk, nk, H, hp);
+  QuantizedLinear vq;
+  Vec v = quantize(module(i, kV), wv, nk, H, hp, &vq);
+  wq.clear(), wk.clear();
+  Vec wo = load(b + "attn_output.weight", {H, nq});
+  Vec a;
+  if (calibrated()) {
+    a = attention(matmul(h, n, q, nq, H), matmul(h, n, k, nk, H), matmul(h, n, v, nk, H), n);
+    // AWQ of o folds into v's rows: only when they line up (n_heads = n_kv_heads) and v's row scales can take it.
+    if (o_.method == QuantMethod::Awq && nh == nkv && !vq.q.empty() && vq.g_idx.empty()) {
+      const std::vector<float> s = awq_search(spec_, {{wo.data(), H}}, a.data(), n, nq).scales;
+      apply_input_scales(wo.data(), H, nq, s);
+      const int64_t ng = vq.n_groups();
+      for (int64_t r = 0; r < nk; ++r)
+        for (int64_t g = 0; g < ng; ++g) vq.scales[size_t(r * ng + g)] /= s[size_t(r)];
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t j = 0; j < nq; ++j) a[size_t(t * nq + j)] /= s[size_t(j)];
+    }
+  }
+  if (!vq.q.empty() || !vq.codes.empty()) w_.add_quantized(module(i, kV), vq);
+  w_.add_dense(hfb + "input_layernorm.weight", {H}, attn_norm.data());
+  if (gptq()) hs = hessian(a, n, nq);
+  const Vec o = quantize(module(i, kO), wo, H, nq, hp);
+  wo.clear();
+  if (calibrated()) {
+    const Vec y = matmul(a, n, o, H, nq);
+    for (size_t j = 0; j < x.size(); ++j) x[j] += y[j];
+  }
+  Vec wg = load(b + "ffn_gate.weight", {I, H}), wu = load(b + "ffn_up.weight", {I, H});
+  if (calibrated()) {
+    h = rmsnorm(x, n, H, ffn_norm, c_.rms_eps);
+    smooth({&wg, &wu}, {I, I}, h, n, H, ffn_norm);
+  }
+  w_.add_dense(hfb + "post_attention_layernorm.weight", {H}, ffn_norm.data());
+  if (gptq()) hs = hessian(h, n, H);
+  const Vec g = quantize(module(i, kGate), wg, I, H, hp);
+  QuantizedLinear uq;
+  // up is written after down's AWQ scales are folded into its row scales.
+  const bool up_ignored = ignored(o_.ignore, module(i, kUp));
+  Vec u;
+  if (up_ignored) {
+    u = wu;
+  } else if (gptq()) {
+    GptqOptions go;
+    go.percdamp = o_.percdamp;
+    go.act_order = o_.act_order;
+    uq = quantize_gptq(spec_, wu.data(), I, H, hs, go);
+    u = uq.dequantize();
+  } else {
+    uq = quantize_rtn(spec_, wu.data(), I, H);
+    u = uq.dequantize();
+  }
+  Vec wd = load(b + "ffn_down.weight", {H, I});
+  Vec mlp;
+  if (calibrated()) {
+    const Vec gg = matmul(h, n, g, I, H), uu = matmul(h, n, u, I, H);
+    mlp.resize(gg.size());
+    for (size_t j = 0; j < gg.size(); ++j) mlp[j] = gg[j] / (1.0f + std::exp(-gg[j])) * uu[j];
+    const bool row_scaled = up_ignored || spec_.kind == QuantKind::Int || spec_.kind == QuantKind::Fp8;
+    if (o_.method == QuantMethod::Awq && row_scaled) {
+      const std::vector<float> s = awq_search(spec_, {{wd.data(), H}}, mlp.data(), n, I).scales;
+      apply_input_scales(wd.data(), H, I, s);
+      if (up_ignored) {
+        fold_into_previous(u.data(), I, H, s);
+      } else {
+        const int64_t ng = uq.n_groups();
+        for (int64_t r = 0; r < I; ++r)
+          for (int64_t gi = 0; gi < ng; ++gi) uq.scales[size_t(r * ng + gi)] /= s[size_t(r)];
+      }
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t j = 0; j < I; ++j) mlp[size_t(t * I + j)] /= s[size_t(j)];
+    }
+  }
+  if (up_ignored) {
+    w_.add_dense(module(i, kUp) + ".weight", {I, H}, u.data());
+  } else {
+    ++n_quantized_;
+    w_.add_quantized(module(i, kUp), uq);
+  }
+  if (gptq()) hs = hessian(mlp, n, I);
+  const Vec d = quantize(module(i, kDown), wd, H, I, hp);
+  if (calibrated()) {
+    const Vec y = matmul(mlp, n, d, H, I);
+    for (size_t j = 0; j < x.size(); ++j) x[j] += y[j];
+  }
+}
+
+void Quantizer::run(const std::string& out_dir) {
+  const int64_t H = c_.hidden, I = c_.intermediate, nq = c_.n_heads * c_.head_dim;
+  if (m_.quantization()) throw InputError(m_.path() + ": already quantized (compressed-tensors); quantize an unquantized model");
+  if (!ignored(o_.ignore, "lm_head"))
+    throw UsageError("lm_head must stay unquantized (keep it in --ignore)");
+  for (auto [n_in, what] : {std::pair<int64_t, const char*>{H, "q/k/v/gate/up_proj"}, {nq, "o_proj"}, {I, "down_proj"}})
+    check_quant_spec(spec_, n_in, std::string("") + what);
+  if (o_.act_order && !gptq()) throw UsageError("--act-order needs --method gptq or smoothquant+gptq");
+  if (o_.method == QuantMethod::SmoothQuantGptq && o_.scheme != QuantScheme::W8A8Int8 && o_.scheme != QuantScheme::Fp8Dynamic)
+    throw UsageError("smoothquant+gptq is for schemes that quantize activations (w8a8-int8, fp8-dynamic)");
+  const int64_t n = int64_t(o_.calib_tokens.size());
+  if (calibrated() && n == 0) throw UsageError("--method needs calibration tokens (--calib FILE)");
+  // Embedding rows of the calibration tokens.
+  Vec x;
+  const TensorView& emb = m_.require("token_embd.weight", {c_.vocab, H});
+  if (calibrated()) {
+    x.resize(size_t(n * H));
+    const int64_t rb = dtype_row_bytes(emb.dtype, H);
+    for (int64_t t = 0; t < n; ++t) {
+      const int32_t id = o_.calib_tokens[size_t(t)];
+      if (id < 0 || id >= c_.vocab) throw InputError("calibration token id " + std::to_string(id) + " out of the vocabulary");
+      dequantize_row(emb.dtype, emb.data + id * rb, x.data() + t * H, H);
+    }
+  }
+  {
+    Vec e = load("token_embd.weight", {c_.vocab, H});
+    w_.add_dense("model.embed_tokens.weight", {c_.vocab, H}, e.data());
+  }
+  for (int64_t i = 0; i < c_.n_layers; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    layer(i, x, n);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (o_.progress) {
+      const int64_t done = (i + 1) * 20 / c_.n_layers;
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "quantize [%s%s] layer %lld/%lld: %lld linears quantized, %.1f s",
+                    std::string(size_t(done), '#').c_str(), std::string(size_t(20 - done), '.').c_str(),
+                    (long long)(i + 1), (long long)c_.n_layers, (long long)n_quantized_, s);
+      o_.progress(buf);
+    }
+  }
+  {
+    Vec g = load("output_norm.weight", {H});
+    w_.add_dense("model.norm.weight", {H}, g.data());
+  }
+  ModelConfig cfg = c_;
+  cfg.rope_style = RopeStyle::Neox;
+  cfg.tied_embeddings = m_.find("output.weight") == nullptr;
+  if (!cfg.tied_embeddings) {
+    Vec l = load("output.weight", {c_.vocab, H});
+    w_.add_dense("lm_head.weight", {c_.vocab, H}, l.data());
+  }
+  TokenizerData tok;
+  try {
+    tok = m_.tokenizer();
+  } catch (const InputError&) {
+  }
+  w_.finish(out_dir, cfg, tok);
+}
+
+}  // namespace
+
+QuantMethod parse_quant_method(std::string_view name) {
+  if (name == "rtn") return QuantMethod::Rtn;
+  if (name == "gptq") return QuantMethod::Gptq;
+  if (name == "awq") return QuantMethod::Awq;
+  if (name == "smoothquant+gptq") return QuantMethod::SmoothQuantGptq;
+  throw UsageError("unknown quantization method '" + std::string(name) + "' (valid: rtn, gptq, awq, smoothquant+gptq)");
+}
+
+void quantize_model(const ModelFile& model, const std::string& out_dir, const QuantizeOptions& options) {
+  Quantizer q(model, options);
+  q.run(out_dir);
+}
+
+}  // namespace tp

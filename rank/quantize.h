@@ -1,0 +1,52 @@
+// `tpserve quantize`: an unquantized model (GGUF — its blocks dequantized — or an HF F32 / BF16 directory) ->
+// a compressed-tensors HF directory (rank/ct_writer.h), layer by layer:
+//   rtn                 each linear rounded to the nearest grid point (no calibration).
+//   gptq                each linear by GPTQ (rank/quant_gptq.h) from its inputs on the calibration tokens.
+//   awq                 per-channel scales searched (rank/quant_awq.h) for q|k|v (folded into the attention norm),
+//                       gate|up (into the FFN norm), down (into up_proj's row scales) and o (into v_proj's rows
+//                       when n_heads = n_kv_heads), then RTN.
+//   smoothquant+gptq    SmoothQuant scales (rank/quant_smooth.h, alpha) for q|k|v and gate|up folded into the norms,
+//                       then GPTQ.
+// Calibration: the tokens are cut into sequences of `seq_len`; the embeddings run through the decoder layers
+// in F32 (RMSNorm, Q/K/V, rope, causal attention, O, SiLU·up, down — our own reference forward, on one rank),
+// each linear's input captured where the layer reads it, and the next layer fed from the layer computed with
+// the already-quantized weights (activation quantization of W8A8 / FP8-dynamic is not applied in this pass).
+// Peak memory: one layer's F32 weights, the activations [n_tokens, max(hidden, intermediate)] a few times, one
+// Hessian, and the output in its compressed form.
+// Q/K of a GGUF input are un-permuted into the HF (rotate-half) layout before quantization.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/dtype.h"
+#include "rank/ct_writer.h"
+#include "rank/model_file.h"
+
+namespace tp {
+
+enum class QuantMethod : uint8_t { Rtn, Gptq, Awq, SmoothQuantGptq };
+// "rtn", "gptq", "awq", "smoothquant+gptq"; UsageError otherwise.
+QuantMethod parse_quant_method(std::string_view name);
+
+struct QuantizeOptions {
+  QuantScheme scheme = QuantScheme::W8A16;
+  QuantMethod method = QuantMethod::Rtn;
+  int64_t group_size = -1;                     // -1: the scheme's default (rank/ct_writer.h)
+  bool act_order = false;                      // GPTQ only
+  std::vector<int32_t> calib_tokens;           // needed by every method but rtn
+  int64_t seq_len = 512;                       // calibration sequence length
+  std::vector<std::string> ignore = {"lm_head"};  // HF module names (exact, or "re:" + regex from the start)
+  DType dtype = DType::BF16;                   // dense tensors and scales in the output
+  double percdamp = 0.01;
+  float sq_alpha = 0.5f;
+  std::function<void(const std::string&)> progress;  // one line per layer
+};
+
+// Throws UsageError / InputError with one line naming the problem (a group size that does not divide a
+// linear's input, calibration missing or too short, lm_head not ignored, an already quantized input).
+void quantize_model(const ModelFile& model, const std::string& out_dir, const QuantizeOptions& options);
+
+}  // namespace tp

@@ -1,0 +1,279 @@
+// `tpserve quantize`'s library (rank/quantize.h, rank/ct_writer.h) on a synthetic model of the fixtures'
+// shape: the output's layout (tensor names, dtypes, shapes, the whole quantization_config) equals what
+// llm-compressor wrote for the same scheme (tests/peers/fixtures/compressed_tensors), our loader loads it
+// and its logits stay near the unquantized model's (bounds per scheme below), and bad arguments are refused
+// with a clear message.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "rank/ct_writer.h"
+#include "rank/llama_model.h"
+#include "rank/model_file.h"
+#include "rank/quantize.h"
+#include "rank/safetensors_file.h"
+#include "rank/sequence_runner.h"
+#include "rank/synth.h"
+
+namespace tp {
+namespace {
+
+// Scratch directory of this process (ctest runs each test in its own process, maybe in parallel), removed at
+// exit.
+struct Scratch {
+  Scratch() : dir(testing::TempDir() + "/tpserve_quantize_" + std::to_string(getpid())) {
+    std::filesystem::create_directories(dir);
+  }
+  ~Scratch() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  std::string dir;
+};
+const std::string& scratch() {
+  static const Scratch s;
+  return s.dir;
+}
+
+using json = nlohmann::json;
+
+const std::string kFixtures = std::string(TPSERVE_SOURCE_DIR) + "/tests/peers/fixtures/compressed_tensors/";
+
+// The fixtures' model shape (tests/peers/make_ct_fixtures.py): 2 layers, hidden 256, 8 heads, 4 KV heads,
+// intermediate 512, vocab 512, lm_head untied.
+const std::string& base_model() {
+  static const std::string dir = [] {
+    SynthSpec s;
+    s.n_layers = 2;
+    s.hidden = 256;
+    s.n_heads = 8;
+    s.n_kv_heads = 4;
+    s.intermediate = 512;
+    s.vocab = 512;
+    s.seed = 21;
+    s.dtype = DType::F32;
+    const std::string d = scratch() + "/quantize_base";
+    write_synthetic_model(d, s);
+    return d;
+  }();
+  return dir;
+}
+
+std::vector<int32_t> calib_tokens(int64_t n) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  uint64_t x = 12345;
+  for (auto& v : t) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    v = int32_t((x >> 33) % 500);
+  }
+  return t;
+}
+
+struct TensorInfo {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  bool operator==(const TensorInfo&) const = default;
+};
+
+std::map<std::string, TensorInfo> layout(const std::string& dir) {
+  std::ifstream in(dir + "/model.safetensors", std::ios::binary);
+  uint64_t n = 0;
+  in.read(reinterpret_cast<char*>(&n), 8);
+  std::string h(n, '\0');
+  in.read(h.data(), std::streamsize(n));
+  std::map<std::string, TensorInfo> out;
+  const json j = json::parse(h);
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (it.key() != "__metadata__")
+      out[it.key()] = {(*it)["dtype"].get<std::string>(), (*it)["shape"].get<std::vector<int64_t>>()};
+  return out;
+}
+
+json quant_config(const std::string& dir) {
+  std::ifstream in(dir + "/config.json");
+  return json::parse(in)["quantization_config"];
+}
+
+struct Case {
+  const char* fixture;
+  QuantScheme scheme;
+  QuantMethod method;
+  int64_t group;
+  bool act_order;
+  double logit_bound;  // relative L2 distance of the logits from the unquantized model's
+};
+
+// Bounds on the relative L2 distance of the logits of an 8-token prompt unlike the calibration tokens, on these
+// random (Gaussian) weights; measured on the dev machine: w4a16 g128 sym 0.214, asym 0.209, g64 GPTQ act-order
+// 0.263 (calibrated on other tokens: see GptqBeatsRtnInDistribution), w8a8 0.022, fp8 dynamic 0.075 (its
+// activations quantized per token), fp8 weight 0.058, nvfp4 0.192, mxfp4 0.228.
+const Case kCases[] = {
+    {"w4a16_g128_sym", QuantScheme::W4A16, QuantMethod::Rtn, 128, false, 0.25},
+    {"w4a16_g128_asym", QuantScheme::W4A16Asym, QuantMethod::Rtn, 128, false, 0.25},
+    {"w4a16_g64_gidx", QuantScheme::W4A16, QuantMethod::Gptq, 64, true, 0.3},
+    {"w8a8_int8_dynamic", QuantScheme::W8A8Int8, QuantMethod::Rtn, -1, false, 0.03},
+    {"fp8_dynamic", QuantScheme::Fp8Dynamic, QuantMethod::Rtn, -1, false, 0.08},
+    {"fp8_weight_only", QuantScheme::Fp8Weight, QuantMethod::Rtn, -1, false, 0.08},
+    {"nvfp4a16", QuantScheme::Nvfp4, QuantMethod::Rtn, -1, false, 0.3},
+    {"mxfp4a16", QuantScheme::Mxfp4, QuantMethod::Rtn, -1, false, 0.35},
+};
+
+std::vector<float> logits_of(const std::string& dir, const std::vector<int32_t>& prompt) {
+  auto f = open_model(dir);
+  LlamaModel m(*f, DType::F32);
+  LocalRunner run(m, 64);
+  return run.seq.feed(prompt);
+}
+
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += double(a[i] - b[i]) * (a[i] - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / den);
+}
+
+TEST(Quantize, LayoutEqualsLlmCompressorAndLoads) {
+  const std::vector<int32_t> prompt = {5, 17, 300, 42, 7, 99, 256, 3};
+  const std::vector<float> base = logits_of(base_model(), prompt);
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.fixture);
+    QuantizeOptions o;
+    o.scheme = c.scheme;
+    o.method = c.method;
+    o.group_size = c.group;
+    o.act_order = c.act_order;
+    if (c.method != QuantMethod::Rtn) o.calib_tokens = calib_tokens(256), o.seq_len = 128;
+    const std::string out = scratch() + "/quantized_" + c.fixture;
+    quantize_model(*open_model(base_model()), out, o);
+    EXPECT_EQ(layout(out), layout(kFixtures + c.fixture));
+    EXPECT_EQ(quant_config(out), quant_config(kFixtures + c.fixture));
+    const std::vector<float> q = logits_of(out, prompt);
+    const double d = rel_l2(q, base);
+    std::printf("%-20s logits rel. L2 vs base %.4f\n", c.fixture, d);
+    EXPECT_LT(d, c.logit_bound);
+  }
+}
+
+// w8a16 has no fixture of its own: llm-compressor's mixed_w8a16_w4a16 quantizes the attention projections
+// with it (config group_0), so those tensors and that group's scheme must match ours.
+TEST(Quantize, W8A16EqualsTheMixedFixturesAttention) {
+  QuantizeOptions o;
+  o.scheme = QuantScheme::W8A16;
+  const std::string out = scratch() + "/quantized_w8a16";
+  quantize_model(*open_model(base_model()), out, o);
+  const std::string fx = kFixtures + "mixed_w8a16_w4a16";
+  auto attention = [](const std::map<std::string, TensorInfo>& all) {
+    std::map<std::string, TensorInfo> a;
+    for (const auto& [k, v] : all)
+      if (k.find("self_attn") != std::string::npos) a[k] = v;
+    return a;
+  };
+  const auto ours = attention(layout(out));
+  EXPECT_EQ(ours.size(), 2u * 4u * 3u);  // 2 layers × q/k/v/o × weight_packed/scale/shape
+  EXPECT_EQ(ours, attention(layout(fx)));
+  const json a = quant_config(out)["config_groups"]["group_0"], b = quant_config(fx)["config_groups"]["group_0"];
+  EXPECT_EQ(a["weights"], b["weights"]);
+  EXPECT_EQ(a["format"], b["format"]);
+  EXPECT_EQ(a["input_activations"], b["input_activations"]);
+}
+
+// Calibrated methods, 2048 calibration tokens, on 48 held-out tokens of the same distribution (the same
+// token generator). Random-token inputs to a random model are nearly full rank, so GPTQ wins less here than on
+// real activations (tests/rank/quant_test.cpp has the outlier-channel layer, quantize_real_test the real
+// model): GPTQ's logit error must be under 0.95 of RTN's (measured: RTN 0.211, GPTQ 0.189 = 0.89×, act-order
+// 0.198 = 0.94×). AWQ: measured 0.221 = 1.05× RTN — its scales never increase each layer's error on its search
+// rows (quant_test), but that is not the logits' error on other tokens; bound 1.1×.
+TEST(Quantize, GptqBeatsRtnInDistribution) {
+  const std::vector<int32_t> all = calib_tokens(2096);
+  const std::vector<int32_t> cal(all.begin(), all.begin() + 2048), held(all.begin() + 2048, all.end());
+  const std::vector<float> base = logits_of(base_model(), held);
+  std::map<std::string, double> err;
+  for (auto [name, method, act_order] : {std::tuple{"rtn", QuantMethod::Rtn, false}, {"gptq", QuantMethod::Gptq, false},
+                                         {"gptq-act-order", QuantMethod::Gptq, true}, {"awq", QuantMethod::Awq, false}}) {
+    QuantizeOptions o;
+    o.scheme = QuantScheme::W4A16;
+    o.group_size = 64;
+    o.method = method;
+    o.act_order = act_order;
+    if (method != QuantMethod::Rtn) o.calib_tokens = cal, o.seq_len = 128;
+    const std::string out = scratch() + "/quantized_" + name;
+    quantize_model(*open_model(base_model()), out, o);
+    err[name] = rel_l2(logits_of(out, held), base);
+    std::printf("w4a16 g64 %-15s logits rel. L2 %.4f\n", name, err[name]);
+  }
+  EXPECT_LT(err["gptq"], 0.95 * err["rtn"]);
+  EXPECT_LT(err["gptq-act-order"], 0.97 * err["rtn"]);
+  EXPECT_LE(err["awq"], 1.1 * err["rtn"]);
+}
+
+// The smoothing folds (AWQ: into both norms, into up_proj's row scales for down, into v_proj's row scales for o
+// when n_heads = n_kv_heads; SmoothQuant: into both norms) keep the model's function: at 8 bits, where the
+// grid itself costs ~2%, the smoothed models' logits stay as near the base as RTN's (bound 0.05; a fold
+// written wrongly moves them by O(1)). Measured: RTN 0.0096, AWQ 0.0119, SmoothQuant+GPTQ (w8a8) 0.0141.
+TEST(Quantize, SmoothingFoldsKeepTheFunction) {
+  SynthSpec sp;
+  sp.n_layers = 2, sp.hidden = 128, sp.n_heads = 4, sp.n_kv_heads = 4, sp.intermediate = 256, sp.vocab = 300;
+  sp.seed = 4, sp.dtype = DType::F32;
+  const std::string base = scratch() + "/quantize_mha";
+  write_synthetic_model(base, sp);
+  std::vector<int32_t> prompt = calib_tokens(40);
+  for (auto& t : prompt) t %= 290;
+  std::vector<int32_t> cal = calib_tokens(300);
+  for (auto& t : cal) t = (t * 7 + 3) % 290;
+  const std::vector<float> ref = logits_of(base, prompt);
+  for (auto [name, scheme, method] : {std::tuple{"rtn", QuantScheme::W8A16, QuantMethod::Rtn},
+                                      {"awq", QuantScheme::W8A16, QuantMethod::Awq},
+                                      {"sq", QuantScheme::W8A8Int8, QuantMethod::SmoothQuantGptq}}) {
+    QuantizeOptions o;
+    o.scheme = scheme;
+    o.method = method;
+    if (method != QuantMethod::Rtn) o.calib_tokens = cal, o.seq_len = 100;
+    const std::string out = scratch() + "/quantize_mha_" + name;
+    quantize_model(*open_model(base), out, o);
+    const double d = rel_l2(logits_of(out, prompt), ref);
+    std::printf("%s w8: logits rel. L2 %.4f\n", name, d);
+    EXPECT_LT(d, 0.05) << name;
+  }
+}
+
+TEST(Quantize, BadArgumentsRefused) {
+  auto msg = [](const QuantizeOptions& o) -> std::string {
+    try {
+      quantize_model(*open_model(base_model()), scratch() + "/quantized_bad", o);
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  QuantizeOptions o;
+  o.scheme = QuantScheme::W4A16;
+  o.group_size = 96;  // does not divide 256
+  EXPECT_NE(msg(o).find("group size 96 does not divide its 256 input columns"), std::string::npos) << msg(o);
+  o.group_size = 64;
+  o.method = QuantMethod::Gptq;  // no calibration
+  EXPECT_NE(msg(o).find("calibration"), std::string::npos) << msg(o);
+  o.method = QuantMethod::Rtn;
+  o.ignore = {};
+  EXPECT_NE(msg(o).find("lm_head"), std::string::npos) << msg(o);
+  try {
+    parse_quant_scheme("w5a16");
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown quantization scheme 'w5a16' (valid: w8a16"), std::string::npos);
+  }
+  EXPECT_THROW(parse_quant_method("hqq"), UsageError);
+  QuantizeOptions w3;
+  w3.scheme = QuantScheme::W3A16;
+  EXPECT_NE(msg(w3).find("w3a16"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tp
