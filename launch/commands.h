@@ -12,6 +12,7 @@ const CommandSpec& synth_spec();
 const CommandSpec& plan_spec();
 const CommandSpec& config_spec();
 const CommandSpec& serve_spec();
+const CommandSpec& simulate_spec();
 
 int run_generate(const CliArgs& args);
 int run_convert(const CliArgs& args);
@@ -19,5 +20,6 @@ int run_synth(const CliArgs& args);
 int run_plan(const CliArgs& args);
 int run_config(const CliArgs& args);
 int run_serve(const CliArgs& args);
+int run_simulate(const CliArgs& args);
 
 }  // namespace tp

@@ -20,6 +20,7 @@ struct Command {
 const Command kCommands[] = {
     {tp::generate_spec, tp::run_generate}, {tp::serve_spec, tp::run_serve}, {tp::plan_spec, tp::run_plan},
     {tp::config_spec, tp::run_config},     {tp::convert_spec, tp::run_convert}, {tp::synth_spec, tp::run_synth},
+    {tp::simulate_spec, tp::run_simulate},
 };
 
 std::string usage() {
