@@ -2,14 +2,15 @@
 # Simulator validation on this CPU: serve SmolLM2-135M (Q4_1, quantized kept, 1 rank, 1 thread = one "device" of
 # configs/hardware/cpu-epyc-2core.yaml) with `tpserve serve`, drive it with bench/load_gen.py at a few
 # concurrencies (closed loop), run `tpserve simulate` with this CPU's card on the same workload shape (closed loop
-# at C, prompts uniform in [50, 400] tokens ~ load_gen's 40-320 words, outputs uniform in [32, 128], the same
+# at C, prompts uniform in [42, 336] tokens ~ load_gen's 40-320 words at the
+# ~1.05 tokens/word SmolLM2's tokenizer gave in the first run, outputs uniform in [32, 128], the same
 # scheduler limits and KV pool), and write bench/results/sim-validate-*.md with measured vs predicted output
 # tok/s and TTFT p50 and |error| = |predicted - measured| / measured.
-#   bench/run_sim_validate.sh [C...]      (default: 1 4 8)
+#   bench/run_sim_validate.sh [C...]      (default: 1 2 4 8)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-if (($#)); then CS=("$@"); else CS=(1 4 8); fi
+if (($#)); then CS=("$@"); else CS=(1 2 4 8); fi
 TPSERVE=${TPSERVE:-build/launch/tpserve}
 MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf
 CARD=cpu-epyc-2core
@@ -63,7 +64,7 @@ for c in "${CS[@]}"; do
 seed: $SEED
 requests: $n
 arrival: {concurrency: $c}
-prompt_len: {dist: uniform, min: 50, max: 400}
+prompt_len: {dist: uniform, min: 42, max: 336}
 output_len: {dist: uniform, min: 32, max: 128}
 EOF
   "$TPSERVE" simulate --model SmolLM2-135M --gpu "$CARD" --tp 1 --weights int4 --kv-dtype bf16 --kv-mem 256MiB \
@@ -97,7 +98,7 @@ with open(out, "w") as f:
   KV pool 256 MiB, max_num_seqs 64, max_num_batched_tokens 2048), client bench/load_gen.py closed loop on the same cores
 - simulator: `tpserve simulate --model SmolLM2-135M --gpu cpu-epyc-2core --tp 1 --weights int4 --kv-dtype bf16
   --kv-mem 256MiB --context 2048 --max-num-seqs 64 --max-num-batched-tokens 2048 --workload W.yaml --json`,
-  W = closed loop at C with the same request count, prompts uniform [50, 400] tokens, outputs uniform [32, 128]
+  W = closed loop at C with the same request count, prompts uniform [42, 336] tokens, outputs uniform [32, 128]
   (load_gen's distributions; the token counts are not the exact same requests — see the prompt mean column)
 - command: `bench/run_sim_validate.sh {' '.join(cs)}`
 - |error| = |predicted - measured| / measured
