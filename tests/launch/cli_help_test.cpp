@@ -39,6 +39,7 @@ const std::map<std::string, std::vector<std::string>> kOptions = {
               "block-size", "cards", "json"}},
     {"config", {"config"}},
     {"serve", {"config", "model", "host", "port", "tp", "threads", "api-key", "dtype"}},
+    {"simulate", {"model", "gpu", "workload", "tp", "dp", "nodes", "weights", "kv-dtype", "kv-mem", "json"}},
 };
 
 struct HelpLine {
