@@ -181,6 +181,7 @@ const std::vector<Setting>& settings() {
       integer("parallel", "tp", &C::parallel, &ParallelSection::tp, 1, 4096),
       integer("parallel", "dp", &C::parallel, &ParallelSection::dp, 1, 4096),
       integer("parallel", "threads", &C::parallel, &ParallelSection::threads, 0, 1024),
+      text("parallel", "rank_memory", &C::parallel, &ParallelSection::rank_memory),
       row<CacheSection, int64_t>("cache", "block_size", &C::cache, &CacheSection::block_size,
                                  [](const Reader& r, const YAML::Node& n, const std::string& k) {
                                    const int64_t v = r.integer(n, k, 1, 1024);

@@ -23,6 +23,9 @@ struct ParallelSection {
   int64_t tp = 1;                 // tensor-parallel degree, >= 1
   int64_t dp = 1;                 // data-parallel replicas, >= 1
   int64_t threads = 0;            // compute threads per rank; 0: cores / ranks
+  // Memory one rank may hold for weights + KV pool, a byte size ("512MiB", "2GB"; kvstore/capacity's
+  // parse_byte_size, checked at start-up); empty: no limit. On GPU the device's memory plays this part.
+  std::string rank_memory;
 };
 
 struct CacheSection {

@@ -14,6 +14,7 @@ const CommandSpec& config_spec();
 const CommandSpec& serve_spec();
 const CommandSpec& eval_spec();
 const CommandSpec& quantize_spec();
+const CommandSpec& simulate_spec();
 
 int run_generate(const CliArgs& args);
 int run_convert(const CliArgs& args);
@@ -23,5 +24,6 @@ int run_config(const CliArgs& args);
 int run_serve(const CliArgs& args);
 int run_eval(const CliArgs& args);
 int run_quantize(const CliArgs& args);
+int run_simulate(const CliArgs& args);
 
 }  // namespace tp

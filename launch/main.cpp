@@ -22,6 +22,7 @@ const Command kCommands[] = {
     {tp::config_spec, tp::run_config},     {tp::convert_spec, tp::run_convert}, {tp::synth_spec, tp::run_synth},
     {tp::eval_spec, tp::run_eval},
     {tp::quantize_spec, tp::run_quantize},
+    {tp::simulate_spec, tp::run_simulate},
 };
 
 std::string usage() {

@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "kernels/cpu/linear.h"
+#include "kvstore/capacity.h"
 #include "kvstore/gpu_memory_plan.h"
 #include "launch/host_memory.h"
 #include "rank/backend_kv_memory.h"
@@ -33,6 +34,28 @@ int env_int(const char* name, int fallback) {
 bool launched_by_mpi() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") || std::getenv("PMI_RANK");
 }
+
+namespace {
+
+// parallel.rank_memory: this rank's weights + KV pool must fit in it. The message gives the planner's numbers.
+void check_rank_memory(const Config& cfg, int64_t weight_bytes, int64_t n_blocks, int64_t block_bytes) {
+  int64_t limit = 0;
+  try {
+    limit = parse_byte_size(cfg.parallel.rank_memory, "parallel.rank_memory");
+  } catch (const InputError& e) {
+    throw ConfigError(cfg.source, "parallel.rank_memory", e.what());
+  }
+  const int64_t kv = n_blocks * block_bytes, need = weight_bytes + kv;
+  if (need <= limit) return;
+  throw ConfigError(cfg.source, "parallel.rank_memory",
+                    format_binary_bytes(limit) + " per rank does not hold this rank's weights " +
+                        format_binary_bytes(weight_bytes) + " + KV pool " + format_binary_bytes(kv) + " (" +
+                        std::to_string(n_blocks) + " blocks of " + std::to_string(block_bytes) + " B) = " +
+                        format_binary_bytes(need) + ": " + format_binary_bytes(need - limit) +
+                        " missing; raise --tp (weights / tp per rank) or lower cache.memory_mb");
+}
+
+}  // namespace
 
 ModelGroup::ModelGroup(int* argc, char*** argv, const Config& cfg, int threads_arg,
                        std::function<void(const std::string&)> progress_line) {
@@ -127,6 +150,7 @@ ModelGroup::ModelGroup(int* argc, char*** argv, const Config& cfg, int threads_a
   if (n_blocks < 1)
     throw InputError(cfg.source + ": cache.memory_mb: " + std::to_string(cfg.cache.memory_mb) +
                      " MiB holds no KV block of " + std::to_string(block_bytes) + " bytes");
+  if (!cfg.parallel.rank_memory.empty()) check_rank_memory(cfg, model->resident_weight_bytes(), n_blocks, block_bytes);
   shape.n_blocks = n_blocks;
   // On a GPU the pool lives in device memory (rank/backend_kv_memory.h); on CPU in host memory.
   pool = std::make_unique<KvPool>(shape, std::move(kv_scales),

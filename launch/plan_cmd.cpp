@@ -24,6 +24,7 @@
 #include "kvstore/capacity.h"
 #include "launch/cli_args.h"
 #include "launch/commands.h"
+#include "launch/model_card.h"
 #include "parallel/tp_layout.h"
 #include "rank/model_file.h"
 
@@ -39,7 +40,11 @@ constexpr int64_t kDefaultBlockSize = 16;   // tokens per KV block, as configs/d
 constexpr int64_t kDefaultMeanLen = 8192;   // mean sequence length for paged allocation (capped at the context)
 constexpr int64_t kReportContexts[] = {2048, 8192, 32768, 131072};
 
-// ---- model cards ----
+}  // namespace
+
+// ---- model cards (launch/model_card.h) ----
+
+namespace {
 
 std::optional<fs::path> cards_dir(const std::optional<std::string>& given) {
   if (given) return fs::path(*given);
@@ -132,10 +137,7 @@ ModelShape load_card(const fs::path& path) {
   return s;
 }
 
-struct LoadedModel {
-  ModelShape shape;
-  std::string source;  // "card <path>" or "file <path>"
-};
+}  // namespace
 
 LoadedModel load_model(const std::string& spec, const std::optional<std::string>& cards) {
   std::error_code ec;
@@ -164,6 +166,8 @@ LoadedModel load_model(const std::string& spec, const std::optional<std::string>
                    (dir ? (*dir / (spec + ".yaml")).string() : std::string("configs/models/") + spec + ".yaml") +
                    card_list);
 }
+
+namespace {
 
 // ---- the plan ----
 

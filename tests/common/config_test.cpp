@@ -162,7 +162,7 @@ TEST(Config, MaxContextBeyondTheModelIsRefused) {
 Config unusual_config() {
   Config c;
   c.model = {"/models/x y.gguf", "f32", "dequantize", "yes", "{% for m in messages %}{{ m.content }}\n{% endfor %}"};
-  c.parallel = {2, 3, 4};
+  c.parallel = {2, 3, 4, "2GiB"};
   c.cache = {32, 777, "fp8_e4m3", 4096, false};
   c.model.device = "cuda";
   c.cache.gpu_memory_utilization = 0.85;
@@ -188,6 +188,7 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.parallel.tp, b.parallel.tp);
   EXPECT_EQ(a.parallel.dp, b.parallel.dp);
   EXPECT_EQ(a.parallel.threads, b.parallel.threads);
+  EXPECT_EQ(a.parallel.rank_memory, b.parallel.rank_memory);
   EXPECT_EQ(a.cache.block_size, b.cache.block_size);
   EXPECT_EQ(a.cache.memory_mb, b.cache.memory_mb);
   EXPECT_EQ(a.cache.dtype, b.cache.dtype);
@@ -224,7 +225,7 @@ TEST(Config, FormatPrintsEverySettingOfEachSection) {
   const YAML::Node n = YAML::Load(format_config(Config{}));
   const std::map<std::string, std::vector<std::string>> expected = {
       {"model", {"path", "dtype", "quantized", "name", "chat_template", "device"}},
-      {"parallel", {"tp", "dp", "threads"}},
+      {"parallel", {"tp", "dp", "threads", "rank_memory"}},
       {"cache", {"block_size", "memory_mb", "dtype", "max_context", "prefix_caching", "gpu_memory_utilization"}},
       {"scheduler", {"max_num_seqs", "max_num_batched_tokens", "max_queued_requests", "kv_reservation"}},
       {"server", {"host", "port", "api_key", "max_body_bytes", "max_connections", "shutdown_deadline_s",

@@ -41,6 +41,7 @@ const std::map<std::string, std::vector<std::string>> kOptions = {
     {"quantize", {"in", "out", "scheme", "method", "group-size", "act-order", "calib", "calib-tokens", "ignore"}},
     {"serve", {"config", "model", "host", "port", "tp", "threads", "api-key", "dtype"}},
     {"eval", {"model", "text", "ref", "context", "max-chunks", "json", "tp", "threads", "dtype", "kv-cache-dtype"}},
+    {"simulate", {"model", "gpu", "workload", "tp", "dp", "nodes", "weights", "kv-dtype", "kv-mem", "json"}},
 };
 
 struct HelpLine {
