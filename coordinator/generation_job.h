@@ -4,6 +4,7 @@
 // Every failure throws FieldError (HTTP 400 naming the parameter) before anything reaches the engine.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,8 @@ struct GenerationJob {
   bool echo = false;
   // Completions echo + logprobs: the top-k of the prompt tokens lead each choice's logprobs; -1: no.
   int32_t echo_logprobs = -1;
+  // params.constraint compiled (ApiHandlers::compile_constraint); null: unconstrained.
+  std::shared_ptr<const CompiledConstraint> grammar;
 
   int32_t n_choices() const { return int32_t(prompts.size()) * params.n; }
   // The k the engine computes prompt logprobs with: the larger of echo_logprobs and prompt_logprobs.
