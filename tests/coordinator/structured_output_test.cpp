@@ -177,7 +177,7 @@ TEST(StructuredOutputCompiler, ChoiceAllowsOnlyItsPrefixesThenEos) {
   EXPECT_TRUE(m.is_terminated());
 }
 
-TEST(StructuredOutputCompiler, JsonSchemaWalkProducesValidCompactJson) {
+TEST(StructuredOutputCompiler, JsonSchemaWalkProducesValidOneLineJson) {
   const Tokenizer tok(byte_vocab());
   StructuredOutputCompiler c(tok, tok.vocab_size());
   OutputConstraint oc;
