@@ -120,14 +120,26 @@ HttpResponse ApiHandlers::completions(const HttpRequest& req, ResponseStream& ou
   check_auth(req);
   CompletionRequest c = parse_completion_body(req.body);
   check_model(c.params.model);
-  return generate(completion_job(std::move(c), tok_, cfg_.max_context), out);
+  GenerationJob job = completion_job(std::move(c), tok_, cfg_.max_context);
+  compile_constraint(job);
+  return generate(job, out);
 }
 
 HttpResponse ApiHandlers::chat_completions(const HttpRequest& req, ResponseStream& out) {
   check_auth(req);
   ChatCompletionRequest c = parse_chat_completion_body(req.body);
   check_model(c.params.model);
-  return generate(chat_job(std::move(c), tok_, chat_, cfg_.max_context), out);
+  GenerationJob job = chat_job(std::move(c), tok_, chat_, cfg_.max_context);
+  compile_constraint(job);
+  return generate(job, out);
+}
+
+void ApiHandlers::compile_constraint(GenerationJob& job) {
+  if (!job.params.constraint.active()) return;
+  std::call_once(grammar_compiler_once_, [this] {
+    grammar_compiler_ = std::make_unique<StructuredOutputCompiler>(tok_, tok_.vocab_size());
+  });
+  job.grammar = grammar_compiler_->compile(job.params.constraint);
 }
 
 HttpResponse ApiHandlers::responses(const HttpRequest& req, ResponseStream& out) {

@@ -18,6 +18,8 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include "coordinator/chat_template.h"
@@ -26,6 +28,7 @@
 #include "coordinator/generation_job.h"
 #include "coordinator/metrics.h"
 #include "coordinator/request_handle.h"
+#include "coordinator/structured_output.h"
 #include "coordinator/tokenizer.h"
 
 namespace tp {
@@ -64,6 +67,9 @@ class ApiHandlers {
   void check_model(const std::string& model) const;
   // Runs a job: submits its prompts, routes the outputs to its choices, streams or returns the response.
   HttpResponse generate(const GenerationJob& job, ResponseStream& out);
+  // Compiles the job's output constraint, if any, into job.grammar (FieldError 400 when invalid). The compiler
+  // (the vocabulary's token texts) is built on first use.
+  void compile_constraint(GenerationJob& job);
 
   const ApiConfig cfg_;
   Engine& engine_;
@@ -72,6 +78,8 @@ class ApiHandlers {
   ServerMetrics& metrics_;
   const int64_t created_;  // unix seconds at start-up (/v1/models)
   InFlightRequests in_flight_;
+  std::once_flag grammar_compiler_once_;
+  std::unique_ptr<StructuredOutputCompiler> grammar_compiler_;
 };
 
 // The served model name when the config gives none: the model path's file name without ".gguf" and without a

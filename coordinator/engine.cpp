@@ -83,6 +83,8 @@ int64_t Engine::submit(Request req) {
   s->ignore_eos = req.ignore_eos;
   s->eos_ids = std::move(req.eos_ids);
   s->logit_bias = std::move(req.logit_bias);
+  s->grammar = std::move(req.grammar);
+  if (s->grammar) s->matcher = std::make_shared<ConstraintMatcher>(s->grammar);
   s->prompt_logprobs = req.prompt_logprobs;
   if (req.prompt_logprobs >= 0) s->prompt_lp = std::make_shared<std::vector<TokenLogprobs>>(size_t(s->n_prompt));
   s->on_output = std::move(req.on_output);
@@ -234,7 +236,22 @@ ScheduledStep Engine::schedule() {
   for (const SeqPlan& sp : s.plan.seqs) last_step_.scheduled.emplace_back(sp.seq_id, int64_t(sp.tokens.size()));
   last_step_.preempted = s.preempted;
   last_step_.admitted = s.admitted;
+  fill_token_masks(s.plan);
   return s;
+}
+
+void Engine::fill_token_masks(StepPlan& plan) {
+  const auto t0 = std::chrono::steady_clock::now();
+  bool any = false;
+  for (SeqPlan& sp : plan.seqs) {
+    if (!sp.want_logits) continue;
+    const Sequence* q = scheduler_.find(sp.seq_id);
+    if (!q || !q->matcher) continue;
+    sp.token_bitmask.resize(size_t(q->matcher->n_mask_words()));
+    q->matcher->fill_next_mask(sp.token_bitmask.data());
+    any = true;
+  }
+  if (any) mask_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 std::chrono::steady_clock::duration Engine::step_running_for() const {
@@ -322,7 +339,17 @@ void Engine::postprocess(const ScheduledStep& s, const StepResult& result, std::
     if (q.n_generated() == 1) q.times.first_token = now;
     q.times.last_token = now;
     ++n_generation_tokens_;
-    const FinishReason reason = stop_reason(q, token);
+    FinishReason reason = stop_reason(q, token);
+    std::string error;
+    if (q.matcher) {
+      // The mask allowed only what the grammar accepts; a refusal means the ranks ignored the mask.
+      if (!q.matcher->accept(token)) {
+        reason = FinishReason::Error;
+        error = "sampled token " + num(token) + " which the output grammar does not allow";
+      } else if (q.matcher->is_terminated()) {
+        reason = FinishReason::Stop;  // the grammar is complete and its end-of-generation token was sampled
+      }
+    }
     RequestOutput out;
     out.request_id = q.request_id;
     out.index = q.index;
@@ -331,6 +358,7 @@ void Engine::postprocess(const ScheduledStep& s, const StepResult& result, std::
     attach_prompt_logprobs(q, out);
     out.finished = reason != FinishReason::None;
     out.finish_reason = reason;
+    out.error = std::move(error);
     out.n_prompt_tokens = q.n_prompt;
     out.n_generated = q.n_generated();
     out.times = q.times;

@@ -138,6 +138,8 @@ class Engine {
   const Scheduler& scheduler() const { return scheduler_; }
   const StepRecord& last_step() const { return last_step_; }
   const EngineConfig& config() const { return cfg_; }
+  // Seconds spent filling structured-output token masks (fill_token_masks) since start; engine thread.
+  double token_mask_seconds() const { return mask_s_; }
 
  private:
   struct Delivery {
@@ -162,6 +164,9 @@ class Engine {
   void fail_all(const std::string& error, std::vector<Delivery>& deliveries);
   void publish(std::vector<Delivery>& deliveries);
   FinishReason stop_reason(const Sequence& s, int32_t token) const;
+  // For every sequence of `plan` that samples under a grammar: its matcher's next-token bitmask into
+  // SeqPlan::token_bitmask.
+  void fill_token_masks(StepPlan& plan);
 
   const EngineConfig cfg_;
   StepExecutor& executor_;
@@ -169,7 +174,7 @@ class Engine {
   StepRecord last_step_;
   std::atomic<int64_t> step_started_ns_{0};  // steady clock ns when the running step began; 0: none
   int64_t n_generation_tokens_ = 0, n_steps_ = 0, n_finished_ = 0, n_aborted_ = 0;
-  double schedule_s_ = 0, postprocess_s_ = 0;
+  double schedule_s_ = 0, postprocess_s_ = 0, mask_s_ = 0;
   struct RequestState {
     int64_t seq_base = 0;  // choice i is sequence seq_base + i
     int32_t n = 1;

@@ -42,6 +42,7 @@ Request GenerationJob::engine_request(size_t j, uint64_t seed, int64_t max_conte
   r.ignore_eos = params.ignore_eos;
   r.prompt_logprobs = engine_prompt_logprobs();
   r.logit_bias = params.logit_bias;
+  r.grammar = grammar;
   return r;
 }
 

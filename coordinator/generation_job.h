@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,8 @@ struct GenerationJob {
   // naming one of `tools`; nullopt: no parsing.
   std::optional<ToolCallSyntax> tool_syntax;
   nlohmann::ordered_json tools;
+  // params.constraint compiled (ApiHandlers::compile_constraint); null: unconstrained.
+  std::shared_ptr<const CompiledConstraint> grammar;
 
   int32_t n_choices() const { return int32_t(prompts.size()) * params.n; }
   // The k the engine computes prompt logprobs with: the larger of echo_logprobs and prompt_logprobs.

@@ -111,7 +111,120 @@ void collect_unknown(const json& body, std::initializer_list<std::initializer_li
 constexpr std::initializer_list<const char*> kCommonKeys = {
     "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "ignore_eos",
     "presence_penalty", "frequency_penalty", "repetition_penalty", "n", "stream", "stream_options", "user",
-    "logprobs", "logit_bias", "prompt_logprobs"};
+    "logprobs", "logit_bias", "prompt_logprobs", "response_format", "guided_json", "guided_regex", "guided_choice",
+    "guided_grammar", "structured_outputs", "guided_decoding_backend", "guided_whitespace_pattern"};
+
+// A JSON schema given as an object, or as JSON text holding one (vLLM accepts both for guided_json).
+std::string schema_text(const json& v, const std::string& param) {
+  json schema = v;
+  if (v.is_string()) {
+    try {
+      schema = json::parse(v.get<std::string>());
+    } catch (const json::exception& e) {
+      fail(param, param + " is not valid JSON: " + e.what());
+    }
+  }
+  if (!schema.is_object()) fail_type(param, "a JSON schema object", schema);
+  return v.is_string() ? v.get<std::string>() : schema.dump();  // JSON text as written: its key order kept
+}
+
+std::string non_empty_string(const json& v, const std::string& param) {
+  if (!v.is_string()) fail_type(param, "a string", v);
+  if (v.get<std::string>().empty()) fail(param, param + " must not be empty");
+  return v.get<std::string>();
+}
+
+std::vector<std::string> choice_list(const json& v, const std::string& param) {
+  if (!v.is_array()) fail_type(param, "an array of strings", v);
+  if (v.empty()) fail(param, param + " must hold at least one choice");
+  std::vector<std::string> out;
+  for (size_t i = 0; i < v.size(); ++i) out.push_back(non_empty_string(v[i], param + "[" + std::to_string(i) + "]"));
+  return out;
+}
+
+OutputConstraint response_format(const json& rf) {
+  using Kind = OutputConstraint::Kind;
+  OutputConstraint c;
+  if (!rf.is_object()) fail_type("response_format", "an object", rf);
+  auto type = get_string(rf, "type", "response_format.type");
+  if (!type) fail("response_format.type", "response_format.type is required", "missing_required_parameter");
+  if (*type == "text") return c;
+  if (*type == "json_object") {
+    c.kind = Kind::JsonObject;
+    c.param = "response_format";
+    return c;
+  }
+  if (*type != "json_schema")
+    fail("response_format.type",
+         "response_format.type must be one of text, json_object, json_schema, got " + show(rf["type"]),
+         "unsupported_value");
+  const json* js = member(rf, "json_schema");
+  if (!js) fail("response_format.json_schema", "response_format.json_schema is required with type json_schema",
+                "missing_required_parameter");
+  if (!js->is_object()) fail_type("response_format.json_schema", "an object", *js);
+  auto name = get_string(*js, "name", "response_format.json_schema.name");
+  if (!name) fail("response_format.json_schema.name", "response_format.json_schema.name is required",
+                  "missing_required_parameter");
+  get_bool(*js, "strict", "response_format.json_schema.strict");  // type-checked; the schema is always enforced
+  c.param = "response_format.json_schema.schema";
+  if (const json* schema = member(*js, "schema")) {
+    c.kind = Kind::JsonSchema;
+    c.spec = schema_text(*schema, c.param);
+  } else {
+    c.kind = Kind::JsonObject;  // OpenAI's schema is optional: then any JSON object
+  }
+  return c;
+}
+
+// One of json / regex / choice / grammar from `obj`, keys named `prefix + key` ("guided_json",
+// "structured_outputs.json"); `where` names the set for the "more than one" message.
+OutputConstraint guided(const json& obj, const std::string& prefix, const std::string& where) {
+  using Kind = OutputConstraint::Kind;
+  OutputConstraint c;
+  int n = 0;
+  for (const char* key : {"json", "regex", "choice", "grammar"}) {
+    const std::string name = prefix + key;
+    // guided_* keys sit in the body as they are named; structured_outputs' keys are the bare names.
+    const bool dotted = !prefix.empty() && prefix.back() == '.';
+    const json* v = member(obj, dotted ? key : name.c_str());
+    if (!v) continue;
+    if (++n > 1) fail(name, "only one of " + where + " may be given");
+    c.param = name;
+    const std::string k = key;
+    if (k == "json") {
+      c.kind = Kind::JsonSchema;
+      c.spec = schema_text(*v, name);
+    } else if (k == "regex") {
+      c.kind = Kind::Regex;
+      c.spec = non_empty_string(*v, name);
+    } else if (k == "choice") {
+      c.kind = Kind::Choice;
+      c.choices = choice_list(*v, name);
+    } else {
+      c.kind = Kind::Grammar;
+      c.spec = non_empty_string(*v, name);
+    }
+  }
+  return c;
+}
+
+OutputConstraint parse_constraint(const json& body) {
+  OutputConstraint c;
+  const auto take = [&c](OutputConstraint next, const std::string& param) {
+    if (!next.active()) return;
+    if (c.active())
+      fail(param, "only one structured output constraint may be given, got " + c.param + " and " + next.param);
+    c = std::move(next);
+  };
+  if (const json* rf = member(body, "response_format")) take(response_format(*rf), "response_format");
+  take(guided(body, "guided_", "guided_json, guided_regex, guided_choice, guided_grammar"), "guided_");
+  if (const json* so = member(body, "structured_outputs")) {
+    if (!so->is_object()) fail_type("structured_outputs", "an object", *so);
+    take(guided(*so, "structured_outputs.", "structured_outputs.json, .regex, .choice, .grammar"),
+         "structured_outputs");
+  }
+  return c;
+}
 
 std::vector<int32_t> token_array(const json& arr, const std::string& param) {
   std::vector<int32_t> out;
@@ -191,6 +304,7 @@ GenerationParams parse_common(const json& body, const ApiLimits& limits) {
   }
   if (auto v = get_int(body, "prompt_logprobs"))
     p.prompt_logprobs = int32_t(int_in_range("prompt_logprobs", *v, 0, limits.max_logprobs));
+  p.constraint = parse_constraint(body);
   return p;
 }
 
@@ -338,13 +452,6 @@ ChatCompletionRequest parse_chat_completion_request(const json& body, const ApiL
   if (r.logprobs) r.params.sampling.logprobs = r.top_logprobs.value_or(0);
   if (auto v = get_bool(body, "add_generation_prompt", "add_generation_prompt")) r.add_generation_prompt = *v;
   r.tools = parse_chat_tools(nlohmann::ordered_json::parse(body.dump()));
-  if (const json* rf = member(body, "response_format")) {
-    if (!rf->is_object()) fail_type("response_format", "an object", *rf);
-    auto type = get_string(*rf, "type", "response_format.type");
-    if (type && *type != "text")
-      fail("response_format.type", "response_format type " + show((*rf)["type"]) + " is not supported (only \"text\")",
-           "unsupported_value");
-  }
   collect_unknown(body,
                   {kCommonKeys,
                    {"messages", "max_completion_tokens", "top_logprobs", "add_generation_prompt", "tools", "tool_choice",
@@ -382,12 +489,36 @@ DetokenizeRequest parse_detokenize_request(const json& body) {
   return r;
 }
 
+namespace {
+
+// A JSON schema's properties are generated in the order the client wrote them, but `json` keeps object keys
+// sorted: re-read the schema from the raw body with key order kept (the body already parsed, so it is valid).
+void keep_schema_order(std::string_view body, OutputConstraint& c) {
+  if (c.kind != OutputConstraint::Kind::JsonSchema) return;
+  const nlohmann::ordered_json doc = nlohmann::ordered_json::parse(body, nullptr, false);
+  const nlohmann::ordered_json* at = &doc;
+  std::string_view path = c.param;
+  while (!path.empty()) {
+    const size_t dot = path.find('.');
+    const std::string key(path.substr(0, dot));
+    if (!at->is_object() || !at->contains(key)) return;
+    at = &(*at)[key];
+    path = dot == std::string_view::npos ? std::string_view() : path.substr(dot + 1);
+  }
+  if (at->is_object()) c.spec = at->dump();  // (JSON text was kept as written already)
+}
+
+}  // namespace
+
 CompletionRequest parse_completion_body(std::string_view body, const ApiLimits& limits) {
-  return parse_completion_request(parse_json_body(body), limits);
+  CompletionRequest r = parse_completion_request(parse_json_body(body), limits);
+  keep_schema_order(body, r.params.constraint);
+  return r;
 }
 ChatCompletionRequest parse_chat_completion_body(std::string_view body, const ApiLimits& limits) {
   ChatCompletionRequest r = parse_chat_completion_request(parse_json_body(body), limits);
   r.tools = parse_chat_tools(nlohmann::ordered_json::parse(body));  // again, keeping the client's key order
+  keep_schema_order(body, r.params.constraint);
   return r;
 }
 TokenizeRequest parse_tokenize_body(std::string_view body) { return parse_tokenize_request(parse_json_body(body)); }

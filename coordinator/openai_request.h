@@ -22,6 +22,7 @@
 #include "common/sampling_params.h"
 #include "coordinator/chat_template.h"
 #include "coordinator/chat_tools.h"
+#include "coordinator/output_constraint.h"
 #include "coordinator/openai_error.h"
 
 namespace tp {
@@ -49,6 +50,11 @@ struct GenerationParams {
   bool stream = false;
   bool include_usage = false;              // stream_options.include_usage (only with stream)
   std::vector<std::string> ignored_fields; // unknown top-level keys, in body order
+  // Structured output: at most one of response_format {type: json_object | json_schema {name, schema, strict}}
+  // ("text": none), guided_json (object or JSON text) / guided_regex / guided_choice / guided_grammar, or
+  // structured_outputs {json | regex | choice | grammar}. Checked for shape here (a schema must be a JSON
+  // object, choices non-empty strings); compiled, and refused when invalid, by StructuredOutputCompiler.
+  OutputConstraint constraint;
 };
 
 // A completion prompt: text, or token ids when is_tokens.

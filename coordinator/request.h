@@ -26,6 +26,8 @@
 
 namespace tp {
 
+class CompiledConstraint;
+
 using SteadyTime = std::chrono::steady_clock::time_point;
 
 // Why a request ended. Stop: an end-of-generation token (emitted as the last token). Length: max_tokens
@@ -79,6 +81,10 @@ struct Request {
   std::vector<LogitBias> logit_bias;  // added to the logits before sampling; ids in the vocabulary
   bool ignore_eos = false;         // true: only max_tokens (or abort) ends it
   std::vector<int32_t> eos_ids;    // extra stop tokens, on top of the engine's is_eog
+  // Structured output (coordinator/structured_output.h): each choice's tokens follow this grammar — a token
+  // bitmask at sampling — and the choice finishes ("stop") once the grammar accepted an end-of-generation
+  // token. Null: unconstrained.
+  std::shared_ptr<const CompiledConstraint> grammar;
   OutputCallback on_output;        // may be empty (the request runs; nothing is delivered)
 };
 

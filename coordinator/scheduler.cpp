@@ -50,6 +50,8 @@ std::unique_ptr<Sequence> Scheduler::make_choice(const Sequence& parent, const P
   c->ignore_eos = parent.ignore_eos;
   c->eos_ids = parent.eos_ids;
   c->logit_bias = parent.logit_bias;
+  c->grammar = parent.grammar;  // a fresh matcher: a choice forks before it samples its first token
+  if (c->grammar) c->matcher = std::make_shared<ConstraintMatcher>(c->grammar);
   c->on_output = parent.on_output;
   c->times = parent.times;
   c->prompt_lp = parent.prompt_lp;  // a fork shares the finished prompt logprobs; add() gives a split its own

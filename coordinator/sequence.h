@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "coordinator/request.h"
+#include "coordinator/structured_output.h"
 
 namespace tp {
 
@@ -46,6 +47,8 @@ struct Sequence {
   bool ignore_eos = false;
   std::vector<int32_t> eos_ids;
   std::vector<LogitBias> logit_bias;
+  std::shared_ptr<const CompiledConstraint> grammar;  // null: unconstrained
+  std::shared_ptr<ConstraintMatcher> matcher;         // with grammar: this choice's state (own per choice)
   OutputCallback on_output;
   RequestTimes times;
 

@@ -53,8 +53,10 @@ struct SeqHeader {
   int32_t prompt_logprobs;
   uint32_t n_prompt_targets;
   uint32_t n_logit_bias;
+  uint32_t n_token_bitmask;
+  uint32_t reserved;  // 0
 };
-static_assert(sizeof(SeqHeader) == 88 && std::is_trivially_copyable_v<SeqHeader>);
+static_assert(sizeof(SeqHeader) == 96 && std::is_trivially_copyable_v<SeqHeader>);
 static_assert(sizeof(LogitBias) == 8 && std::is_trivially_copyable_v<LogitBias>);
 
 struct ResultHeader {
@@ -184,6 +186,8 @@ void validate(const StepPlan& p) {
                        std::to_string(s.tokens.size()) + " tokens" + (s.want_logits ? " and a sampling row" : ""));
     if (std::any_of(s.prompt_targets.begin(), s.prompt_targets.end(), [](int32_t t) { return t < 0; }))
       malformed(w, at + "prompt_targets has a negative token id");
+    check_count(s.token_bitmask.size(), w, "token_bitmask");
+    if (!s.token_bitmask.empty() && !s.want_logits) malformed(w, at + "token_bitmask is sent without want_logits");
     ids.push_back(s.seq_id);
   }
   std::sort(ids.begin(), ids.end());
@@ -275,7 +279,7 @@ std::vector<uint8_t> serialize(const StepPlan& plan) {
   size_t total = sizeof(PlanHeader) + plan.seqs.size() * sizeof(SeqHeader) + plan.block_copies.size() * 8;
   for (const SeqPlan& s : plan.seqs)
     total += (s.tokens.size() + s.block_table.size() + s.history.size() + s.prompt_targets.size()) * sizeof(int32_t) +
-             s.logit_bias.size() * sizeof(LogitBias);
+             s.logit_bias.size() * sizeof(LogitBias) + s.token_bitmask.size() * sizeof(int32_t);
 
   Writer w(total);
   PlanHeader h{};
@@ -307,6 +311,7 @@ std::vector<uint8_t> serialize(const StepPlan& plan) {
     sh.prompt_logprobs = s.prompt_logprobs;
     sh.n_prompt_targets = uint32_t(s.prompt_targets.size());
     sh.n_logit_bias = uint32_t(s.logit_bias.size());
+    sh.n_token_bitmask = uint32_t(s.token_bitmask.size());
     w.write(sh);
   }
   for (const SeqPlan& s : plan.seqs) {
@@ -315,6 +320,7 @@ std::vector<uint8_t> serialize(const StepPlan& plan) {
     w.write_array(s.history);
     w.write_array(s.prompt_targets);
     w.write_array(s.logit_bias);
+    w.write_array(s.token_bitmask);
   }
   for (const BlockCopy& c : plan.block_copies) {
     w.write(c.src);
@@ -344,6 +350,7 @@ StepPlan deserialize_step_plan(std::span<const uint8_t> bytes) {
     if (sh.want_logits > 1) malformed(what, "seq[" + std::to_string(i) + "] want_logits is not 0 or 1");
     if (std::any_of(std::begin(sh.pad), std::end(sh.pad), [](uint8_t b) { return b != 0; }))
       malformed(what, "seq[" + std::to_string(i) + "] padding is not 0");
+    if (sh.reserved != 0) malformed(what, "seq[" + std::to_string(i) + "] reserved field is not 0");
     SeqPlan& s = plan.seqs[i];
     s.seq_id = sh.seq_id;
     s.start_pos = sh.start_pos;
@@ -364,6 +371,7 @@ StepPlan deserialize_step_plan(std::span<const uint8_t> bytes) {
     s.prompt_logprobs = sh.prompt_logprobs;
     s.prompt_targets = r.read_array<int32_t>(sh.n_prompt_targets, "prompt targets");
     s.logit_bias = r.read_array<LogitBias>(sh.n_logit_bias, "logit bias");
+    s.token_bitmask = r.read_array<int32_t>(sh.n_token_bitmask, "token bitmask");
   }
   if (h.n_block_copies > r.remaining() / sizeof(BlockCopy))
     malformed(what, std::to_string(h.n_block_copies) + " block copies run past the end of the buffer");

@@ -6,9 +6,10 @@
 //   PlanHeader   magic "TPSP", version, kind, step_id, n_seqs, n_block_copies, total_bytes, checksum
 //   SeqHeader    x n_seqs: seq_id, start_pos, n_tokens, n_blocks, n_history, n_history_prompt, sampling
 //                params (penalties and logprobs included), want_logits, prompt_logprobs, n_prompt_targets,
-//                n_logit_bias
+//                n_logit_bias, n_token_bitmask, reserved
 //   per seq      int32 tokens[n_tokens], int32 block_table[n_blocks], int32 history[n_history],
-//                int32 prompt_targets[n_prompt_targets], {int32 token, float bias} logit_bias[n_logit_bias]
+//                int32 prompt_targets[n_prompt_targets], {int32 token, float bias} logit_bias[n_logit_bias],
+//                int32 token_bitmask[n_token_bitmask]
 //   BlockCopy    x n_block_copies: int32 src, int32 dst
 // checksum = FNV-1a 32 over every byte of the buffer except the checksum field itself, so any single
 // corrupted byte is detected. deserialize validates every count against the buffer before reading, rejects
@@ -54,6 +55,11 @@ struct SeqPlan {
   int64_t n_history_prompt = 0;      // in [0, history.size()]
   // OpenAI logit_bias, added to the logits before penalties; only with want_logits (the leader keeps it).
   std::vector<LogitBias> logit_bias;
+  // Structured output: the tokens the sequence's grammar allows next, [ceil(vocab / 32)] words, token t allowed
+  // iff bit t % 32 of word t / 32 is set (ids past 32 x size are not allowed); empty: every token allowed.
+  // Only with want_logits; applied before logit_bias and everything else (rank/token_bitmask.h). The leader
+  // keeps it, like history.
+  std::vector<int32_t> token_bitmask;
   // Prompt logprobs (echo + logprobs, vLLM's prompt_logprobs): with k = prompt_logprobs >= 0, row i of this
   // chunk (position start_pos + i) also yields the logprob, rank and top k of prompt_targets[i], the prompt
   // token at position start_pos + i + 1. The scheduler sends them while the prompt's logprobs are incomplete.
@@ -77,7 +83,7 @@ struct StepPlan {
 };
 
 inline constexpr uint32_t kStepPlanMagic = 0x50535054;  // "TPSP" in a little-endian dump
-inline constexpr uint16_t kStepPlanVersion = 3;
+inline constexpr uint16_t kStepPlanVersion = 4;
 // Refused by deserialize / broadcast_plan before allocating: a plan is KBs to a few MBs.
 inline constexpr uint64_t kMaxStepPlanBytes = uint64_t(1) << 30;
 

@@ -67,14 +67,17 @@ double uniform(uint64_t seed, uint64_t position) {
   return double(z >> 11) * 0x1.0p-53;
 }
 
-// Candidates [begin, end) of (weight, id), in walk order: the first whose running sum passes r, else the last.
+// Candidates [begin, end) of (weight, id), in walk order: the first whose running sum passes r, else the last
+// with a weight (a token masked to -inf has weight 0 and is never drawn).
 int32_t walk(const std::pair<float, int32_t>* begin, const std::pair<float, int32_t>* end, double r) {
   double acc = 0;
+  const std::pair<float, int32_t>* last = end - 1;
   for (const auto* c = begin; c != end; ++c) {
     acc += c->first;
+    if (c->first > 0) last = c;
     if (r < acc) return c->second;
   }
-  return (end - 1)->second;
+  return last->second;
 }
 
 }  // namespace

@@ -43,16 +43,20 @@ void Worker::broadcast_without_history(StepPlan& plan) {
     held_[i].history = std::move(s.history);
     held_[i].n_prompt = std::exchange(s.n_history_prompt, 0);
     held_[i].logit_bias = std::move(s.logit_bias);
+    held_[i].token_bitmask = std::move(s.token_bitmask);
     s.history.clear();
     s.logit_bias.clear();
+    s.token_bitmask.clear();
   }
   const auto restore = [&] {
     for (size_t i = 0; i < plan.seqs.size(); ++i) {
       plan.seqs[i].history = std::move(held_[i].history);
       plan.seqs[i].n_history_prompt = held_[i].n_prompt;
       plan.seqs[i].logit_bias = std::move(held_[i].logit_bias);
+      plan.seqs[i].token_bitmask = std::move(held_[i].token_bitmask);
       held_[i].history.clear();
       held_[i].logit_bias.clear();
+      held_[i].token_bitmask.clear();
     }
   };
   try {
@@ -80,6 +84,16 @@ void Worker::lead(StepPlan& plan, StepResult& result) {
   const bool any_logprobs = std::any_of(plan.seqs.begin(), plan.seqs.end(),
                                         [](const SeqPlan& s) { return s.want_logits && s.sampling.logprobs >= 0; });
   const int64_t vocab = model_.config().vocab;
+  // Structured output: every sampling row's token bitmask first, over the whole batch (token_bitmask.h).
+  masked_.clear();
+  int64_t mask_row = 0;
+  for (const SeqPlan& s : plan.seqs) {
+    mask_row += int64_t(s.prompt_targets.size());
+    if (!s.want_logits) continue;
+    if (!s.token_bitmask.empty()) masked_.push_back({mask_row, s.token_bitmask});
+    ++mask_row;
+  }
+  apply_token_bitmasks(logits_.data(), vocab, masked_);
   int64_t row = 0;
   for (const SeqPlan& s : plan.seqs) {
     if (!s.prompt_targets.empty()) {

@@ -10,6 +10,7 @@
 #include "parallel/step_plan.h"
 #include "rank/llama_model.h"
 #include "rank/sampler.h"
+#include "rank/token_bitmask.h"
 
 namespace tp {
 
@@ -54,6 +55,7 @@ class Worker {
     std::vector<int32_t> history;
     int64_t n_prompt = 0;
     std::vector<LogitBias> logit_bias;
+    std::vector<int32_t> token_bitmask;
   };
 
   LlamaModel& model_;
@@ -61,7 +63,8 @@ class Worker {
   Communicator* comm_;
   Sampler sampler_;
   std::vector<float> logits_;
-  std::vector<HeldHistory> held_;  // [plan.seqs] scratch of broadcast_without_history
+  std::vector<HeldHistory> held_;
+  std::vector<MaskedRow> masked_;  // [sequences with a token bitmask] scratch of lead  // [plan.seqs] scratch of broadcast_without_history
   uint64_t next_step_ = 0;
   double sample_s_ = 0;
   bool shut_down_ = false;

@@ -85,6 +85,7 @@ void write_step_plan_seeds(const std::string& dir) {
   decode.history = {1, 2, 3, 88, 42};
   decode.n_history_prompt = 3;
   decode.logit_bias = {{50256, -100.0f}, {7, 2.5f}};
+  decode.token_bitmask = {-1, 0x0f0f0f0f, 0, 1};  // structured output: the tokens its grammar allows next
   SeqPlan greedy;  // want_logits without penalties: no history
   greedy.seq_id = 1000000000000;
   greedy.tokens = {5};

@@ -65,7 +65,7 @@ StepPlan sample_plan() {
 
 // Byte offsets of the v3 wire format (parallel/step_plan.cpp), for the tests that patch fields.
 constexpr size_t kPlanHeaderBytes = 40;
-constexpr size_t kSeqHeaderBytes = 88;
+constexpr size_t kSeqHeaderBytes = 96;
 size_t seq_field(size_t seq, size_t offset) { return kPlanHeaderBytes + seq * kSeqHeaderBytes + offset; }
 constexpr size_t kNHistory = 24, kNHistoryPrompt = 28, kPresence = 56, kFrequency = 60, kRepetition = 64,
                  kLogprobs = 68, kWantLogits = 72, kPromptLogprobs = 76, kNPromptTargets = 80, kNLogitBias = 84;
@@ -105,9 +105,9 @@ TEST(StepPlan, RoundTrips) {
   const std::vector<uint8_t> b = serialize(p);
   EXPECT_EQ(deserialize_step_plan(b), p);
   EXPECT_EQ(p.n_tokens(), 5 + 1 + 64);
-  // 40-byte header + 3 * 88-byte seq headers + int32 arrays (tokens, block tables, histories, prompt targets)
+  // 40-byte header + 3 * 96-byte seq headers + int32 arrays (tokens, block tables, histories, prompt targets)
   // + 2 logit biases * 8 + 2 copies * 8
-  EXPECT_EQ(b.size(), 40u + 3 * 88 + (5 + 2 + 5 + 4 + 1 + 19 + 5 + 64 + 12 + 64) * 4 + 2 * 8 + 2 * 8);
+  EXPECT_EQ(b.size(), 40u + 3 * 96 + (5 + 2 + 5 + 4 + 1 + 19 + 5 + 64 + 12 + 64) * 4 + 2 * 8 + 2 * 8);
 
   StepPlan empty;
   EXPECT_EQ(deserialize_step_plan(serialize(empty)), empty);
