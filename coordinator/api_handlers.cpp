@@ -149,11 +149,13 @@ HttpResponse ApiHandlers::responses(const HttpRequest& req, ResponseStream& out)
   check_model(c.params.model);
   const std::string id = "resp_" + random_hex(24);
   const json instructions = body.value("instructions", json(nullptr));
-  if (c.params.stream) {
+  GenerationJob job = chat_job(std::move(c), tok_, chat_, cfg_.max_context);
+  compile_constraint(job);
+  if (job.params.stream) {
     ResponsesStream events(out, id, cfg_.model_name, int64_t(std::time(nullptr)), instructions);
-    return generate(chat_job(std::move(c), tok_, chat_, cfg_.max_context), events);
+    return generate(job, events);
   }
-  HttpResponse r = generate(chat_job(std::move(c), tok_, chat_, cfg_.max_context), out);
+  HttpResponse r = generate(job, out);
   if (r.status == 200) r.body = dump(chat_to_response(json::parse(r.body), id, instructions));
   return r;
 }

@@ -178,14 +178,21 @@ ojson forced_tool_call_schema(const ChatTools& t) {
   return any.size() == 1 ? any[0] : ojson{{"anyOf", any}};
 }
 
-void apply_forced_tool_call(const ChatTools& t, GenerationParams& /*params*/) {
+bool apply_forced_tool_call(const ChatTools& t, GenerationParams& params) {
   const ojson schema = forced_tool_call_schema(t);
-  if (schema.is_null()) return;
-  // The structured-output machinery (issue 17, deliverable 1) takes `schema` here, on `params`.
-  throw ApiException(bad_request(std::string("tool_choice ") +
-                                     (t.choice.mode == ToolChoiceMode::Required ? "required" : "naming a function") +
-                                     " needs structured output, not built",
-                                 "tool_choice", "unsupported_value"));
+  if (schema.is_null()) return false;
+  if (params.constraint.active())
+    throw ApiException(bad_request("tool_choice " + std::string(t.choice.mode == ToolChoiceMode::Required
+                                                                    ? "required"
+                                                                    : "naming a function") +
+                                       " constrains the output to the call's JSON; it cannot be combined with " +
+                                       params.constraint.param,
+                                   "tool_choice", "unsupported_value"));
+  params.constraint.kind = OutputConstraint::Kind::JsonSchema;
+  params.constraint.spec = schema.dump();
+  params.constraint.choices.clear();
+  params.constraint.param = "tool_choice";
+  return true;
 }
 
 }  // namespace tp

@@ -9,8 +9,7 @@
 // {"name", "arguments": JSON text}}]), a "tool" message's "tool_call_id" and "name".
 // Every failure throws ApiException 400 naming the field ("tools[1].function.name", "tool_choice").
 // tool_choice "required" or a named function must constrain generation to the call's JSON schema
-// (forced_tool_call_schema); that needs the structured-output machinery: apply_forced_tool_call() is the one
-// place it plugs in, and until then it refuses with 400.
+// (forced_tool_call_schema): apply_forced_tool_call() hands it to the structured-output machinery.
 #pragma once
 #include <string>
 
@@ -50,9 +49,10 @@ void parse_message_tool_fields(const nlohmann::json& m, const std::string& at, C
 // "required" with several tools, "anyOf" over the tools. Null when nothing is forced.
 nlohmann::ordered_json forced_tool_call_schema(const ChatTools& t);
 
-// tool_choice required / named: would hand forced_tool_call_schema() to structured output in `params`. That
-// machinery is not built: throws ApiException 400 "tool_choice required needs structured output, not built"
-// (param "tool_choice"). Does nothing for auto / none.
-void apply_forced_tool_call(const ChatTools& t, GenerationParams& params);
+// tool_choice required / named: constrains `params` to forced_tool_call_schema() (structured output,
+// coordinator/output_constraint.h, param "tool_choice") and returns true; the output is then one JSON call that
+// the Llama 3 JSON parser (tool_call_parser.h) turns into tool_calls. Another constraint on the same request
+// (response_format, guided_*) is a 400 on tool_choice. Returns false and does nothing for auto / none.
+bool apply_forced_tool_call(const ChatTools& t, GenerationParams& params);
 
 }  // namespace tp

@@ -70,7 +70,7 @@ GenerationJob chat_job(ChatCompletionRequest r, const Tokenizer& tok, const Chat
   job.chat = true;
   job.params = std::move(r.params);
   check_common(job.params, tok);
-  apply_forced_tool_call(r.tools, job.params);
+  const bool forced_call = apply_forced_tool_call(r.tools, job.params);
   ChatRenderInput in;
   in.messages = template_messages(r.messages);
   in.tools = r.tools.tools;
@@ -79,6 +79,9 @@ GenerationJob chat_job(ChatCompletionRequest r, const Tokenizer& tok, const Chat
   in.add_generation_prompt = r.add_generation_prompt;
   if (r.tools.parse_calls()) {
     job.tool_syntax = chat.jinja() ? detect_tool_call_syntax(chat.jinja()->source()) : ToolCallSyntax::Hermes;
+    job.tools = r.tools.tools;
+  } else if (forced_call) {  // the output is exactly {"name": ..., "arguments": {...}} (the schema forces it)
+    job.tool_syntax = ToolCallSyntax::Llama3Json;
     job.tools = r.tools.tools;
   }
   JobPrompt jp;

@@ -98,7 +98,7 @@ TEST(ChatTools, MessageToolFields) {
   }
 }
 
-TEST(ChatTools, ForcedCallSchemaAndRefusal) {
+TEST(ChatTools, ForcedCallSchemaBecomesTheConstraint) {
   auto named = chat(std::string(kTools) + R"(,"tool_choice":{"type":"function","function":{"name":"get_weather"}})");
   EXPECT_EQ(forced_tool_call_schema(named.tools).dump(),
             R"({"type":"object","properties":{"name":{"const":"get_weather"},"arguments":{"type":"object","properties":)"
@@ -109,16 +109,23 @@ TEST(ChatTools, ForcedCallSchemaAndRefusal) {
   EXPECT_EQ(any["anyOf"].size(), 2u);
   EXPECT_EQ(any["anyOf"][1]["properties"]["arguments"], ojson({{"type", "object"}}));
   EXPECT_TRUE(forced_tool_call_schema(chat(kTools).tools).is_null());
+  // Forced: the call's schema becomes the request's structured-output constraint.
+  ASSERT_TRUE(apply_forced_tool_call(required.tools, required.params));
+  EXPECT_EQ(required.params.constraint.kind, OutputConstraint::Kind::JsonSchema);
+  EXPECT_EQ(required.params.constraint.spec, any.dump());
+  EXPECT_EQ(required.params.constraint.param, "tool_choice");
+  // With another constraint on the same request: 400 on tool_choice.
+  auto both = chat(std::string(kTools) + R"(,"tool_choice":"required","response_format":{"type":"json_object"})");
   try {
-    apply_forced_tool_call(required.tools, required.params);
-    ADD_FAILURE() << "forced call accepted without structured output";
+    apply_forced_tool_call(both.tools, both.params);
+    ADD_FAILURE() << "forced call combined with response_format accepted";
   } catch (const ApiException& e) {
     EXPECT_EQ(e.error.status, 400);
     EXPECT_EQ(e.error.param, "tool_choice");
-    EXPECT_EQ(e.error.message, "tool_choice required needs structured output, not built");
   }
   GenerationParams p;
-  EXPECT_NO_THROW(apply_forced_tool_call(chat(kTools).tools, p));
+  EXPECT_FALSE(apply_forced_tool_call(chat(kTools).tools, p));
+  EXPECT_FALSE(p.constraint.active());
 }
 
 }  // namespace

@@ -9,7 +9,10 @@ Checks:
   - the auto parse path: a few-shot conversation in which SmolLM2 (temperature 0) writes a Hermes
     <tool_call> block comes back as message.tool_calls with finish_reason "tool_calls", content None; streamed,
     the deltas carry tool_calls (index/id/name, then argument fragments) that reassemble to the same call;
-  - tool_choice required / a named function -> openai.BadRequestError (structured output is not built);
+  - tool_choice required / a named function: generation is constrained to the call's JSON schema (structured
+    output), so with a plain question (no few-shot) the answer is a tool call of a listed function whose arguments
+    parse and carry the required "city" string, finish_reason "tool_calls", non-streamed and streamed; combined
+    with response_format -> BadRequestError on tool_choice;
   - bad tools -> BadRequestError naming the field;
   - client.responses.create: text input + instructions, output_text equals the chat completion of the same
     messages at temperature 0, usage counts; streamed: the event types in order, the deltas concatenate to the
@@ -143,14 +146,41 @@ def auto_parses_calls(s):
 
 
 def forced_and_bad(s):
+    plain = [{"role": "user", "content": "What should I pack for a trip to Rome?"}]
+    calc = {"type": "function", "function": {"name": "add", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}
     for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
-        try:
-            s.client.chat.completions.create(model=s.name, messages=FEW_SHOT, tools=[WEATHER], tool_choice=choice,
-                                             max_tokens=8)
-            check(f"tool_choice {choice}: refused", False, "accepted")
-        except openai.BadRequestError as e:
-            check(f"tool_choice {choice}: refused (400, structured output not built)",
-                  "needs structured output, not built" in str(e) and e.body.get("param") == "tool_choice", str(e))
+        tools = [WEATHER, calc] if choice == "required" else [WEATHER]
+        r = s.client.chat.completions.create(model=s.name, messages=plain, tools=tools, tool_choice=choice,
+                                             max_tokens=48, temperature=0.7, seed=3)
+        ch = r.choices[0]
+        calls = ch.message.tool_calls or []
+        ok = ch.finish_reason == "tool_calls" and len(calls) == 1 and ch.message.content is None
+        if ok:
+            args = json.loads(calls[0].function.arguments)
+            names = {"get_weather"} if choice != "required" else {"get_weather", "add"}
+            ok = calls[0].function.name in names and isinstance(args, dict) and (
+                isinstance(args.get("city"), str) if calls[0].function.name == "get_weather"
+                else isinstance(args.get("a"), int) and isinstance(args.get("b"), int))
+        check(f"tool_choice {choice}: a valid forced call", ok, repr(ch))
+    stream = s.client.chat.completions.create(model=s.name, messages=plain, tools=[WEATHER], stream=True,
+                                              tool_choice={"type": "function", "function": {"name": "get_weather"}},
+                                              max_tokens=48)
+    name, args, finish = "", "", None
+    for chunk in stream:
+        for c in chunk.choices:
+            for tc in (c.delta.tool_calls or []):
+                name += (tc.function.name or "") if tc.function else ""
+                args += (tc.function.arguments or "") if tc.function else ""
+            finish = c.finish_reason or finish
+    check("forced call streamed", name == "get_weather" and finish == "tool_calls" and
+          isinstance(json.loads(args).get("city"), str), f"{name!r} {args!r} {finish!r}")
+    try:
+        s.client.chat.completions.create(model=s.name, messages=plain, tools=[WEATHER], tool_choice="required",
+                                         response_format={"type": "json_object"}, max_tokens=8)
+        check("forced call + response_format: refused", False, "accepted")
+    except openai.BadRequestError as e:
+        check("forced call + response_format: 400 on tool_choice", e.body.get("param") == "tool_choice", str(e))
     try:
         s.client.chat.completions.create(model=s.name, messages=FEW_SHOT, max_tokens=8,
                                          tools=[{"type": "function", "function": {"description": "no name"}}])
