@@ -66,4 +66,8 @@ std::string PeerWatch::first_dead() const {
   return "";
 }
 
+void PeerWatch::kill_all() const {
+  for (const PeerProcess& p : peers_) kill(p.pid, SIGKILL);
+}
+
 }  // namespace tp

@@ -26,6 +26,8 @@ class PeerWatch {
   // "" while every watched peer runs, else "rank R (pid P) is gone" for the first that exited (or is a zombie).
   std::string first_dead() const;
   const std::vector<PeerProcess>& peers() const { return peers_; }
+  // SIGKILLs every watched peer still running (the backstop when MPI_Abort itself hangs).
+  void kill_all() const;
 
  private:
   std::vector<PeerProcess> peers_;

@@ -34,10 +34,11 @@ rank_pid() {  # rank_pid MODEL RANK
   done
 }
 # summary of the clients' ends: "stream:error_done plain:503 ..."
-ends() { python3 -c 'import json,sys; print(" ".join(r["kind"]+":"+(str(r.get("status")) if r["kind"]=="plain" else r["end"]) for r in json.load(open(sys.argv[1]))))' "$res"; }
+ends() { [ -s "$res" ] || { echo "no results"; return; }; python3 -c 'import json,sys; print(" ".join(r["kind"]+":"+(str(r.get("status")) if r["kind"]=="plain" else r["end"]) for r in json.load(open(sys.argv[1]))))' "$res"; }
 
 kill_test() {  # kill_test MODEL TP NAME
   start_serve "$1" "$2"
+  rm -f "$res"
   python3 "$ROOT/tests/e2e/load_clients.py" "$p" 3 2 4000 "$res" &
   clients=$!
   sleep 3
@@ -58,7 +59,7 @@ kill_test() {  # kill_test MODEL TP NAME
   grep -q '"type": "service_unavailable"' "$res" && grep -q "rank 1" "$res"
   check "$3: the error names rank 1 and is service_unavailable" $? "$(head -c 600 "$res")"
   [ $rc != 0 ] && ((elapsed < 30))
-  check "$3: the job exits non-zero (rc $rc) within 30 s (${elapsed} s)" $?
+  check "$3: the job exits non-zero (rc $rc) within 30 s (${elapsed} s)" $? "victim '$victim' $(grep -v ' POST \| GET ' "$log" | tail -8)"
 }
 
 kill_test "$SYNTH" 2 "tp 2 (synthetic)"
@@ -66,6 +67,7 @@ kill_test "$MODEL" 3 "tp 3 (SmolLM2)"
 
 # 3. SIGTERM to launch/start drains
 start_serve "$MODEL" 3
+rm -f "$res"
 python3 "$ROOT/tests/e2e/load_clients.py" "$p" 4 2 48 "$res" &
 clients=$!
 sleep 2
