@@ -105,6 +105,8 @@ void ApiHandlers::install(HttpServer& server) {
 
 void ApiHandlers::abort_all() { in_flight_.abort_all(engine_); }
 
+void ApiHandlers::fail_all(const std::string& error) { in_flight_.fail_all(error); }
+
 int64_t ApiHandlers::n_in_flight() const { return in_flight_.size(); }
 
 void ApiHandlers::check_auth(const HttpRequest& req) const {
@@ -307,7 +309,7 @@ HttpResponse ApiHandlers::generate(const GenerationJob& job, ResponseStream& out
       std::find_if(choices.begin(), choices.end(), [](const auto& c) { return c->finish_reason() == "error"; });
   if (client_gone) return logged(HttpResponse{499, "application/json", "", {}}, "the client went away; request aborted");
   if (failed != choices.end()) {
-    const ApiError e = internal_error("generation failed: " + (*failed)->error());
+    const ApiError e = service_unavailable("generation failed: " + (*failed)->error());
     if (!p.stream) throw ApiException(e);
     sse.error(e);
     sse.done();

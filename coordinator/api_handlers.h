@@ -12,7 +12,9 @@
 // A client that goes away (a reset, a failed or timed-out write; a half-close after sending is not one) gets its
 // engine requests aborted — by the RequestHandles as the handler returns — so their blocks are freed.
 // Errors are OpenAI JSON: 400 bad body / context overflow (FieldError and ApiException, mapped by type), 401
-// bad API key (/v1/* only, as vLLM), 404 unknown model, 429 queue full, 500 engine failure.
+// bad API key (/v1/* only, as vLLM), 404 unknown model, 429 queue full, 503 engine failure (a rank died or stopped
+// answering: the engine failed its requests, or the server failed them itself with fail_all; streams end with
+// the error event and [DONE]).
 // Batched prompts: prompt j's choice i has index j * n + i. Prompt logprobs (echo + logprobs, vLLM's
 // prompt_logprobs) are computed in the prefill; such prompts are recomputed, not served from the prefix cache.
 #pragma once
@@ -52,6 +54,9 @@ class ApiHandlers {
   void install(HttpServer& server);
   // Aborts every engine request an HTTP handler is waiting on (shutdown past its deadline).
   void abort_all();
+  // Ends every in-flight request now with `error`, without the engine (InFlightRequests::fail_all): for a
+  // server whose engine thread is stuck because a rank died or stopped answering. Any thread.
+  void fail_all(const std::string& error);
   int64_t n_in_flight() const;
 
  private:

@@ -86,6 +86,8 @@ BlockManager::BlockManager(int32_t n_blocks, int32_t block_size, BlockManagerOpt
       prefix_caching_(options.enable_prefix_caching),
       hash_fn_(options.hash_fn ? std::move(options.hash_fn) : BlockHashFn(default_block_hash)),
       eviction_(options.eviction ? std::move(options.eviction) : std::make_unique<LruEvictionPolicy>()) {
+  record_events_ = options.record_events;
+  events_medium_ = options.events_medium;
   if (n_blocks < 0) fail("BlockManager", "n_blocks must be >= 0, got " + std::to_string(n_blocks));
   if (block_size <= 0) fail("BlockManager", "block_size must be > 0, got " + std::to_string(block_size));
   blocks_.resize(size_t(n_blocks));
@@ -158,6 +160,13 @@ void BlockManager::uncache(int32_t block) {
       index_.erase(it);
       break;
     }
+  }
+  if (record_events_ && index_.count(m.hash) == 0) {  // the last block under this hash left
+    KvEvent e;
+    e.kind = KvEventKind::BlockRemoved;
+    e.block_hashes = {m.hash};
+    e.medium = events_medium_;
+    events_.push_back(std::move(e));
   }
   m.prefix_id = m.parent_prefix_id = m.hash = 0;
 }
@@ -315,6 +324,16 @@ void BlockManager::register_full_block(SeqState& s, int32_t block) {
   m.parent_prefix_id = s.chain_prefix_id;
   m.hash = h;
   std::copy(s.partial.begin(), s.partial.end(), block_tokens_.begin() + ptrdiff_t(block) * block_size_);
+  if (record_events_ && index_.count(h) == 0) {  // the first block under this hash
+    KvEvent e;
+    e.kind = KvEventKind::BlockStored;
+    e.block_hashes = {h};
+    if (s.chain_hash != kRootHash) e.parent_block_hash = s.chain_hash;
+    e.token_ids.assign(s.partial.begin(), s.partial.end());
+    e.block_size = block_size_;
+    e.medium = events_medium_;
+    events_.push_back(std::move(e));
+  }
   index_.emplace(h, block);
   s.chain_hash = h;
   s.chain_prefix_id = id;
@@ -376,6 +395,12 @@ int32_t BlockManager::evict_all_cached() {
     ++n;
   }
   return n;
+}
+
+std::vector<KvEvent> BlockManager::take_events() {
+  std::vector<KvEvent> out;
+  out.swap(events_);
+  return out;
 }
 
 int64_t BlockManager::slot(int64_t seq_id, int64_t position) const {

@@ -37,9 +37,11 @@
 #include <memory>
 #include <span>
 #include <unordered_map>
+#include <string>
 #include <vector>
 
 #include "common/block_copy.h"
+#include "kvstore/kv_events.h"
 
 namespace tp {
 
@@ -90,6 +92,8 @@ struct BlockManagerOptions {
   bool enable_prefix_caching = true;
   BlockHashFn hash_fn;                       // empty: default_block_hash
   std::unique_ptr<EvictionPolicy> eviction;  // null: LruEvictionPolicy
+  bool record_events = false;                // record KV events (kvstore/kv_events.h) for take_events()
+  std::string events_medium = "CPU";         // KvEvent::medium of the recorded events
 };
 
 // The result of can_allocate(): what allocate() will do. A plain value; stale plans are rejected.
@@ -169,6 +173,8 @@ class BlockManager {
   void fork(int64_t parent_seq_id, int64_t child_seq_id);
   // Evicts every evictable block now (they become free). Returns how many. In-use blocks stay cached.
   int32_t evict_all_cached();
+  // The KV events recorded since the previous call, in order (empty unless options.record_events).
+  std::vector<KvEvent> take_events();
 
   // ---- lookup -----------------------------------------------------------------------------------
   // The longest verified cached prefix of tokens, whole blocks, at most max_blocks (-1: no cap).
@@ -231,6 +237,9 @@ class BlockManager {
   void register_full_block(SeqState& s, int32_t block);
 
   int32_t block_size_;
+  bool record_events_ = false;
+  std::string events_medium_;
+  std::vector<KvEvent> events_;
   bool prefix_caching_;
   BlockHashFn hash_fn_;
   std::unique_ptr<EvictionPolicy> eviction_;

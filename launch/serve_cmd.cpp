@@ -2,10 +2,15 @@
 // leader runs the engine on one dedicated thread (the only thread making MPI calls) and the HTTP server
 // (coordinator/http_server.h, api_handlers.h) on its own threads. SIGINT / SIGTERM: stop accepting, let
 // in-flight requests finish until server.shutdown_deadline_s, abort the rest, shut the ranks down, exit 0.
-// An engine failure (a rank died) fails in-flight requests and exits 1. A rank alive but stuck leaves a step
-// without progress (no layer finishes: the leader waits in a collective): past server.step_timeout_s of that,
-// /health answers 503, and a second later the job is aborted (MPI_Abort, exit 3) — a collective cannot be
-// cancelled, and a server that hangs forever helps nobody. A long step that keeps finishing layers is healthy.
+// An engine failure (a rank died and MPI said so) fails in-flight requests and exits 1. A rank that died
+// without MPI noticing (shared memory: the leader waits in a collective forever) is seen by the peer watch
+// (launch/peer_watch.h, local ranks, every 200 ms); a rank alive but stuck leaves a step without progress (no
+// layer finishes): past server.step_timeout_s of that, /health answers 503. Either way the leader ends every
+// in-flight request itself (an error event + [DONE] on streams, 503 JSON otherwise; ApiHandlers::fail_all —
+// the stuck engine thread cannot), gives the handlers up to 2 s to write them, and aborts the job (MPI_Abort,
+// exit 3) — a collective cannot be cancelled, and a server that hangs forever helps nobody. A long step that
+// keeps finishing layers is healthy. launch/start runs serve with orte_abort_on_non_zero_status off so mpirun
+// does not kill the leader first.
 // The leader binds server.host:server.port before the model loads (a taken port fails at once). It logs one
 // access line per request and a periodic stats line (launch/serve_log.h) on stderr, as text or JSON lines
 // (--log-format / server.log_format).
@@ -38,6 +43,7 @@
 #include "launch/commands.h"
 #include "launch/model_group.h"
 #include "launch/model_options.h"
+#include "launch/peer_watch.h"
 #include "launch/serve_log.h"
 #include "launch/worker_executor.h"
 #include "parallel/mpi_communicator.h"
@@ -140,6 +146,10 @@ int run_serve(const CliArgs& a) {
                               std::string(tool_call_syntax_name(detect_tool_call_syntax(chat.jinja()->source()))) + ")"
                         : "chat template: built-in " + std::string(chat_style_name(chat.style())) + " (fall-back)");
 
+  // Every rank is up once the model loaded: the local ones are watched from here on.
+  const PeerWatch peers = PeerWatch::local_siblings(world_rank_from_env());
+  log.info("watching " + std::to_string(peers.peers().size()) + " local ranks for exits");
+
   EngineConfig ec = group.engine_config(cfg);
   ec.is_eog = [&tok](int32_t id) { return tok.is_eog(id); };
   WorkerExecutor executor(*group.worker);
@@ -163,6 +173,7 @@ int run_serve(const CliArgs& a) {
   api_cfg.chat_template = group.file->tokenizer().chat_template;
   api_cfg.health = [&]() -> std::string {
     if (engine_failed.load()) return "the engine failed";
+    if (std::string dead = peers.first_dead(); !dead.empty()) return dead;
     if (step_timeout_s > 0 && step_seconds() > step_timeout_s)
       return "a step has made no progress for " + std::to_string(int64_t(step_seconds())) +
              " s (server.step_timeout_s = " +
@@ -209,17 +220,34 @@ int run_serve(const CliArgs& a) {
               cfg.server.api_key.empty() ? "" : "-H 'Authorization: Bearer $API_KEY' ", name.c_str());
   std::fflush(stdout);
 
-  // The watchdog: a step without progress for server.step_timeout_s is a collective that will never return (a
-  // rank alive but stuck); nothing can cancel it, so the job is aborted (after /health had a moment to say 503).
+  // The watchdog: a local rank gone, or a step without progress for server.step_timeout_s (a rank alive but
+  // stuck): the collective will never return and nothing can cancel it, so the leader fails every in-flight
+  // request itself, lets the handlers write the error ends, and aborts the job.
   auto watchdog = [&] {
+    std::string why = peers.first_dead();
     const double s = step_seconds();
-    if (step_timeout_s <= 0 || s <= step_timeout_s + 1.0) return;
-    char msg[200];
-    std::snprintf(msg, sizeof msg,
-                  "a step has made no progress for %.1f s, past server.step_timeout_s = %.1f: a rank is not "
-                  "responding; aborting the job",
-                  s, step_timeout_s);
-    log.error(msg);
+    if (why.empty() && step_timeout_s > 0 && s > step_timeout_s + 1.0) {
+      char msg[200];
+      std::snprintf(msg, sizeof msg,
+                    "a step has made no progress for %.1f s, past server.step_timeout_s = %.1f: a rank is not "
+                    "responding",
+                    s, step_timeout_s);
+      why = msg;
+    }
+    if (why.empty()) return;
+    log.error(why + "; failing " + std::to_string(api.n_in_flight()) + " in-flight requests and aborting the job");
+    server->stop_accepting();
+    api.fail_all(why);
+    const auto grace = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (server->n_active_requests() > 0 && std::chrono::steady_clock::now() < grace)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    // Backstop, should MPI_Abort from this thread block while the engine thread sits in a collective (suspected
+    // in one test run whose job did not end): 5 s later the local ranks are killed and this process exits.
+    std::thread([&peers] {
+      std::this_thread::sleep_for(std::chrono::seconds(5));
+      peers.kill_all();
+      std::_Exit(3);
+    }).detach();
     abort_job(3);
   };
   int sig = 0;
@@ -246,6 +274,11 @@ int run_serve(const CliArgs& a) {
     // Let the handlers write the abort chunk and [DONE] before the sockets close (bounded: 1 s).
     const auto grace = std::chrono::steady_clock::now() + std::chrono::seconds(1);
     while (server->n_active_requests() > 0 && std::chrono::steady_clock::now() < grace && !engine_failed.load())
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (engine_failed.load()) {  // the engine failed its requests: let the handlers write the error ends (<= 2 s)
+    const auto grace = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (server->n_active_requests() > 0 && std::chrono::steady_clock::now() < grace)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   server->stop();

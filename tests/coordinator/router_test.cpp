@@ -1,0 +1,144 @@
+// The router's core as pure units, table-driven: events in (stored / removed / cleared per replica, replicas
+// up or down, their load), choice out, for round_robin, least_load and prefix_aware (router_policy.h states the
+// cost).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "coordinator/router_index.h"
+#include "coordinator/router_policy.h"
+
+namespace tp {
+namespace {
+
+// A chain of n block hashes for a conversation `conv` (distinct conversations share no block).
+std::vector<uint64_t> chain(uint64_t conv, int n) {
+  std::vector<uint64_t> c;
+  for (int i = 0; i < n; ++i) c.push_back(conv * 1000 + uint64_t(i));
+  return c;
+}
+
+TEST(PrefixIndex, EventsInOverlapOut) {
+  struct Event {
+    char kind;  // 's' stored, 'r' removed, 'c' cleared (or replica down)
+    int replica;
+    std::vector<uint64_t> hashes;
+  };
+  struct Case {
+    std::string name;
+    std::vector<Event> events;
+    std::vector<uint64_t> query;
+    std::vector<int64_t> overlap;  // [replica 0, 1]
+  };
+  const std::vector<Case> cases = {
+      {"empty", {}, chain(1, 4), {0, 0}},
+      {"stored on 0", {{'s', 0, chain(1, 4)}}, chain(1, 4), {4, 0}},
+      {"longer query", {{'s', 1, chain(1, 2)}}, chain(1, 5), {0, 2}},
+      {"middle block evicted cuts the prefix", {{'s', 0, chain(1, 4)}, {'r', 0, {1001}}}, chain(1, 4), {1, 0}},
+      {"removal on another replica does not count", {{'s', 0, chain(1, 3)}, {'r', 1, chain(1, 3)}}, chain(1, 3), {3, 0}},
+      {"both hold, one cleared (down)", {{'s', 0, chain(1, 3)}, {'s', 1, chain(1, 2)}, {'c', 0, {}}}, chain(1, 3), {0, 2}},
+      {"other conversation", {{'s', 0, chain(2, 4)}}, chain(1, 4), {0, 0}},
+      {"first block missing: nothing", {{'s', 0, {1001, 1002}}}, chain(1, 3), {0, 0}},
+  };
+  for (const Case& c : cases) {
+    PrefixIndex idx;
+    for (const Event& e : c.events) {
+      if (e.kind == 's') idx.stored(e.replica, e.hashes);
+      if (e.kind == 'r') idx.removed(e.replica, e.hashes);
+      if (e.kind == 'c') idx.cleared(e.replica);
+    }
+    for (int r = 0; r < 2; ++r) EXPECT_EQ(idx.overlap(r, c.query), c.overlap[size_t(r)]) << c.name << " replica " << r;
+  }
+}
+
+TEST(PrefixIndex, CountsFollowTheEvents) {
+  PrefixIndex idx;
+  idx.stored(0, chain(1, 3));
+  idx.stored(1, chain(1, 2));
+  EXPECT_EQ(idx.n_blocks(0), 3);
+  EXPECT_EQ(idx.n_holders(1000), 2);
+  idx.cleared(1);
+  EXPECT_EQ(idx.n_holders(1000), 1);
+  EXPECT_EQ(idx.n_blocks(1), 0);
+  idx.removed(0, chain(1, 3));
+  EXPECT_EQ(idx.n_holders(1000), 0);
+  EXPECT_EQ(idx.n_blocks(0), 0);
+}
+
+TEST(RoutePolicy, TableOfChoices) {
+  struct Case {
+    std::string name;
+    std::string policy;
+    std::vector<ReplicaState> replicas;
+    int64_t prompt_tokens;
+    int expect;
+  };
+  // block_size 16, kv_usage_tokens 4096 (the defaults)
+  const ReplicaState idle{true, 0, 0, 0, 0};
+  const std::vector<Case> cases = {
+      {"least_load: fewer tokens", "least_load", {{true, 100, 50, 0, 0}, {true, 10, 20, 0, 0}}, 64, 1},
+      {"least_load: kv usage counts", "least_load", {{true, 0, 0, 0.5, 0}, {true, 100, 0, 0, 0}}, 64, 1},
+      {"least_load: tie to the lowest index", "least_load", {idle, idle}, 64, 0},
+      {"least_load: down is skipped", "least_load", {{false, 0, 0, 0, 0}, {true, 999, 0, 0, 0}}, 64, 1},
+      {"prefix_aware: the holder wins when loads are equal", "prefix_aware", {idle, {true, 0, 0, 0, 8}}, 160, 1},
+      {"prefix_aware: overlap 8 blocks (128 tokens) beats 100 tokens of load", "prefix_aware",
+       {{true, 0, 0, 0, 0}, {true, 100, 0, 0, 8}}, 160, 1},
+      {"prefix_aware: 200 tokens of load outweigh 128 cached", "prefix_aware",
+       {{true, 0, 0, 0, 0}, {true, 200, 0, 0, 8}}, 160, 0},
+      // capped: 40 + 0 vs 0 + 32 (uncapped, replica 0 would cost 40 + 32 - 1600 and win)
+      {"prefix_aware: overlap capped at the prompt", "prefix_aware", {{true, 40, 0, 0, 100}, {true, 0, 0, 0, 0}}, 32, 1},
+      {"prefix_aware: holder down", "prefix_aware", {{true, 50, 0, 0, 0}, {false, 0, 0, 0, 8}}, 160, 0},
+      {"none up", "prefix_aware", {{false, 0, 0, 0, 0}, {false, 0, 0, 0, 0}}, 16, -1},
+      {"none up (round_robin)", "round_robin", {{false, 0, 0, 0, 0}}, 16, -1},
+      {"no replicas", "least_load", {}, 16, -1},
+  };
+  for (const Case& c : cases) {
+    RoutePolicyState p(parse_route_policy(c.policy, "router.policy"));
+    EXPECT_EQ(p.choose(c.replicas, c.prompt_tokens), c.expect) << c.name;
+  }
+}
+
+TEST(RoutePolicy, RoundRobinCyclesOverReplicasUp) {
+  RoutePolicyState p(RoutePolicy::RoundRobin);
+  std::vector<ReplicaState> r(3);
+  std::vector<int> got;
+  for (int i = 0; i < 4; ++i) got.push_back(p.choose(r, 16));
+  EXPECT_EQ(got, (std::vector<int>{0, 1, 2, 0}));
+  r[1].up = false;
+  got.clear();
+  for (int i = 0; i < 3; ++i) got.push_back(p.choose(r, 16));
+  EXPECT_EQ(got, (std::vector<int>{2, 0, 2}));
+}
+
+TEST(RoutePolicy, ConversationRoutedBackToItsHolder) {
+  // Turn 1 lands somewhere (tie: replica 0); its blocks are stored there; turn 2 (a longer chain) goes back.
+  PrefixIndex idx;
+  RoutePolicyState p(RoutePolicy::PrefixAware);
+  std::vector<ReplicaState> r(2);
+  const int first = p.choose(r, 64);
+  ASSERT_EQ(first, 0);
+  idx.stored(first, chain(7, 4));
+  r[1].waiting_tokens = 0;
+  r[0].running_tokens = 30;  // busier, but holds 64 tokens of the prompt
+  for (int i = 0; i < 2; ++i) r[size_t(i)].overlap_blocks = idx.overlap(i, chain(7, 6));
+  EXPECT_EQ(p.choose(r, 96), 0);
+  idx.cleared(0);  // replica 0 went down: its entries are gone, the conversation moves
+  r[0].up = false;
+  for (int i = 0; i < 2; ++i) r[size_t(i)].overlap_blocks = idx.overlap(i, chain(7, 6));
+  EXPECT_EQ(p.choose(r, 96), 1);
+}
+
+TEST(RoutePolicy, UnknownNameIsRefusedNamingWhere) {
+  try {
+    parse_route_policy("random", "router.policy");
+    FAIL() << "accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("router.policy"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("random"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace tp
