@@ -145,14 +145,21 @@ def auto_parses_calls(s):
           acc[0]["id"].startswith("call_") and json.loads(acc[0]["arguments"]) == {"city": "Paris"}, repr(acc))
 
 
+# The forced-call tests' weather tool: WEATHER with the city's length bounded, so that no sample can run past
+# max_tokens inside the string (the grammar enforces maxLength).
+WEATHER_BOUNDED = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24}}, "required": ["city"]}}}
+
+
 def forced_and_bad(s):
     plain = [{"role": "user", "content": "What should I pack for a trip to Rome?"}]
     calc = {"type": "function", "function": {"name": "add", "parameters": {
         "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}
     for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
-        tools = [WEATHER, calc] if choice == "required" else [WEATHER]
+        tools = [WEATHER_BOUNDED, calc] if choice == "required" else [WEATHER_BOUNDED]
         r = s.client.chat.completions.create(model=s.name, messages=plain, tools=tools, tool_choice=choice,
-                                             max_tokens=48, temperature=0.7, seed=3)
+                                             max_tokens=96, temperature=0.7, seed=3)
         ch = r.choices[0]
         calls = ch.message.tool_calls or []
         ok = ch.finish_reason == "tool_calls" and len(calls) == 1 and ch.message.content is None
@@ -160,12 +167,12 @@ def forced_and_bad(s):
             args = json.loads(calls[0].function.arguments)
             names = {"get_weather"} if choice != "required" else {"get_weather", "add"}
             ok = calls[0].function.name in names and isinstance(args, dict) and (
-                isinstance(args.get("city"), str) if calls[0].function.name == "get_weather"
+                isinstance(args.get("city"), str) and len(args["city"]) <= 24 if calls[0].function.name == "get_weather"
                 else isinstance(args.get("a"), int) and isinstance(args.get("b"), int))
         check(f"tool_choice {choice}: a valid forced call", ok, repr(ch))
-    stream = s.client.chat.completions.create(model=s.name, messages=plain, tools=[WEATHER], stream=True,
+    stream = s.client.chat.completions.create(model=s.name, messages=plain, tools=[WEATHER_BOUNDED], stream=True,
                                               tool_choice={"type": "function", "function": {"name": "get_weather"}},
-                                              max_tokens=48)
+                                              max_tokens=96, temperature=0.7, seed=3)  # the named call above, seeded
     name, args, finish = "", "", None
     for chunk in stream:
         for c in chunk.choices:
