@@ -4,23 +4,9 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "rank/quant_math.h"
 
 namespace tp {
-
-namespace {
-
-float dot(const float* a, const float* b, int64_t n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; ++k) acc[k] += a[i + k] * b[i + k];
-  float s = 0;
-  for (; i < n; ++i) s += a[i] * b[i];
-  for (float v : acc) s += v;
-  return s;
-}
-
-}  // namespace
 
 void apply_input_scales(float* w, int64_t n_out, int64_t n_in, const std::vector<float>& s) {
   for (int64_t r = 0; r < n_out; ++r)
@@ -51,7 +37,7 @@ AwqResult awq_search(const QuantSpec& spec, const std::vector<LinearRef>& ws, co
     ref[li].resize(size_t(m * ws[li].n_out));
     for (int64_t t = 0; t < m; ++t)
       for (int64_t o = 0; o < ws[li].n_out; ++o) {
-        const float y = dot(xs.data() + t * n_in, ws[li].w + o * n_in, n_in);
+        const float y = dot_f32(xs.data() + t * n_in, ws[li].w + o * n_in, n_in);
         ref[li][size_t(t * ws[li].n_out + o)] = y;
         ref_norm += double(y) * y;
       }
@@ -80,7 +66,8 @@ AwqResult awq_search(const QuantSpec& spec, const std::vector<LinearRef>& ws, co
         for (int64_t j = 0; j < n_in; ++j) wq[size_t(o * n_in + j)] /= s[size_t(j)];
       for (int64_t t = 0; t < m; ++t)
         for (int64_t o = 0; o < no; ++o) {
-          const double d = double(dot(xs.data() + t * n_in, wq.data() + o * n_in, n_in)) - ref[li][size_t(t * no + o)];
+          const double d =
+              double(dot_f32(xs.data() + t * n_in, wq.data() + o * n_in, n_in)) - ref[li][size_t(t * no + o)];
           err += d * d;
         }
     }

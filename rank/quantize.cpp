@@ -7,6 +7,7 @@
 #include <regex>
 
 #include "common/error.h"
+#include "rank/quant_math.h"
 #include "rank/convert.h"
 #include "rank/hf_dir.h"
 #include "rank/quant_awq.h"
@@ -19,22 +20,13 @@ namespace {
 
 using Vec = std::vector<float>;
 
-float dot(const float* a, const float* b, int64_t n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; ++k) acc[k] += a[i + k] * b[i + k];
-  float s = 0;
-  for (; i < n; ++i) s += a[i] * b[i];
-  for (float v : acc) s += v;
-  return s;
-}
 
 // y [n, n_out] = x [n, n_in] · wᵀ
 Vec matmul(const Vec& x, int64_t n, const Vec& w, int64_t n_out, int64_t n_in) {
   Vec y(static_cast<size_t>(n * n_out));
   for (int64_t t = 0; t < n; ++t)
-    for (int64_t o = 0; o < n_out; ++o) y[size_t(t * n_out + o)] = dot(x.data() + t * n_in, w.data() + o * n_in, n_in);
+    for (int64_t o = 0; o < n_out; ++o)
+      y[size_t(t * n_out + o)] = dot_f32(x.data() + t * n_in, w.data() + o * n_in, n_in);
   return y;
 }
 
@@ -176,7 +168,7 @@ class Quantizer {
         const float* qp = q.data() + (t * nh + h) * hd;
         float mx = -INFINITY;
         for (int64_t u = t0; u <= t; ++u) {
-          sc[size_t(u - t0)] = dot(qp, k.data() + (u * nkv + kh) * hd, hd) * scale;
+          sc[size_t(u - t0)] = dot_f32(qp, k.data() + (u * nkv + kh) * hd, hd) * scale;
           mx = std::max(mx, sc[size_t(u - t0)]);
         }
         double sum = 0;
