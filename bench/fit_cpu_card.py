@@ -5,18 +5,22 @@
 
 Runs (each once, the figures and commands go into the card's comment):
   mem_bandwidth T            DRAM read GB/s on T threads                       -> hbm_tbps
-  gemm_gguf_bench 4608 1536 best M,...   Q4_1 GEMM time at M = 1..256 rows     -> peak, m_half, mem_efficiency
+  gemm_gguf_bench 4608 1536 best M,...   Q4_1 GEMM time at M = 1..256 rows     -> a cross-check
   kv_attention_bench         bf16 paged attention, decode (1 token) at 1024 context over 30 layers -> its GB/s;
-                             a 128-token chunk at 1024 context -> FLOP/s        -> attention_efficiency
+                             a 128-token chunk at 1024 context -> FLOP/s        -> attention rates
   decode_bench (SmolLM2-135M Q4_1 kept, T threads)  tg at batch 1, 4, 16 and pp 32, 128, 384
-                                                                               -> step / token / logit overheads
-Fits (the cost model of coordinator/sim_cost_model.h, tp 1, dense):
-  GEMM   t(M) = max(W / (mem x mem_eff), 2 x MACs x (M + m_half) / peak) with compute_efficiency 1: a least-squares
-         line t = a + b M over every M, weighted 1/t (relative error), gives peak = 2 MACs / b and m_half = a / b; mem_eff = (W / t(1)) / mem.
-  attention_efficiency = achieved FLOP/s of the prefill chunk / peak.
-  overheads: residual r = measured step time - (linear + lm_head + attention) for every decode_bench row;
-         r = step + token x M + logit x rows-with-logits, least squares (non-negative) over all rows
-         (decode at batch B: M = B, B logit rows; prefill of P: M = P, 1 logit row).
+                                                                               -> mem_efficiency, peak, m_half
+  tpserve serve + bench/load_gen.py requests (bench/sweep_point.py)             -> step / token / logit overheads
+Fits (the cost model of coordinator/sim_cost_model.h, tp 1, dense), in this order:
+  overheads, measured on a served run (tp 1, C = 4) from /metrics (tpserve:step_time_seconds_total by part):
+         step = (schedule + postprocess) / steps, token = forward_other / computed tokens (norms, rope,
+         embedding, activations outside linear and attention), logit = sample / generated tokens.
+  attention: its measured rates (decode GB/s, chunk FLOP/s); attention_efficiency = chunk FLOP/s / peak.
+  mem_efficiency: decode_bench's batch-1 steps less overheads and attention stream the linear weights and the
+         lm_head once: (their bytes / that time) / DRAM GB/s (median over the rows).
+  peak, m_half: decode_bench's steps of M >= 4 (batch 4, 16, prefill 32, 128, 384) less overheads and attention
+         = 2 (P_lin M + P_head n)(...) / peak + m_half 2 (P_lin + P_head) / peak: a line weighted 1/t.
+  The synthetic GEMM's rates are printed beside as a cross-check (its layer is not the model's).
 Prints the card; --out writes it.
 """
 import argparse
@@ -43,6 +47,47 @@ def run(cmd, env=None):
     if r.returncode != 0:
         sys.exit(f"fit_cpu_card: {' '.join(cmd)} failed: {r.stderr.strip()[-600:]}")
     return r.stdout
+
+
+def served_overheads(threads):
+    """The engine's own costs per step / token / logit row from a served run's /metrics (tp 1, one short load):
+    step = d(schedule + postprocess) / d(steps); token = d(forward_other) / d(computed tokens);
+    logit = d(sample) / d(generated tokens) (every generated token is one row with logits)."""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import sweep_point
+    settings = {"model": MODEL, "dtype": "bf16", "quantized": "keep", "threads": threads, "cache_memory_mb": 128,
+                "max_context": 2048, "max_num_seqs": 64, "max_num_batched_tokens": 2048}
+    point = {"tp": 1, "dp": 1, "hosts": 0, "bandwidth": "local", "concurrency": 4, "prompt_min": 40,
+             "prompt_max": 160, "out_min": 16, "out_max": 48, "kv_dtype": "bf16"}
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        with sweep_point.Servers(ROOT, settings, (1, 1, 0, "local", "bf16"), tmp, lambda m: None) as srv:
+            sweep_point.warmup(srv.urls)
+            def counters():
+                text = sweep_point._get(srv.urls[0] + "/metrics")
+                c = {}
+                for line in text.splitlines():
+                    m = re.match(r'^tpserve:step_time_seconds_total\{[^}]*part="([a-z_]+)"[^}]*\}\s+(\S+)', line)
+                    if m:
+                        c[m.group(1)] = float(m.group(2))
+                    m = re.match(r"^(tpserve:engine_steps_total|tpserve:computed_tokens_total|"
+                                 r"[a-z]+:generation_tokens_total)(\{[^}]*\})?\s+(\S+)", line)
+                    if m:
+                        c[m.group(1).split(":")[1]] = float(m.group(3))
+                return c
+            c0 = counters()
+            sweep_point.run_load(srv.urls, point, 12, 5)
+            c1 = counters()
+    d = {k: c1[k] - c0.get(k, 0.0) for k in c1}
+    step = (d["schedule"] + d["postprocess"]) / d["engine_steps_total"]
+    tok = d["forward_other"] / d["computed_tokens_total"]
+    logit = d["sample"] / d["generation_tokens_total"]
+    note = (f"served run (tpserve serve, C = 4, 12 requests of 40-160 words / 16-48 tokens), /metrics deltas: "
+            f"{d['engine_steps_total']:.0f} steps, {d['computed_tokens_total']:.0f} computed tokens, "
+            f"{d['generation_tokens_total']:.0f} generated; schedule + postprocess {1e3 * (d['schedule'] + d['postprocess']):.0f} ms, "
+            f"forward_other {1e3 * d['forward_other']:.0f} ms, sample {1e3 * d['sample']:.0f} ms "
+            f"-> step {step * 1e6:.0f} us, token {tok * 1e6:.1f} us, logit row {logit * 1e6:.1f} us")
+    return step, tok, logit, note
 
 
 def main():
@@ -73,37 +118,26 @@ def main():
     wbytes = 4608 * 1536 * 20 / 32
     xs = np.array(ms, float)
     ys = np.array([tm[int(m)] for m in xs])
-    slope, icpt = np.polyfit(xs, ys, 1, w=1 / ys)  # relative error: small M matters as much as large
-    peak = 2 * macs / slope
-    m_half = max(0.0, icpt / slope)
-    mem_eff = min(1.0, (wbytes / tm[1]) / mem)
-    notes.append("gemm_gguf_bench Q4_1 [4608 x 1536]: " + ", ".join(
+    gslope, gicpt = np.polyfit(xs, ys, 1, w=1 / ys)  # relative error: small M matters as much as large
+    notes.append("gemm_gguf_bench Q4_1 [4608 x 1536] (a cross-check): " + ", ".join(
         f"M={m} {tm[m] * 1e6:.0f} us ({2 * m * macs / tm[m] / 1e9:.1f} GFLOP/s)" for m in ms))
-    notes.append(f"  fit t = a + b M over every M (weights 1/t): peak = 2 MACs / b = {peak / 1e9:.1f} GFLOP/s, m_half = a / b = "
-                 f"{m_half:.2f}; M = 1 streams {wbytes / tm[1] / 1e9:.1f} GB/s -> mem_efficiency {mem_eff:.2f}")
+    notes.append(f"  its line t = a + b M (weights 1/t): 2 MACs / b = {2 * macs / gslope / 1e9:.1f} GFLOP/s, a / b = "
+                 f"{max(0.0, gicpt / gslope):.2f} rows; M = 1 streams {wbytes / tm[1] / 1e9:.1f} GB/s")
 
     out = run([b("bench/kv_attention_bench"), "--threads", t, "--contexts", "1024", "--tokens", "1", "--layers",
                "30", "--dtypes", "bf16", "--paths", "avx2", "--reps", "20"], env)
     row = [r for r in out.splitlines() if r.startswith("| 1024 | bf16") and "tiled" in r][0].split("|")
-    attn_dec_gbs = float(row[7])
+    attn_dec_Bps = float(row[7]) * 1e9
     out = run([b("bench/kv_attention_bench"), "--threads", t, "--contexts", "1024", "--tokens", "128", "--layers",
                "30", "--dtypes", "bf16", "--paths", "avx2", "--reps", "5"], env)
     row = [r for r in out.splitlines() if r.startswith("| 1024 | bf16") and "tiled" in r][0].split("|")
     us = float(row[5])
     flops = 4 * HD * NH * sum(range(1024 - 128 + 1, 1024 + 1))
-    attn_eff = min(1.0, flops / (us * 1e-6) / peak)
-    notes.append(f"kv_attention_bench bf16 tiled, 1 layer of 30: decode at 1024 context {attn_dec_gbs:.1f} GB/s; "
-                 f"128-token chunk at 1024: {us:.0f} us = {flops / us / 1e3:.1f} GFLOP/s -> attention_efficiency "
-                 f"{attn_eff:.2f} of peak")
+    attn_flops_rate = flops / (us * 1e-6)
+    notes.append(f"kv_attention_bench bf16 tiled, 1 layer of 30: decode at 1024 context {attn_dec_Bps / 1e9:.1f} GB/s; "
+                 f"128-token chunk at 1024: {us:.0f} us = {attn_flops_rate / 1e9:.1f} GFLOP/s")
 
-    def model_s(m, n_logits, attn_flops, kv_bytes):
-        eff = m / (m + m_half)
-        lin = max(2 * m * P_LIN / (peak * eff), P_LIN * BPP / (mem * mem_eff))
-        head = max(2 * n_logits * P_HEAD / (peak * n_logits / (n_logits + m_half)), P_HEAD * BPP / (mem * mem_eff))
-        att = max(attn_flops / (peak * attn_eff), kv_bytes / (mem * mem_eff))
-        return lin + head + att
-
-    rows = []  # (M, logit rows, measured s, model s)
+    raw = []  # (M, logit rows, measured s, attention FLOPs, KV bytes)
     common = [b("bench/decode_bench"), "--model", MODEL, "--quantized", "keep", "--threads", t, "--reps", "2"]
     for pp, batch in ((32, 4), (128, 16), (384, 1)):
         out = run(common + ["--pp", str(pp), "--tg", "16", "--batch", str(batch)], env)
@@ -111,34 +145,45 @@ def main():
         tg_rate = float(re.search(r"\| tg\d+ ([0-9.]+)", out).group(1))
         notes.append(f"decode_bench --pp {pp} --tg 16 --batch {batch}: pp {pp_rate:.1f} tok/s, tg {tg_rate:.1f} tok/s"
                      + (f", tg x b{batch} " + re.search(r"x b\d+ ([0-9.]+)", out).group(1) + " tok/s" if batch > 1 else ""))
-        # prefill of pp tokens from 0: one step (pp <= 512)
-        af = 4 * HD * NH * L * pp * (pp + 1) / 2
-        rows.append((pp, 1, pp / pp_rate, model_s(pp, 1, af, KV_LAYER_TOKEN * L * pp)))
-        # decode at ~pp + 8 context, batch 1
+        raw.append((pp, 1, pp / pp_rate, 4 * HD * NH * L * pp * (pp + 1) / 2, KV_LAYER_TOKEN * L * pp))  # one step
         ctx = pp + 8
-        rows.append((1, 1, 1 / tg_rate, model_s(1, 1, 4 * HD * NH * L * ctx, KV_LAYER_TOKEN * L * ctx)))
+        raw.append((1, 1, 1 / tg_rate, 4 * HD * NH * L * ctx, KV_LAYER_TOKEN * L * ctx))
         if batch > 1:
             br = float(re.search(r"x b\d+ ([0-9.]+)", out).group(1))
             ctx = 64 + 8
-            rows.append((batch, batch, batch / br,
-                         model_s(batch, batch, batch * 4 * HD * NH * L * ctx, batch * KV_LAYER_TOKEN * L * ctx)))
-    A = np.array([[1.0, m, n] for m, n, _, _ in rows])
-    r = np.array([meas - mod for _, _, meas, mod in rows])
-    active = [0, 1, 2]
-    coef = np.zeros(3)
-    while active:
-        sol, *_ = np.linalg.lstsq(A[:, active], r, rcond=None)
-        if (sol >= 0).all():
-            coef[active] = sol
-            break
-        active.pop(int(np.argmin(sol)))
-    step, tok, logit = coef
-    for m, n, meas, mod in rows:
-        fit = mod + step + tok * m + logit * n
-        notes.append(f"  step M={m} logits={n}: measured {meas * 1e3:.2f} ms, roofline terms {mod * 1e3:.2f} ms, "
-                     f"with the fitted overheads {fit * 1e3:.2f} ms ({100 * (fit / meas - 1):+.0f}%)")
-    notes.append(f"  overheads (non-negative least squares on the residuals): step {step * 1e6:.0f} us, token "
-                 f"{tok * 1e6:.1f} us, logit row {logit * 1e6:.1f} us")
+            raw.append((batch, batch, batch / br, batch * 4 * HD * NH * L * ctx, batch * KV_LAYER_TOKEN * L * ctx))
+    step, tok, logit, served = served_overheads(a.threads)
+    notes.append(served)
+
+    def attn_s(af, kvb):  # the measured attention rates
+        return max(af / attn_flops_rate, kvb / attn_dec_Bps)
+
+    # Memory bound decode (M = 1): what is left of the step after the per-token / per-logit overheads and
+    # attention streams every linear weight and the lm_head once.
+    left1 = [tm_ - tok - logit - attn_s(af, kvb) for m, n, tm_, af, kvb in raw if m == 1]
+    mem_eff = min(1.0, (P_LIN + P_HEAD) * BPP / (mem * float(np.median(left1))))
+    # Compute bound rows (M >= 4): t - overheads - attention = (X + m_half Y) / peak, X = 2 (P_LIN M + P_HEAD n).
+    big = [(2 * (P_LIN * m + P_HEAD * n), tm_ - tok * m - logit * n - attn_s(af, kvb)) for m, n, tm_, af, kvb in raw
+           if m >= 4]
+    X = np.array([x for x, _ in big]); T = np.array([y for _, y in big])
+    slope, icpt = np.polyfit(X, T, 1, w=1 / T)
+    peak = 1 / slope
+    m_half = max(0.0, icpt * peak / (2 * (P_LIN + P_HEAD)))
+    attn_eff = min(1.0, attn_flops_rate / peak)
+    notes.append(f"  fit on decode_bench: M = 1 rows -> mem_efficiency {mem_eff:.3f} (median of {len(left1)}); "
+                 f"M >= 4 rows, line weighted 1/t -> peak {peak / 1e9:.1f} GFLOP/s, m_half {m_half:.2f}; "
+                 f"attention_efficiency = chunk rate / peak = {attn_eff:.2f}")
+
+    def model_s(m, n_logits, af, kvb):
+        lin = max(2 * P_LIN * (m + m_half) / peak, P_LIN * BPP / (mem * mem_eff))
+        head = max(2 * P_HEAD * (n_logits + m_half) / peak, P_HEAD * BPP / (mem * mem_eff))
+        att = max(af / (peak * attn_eff), kvb / (mem * mem_eff))
+        return lin + head + att + tok * m + logit * n_logits
+
+    for m, n, tm_, af, kvb in raw:
+        fit = model_s(m, n, af, kvb)
+        notes.append(f"  decode_bench step M={m} logits={n}: measured {tm_ * 1e3:.2f} ms, card {fit * 1e3:.2f} ms "
+                     f"({100 * (fit / tm_ - 1):+.0f}%; decode_bench has no engine step overhead)")
     load1 = open("/proc/loadavg").read().split()[:3]
     cpu = subprocess.run("lscpu | sed -n 's/^Model name: *//p'", shell=True, capture_output=True, text=True).stdout.strip()
     stamp = f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC"
