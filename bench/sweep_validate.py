@@ -11,7 +11,8 @@ dp, KV dtype, KV pool, context and scheduler limits. Compares:
   throughput  output tok/s                    error = (predicted - measured) / measured
   TTFT p50    ms                              error likewise
   mean ITL    ms (measured: mean of the requests' mean ITL; simulated: mean over every gap)
-  ratios      a point's throughput and TTFT p50 over the same shape's lowest-C point (measured vs predicted):
+  ratios      a point's throughput, TTFT p50 and TTFT mean over the same shape's lowest-C point (measured vs
+              predicted):
               machine load that slows every point alike cancels in them.
 Prints a markdown table (or writes --out) and the median |error| of each; --json writes the numbers.
 """
@@ -64,7 +65,9 @@ def compare(sweep_dir, settings, card, weights, model_card, tpserve):
                         "prompt_tok": row["prompt_tok_mean"], "out_tok": row["out_tok_mean"],
                         "meas_tps": row["out_tok_s"], "pred_tps": s["output_tok_per_s"],
                         "meas_ttft": row["ttft_p50_ms"], "pred_ttft": 1e3 * s["ttft_s"]["p50"],
-                        "meas_itl": row["itl_mean_ms"], "pred_itl": 1e3 * s["itl_s"]["mean"]})
+                        "meas_itl": row["itl_mean_ms"], "pred_itl": 1e3 * s["itl_s"]["mean"],
+                        "meas_ttft_mean": 1e3 * statistics.mean(r["ttft_s"] for r in reqs),
+                        "pred_ttft_mean": 1e3 * s["ttft_s"]["mean"]})
     # Ratios over the same shape and repeat's lowest-C point.
     base = {}
     for r in out:
@@ -77,10 +80,12 @@ def compare(sweep_dir, settings, card, weights, model_card, tpserve):
         r["pred_tps_ratio"] = r["pred_tps"] / b["pred_tps"]
         r["meas_ttft_ratio"] = r["meas_ttft"] / b["meas_ttft"]
         r["pred_ttft_ratio"] = r["pred_ttft"] / b["pred_ttft"]
+        r["meas_ttft_mean_ratio"] = r["meas_ttft_mean"] / b["meas_ttft_mean"]
+        r["pred_ttft_mean_ratio"] = r["pred_ttft_mean"] / b["pred_ttft_mean"]
         r["is_base"] = r is b
         for m in ("tps", "ttft", "itl"):
             r[f"err_{m}"] = (r[f"pred_{m}"] - r[f"meas_{m}"]) / r[f"meas_{m}"]
-        for m in ("tps", "ttft"):
+        for m in ("tps", "ttft", "ttft_mean"):
             r[f"err_{m}_ratio"] = r[f"pred_{m}_ratio"] / r[f"meas_{m}_ratio"] - 1
     return out
 

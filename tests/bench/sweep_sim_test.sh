@@ -5,14 +5,16 @@
 #  2. the same command with --resume runs nothing more; without it, an existing sweep.csv is refused (exit 2);
 #  3. `tpserve simulate` with this machine's card (configs/hardware/cpu-zen4-2core.yaml), replaying each point's
 #     own requests closed loop (bench/sweep_validate.py), predicts the measured C=4 / C=1 ratios of output tok/s
-#     and of TTFT p50 within TOL (stated below). Ratios between two points measured a few seconds apart cancel
-#     the machine load that slows both alike (absolute figures moved 2x with load on the shared machines).
+#     and of mean TTFT (the mean: p50 of 6-12 requests jumps with one request's place in the queue) within TOL
+#     (stated below). Ratios between two points measured seconds apart cancel the machine load that slows both
+#     alike (absolute figures moved 2x with load on the shared machines).
 #   sweep_sim_test.sh TPSERVE REPO_ROOT
 set -euo pipefail
 TPSERVE=$1 ROOT=$2
 export TPSERVE
 # Tolerance on |predicted ratio / measured ratio - 1|. Measured spread of the ratios over repeated runs of this
-# test on the Zen 4 2-core machine under load 2-8 (see bench/results/sim-validate-zen4-*.md): TOL_NOTE.
+# test on the Zen 4 2-core machine at load average 15-16 (3 runs, 2026-12-02 00:08-00:10 UTC): throughput
+# ratio |error| 6-19%, mean-TTFT ratio 6-19% (the simulator gives 1.14 and 3.19; measured 1.04-1.38, 2.68-3.39).
 TOL=${SWEEP_SIM_TOL:-0.35}
 MODEL=$ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf
 [ -e "$MODEL" ] || { echo "SKIP-FAIL: $MODEL missing (run launch/setup)"; exit 1; }
@@ -24,11 +26,11 @@ model: $MODEL
 threads: 1
 cache_memory_mb: 64
 max_context: 1024
-requests: {per_client: 2, min: 4}
+requests: {per_client: 3, min: 6}
 grid:
   concurrency: [1, 4]
   prompt_words: [[30, 90]]
-  output_tokens: [[12, 24]]
+  output_tokens: [[8, 16]]
 YAML
 out=$tmp/out
 /usr/bin/python3 "$ROOT/bench/sweep" "$tmp/s.yaml" --out "$out" | tee "$tmp/log1"
@@ -53,7 +55,7 @@ v = json.load(open(sys.argv[1])); tol = float(sys.argv[2])
 pts = {p["c"]: p for p in v["points"]}
 p = pts[4]
 bad = []
-for m in ("tps", "ttft"):
+for m in ("tps", "ttft_mean"):
     e = p[f"err_{m}_ratio"]
     print(f"C=4/C=1 {m} ratio: measured {p[f'meas_{m}_ratio']:.2f}, predicted {p[f'pred_{m}_ratio']:.2f}, "
           f"|error| {100 * abs(e):.0f}% (tolerance {100 * tol:.0f}%)")
