@@ -99,7 +99,7 @@ StepCost CostModel::step(const std::vector<Chunk>& chunks) const {
   const double attn_compute = attn_flops / (hw_.peak_bf16_flops * hw_.attention_efficiency);
   c.attention_s = std::max(attn_compute, kv_bytes / (hw_.mem_Bps * hw_.mem_efficiency));
   c.comm_s = 2 * layers * ring_all_reduce_s(md * double(shape_.hidden) * double(hw_.act_bytes), tp_, link_);
-  c.overhead_s = hw_.step_overhead_s;
+  c.overhead_s = hw_.step_overhead_s + hw_.token_overhead_s * md + hw_.logit_overhead_s * double(n_logits);
   return c;
 }
 

@@ -15,8 +15,10 @@
 //   comm       2 all-reduces per layer of M x hidden x act_bytes, ring over tp ranks on the slowest link they
 //              span (NVLink within a node, the inter-node link once tp > devices_per_node):
 //              t = 2(n-1)/n x bytes / beta + 2(n-1) x alpha.
-//   overhead   step_overhead_s.
-// Not modelled: norms, rope, embedding, sampling (inside overhead), the logits all-gather, overlap of parts.
+//   overhead   step_overhead_s + token_overhead_s x M + logit_overhead_s x (rows that want logits): the fixed
+//              cost of a step, the per-token work outside GEMMs and attention (embedding, norms, rope,
+//              activations, KV writes), and per-row sampling.
+// Not modelled: the logits all-gather, overlap of parts.
 #pragma once
 #include <cstdint>
 

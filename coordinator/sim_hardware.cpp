@@ -33,6 +33,8 @@ void HardwareCard::validate(const std::string& where) const {
   need(intra.latency_s >= 0, "intra_node_latency_us", "must be >= 0");
   need(inter.latency_s >= 0, "inter_node_latency_us", "must be >= 0");
   need(std::isfinite(step_overhead_s) && step_overhead_s >= 0, "step_overhead_us", "must be >= 0");
+  need(std::isfinite(token_overhead_s) && token_overhead_s >= 0, "token_overhead_us", "must be >= 0");
+  need(std::isfinite(logit_overhead_s) && logit_overhead_s >= 0, "logit_overhead_us", "must be >= 0");
   need(act_bytes == 2 || act_bytes == 4, "act_bytes", "must be 2 or 4");
 }
 
@@ -85,6 +87,8 @@ HardwareCard load_hardware_card(const std::string& path) {
   c.intra = {num("intra_node_gbps") * 1e9, num("intra_node_latency_us") * 1e-6};
   c.inter = {num("inter_node_gbps") * 1e9, num("inter_node_latency_us") * 1e-6};
   c.step_overhead_s = num("step_overhead_us") * 1e-6;
+  c.token_overhead_s = num("token_overhead_us", 0.0) * 1e-6;
+  c.logit_overhead_s = num("logit_overhead_us", 0.0) * 1e-6;
   c.act_bytes = int64_t(num("act_bytes", 2.0));
   c.validate(path);
   return c;

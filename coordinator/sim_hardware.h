@@ -17,7 +17,11 @@
 //   devices_per_node       devices one node holds (the NVLink domain), >= 1
 //   intra_node_gbps, intra_node_latency_us   one device's all-reduce bandwidth and per-hop latency in a node
 //   inter_node_gbps, inter_node_latency_us   the same across nodes (InfiniBand / Ethernet, per device)
-//   step_overhead_us       fixed cost of one engine step (scheduling, launches, sampling)
+//   step_overhead_us       fixed cost of one engine step (scheduling, plan broadcast, launches)
+//   token_overhead_us      cost per token of a step outside the linear layers and attention (embedding, norms,
+//                          rope, activations, KV writes) (optional, 0)
+//   logit_overhead_us      cost per row that wants logits, beyond the lm_head GEMM (sampling over the vocabulary,
+//                          detokenizing, streaming) (optional, 0)
 //   act_bytes              bytes per activation element in an all-reduce (2: bf16, 4: f32) (optional, 2)
 // A bad card is refused with a ConfigError naming the file and the field.
 #pragma once
@@ -45,6 +49,8 @@ struct HardwareCard {
   int64_t devices_per_node = 1;
   LinkSpec intra, inter;
   double step_overhead_s = 0;
+  double token_overhead_s = 0;  // per token of the step
+  double logit_overhead_s = 0;  // per row that wants logits
   int64_t act_bytes = 2;
 
   // Throws ConfigError(where, field, reason) naming the first bad field.

@@ -105,7 +105,7 @@ SimReport simulate(const SimOptions& o, const Workload& w) {
   using Arrival = std::pair<double, int64_t>;
   std::priority_queue<Arrival, std::vector<Arrival>, std::greater<>> arrivals;
   int64_t next_closed = 0;
-  const bool closed = w.concurrency > 0 && !w.trace;
+  const bool closed = w.concurrency > 0;  // a trace too: its requests in file order, arrivals ignored
   if (closed) {
     for (; next_closed < std::min(n, w.concurrency); ++next_closed) arrivals.push({0.0, next_closed});
   } else {

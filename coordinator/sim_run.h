@@ -1,10 +1,10 @@
 // The simulator's driver: D replicas (DP), each our real Scheduler + BlockManager over a SimExecutor, under one
-// virtual clock. Events: arrivals (open loop from the workload's times; closed loop: C requests at t = 0, then
-// one each time a request finishes) and steps (a replica that has work runs schedule -> execute -> commit, and
-// its clock advances by the modelled step time; an arrival during a step waits for the step's end). A router
-// sends each arrival to the next replica in turn (round robin). Generation ignores EOS: a request produces
-// exactly output_len tokens. A request that can never fit (prompt + output > max_context, or more blocks than
-// the pool) is rejected, as the server refuses it.
+// virtual clock. Events: arrivals (open loop from the workload's times; closed loop, concurrency C > 0 — a
+// trace too, its times then ignored: C requests at t = 0, then the next one each time a request finishes) and
+// steps (a replica that has work runs schedule -> execute -> commit, and its clock advances by the modelled step
+// time; an arrival during a step waits for the step's end). A router sends each arrival to the next replica in
+// turn (round robin). Generation ignores EOS: a request produces exactly output_len tokens. A request that can
+// never fit (prompt + output > max_context, or more blocks than the pool) is rejected, as the server refuses it.
 //
 // Metrics (seconds of simulated time):
 //   TTFT = first token time - arrival; ITL = gaps between a request's consecutive tokens (every gap counted);

@@ -10,7 +10,8 @@
 //   output_len: {dist: fixed, value: 128}              #       exponential (mean, min, max: clipped), tokens >= 1
 //   prefix_len: 0                 # optional: tokens every prompt shares at its start (prefix-cache hits)
 // JSONL (a trace, extension .jsonl): one object a line {"arrival_s": 0.5, "prompt_len": 100, "output_len": 20};
-//   arrival_s >= 0 (need not be sorted).
+//   arrival_s >= 0 (need not be sorted). Setting Workload::concurrency (simulate --concurrency C) replays a
+//   trace closed loop at C clients, in arrival_s order (file order among equal ones), the times ignored.
 //
 // Deterministic: the same file gives the same requests (std::mt19937_64 seeded with `seed`; lengths and gaps
 // drawn by our own inverse-CDF code, not std:: distributions, whose output the standard leaves open).
@@ -39,7 +40,7 @@ struct Workload {
   uint64_t seed = 0;
   int64_t n_requests = 0;
   double rate = 0;            // > 0: Poisson open loop
-  int64_t concurrency = 0;    // > 0: closed loop
+  int64_t concurrency = 0;    // > 0: closed loop (over a trace too)
   bool trace = false;         // arrivals from the file
   LengthDist prompt_len, output_len;
   int64_t prefix_len = 0;

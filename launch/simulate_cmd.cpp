@@ -49,6 +49,8 @@ const CommandSpec& simulate_spec() {
           OptionSpec::required_value("model", "NAME|PATH", "model card name (configs/models), card file, GGUF or HF dir"),
           OptionSpec::required_value("gpu", "NAME|PATH", "hardware card: H100, H200, A100, cpu-... (configs/hardware)"),
           OptionSpec::required_value("workload", "FILE", "workload YAML or JSONL trace"),
+          OptionSpec::computed("concurrency", "C", "the workload's arrivals",
+                               "closed loop at C clients (a JSONL trace: its requests in order, times ignored)"),
           OptionSpec::value("tp", "T", "1", "tensor-parallel degree"),
           OptionSpec::value("dp", "D", "1", "data-parallel replicas (round-robin router)"),
           OptionSpec::computed("nodes", "N", "ceil(tp x dp / devices per node)", "nodes"),
@@ -72,7 +74,11 @@ int run_simulate(const CliArgs& a) {
   o.model = load_model(a.required("model"), a.str("cards")).shape;
   const std::string hw_file = hardware_path(a.required("gpu"));
   o.hw = load_hardware_card(hw_file);
-  const Workload w = load_workload(a.required("workload"));
+  Workload w = load_workload(a.required("workload"));
+  if (a.str("concurrency")) {
+    w.concurrency = a.integer("concurrency", 0, 1, 1 << 20);
+    w.rate = 0;
+  }
   o.tp = a.integer("tp", 1, 4096);
   o.dp = a.integer("dp", 1, 1 << 20);
   o.nodes = a.integer("nodes", (o.tp * o.dp + o.hw.devices_per_node - 1) / o.hw.devices_per_node, 1, 1 << 20);

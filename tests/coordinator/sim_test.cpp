@@ -114,6 +114,23 @@ TEST(SimRoofline, PrefillComputeBoundAndTpComm) {
   EXPECT_EQ(cm16.tp_link().bandwidth_Bps, hw.inter.bandwidth_Bps);
 }
 
+TEST(SimRoofline, PerStepPerTokenAndPerLogitOverheads) {
+  HardwareCard hw = unit_card();
+  hw.step_overhead_s = 1e-3;
+  hw.token_overhead_s = 1e-5;
+  hw.logit_overhead_s = 1e-4;
+  const CostModel cm(tiny_model(), hw, 1, PlanFormat::BF16, KvCost{});
+  // A prefill chunk of 100 tokens (no logits) and 3 decodes (logits): M = 103, 3 logit rows.
+  //   overhead = 1e-3 + 103 x 1e-5 + 3 x 1e-4 = 2.33e-3 s
+  const StepCost c = cm.step(std::vector<CostModel::Chunk>{{0, 100, false}, {5, 1, true}, {7, 1, true}, {9, 1, true}});
+  EXPECT_NEAR(c.overhead_s, 2.33e-3, 1e-12);
+  // The same plan without the per-token and per-logit terms costs exactly that much less.
+  hw.token_overhead_s = hw.logit_overhead_s = 0;
+  const CostModel cm0(tiny_model(), hw, 1, PlanFormat::BF16, KvCost{});
+  const StepCost c0 = cm0.step(std::vector<CostModel::Chunk>{{0, 100, false}, {5, 1, true}, {7, 1, true}, {9, 1, true}});
+  EXPECT_NEAR(c.total_s() - c0.total_s(), 1.33e-3, 1e-12);
+}
+
 Workload small_workload(uint64_t seed, int64_t n, int64_t concurrency) {
   Workload w;
   w.seed = seed;
@@ -145,6 +162,28 @@ void expect_same(const SimReport& a, const SimReport& b) {
   EXPECT_EQ(a.ttft_s.p99, b.ttft_s.p99);
   EXPECT_EQ(a.itl_s.p50, b.itl_s.p50);
   EXPECT_EQ(a.kv_usage_mean, b.kv_usage_mean);
+}
+
+TEST(SimRun, TraceReplayedClosedLoop) {
+  // A trace of 6 equal requests (all at t = 0) replayed at concurrency 1 runs them one after another: each
+  // TTFT is then one prefill step (the request never waits), and the makespan is 6 requests' time.
+  Workload w;
+  w.trace = true;
+  for (int i = 0; i < 6; ++i) w.requests.push_back({i, 0.0, 50, 10, std::vector<int32_t>(50, 1 + i)});
+  w.n_requests = 6;
+  SimOptions o = small_options();
+  o.hw.step_overhead_s = 1e-3;
+  const SimReport open = simulate(o, w);  // all six arrive at t = 0: later ones wait
+  w.concurrency = 1;
+  const SimReport c1 = simulate(o, w);
+  w.concurrency = 6;
+  const SimReport c6 = simulate(o, w);
+  EXPECT_EQ(c1.n_finished, 6);
+  EXPECT_EQ(c1.n_output_tokens, 60);
+  EXPECT_NEAR(c1.ttft_s.p99, c1.ttft_s.p50, 1e-12);  // no queueing at C = 1
+  EXPECT_GT(open.ttft_s.p99, c1.ttft_s.p99);
+  EXPECT_GT(c1.makespan_s, c6.makespan_s);            // batching: six at once finish sooner than one by one
+  EXPECT_EQ(c6.makespan_s, open.makespan_s);          // C >= n with every arrival at 0 is the open loop
 }
 
 TEST(SimRun, DeterministicForASeed) {
@@ -285,7 +324,7 @@ TEST_F(SimFiles, HardwareCards) {
 
 TEST(SimCards, ShippedHardwareCardsLoad) {
   const std::string root = TPSERVE_SOURCE_DIR;
-  for (const char* n : {"H100", "H200", "A100", "cpu-epyc-2core"}) {
+  for (const char* n : {"H100", "H200", "A100", "cpu-epyc-2core", "cpu-zen4-2core"}) {
     const HardwareCard c = load_hardware_card(root + "/configs/hardware/" + n + ".yaml");
     EXPECT_FALSE(c.name.empty()) << n;
   }
