@@ -50,7 +50,7 @@ struct ApiConfig {
   // (empty: POST /v1/kv/export answers 503); how long an export pins its blocks at most. Receiver: the client that
   // asks the holder named by a request's kv_transfer_params.fetch_from (null: such requests recompute, counted).
   std::vector<std::string> kv_addresses;
-  int64_t kv_pin_ms = 10000;
+  int64_t kv_pin_ms = 30000;
   KvFetchClient* kv_fetch = nullptr;
 };
 

@@ -156,7 +156,11 @@ void Engine::import_kv(Sequence& s, std::vector<Delivery>& deliveries) {
     what = "recompute: " + std::to_string(tokens) + " tokens" + fmt(" in %.4f s < fetch %.4f s", t_compute, t_fetch);
     return done();
   }
-  // 4. Allocate and fetch.
+  // 4. Allocate and fetch — only while the holder's pin surely outlasts the fetch (1 s margin).
+  if (std::chrono::steady_clock::now() + std::chrono::milliseconds(im->timeout_ms + 1000) > im->pinned_until) {
+    what = "the holder's pin would expire before the fetch could end (the request waited too long)";
+    return done();
+  }
   const int64_t seq_id = next_kv_seq_++;
   const AllocPlan plan = bm.can_allocate(seq_id, prefix);
   if (!plan.fits || int64_t(plan.hit_blocks.size()) != k) {

@@ -48,6 +48,7 @@ std::shared_ptr<KvImport> KvFetchClient::prepare(const std::string& holder, cons
     if (r.status != 200) throw Error("HTTP " + std::to_string(r.status) + ": " + r.body.substr(0, 300));
     const json a = json::parse(r.body);
     pin = a.at("pin_id").get<uint64_t>();
+    im->pinned_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(a.at("pin_ms").get<int64_t>());
     im->block_size = a.at("block_size").get<int32_t>();
     im->holder_blocks = a.at("blocks").get<std::vector<int32_t>>();
     im->block_hashes = a.at("block_hashes").get<std::vector<uint64_t>>();

@@ -3,6 +3,7 @@
 //   receiver: KvImport — what a request brings from the holder's answer (coordinator/kv_fetch_client.h) for the
 //             engine to fetch before the request is scheduled (Engine, coordinator/engine_kv.cpp).
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -27,6 +28,9 @@ struct KvImport {
   std::vector<int32_t> holder_blocks;          // [n] holder block ids of the prompt's blocks 0 .. n-1
   std::vector<uint64_t> block_hashes;          // [n] the holder's chained hashes of those blocks
   int64_t timeout_ms = 5000;                   // per fetch
+  // The holder keeps the blocks pinned until about then (its answer's pin_ms after the answer arrived). The
+  // engine does not start a fetch that could outlast it: unpinned blocks may be evicted and rewritten.
+  std::chrono::steady_clock::time_point pinned_until{};
   // Called once on the engine thread after the fetch (or the decision not to fetch): ok = blocks imported; what
   // happened in words (a failure's reason, or the cost figures). Releases the holder's pin and logs; must not
   // block (the release goes out asynchronously).
