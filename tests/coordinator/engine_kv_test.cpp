@@ -198,6 +198,19 @@ TEST(EngineKv, AnErrorFromTheHolderIsCountedAndRecomputed) {
   EXPECT_EQ(rx.n_fetches, 0);
 }
 
+TEST(EngineKv, NoFetchThatCouldOutlastTheHoldersPin) {
+  SlotExecutor hx(64), rx(64);
+  rx.holder = &hx;
+  Engine holder(config(), hx), receiver(config(), rx);
+  const std::vector<int32_t> p = prompt(30, 7);
+  const std::vector<int32_t> want = run(holder, p);
+  auto im = import_of(export_from(holder, p));
+  im->pinned_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);  // < timeout + 1 s
+  EXPECT_EQ(run(receiver, p, im), want);
+  EXPECT_EQ(rx.n_fetches, 0);
+  EXPECT_EQ(receiver.metrics().kv_fetch_failures, 1);
+}
+
 TEST(EngineKv, PinsExpire) {
   SlotExecutor hx(64);
   Engine holder(config(), hx);
