@@ -346,6 +346,8 @@ KvFetchStats KvTransferAgent::fetch(const std::string& holder_address, std::span
   for (int32_t b : local_blocks)
     if (b < 0 || b >= shape.n_blocks)
       throw KvTransferError("KV transfer: local block " + std::to_string(b) + " is outside the pool");
+  if (holder_address == address_hex_)
+    throw KvTransferError("KV transfer: an agent cannot fetch from its own holder worker (same ucp context)");
   const std::vector<uint8_t> remote = from_hex(holder_address);
   std::lock_guard<std::mutex> lock(fetch_mu_);
   ucp_worker_h w = ucx_->client;

@@ -77,7 +77,7 @@ class KvTransferAgent {
   // Pulls holder_blocks[i] of the agent at `holder_address` into local_blocks[i] of this pool and checks each
   // against chain_hashes[i] (all three the same length, >= 1). Blocks until done or `timeout`. Throws
   // KvTransferError naming the failure (a bad address, the holder unreachable or dead, a refused request, a
-  // checksum mismatch naming the block, the timeout). One fetch at a time per agent (serialized).
+  // checksum mismatch naming the block, the timeout; its own address). One fetch at a time per agent (serialized).
   KvFetchStats fetch(const std::string& holder_address, std::span<const int32_t> holder_blocks,
                      std::span<const int32_t> local_blocks, std::span<const uint64_t> chain_hashes,
                      std::chrono::milliseconds timeout);

@@ -107,9 +107,9 @@ std::vector<std::string> start_kv_transfer(ModelGroup& group, Logger& log, std::
   return out;
 }
 
-// The leader's start-up measurement of the UCX link for the fetch-or-recompute cost (kv_fetch_policy.h): a fetch
-// from its own agent (loopback; the replicas of this machine share it) of up to 32 blocks onto themselves — the
-// pool is still empty, the bytes do not change. The second of two runs (the first sets up the connection).
+// The leader's start-up measurement of the UCX link for the fetch-or-recompute cost (kv_fetch_policy.h): a probe
+// agent over a small pool of the same layout fetches up to 32 blocks from this rank's agent over loopback (the
+// replicas of this machine share it). The second of two runs (the first sets up the connection).
 void measure_kv_link(KvTransferAgent& agent, KvPool& pool, Engine& engine, Logger& log) {
   const int32_t n = int32_t(std::min<int64_t>(32, pool.shape().n_blocks));
   if (n == 0) return;
@@ -117,8 +117,14 @@ void measure_kv_link(KvTransferAgent& agent, KvPool& pool, Engine& engine, Logge
   std::vector<uint64_t> hashes(size_t(n), 0);
   for (int32_t i = 0; i < n; ++i) blocks[size_t(i)] = i;
   try {
+    KvPoolShape shape = pool.shape();
+    shape.n_blocks = n;
+    KvTensorScales ones;  // a pool with tensor scales needs some; the probe's bytes are never read as K/V
+    if (shape.tensor_scales) ones = {std::vector<float>(size_t(shape.n_layers), 1.0f), std::vector<float>(size_t(shape.n_layers), 1.0f)};
+    KvPool probe_pool(shape, ones);
+    KvTransferAgent probe(probe_pool);
     KvFetchStats st;
-    for (int run = 0; run < 2; ++run) st = agent.fetch(agent.address(), blocks, blocks, hashes, std::chrono::seconds(5));
+    for (int run = 0; run < 2; ++run) st = probe.fetch(agent.address(), blocks, blocks, hashes, std::chrono::seconds(5));
     engine.kv_policy().set_link(st.bytes, st.seconds);
     char line[200];
     std::snprintf(line, sizeof line, "KV transfer: UCX loopback %.0f MB/s (%d blocks, %.2f MB in %.2f ms)",

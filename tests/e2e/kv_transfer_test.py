@@ -3,7 +3,10 @@
 
 Two real `tpserve serve` replicas (tp 1, SmolLM2-135M, one thread each) on this machine; no router: the test sends
 the router's field itself, "kv_transfer_params": {"fetch_from": A's URL}, to replica B.
-  1. A serves a long prompt P (greedy); B gets P with fetch_from=A -> B's text == A's; B's /metrics: one fetch, its
+  1. A serves a long prompt P twice (greedy; the second run is a prefix hit on A's own cache); B gets P with
+     fetch_from=A -> B's tokens == A's second run's (the same computation over byte-identical KV: the oracle that
+     the blocks moved intact; A's cold run may differ from both, as any prefix hit may: its
+     prefill attends over fresh K/V rather than the bf16 cache — the texts are printed when they differ); B's /metrics: one fetch, its
      fetched blocks = the prompt's whole blocks but the last token's, prefix-cache hits grew by those tokens and the
      tokens B computed are at most the prompt's uncached rest + the decode (the fetched blocks were not recomputed);
      A's pin was released.
@@ -25,7 +28,7 @@ import urllib.request
 
 TPSERVE, ROOT = sys.argv[1], sys.argv[2]
 MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
-MAX_TOKENS = 24
+MAX_TOKENS = 8
 failures = []
 
 
@@ -98,21 +101,26 @@ def main():
     a, url_a, log_a = start(cfg.name)
     b, url_b, log_b = start(cfg.name)
     try:
-        P = long_prompt("rivers", 24)
-        Q = long_prompt("mountains", 22)
-        R = long_prompt("forests", 20)
+        P = long_prompt("rivers", 12)
+        Q = long_prompt("mountains", 10)
+        R = long_prompt("forests", 9)
+        st, ra_cold = complete(url_a, P)
+        check("A serves P", st == 200, ra_cold)
         st, ra = complete(url_a, P)
-        check("A serves P", st == 200, ra)
+        check("A serves P again from its prefix cache", st == 200, ra)
         n_prompt = ra["usage"]["prompt_tokens"]
         fetchable_blocks = (n_prompt - 1) // 16
-        check(f"P is long ({n_prompt} tokens, {fetchable_blocks} blocks)", n_prompt >= 400)
+        check(f"P is long ({n_prompt} tokens, {fetchable_blocks} blocks)", n_prompt >= 256)
 
         mb0 = metrics(url_b)
         st, rb = complete(url_b, P, {"kv_transfer_params": {"fetch_from": url_a}})
         mb1 = metrics(url_b)
         check("B serves P with fetch_from=A", st == 200, rb)
-        check("B's greedy text == A's", st == 200 and rb["choices"][0]["text"] == ra["choices"][0]["text"],
+        check("B's greedy text == A's prefix-hit run's", st == 200 and rb["choices"][0]["text"] == ra["choices"][0]["text"],
               (ra["choices"][0]["text"], rb.get("choices")))
+        if ra_cold["choices"][0]["text"] != ra["choices"][0]["text"]:
+            print("note: A's cold run and prefix-hit run differ:", repr(ra_cold["choices"][0]["text"]),
+                  repr(ra["choices"][0]["text"]))
         d = {k: mb1.get(k, 0) - mb0.get(k, 0) for k in mb1}
         check("B ran one fetch, no failure", d.get("tpserve:kv_fetches_total") == 1 and
               d.get("tpserve:kv_fetch_failures_total") == 0, {k: v for k, v in d.items() if "kv_fetch" in k})

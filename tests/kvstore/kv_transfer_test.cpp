@@ -123,6 +123,10 @@ TEST(KvTransfer, RefusalsNameTheProblem) {
   } catch (const KvTransferError& e) {
     EXPECT_NE(std::string(e.what()).find("block 99 is outside the holder's pool"), std::string::npos) << e.what();
   }
+  // An agent does not fetch from itself (its two workers share one context: refused, not hung).
+  EXPECT_THROW(same.fetch(same.address(), std::vector<int32_t>{0}, std::vector<int32_t>{1}, std::vector<uint64_t>{1},
+                          kTimeout),
+               KvTransferError);
   EXPECT_THROW(same.fetch("zz", std::vector<int32_t>{0}, std::vector<int32_t>{0}, std::vector<uint64_t>{1}, kTimeout),
                KvTransferError);
   EXPECT_THROW(same.fetch(holder.address(), std::vector<int32_t>{0}, std::vector<int32_t>{0, 1}, std::vector<uint64_t>{1},
