@@ -66,7 +66,7 @@ std::shared_ptr<KvImport> KvFetchClient::prepare(const std::string& holder, cons
   LogFn log = log_;
   KvFetchClient* self = this;
   im->on_done = [self, log, holder, pin](bool ok, const std::string& what) {
-    if (log) log("KV fetch from " + holder + ": " + (ok ? "" : "recomputing: ") + what);
+    if (log) log("KV fetch from " + holder + ": " + (ok || what.rfind("recompute:", 0) == 0 ? "" : "recomputing: ") + what);
     if (pin == 0) return;
     {
       std::lock_guard<std::mutex> lock(self->mu_);

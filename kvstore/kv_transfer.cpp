@@ -151,8 +151,27 @@ struct KvTransferAgent::Ucx {
   ucp_worker_h client = nullptr;  // fetch()'s (under fetch_mu_)
   std::vector<uint8_t> client_address;
   int server_fd = -1;
+  // fetch()'s endpoints, one per holder address, kept for the agent's life: the holder answers over the endpoint
+  // it made back to us, and a large (rendezvous) reply pairs with ours — closing ours after each fetch made every
+  // later large reply fail. Dropped (force-closed) when a fetch over it fails.
+  struct ClientEp {
+    ucp_ep_h ep = nullptr;
+    std::unique_ptr<std::atomic<bool>> failed = std::make_unique<std::atomic<bool>>(false);
+  };
+  std::unordered_map<std::string, ClientEp> client_eps;
+
+  void close_client_ep(const std::string& address) {
+    auto it = client_eps.find(address);
+    if (it == client_eps.end()) return;
+    ucp_request_param_t cp{};
+    cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    wait_request(client, ucp_ep_close_nbx(it->second.ep, &cp));
+    client_eps.erase(it);
+  }
 
   ~Ucx() {
+    while (!client_eps.empty()) close_client_ep(client_eps.begin()->first);
     if (client) ucp_worker_destroy(client);
     if (server) ucp_worker_destroy(server);
     if (context) ucp_cleanup(context);
@@ -202,7 +221,12 @@ void KvTransferAgent::serve_loop() {
   struct PendingSend {
     void* req;
     std::vector<uint8_t> buf;
+    std::string to;  // the fetcher's address (its endpoint in eps)
+    std::chrono::steady_clock::time_point started;
   };
+  // A reply the fetcher never takes (it timed out and dropped its endpoint) would stay in flight forever: past this,
+  // its endpoint is force-closed, which completes the send with an error.
+  constexpr auto kSendLimit = std::chrono::seconds(30);
   std::vector<PendingSend> sends;
   std::unordered_map<std::string, ucp_ep_h> eps;  // fetcher address -> endpoint
   std::vector<std::atomic<bool>*> ep_flags;
@@ -247,7 +271,7 @@ void KvTransferAgent::serve_loop() {
       it = eps.emplace(to, h_ep).first;
     }
     ucp_request_param_t p{};
-    PendingSend s{nullptr, std::move(out)};
+    PendingSend s{nullptr, std::move(out), to, std::chrono::steady_clock::now()};
     void* req = ucp_tag_send_nbx(it->second, s.buf.data(), s.buf.size(), rq.reply_tag, &p);
     if (req == nullptr || UCS_PTR_IS_ERR(req)) {
       if (UCS_PTR_IS_ERR(req)) {  // a broken endpoint: forget it, the next request makes a new one
@@ -289,15 +313,26 @@ void KvTransferAgent::serve_loop() {
     n_served_.fetch_add(1);
   };
 
+  auto force_close = [&](const std::string& to) {
+    auto it = eps.find(to);
+    if (it == eps.end()) return;
+    ucp_request_param_t cp{};
+    cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    wait_request(w, ucp_ep_close_nbx(it->second, &cp));
+    eps.erase(it);
+  };
   while (!stop_.load()) {
     while (ucp_worker_progress(w) != 0) {
     }
+    const auto now = std::chrono::steady_clock::now();
     for (size_t i = 0; i < sends.size();) {
       if (ucp_request_check_status(sends[i].req) != UCS_INPROGRESS) {
         ucp_request_free(sends[i].req);
         sends[i] = std::move(sends.back());
         sends.pop_back();
       } else {
+        if (now - sends[i].started > kSendLimit) force_close(sends[i].to);
         ++i;
       }
     }
@@ -315,20 +350,17 @@ void KvTransferAgent::serve_loop() {
       }
       continue;
     }
-    if (!sends.empty()) continue;  // keep progressing the replies in flight
     if (ucp_worker_arm(w) == UCS_ERR_BUSY) continue;
     pollfd pfd{ucx_->server_fd, POLLIN, 0};
-    ::poll(&pfd, 1, 50);
+    ::poll(&pfd, 1, sends.empty() ? 50 : 1);  // replies in flight: look again soon (tcp progress is ours)
   }
+  // Shutdown: force-close every endpoint (completing the sends on them), give the sends a second, then let go.
+  while (!eps.empty()) force_close(eps.begin()->first);
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   for (PendingSend& s : sends) {
-    ucp_request_cancel(w, s.req);
-    wait_request(w, s.req);
-  }
-  for (auto& [addr, ep] : eps) {
-    ucp_request_param_t cp{};
-    cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    wait_request(w, ucp_ep_close_nbx(ep, &cp));
+    while (ucp_request_check_status(s.req) == UCS_INPROGRESS && std::chrono::steady_clock::now() < give_up)
+      ucp_worker_progress(w);
+    ucp_request_free(s.req);  // released by UCX once complete, if it is not yet
   }
   for (auto* f : ep_flags) delete f;
 }
@@ -366,16 +398,21 @@ KvFetchStats KvTransferAgent::fetch(const std::string& holder_address, std::span
   const size_t data_at = sizeof(ReplyHeader) + n * 8 + kMaxErrorBytes;
   std::vector<uint8_t> reply(data_at + n * size_t(shape.block_bytes()));
 
-  std::atomic<bool> ep_failed{false};
-  ucp_ep_params_t ep{};
-  ep.field_mask =
-      UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-  ep.address = reinterpret_cast<const ucp_address_t*>(remote.data());
-  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-  ep.err_handler.cb = on_ep_error;
-  ep.err_handler.arg = &ep_failed;
-  ucp_ep_h h_ep = nullptr;
-  check_ucs(ucp_ep_create(w, &ep, &h_ep), "connecting to the holder (ucp_ep_create)");
+  auto cached = ucx_->client_eps.find(holder_address);
+  if (cached == ucx_->client_eps.end()) {
+    Ucx::ClientEp ce;
+    ucp_ep_params_t ep{};
+    ep.field_mask =
+        UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.address = reinterpret_cast<const ucp_address_t*>(remote.data());
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = on_ep_error;
+    ep.err_handler.arg = ce.failed.get();
+    check_ucs(ucp_ep_create(w, &ep, &ce.ep), "connecting to the holder (ucp_ep_create)");
+    cached = ucx_->client_eps.emplace(holder_address, std::move(ce)).first;
+  }
+  ucp_ep_h h_ep = cached->second.ep;
+  std::atomic<bool>& ep_failed = *cached->second.failed;
 
   ucp_request_param_t rp{};
   rp.op_attr_mask = UCP_OP_ATTR_FIELD_RECV_INFO;
@@ -406,17 +443,14 @@ KvFetchStats KvTransferAgent::fetch(const std::string& holder_address, std::span
       ucp_tag_recv_request_test(recv_req, &recv_info);  // the length of a completion that was not immediate
     if (failure.empty()) received = recv_info.length;
   }
-  // Release everything before deciding: cancel what is still in flight, then close the endpoint.
+  // Release everything before deciding: cancel what is still in flight; after a failure, drop the endpoint (its
+  // force-close completes the send in flight).
   if (recv_req && !UCS_PTR_IS_ERR(recv_req)) {
     if (ucp_request_check_status(recv_req) == UCS_INPROGRESS) ucp_request_cancel(w, recv_req);
     wait_request(w, recv_req);
   }
-  ucp_request_param_t cp{};
-  cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  cp.flags = failure.empty() ? 0u : uint32_t(UCP_EP_CLOSE_FLAG_FORCE);
-  void* close_req = ucp_ep_close_nbx(h_ep, &cp);
+  if (!failure.empty()) ucx_->close_client_ep(holder_address);
   if (send_req && !UCS_PTR_IS_ERR(send_req)) wait_request(w, send_req);
-  wait_request(w, close_req);
   if (!failure.empty()) throw KvTransferError("KV transfer: " + failure);
 
   ReplyHeader h{};

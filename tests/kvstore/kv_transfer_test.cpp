@@ -91,6 +91,26 @@ TEST(KvTransfer, FetchCopiesBlocksBytesEqual) {
   EXPECT_EQ(holder.n_served(), 2);
 }
 
+// SmolLM2-135M's block (30 layers, 3 KV heads, head_dim 64, bf16, 16 tokens: 368,640 bytes), 32 at a time: a reply
+// large enough for UCX's rendezvous protocol, repeated over the same endpoints (the second one used to fail).
+TEST(KvTransfer, LargeRepliesRepeat) {
+  KvPoolShape s = small_shape();
+  s.n_layers = 30;
+  s.n_kv_heads = 3;
+  s.head_dim = 64;
+  s.n_blocks = 40;
+  KvPool holder_pool(s), fetcher_pool(s);
+  fill_random(holder_pool, 11);
+  KvTransferAgent holder(holder_pool), fetcher(fetcher_pool);
+  std::vector<int32_t> from(32), to(32);
+  for (int32_t i = 0; i < 32; ++i) from[size_t(i)] = i, to[size_t(i)] = 39 - i;
+  for (int run = 0; run < 3; ++run) {
+    const KvFetchStats st = fetcher.fetch(holder.address(), from, to, std::vector<uint64_t>(32, 3), kTimeout);
+    EXPECT_EQ(st.bytes, 32 * 368640) << run;
+  }
+  for (size_t i = 0; i < from.size(); ++i) EXPECT_TRUE(block_equal(holder_pool, from[i], fetcher_pool, to[i])) << i;
+}
+
 TEST(KvTransfer, CorruptedBlockIsRejected) {
   KvPool holder_pool(small_shape()), fetcher_pool(small_shape());
   fill_random(holder_pool, 8);
