@@ -86,6 +86,8 @@ void ApiHandlers::install(HttpServer& server) {
   route("POST", "/v1/completions", [this](const HttpRequest& r, ResponseStream& s) { return completions(r, s); });
   route("POST", "/v1/chat/completions", [this](const HttpRequest& r, ResponseStream& s) { return chat_completions(r, s); });
   route("POST", "/v1/responses", [this](const HttpRequest& r, ResponseStream& s) { return responses(r, s); });
+  route("POST", "/v1/kv/export", [this](const HttpRequest& r, ResponseStream&) { return kv_export(r); });
+  route("POST", "/v1/kv/release", [this](const HttpRequest& r, ResponseStream&) { return kv_release(r); });
   route("GET", "/v1/models", [this](const HttpRequest& r, ResponseStream&) { return models(r); });
   route("POST", "/tokenize", [this](const HttpRequest& r, ResponseStream&) { return tokenize(r); });
   route("POST", "/detokenize", [this](const HttpRequest& r, ResponseStream&) { return detokenize(r); });
@@ -124,6 +126,7 @@ HttpResponse ApiHandlers::completions(const HttpRequest& req, ResponseStream& ou
   check_model(c.params.model);
   GenerationJob job = completion_job(std::move(c), tok_, cfg_.max_context);
   compile_constraint(job);
+  attach_kv_imports(req.body, job);
   return generate(job, out);
 }
 
@@ -133,6 +136,7 @@ HttpResponse ApiHandlers::chat_completions(const HttpRequest& req, ResponseStrea
   check_model(c.params.model);
   GenerationJob job = chat_job(std::move(c), tok_, chat_, cfg_.max_context);
   compile_constraint(job);
+  attach_kv_imports(req.body, job);
   return generate(job, out);
 }
 
@@ -179,6 +183,7 @@ Submitted submit_all(const GenerationJob& job, uint64_t seed, int64_t max_contex
   Submitted s;
   for (size_t j = 0; j < job.prompts.size(); ++j) {
     Request r = job.engine_request(j, seed, max_context);
+    if (j < job.kv_imports.size()) r.kv_import = job.kv_imports[j];
     s.max_tokens.push_back(r.max_tokens);
     try {
       s.handles.push_back(std::make_unique<RequestHandle>(engine, in_flight, std::move(r), s.queue));

@@ -11,6 +11,8 @@
 //   (openai_response.h).
 // A client that goes away (a reset, a failed or timed-out write; a half-close after sending is not one) gets its
 // engine requests aborted — by the RequestHandles as the handler returns — so their blocks are freed.
+// KV transfer between replicas (kv_api.cpp): POST /v1/kv/export, POST /v1/kv/release (holder), and
+// "kv_transfer_params": {"fetch_from": URL} on completions / chat (receiver).
 // Errors are OpenAI JSON: 400 bad body / context overflow (FieldError and ApiException, mapped by type), 401
 // bad API key (/v1/* only, as vLLM), 404 unknown model, 429 queue full, 503 engine failure (a rank died or stopped
 // answering: the engine failed its requests, or the server failed them itself with fail_all; streams end with
@@ -27,6 +29,7 @@
 #include "coordinator/chat_template.h"
 #include "coordinator/engine.h"
 #include "coordinator/http_server.h"
+#include "coordinator/kv_fetch_client.h"
 #include "coordinator/generation_job.h"
 #include "coordinator/metrics.h"
 #include "coordinator/request_handle.h"
@@ -43,6 +46,12 @@ struct ApiConfig {
   // Empty function: always healthy.
   std::function<std::string()> health;
   std::string chat_template;  // the model's own (Jinja) template text, for /tokenizer_info; may be empty
+  // KV blocks between replicas (kv_api.cpp). Holder: the UCX worker address of each TP rank, in rank order
+  // (empty: POST /v1/kv/export answers 503); how long an export pins its blocks at most. Receiver: the client that
+  // asks the holder named by a request's kv_transfer_params.fetch_from (null: such requests recompute, counted).
+  std::vector<std::string> kv_addresses;
+  int64_t kv_pin_ms = 30000;
+  KvFetchClient* kv_fetch = nullptr;
 };
 
 class ApiHandlers {
@@ -68,6 +77,13 @@ class ApiHandlers {
   HttpResponse detokenize(const HttpRequest& req);
   HttpResponse tokenizer_info(const HttpRequest& req);
   HttpResponse metrics(const HttpRequest& req);
+  // kv_api.cpp: POST /v1/kv/export {"prompt_token_ids": [...]} -> the pinned leading blocks and the ranks'
+  // UCX addresses (kv_fetch_client.h); POST /v1/kv/release {"pin_id"}.
+  HttpResponse kv_export(const HttpRequest& req);
+  HttpResponse kv_release(const HttpRequest& req);
+  // kv_api.cpp: with "kv_transfer_params": {"fetch_from": URL} in the body, asks that holder about each prompt of
+  // the job (job.kv_imports). FieldError 400 for a malformed field.
+  void attach_kv_imports(const std::string& body, GenerationJob& job);
   void check_auth(const HttpRequest& req) const;
   void check_model(const std::string& model) const;
   // Runs a job: submits its prompts, routes the outputs to its choices, streams or returns the response.

@@ -88,6 +88,7 @@ int64_t Engine::submit(Request req) {
   s->prompt_logprobs = req.prompt_logprobs;
   if (req.prompt_logprobs >= 0) s->prompt_lp = std::make_shared<std::vector<TokenLogprobs>>(size_t(s->n_prompt));
   s->on_output = std::move(req.on_output);
+  s->kv_import = std::move(req.kv_import);
   s->times.arrival = std::chrono::steady_clock::now();
   int64_t id;
   {
@@ -119,12 +120,14 @@ void Engine::abort(int64_t request_id, int32_t index) {
 
 bool Engine::has_work() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return n_unfinished_ > 0;
+  return n_unfinished_ > 0 || !export_inbox_.empty() || !release_inbox_.empty();
 }
 
 bool Engine::wait_for_work(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
-  return work_cv_.wait_for(lock, timeout, [this] { return n_unfinished_ > 0 || !abort_inbox_.empty(); });
+  return work_cv_.wait_for(lock, timeout, [this] {
+    return n_unfinished_ > 0 || !abort_inbox_.empty() || !export_inbox_.empty() || !release_inbox_.empty();
+  });
 }
 
 EngineMetrics Engine::metrics() const {
@@ -184,12 +187,14 @@ bool Engine::apply_inbox(std::vector<Delivery>& deliveries) {
     // scheduling, so submit() cannot overfill the queue in between.
     n_waiting_published_ += int64_t(submits.size());
   }
+  const bool kv = apply_kv_inbox();
   for (auto& s : submits) {
     requests_[s->request_id] = {s->id, int32_t(1 + s->pending_forks.size()), int32_t(1 + s->pending_forks.size())};
+    if (s->kv_import) import_kv(*s, deliveries);
     scheduler_.add(std::move(s));
   }
   for (const auto& [request_id, index] : aborts) abort_now(request_id, index, deliveries);
-  return !submits.empty() || !aborts.empty();
+  return kv || !submits.empty() || !aborts.empty();
 }
 
 void Engine::abort_now(int64_t request_id, int32_t index, std::vector<Delivery>& deliveries) {
@@ -279,7 +284,9 @@ StepResult Engine::run(ScheduledStep& s, std::vector<Delivery>& deliveries) {
   };
   try {
     Running running(step_started_ns_);
+    const double forward0 = executor_.times().forward_s;
     executor_.execute(s.plan, result);
+    kv_policy_.observe_prefill(s.plan.n_tokens(), executor_.times().forward_s - forward0);
     size_t k = 0;
     for (const SeqPlan& sp : s.plan.seqs) {
       if (!sp.want_logits) continue;
@@ -435,6 +442,18 @@ void Engine::publish(std::vector<Delivery>& deliveries) {
     m.executor_times = executor_.times();
     m.schedule_s = schedule_s_;
     m.postprocess_s = postprocess_s_;
+    const EngineMetrics& k = kv_counts_;
+    m.kv_fetch_requests = k.kv_fetch_requests;
+    m.kv_fetches = k.kv_fetches;
+    m.kv_fetch_failures = k.kv_fetch_failures;
+    m.kv_fetch_recompute_by_cost = k.kv_fetch_recompute_by_cost;
+    m.kv_fetched_blocks = k.kv_fetched_blocks;
+    m.kv_fetched_tokens = k.kv_fetched_tokens;
+    m.kv_fetched_bytes = k.kv_fetched_bytes;
+    m.kv_fetch_seconds = k.kv_fetch_seconds;
+    m.kv_exports = k.kv_exports;
+    m.kv_exported_blocks = k.kv_exported_blocks;
+    m.kv_pins = int64_t(kv_pins_.size());
   }
   for (Delivery& d : deliveries)
     if (d.callback) d.callback(d.output);

@@ -25,6 +25,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -32,6 +33,8 @@
 #include <vector>
 
 #include "common/config.h"
+#include "coordinator/kv_fetch_policy.h"
+#include "coordinator/kv_import.h"
 #include "coordinator/request.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/step_executor.h"
@@ -82,6 +85,21 @@ struct EngineMetrics {
   ExecutorTimes executor_times;
   double schedule_s = 0;
   double postprocess_s = 0;
+  // KV blocks between replicas (coordinator/engine_kv.cpp). Receiver: requests that named a holder; fetches the
+  // ranks ran; failures (holder unreachable, refused, timeout, checksum) — each one recomputed its prompt; prompts
+  // the cost said to recompute (kv_fetch_policy.h); blocks, tokens and bytes (per rank) fetched; seconds spent
+  // fetching. Holder: exports answered, blocks offered, pins held now.
+  int64_t kv_fetch_requests = 0;
+  int64_t kv_fetches = 0;
+  int64_t kv_fetch_failures = 0;
+  int64_t kv_fetch_recompute_by_cost = 0;
+  int64_t kv_fetched_blocks = 0;
+  int64_t kv_fetched_tokens = 0;
+  int64_t kv_fetched_bytes = 0;
+  double kv_fetch_seconds = 0;
+  int64_t kv_exports = 0;
+  int64_t kv_exported_blocks = 0;
+  int64_t kv_pins = 0;
 };
 
 // What the latest step did (tests, debugging).
@@ -124,6 +142,16 @@ class Engine {
   bool wait_for_work(std::chrono::milliseconds timeout);
 
   EngineMetrics metrics() const;
+
+  // ---- KV blocks between replicas (coordinator/engine_kv.cpp; kv_import.h) ----------------------------------
+  // Holder, any thread: pins the longest cached prefix of `tokens` (whole blocks) until release_kv_pin(pin_id) or
+  // `pin_for` passes, so a fetcher can read them; the engine thread answers at its next step. Throws Error when
+  // the engine thread does not answer within `wait`. pin_id 0 and no blocks when nothing is cached.
+  KvExport export_kv(std::vector<int32_t> tokens, std::chrono::milliseconds pin_for, std::chrono::milliseconds wait);
+  // Any thread: releases a pin (unknown or expired ids are ignored).
+  void release_kv_pin(uint64_t pin_id);
+  // The fetch-or-recompute policy (start-up link measurement before serving; engine thread afterwards).
+  KvFetchPolicy& kv_policy() { return kv_policy_; }
   // How long the executor has been running the current step; zero when no step is running. Any thread
   // (the server's watchdog: a rank that stopped responding while alive leaves a step running forever).
   std::chrono::steady_clock::duration step_running_for() const;
@@ -162,6 +190,12 @@ class Engine {
   // One finished choice of a request: request bookkeeping and the counters.
   void choice_finished(int64_t request_id, FinishReason reason);
   void fail_all(const std::string& error, std::vector<Delivery>& deliveries);
+  // Engine thread, in apply_inbox: answers exports, applies releases, drops expired pins. True when it did any.
+  bool apply_kv_inbox();
+  // Engine thread, before `s` is scheduled: fetches the blocks its KvImport offers (or decides not to) and enters
+  // them in the prefix cache; any failure leaves the prompt to be recomputed. Throws only when the executor
+  // failed (a rank died).
+  void import_kv(Sequence& s, std::vector<Delivery>& deliveries);
   void publish(std::vector<Delivery>& deliveries);
   FinishReason stop_reason(const Sequence& s, int32_t token) const;
   // For every sequence of `plan` that samples under a grammar: its matcher's next-token bitmask into
@@ -182,7 +216,25 @@ class Engine {
   };
   std::unordered_map<int64_t, RequestState> requests_;  // engine thread: requests the scheduler has
 
+  struct ExportJob {
+    std::vector<int32_t> tokens;
+    std::chrono::milliseconds pin_for{0};
+    std::promise<KvExport> answer;
+  };
+  struct KvPin {
+    int64_t seq_id = 0;  // the BlockManager sequence holding the blocks
+    std::chrono::steady_clock::time_point expires;
+  };
+  static constexpr int64_t kKvSeqBase = int64_t(1) << 60;  // BlockManager ids of pins and imports
+  std::unordered_map<uint64_t, KvPin> kv_pins_;            // engine thread
+  uint64_t next_pin_id_ = 1;
+  int64_t next_kv_seq_ = kKvSeqBase;
+  KvFetchPolicy kv_policy_;
+  EngineMetrics kv_counts_;  // engine thread: only the kv_* fields, copied into metrics_ by publish()
+
   mutable std::mutex mu_;  // guards everything below
+  std::vector<std::shared_ptr<ExportJob>> export_inbox_;
+  std::vector<uint64_t> release_inbox_;
   std::condition_variable work_cv_;
   std::vector<std::unique_ptr<Sequence>> inbox_;
   std::vector<std::pair<int64_t, int32_t>> abort_inbox_;  // (request id, choice index or -1)

@@ -35,6 +35,8 @@ struct GenerationJob {
   nlohmann::ordered_json tools;
   // params.constraint compiled (ApiHandlers::compile_constraint); null: unconstrained.
   std::shared_ptr<const CompiledConstraint> grammar;
+  // [prompts] or empty: blocks another replica offers for prompt j (kv_import.h), put on its engine Request.
+  std::vector<std::shared_ptr<const KvImport>> kv_imports;
 
   int32_t n_choices() const { return int32_t(prompts.size()) * params.n; }
   // The k the engine computes prompt logprobs with: the larger of echo_logprobs and prompt_logprobs.

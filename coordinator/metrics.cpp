@@ -269,6 +269,32 @@ std::string ServerMetrics::render(const EngineMetrics& m) const {
          "Tokens run through the model: prefill + decode, recomputation after preemption included.", lb,
          double(m.n_computed_tokens));
   single(out, "tpserve:engine_steps_total", "counter", "Engine forwards run.", lb, double(m.n_steps));
+  // KV blocks between replicas (issue 15, deliverable 3).
+  single(out, "tpserve:kv_fetch_requests_total", "counter",
+         "Requests that named a replica holding their prefix (kv_transfer_params.fetch_from).", lb,
+         double(m.kv_fetch_requests));
+  single(out, "tpserve:kv_fetches_total", "counter", "Block fetches the ranks ran over UCX.", lb,
+         double(m.kv_fetches));
+  single(out, "tpserve:kv_fetch_failures_total", "counter",
+         "Fetches that failed (holder unreachable or refusing, timeout, chain hash or checksum mismatch); each "
+         "request recomputed its prompt.", lb, double(m.kv_fetch_failures));
+  single(out, "tpserve:kv_fetch_recompute_total", "counter",
+         "Requests whose prefix was recomputed because it was cheaper (fetch bytes / link rate >= tokens / prefill "
+         "rate) or the holder held none of it.", lb, double(m.kv_fetch_recompute_by_cost));
+  single(out, "tpserve:kv_fetched_blocks_total", "counter", "KV blocks fetched and entered in the prefix cache.", lb,
+         double(m.kv_fetched_blocks));
+  single(out, "tpserve:kv_fetched_tokens_total", "counter", "Prompt tokens whose KV was fetched, not computed.", lb,
+         double(m.kv_fetched_tokens));
+  single(out, "tpserve:kv_fetched_bytes_total", "counter", "KV bytes fetched by the leader rank (each rank as many).",
+         lb, double(m.kv_fetched_bytes));
+  single(out, "tpserve:kv_fetch_seconds_total", "counter", "Seconds the leader rank spent in successful fetches.", lb,
+         m.kv_fetch_seconds);
+  single(out, "tpserve:kv_exports_total", "counter", "Export requests answered with pinned blocks (holder side).", lb,
+         double(m.kv_exports));
+  single(out, "tpserve:kv_exported_blocks_total", "counter", "Blocks pinned for fetchers (holder side).", lb,
+         double(m.kv_exported_blocks));
+  single(out, "tpserve:kv_pinned_exports", "gauge", "Exports whose blocks are pinned now (holder side).", lb,
+         double(m.kv_pins));
   single(out, "tpserve:requests_submitted_total", "counter", "Requests accepted by the engine.", lb,
          double(m.n_submitted));
   header(out, "tpserve:step_time_seconds_total", "counter",

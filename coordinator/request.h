@@ -27,6 +27,7 @@
 namespace tp {
 
 class CompiledConstraint;
+struct KvImport;
 
 using SteadyTime = std::chrono::steady_clock::time_point;
 
@@ -86,6 +87,9 @@ struct Request {
   // token. Null: unconstrained.
   std::shared_ptr<const CompiledConstraint> grammar;
   OutputCallback on_output;        // may be empty (the request runs; nothing is delivered)
+  // KV blocks another replica holds for the prompt (coordinator/kv_import.h): fetched, or recomputed when the
+  // cost says so or the fetch fails. Null: none.
+  std::shared_ptr<const KvImport> kv_import;
 };
 
 // submit() when max_queued_requests are already waiting (HTTP 429). Not an InputError: the request is

@@ -104,6 +104,9 @@ class Scheduler {
 
   const SchedulerConfig& config() const { return cfg_; }
   const BlockManager& block_manager() const { return bm_; }
+  // For the KV transfer between replicas (Engine, engine_kv.cpp): pins and imports are BlockManager sequences
+  // outside the scheduler's queues (ids >= 2^60), created and freed between steps.
+  BlockManager& kv_block_manager() { return bm_; }
 
   // Counters since construction.
   int64_t n_preemptions() const { return n_preemptions_; }

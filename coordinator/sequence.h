@@ -25,6 +25,7 @@
 #include <memory>
 #include <vector>
 
+#include "coordinator/kv_import.h"
 #include "coordinator/request.h"
 #include "coordinator/structured_output.h"
 
@@ -51,6 +52,7 @@ struct Sequence {
   std::shared_ptr<ConstraintMatcher> matcher;         // with grammar: this choice's state (own per choice)
   OutputCallback on_output;
   RequestTimes times;
+  std::shared_ptr<const KvImport> kv_import;  // blocks another replica offers for the prompt (kv_import.h); null: none
 
   int32_t prompt_logprobs = -1;                           // k, or -1: none wanted (or not this sequence's job)
   std::shared_ptr<std::vector<TokenLogprobs>> prompt_lp;  // [n_prompt] when the request wants them

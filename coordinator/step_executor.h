@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 
+#include "parallel/kv_fetch_order.h"
 #include "parallel/step_plan.h"
 
 namespace tp {
@@ -22,6 +23,14 @@ class StepExecutor {
   // Runs the plan (assigning its step_id). result.seq_ids/tokens: one entry per seq with want_logits, in
   // plan order. Throws tp::Error when a rank fails.
   virtual void execute(StepPlan& plan, StepResult& result) = 0;
+  // Every rank pulls its partition of KV blocks from another replica (parallel/kv_fetch_order.h). A failed
+  // transfer is an outcome (ok false), not an exception; throws tp::Error only when a rank fails. The default:
+  // this executor cannot fetch.
+  virtual KvFetchOutcome fetch_kv(KvFetchOrder&) {
+    KvFetchOutcome o;
+    o.error = "this executor does not move KV blocks between replicas";
+    return o;
+  }
   // Ends the ranks' serve loops; idempotent.
   virtual void shutdown() = 0;
   // Steady-clock nanoseconds of the latest progress inside the running step (the ranks' forward finished a

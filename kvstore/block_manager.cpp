@@ -207,6 +207,22 @@ PrefixMatch BlockManager::match_prefix(std::span<const int32_t> tokens, int64_t 
   return out;
 }
 
+PrefixMatch BlockManager::pin_prefix(int64_t seq_id, std::span<const int32_t> tokens, int64_t max_blocks) {
+  if (seqs_.count(seq_id)) fail("pin_prefix", seq_str(seq_id) + " already has blocks");
+  PrefixMatch match = match_prefix(tokens, max_blocks);
+  if (match.blocks.empty()) return match;
+  SeqState s;
+  for (int32_t b : match.blocks) {
+    retain(b);
+    s.table.push_back(b);
+  }
+  s.n_slots = s.n_computed = match.n_cached_tokens;
+  s.chain_hash = match.chain_hash;
+  s.chain_prefix_id = match.prefix_ids.back();
+  seqs_.emplace(seq_id, std::move(s));
+  return match;
+}
+
 AllocPlan BlockManager::can_allocate(int64_t seq_id, std::span<const int32_t> tokens,
                                      int64_t max_uncached_tokens, PrefixLookup lookup) const {
   if (seqs_.count(seq_id)) fail("can_allocate", seq_str(seq_id) + " already has blocks");

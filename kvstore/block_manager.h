@@ -171,6 +171,11 @@ class BlockManager {
   // child shares all of parent's blocks (n > 1 sampling). Requires parent n_computed == n_slots (fork
   // between steps) and child unknown. Takes no block; divergence is paid by append_slots' CoW.
   void fork(int64_t parent_seq_id, int64_t child_seq_id);
+  // Holds the longest verified cached prefix of `tokens` (whole blocks, at most max_blocks; -1: no cap) under a
+  // new sequence seq_id, so those blocks are neither evicted nor written until free(seq_id) — what a KV transfer
+  // to another replica reads. Returns the match; when nothing is cached no sequence is created. Not counted in
+  // prefix_stats(). Throws if seq_id already exists.
+  PrefixMatch pin_prefix(int64_t seq_id, std::span<const int32_t> tokens, int64_t max_blocks = -1);
   // Evicts every evictable block now (they become free). Returns how many. In-use blocks stay cached.
   int32_t evict_all_cached();
   // The KV events recorded since the previous call, in order (empty unless options.record_events).

@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -27,6 +28,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/config.h"
 #include "common/dtype.h"
@@ -37,6 +39,8 @@
 #include "coordinator/tool_call_parser.h"
 #include "coordinator/engine.h"
 #include "coordinator/http_server.h"
+#include "coordinator/kv_fetch_client.h"
+#include "kvstore/kv_transfer.h"
 #include "coordinator/metrics.h"
 #include "coordinator/tokenizer.h"
 #include "launch/cli_args.h"
@@ -71,6 +75,64 @@ void log_lines(Logger& log, const std::string& text) {
   std::string line;
   while (std::getline(in, line))
     if (!line.empty()) log.info(line);
+}
+
+// Every rank: its KV transfer agent (null, with a warning, when UCX cannot start here) and the UCX addresses of
+// every rank of the TP group in rank order (collective; empty when any rank has no agent).
+std::vector<std::string> start_kv_transfer(ModelGroup& group, Logger& log, std::unique_ptr<KvTransferAgent>& agent) {
+  try {
+    if (group.pool && group.pool->host()) agent = std::make_unique<KvTransferAgent>(*group.pool);
+  } catch (const std::exception& e) {
+    log.warn(std::string("KV transfer between replicas is off on this rank: ") + e.what());
+  }
+  group.worker->set_kv_agent(agent.get());
+  const std::string mine = agent ? agent->address() : std::string();
+  if (!group.tp_comm || group.tp_comm->size() == 1) return mine.empty() ? std::vector<std::string>{} : std::vector{mine};
+  Communicator& comm = *group.tp_comm;
+  const size_t n = size_t(comm.size());
+  uint64_t len = mine.size();
+  std::vector<uint64_t> lens(n);
+  comm.all_gather(&len, sizeof len, lens.data());
+  uint64_t longest = 0;
+  for (uint64_t l : lens) longest = std::max(longest, l);
+  std::string padded = mine;
+  padded.resize(size_t(longest), '\0');
+  std::string all(size_t(longest) * n, '\0');
+  if (longest > 0) comm.all_gather(padded.data(), size_t(longest), all.data());
+  std::vector<std::string> out;
+  for (size_t r = 0; r < n; ++r) {
+    if (lens[r] == 0) return {};
+    out.push_back(all.substr(r * size_t(longest), size_t(lens[r])));
+  }
+  return out;
+}
+
+// The leader's start-up measurement of the UCX link for the fetch-or-recompute cost (kv_fetch_policy.h): a probe
+// agent over a small pool of the same layout fetches up to 32 blocks from this rank's agent over loopback (the
+// replicas of this machine share it). The second of two runs (the first sets up the connection).
+void measure_kv_link(KvTransferAgent& agent, KvPool& pool, Engine& engine, Logger& log) {
+  const int32_t n = int32_t(std::min<int64_t>(32, pool.shape().n_blocks));
+  if (n == 0) return;
+  std::vector<int32_t> blocks(static_cast<size_t>(n));
+  std::vector<uint64_t> hashes(size_t(n), 0);
+  for (int32_t i = 0; i < n; ++i) blocks[size_t(i)] = i;
+  try {
+    KvPoolShape shape = pool.shape();
+    shape.n_blocks = n;
+    KvTensorScales ones;  // a pool with tensor scales needs some; the probe's bytes are never read as K/V
+    if (shape.tensor_scales) ones = {std::vector<float>(size_t(shape.n_layers), 1.0f), std::vector<float>(size_t(shape.n_layers), 1.0f)};
+    KvPool probe_pool(shape, ones);
+    KvTransferAgent probe(probe_pool);
+    KvFetchStats st;
+    for (int run = 0; run < 2; ++run) st = probe.fetch(agent.address(), blocks, blocks, hashes, std::chrono::seconds(5));
+    engine.kv_policy().set_link(st.bytes, st.seconds);
+    char line[200];
+    std::snprintf(line, sizeof line, "KV transfer: UCX loopback %.0f MB/s (%d blocks, %.2f MB in %.2f ms)",
+                  engine.kv_policy().link_bytes_per_s() / 1e6, int(n), double(st.bytes) / 1e6, st.seconds * 1e3);
+    log.info(line);
+  } catch (const std::exception& e) {
+    log.warn(std::string("KV transfer: the start-up link measurement failed (keeping the prior): ") + e.what());
+  }
 }
 
 }  // namespace
@@ -130,6 +192,8 @@ int run_serve(const CliArgs& a) {
   if (cfg.server.log_format == "json") progress_line = [&log](const std::string& l) { log.info(l); };
   ModelGroup group(nullptr, nullptr, cfg, threads, std::move(progress_line));
   log.info(group.report());
+  std::unique_ptr<KvTransferAgent> kv_agent;  // outlives the worker's serve loop and the engine thread
+  const std::vector<std::string> kv_addresses = start_kv_transfer(group, log, kv_agent);
   if (!group.is_leader()) {
     server.reset();
     pthread_sigmask(SIG_UNBLOCK, &sigs, nullptr);
@@ -155,6 +219,11 @@ int run_serve(const CliArgs& a) {
   WorkerExecutor executor(*group.worker);
   Engine engine(ec, executor);
   log_lines(log, engine.startup_report());
+  if (kv_agent) measure_kv_link(*kv_agent, *group.pool, engine, log);
+  log.info(kv_addresses.empty() ? "KV transfer between replicas: off"
+                                : "KV transfer between replicas: on (UCX, " + std::to_string(kv_addresses.size()) +
+                                      " rank addresses; POST /v1/kv/export)");
+  KvFetchClient kv_client(group.tp_comm ? group.tp_comm->size() : 1, [&log](const std::string& l) { log.info(l); });
 
   const std::string name = served_model_name(cfg.model.name, cfg.model.path);
   ServerMetrics metrics({name, cfg.server.metrics_prefix, ec.scheduler.max_context, ec.scheduler.block_size,
@@ -171,6 +240,8 @@ int run_serve(const CliArgs& a) {
   api_cfg.api_key = cfg.server.api_key;
   api_cfg.max_context = ec.scheduler.max_context;
   api_cfg.chat_template = group.file->tokenizer().chat_template;
+  api_cfg.kv_addresses = kv_addresses;
+  api_cfg.kv_fetch = kv_addresses.empty() ? nullptr : &kv_client;
   api_cfg.health = [&]() -> std::string {
     if (engine_failed.load()) return "the engine failed";
     if (std::string dead = peers.first_dead(); !dead.empty()) return dead;

@@ -10,6 +10,7 @@ class WorkerExecutor final : public StepExecutor {
   explicit WorkerExecutor(Worker& w) : worker_(w) {}
   void execute(StepPlan& plan, StepResult& result) override { worker_.lead(plan, result); }
   void shutdown() override { worker_.shutdown(); }
+  KvFetchOutcome fetch_kv(KvFetchOrder& order) override { return worker_.fetch_kv(order); }
   int64_t progress_ns() const override { return worker_.model().progress_ns(); }
   ExecutorTimes times() const override {
     const ForwardTimes& f = worker_.model().times();

@@ -144,9 +144,10 @@ void check_count(size_t n, const char* what, const char* field) {
 // Value checks shared by serialize and deserialize. `what` is "StepPlan".
 void validate(const StepPlan& p) {
   const char* w = "StepPlan";
-  if (p.kind != StepKind::Run && p.kind != StepKind::Shutdown)
-    malformed(w, "kind " + std::to_string(unsigned(p.kind)) + " is not Run (0) or Shutdown (1)");
+  if (p.kind != StepKind::Run && p.kind != StepKind::Shutdown && p.kind != StepKind::FetchKv)
+    malformed(w, "kind " + std::to_string(unsigned(p.kind)) + " is not Run (0), Shutdown (1) or FetchKv (2)");
   if (p.kind == StepKind::Shutdown && !p.seqs.empty()) malformed(w, "a Shutdown plan carries sequences");
+  if (p.kind == StepKind::FetchKv && !p.seqs.empty()) malformed(w, "a FetchKv plan carries sequences");
   check_count(p.seqs.size(), w, "sequence");
   check_count(p.block_copies.size(), w, "block copy");
   std::vector<int64_t> ids;
@@ -335,7 +336,7 @@ StepPlan deserialize_step_plan(std::span<const uint8_t> bytes) {
   const char* what = "StepPlan";
   const PlanHeader h = read_frame<PlanHeader>(bytes, kStepPlanMagic, what);
   if (h.reserved != 0) malformed(what, "reserved header field is not 0");
-  if (h.kind > uint16_t(StepKind::Shutdown)) malformed(what, "kind " + std::to_string(h.kind) + " is unknown");
+  if (h.kind > uint16_t(StepKind::FetchKv)) malformed(what, "kind " + std::to_string(h.kind) + " is unknown");
   Reader r(bytes.subspan(sizeof(PlanHeader)), what);
   if (h.n_seqs > r.remaining() / sizeof(SeqHeader))
     malformed(what, std::to_string(h.n_seqs) + " sequence headers run past the end of the buffer");

@@ -33,6 +33,7 @@ class Communicator;
 enum class StepKind : uint16_t {
   Run = 0,       // run the forward for `seqs` (after applying `block_copies`)
   Shutdown = 1,  // leave the worker loop; `seqs` is empty
+  FetchKv = 2,   // `seqs` is empty; a KvFetchOrder (parallel/kv_fetch_order.h) follows in its own broadcast
 };
 
 // Values are validated on deserialize: sampling params by check_sampling (common/sampling_params.h); history

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "rank/kv_fetch.h"
 
 namespace tp {
 
@@ -120,6 +121,35 @@ void Worker::lead(StepPlan& plan, StepResult& result) {
   }
 }
 
+KvFetchOutcome Worker::execute_fetch(const KvFetchOrder& order) {
+  KvFetchOutcome mine = run_kv_fetch(kv_agent_, order, comm_ ? comm_->rank() : 0);
+  if (!comm_) return mine;
+  std::vector<float> failed(size_t(comm_->size()), 0.0f);  // [tp] 1 where that rank failed
+  failed[size_t(comm_->rank())] = mine.ok ? 0.0f : 1.0f;
+  comm_->all_reduce_sum(failed.data(), failed.size());
+  std::string others;
+  for (size_t r = 0; r < failed.size(); ++r)
+    if (failed[r] > 0.5f && int(r) != comm_->rank()) others += (others.empty() ? "" : ", ") + std::to_string(r);
+  if (!others.empty()) {
+    mine.ok = false;
+    mine.error += (mine.error.empty() ? "" : "; ") + std::string("the fetch failed on rank(s) ") + others;
+  }
+  return mine;
+}
+
+KvFetchOutcome Worker::fetch_kv(KvFetchOrder& order) {
+  if (!is_leader()) throw Error("Worker::fetch_kv called on a follower rank");
+  if (shut_down_) throw Error("Worker::fetch_kv after shutdown");
+  if (comm_) {
+    StepPlan plan;
+    plan.kind = StepKind::FetchKv;
+    plan.step_id = next_step_++;
+    broadcast_plan(*comm_, plan, 0);
+    broadcast_fetch_order(*comm_, order, 0);
+  }
+  return execute_fetch(order);
+}
+
 void Worker::shutdown() {
   if (shut_down_ || !is_leader()) return;
   shut_down_ = true;
@@ -140,6 +170,12 @@ bool Worker::serve_one() {
   StepPlan plan;
   broadcast_plan(*comm_, plan, 0);
   if (plan.kind == StepKind::Shutdown) return false;
+  if (plan.kind == StepKind::FetchKv) {
+    KvFetchOrder order;
+    broadcast_fetch_order(*comm_, order, 0);
+    execute_fetch(order);
+    return true;
+  }
   execute(plan, logits_);
   return true;
 }

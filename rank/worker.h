@@ -7,12 +7,15 @@
 
 #include "kvstore/kv_pool.h"
 #include "parallel/communicator.h"
+#include "parallel/kv_fetch_order.h"
 #include "parallel/step_plan.h"
 #include "rank/llama_model.h"
 #include "rank/sampler.h"
 #include "rank/token_bitmask.h"
 
 namespace tp {
+
+class KvTransferAgent;
 
 class Worker {
  public:
@@ -29,6 +32,13 @@ class Worker {
   // for sequences with sampling.logprobs -1) when any sampled sequence asked for them, else empty;
   // prompt_logprobs for every sequence that sent prompt_targets.
   void lead(StepPlan& plan, StepResult& result);
+  // This rank's KV transfer agent (kvstore/kv_transfer.h; it must outlive the worker), or null: fetch orders
+  // then fail on this rank. Every rank sets its own.
+  void set_kv_agent(KvTransferAgent* agent) { kv_agent_ = agent; }
+  // Leader only: every rank t pulls order.holder_blocks from order.holder_addresses[t] into its local_blocks
+  // (rank/kv_fetch.h), then one all-reduce tells whether all succeeded. ok only when every rank's did; the
+  // error names the leader's failure or the ranks that failed. Throws only when a collective fails.
+  KvFetchOutcome fetch_kv(KvFetchOrder& order);
   // Leader only: releases the other ranks from serve(). Idempotent.
   void shutdown();
   // Followers: runs plans from the leader until shutdown.
@@ -58,8 +68,12 @@ class Worker {
     std::vector<int32_t> token_bitmask;
   };
 
+  // Every rank: runs `order` on this rank and agrees with the others on the outcome.
+  KvFetchOutcome execute_fetch(const KvFetchOrder& order);
+
   LlamaModel& model_;
   KvPool& pool_;
+  KvTransferAgent* kv_agent_ = nullptr;
   Communicator* comm_;
   Sampler sampler_;
   std::vector<float> logits_;

@@ -381,6 +381,29 @@ TEST(BlockManager, ConcurrentIdenticalPrefixesAreAliasedAndKeepChildrenReachable
   EXPECT_EQ(pc.hit_blocks, (std::vector<int32_t>{bm.block_table(2)[0], bm.block_table(2)[1]}));
 }
 
+TEST(BlockManager, PinPrefixHoldsCachedBlocksUntilFreed) {
+  BlockManager bm(8, 4);
+  const std::vector<int32_t> p{1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  bm.allocate(bm.can_allocate(1, p));
+  bm.commit_tokens(1, p);
+  bm.free(1);  // blocks 0, 1 of the prompt cached and evictable
+  EXPECT_EQ(bm.n_evictable(), 2);
+  const PrefixMatch m = bm.pin_prefix(100, p);
+  ASSERT_EQ(m.blocks.size(), 2u);
+  EXPECT_EQ(bm.n_evictable(), 0);
+  EXPECT_EQ(bm.ref_count(m.blocks[0]), 1);
+  EXPECT_EQ(bm.evict_all_cached(), 0);  // pinned: nothing to evict
+  bm.check_invariants();
+  const PrefixStats before = bm.prefix_stats();
+  EXPECT_EQ(bm.pin_prefix(101, std::vector<int32_t>{9, 9, 9, 9}).blocks.size(), 0u);  // nothing cached: no seq
+  EXPECT_FALSE(bm.has_seq(101));
+  EXPECT_EQ(bm.prefix_stats().n_queries, before.n_queries);
+  EXPECT_THROW(bm.pin_prefix(100, p), Error);
+  bm.free(100);
+  EXPECT_EQ(bm.n_evictable(), 2);
+  bm.check_invariants();
+}
+
 TEST(BlockManager, PrefixCachingOff) {
   BlockManagerOptions o;
   o.enable_prefix_caching = false;
