@@ -81,7 +81,7 @@ for line in open(sys.argv[1]):
     elif f[:2] == ["RAW", "peer"]:
         peer.setdefault(f[2], []).append(tuple(map(float, f[3:5])))
 pp, tg = sys.argv[2], sys.argv[3]
-print("| threads | ours pp%s | llama.cpp pp%s | pp ratio | ours tg%s | llama.cpp tg%s | tg ratio | read GB/s | roofline tok/s | ours % roofline | llama.cpp % roofline |" % (pp, pp, tg, tg))
+print("| threads | ours pp%s | llama.cpp pp%s | pp ratio | ours tg%s | llama.cpp tg%s | tg ratio | read GB/s | roofline tok/s | ours %% of roofline | llama.cpp %% of roofline |" % (pp, pp, tg, tg))
 print("|---|---|---|---|---|---|---|---|---|---|---|")
 for t in sorted(ours):
     o, p = ours[t], peer.get(t, [])
