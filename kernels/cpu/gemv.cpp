@@ -8,6 +8,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#include <omp.h>
 
 #include "common/dtype.h"
 
@@ -149,6 +150,40 @@ void run_tiles(const TileFn<T, X>* const* table, const X* x, int64_t x_stride, i
   }
 }
 
+// m = 1: rows [r_begin, r_end) one after the other, so W is read in memory order as one stream (the 4-row tiles
+// read four interleaved streams), four accumulators over the columns of a row, and a software prefetch
+// kPrefetchBytes ahead of the read position for every 64 bytes read.
+TP_AVX512BF16 void rows_bf16_m1(const uint16_t* x, const uint16_t* w, int64_t n_in, int64_t r_begin, int64_t r_end,
+                                float* y, const char* w_end) {
+  for (int64_t r = r_begin; r < r_end; ++r) {
+    const uint16_t* wr = w + r * n_in;
+    const char* pf = reinterpret_cast<const char*>(wr) + kPrefetchBytes;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t k = 0;
+    for (; k + 128 <= n_in; k += 128, pf += 256) {
+      if (pf + 256 <= w_end) {
+        _mm_prefetch(pf, _MM_HINT_T0);
+        _mm_prefetch(pf + 64, _MM_HINT_T0);
+        _mm_prefetch(pf + 128, _MM_HINT_T0);
+        _mm_prefetch(pf + 192, _MM_HINT_T0);
+      }
+      a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(wr + k), (__m512bh)_mm512_loadu_si512(x + k));
+      a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(wr + k + 32), (__m512bh)_mm512_loadu_si512(x + k + 32));
+      a2 = _mm512_dpbf16_ps(a2, (__m512bh)_mm512_loadu_si512(wr + k + 64), (__m512bh)_mm512_loadu_si512(x + k + 64));
+      a3 = _mm512_dpbf16_ps(a3, (__m512bh)_mm512_loadu_si512(wr + k + 96), (__m512bh)_mm512_loadu_si512(x + k + 96));
+    }
+    for (; k + 32 <= n_in; k += 32, pf += 64) {
+      if (pf + 64 <= w_end) _mm_prefetch(pf, _MM_HINT_T0);
+      a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(wr + k), (__m512bh)_mm512_loadu_si512(x + k));
+    }
+    if (k < n_in) {  // x is zero-padded to a multiple of 32, so only w needs a mask
+      const __mmask32 mask = __mmask32((1u << (n_in - k)) - 1);
+      a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_maskz_loadu_epi16(mask, wr + k), (__m512bh)_mm512_loadu_si512(x + k));
+    }
+    y[r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+  }
+}
+
 }  // namespace
 
 void gemv_f32_avx512(const float* x, int64_t m, const float* w, int64_t n_out, int64_t n_in, float* y,
@@ -158,6 +193,16 @@ void gemv_f32_avx512(const float* x, int64_t m, const float* w, int64_t n_out, i
 
 void gemv_bf16_avx512(const uint16_t* xb, int64_t x_stride, int64_t m, const uint16_t* w, int64_t n_out,
                       int64_t n_in, float* y, int n_threads) {
+  if (m == 1) {
+    const char* w_end = reinterpret_cast<const char*>(w + n_out * n_in);
+    const int nt = n_threads > 1 && worth_parallel(n_out * n_in * 2) ? n_threads : 1;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+      const int t = omp_get_thread_num(), n = omp_get_num_threads();
+      rows_bf16_m1(xb, w, n_in, n_out * t / n, n_out * (t + 1) / n, y, w_end);
+    }
+    return;
+  }
   run_tiles<uint16_t, uint16_t>(bf16_table, xb, x_stride, m, w, n_out, n_in, y, n_threads);
 }
 
