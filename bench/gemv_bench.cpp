@@ -7,7 +7,10 @@
 //   p50 / best: median and fastest single call (each call timed alone; the best is the least disturbed by
 //   other processes on a shared machine).
 // Then an M sweep (cold, GFLOP/s = 2·m·n_out·n_in / s at p50) to place the GEMV → oneDNN crossover.
-// Usage: gemv_bench [--quick]
+// --shapes: only SmolLM2-135M's decode shapes (qkv 960x576, kv 192x576, o 576x576, gate_up 3072x576, up/gate
+// 1536x576, down 576x1536, lm_head 49152x576), BF16, m = 1, cold over 256 MiB of copies, 1 and 2 threads:
+// gemv, oneDNN and the read roofline timed alternately call by call, GB/s at p50 and best, and gemv / read.
+// Usage: gemv_bench [--quick | --shapes]
 #include <omp.h>
 
 #include <algorithm>
@@ -71,9 +74,78 @@ Timing time_calls(const std::function<void(size_t)>& call, size_t warmup, size_t
   return {t[t.size() / 2], t[0]};
 }
 
+// Alternates the calls of several candidates (one call each in turn) so that load from other processes falls on
+// all of them alike; per-candidate p50 and best seconds per call.
+std::vector<Timing> time_alternating(const std::vector<std::function<void(size_t)>>& calls, size_t warmup,
+                                     size_t min_calls, double min_seconds) {
+  using clock = std::chrono::steady_clock;
+  // Candidate j is called with i + j * warmup / n: a different copy from the one its predecessor just read
+  // (with warmup = the number of copies, each candidate is a third of the ring apart).
+  const size_t n = calls.size();
+  for (const auto& c : calls)
+    for (size_t i = 0; i < warmup; ++i) c(i);
+  std::vector<std::vector<double>> t(calls.size());
+  const auto start = clock::now();
+  for (size_t i = 0;; ++i) {
+    for (size_t j = 0; j < calls.size(); ++j) {
+      const auto t0 = clock::now();
+      calls[j](i + j * warmup / n);
+      t[j].push_back(std::chrono::duration<double>(clock::now() - t0).count());
+    }
+    if (t[0].size() >= min_calls && std::chrono::duration<double>(clock::now() - start).count() >= min_seconds) break;
+  }
+  std::vector<Timing> out;
+  for (auto& v : t) {
+    std::sort(v.begin(), v.end());
+    out.push_back({v[v.size() / 2], v[0]});
+  }
+  return out;
+}
+
+int smollm2_shapes() {
+  struct Named {
+    const char* name;
+    int64_t n_out, n_in;
+  };
+  const Named shapes[] = {{"qkv", 960, 576},     {"kv", 192, 576},       {"o", 576, 576},
+                          {"gate_up", 3072, 576}, {"gate", 1536, 576},   {"down", 576, 1536},
+                          {"lm_head", 49152, 576}};
+  std::printf("SmolLM2-135M decode shapes, BF16, m = 1, cold; GB/s of weight bytes, p50/best\n");
+  std::printf("%-8s %-10s %3s | %-11s %-11s %-11s | %7s %7s\n", "layer", "W[out,in]", "thr", "read", "gemv", "onednn",
+              "gemv/rd", "gemv/dnn");
+  for (const Named& s : shapes) {
+    const auto c = make_copies(DType::BF16, s.n_out, s.n_in, int64_t(256) << 20);
+    const double bytes = double(c[0]->n_bytes());
+    std::vector<float> x(static_cast<size_t>(s.n_in), 0.5f), y(static_cast<size_t>(s.n_out));
+    for (int threads : {1, 2}) {
+      tp::cpu::set_num_threads(threads);
+      const size_t n = c.size();
+      auto lin = [&](LinearImpl impl) {
+        return [&, impl](size_t i) { tp::cpu::linear(x.data(), 1, *c[i % n], y.data(), impl); };
+      };
+      auto rd = [&](size_t i) {
+        const auto* p = static_cast<const float*>(c[i % n]->data());
+        const int64_t cnt = c[0]->n_bytes() / 4, per = cnt / threads;
+        float sum = 0;
+#pragma omp parallel for num_threads(threads) reduction(+ : sum)
+        for (int t = 0; t < threads; ++t) sum += read_sum(p + t * per, per);
+        y[0] = sum;
+      };
+      const auto r = time_alternating({rd, lin(LinearImpl::Gemv), lin(LinearImpl::Onednn)}, n, 3 * n, 0.3);
+      auto gb = [&](double sec) { return bytes / sec / 1e9; };
+      const std::string dims = std::to_string(s.n_out) + "x" + std::to_string(s.n_in);
+      std::printf("%-8s %-10s %3d | %5.1f/%5.1f %5.1f/%5.1f %5.1f/%5.1f | %7.2f %7.2f\n", s.name, dims.c_str(),
+                  threads, gb(r[0].p50), gb(r[0].best), gb(r[1].p50), gb(r[1].best), gb(r[2].p50), gb(r[2].best),
+                  r[0].p50 / r[1].p50, r[2].p50 / r[1].p50);
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--shapes") == 0) return smollm2_shapes();
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   const double min_s = quick ? 0.2 : 1.0;
   const int64_t cold_bytes = int64_t(768) << 20;

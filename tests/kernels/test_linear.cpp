@@ -111,6 +111,21 @@ INSTANTIATE_TEST_SUITE_P(
              "_" + std::to_string(shape.first) + "x" + std::to_string(shape.second);
     });
 
+// Every M the GEMV serves (1..33: the decode batches below oneDNN's crossover and past it), on the best GEMV this
+// CPU has (AVX-512-BF16 with software prefetch on Zen 4 / Sapphire Rapids; the test below checks which) and on
+// the portable loop, at odd shapes where the 4-row tiles, the 32-column steps and the prefetch stream all end
+// mid-way, with 1 and 2 threads (1031x77 is over worth_parallel's 64 KiB, so 2 threads split its rows).
+TEST(LinearGemv, EveryMUpTo33OddShapes) {
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (int64_t m = 1; m <= 33; ++m)
+      for (const auto& [n_out, n_in] : {std::pair<int64_t, int64_t>{1031, 77}, std::pair<int64_t, int64_t>{7, 1000}})
+        check_all_impls(DType::BF16, m, n_out, n_in, uint32_t(m * 31 + n_out + threads),
+                        {LinearImpl::Gemv, LinearImpl::GemvPortable});
+  }
+  set_num_threads(1);
+}
+
 // The lm_head shape of SmolLM2 (vocab 49152 × hidden 576), once: both paths, both thread counts.
 TEST(LinearLarge, LmHeadShape) {
   for (int threads : {1, 2}) {
