@@ -1,7 +1,7 @@
 // Attention over a paged K/V pool in its stored dtype (layout: common/kv_dtype.h, kvstore/kv_pool.h; the store
 // side is kernels/cpu/kv_write.h). K and V are read as stored — f32, bf16, fp8_e4m3 or int8 rows widened to F32
 // in registers, the block's or tensor's scale applied to the dot product and to the softmax weight — never
-// copied to F32. AVX2 + FMA + F16C with runtime dispatch, and a portable path.
+// copied to F32. AVX-512 (F/BW/VL/DQ) and AVX2 + FMA + F16C rows with runtime dispatch, and a portable path.
 #pragma once
 #include <cstdint>
 
@@ -9,7 +9,7 @@
 
 namespace tp::cpu {
 
-enum class AttentionImpl : uint8_t { Auto, Avx2, Portable };
+enum class AttentionImpl : uint8_t { Auto, Avx512, Avx2, Portable };
 
 // How paged_attention cuts the work; 0 picks the default. Results never depend on the thread count: the cuts
 // depend only on these values and the shapes.
@@ -28,7 +28,8 @@ struct AttentionTiling {
 // from it). GQA: head h reads KV head h / (n_heads / n_kv_heads). out: [n_tokens, n_heads, head_dim] F32.
 // scale = 1/sqrt(head_dim) typically. Scores and softmax in F32. Throws InputError when n_heads is not a
 // multiple of n_kv_heads or the K and V layouts differ; block ids are not checked (the Worker does).
-// impl: Auto takes AVX2 when the CPU has avx2, fma and f16c; Avx2 on a CPU without them throws InputError.
+// impl: Auto takes AVX-512 when the CPU has avx512f/bw/vl/dq (+ avx2, fma, f16c), else AVX2 when it has avx2, fma
+// and f16c, else the portable rows; asking for rows the CPU lacks throws InputError.
 //
 // Tiled, flash-style (paged_attention_tiled.cpp): each KV block is read once per KV head and query tile, its
 // rows widened to F32 once and used by every query row of the tile (all the group's heads × q_tokens tokens),
@@ -43,6 +44,8 @@ void paged_attention_naive(const float* q, int64_t n_tokens, int64_t start_pos, 
                            const KvTensorView& k_pool, const KvTensorView& v_pool, const int32_t* block_table,
                            float scale, float* out, AttentionImpl impl = AttentionImpl::Auto);
 
-bool attention_has_avx2();  // avx2 + fma + f16c
+bool attention_has_avx2();    // avx2 + fma + f16c
+bool attention_has_avx512();  // avx512f + avx512bw + avx512vl + avx512dq, and attention_has_avx2()
+const char* attention_impl_name(AttentionImpl impl);  // auto, avx512, avx2, portable
 
 }  // namespace tp::cpu

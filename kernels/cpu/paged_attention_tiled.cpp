@@ -24,12 +24,14 @@ namespace tp::cpu {
 void paged_attention(const float* q, int64_t n_tokens, int64_t start_pos, int64_t n_heads, const KvTensorView& k_pool,
                      const KvTensorView& v_pool, const int32_t* block_table, float scale, float* out,
                      AttentionImpl impl, const AttentionTiling& tiling) {
-  const bool avx2 = detail::check_attention_args(n_heads, k_pool, v_pool, impl);
+  const AttentionImpl rows = detail::check_attention_args(n_heads, k_pool, v_pool, impl);
   if (n_tokens <= 0) return;
   const KvBlockLayout& kl = k_pool.layout;
   const int64_t n_kv = kl.n_kv_heads, hd = kl.head_dim, bs = kl.block_size;
   const int64_t group = n_heads / n_kv;
-  const detail::TileFn tile = avx2 ? detail::tile_avx2(kl.dtype) : detail::tile_portable(kl.dtype);
+  const detail::TileFn tile = rows == AttentionImpl::Avx512 ? detail::tile_avx512(kl.dtype)
+                              : rows == AttentionImpl::Avx2 ? detail::tile_avx2(kl.dtype)
+                                                            : detail::tile_portable(kl.dtype);
   const detail::TileArgs args{q, n_heads, group, start_pos, &k_pool, &v_pool, block_table, scale};
 
   const int64_t q_tokens = std::min(n_tokens, tiling.q_tokens > 0 ? tiling.q_tokens : std::max<int64_t>(1, 32 / group));

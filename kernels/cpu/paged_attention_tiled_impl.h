@@ -35,6 +35,7 @@ struct TileArgs {
 // Per-thread scratch, sized by reserve() for tiles of up to max_rows rows.
 struct TileScratch {
   std::vector<float> q, k, v, s;  // [rows, head_dim] scaled q; [block_size, head_dim] K and V; [block_size]
+  std::vector<float> x;           // the AVX-512 lane kernel's own (paged_attention_avx512.cpp), sized there
   void reserve(int64_t max_rows, int64_t head_dim, int64_t block_size) {
     q.resize(size_t(max_rows * head_dim));
     k.resize(size_t(block_size * head_dim));
@@ -48,6 +49,7 @@ struct TileScratch {
 // Σ exp(score - m) · v. The attention output of a row is acc / l.
 using TileFn = void (*)(const TileArgs& a, int64_t kv_head, int64_t t0, int64_t n_tok, int64_t b0, int64_t b1,
                         TileScratch& scratch, float* m, float* l, float* acc);
+TileFn tile_avx512(KvDType d);    // paged_attention_avx512.cpp
 TileFn tile_avx2(KvDType d);      // paged_attention_avx2.cpp
 TileFn tile_portable(KvDType d);  // paged_attention.cpp
 

@@ -96,6 +96,7 @@ TEST_P(TiledAttentionTest, MatchesNaive) {
   const auto [n_heads, n_kv] = heads;
   const auto [start_pos, n_tokens] = span;
   if (impl == AttentionImpl::Avx2 && !attention_has_avx2()) GTEST_SKIP() << "no avx2/fma/f16c on this CPU";
+  if (impl == AttentionImpl::Avx512 && !attention_has_avx512()) GTEST_SKIP() << "no avx512f/bw/vl/dq on this CPU";
   const Variant& var = kVariants[vi];
   const int64_t n_ctx = start_pos + n_tokens;
   const Fixture f(var, n_kv, head_dim, block_size, n_ctx, uint32_t(n_ctx * 7 + head_dim));
@@ -138,12 +139,12 @@ INSTANTIATE_TEST_SUITE_P(
                           std::pair<int64_t, int64_t>{0, 45}, std::pair<int64_t, int64_t>{21, 7},
                           std::pair<int64_t, int64_t>{37, 40}, std::pair<int64_t, int64_t>{1000, 3}),
         ::testing::Range(size_t(0), std::size(kVariants)),
-        ::testing::Values(AttentionImpl::Avx2, AttentionImpl::Portable)),
+        ::testing::Values(AttentionImpl::Avx512, AttentionImpl::Avx2, AttentionImpl::Portable)),
     [](const ::testing::TestParamInfo<Param>& info) {
       const auto& p = info.param;
       const Variant& v = kVariants[std::get<4>(p)];
       return test::dtype_label(v.dtype, v.tensor_scales) + "_" +
-             (std::get<5>(p) == AttentionImpl::Avx2 ? "avx2" : "portable") + "_h" +
+             attention_impl_name(std::get<5>(p)) + "_h" +
              std::to_string(std::get<0>(p).first) + "kv" + std::to_string(std::get<0>(p).second) + "_d" +
              std::to_string(std::get<1>(p)) + "_bs" + std::to_string(std::get<2>(p)) + "_start" +
              std::to_string(std::get<3>(p).first) + "_n" + std::to_string(std::get<3>(p).second);
