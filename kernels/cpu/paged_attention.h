@@ -38,6 +38,21 @@ void paged_attention(const float* q, int64_t n_tokens, int64_t start_pos, int64_
                      const KvTensorView& v_pool, const int32_t* block_table, float scale, float* out,
                      AttentionImpl impl = AttentionImpl::Auto, const AttentionTiling& tiling = {});
 
+// One sequence of paged_attention_batch: its n_tokens query rows follow the previous sequence's in q and out.
+struct AttentionSeqArgs {
+  int64_t n_tokens;  // query tokens (0: the sequence has none this call)
+  int64_t start_pos;  // position of its first query token
+  const int32_t* block_table;
+};
+
+// paged_attention for n_seqs sequences of one step (q, out: [Σ n_tokens, n_heads, head_dim]) in one parallel
+// region: their work items are pooled, each sequence cut exactly as paged_attention cuts it alone, so the results
+// are bit-identical to one paged_attention call per sequence. Throws InputError as paged_attention does, or
+// naming a sequence with start_pos < 0.
+void paged_attention_batch(const float* q, const AttentionSeqArgs* seqs, int64_t n_seqs, int64_t n_heads,
+                           const KvTensorView& k_pool, const KvTensorView& v_pool, float scale, float* out,
+                           AttentionImpl impl = AttentionImpl::Auto, const AttentionTiling& tiling = {});
+
 // The same attention, one (query token, head) pair at a time: all scores of the pair, softmax, weighted sum of
 // V rows (paged_attention.cpp). Each K/V row is read once per query head. The reference for the tiled kernel.
 void paged_attention_naive(const float* q, int64_t n_tokens, int64_t start_pos, int64_t n_heads,

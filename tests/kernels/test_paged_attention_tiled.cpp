@@ -23,6 +23,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/error.h"
 #include "kernels/cpu/kv_write.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/paged_attention.h"
@@ -191,6 +192,48 @@ TEST(TiledAttention, SplitKThreadCountInvariant) {
   paged_attention(q.data(), 1, 4095, 9, f.k.view, f.v.view, f.table.data(), 0.125f, o2.data());
   set_num_threads(1);
   EXPECT_EQ(o1, o2);
+}
+
+// A step's batch — decodes short and long (split-K), a prefill chunk mid-block, a sequence with no tokens, GQA 3
+// — through paged_attention_batch equals one paged_attention call per sequence bit for bit, on 1 and 2 threads
+// and every path this CPU has; a negative start_pos is an InputError naming the sequence.
+TEST(TiledAttention, BatchEqualsOneCallPerSequence) {
+  const Variant var{KvDType::BF16, false, 1.0f};
+  const int64_t n_heads = 9, n_kv = 3, d = 64, bs = 16;
+  const Fixture f(var, n_kv, d, bs, 3000, 11);  // one pool; the sequences share its blocks (read only)
+  const AttentionSeqArgs seqs[] = {{1, 5, f.table.data()},    {1, 2999, f.table.data()}, {0, 40, f.table.data()},
+                                   {45, 21, f.table.data()},  {1, 700, f.table.data()},  {3, 1000, f.table.data()}};
+  int64_t n_tok = 0;
+  for (const AttentionSeqArgs& s : seqs) n_tok += s.n_tokens;
+  const auto q = random_floats(size_t(n_tok * n_heads * d), 12);
+  for (AttentionImpl impl : {AttentionImpl::Avx512, AttentionImpl::Avx2, AttentionImpl::Portable}) {
+    if (impl == AttentionImpl::Avx512 && !attention_has_avx512()) continue;
+    if (impl == AttentionImpl::Avx2 && !attention_has_avx2()) continue;
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      std::vector<float> one(q.size(), NAN), batch(q.size(), NAN);
+      int64_t t0 = 0;
+      for (const AttentionSeqArgs& s : seqs) {
+        paged_attention(q.data() + t0 * n_heads * d, s.n_tokens, s.start_pos, n_heads, f.k.view, f.v.view,
+                        s.block_table, 0.125f, one.data() + t0 * n_heads * d, impl);
+        t0 += s.n_tokens;
+      }
+      paged_attention_batch(q.data(), seqs, int64_t(std::size(seqs)), n_heads, f.k.view, f.v.view, 0.125f,
+                            batch.data(), impl);
+      EXPECT_EQ(std::memcmp(one.data(), batch.data(), one.size() * sizeof(float)), 0)
+          << attention_impl_name(impl) << " threads " << threads;
+      EXPECT_TRUE(std::all_of(batch.begin(), batch.end(), [](float x) { return std::isfinite(x); }));
+    }
+  }
+  set_num_threads(1);
+  const AttentionSeqArgs bad[] = {{1, 5, f.table.data()}, {1, -1, f.table.data()}};
+  std::vector<float> out(size_t(2 * n_heads * d));
+  try {
+    paged_attention_batch(q.data(), bad, 2, n_heads, f.k.view, f.v.view, 0.125f, out.data());
+    ADD_FAILURE() << "no InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("sequence 1"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
