@@ -320,13 +320,17 @@ TP_KV_TARGET void attend_tile_lanes(const TileArgs& a, int64_t kv_head, int64_t 
   }
 }
 
+// Small tiles of >= 2 rows (decode with GQA: the group's heads) widen each K/V block once too: the 512-bit
+// widening costs two ops per 16 elements, which reading the stored rows would pay again for every row.
+constexpr int64_t kWidenRowsAvx512 = 2;
+
 template <KvDType D>
 TP_KV_TARGET void tile512(const TileArgs& a, int64_t kv_head, int64_t t0, int64_t n_tok, int64_t b0, int64_t b1,
                           TileScratch& sc, float* m, float* l, float* acc) {
   if (n_tok * a.group >= kWidenRows && a.k->layout.head_dim % kLanes == 0)
     attend_tile_lanes<D>(a, kv_head, t0, n_tok, b0, b1, sc, m, l, acc);
   else
-    attend_tile<D, Avx512Ops>(a, kv_head, t0, n_tok, b0, b1, sc, m, l, acc);
+    attend_tile<D, Avx512Ops, kWidenRowsAvx512>(a, kv_head, t0, n_tok, b0, b1, sc, m, l, acc);
 }
 
 }  // namespace

@@ -92,7 +92,8 @@ TP_KV_TARGET inline void rows_block(const float* qs, int64_t hd, int64_t g, int6
   }
 }
 
-template <KvDType D, class Ops>
+// widen_rows: tiles with at least this many rows widen (kWidenRows by default).
+template <KvDType D, class Ops, int64_t widen_rows = kWidenRows>
 TP_KV_TARGET void attend_tile(const TileArgs& a, int64_t kv_head, int64_t t0, int64_t n_tok, int64_t b0, int64_t b1,
                               TileScratch& sc, float* m, float* l, float* acc) {
   const KvTensorView &k = *a.k, &v = *a.v;
@@ -111,7 +112,7 @@ TP_KV_TARGET void attend_tile(const TileArgs& a, int64_t kv_head, int64_t t0, in
   for (int64_t i = 0; i < n_rows * hd; ++i) acc[i] = 0.0f;
   const int64_t pos0 = a.start_pos + t0;  // the position of the tile's first token
   const int64_t last = pos0 + n_tok - 1;  // and of its last
-  const bool widen = D != KvDType::F32 && n_rows >= kWidenRows;
+  const bool widen = D != KvDType::F32 && n_rows >= widen_rows;
   for (int64_t b = b0; b < b1; ++b) {
     const int64_t p0 = b * bs;
     if (p0 > last) break;
