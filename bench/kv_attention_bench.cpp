@@ -125,7 +125,11 @@ int run(int argc, char** argv) {
         if (impl == cpu::AttentionImpl::Avx2 && !cpu::attention_has_avx2()) continue;
         if (impl == cpu::AttentionImpl::Avx512 && !cpu::attention_has_avx512()) continue;
         double naive_best = 0;
-        for (bool tiled : {false, true}) {
+        // kernel 0: naive, 1: tiled (the model's), 2: tiled with the AVX-512 lane kernel (AttentionTiling::lanes)
+        for (int kernel = 0; kernel < (impl == cpu::AttentionImpl::Avx512 ? 3 : 2); ++kernel) {
+          const bool tiled = kernel > 0;
+          cpu::AttentionTiling tiling;
+          tiling.lanes = kernel == 2;
           double best = 1e30, best_cpu = 1e30;
           for (int r = 0; r < reps + 3; ++r) {
             const double c0 = cpu_seconds();
@@ -134,7 +138,7 @@ int run(int argc, char** argv) {
               const KvTensorView &lk = kv_k[size_t(li)], &lv = kv_v[size_t(li)];
               if (tiled)
                 cpu::paged_attention(q.data(), n_tok, ctx - n_tok, n_heads, lk, lv, table.data(), 0.125f, out.data(),
-                                     impl);
+                                     impl, tiling);
               else
                 cpu::paged_attention_naive(q.data(), n_tok, ctx - n_tok, n_heads, lk, lv, table.data(), 0.125f,
                                            out.data(), impl);
@@ -148,7 +152,7 @@ int run(int argc, char** argv) {
           if (tiled) std::snprintf(speedup, sizeof speedup, "%.2fx", naive_best / best_cpu);
           std::printf("| %lld | %s | %s | %s | %.1f | %.1f | %lld | %.1f | %s |\n", (long long)ctx,
                       std::string(kv_dtype_name(dt)).c_str(), cpu::attention_impl_name(impl),
-                      tiled ? "tiled" : "naive", best * 1e6, best_cpu * 1e6, (long long)bytes, double(bytes) / best / 1e9, speedup);
+                      kernel == 2 ? "tiled+lanes" : tiled ? "tiled" : "naive", best * 1e6, best_cpu * 1e6, (long long)bytes, double(bytes) / best / 1e9, speedup);
           std::fflush(stdout);
         }
       }

@@ -6,6 +6,7 @@
 // O(n_tokens · context · head_dim) per head; inner loops are contiguous over head_dim.
 #include "kernels/cpu/paged_attention.h"
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -109,6 +110,25 @@ const char* attention_impl_name(AttentionImpl impl) {
 }
 
 namespace detail {
+namespace {
+
+// TPSERVE_ATTENTION=avx512|avx2|portable makes Auto take those rows (benchmarks: one binary, each path end to
+// end); unset or auto: the CPU's widest. A path the CPU lacks, or another value, is an InputError naming it.
+AttentionImpl forced_attention_impl() {
+  const char* v = std::getenv("TPSERVE_ATTENTION");
+  const std::string s = v ? v : "";
+  if (s.empty() || s == "auto") return AttentionImpl::Auto;
+  const AttentionImpl impl = s == "avx512" ? AttentionImpl::Avx512
+                             : s == "avx2" ? AttentionImpl::Avx2
+                             : s == "portable" ? AttentionImpl::Portable
+                                               : throw InputError("TPSERVE_ATTENTION: '" + s +
+                                                                  "' is not one of auto, avx512, avx2, portable");
+  if ((impl == AttentionImpl::Avx512 && !attention_has_avx512()) || (impl == AttentionImpl::Avx2 && !attention_has_avx2()))
+    throw InputError("TPSERVE_ATTENTION: this CPU lacks the " + s + " rows");
+  return impl;
+}
+
+}  // namespace
 
 AttentionImpl check_attention_args(int64_t n_heads, const KvTensorView& k_pool, const KvTensorView& v_pool,
                                    AttentionImpl impl) {
@@ -126,6 +146,8 @@ AttentionImpl check_attention_args(int64_t n_heads, const KvTensorView& k_pool, 
   if (impl == AttentionImpl::Avx512 && !attention_has_avx512())
     throw InputError("paged_attention: this CPU lacks avx512f, avx512bw, avx512vl or avx512dq");
   if (impl != AttentionImpl::Auto) return impl;
+  static const AttentionImpl forced = forced_attention_impl();
+  if (forced != AttentionImpl::Auto) return forced;
   return attention_has_avx512() ? AttentionImpl::Avx512
          : attention_has_avx2() ? AttentionImpl::Avx2
                                 : AttentionImpl::Portable;

@@ -20,6 +20,13 @@ struct AttentionTiling {
   // partitions of this many KV blocks, attended in parallel and combined exactly (max-rescaled sums).
   // Default: 128 positions' worth (ceil(128 / block_size)); -1: never split.
   int64_t split_blocks = 0;
+  // AVX-512 rows only: prefill tiles of >= 8 query rows take the lane kernel (query rows across the 16 lanes,
+  // paged_attention_avx512.cpp; ~1.8x the CPU time of the row kernel at pp512 on Zen 4). Off by default: its
+  // summation order differs from the row kernel's that smaller tiles and decode take, so a token's attention
+  // would depend on how its prompt was chunked (prefix-cache hits, chunked prefill), and the engine's
+  // "batched equals alone" invariant (tests/e2e/engine_real_test.cpp, F32 pool) fails with it. A kernel that
+  // gives every tile size the lane kernel's order is the fix (not done).
+  bool lanes = false;
 };
 
 // Causal attention for one sequence. q: [n_tokens, n_heads, head_dim] F32, token i at position start_pos + i,

@@ -4,9 +4,10 @@
 // kFp8Unit = 256), products accumulated in F32 with FMA.
 //
 // Two tile kernels:
-// - decode and small tiles (< kWidenRows query rows, e.g. one token × the GQA group): the row-ops policy of
+// - decode, small tiles, and every tile unless AttentionTiling::lanes (< kWidenRows query rows, e.g. one token × the GQA group): the row-ops policy of
 //   paged_attention_tiled_impl.h with 512-bit rows (4 K rows per q load, 4 V rows per output load/store).
-// - prefill tiles (>= kWidenRows rows, head_dim a multiple of 16): a register-blocked kernel with the query rows
+// - with AttentionTiling::lanes (off by default: see paged_attention.h), prefill tiles (>= kWidenRows rows,
+//   head_dim a multiple of 16): a register-blocked kernel with the query rows
 //   across the 16 lanes. Q^T [head_dim, W] (W = rows rounded up to 16) is built once per tile; each 16-position
 //   chunk of a KV block is widened once to F32 (× its scale) and then, for each vector of 16 rows,
 //     S^T[j] = Σ_d K[j][d] · Q^T[d]        (16 accumulators, one FMA with a broadcast K element per (j, d)),
@@ -327,7 +328,7 @@ constexpr int64_t kWidenRowsAvx512 = 2;
 template <KvDType D>
 TP_KV_TARGET void tile512(const TileArgs& a, int64_t kv_head, int64_t t0, int64_t n_tok, int64_t b0, int64_t b1,
                           TileScratch& sc, float* m, float* l, float* acc) {
-  if (n_tok * a.group >= kWidenRows && a.k->layout.head_dim % kLanes == 0)
+  if (a.lanes && n_tok * a.group >= kWidenRows && a.k->layout.head_dim % kLanes == 0)
     attend_tile_lanes<D>(a, kv_head, t0, n_tok, b0, b1, sc, m, l, acc);
   else
     attend_tile<D, Avx512Ops, kWidenRowsAvx512>(a, kv_head, t0, n_tok, b0, b1, sc, m, l, acc);

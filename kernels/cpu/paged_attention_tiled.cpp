@@ -122,8 +122,8 @@ void paged_attention_batch(const float* q, const AttentionSeqArgs* seqs, int64_t
       const int64_t ti = j / (n_kv * c.n_splits), kvh = j / c.n_splits % n_kv, sp = j % c.n_splits;
       const int64_t t0 = ti * c.q_tokens, n_tok = std::min(c.q_tokens, s.n_tokens - t0);
       const int64_t b0 = sp * c.split_blocks, b1 = std::min(c.n_blocks, b0 + c.split_blocks);
-      const detail::TileArgs a{q + c.tok0 * row_len, n_heads, group, s.start_pos, &k_pool, &v_pool, s.block_table,
-                               scale};
+      const detail::TileArgs a{q + c.tok0 * row_len, n_heads, group,        s.start_pos, &k_pool,
+                               &v_pool,            s.block_table, scale, tiling.lanes};
       if (c.n_splits > 1) {
         const size_t at = size_t(c.part0 + (kvh * c.n_splits + sp) * c.max_rows);
         tile(a, kvh, t0, n_tok, b0, b1, scratch, part_m.data() + at, part_l.data() + at,

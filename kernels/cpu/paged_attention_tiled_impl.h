@@ -30,6 +30,7 @@ struct TileArgs {
   const KvTensorView* v;
   const int32_t* block_table;
   float scale;
+  bool lanes;  // AttentionTiling::lanes
 };
 
 // Per-thread scratch, sized by reserve() for tiles of up to max_rows rows.
