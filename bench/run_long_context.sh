@@ -8,8 +8,10 @@
 # turn) and for a PP-token prefill chunk at each depth. Writes bench/results/long-context-<UTC date>.md and a
 # PNG curve beside it (python3 + matplotlib from a virtualenv the script makes under build/plot_venv; gnuplot
 # when that fails and gnuplot is installed; else no PNG, said in the .md).
+# plus, with LONG_PP=N (default 4096; 0: skip), one N-token prompt prefilled from depth 0 (pp4096 in llama-bench).
+# The attention kernel alone runs on every SIMD path this CPU has (avx512, avx2); the model takes the widest.
 #   bench/run_long_context.sh [DEPTH...]   (default: 512 1024 2048 4096 8192 16384)
-# env: THREADS=2 PP=512 TG=32 REPS=2; LLAMA_BENCH=path (default third_party/llama.cpp-build/bin/llama-bench,
+# env: THREADS=1 PP=512 TG=32 REPS=2 LONG_PP=4096; LLAMA_BENCH=path (default third_party/llama.cpp-build/bin/llama-bench,
 #      built by tests/peers/build_llama_cpp.sh when missing); SKIP_PEER=1 leaves llama.cpp out.
 # Needs: cmake --build build --target decode_bench kv_attention_bench.
 set -euo pipefail
@@ -17,7 +19,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 DEPTHS=("$@")
 [[ ${#DEPTHS[@]} -gt 0 ]] || DEPTHS=(512 1024 2048 4096 8192 16384)
-THREADS=${THREADS:-2} PP=${PP:-512} TG=${TG:-32} REPS=${REPS:-2}
+THREADS=${THREADS:-1} PP=${PP:-512} TG=${TG:-32} REPS=${REPS:-2} LONG_PP=${LONG_PP:-4096}
 M=models/SmolLM2-135M-Instruct.BF16.gguf
 OURS=build/bench/decode_bench
 KERNEL=build/bench/kv_attention_bench
@@ -56,8 +58,12 @@ peer_rate() {
     [[ " $flags " == *" $f "* ]] && simd+="$f " || simd+="(no $f) "
   done
   echo "- CPU flags (lscpu/cpuinfo, the SIMD ones): $simd"
-  echo "- tpserve attention: the tiled flash-style kernel (kernels/cpu/paged_attention_tiled.cpp), AVX2 + FMA + F16C" \
-       "path; KV cache bf16 (cache.dtype default), blocks of 16; weights BF16; $THREADS thread(s)"
+  simd_paths=avx2
+  [[ " $flags " == *" avx512f "* && " $flags " == *" avx512bw "* && " $flags " == *" avx512vl "* &&
+     " $flags " == *" avx512dq "* ]] && simd_paths=avx512,avx2
+  echo "- tpserve attention: the tiled flash-style kernel (kernels/cpu/paged_attention_tiled.cpp), ${simd_paths%%,*}" \
+       "rows (runtime dispatch: the widest this CPU has); KV cache bf16 (cache.dtype default), blocks of 16;" \
+       "weights BF16; $THREADS thread(s)"
   [[ $SKIP_PEER == 1 ]] || echo "- llama.cpp: $(cat "$(dirname "$LLAMA_BENCH")/../../llama_cpp_version.txt" 2>/dev/null || echo "$LLAMA_BENCH")"
   echo
   echo "## Commands and raw output"
@@ -79,8 +85,31 @@ peer_rate() {
     fi
     printf '%s\t%s\t%s\t%s\t%s\n' "$d" "$opp" "$otg" "${lpp:-nan}" "${ltg:-nan}" >> "$tsv"
   done
+  if ((LONG_PP > 0)); then
+    cmd="$OURS --model $M --dtype bf16 --threads $THREADS --pp $LONG_PP --tg 1 --reps $REPS -d 0"
+    echo "\$ OMP_NUM_THREADS=$THREADS $cmd"
+    line=$(OMP_NUM_THREADS=$THREADS $cmd 2>/dev/null)
+    echo "$line"
+    long_ours=$(ours_rate "$line" pp) long_peer=nan
+    if [[ $SKIP_PEER != 1 ]]; then
+      cmd="$LLAMA_BENCH -m $M -p $LONG_PP -n 0 -t $THREADS -r $REPS -o md"
+      echo "\$ $cmd"
+      table=$($cmd 2>/dev/null)
+      echo "$table"
+      long_peer=$(peer_rate "$table" pp)
+    fi
+  fi
   echo '```'
   echo
+  if ((LONG_PP > 0)); then
+    echo "## One $LONG_PP-token prompt from depth 0 (pp$LONG_PP, tok/s)"
+    echo
+    echo "| tpserve | llama.cpp | ratio |"
+    echo "|---:|---:|---:|"
+    awk -v o="$long_ours" -v l="${long_peer:-nan}" 'BEGIN { r = (l == "nan" || l == "") ? "–" : sprintf("%.2f", o / l);
+      printf("| %s | %s | %s |\n", o, l, r) }'
+    echo
+  fi
   echo "## Summary (tok/s, mean of $REPS repetitions)"
   echo
   echo "| depth | tpserve pp$PP | llama.cpp pp$PP | ratio | tpserve tg$TG | llama.cpp tg$TG | ratio |"
@@ -91,7 +120,7 @@ peer_rate() {
   echo
   echo "ratio = tpserve / llama.cpp."
   echo
-  echo "## The attention kernel alone: tiled (new) vs naive (old), one layer, bf16 KV, avx2 path"
+  echo "## The attention kernel alone: tiled vs naive, one layer, bf16 KV, paths $simd_paths"
   echo
   ctx_dec=$(printf '%s,' "${DEPTHS[@]}"); ctx_dec=${ctx_dec%,}
   ctx_pre=""
@@ -101,7 +130,7 @@ peer_rate() {
   # prefill chunk: one pool.
   for spec in "1 $ctx_dec 30" "$PP $ctx_pre 1"; do
     set -- $spec
-    cmd="$KERNEL --threads $THREADS --tokens $1 --contexts $2 --layers $3 --dtypes bf16 --paths avx2 --reps 5"
+    cmd="$KERNEL --threads $THREADS --tokens $1 --contexts $2 --layers $3 --dtypes bf16 --paths $simd_paths --reps 5"
     echo '```'
     echo "\$ OMP_NUM_THREADS=$THREADS $cmd"
     echo '```'

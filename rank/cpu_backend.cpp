@@ -121,6 +121,15 @@ void CpuBackend::paged_attention(const float* q, int64_t n_tokens, int64_t start
   cpu::paged_attention(q, n_tokens, start_pos, n_heads, k_pool, v_pool, block_table, scale, out);
 }
 
+void CpuBackend::paged_attention_batch(const float* q, const std::vector<AttentionSeq>& seqs, int64_t n_heads,
+                                       const KvTensorView& k_pool, const KvTensorView& v_pool, float scale,
+                                       float* out, int64_t /*fixed_context*/) {
+  std::vector<cpu::AttentionSeqArgs> args;
+  args.reserve(seqs.size());
+  for (const AttentionSeq& s : seqs) args.push_back({s.n_tokens, s.start_pos, s.block_table});
+  cpu::paged_attention_batch(q, args.data(), int64_t(args.size()), n_heads, k_pool, v_pool, scale, out);
+}
+
 void CpuBackend::all_reduce_sum(Communicator& comm, float* data, int64_t count) {
   comm.all_reduce_sum(data, size_t(count));
 }

@@ -38,6 +38,10 @@ class CpuBackend : public Backend {
                 const KvTensorView& v_pool) override;
   void paged_attention(const float* q, int64_t n_tokens, int64_t start_pos, int64_t n_heads, const KvTensorView& k_pool,
                        const KvTensorView& v_pool, const int32_t* block_table, float scale, float* out) override;
+  // One kernels/cpu paged_attention_batch call (one parallel region for all the step's sequences).
+  void paged_attention_batch(const float* q, const std::vector<AttentionSeq>& seqs, int64_t n_heads,
+                             const KvTensorView& k_pool, const KvTensorView& v_pool, float scale, float* out,
+                             int64_t fixed_context) override;
   void all_reduce_sum(Communicator& comm, float* data, int64_t count) override;
   void all_gather(Communicator& comm, const void* send, int64_t bytes_per_rank, void* recv) override;
 };

@@ -6,6 +6,7 @@
 // O(n_tokens · context · head_dim) per head; inner loops are contiguous over head_dim.
 #include "kernels/cpu/paged_attention.h"
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -91,10 +92,46 @@ bool attention_has_avx2() {
   return has;
 }
 
-namespace detail {
+bool attention_has_avx512() {
+  static const bool has = attention_has_avx2() && __builtin_cpu_supports("avx512f") &&
+                          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                          __builtin_cpu_supports("avx512dq");
+  return has;
+}
 
-bool check_attention_args(int64_t n_heads, const KvTensorView& k_pool, const KvTensorView& v_pool,
-                          AttentionImpl impl) {
+const char* attention_impl_name(AttentionImpl impl) {
+  switch (impl) {
+    case AttentionImpl::Auto: return "auto";
+    case AttentionImpl::Avx512: return "avx512";
+    case AttentionImpl::Avx2: return "avx2";
+    case AttentionImpl::Portable: return "portable";
+  }
+  return "?";
+}
+
+namespace detail {
+namespace {
+
+// TPSERVE_ATTENTION=avx512|avx2|portable makes Auto take those rows (benchmarks: one binary, each path end to
+// end); unset or auto: the CPU's widest. A path the CPU lacks, or another value, is an InputError naming it.
+AttentionImpl forced_attention_impl() {
+  const char* v = std::getenv("TPSERVE_ATTENTION");
+  const std::string s = v ? v : "";
+  if (s.empty() || s == "auto") return AttentionImpl::Auto;
+  const AttentionImpl impl = s == "avx512" ? AttentionImpl::Avx512
+                             : s == "avx2" ? AttentionImpl::Avx2
+                             : s == "portable" ? AttentionImpl::Portable
+                                               : throw InputError("TPSERVE_ATTENTION: '" + s +
+                                                                  "' is not one of auto, avx512, avx2, portable");
+  if ((impl == AttentionImpl::Avx512 && !attention_has_avx512()) || (impl == AttentionImpl::Avx2 && !attention_has_avx2()))
+    throw InputError("TPSERVE_ATTENTION: this CPU lacks the " + s + " rows");
+  return impl;
+}
+
+}  // namespace
+
+AttentionImpl check_attention_args(int64_t n_heads, const KvTensorView& k_pool, const KvTensorView& v_pool,
+                                   AttentionImpl impl) {
   const KvBlockLayout &kl = k_pool.layout, &vl = v_pool.layout;
   const int64_t n_kv_heads = kl.n_kv_heads;
   if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0)
@@ -106,7 +143,14 @@ bool check_attention_args(int64_t n_heads, const KvTensorView& k_pool, const KvT
     throw InputError("paged_attention: the K and V pools differ in layout");
   if (impl == AttentionImpl::Avx2 && !attention_has_avx2())
     throw InputError("paged_attention: this CPU lacks avx2, fma or f16c");
-  return impl == AttentionImpl::Avx2 || (impl == AttentionImpl::Auto && attention_has_avx2());
+  if (impl == AttentionImpl::Avx512 && !attention_has_avx512())
+    throw InputError("paged_attention: this CPU lacks avx512f, avx512bw, avx512vl or avx512dq");
+  if (impl != AttentionImpl::Auto) return impl;
+  static const AttentionImpl forced = forced_attention_impl();
+  if (forced != AttentionImpl::Auto) return forced;
+  return attention_has_avx512() ? AttentionImpl::Avx512
+         : attention_has_avx2() ? AttentionImpl::Avx2
+                                : AttentionImpl::Portable;
 }
 
 }  // namespace detail
@@ -114,10 +158,12 @@ bool check_attention_args(int64_t n_heads, const KvTensorView& k_pool, const KvT
 void paged_attention_naive(const float* q, int64_t n_tokens, int64_t start_pos, int64_t n_heads,
                            const KvTensorView& k_pool, const KvTensorView& v_pool, const int32_t* block_table,
                            float scale, float* out, AttentionImpl impl) {
-  const bool avx2 = detail::check_attention_args(n_heads, k_pool, v_pool, impl);
+  const AttentionImpl rows = detail::check_attention_args(n_heads, k_pool, v_pool, impl);
   const KvBlockLayout& kl = k_pool.layout;
   const int64_t n_kv_heads = kl.n_kv_heads, head_dim = kl.head_dim;
-  const detail::AttendFn attend = avx2 ? detail::attend_avx2(kl.dtype) : detail::attend_portable(kl.dtype);
+  const detail::AttendFn attend = rows == AttentionImpl::Avx512 ? detail::attend_avx512(kl.dtype)
+                                  : rows == AttentionImpl::Avx2 ? detail::attend_avx2(kl.dtype)
+                                                                : detail::attend_portable(kl.dtype);
   const int64_t group = n_heads / n_kv_heads;
   const int64_t n_pairs = n_tokens * n_heads;
   const int64_t work = n_tokens * (start_pos + n_tokens) * n_heads * head_dim;

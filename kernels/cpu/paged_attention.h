@@ -1,7 +1,7 @@
 // Attention over a paged K/V pool in its stored dtype (layout: common/kv_dtype.h, kvstore/kv_pool.h; the store
 // side is kernels/cpu/kv_write.h). K and V are read as stored — f32, bf16, fp8_e4m3 or int8 rows widened to F32
 // in registers, the block's or tensor's scale applied to the dot product and to the softmax weight — never
-// copied to F32. AVX2 + FMA + F16C with runtime dispatch, and a portable path.
+// copied to F32. AVX-512 (F/BW/VL/DQ) and AVX2 + FMA + F16C rows with runtime dispatch, and a portable path.
 #pragma once
 #include <cstdint>
 
@@ -9,7 +9,7 @@
 
 namespace tp::cpu {
 
-enum class AttentionImpl : uint8_t { Auto, Avx2, Portable };
+enum class AttentionImpl : uint8_t { Auto, Avx512, Avx2, Portable };
 
 // How paged_attention cuts the work; 0 picks the default. Results never depend on the thread count: the cuts
 // depend only on these values and the shapes.
@@ -20,6 +20,13 @@ struct AttentionTiling {
   // partitions of this many KV blocks, attended in parallel and combined exactly (max-rescaled sums).
   // Default: 128 positions' worth (ceil(128 / block_size)); -1: never split.
   int64_t split_blocks = 0;
+  // AVX-512 rows only: prefill tiles of >= 8 query rows take the lane kernel (query rows across the 16 lanes,
+  // paged_attention_avx512.cpp; ~1.8x the CPU time of the row kernel at pp512 on Zen 4). Off by default: its
+  // summation order differs from the row kernel's that smaller tiles and decode take, so a token's attention
+  // would depend on how its prompt was chunked (prefix-cache hits, chunked prefill), and the engine's
+  // "batched equals alone" invariant (tests/e2e/engine_real_test.cpp, F32 pool) fails with it. A kernel that
+  // gives every tile size the lane kernel's order is the fix (not done).
+  bool lanes = false;
 };
 
 // Causal attention for one sequence. q: [n_tokens, n_heads, head_dim] F32, token i at position start_pos + i,
@@ -28,7 +35,8 @@ struct AttentionTiling {
 // from it). GQA: head h reads KV head h / (n_heads / n_kv_heads). out: [n_tokens, n_heads, head_dim] F32.
 // scale = 1/sqrt(head_dim) typically. Scores and softmax in F32. Throws InputError when n_heads is not a
 // multiple of n_kv_heads or the K and V layouts differ; block ids are not checked (the Worker does).
-// impl: Auto takes AVX2 when the CPU has avx2, fma and f16c; Avx2 on a CPU without them throws InputError.
+// impl: Auto takes AVX-512 when the CPU has avx512f/bw/vl/dq (+ avx2, fma, f16c), else AVX2 when it has avx2, fma
+// and f16c, else the portable rows; asking for rows the CPU lacks throws InputError.
 //
 // Tiled, flash-style (paged_attention_tiled.cpp): each KV block is read once per KV head and query tile, its
 // rows widened to F32 once and used by every query row of the tile (all the group's heads × q_tokens tokens),
@@ -37,12 +45,29 @@ void paged_attention(const float* q, int64_t n_tokens, int64_t start_pos, int64_
                      const KvTensorView& v_pool, const int32_t* block_table, float scale, float* out,
                      AttentionImpl impl = AttentionImpl::Auto, const AttentionTiling& tiling = {});
 
+// One sequence of paged_attention_batch: its n_tokens query rows follow the previous sequence's in q and out.
+struct AttentionSeqArgs {
+  int64_t n_tokens;  // query tokens (0: the sequence has none this call)
+  int64_t start_pos;  // position of its first query token
+  const int32_t* block_table;
+};
+
+// paged_attention for n_seqs sequences of one step (q, out: [Σ n_tokens, n_heads, head_dim]) in one parallel
+// region: their work items are pooled, each sequence cut exactly as paged_attention cuts it alone, so the results
+// are bit-identical to one paged_attention call per sequence. Throws InputError as paged_attention does, or
+// naming a sequence with start_pos < 0.
+void paged_attention_batch(const float* q, const AttentionSeqArgs* seqs, int64_t n_seqs, int64_t n_heads,
+                           const KvTensorView& k_pool, const KvTensorView& v_pool, float scale, float* out,
+                           AttentionImpl impl = AttentionImpl::Auto, const AttentionTiling& tiling = {});
+
 // The same attention, one (query token, head) pair at a time: all scores of the pair, softmax, weighted sum of
 // V rows (paged_attention.cpp). Each K/V row is read once per query head. The reference for the tiled kernel.
 void paged_attention_naive(const float* q, int64_t n_tokens, int64_t start_pos, int64_t n_heads,
                            const KvTensorView& k_pool, const KvTensorView& v_pool, const int32_t* block_table,
                            float scale, float* out, AttentionImpl impl = AttentionImpl::Auto);
 
-bool attention_has_avx2();  // avx2 + fma + f16c
+bool attention_has_avx2();    // avx2 + fma + f16c
+bool attention_has_avx512();  // avx512f + avx512bw + avx512vl + avx512dq, and attention_has_avx2()
+const char* attention_impl_name(AttentionImpl impl);  // auto, avx512, avx2, portable
 
 }  // namespace tp::cpu

@@ -32,12 +32,14 @@ namespace tp::cpu::detail {
 // out [head_dim].
 using AttendFn = void (*)(const float* q, int64_t n_pos, int64_t kv_head, const KvTensorView& k,
                           const KvTensorView& v, const int32_t* block_table, float scale, float* scores, float* out);
+AttendFn attend_avx512(KvDType d);    // paged_attention_avx512.cpp
 AttendFn attend_avx2(KvDType d);      // paged_attention_avx2.cpp
 AttendFn attend_portable(KvDType d);  // paged_attention.cpp
 
-// The checks both entries make (the InputErrors of paged_attention.h); returns whether to take the AVX2 rows.
-bool check_attention_args(int64_t n_heads, const KvTensorView& k_pool, const KvTensorView& v_pool,
-                          AttentionImpl impl);
+// The checks both entries make (the InputErrors of paged_attention.h); returns the rows to take: Avx512, Avx2 or
+// Portable (Auto resolved by the CPU's features).
+AttentionImpl check_attention_args(int64_t n_heads, const KvTensorView& k_pool, const KvTensorView& v_pool,
+                                   AttentionImpl impl);
 
 namespace {
 

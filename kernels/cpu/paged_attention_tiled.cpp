@@ -8,9 +8,14 @@
 // ceil(n_blocks / split_blocks) splits that run in parallel and leave (m, l, acc) per row; the combine is exact:
 //   M = max_s m_s,  L = Σ_s l_s · e^(m_s − M),  out = Σ_s acc_s · e^(m_s − M) / L.
 // Every cut depends on the shapes and AttentionTiling only, so a result is the same on any number of threads.
+// paged_attention_batch runs the items of several sequences in one parallel region (one fork/join per layer and
+// step instead of one per sequence), each sequence cut as paged_attention cuts it alone: the same results.
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
+
+#include "common/error.h"
 
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/paged_attention.h"
@@ -20,37 +25,89 @@
 #include "kernels/cpu/paged_attention_tiled_impl.h"
 
 namespace tp::cpu {
+namespace {
 
-void paged_attention(const float* q, int64_t n_tokens, int64_t start_pos, int64_t n_heads, const KvTensorView& k_pool,
-                     const KvTensorView& v_pool, const int32_t* block_table, float scale, float* out,
-                     AttentionImpl impl, const AttentionTiling& tiling) {
-  const bool avx2 = detail::check_attention_args(n_heads, k_pool, v_pool, impl);
-  if (n_tokens <= 0) return;
+// How one sequence of the call is cut (see the top of this file); item0 / part0 / comb0: where its work items,
+// split partial rows and combine rows start in the call's lists.
+struct SeqCut {
+  const AttentionSeqArgs* s;
+  int64_t q_tokens, n_tiles, n_blocks, split_blocks, n_splits, max_rows, n_items;
+  int64_t tok0, item0, part0, comb0;
+};
+
+SeqCut cut_sequence(const AttentionSeqArgs& s, int64_t group, int64_t bs, const AttentionTiling& tiling) {
+  SeqCut c{};
+  c.q_tokens = std::min(s.n_tokens, tiling.q_tokens > 0 ? tiling.q_tokens : std::max<int64_t>(1, 32 / group));
+  c.n_tiles = (s.n_tokens + c.q_tokens - 1) / c.q_tokens;
+  c.n_blocks = (s.start_pos + s.n_tokens + bs - 1) / bs;
+  // Blocks per split: all of them unless one tile (several tiles already give the threads work).
+  c.split_blocks = c.n_tiles > 1 || tiling.split_blocks < 0 ? c.n_blocks
+                   : tiling.split_blocks > 0              ? tiling.split_blocks
+                                                          : (128 + bs - 1) / bs;
+  c.n_splits = (c.n_blocks + c.split_blocks - 1) / c.split_blocks;
+  c.max_rows = c.q_tokens * group;
+  return c;
+}
+
+}  // namespace
+
+void paged_attention_batch(const float* q, const AttentionSeqArgs* seqs, int64_t n_seqs, int64_t n_heads,
+                           const KvTensorView& k_pool, const KvTensorView& v_pool, float scale, float* out,
+                           AttentionImpl impl, const AttentionTiling& tiling) {
+  const AttentionImpl rows = detail::check_attention_args(n_heads, k_pool, v_pool, impl);
   const KvBlockLayout& kl = k_pool.layout;
   const int64_t n_kv = kl.n_kv_heads, hd = kl.head_dim, bs = kl.block_size;
   const int64_t group = n_heads / n_kv;
-  const detail::TileFn tile = avx2 ? detail::tile_avx2(kl.dtype) : detail::tile_portable(kl.dtype);
-  const detail::TileArgs args{q, n_heads, group, start_pos, &k_pool, &v_pool, block_table, scale};
+  const detail::TileFn tile = rows == AttentionImpl::Avx512 ? detail::tile_avx512(kl.dtype)
+                              : rows == AttentionImpl::Avx2 ? detail::tile_avx2(kl.dtype)
+                                                            : detail::tile_portable(kl.dtype);
 
-  const int64_t q_tokens = std::min(n_tokens, tiling.q_tokens > 0 ? tiling.q_tokens : std::max<int64_t>(1, 32 / group));
-  const int64_t n_tiles = (n_tokens + q_tokens - 1) / q_tokens;
-  const int64_t n_blocks = (start_pos + n_tokens + bs - 1) / bs;
-  // Blocks per split: all of them unless one tile (several tiles already give the threads work).
-  const int64_t split_blocks = n_tiles > 1 || tiling.split_blocks < 0 ? n_blocks
-                               : tiling.split_blocks > 0              ? tiling.split_blocks
-                                                                      : (128 + bs - 1) / bs;
-  const int64_t n_splits = (n_blocks + split_blocks - 1) / split_blocks;
-  const int64_t max_rows = q_tokens * group;
-  const int64_t n_items = n_tiles * n_kv * n_splits;
-
-  // Split partials: [n_kv, n_splits, max_rows] m and l, [n_kv, n_splits, max_rows, hd] acc.
-  std::vector<float> part_m, part_l, part_acc;
-  if (n_splits > 1) {
-    part_m.resize(size_t(n_kv * n_splits * max_rows));
-    part_l.resize(part_m.size());
-    part_acc.resize(part_m.size() * size_t(hd));
+  std::vector<SeqCut> cuts;
+  cuts.reserve(size_t(n_seqs));
+  int64_t n_items = 0, n_part_rows = 0, n_comb = 0, n_tok_all = 0, max_rows = 1, work = 0;
+  for (int64_t i = 0; i < n_seqs; ++i) {
+    const AttentionSeqArgs& s = seqs[i];
+    if (s.start_pos < 0)
+      throw InputError("paged_attention_batch: sequence " + std::to_string(i) + " has start_pos " +
+                       std::to_string(s.start_pos) + " < 0");
+    if (s.n_tokens <= 0) continue;
+    SeqCut c = cut_sequence(s, group, bs, tiling);
+    c.s = &s;
+    c.n_items = c.n_tiles * n_kv * c.n_splits;
+    c.tok0 = n_tok_all;
+    c.item0 = n_items;
+    c.part0 = n_part_rows;
+    c.comb0 = n_comb;
+    n_items += c.n_items;
+    if (c.n_splits > 1) {
+      n_part_rows += n_kv * c.n_splits * c.max_rows;
+      n_comb += n_kv * s.n_tokens * group;
+    }
+    n_tok_all += s.n_tokens;
+    max_rows = std::max(max_rows, c.max_rows);
+    work += s.n_tokens * (s.start_pos + s.n_tokens) * n_heads * hd;
+    cuts.push_back(c);
   }
-  const int64_t work = n_tokens * (start_pos + n_tokens) * n_heads * hd;
+  if (cuts.empty()) return;
+  std::vector<size_t> split_seqs;  // the cuts with several splits, their comb0 strictly increasing
+  for (size_t i = 0; i < cuts.size(); ++i)
+    if (cuts[i].n_splits > 1) split_seqs.push_back(i);
+  // The last entry of `order` (indices into cuts) whose `start` is at or before g.
+  auto owner = [&](int64_t g, int64_t SeqCut::*start, const auto& order, auto index) {
+    size_t lo = 0, hi = order.size();
+    while (hi - lo > 1) {
+      const size_t mid = (lo + hi) / 2;
+      (cuts[index(order, mid)].*start <= g ? lo : hi) = mid;
+    }
+    return index(order, lo);
+  };
+  const auto identity = [](const std::vector<SeqCut>&, size_t i) { return i; };
+  const auto through = [](const std::vector<size_t>& v, size_t i) { return v[i]; };
+
+  // Split partials: per split sequence [n_kv, n_splits, max_rows] m and l, [..., hd] acc.
+  std::vector<float> part_m(static_cast<size_t>(n_part_rows)), part_l(part_m.size()),
+      part_acc(static_cast<size_t>(n_part_rows * hd));
+  const int64_t row_len = n_heads * hd;
 #pragma omp parallel num_threads(num_threads()) if (n_items > 1 && work >= (int64_t(1) << 16))
   {
     detail::TileScratch scratch;
@@ -58,46 +115,60 @@ void paged_attention(const float* q, int64_t n_tokens, int64_t start_pos, int64_
     std::vector<float> m(static_cast<size_t>(max_rows)), l(static_cast<size_t>(max_rows)),
         acc(static_cast<size_t>(max_rows * hd));
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t j = n_items - 1; j >= 0; --j) {
-      const int64_t ti = j / (n_kv * n_splits), kvh = j / n_splits % n_kv, sp = j % n_splits;
-      const int64_t t0 = ti * q_tokens, n_tok = std::min(q_tokens, n_tokens - t0);
-      const int64_t b0 = sp * split_blocks, b1 = std::min(n_blocks, b0 + split_blocks);
-      if (n_splits > 1) {
-        const size_t at = size_t((kvh * n_splits + sp) * max_rows);
-        tile(args, kvh, t0, n_tok, b0, b1, scratch, part_m.data() + at, part_l.data() + at,
+    for (int64_t g = 0; g < n_items; ++g) {
+      const SeqCut& c = cuts[owner(g, &SeqCut::item0, cuts, identity)];
+      const AttentionSeqArgs& s = *c.s;
+      const int64_t j = c.n_items - 1 - (g - c.item0);  // the sequence's latest tiles (most positions) first
+      const int64_t ti = j / (n_kv * c.n_splits), kvh = j / c.n_splits % n_kv, sp = j % c.n_splits;
+      const int64_t t0 = ti * c.q_tokens, n_tok = std::min(c.q_tokens, s.n_tokens - t0);
+      const int64_t b0 = sp * c.split_blocks, b1 = std::min(c.n_blocks, b0 + c.split_blocks);
+      const detail::TileArgs a{q + c.tok0 * row_len, n_heads, group,        s.start_pos, &k_pool,
+                               &v_pool,            s.block_table, scale, tiling.lanes};
+      if (c.n_splits > 1) {
+        const size_t at = size_t(c.part0 + (kvh * c.n_splits + sp) * c.max_rows);
+        tile(a, kvh, t0, n_tok, b0, b1, scratch, part_m.data() + at, part_l.data() + at,
              part_acc.data() + at * size_t(hd));
         continue;
       }
-      tile(args, kvh, t0, n_tok, b0, b1, scratch, m.data(), l.data(), acc.data());
+      tile(a, kvh, t0, n_tok, b0, b1, scratch, m.data(), l.data(), acc.data());
+      float* so = out + c.tok0 * row_len;
       for (int64_t r = 0; r < n_tok * group; ++r) {
-        float* o = out + ((t0 + r / group) * n_heads + kvh * group + r % group) * hd;
+        float* o = so + ((t0 + r / group) * n_heads + kvh * group + r % group) * hd;
         const float inv = 1.0f / l[size_t(r)];
         for (int64_t i = 0; i < hd; ++i) o[i] = acc[size_t(r * hd + i)] * inv;
       }
     }
-    if (n_splits > 1) {  // one tile: its rows are all n_tokens × group rows of each KV head
-      const int64_t n_rows = n_tokens * group;
+    // Split sequences have one tile: its rows are all n_tokens × group rows of each KV head.
 #pragma omp for schedule(static)
-      for (int64_t j = 0; j < n_kv * n_rows; ++j) {
-        const int64_t kvh = j / n_rows, r = j % n_rows;
-        float mx = -INFINITY;
-        for (int64_t sp = 0; sp < n_splits; ++sp) mx = std::max(mx, part_m[size_t((kvh * n_splits + sp) * max_rows + r)]);
-        float* o = out + ((r / group) * n_heads + kvh * group + r % group) * hd;
-        for (int64_t i = 0; i < hd; ++i) o[i] = 0.0f;
-        float sum = 0.0f;
-        for (int64_t sp = 0; sp < n_splits; ++sp) {
-          const size_t at = size_t((kvh * n_splits + sp) * max_rows + r);
-          if (part_m[at] == -INFINITY) continue;  // the split lies past this row's position
-          const float c = std::exp(part_m[at] - mx);
-          sum += part_l[at] * c;
-          const float* a = part_acc.data() + at * size_t(hd);
-          for (int64_t i = 0; i < hd; ++i) o[i] += a[i] * c;
-        }
-        const float inv = 1.0f / sum;
-        for (int64_t i = 0; i < hd; ++i) o[i] *= inv;
+    for (int64_t g = 0; g < n_comb; ++g) {
+      const SeqCut& c = cuts[owner(g, &SeqCut::comb0, split_seqs, through)];
+      const int64_t n_rows = c.s->n_tokens * group;
+      const int64_t kvh = (g - c.comb0) / n_rows, r = (g - c.comb0) % n_rows;
+      float mx = -INFINITY;
+      for (int64_t sp = 0; sp < c.n_splits; ++sp)
+        mx = std::max(mx, part_m[size_t(c.part0 + (kvh * c.n_splits + sp) * c.max_rows + r)]);
+      float* o = out + c.tok0 * row_len + ((r / group) * n_heads + kvh * group + r % group) * hd;
+      for (int64_t i = 0; i < hd; ++i) o[i] = 0.0f;
+      float sum = 0.0f;
+      for (int64_t sp = 0; sp < c.n_splits; ++sp) {
+        const size_t at = size_t(c.part0 + (kvh * c.n_splits + sp) * c.max_rows + r);
+        if (part_m[at] == -INFINITY) continue;  // the split lies past this row's position
+        const float e = std::exp(part_m[at] - mx);
+        sum += part_l[at] * e;
+        const float* pa = part_acc.data() + at * size_t(hd);
+        for (int64_t i = 0; i < hd; ++i) o[i] += pa[i] * e;
       }
+      const float inv = 1.0f / sum;
+      for (int64_t i = 0; i < hd; ++i) o[i] *= inv;
     }
   }
+}
+
+void paged_attention(const float* q, int64_t n_tokens, int64_t start_pos, int64_t n_heads, const KvTensorView& k_pool,
+                     const KvTensorView& v_pool, const int32_t* block_table, float scale, float* out,
+                     AttentionImpl impl, const AttentionTiling& tiling) {
+  const AttentionSeqArgs s{n_tokens, start_pos, block_table};
+  paged_attention_batch(q, &s, 1, n_heads, k_pool, v_pool, scale, out, impl, tiling);
 }
 
 }  // namespace tp::cpu

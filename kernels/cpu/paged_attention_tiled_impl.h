@@ -30,11 +30,13 @@ struct TileArgs {
   const KvTensorView* v;
   const int32_t* block_table;
   float scale;
+  bool lanes;  // AttentionTiling::lanes
 };
 
 // Per-thread scratch, sized by reserve() for tiles of up to max_rows rows.
 struct TileScratch {
   std::vector<float> q, k, v, s;  // [rows, head_dim] scaled q; [block_size, head_dim] K and V; [block_size]
+  std::vector<float> x;           // the AVX-512 lane kernel's own (paged_attention_avx512.cpp), sized there
   void reserve(int64_t max_rows, int64_t head_dim, int64_t block_size) {
     q.resize(size_t(max_rows * head_dim));
     k.resize(size_t(block_size * head_dim));
@@ -48,6 +50,7 @@ struct TileScratch {
 // Σ exp(score - m) · v. The attention output of a row is acc / l.
 using TileFn = void (*)(const TileArgs& a, int64_t kv_head, int64_t t0, int64_t n_tok, int64_t b0, int64_t b1,
                         TileScratch& scratch, float* m, float* l, float* acc);
+TileFn tile_avx512(KvDType d);    // paged_attention_avx512.cpp
 TileFn tile_avx2(KvDType d);      // paged_attention_avx2.cpp
 TileFn tile_portable(KvDType d);  // paged_attention.cpp
 
@@ -90,7 +93,8 @@ TP_KV_TARGET inline void rows_block(const float* qs, int64_t hd, int64_t g, int6
   }
 }
 
-template <KvDType D, class Ops>
+// widen_rows: tiles with at least this many rows widen (kWidenRows by default).
+template <KvDType D, class Ops, int64_t widen_rows = kWidenRows>
 TP_KV_TARGET void attend_tile(const TileArgs& a, int64_t kv_head, int64_t t0, int64_t n_tok, int64_t b0, int64_t b1,
                               TileScratch& sc, float* m, float* l, float* acc) {
   const KvTensorView &k = *a.k, &v = *a.v;
@@ -109,7 +113,7 @@ TP_KV_TARGET void attend_tile(const TileArgs& a, int64_t kv_head, int64_t t0, in
   for (int64_t i = 0; i < n_rows * hd; ++i) acc[i] = 0.0f;
   const int64_t pos0 = a.start_pos + t0;  // the position of the tile's first token
   const int64_t last = pos0 + n_tok - 1;  // and of its last
-  const bool widen = D != KvDType::F32 && n_rows >= kWidenRows;
+  const bool widen = D != KvDType::F32 && n_rows >= widen_rows;
   for (int64_t b = b0; b < b1; ++b) {
     const int64_t p0 = b * bs;
     if (p0 > last) break;

@@ -102,6 +102,7 @@ TEST_P(PagedAttentionTest, MatchesContiguousReference) {
   const auto [n_heads, n_kv_heads] = heads;
   const KvVariant& var = kVariants[vi];
   if (impl == AttentionImpl::Avx2 && !attention_has_avx2()) GTEST_SKIP() << "no avx2/fma/f16c on this CPU";
+  if (impl == AttentionImpl::Avx512 && !attention_has_avx512()) GTEST_SKIP() << "no avx512f/bw/vl/dq on this CPU";
   const int64_t n_ctx = start_pos + n_tokens;
   const int64_t n_seq_blocks = (n_ctx + block_size - 1) / block_size;
   const int64_t n_pool_blocks = 2 * n_seq_blocks + 3;
@@ -183,18 +184,20 @@ INSTANTIATE_TEST_SUITE_P(
                                          std::pair<int64_t, int64_t>{8, 1}),
                        ::testing::Values(64, 17), ::testing::Values(16, 3), ::testing::Values(0, 37),
                        ::testing::Values(1, 50), ::testing::Range(size_t(0), std::size(kVariants)),
-                       ::testing::Values(AttentionImpl::Avx2, AttentionImpl::Portable)),
+                       ::testing::Values(AttentionImpl::Avx512, AttentionImpl::Avx2, AttentionImpl::Portable)),
     [](const ::testing::TestParamInfo<AttnParam>& info) {
       const auto& p = info.param;
       return variant_name(kVariants[std::get<5>(p)]) + "_" +
-             (std::get<6>(p) == AttentionImpl::Avx2 ? "avx2" : "portable") + "_h" +
+             attention_impl_name(std::get<6>(p)) + "_h" +
              std::to_string(std::get<0>(p).first) + "kv" + std::to_string(std::get<0>(p).second) + "_d" +
              std::to_string(std::get<1>(p)) + "_bs" + std::to_string(std::get<2>(p)) + "_start" +
              std::to_string(std::get<3>(p)) + "_n" + std::to_string(std::get<4>(p));
     });
 
-// The AVX2 and portable paths agree on every dtype (the same stored bytes; only the summation order differs).
-TEST(PagedAttention, Avx2AndPortableAgree) {
+// The AVX-512, AVX2 and portable paths agree on every dtype (the same stored bytes; only the summation order
+// differs), for a decode-sized and a prefill-sized (AVX-512 lane kernel) query; Auto takes the widest path the
+// CPU has.
+TEST(PagedAttention, SimdPathsAndPortableAgree) {
   if (!attention_has_avx2()) GTEST_SKIP() << "no avx2/fma/f16c on this CPU";
   const int64_t n = 40, n_heads = 9, n_kv = 3, d = 64, bs = 16, n_blocks = (n + bs - 1) / bs;
   std::vector<int32_t> table(static_cast<size_t>(n_blocks));
@@ -203,17 +206,42 @@ TEST(PagedAttention, Avx2AndPortableAgree) {
   const auto q = random_floats(size_t(n * n_heads * d), 53);
   std::vector<int64_t> slots(static_cast<size_t>(n));
   for (int64_t p = 0; p < n; ++p) slots[size_t(p)] = table[size_t(p / bs)] * bs + p % bs;
+  const AttentionImpl best = attention_has_avx512() ? AttentionImpl::Avx512 : AttentionImpl::Avx2;
   for (const KvVariant& var : kVariants) {
     const KvBlockLayout layout{var.dtype, bs, n_kv, d, var.tensor_scales};
     TestPool kp(layout, n_blocks, var.tensor_scale), vp(layout, n_blocks, var.tensor_scale);
     write_kv(k.data(), v.data(), n, slots.data(), kp.view, vp.view);
-    std::vector<float> a(q.size()), b(q.size()), c(q.size());
-    paged_attention(q.data(), n, 0, n_heads, kp.view, vp.view, table.data(), 0.125f, a.data(), AttentionImpl::Avx2);
-    paged_attention(q.data(), n, 0, n_heads, kp.view, vp.view, table.data(), 0.125f, b.data(), AttentionImpl::Portable);
-    paged_attention(q.data(), n, 0, n_heads, kp.view, vp.view, table.data(), 0.125f, c.data());
-    for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 2e-5) << variant_name(var) << " " << i;
-    EXPECT_EQ(a, c) << variant_name(var) << ": Auto takes AVX2 on this CPU";
+    for (const int64_t n_q : {int64_t(1), n}) {
+      const int64_t start = n - n_q;
+      const size_t len = size_t(n_q * n_heads * d);
+      std::vector<float> port(len), automatic(len);
+      paged_attention(q.data(), n_q, start, n_heads, kp.view, vp.view, table.data(), 0.125f, port.data(),
+                      AttentionImpl::Portable);
+      paged_attention(q.data(), n_q, start, n_heads, kp.view, vp.view, table.data(), 0.125f, automatic.data());
+      for (AttentionImpl impl : {AttentionImpl::Avx512, AttentionImpl::Avx2}) {
+        if (impl == AttentionImpl::Avx512 && !attention_has_avx512()) continue;
+        std::vector<float> a(len);
+        paged_attention(q.data(), n_q, start, n_heads, kp.view, vp.view, table.data(), 0.125f, a.data(), impl);
+        for (size_t i = 0; i < len; ++i)
+          ASSERT_NEAR(a[i], port[i], 2e-5) << variant_name(var) << " " << attention_impl_name(impl) << " " << i;
+        if (impl == best) {
+          EXPECT_EQ(a, automatic) << variant_name(var) << ": Auto takes " << attention_impl_name(best);
+        }
+      }
+    }
   }
+}
+
+// Asking for rows the CPU lacks is an InputError naming them, not a crash.
+TEST(PagedAttention, MissingSimdPathIsRefused) {
+  if (attention_has_avx512()) GTEST_SKIP() << "this CPU has avx512f/bw/vl/dq";
+  const KvBlockLayout layout{KvDType::BF16, 16, 1, 64, false};
+  TestPool kp(layout, 1, 1.0f), vp(layout, 1, 1.0f);
+  const std::vector<float> q(64, 0.5f);
+  std::vector<float> out(64);
+  const int32_t table[1] = {0};
+  EXPECT_THROW(paged_attention(q.data(), 1, 0, 1, kp.view, vp.view, table, 0.125f, out.data(), AttentionImpl::Avx512),
+               InputError);
 }
 
 // A 512-token prefill (SmolLM2 shape: 9 heads, 3 KV heads, head_dim 64) on two threads matches one thread.

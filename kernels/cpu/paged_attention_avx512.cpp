@@ -1,0 +1,351 @@
+// The AVX-512 (F + BW + VL + DQ) rows of paged attention, for CPUs such as AMD Zen 4 and Intel since Skylake-X:
+// 16 stored elements widened to F32 per load (f32 as is; bf16 shifted into the high half of an F32; int8
+// sign-extended; fp8 e4m3 rebuilt as the F16 with the same bits, × 2^-8, as in paged_attention_avx2.cpp, so
+// kFp8Unit = 256), products accumulated in F32 with FMA.
+//
+// Two tile kernels:
+// - decode, small tiles, and every tile unless AttentionTiling::lanes (< kWidenRows query rows, e.g. one token × the GQA group): the row-ops policy of
+//   paged_attention_tiled_impl.h with 512-bit rows (4 K rows per q load, 4 V rows per output load/store).
+// - with AttentionTiling::lanes (off by default: see paged_attention.h), prefill tiles (>= kWidenRows rows,
+//   head_dim a multiple of 16): a register-blocked kernel with the query rows
+//   across the 16 lanes. Q^T [head_dim, W] (W = rows rounded up to 16) is built once per tile; each 16-position
+//   chunk of a KV block is widened once to F32 (× its scale) and then, for each vector of 16 rows,
+//     S^T[j] = Σ_d K[j][d] · Q^T[d]        (16 accumulators, one FMA with a broadcast K element per (j, d)),
+//   the online softmax runs on whole vectors (running max, sum, rescale factor per row), causal and padding
+//   lanes masked to zero weight, and
+//     Acc^T[d] = c · Acc^T[d] + Σ_j V[j][d] · P^T[j]   (16 accumulators over d, one FMA per (j, d)).
+//   No horizontal reductions; the FMAs run at the vector unit's F32 peak. Acc^T is transposed back once per tile.
+//   The loops over the 16 accumulators are unrolled (#pragma GCC unroll) so the accumulators live in registers.
+// GCC 12's AVX-512 headers trip -Wuninitialized / -Wmaybe-uninitialized once inlined (as in gemv.cpp).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include "common/dtype.h"
+#include "kernels/cpu/kv_write.h"
+
+#define TP_KV_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+#include "kernels/cpu/paged_attention_impl.h"
+#include "kernels/cpu/paged_attention_tiled_impl.h"
+
+namespace tp::cpu::detail {
+namespace {
+
+constexpr int64_t kLanes = 16;
+
+// Elements [i, i + 16) of a row, in the units of kFp8Unit.
+template <KvDType D>
+TP_KV_TARGET inline __m512 load16(const uint8_t* row, int64_t i) {
+  const uint8_t* p = row + i * kv_elem_bytes<D>;
+  if constexpr (D == KvDType::F32) {
+    return _mm512_loadu_ps(p);
+  } else if constexpr (D == KvDType::BF16) {
+    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+  } else if constexpr (D == KvDType::FP8_E4M3) {
+    // byte << 8 in each 16-bit lane, shifted right arithmetically by 1, bit 14 cleared: sign << 15 | bits << 7.
+    const __m256i hi = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 8);
+    return _mm512_cvtph_ps(_mm256_and_si256(_mm256_srai_epi16(hi, 1), _mm256_set1_epi16(int16_t(0xBFFF))));
+  } else {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+}
+
+// Element i of a row, in the units of kFp8Unit.
+template <KvDType D>
+TP_KV_TARGET inline float load1(const uint8_t* row, int64_t i) {
+  if constexpr (D == KvDType::F32) {
+    float f;
+    std::memcpy(&f, row + 4 * i, sizeof f);
+    return f;
+  } else if constexpr (D == KvDType::BF16) {
+    uint16_t h;
+    std::memcpy(&h, row + 2 * i, sizeof h);
+    return bf16_to_f32(h);
+  } else if constexpr (D == KvDType::FP8_E4M3) {
+    return e4m3_table()[row[i]] * (1.0f / 256.0f);
+  } else {
+    return float(int8_t(row[i]));
+  }
+}
+
+TP_KV_TARGET inline __m256 half_sum(__m512 v) {
+  return _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+}
+
+TP_KV_TARGET inline float hsum(__m512 v) {
+  const __m256 h = half_sum(v);
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+
+// exp(x) for x <= 0 (NaN stays NaN): Cephes' expf as in paged_attention_avx2.cpp, 16 lanes.
+TP_KV_TARGET inline __m512 exp16(__m512 x) {
+  x = _mm512_max_ps(_mm512_set1_ps(-87.0f), x);
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  x = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  x = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), x);
+  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507e-3f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073e-3f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894e-2f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459e-1f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201e-1f));
+  y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
+  const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_mul_ps(y, _mm512_castsi512_ps(e));
+}
+
+struct Avx512Ops {
+  static constexpr float kFp8Unit = 256.0f;
+
+  template <KvDType D>
+  TP_KV_TARGET static float dot(const float* q, const uint8_t* row, int64_t n) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+      a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), load16<D>(row, i), a0);
+      a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i + 16), load16<D>(row, i + 16), a1);
+    }
+    if (i + 16 <= n) {
+      a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), load16<D>(row, i), a0);
+      i += 16;
+    }
+    float s = hsum(_mm512_add_ps(a0, a1));
+    for (; i < n; ++i) s += q[i] * load1<D>(row, i);
+    return s;
+  }
+
+  template <KvDType D>
+  TP_KV_TARGET static void dot4(const float* q, const uint8_t* row, int64_t stride, int64_t n, float* s) {
+    const uint8_t *r1 = row + stride, *r2 = row + 2 * stride, *r3 = row + 3 * stride;
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+      const __m512 qv = _mm512_loadu_ps(q + i);
+      a0 = _mm512_fmadd_ps(qv, load16<D>(row, i), a0);
+      a1 = _mm512_fmadd_ps(qv, load16<D>(r1, i), a1);
+      a2 = _mm512_fmadd_ps(qv, load16<D>(r2, i), a2);
+      a3 = _mm512_fmadd_ps(qv, load16<D>(r3, i), a3);
+    }
+    // 512 → 256 bits each, then [a0 a1 a2 a3] sums as in the AVX2 rows: hadd pairs, then the 128-bit halves.
+    const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(half_sum(a0), half_sum(a1)), _mm256_hadd_ps(half_sum(a2), half_sum(a3)));
+    _mm_storeu_ps(s, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
+    for (; i < n; ++i) {
+      s[0] += q[i] * load1<D>(row, i);
+      s[1] += q[i] * load1<D>(r1, i);
+      s[2] += q[i] * load1<D>(r2, i);
+      s[3] += q[i] * load1<D>(r3, i);
+    }
+  }
+
+  template <KvDType D>
+  TP_KV_TARGET static void axpy4(const float* w, const uint8_t* row, int64_t stride, int64_t n, float* out) {
+    const uint8_t *r1 = row + stride, *r2 = row + 2 * stride, *r3 = row + 3 * stride;
+    const __m512 w0 = _mm512_set1_ps(w[0]), w1 = _mm512_set1_ps(w[1]), w2 = _mm512_set1_ps(w[2]),
+                 w3 = _mm512_set1_ps(w[3]);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+      __m512 o = _mm512_loadu_ps(out + i);
+      o = _mm512_fmadd_ps(w0, load16<D>(row, i), o);
+      o = _mm512_fmadd_ps(w1, load16<D>(r1, i), o);
+      o = _mm512_fmadd_ps(w2, load16<D>(r2, i), o);
+      o = _mm512_fmadd_ps(w3, load16<D>(r3, i), o);
+      _mm512_storeu_ps(out + i, o);
+    }
+    for (; i < n; ++i)
+      out[i] += w[0] * load1<D>(row, i) + w[1] * load1<D>(r1, i) + w[2] * load1<D>(r2, i) + w[3] * load1<D>(r3, i);
+  }
+
+  template <KvDType D>
+  TP_KV_TARGET static void axpy(float w, const uint8_t* row, int64_t n, float* out) {
+    const __m512 wv = _mm512_set1_ps(w);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+      _mm512_storeu_ps(out + i, _mm512_fmadd_ps(wv, load16<D>(row, i), _mm512_loadu_ps(out + i)));
+    for (; i < n; ++i) out[i] += w * load1<D>(row, i);
+  }
+
+  TP_KV_TARGET static float exp_sum(float* s, int64_t n, float max) {
+    const __m512 m = _mm512_set1_ps(max);
+    __m512 acc = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+      const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + i), m));
+      _mm512_storeu_ps(s + i, e);
+      acc = _mm512_add_ps(acc, e);
+    }
+    float sum = hsum(acc);
+    for (; i < n; ++i) sum += (s[i] = std::exp(s[i] - max));
+    return sum;
+  }
+
+  template <KvDType D>
+  TP_KV_TARGET static void widen(const uint8_t* row, int64_t n, float s, float* out) {
+    const __m512 sv = _mm512_set1_ps(s);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, _mm512_mul_ps(sv, load16<D>(row, i)));
+    for (; i < n; ++i) out[i] = s * load1<D>(row, i);
+  }
+};
+
+// One vector of 16 query rows (lanes) against one chunk of <= 16 positions whose K and V rows, widened and
+// scaled, are kw / vw [16, hd] (rows >= the chunk's length zero). qt, at: [hd, W] with this vector's lanes at
+// column offset 0 of each row (the caller offsets the pointers); pt [16, 16] scratch. m, l: this vector's running
+// max and sum. visible[j]: the lanes that see chunk position j (causal, padding), 0 past the chunk.
+TP_KV_TARGET inline void chunk_rows(const float* kw, const float* vw, int64_t hd, int64_t W, const float* qt, float* at,
+                                    const __mmask16* visible, float* pt, float* m, float* l) {
+  __m512 s[kLanes];
+  #pragma GCC unroll 16
+  for (int j = 0; j < kLanes; ++j) s[j] = _mm512_setzero_ps();
+  for (int64_t d = 0; d < hd; ++d) {
+    const __m512 qv = _mm512_loadu_ps(qt + d * W);
+    const float* kd = kw + d;
+    #pragma GCC unroll 16
+    for (int j = 0; j < kLanes; ++j) s[j] = _mm512_fmadd_ps(_mm512_set1_ps(kd[j * hd]), qv, s[j]);
+  }
+  const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
+  const __m512 m_old = _mm512_loadu_ps(m);
+  __m512 mx = m_old;
+  #pragma GCC unroll 16
+  for (int j = 0; j < kLanes; ++j) {
+    s[j] = _mm512_mask_blend_ps(visible[j], neg_inf, s[j]);
+    mx = _mm512_max_ps(mx, s[j]);
+  }
+  // Lanes that have seen nothing yet keep max -inf; subtract 0 there instead (their weights are masked to 0).
+  const __m512 sub = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mx, neg_inf, _CMP_EQ_OQ), mx, _mm512_setzero_ps());
+  const __m512 c = exp16(_mm512_sub_ps(m_old, sub));  // m_old = -inf: ~1e-38 × (l = 0, acc = 0)
+  __m512 lsum = _mm512_mul_ps(_mm512_loadu_ps(l), c);
+  #pragma GCC unroll 16
+  for (int j = 0; j < kLanes; ++j) {
+    const __m512 p = _mm512_maskz_mov_ps(visible[j], exp16(_mm512_sub_ps(s[j], sub)));
+    lsum = _mm512_add_ps(lsum, p);
+    _mm512_storeu_ps(pt + j * kLanes, p);
+  }
+  _mm512_storeu_ps(m, mx);
+  _mm512_storeu_ps(l, lsum);
+  int n_vis = 0;  // positions some lane sees: a prefix of the chunk
+  while (n_vis < kLanes && visible[n_vis]) ++n_vis;
+  for (int64_t d0 = 0; d0 < hd; d0 += kLanes) {
+    __m512 a[kLanes];
+    #pragma GCC unroll 16
+    for (int i = 0; i < kLanes; ++i) a[i] = _mm512_mul_ps(_mm512_loadu_ps(at + (d0 + i) * W), c);
+    for (int j = 0; j < n_vis; ++j) {
+      const __m512 p = _mm512_loadu_ps(pt + j * kLanes);
+      const float* vj = vw + j * hd + d0;
+      #pragma GCC unroll 16
+      for (int i = 0; i < kLanes; ++i) a[i] = _mm512_fmadd_ps(_mm512_set1_ps(vj[i]), p, a[i]);
+    }
+    #pragma GCC unroll 16
+    for (int i = 0; i < kLanes; ++i) _mm512_storeu_ps(at + (d0 + i) * W, a[i]);
+  }
+}
+
+// attend_tile (paged_attention_tiled_impl.h) for tiles of >= kWidenRows rows and head_dim % 16 == 0.
+template <KvDType D>
+TP_KV_TARGET void attend_tile_lanes(const TileArgs& a, int64_t kv_head, int64_t t0, int64_t n_tok, int64_t b0,
+                                    int64_t b1, TileScratch& sc, float* m, float* l, float* acc) {
+  const KvTensorView &k = *a.k, &v = *a.v;
+  const KvBlockLayout& lay = k.layout;
+  const int64_t hd = lay.head_dim, bs = lay.block_size, row = lay.row_bytes(), g = a.group;
+  const int64_t n_rows = n_tok * g, n_vec = (n_rows + kLanes - 1) / kLanes, W = n_vec * kLanes;
+  const int64_t head_at = kv_head * hd * kv_elem_bytes<D>;
+  // Scratch: qt, at [hd, W]; kw, vw [16, hd]; pt [16, 16]; mm, ll [W]; row positions [W].
+  const size_t need = size_t(2 * hd * W + 2 * kLanes * hd + kLanes * kLanes + 3 * W);
+  if (sc.x.size() < need) sc.x.resize(need);
+  float* qt = sc.x.data();
+  float* at = qt + hd * W;
+  float* kw = at + hd * W;
+  float* vw = kw + kLanes * hd;
+  float* pt = vw + kLanes * hd;
+  float* mm = pt + kLanes * kLanes;
+  float* ll = mm + W;
+  int32_t* rpos = reinterpret_cast<int32_t*>(ll + W);
+  const int64_t pos0 = a.start_pos + t0, last = pos0 + n_tok - 1;
+  for (int64_t r = 0; r < W; ++r) {
+    mm[r] = -INFINITY;
+    ll[r] = 0.0f;
+    rpos[r] = r < n_rows ? int32_t(pos0 + r / g) : -1;  // padding lanes see nothing
+  }
+  for (int64_t i = 0; i < hd * W; ++i) qt[i] = at[i] = 0.0f;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* src = a.q + ((t0 + r / g) * a.n_heads + kv_head * g + r % g) * hd;
+    for (int64_t d = 0; d < hd; ++d) qt[d * W + r] = src[d] * a.scale;
+  }
+  __mmask16 visible[kLanes];
+  for (int64_t b = b0; b < b1; ++b) {
+    const int64_t p0 = b * bs;
+    if (p0 > last) break;
+    const int64_t n = std::min(bs, last + 1 - p0);
+    const uint8_t* kb = k.block(a.block_table[b]) + head_at;
+    const uint8_t* vb = v.block(a.block_table[b]) + head_at;
+    const float ks = row_scale<D, Avx512Ops>(k, kb - head_at, kv_head);
+    const float vs = row_scale<D, Avx512Ops>(v, vb - head_at, kv_head);
+    if (b + 1 < b1 && p0 + bs <= last) {
+      const uint8_t* kn = k.block(a.block_table[b + 1]) + head_at;
+      const uint8_t* vn = v.block(a.block_table[b + 1]) + head_at;
+      for (int64_t j = 0; j < bs; ++j)
+        for (int64_t o = 0; o < hd * kv_elem_bytes<D>; o += 64) {
+          __builtin_prefetch(kn + j * row + o);
+          __builtin_prefetch(vn + j * row + o);
+        }
+    }
+    for (int64_t c0 = 0; c0 < n; c0 += kLanes) {
+      const int64_t nc = std::min(kLanes, n - c0);
+      for (int64_t j = 0; j < kLanes; ++j) {
+        if (j < nc) {
+          Avx512Ops::widen<D>(kb + (c0 + j) * row, hd, ks, kw + j * hd);
+          Avx512Ops::widen<D>(vb + (c0 + j) * row, hd, vs, vw + j * hd);
+        } else {
+          for (int64_t d = 0; d < hd; ++d) kw[j * hd + d] = vw[j * hd + d] = 0.0f;
+        }
+      }
+      const int64_t cpos = p0 + c0;  // position of the chunk's first row
+      // Rows of tokens before cpos see nothing of this chunk: start at the vector holding the first that does.
+      const int64_t first_vec = std::max<int64_t>(0, cpos - pos0) * g / kLanes;
+      for (int64_t iv = first_vec; iv < n_vec; ++iv) {
+        const __m512i rp = _mm512_loadu_si512(rpos + iv * kLanes);
+        for (int64_t j = 0; j < kLanes; ++j)
+          visible[j] = j < nc ? _mm512_cmp_epi32_mask(rp, _mm512_set1_epi32(int32_t(cpos + j)), _MM_CMPINT_NLT) : 0;
+        chunk_rows(kw, vw, hd, W, qt + iv * kLanes, at + iv * kLanes, visible, pt, mm + iv * kLanes,
+                   ll + iv * kLanes);
+      }
+    }
+  }
+  for (int64_t r = 0; r < n_rows; ++r) {
+    m[r] = mm[r];
+    l[r] = ll[r];
+    for (int64_t d = 0; d < hd; ++d) acc[r * hd + d] = at[d * W + r];
+  }
+}
+
+// Small tiles of >= 2 rows (decode with GQA: the group's heads) widen each K/V block once too: the 512-bit
+// widening costs two ops per 16 elements, which reading the stored rows would pay again for every row.
+constexpr int64_t kWidenRowsAvx512 = 2;
+
+template <KvDType D>
+TP_KV_TARGET void tile512(const TileArgs& a, int64_t kv_head, int64_t t0, int64_t n_tok, int64_t b0, int64_t b1,
+                          TileScratch& sc, float* m, float* l, float* acc) {
+  if (a.lanes && n_tok * a.group >= kWidenRows && a.k->layout.head_dim % kLanes == 0)
+    attend_tile_lanes<D>(a, kv_head, t0, n_tok, b0, b1, sc, m, l, acc);
+  else
+    attend_tile<D, Avx512Ops, kWidenRowsAvx512>(a, kv_head, t0, n_tok, b0, b1, sc, m, l, acc);
+}
+
+}  // namespace
+
+AttendFn attend_avx512(KvDType d) { return attend_for<Avx512Ops>(d); }
+
+TileFn tile_avx512(KvDType d) {
+  switch (d) {
+    case KvDType::F32: return tile512<KvDType::F32>;
+    case KvDType::BF16: return tile512<KvDType::BF16>;
+    case KvDType::FP8_E4M3: return tile512<KvDType::FP8_E4M3>;
+    case KvDType::INT8: return tile512<KvDType::INT8>;
+  }
+  return nullptr;
+}
+
+}  // namespace tp::cpu::detail
