@@ -104,6 +104,8 @@ class Scheduler {
 
   const SchedulerConfig& config() const { return cfg_; }
   const BlockManager& block_manager() const { return bm_; }
+  // The KV events the block manager recorded since the previous call (BlockManager::take_events).
+  std::vector<KvEvent> take_kv_events() { return bm_.take_events(); }
 
   // Counters since construction.
   int64_t n_preemptions() const { return n_preemptions_; }
