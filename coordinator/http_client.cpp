@@ -1,14 +1,13 @@
 #include "coordinator/http_client.h"
 
-#include <sys/socket.h>
-#include <sys/time.h>
-
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <limits>
 
 namespace tp {
 namespace {
@@ -17,14 +16,6 @@ namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace http = boost::beast::http;
 using tcp = net::ip::tcp;
-
-void set_timeouts(tcp::socket& s, double seconds) {
-  timeval tv{};
-  tv.tv_sec = time_t(seconds);
-  tv.tv_usec = suseconds_t((seconds - double(tv.tv_sec)) * 1e6);
-  setsockopt(s.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  setsockopt(s.native_handle(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-}
 
 }  // namespace
 
@@ -70,7 +61,34 @@ HttpClientResponse http_call(const std::string& host, uint16_t port, const HttpC
     }
     if (ec) throw HttpClientError(where + ": cannot connect: " + ec.message());
   }
-  set_timeouts(sock, req.idle_timeout_s);
+  // Every read and write runs asynchronously on `io` in slices of kPollSlice (sync socket calls would block in
+  // asio's own poll() however the socket's timeouts are set): after each slice of silence keep_waiting() is asked,
+  // and idle_timeout_s of silence ends the call.
+  auto silence = std::chrono::steady_clock::now();
+  auto run = [&](auto&& start_op) {
+    bool done = false;
+    beast::error_code res;
+    io.restart();
+    start_op([&](const beast::error_code& e, std::size_t) {
+      res = e;
+      done = true;
+    });
+    while (!done) {
+      io.run_for(std::chrono::milliseconds(int64_t(std::min(kPollSlice, req.idle_timeout_s) * 1000)));
+      if (done) break;
+      std::string why;
+      if (req.keep_waiting && !req.keep_waiting()) why = "abandoned (the replica is down)";
+      else if (std::chrono::duration<double>(std::chrono::steady_clock::now() - silence).count() > req.idle_timeout_s)
+        why = "no data for " + std::to_string(req.idle_timeout_s) + " s";
+      if (why.empty()) continue;
+      beast::error_code ignored;
+      sock.close(ignored);
+      io.restart();
+      io.run();  // the cancelled operation's handler
+      throw HttpClientError(where + ": " + why);
+    }
+    return res;
+  };
 
   http::request<http::string_body> r{http::verb::get, req.target, 11};
   r.method_string(req.method);
@@ -84,28 +102,14 @@ HttpClientResponse http_call(const std::string& host, uint16_t port, const HttpC
   if (!req.body.empty() && !has_type) r.set(http::field::content_type, "application/json");
   r.body() = req.body;
   r.prepare_payload();
-  http::write(sock, r, ec);
+  ec = run([&](auto h) { http::async_write(sock, r, h); });
   if (ec) throw HttpClientError(where + ": sending the request failed: " + ec.message());
 
-  // Reads in slices of kPollSlice: a timed-out read (EAGAIN) leaves the parser and buffer as they were, so it is
-  // simply retried until idle_timeout_s of silence, or until keep_waiting() says to give up.
-  set_timeouts(sock, std::min(kPollSlice, req.idle_timeout_s));
-  auto silence = std::chrono::steady_clock::now();
-  auto timed_out = [&](const beast::error_code& e) {
-    if (e != net::error::would_block && e != net::error::try_again && e != net::error::timed_out) return false;
-    if (req.keep_waiting && !req.keep_waiting()) throw HttpClientError(where + ": abandoned (the replica is down)");
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - silence).count() > req.idle_timeout_s)
-      throw HttpClientError(where + ": no data for " + std::to_string(req.idle_timeout_s) + " s");
-    return true;
-  };
   beast::flat_buffer buf;
   http::response_parser<http::buffer_body> parser;
-  parser.body_limit(boost::none);
-  for (;;) {
-    ec = {};
-    http::read_header(sock, buf, parser, ec);
-    if (!ec || !timed_out(ec)) break;
-  }
+  parser.body_limit(std::numeric_limits<std::uint64_t>::max());  // not boost::none: Boost 1.74 compares a length > none as true
+  silence = std::chrono::steady_clock::now();
+  ec = run([&](auto h) { http::async_read_header(sock, buf, parser, h); });
   if (ec) throw HttpClientError(where + ": no response: " + ec.message());
   HttpClientResponse out;
   out.status = int(parser.get().result_int());
@@ -114,19 +118,18 @@ HttpClientResponse http_call(const std::string& host, uint16_t port, const HttpC
   while (!parser.is_done()) {
     parser.get().body().data = chunk;
     parser.get().body().size = sizeof chunk;
-    ec = {};
-    http::read_some(sock, buf, parser, ec);
+    silence = std::chrono::steady_clock::now();
+    ec = run([&](auto h) { http::async_read_some(sock, buf, parser, h); });
     if (ec == http::error::need_buffer) ec = {};
     const size_t n = sizeof chunk - parser.get().body().size;
-    if (ec && timed_out(ec) && n == 0) continue;
-    if (ec && n == 0) throw HttpClientError(where + ": the response broke off: " + ec.message());
-    if (n == 0) continue;
-    silence = std::chrono::steady_clock::now();
-    if (on_data) {
-      if (!on_data(out, std::string_view(chunk, n))) break;
-    } else {
-      out.body.append(chunk, n);
+    if (n > 0) {
+      if (on_data) {
+        if (!on_data(out, std::string_view(chunk, n))) break;
+      } else {
+        out.body.append(chunk, n);
+      }
     }
+    if (ec) throw HttpClientError(where + ": the response broke off: " + ec.message());
   }
   beast::error_code ignored;
   sock.shutdown(tcp::socket::shutdown_both, ignored);

@@ -1,7 +1,8 @@
 // A blocking HTTP/1.1 client on Boost.Beast for the router's calls to its replicas: one request per connection
 // (Connection: close), the response body delivered piece by piece as it arrives (a streamed SSE response is
-// forwarded while it is being generated). Timeouts bound each blocking socket operation (SO_RCVTIMEO /
-// SO_SNDTIMEO), so a replica that stops answering costs at most `idle_timeout_s` per read, never a hang.
+// forwarded while it is being generated). Every socket operation runs on a private io_context in slices of
+// kPollSlice, so a replica that stops answering costs at most `idle_timeout_s` of silence (or less, when
+// keep_waiting says to give up), never a hang.
 // Thread-safe: every call has its own socket.
 #pragma once
 #include <cstdint>
