@@ -116,7 +116,7 @@ try:
     # 2. two conversations at once, then each one's second turn
     systems = ["You are a pirate. Answer every question in pirate speech, with many nautical words and a story.",
                "You are a careful librarian. Answer precisely, cite a book title, and keep a calm formal tone."]
-    turn1 = [[{"role": "system", "content": s * 3}, {"role": "user", "content": "Tell me about the sea."}]
+    turn1 = [[{"role": "system", "content": s * 2}, {"role": "user", "content": "Tell me about the sea."}]
              for s in systems]
     got = [None, None]
 
@@ -156,11 +156,20 @@ try:
     # 3. SIGKILL a replica under load: the reference first (unfailed, one at a time)
     prompts = [f"Story {k}: Once upon a time, in a kingdom by the sea, there lived" for k in range(6)]
     body = lambda k: {"prompt": prompts[k], "max_tokens": 40, "temperature": 0, "ignore_eos": True}
-    ref = [stream(rp, body(k)) for k in range(3)]
-    ref_plain = []
-    for k in range(3, 6):
+    # The unfailed reference, run concurrently (a batched run equals each request alone: an engine invariant).
+    ref, ref_plain = [None] * 3, [None] * 3
+
+    def ref_stream(k):
+        ref[k] = stream(rp, body(k))
+
+    def ref_call(k):
         s, d, _ = call(rp, "POST", "/v1/completions", body(k))
-        ref_plain.append(json.loads(d)["choices"][0]["text"] if s == 200 else None)
+        ref_plain[k - 3] = json.loads(d)["choices"][0]["text"] if s == 200 else None
+
+    ts = [threading.Thread(target=ref_stream, args=(k,)) for k in range(3)] + \
+         [threading.Thread(target=ref_call, args=(k,)) for k in range(3, 6)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
     check("reference runs complete", all(r["done"] and len(r["token_ids"]) == 40 for r in ref) and all(ref_plain),
           [(r["done"], len(r["token_ids"]), r["error"]) for r in ref])
     results = [None] * 6
