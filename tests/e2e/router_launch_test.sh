@@ -24,9 +24,9 @@ for _ in $(seq 1 600); do
   sleep 0.2
 done
 up() { curl -s "http://127.0.0.1:$port/health" | python3 -c 'import json,sys; print(json.load(sys.stdin)["replicas_up"])' 2>/dev/null; }
-wait_up() {  # wait_up N SECONDS: until N replicas are up; prints the seconds it took
-  local t0=$(date +%s.%N)
-  for _ in $(seq 1 $(($2 * 20))); do [ "$(up)" = "$1" ] && break; sleep 0.05; done
+wait_up() {  # wait_up N SECONDS: until N replicas are up (at most SECONDS); prints the seconds it took
+  local t0=$(date +%s.%N) end=$(($(date +%s) + $2))
+  while [ "$(up)" != "$1" ] && (($(date +%s) < end)); do sleep 0.05; done
   python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.2f}')" "$t0" "$(date +%s.%N)"
 }
 [ -n "$port" ] && [ "$(up)" = 2 ]
@@ -39,10 +39,8 @@ check "a completion through the router" $? "$out"
 victim=$(pgrep -f "^$TPSERVE serve .*$cfg" | head -1)
 kill -9 "$victim"
 t=$(wait_up 1 10)
-[ "$(up)" = 1 ] || [ "$(up)" = 2 ]
-check "a replica SIGKILLed: marked down ($t s)" $? "$(up)"
 python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < 5 else 1)" "$t"
-check "  within 5 s" $? "$t s"
+check "a replica SIGKILLed: the router says 1 of 2 up within 5 s ($t s)" $? "$(up)"
 t=$(wait_up 2 60)
 [ "$(up)" = 2 ]
 check "the launcher restarted it and the router took it back ($t s)" $? "$(tail -20 "$log")"
