@@ -82,7 +82,11 @@ struct RouterSection {
   double health_interval_s = 1.0;         // GET /health of every replica this often
   double health_timeout_s = 2.0;          // a replica not answering within this counts as a failed check
   int64_t unhealthy_after = 2;            // consecutive failed checks before a replica is marked down
-  double kv_usage_tokens = 4096;          // RouteCostParams::kv_usage_tokens
+  // RouteCostParams::kv_usage_tokens: tokens of load a replica's full KV cache counts as. 0 (off) by default: the
+  // usage read from a replica's /metrics lags by up to health_interval_s and still counts requests that have since
+  // finished, while the router's own in-flight tokens (the load term) are exact; a stale sample outweighed a
+  // conversation's cached prefix in testing. Set it when replicas also serve clients the router does not see.
+  double kv_usage_tokens = 0;
   bool kv_fetch = false;                  // add kv_transfer_params.fetch_from when another replica holds more
   int64_t max_replays = 3;                // how many times one request is moved to another replica
 };
