@@ -110,6 +110,11 @@ struct Setting {
 void emit(YAML::Emitter& out, int64_t v) { out << v; }
 void emit(YAML::Emitter& out, bool v) { out << (v ? "true" : "false"); }
 void emit(YAML::Emitter& out, const std::string& v) { out << YAML::DoubleQuoted << v; }
+void emit(YAML::Emitter& out, const std::vector<std::string>& v) {
+  out << YAML::Flow << YAML::BeginSeq;
+  for (const auto& x : v) out << YAML::DoubleQuoted << x;
+  out << YAML::EndSeq;
+}
 void emit(YAML::Emitter& out, double v) {  // shortest text that reads back to the same double
   char buf[64];
   const auto r = std::to_chars(buf, buf + sizeof buf, v);
@@ -218,6 +223,40 @@ const std::vector<Setting>& settings() {
       real("server", "send_timeout_s", &C::server, &ServerSection::send_timeout_s, 0.0, 86400.0),
       choice("server", "log_format", &C::server, &ServerSection::log_format, {"text", "json"}),
       real("server", "stats_interval_s", &C::server, &ServerSection::stats_interval_s, 0.0, 86400.0),
+      row<KvEventsSection, bool>("kv_events", "enable", &C::kv_events, &KvEventsSection::enable,
+                                 [](const Reader& r, const YAML::Node& n, const std::string& k) { return r.boolean(n, k); }),
+      row<KvEventsSection, std::string>("kv_events", "endpoint", &C::kv_events, &KvEventsSection::endpoint,
+                                        [](const Reader& r, const YAML::Node& n, const std::string& k) {
+                                          std::string v = r.string(n, k);
+                                          if (v.rfind("tcp://", 0) != 0 && v.rfind("ipc://", 0) != 0 &&
+                                              v.rfind("inproc://", 0) != 0)
+                                            throw ConfigError(r.source, k, "'" + v + "' is not a ZeroMQ endpoint "
+                                                              "(tcp://host:port, tcp://host:*, ipc://path)" + r.where(n));
+                                          return v;
+                                        }),
+      text("kv_events", "topic", &C::kv_events, &KvEventsSection::topic),
+      row<RouterSection, std::vector<std::string>>(
+          "router", "replicas", &C::router, &RouterSection::replicas,
+          [](const Reader& r, const YAML::Node& n, const std::string& k) {
+            if (!n.IsSequence()) throw ConfigError(r.source, k, "expected a list of URLs" + r.where(n));
+            std::vector<std::string> urls;
+            for (size_t i = 0; i < n.size(); ++i) {
+              const std::string ki = k + "[" + std::to_string(i) + "]";
+              std::string u = r.string(n[i], ki);
+              if (u.rfind("http://", 0) != 0)
+                throw ConfigError(r.source, ki, "'" + u + "' is not an http:// URL" + r.where(n[i]));
+              urls.push_back(u);
+            }
+            return urls;
+          }),
+      choice("router", "policy", &C::router, &RouterSection::policy, {"prefix_aware", "least_load", "round_robin"}),
+      real("router", "health_interval_s", &C::router, &RouterSection::health_interval_s, 0.05, 3600.0),
+      real("router", "health_timeout_s", &C::router, &RouterSection::health_timeout_s, 0.05, 3600.0),
+      integer("router", "unhealthy_after", &C::router, &RouterSection::unhealthy_after, 1, 1000),
+      real("router", "kv_usage_tokens", &C::router, &RouterSection::kv_usage_tokens, 0.0, 1e12),
+      row<RouterSection, bool>("router", "kv_fetch", &C::router, &RouterSection::kv_fetch,
+                               [](const Reader& r, const YAML::Node& n, const std::string& k) { return r.boolean(n, k); }),
+      integer("router", "max_replays", &C::router, &RouterSection::max_replays, 0, 100),
   };
   return kSettings;
 }
@@ -278,7 +317,7 @@ Config parse_config(const std::string& yaml_text, const std::string& source, con
                                              r.where(kv.first));
     const std::string s = kv.first.as<std::string>();
     if (std::find(sections.begin(), sections.end(), s) == sections.end())
-      throw ConfigError(source, s, "unknown section (valid: model, parallel, cache, scheduler, server)" + r.where(kv.first));
+      throw ConfigError(source, s, "unknown section (valid: " + joined(sections) + ")" + r.where(kv.first));
   }
   refuse_duplicates(root, source, "", "section");
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace tp {
 
@@ -65,6 +66,31 @@ struct ServerSection {
   double stats_interval_s = 10.0;    // a throughput / queue / KV stats line this often, when it changed; 0: off
 };
 
+// KV cache events (kvstore/kv_events.h) published by `tpserve serve` over ZeroMQ PUB in vLLM's wire shape
+// (kvstore/kv_event_wire.h), for the router's prefix index and external KV-aware routers.
+struct KvEventsSection {
+  bool enable = false;
+  // ZeroMQ bind endpoint; a "*" port is any free one (GET /kv_events on the replica says which).
+  std::string endpoint = "tcp://127.0.0.1:*";
+  std::string topic;  // the first frame of every message (vLLM: "" by default)
+};
+
+// `tpserve router`: the front door over several replicas (coordinator/router_*.h).
+struct RouterSection {
+  std::vector<std::string> replicas;      // base URLs "http://host:port" of `tpserve serve` replicas
+  std::string policy = "prefix_aware";    // round_robin | least_load | prefix_aware (coordinator/router_policy.h)
+  double health_interval_s = 1.0;         // GET /health of every replica this often
+  double health_timeout_s = 2.0;          // a replica not answering within this counts as a failed check
+  int64_t unhealthy_after = 2;            // consecutive failed checks before a replica is marked down
+  // RouteCostParams::kv_usage_tokens: tokens of load a replica's full KV cache counts as. 0 (off) by default: the
+  // usage read from a replica's /metrics lags by up to health_interval_s and still counts requests that have since
+  // finished, while the router's own in-flight tokens (the load term) are exact; a stale sample outweighed a
+  // conversation's cached prefix in testing. Set it when replicas also serve clients the router does not see.
+  double kv_usage_tokens = 0;
+  bool kv_fetch = false;                  // add kv_transfer_params.fetch_from when another replica holds more
+  int64_t max_replays = 3;                // how many times one request is moved to another replica
+};
+
 struct Config {
   std::string source = "<defaults>";  // the file it came from
   ModelSection model;
@@ -72,6 +98,8 @@ struct Config {
   CacheSection cache;
   SchedulerSection scheduler;
   ServerSection server;
+  KvEventsSection kv_events;
+  RouterSection router;
   // 1-based line of each key read from the file, by "section.key"; absent for defaults.
   std::map<std::string, int64_t> lines;
   // " (line N)" when `key` ("cache.max_context") was read from the file, else "".

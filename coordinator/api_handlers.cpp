@@ -266,7 +266,7 @@ HttpResponse ApiHandlers::generate(const GenerationJob& job, ResponseStream& out
   std::vector<std::unique_ptr<ChoiceStream>> choices = make_choices(job, tok_);
   ChoiceTimings timings(choices.size(), std::chrono::steady_clock::now());
   const ResponseHeader header{(job.chat ? "chatcmpl-" : "cmpl-") + random_hex(24), int64_t(std::time(nullptr)),
-                              cfg_.model_name, job.chat};
+                              cfg_.model_name, job.chat, p.return_token_ids};
   SseWriter sse(out, header);
   const ToolCallIdFn new_call_id = [] { return "call_" + random_hex(24); };
   std::optional<ToolCallStreams> tool_streams;  // tools with tool_choice auto: calls parsed from the output

@@ -29,6 +29,7 @@ ChoiceDelta ChoiceStream::push(const RequestOutput& o) {
   if (finished()) return d;  // ended by a stop string; the engine's abort output follows
   if (!begun_) begin(o, d);
   n_generated_ = o.n_generated;
+  d.token_ids = o.new_tokens;
   for (size_t k = 0; k < o.new_tokens.size(); ++k) {
     const int32_t t = o.new_tokens[k];
     if (!opt_.ignore_eos && tok_.is_eog(t)) continue;

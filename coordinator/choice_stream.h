@@ -37,6 +37,7 @@ struct ChoiceDelta {
   nlohmann::json prompt_logprobs;   // vLLM's list, on the choice's first delta only; null otherwise
   std::string finish;               // set on the delta that ended the choice: "stop", "length", "abort", "error"
   bool stopped_by_string = false;   // a stop string ended it while the engine still runs it: abort that choice
+  std::vector<int32_t> token_ids;   // the engine output's new token ids this delta consumed (EOG included)
   bool empty() const { return text.empty() && logprobs.is_null() && prompt_logprobs.is_null(); }
 };
 

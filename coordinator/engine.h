@@ -164,6 +164,8 @@ class Engine {
 
   // Engine thread only.
   const Scheduler& scheduler() const { return scheduler_; }
+  // KV events recorded since the previous call (empty unless BlockManagerOptions::record_events), to publish.
+  std::vector<KvEvent> take_kv_events() { return scheduler_.take_kv_events(); }
   const StepRecord& last_step() const { return last_step_; }
   const EngineConfig& config() const { return cfg_; }
   // Seconds spent filling structured-output token masks (fill_token_masks) since start; engine thread.

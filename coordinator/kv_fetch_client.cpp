@@ -8,6 +8,21 @@ namespace tp {
 
 using json = nlohmann::json;
 
+namespace {
+// POSTs a JSON body to `base_url` + path, `timeout` for the connection and for each silence while waiting.
+// parse_base_url throws InputError (the request named a bad URL); HttpClientError: the holder did not answer.
+HttpClientResponse post_json(const std::string& base_url, const std::string& path, const std::string& body,
+                             std::chrono::milliseconds timeout) {
+  const auto [host, port] = parse_base_url(base_url);
+  HttpClientRequest q;
+  q.method = "POST";
+  q.target = path;
+  q.body = body;
+  q.connect_timeout_s = q.idle_timeout_s = double(timeout.count()) / 1000.0;
+  return http_call(host, port, q);
+}
+}  // namespace
+
 KvFetchClient::KvFetchClient(int tp, LogFn log, std::chrono::milliseconds timeout)
     : tp_(tp), log_(std::move(log)), timeout_(timeout), releaser_([this] { release_loop(); }) {}
 
@@ -29,7 +44,7 @@ void KvFetchClient::release_loop() {
     releases_.pop_front();
     lock.unlock();
     try {  // a lost release only keeps the holder's blocks pinned until its pin times out
-      http_post_json(parse_http_url(holder), "/v1/kv/release", json{{"pin_id", pin}}.dump(), timeout_);
+      post_json(holder, "/v1/kv/release", json{{"pin_id", pin}}.dump(), timeout_);
     } catch (const std::exception& e) {
       if (log_) log_("KV fetch: releasing pin " + std::to_string(pin) + " at " + holder + " failed: " + e.what());
     }
@@ -38,13 +53,13 @@ void KvFetchClient::release_loop() {
 }
 
 std::shared_ptr<KvImport> KvFetchClient::prepare(const std::string& holder, const std::vector<int32_t>& tokens) {
-  const HttpUrl url = parse_http_url(holder);  // InputError: the request's fault
+  parse_base_url(holder);  // InputError: the request's fault
   auto im = std::make_shared<KvImport>();
   im->holder = holder;
   im->timeout_ms = timeout_.count();
   uint64_t pin = 0;
   try {
-    const HttpClientResponse r = http_post_json(url, "/v1/kv/export", json{{"prompt_token_ids", tokens}}.dump(), timeout_);
+    const HttpClientResponse r = post_json(holder, "/v1/kv/export", json{{"prompt_token_ids", tokens}}.dump(), timeout_);
     if (r.status != 200) throw Error("HTTP " + std::to_string(r.status) + ": " + r.body.substr(0, 300));
     const json a = json::parse(r.body);
     pin = a.at("pin_id").get<uint64_t>();

@@ -112,7 +112,8 @@ constexpr std::initializer_list<const char*> kCommonKeys = {
     "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "ignore_eos",
     "presence_penalty", "frequency_penalty", "repetition_penalty", "n", "stream", "stream_options", "user",
     "logprobs", "logit_bias", "prompt_logprobs", "response_format", "guided_json", "guided_regex", "guided_choice",
-    "guided_grammar", "structured_outputs", "guided_decoding_backend", "guided_whitespace_pattern"};
+    "guided_grammar", "structured_outputs", "guided_decoding_backend", "guided_whitespace_pattern",
+    "return_token_ids", "kv_transfer_params"};
 
 // A JSON schema given as an object, or as JSON text holding one (vLLM accepts both for guided_json).
 std::string schema_text(const json& v, const std::string& param) {
@@ -275,6 +276,7 @@ GenerationParams parse_common(const json& body, const ApiLimits& limits) {
       if (str.empty()) fail("stop", "stop sequences must not be empty strings");
   }
   if (auto v = get_bool(body, "ignore_eos", "ignore_eos")) p.ignore_eos = *v;
+  if (auto v = get_bool(body, "return_token_ids", "return_token_ids")) p.return_token_ids = *v;
   if (auto v = get_number(body, "presence_penalty")) p.sampling.presence_penalty = in_range(kPresencePenaltyRange, *v);
   if (auto v = get_number(body, "frequency_penalty")) p.sampling.frequency_penalty = in_range(kFrequencyPenaltyRange, *v);
   if (auto v = get_number(body, "repetition_penalty"))

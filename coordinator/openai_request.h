@@ -46,6 +46,9 @@ struct GenerationParams {
   std::optional<uint64_t> seed;            // given seed (also in sampling.seed); nullopt: the server picks one
   std::vector<std::string> stop;           // 0..max_stop non-empty strings
   bool ignore_eos = false;
+  // vLLM's return_token_ids: each streamed choice chunk carries "token_ids", the generated token ids it covers
+  // (also when they add no text yet); the router replays a broken stream from them.
+  bool return_token_ids = false;
   int32_t n = 1;                           // [1, max_n]
   bool stream = false;
   bool include_usage = false;              // stream_options.include_usage (only with stream)

@@ -32,8 +32,9 @@ bool SseWriter::role(int32_t index) {
 }
 
 bool SseWriter::delta(int32_t index, const ChoiceDelta& d) {
-  if (!d.empty()) {
+  if (!d.empty() || (h_.token_ids && !d.token_ids.empty())) {
     json choice = {{"index", index}, {"logprobs", d.logprobs}, {"finish_reason", nullptr}};
+    if (h_.token_ids) choice["token_ids"] = d.token_ids;
     json top = nullptr;
     if (h_.chat) {
       choice["delta"] = d.text.empty() ? json::object() : json{{"content", d.text}};

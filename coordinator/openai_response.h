@@ -25,6 +25,7 @@ struct ResponseHeader {
   int64_t created = 0;  // unix seconds
   std::string model;
   bool chat = false;
+  bool token_ids = false;  // return_token_ids: each choice chunk carries "token_ids" (ChoiceDelta::token_ids)
 };
 
 nlohmann::json usage_json(int64_t n_prompt, int64_t n_completion);

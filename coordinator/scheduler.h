@@ -107,6 +107,8 @@ class Scheduler {
   // For the KV transfer between replicas (Engine, engine_kv.cpp): pins and imports are BlockManager sequences
   // outside the scheduler's queues (ids >= 2^60), created and freed between steps.
   BlockManager& kv_block_manager() { return bm_; }
+  // The KV events the block manager recorded since the previous call (BlockManager::take_events).
+  std::vector<KvEvent> take_kv_events() { return bm_.take_events(); }
 
   // Counters since construction.
   int64_t n_preemptions() const { return n_preemptions_; }

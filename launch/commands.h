@@ -15,6 +15,7 @@ const CommandSpec& serve_spec();
 const CommandSpec& eval_spec();
 const CommandSpec& quantize_spec();
 const CommandSpec& simulate_spec();
+const CommandSpec& router_spec();
 
 int run_generate(const CliArgs& args);
 int run_convert(const CliArgs& args);
@@ -25,5 +26,6 @@ int run_serve(const CliArgs& args);
 int run_eval(const CliArgs& args);
 int run_quantize(const CliArgs& args);
 int run_simulate(const CliArgs& args);
+int run_router(const CliArgs& args);
 
 }  // namespace tp

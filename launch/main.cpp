@@ -23,6 +23,7 @@ const Command kCommands[] = {
     {tp::eval_spec, tp::run_eval},
     {tp::quantize_spec, tp::run_quantize},
     {tp::simulate_spec, tp::run_simulate},
+    {tp::router_spec, tp::run_router},
 };
 
 std::string usage() {

@@ -30,6 +30,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/config.h"
 #include "common/dtype.h"
 #include "common/error.h"
@@ -50,6 +52,7 @@
 #include "launch/peer_watch.h"
 #include "launch/serve_log.h"
 #include "launch/worker_executor.h"
+#include "kvstore/kv_event_publisher.h"
 #include "parallel/mpi_communicator.h"
 
 namespace tp {
@@ -150,6 +153,7 @@ const CommandSpec& serve_spec() {
                                "require `Authorization: Bearer K` on every request"),
           OptionSpec::computed("log-format", "text|json", "server.log_format of the config, else " + d.server.log_format,
                                "the server's log lines on stderr: plain text or one JSON object a line"),
+          OptionSpec::flag("kv-events", "publish KV events over ZeroMQ (kv_events.enable; GET /kv_events says where)"),
       })};
   return spec;
 }
@@ -161,6 +165,7 @@ int run_serve(const CliArgs& a) {
   if (auto k = a.str("api-key")) cfg.server.api_key = *k;
   cfg.server.port = a.integer("port", cfg.server.port, 0, 65535);
   if (auto f = a.str("log-format")) cfg.server.log_format = *f;
+  if (a.flag("kv-events")) cfg.kv_events.enable = true;
   Logger log(parse_log_format(cfg.server.log_format, "--log-format"));
 
   // SIGINT/SIGTERM are blocked in every thread (MPI's and ours inherit this mask) and taken by sigtimedwait
@@ -217,7 +222,16 @@ int run_serve(const CliArgs& a) {
   EngineConfig ec = group.engine_config(cfg);
   ec.is_eog = [&tok](int32_t id) { return tok.is_eog(id); };
   WorkerExecutor executor(*group.worker);
-  Engine engine(ec, executor);
+  // KV events (kv_events.enable): recorded by the block manager, published after every step over ZeroMQ PUB in
+  // vLLM's wire shape; GET /kv_events tells a router where to subscribe.
+  BlockManagerOptions bm_options;
+  std::unique_ptr<KvEventPublisher> kv_publisher;
+  if (cfg.kv_events.enable) {
+    bm_options.record_events = true;
+    kv_publisher = std::make_unique<KvEventPublisher>(cfg.kv_events.endpoint, cfg.kv_events.topic);
+    log.info("kv events: publishing on " + kv_publisher->endpoint());
+  }
+  Engine engine(ec, executor, std::move(bm_options));
   log_lines(log, engine.startup_report());
   if (kv_agent) measure_kv_link(*kv_agent, *group.pool, engine, log);
   log.info(kv_addresses.empty() ? "KV transfer between replicas: off"
@@ -258,6 +272,15 @@ int run_serve(const CliArgs& a) {
     ~StopServer() { s.stop(); }
   } stop_server{*server};
   api.install(*server);
+  const std::string kv_events_json =
+      nlohmann::json{{"enabled", kv_publisher != nullptr},
+                     {"endpoint", kv_publisher ? kv_publisher->endpoint() : ""},
+                     {"topic", cfg.kv_events.topic},
+                     {"block_size", ec.scheduler.block_size}}
+          .dump();
+  server->route("GET", "/kv_events", [&kv_events_json](const HttpRequest&, ResponseStream&) {
+    return HttpResponse(200, "application/json", kv_events_json);
+  });
   server->add_access_hook([&log](const AccessRecord& r) { log_access(log, r); });
   StatsLogger stats(log, cfg.server.stats_interval_s);
   // The baseline before any request can arrive: a first tick taken later (a loaded machine) would fold the first
@@ -268,7 +291,10 @@ int run_serve(const CliArgs& a) {
     try {
       while (!engine_stop.load()) {
         if (!engine.wait_for_work(std::chrono::milliseconds(50))) continue;
-        while (engine.has_work() && engine.step()) metrics.observe_step(engine.metrics());
+        while (engine.has_work() && engine.step()) {
+          metrics.observe_step(engine.metrics());
+          if (kv_publisher) kv_publisher->publish(engine.take_kv_events());
+        }
       }
       engine.shutdown();
     } catch (const std::exception& e) {

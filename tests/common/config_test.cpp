@@ -230,7 +230,10 @@ TEST(Config, FormatPrintsEverySettingOfEachSection) {
       {"scheduler", {"max_num_seqs", "max_num_batched_tokens", "max_queued_requests", "kv_reservation"}},
       {"server", {"host", "port", "api_key", "max_body_bytes", "max_connections", "shutdown_deadline_s",
                   "request_timeout_s", "step_timeout_s", "metrics_prefix", "keepalive_timeout_s", "send_timeout_s",
-                  "log_format", "stats_interval_s"}}};
+                  "log_format", "stats_interval_s"}},
+      {"kv_events", {"enable", "endpoint", "topic"}},
+      {"router", {"replicas", "policy", "health_interval_s", "health_timeout_s", "unhealthy_after", "kv_usage_tokens",
+                  "kv_fetch", "max_replays"}}};
   ASSERT_TRUE(n.IsMap());
   EXPECT_EQ(n.size(), expected.size());
   for (const auto& [section, keys] : expected) {
@@ -240,6 +243,43 @@ TEST(Config, FormatPrintsEverySettingOfEachSection) {
   }
   EXPECT_EQ(n["server"]["request_timeout_s"].Scalar(), "60");
   EXPECT_EQ(n["model"]["name"].Scalar(), "");
+}
+
+TEST(Config, RouterAndKvEventsSections) {
+  const Config d = parse_config("", "test.yaml", "/base");
+  EXPECT_FALSE(d.kv_events.enable);
+  EXPECT_EQ(d.kv_events.endpoint, "tcp://127.0.0.1:*");
+  EXPECT_EQ(d.router.policy, "prefix_aware");
+  EXPECT_TRUE(d.router.replicas.empty());
+  const Config c = parse_config(
+      "kv_events: {enable: true, endpoint: 'tcp://*:5557'}\n"
+      "router: {replicas: ['http://127.0.0.1:8001', 'http://127.0.0.1:8002'], policy: round_robin, kv_fetch: true}",
+      "test.yaml", "/base");
+  EXPECT_TRUE(c.kv_events.enable);
+  EXPECT_EQ(c.kv_events.endpoint, "tcp://*:5557");
+  EXPECT_EQ(c.router.replicas, (std::vector<std::string>{"http://127.0.0.1:8001", "http://127.0.0.1:8002"}));
+  EXPECT_EQ(c.router.policy, "round_robin");
+  EXPECT_TRUE(c.router.kv_fetch);
+  // Printed and read back: the same values.
+  const Config back = parse_config(format_config(c), "back.yaml", "/base");
+  EXPECT_EQ(back.router.replicas, c.router.replicas);
+  EXPECT_EQ(back.kv_events.endpoint, c.kv_events.endpoint);
+  struct Bad {
+    std::string yaml, message;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {"router: {replicas: http://a:1}", "router.replicas: expected a list of URLs"},
+           {"router: {replicas: ['a:1']}", "router.replicas[0]: 'a:1' is not an http:// URL"},
+           {"router: {policy: random}", "router.policy: 'random' is not one of"},
+           {"kv_events: {endpoint: '5557'}", "kv_events.endpoint: '5557' is not a ZeroMQ endpoint"},
+       }) {
+    try {
+      parse_config(b.yaml, "test.yaml", "/base");
+      ADD_FAILURE() << b.yaml << ": accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(b.message), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(Config, DeviceAndGpuMemoryUtilization) {

@@ -39,7 +39,8 @@ const std::map<std::string, std::vector<std::string>> kOptions = {
               "block-size", "cards", "json"}},
     {"config", {"config"}},
     {"quantize", {"in", "out", "scheme", "method", "group-size", "act-order", "calib", "calib-tokens", "ignore"}},
-    {"serve", {"config", "model", "host", "port", "tp", "threads", "api-key", "dtype"}},
+    {"serve", {"config", "model", "host", "port", "tp", "threads", "api-key", "dtype", "kv-events"}},
+    {"router", {"config", "model", "replicas", "policy", "host", "port", "api-key", "log-format", "kv-fetch"}},
     {"eval", {"model", "text", "ref", "context", "max-chunks", "json", "tp", "threads", "dtype", "kv-cache-dtype"}},
     {"simulate", {"model", "gpu", "workload", "tp", "dp", "nodes", "weights", "kv-dtype", "kv-mem", "json"}},
 };

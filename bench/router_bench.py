@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Multi-turn chat through `tpserve router` over 2 replicas (tp 1, 1 thread each), one policy at a time (issue 15,
+deliverable 6). Workload: USERS users, each on one of SYSTEMS shared system prompts (long: the prefix that matters),
+TURNS turns each (the history grows: every turn re-sends all earlier turns), THINK seconds between a user's turns,
+MAX_TOKENS greedy tokens a turn, streamed (TTFT measured at the first content chunk). Each policy runs on fresh
+replicas (empty prefix caches) and a fresh router. Rounds alternate the policy order.
+Per policy: TTFT p50/p99 (s), output tok/s (generated tokens / wall time of the whole workload), the router's prefix
+hit rate (prompt blocks the chosen replica held / prompt blocks), and the replicas' own prefix-cache hit rate and
+recomputed prompt tokens (vllm:prefix_cache_queries_total - vllm:prefix_cache_hits_total, summed).
+usage: router_bench.py TPSERVE REPO_ROOT [--users 8] [--turns 4] [--systems 2] [--max-tokens 16] [--think 0.3]
+                       [--rounds 1] [--policies prefix_aware,least_load,round_robin] [--json OUT]"""
+import argparse, http.client, json, os, random, statistics, subprocess, sys, tempfile, threading, time
+
+ap = argparse.ArgumentParser()
+ap.add_argument("tpserve"); ap.add_argument("root")
+ap.add_argument("--users", type=int, default=8); ap.add_argument("--turns", type=int, default=4)
+ap.add_argument("--systems", type=int, default=2); ap.add_argument("--max-tokens", type=int, default=16)
+ap.add_argument("--think", type=float, default=0.3); ap.add_argument("--rounds", type=int, default=1)
+ap.add_argument("--policies", default="prefix_aware,least_load,round_robin"); ap.add_argument("--json")
+a = ap.parse_args()
+MODEL = os.path.join(a.root, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+tmp = tempfile.mkdtemp(prefix="router_bench_")
+cfg = os.path.join(tmp, "cfg.yaml")
+with open(cfg, "w") as f:
+    f.write(f"model: {{path: {MODEL}}}\nparallel: {{threads: 1}}\ncache: {{memory_mb: 128, max_context: 4096}}\n"
+            "server: {step_timeout_s: 120}\nkv_events: {enable: true}\n"
+            "router: {health_interval_s: 0.5}\n")
+TOPICS = ["astronomy", "cooking", "sailing", "gardening", "chess", "history", "music", "geology"]
+SYSTEMS = [(f"You are assistant number {s}, an expert in {TOPICS[s % len(TOPICS)]}. " +
+            "Always answer in two short sentences, stay polite, never use lists, and mention one fact. " * 12)
+           for s in range(a.systems)]
+
+
+def start(args, marker):
+    p = subprocess.Popen([a.tpserve] + args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    while True:
+        line = p.stdout.readline()
+        if not line:
+            raise SystemExit(f"{args[0]} did not start")
+        if marker in line and "http://" in line:
+            threading.Thread(target=p.stdout.read, daemon=True).start()
+            return p, int(line.split("http://")[1].split(":")[1].split()[0].rstrip("/"))
+
+
+def get(port, path):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    c.request("GET", path)
+    return c.getresponse().read().decode()
+
+
+def metric(text, name):
+    return sum(float(l.rsplit(" ", 1)[1]) for l in text.splitlines() if l.startswith(name + "{") or l.startswith(name + " "))
+
+
+def turn(port, messages):
+    t0 = time.time()
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    c.request("POST", "/v1/chat/completions", json.dumps({"messages": messages, "max_tokens": a.max_tokens,
+                                                         "temperature": 0, "stream": True}),
+              {"Content-Type": "application/json"})
+    r = c.getresponse()
+    ttft, text, n = None, "", 0
+    for raw in r:
+        line = raw.decode().strip()
+        if not line.startswith("data: ") or line[6:] == "[DONE]":
+            continue
+        j = json.loads(line[6:])
+        for ch in j.get("choices", []):
+            piece = ch.get("delta", {}).get("content", "")
+            if piece:
+                ttft = ttft or time.time() - t0
+                text += piece
+                n += 1
+    return ttft if ttft is not None else time.time() - t0, text, n
+
+
+def run_policy(policy, seed):
+    reps = [start(["serve", "--config", cfg, "--port", "0"], "serving") for _ in range(2)]
+    urls = ",".join(f"http://127.0.0.1:{p}" for _, p in reps)
+    router, rp = start(["router", "--config", cfg, "--port", "0", "--policy", policy, "--replicas", urls], "router at")
+    time.sleep(0.5)
+    ttfts, n_out = [], [0]
+    lock = threading.Lock()
+    rng = random.Random(seed)
+    delays = [rng.uniform(0, a.think * 2) for _ in range(a.users)]
+
+    def user(u):
+        time.sleep(delays[u])
+        msgs = [{"role": "system", "content": SYSTEMS[u % a.systems]}]
+        for t in range(a.turns):
+            msgs.append({"role": "user", "content": f"User {u}, question {t}: tell me about {TOPICS[(u + t) % 8]}."})
+            ttft, text, n = turn(rp, msgs)
+            msgs.append({"role": "assistant", "content": text})
+            with lock:
+                ttfts.append(ttft)
+                n_out[0] += n
+            time.sleep(a.think)
+
+    t0 = time.time()
+    ts = [threading.Thread(target=user, args=(u,)) for u in range(a.users)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    wall = time.time() - t0
+    rm = get(rp, "/metrics")
+    q = h = 0.0
+    for _, p in reps:
+        m = get(p, "/metrics")
+        q += metric(m, "vllm:prefix_cache_queries_total")
+        h += metric(m, "vllm:prefix_cache_hits_total")
+        gen = metric(m, "vllm:generation_tokens_total")
+    for p, _ in reps + [(router, 0)]:
+        p.terminate()
+    for p, _ in reps + [(router, 0)]:
+        p.wait(30)
+    ttfts.sort()
+    blocks = metric(rm, "tpserve_router_prompt_blocks_total")
+    return {"policy": policy, "requests": len(ttfts), "wall_s": wall, "output_tok_s": n_out[0] / wall,
+            "ttft_p50_s": statistics.median(ttfts), "ttft_p99_s": ttfts[min(len(ttfts) - 1, int(0.99 * len(ttfts)))],
+            "router_prefix_hit_rate": metric(rm, "tpserve_router_prefix_hit_blocks_total") / blocks if blocks else 0,
+            "replica_prefix_hit_rate": h / q if q else 0, "recomputed_prompt_tokens": q - h}
+
+
+policies = a.policies.split(",")
+results = []
+for rnd in range(a.rounds):
+    order = policies if rnd % 2 == 0 else policies[::-1]
+    for p in order:
+        r = run_policy(p, 1234)
+        r["round"] = rnd
+        results.append(r)
+        print(json.dumps(r), flush=True)
+if a.json:
+    json.dump(results, open(a.json, "w"), indent=1)

@@ -1,0 +1,67 @@
+#include "coordinator/router_request.h"
+
+#include <algorithm>
+#include <span>
+
+#include "coordinator/generation_job.h"
+#include "coordinator/openai_request.h"
+#include "kvstore/block_manager.h"
+
+namespace tp {
+
+using json = nlohmann::json;
+
+std::vector<uint64_t> block_chain(const std::vector<int32_t>& tokens, int64_t block_size) {
+  std::vector<uint64_t> chain;
+  uint64_t h = kRootHash;
+  for (size_t b = 0; block_size > 0 && (b + 1) * size_t(block_size) <= tokens.size(); ++b) {
+    h = default_block_hash(h, std::span<const int32_t>(tokens.data() + b * size_t(block_size), size_t(block_size)));
+    chain.push_back(h);
+  }
+  return chain;
+}
+
+RouteInfo route_info(const json& body, bool chat, const Tokenizer& tok, const ChatTemplate& tmpl, int64_t max_context,
+                     int64_t block_size) {
+  RouteInfo info;
+  info.chat = chat;
+  if (body.is_object()) {
+    if (auto it = body.find("stream"); it != body.end() && it->is_boolean()) info.stream = it->get<bool>();
+    if (auto it = body.find("return_token_ids"); it != body.end() && it->is_boolean())
+      info.client_wants_token_ids = it->get<bool>();
+  }
+  try {
+    GenerationJob job = chat ? chat_job(parse_chat_completion_request(body), tok, tmpl, max_context)
+                             : completion_job(parse_completion_request(body), tok, max_context);
+    info.tokenized = true;
+    info.prompt = job.prompts.at(0).tokens;
+    if (job.params.max_tokens) info.max_tokens = *job.params.max_tokens;
+    info.replayable = job.prompts.size() == 1 && job.params.n == 1 && !job.params.constraint.active() &&
+                      !job.tool_syntax && job.echo_logprobs < 0 && !job.params.prompt_logprobs &&
+                      job.params.sampling.logprobs < 0;
+  } catch (const std::exception&) {
+    info.tokenized = false;  // the replica will say what is wrong
+  }
+  info.chain = block_chain(info.prompt, block_size);
+  info.load_tokens = int64_t(info.prompt.size()) + (info.max_tokens >= 0 ? info.max_tokens : kDefaultLoadTokens);
+  return info;
+}
+
+std::string forward_body(json body, const RouteInfo& info, const std::string& fetch_from) {
+  if (info.stream && info.replayable) body["return_token_ids"] = true;
+  if (!fetch_from.empty()) body["kv_transfer_params"] = {{"fetch_from", fetch_from}};
+  return body.dump();
+}
+
+std::string replay_body(const json& original, const RouteInfo& info, const std::vector<int32_t>& sent) {
+  json prompt = info.prompt;
+  for (int32_t t : sent) prompt.push_back(t);
+  json b = {{"prompt", prompt}, {"stream", true}, {"return_token_ids", true}};
+  for (const char* k : {"model", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "ignore_eos",
+                        "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias"})
+    if (auto it = original.find(k); it != original.end()) b[k] = *it;
+  if (info.max_tokens >= 0) b["max_tokens"] = std::max<int64_t>(0, info.max_tokens - int64_t(sent.size()));
+  return b.dump();
+}
+
+}  // namespace tp

@@ -1,0 +1,51 @@
+// What the router needs to know about one generation request, and the bodies it sends to replicas:
+//   route_info   the prompt's token ids (rendered and tokenized exactly as a replica does, coordinator/
+//                generation_job.h), its chained block hashes (the replicas' BlockManager hash, so they match the
+//                KV events), and the load it puts on a replica (prompt + max_tokens).
+//   forward_body the client's body as the replica gets it: return_token_ids on streams (the router replays a
+//                broken stream from them) and kv_transfer_params.fetch_from when told.
+//   replay_body  the continuation of a broken stream: a /v1/completions request whose prompt is the token ids of
+//                the prompt plus the tokens already sent, max_tokens less those, the same sampling fields.
+// A body the router cannot tokenize (a bad field, an unknown model) is still forwarded: the replica answers with
+// its own error JSON, so clients see the same errors as from `tpserve serve`.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "coordinator/chat_template.h"
+#include "coordinator/tokenizer.h"
+
+namespace tp {
+
+struct RouteInfo {
+  bool chat = false;
+  bool stream = false;
+  bool tokenized = false;              // false: the body did not parse here (forwarded as it is, not replayable mid-stream)
+  bool replayable = false;             // one prompt, n = 1, no output constraint or tools: a stream can resume
+  bool client_wants_token_ids = false; // the client asked for return_token_ids itself
+  std::vector<int32_t> prompt;         // token ids of the (first) prompt
+  std::vector<uint64_t> chain;         // chained hashes of its full blocks, block 0 first
+  int64_t max_tokens = -1;             // -1: not given
+  int64_t load_tokens = 0;             // prompt + max_tokens (max_tokens absent: kDefaultLoadTokens)
+};
+
+inline constexpr int64_t kDefaultLoadTokens = 256;
+
+// `body` is the parsed JSON of a completions (chat = false) or chat completions request.
+RouteInfo route_info(const nlohmann::json& body, bool chat, const Tokenizer& tok, const ChatTemplate& tmpl,
+                     int64_t max_context, int64_t block_size);
+
+// The chained block hashes (BlockManager's default_block_hash from kRootHash) of the full blocks of `tokens`.
+std::vector<uint64_t> block_chain(const std::vector<int32_t>& tokens, int64_t block_size);
+
+// fetch_from: a base URL, or empty for none.
+std::string forward_body(nlohmann::json body, const RouteInfo& info, const std::string& fetch_from);
+
+// The resumption of `original` after `sent` generated tokens (route_info(original).replayable must hold).
+std::string replay_body(const nlohmann::json& original, const RouteInfo& info, const std::vector<int32_t>& sent);
+
+}  // namespace tp

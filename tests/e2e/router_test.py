@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""`tpserve router` in front of 2 real SmolLM2 replicas (tp 1, 1 thread each), KV events over ZeroMQ (issue 15):
+ 1. /health says 2 of 2 up; /router/replicas lists both with their KV-event endpoints.
+ 2. Two conversations started at once land on different replicas (load), and each conversation's second turn
+    goes back to the replica holding its first (prefix_aware, from the replicas' KV events), with prefix hits
+    counted in the router's /metrics.
+ 3. A replica SIGKILLed under load (3 streamed + 3 plain greedy requests): 0 requests lost — every plain request
+    200, every stream ends with a finish_reason and [DONE], and each one's token ids equal the same request's
+    on an unfailed run; the router counts the replays and marks the replica down within 5 s.
+ 4. The killed replica restarted on its port rejoins (up again); the router restarted (SIGTERM: exit 0) serves
+    again from a new process.
+usage: router_test.py TPSERVE_BINARY REPO_ROOT"""
+import http.client, json, os, signal, subprocess, sys, tempfile, threading, time
+
+TPSERVE, ROOT = sys.argv[1], sys.argv[2]
+MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+tmp = tempfile.mkdtemp(prefix="router_test_")
+cfg = os.path.join(tmp, "cfg.yaml")
+with open(cfg, "w") as f:
+    f.write(f"model: {{path: {MODEL}}}\nparallel: {{threads: 1}}\ncache: {{memory_mb: 64, max_context: 2048}}\n"
+            "server: {step_timeout_s: 60, shutdown_deadline_s: 20}\nkv_events: {enable: true}\n"
+            "router: {policy: prefix_aware, health_interval_s: 0.5, health_timeout_s: 1.5, unhealthy_after: 2}\n")
+procs, failures = [], []
+T0 = time.time()
+
+
+def check(name, ok, detail=""):
+    print(f"{time.time() - T0:6.1f}s " + ("ok   " if ok else "FAIL ") + name + ("" if ok else " " + str(detail)[:1500]), flush=True)
+    if not ok:
+        failures.append(name)
+
+
+def start(args, log_name, marker):
+    """Starts a tpserve process, waits for its 'marker ... http://host:port' stdout line; returns (proc, port)."""
+    log = open(os.path.join(tmp, log_name), "w")
+    p = subprocess.Popen([TPSERVE] + args, stdout=subprocess.PIPE, stderr=log, text=True)
+    procs.append(p)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        line = p.stdout.readline()
+        if not line:
+            break
+        if marker in line and "http://" in line:
+            port = int(line.split("http://")[1].split(":")[1].split()[0].rstrip("/"))
+            threading.Thread(target=p.stdout.read, daemon=True).start()  # drain
+            return p, port
+    raise SystemExit(f"{log_name}: did not start: " + open(os.path.join(tmp, log_name)).read()[-2000:])
+
+
+def start_replica(port=0):
+    return start(["serve", "--config", cfg, "--port", str(port)], f"replica-{time.time()}.log", "serving")
+
+
+def call(port, method, path, body=None, timeout=120):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    c.request(method, path, json.dumps(body) if body is not None else None, {"Content-Type": "application/json"})
+    r = c.getresponse()
+    data = r.read().decode()
+    return r.status, data, dict(r.getheaders())
+
+
+def get_json(port, path):
+    s, d, _ = call(port, "GET", path)
+    return s, json.loads(d) if d.startswith("{") else d
+
+
+def stream(port, body, timeout=120):
+    """A streamed request: returns {"status", "token_ids", "text", "finish", "done", "error"}."""
+    r = {"status": 0, "token_ids": [], "text": "", "finish": None, "done": False, "error": None}
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+        c.request("POST", "/v1/completions", json.dumps(dict(body, stream=True, return_token_ids=True)),
+                  {"Content-Type": "application/json"})
+        resp = c.getresponse()
+        r["status"] = resp.status
+        for raw in resp:
+            line = raw.decode().strip()
+            if not line.startswith("data: "):
+                continue
+            if line[6:] == "[DONE]":
+                r["done"] = True
+                break
+            j = json.loads(line[6:])
+            if "error" in j:
+                r["error"] = j["error"]
+                continue
+            for ch in j.get("choices", []):
+                r["token_ids"] += ch.get("token_ids", [])
+                r["text"] += ch.get("text", "")
+                r["finish"] = ch.get("finish_reason") or r["finish"]
+    except Exception as e:
+        r["error"] = repr(e)
+    return r
+
+
+def metric(text, name):
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    return -1
+
+
+try:
+    (r0, p0), (r1, p1) = start_replica(), start_replica()
+    urls = [f"http://127.0.0.1:{p0}", f"http://127.0.0.1:{p1}"]
+    router, rp = start(["router", "--config", cfg, "--port", "0", "--replicas", ",".join(urls)], "router.log", "router at")
+
+    # 1. health and the replica list
+    s, h = get_json(rp, "/health")
+    check("router /health: 2 of 2 replicas up", s == 200 and h["replicas_up"] == 2 and h["replicas"] == 2, h)
+    _, lst = get_json(rp, "/router/replicas")
+    check("each replica publishes KV events at a tcp endpoint",
+          all(r["kv_events"].startswith("tcp://127.0.0.1:") for r in lst["replicas"]), lst)
+    time.sleep(0.3)  # the subscriber connects within 50 ms of a replica coming up
+
+    # 2. two conversations at once, then each one's second turn
+    systems = ["You are a pirate. Answer every question in pirate speech, with many nautical words and a story.",
+               "You are a careful librarian. Answer precisely, cite a book title, and keep a calm formal tone."]
+    turn1 = [[{"role": "system", "content": s * 2}, {"role": "user", "content": "Tell me about the sea."}]
+             for s in systems]
+    got = [None, None]
+
+    def chat(i, messages):
+        s, d, hd = call(rp, "POST", "/v1/chat/completions",
+                        {"messages": messages, "max_tokens": 24, "temperature": 0})
+        got[i] = (s, json.loads(d), hd.get("X-Tpserve-Replica"))
+
+    ts = [threading.Thread(target=chat, args=(i, turn1[i])) for i in range(2)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    first = [g[2] for g in got]
+    check("turn 1 of both conversations: 200, on different replicas (load)",
+          all(g[0] == 200 for g in got) and set(first) == set(urls), [(g[0], g[2]) for g in got])
+    deadline = time.time() + 5
+    while time.time() < deadline:  # the KV events reach the router
+        _, lst = get_json(rp, "/router/replicas")
+        if all(r["prefix_blocks"] > 0 for r in lst["replicas"]):
+            break
+        time.sleep(0.05)
+    check("the router's prefix index holds blocks of both replicas (KV events)",
+          all(r["prefix_blocks"] > 0 for r in lst["replicas"]), lst)
+    _, m0, _ = call(rp, "GET", "/metrics")
+    for rnd in range(2):
+        for i in (1, 0):  # the second conversation first: a tie would go to replica 0
+            msgs = turn1[i] + [{"role": "assistant", "content": got[i][1]["choices"][0]["message"]["content"]},
+                               {"role": "user", "content": f"And what about ships, part {rnd}?"}]
+            s, d, hd = call(rp, "POST", "/v1/chat/completions", {"messages": msgs, "max_tokens": 8, "temperature": 0})
+            check(f"round {rnd}: conversation {i}'s next turn goes back to {first[i]}",
+                  s == 200 and hd.get("X-Tpserve-Replica") == first[i], (s, hd.get("X-Tpserve-Replica"), d[:300]))
+    _, m1, _ = call(rp, "GET", "/metrics")
+    hits = metric(m1, "tpserve_router_prefix_hit_blocks_total") - metric(m0, "tpserve_router_prefix_hit_blocks_total")
+    blocks = metric(m1, "tpserve_router_prompt_blocks_total") - metric(m0, "tpserve_router_prompt_blocks_total")
+    check(f"later turns hit the prefix index: {hits:.0f} of {blocks:.0f} prompt blocks (>= 80%)",
+          blocks > 0 and hits >= 0.8 * blocks, m1[-2000:])
+
+    # 3. SIGKILL a replica under load: the reference first (unfailed, one at a time)
+    prompts = [f"Story {k}: Once upon a time, in a kingdom by the sea, there lived" for k in range(6)]
+    body = lambda k: {"prompt": prompts[k], "max_tokens": 40, "temperature": 0, "ignore_eos": True}
+    # The unfailed reference, run concurrently (a batched run equals each request alone: an engine invariant).
+    ref, ref_plain = [None] * 3, [None] * 3
+
+    def ref_stream(k):
+        ref[k] = stream(rp, body(k))
+
+    def ref_call(k):
+        s, d, _ = call(rp, "POST", "/v1/completions", body(k))
+        ref_plain[k - 3] = json.loads(d)["choices"][0]["text"] if s == 200 else None
+
+    ts = [threading.Thread(target=ref_stream, args=(k,)) for k in range(3)] + \
+         [threading.Thread(target=ref_call, args=(k,)) for k in range(3, 6)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    check("reference runs complete", all(r["done"] and len(r["token_ids"]) == 40 for r in ref) and all(ref_plain),
+          [(r["done"], len(r["token_ids"]), r["error"]) for r in ref])
+    results = [None] * 6
+
+    def run_stream(k):
+        results[k] = stream(rp, body(k))
+
+    def run_plain(k):
+        s, d, _ = call(rp, "POST", "/v1/completions", body(k))
+        results[k] = (s, d)
+
+    ts = [threading.Thread(target=run_stream, args=(k,)) for k in range(3)] + \
+         [threading.Thread(target=run_plain, args=(k,)) for k in range(3, 6)]
+    [t.start() for t in ts]
+    time.sleep(1.0)  # some tokens are out
+    _, lst = get_json(rp, "/router/replicas")
+    victim_url = max(lst["replicas"], key=lambda r: r["in_flight"])["url"]
+    victim = r0 if victim_url == urls[0] else r1
+    in_flight = max(r["in_flight"] for r in lst["replicas"])
+    t_kill = time.time()
+    victim.kill()
+    down_s = None
+    while time.time() - t_kill < 10:
+        _, lst = get_json(rp, "/router/replicas")
+        if not [r for r in lst["replicas"] if r["url"] == victim_url][0]["up"]:
+            down_s = time.time() - t_kill
+            break
+        time.sleep(0.05)
+    [t.join(180) for t in ts]
+    check(f"the killed replica ({in_flight} requests in flight on it) is marked down within 5 s ({down_s})",
+          down_s is not None and down_s < 5 and in_flight > 0)
+    for k in range(3):
+        r = results[k]
+        check(f"stream {k}: completes (finish + [DONE], no error) with the unfailed run's 40 token ids",
+              r and r["done"] and r["finish"] == "length" and not r["error"] and r["token_ids"] == ref[k]["token_ids"]
+              and r["text"] == ref[k]["text"],
+              r and {"done": r["done"], "finish": r["finish"], "error": r["error"], "n": len(r["token_ids"]),
+                     "text": r["text"], "ref": ref[k]["text"]})
+    for k in range(3, 6):
+        s, d = results[k] or (0, "")
+        check(f"plain {k}: 200 with the unfailed run's text", s == 200 and
+              json.loads(d)["choices"][0]["text"] == ref_plain[k - 3], (s, d[:300]))
+    _, m2, _ = call(rp, "GET", "/metrics")
+    stream_replays = metric(m2, 'tpserve_router_replays_total{kind="stream"}')
+    replays = metric(m2, 'tpserve_router_replays_total{kind="plain"}') + stream_replays
+    check(f"the router replayed the killed replica's requests ({replays:.0f}, {stream_replays:.0f} streams "
+          "resumed mid-stream)", replays >= 1 and stream_replays >= 1, m2[-1500:])
+    s, h = get_json(rp, "/health")
+    check("router /health: 1 of 2 up", s == 200 and h["replicas_up"] == 1, h)
+
+    # 4. the replica restarted on its port rejoins; the router restarts cleanly
+    victim_port = int(victim_url.rsplit(":", 1)[1])
+    _, _ = start_replica(victim_port)
+    deadline = time.time() + 10
+    while time.time() < deadline and get_json(rp, "/health")[1]["replicas_up"] != 2:
+        time.sleep(0.1)
+    check("the restarted replica rejoins (2 of 2 up)", get_json(rp, "/health")[1]["replicas_up"] == 2)
+    router.send_signal(signal.SIGTERM)
+    rc = router.wait(30)
+    check("router: SIGTERM -> exit 0", rc == 0, rc)
+    router, rp = start(["router", "--config", cfg, "--port", "0", "--replicas", ",".join(urls)], "router2.log", "router at")
+    s, h = get_json(rp, "/health")
+    r = stream(rp, body(0))
+    check("a restarted router serves: 2 up, the same greedy tokens", s == 200 and h["replicas_up"] == 2 and
+          r["done"] and r["token_ids"] == ref[0]["token_ids"], (h, r["error"]))
+    s, d, _ = call(rp, "POST", "/v1/completions", {"prompt": "x", "temperature": 9})
+    check("errors are the replicas' OpenAI JSON (400 naming temperature)",
+          s == 400 and json.loads(d)["error"]["param"] == "temperature", (s, d))
+finally:
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+print(f"router_test: {len(failures)} failed", flush=True)
+if failures:
+    for name in os.listdir(tmp):
+        if name.endswith(".log"):
+            print(f"--- {name}\n" + open(os.path.join(tmp, name)).read()[-3000:])
+sys.exit(1 if failures else 0)
