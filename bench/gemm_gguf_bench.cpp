@@ -7,7 +7,7 @@
 // call cycles over enough copies of W (≥ 192 MiB) that none is still in cache. Prefill (m = M_PREFILL):
 // GMAC/s (m · n_out · n_in ÷ seconds) and × BF16 on the same shape (one copy: compute-bound).
 // 1 thread: timed in this thread's CPU time (see now()); more: wall time. Each figure is the median of 5 timed rounds (each ≥ 0.1 s), the formats alternating within a round.
-//   gemm_gguf_bench [THREADS=1] [BW_GBS=27] [M_PREFILL=512]
+//   gemm_gguf_bench [THREADS=1] [BW_GBS=27] [M_PREFILL=512 (0: none)] [FORMATS=all | bf16,q8_0,...]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -125,6 +125,7 @@ int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 1;
   const double bw = argc > 2 ? std::atof(argv[2]) : 27.0;
   const int64_t m_prefill = argc > 3 ? std::atoll(argv[3]) : 512;
+  const std::string only = argc > 4 ? std::string(",") + argv[4] + "," : "";  // e.g. "bf16,q8_0": these formats
   cpu::set_num_threads(threads);
   g_cpu_clock = threads == 1;
   using F = WeightFormat;
@@ -152,10 +153,12 @@ int main(int argc, char** argv) {
     // Decode: enough copies to stream from DRAM.
     std::vector<std::vector<cpu::Weight>> ws(fmts.size());
     for (size_t f = 0; f < fmts.size(); ++f) {
+      if (!only.empty() && only.find("," + fmts[f].name + ",") == std::string::npos) continue;
       if (is_gguf_format(fmts[f].format) && n_in % dtype_block_elems(gguf_block_dtype(fmts[f].format)) != 0) continue;
       ws[f].emplace_back(make(fmts[f], n_out, n_in, rng));
       const int64_t bytes = ws[f][0].n_bytes();
-      const int64_t copies = std::max<int64_t>(2, (int64_t(192) << 20) / bytes);
+      // GEMM_BENCH_HOT=1: one copy (cache-resident for the small shapes: the kernels' compute ceiling).
+      const int64_t copies = std::getenv("GEMM_BENCH_HOT") ? 1 : std::max<int64_t>(2, (int64_t(192) << 20) / bytes);
       while (int64_t(ws[f].size()) < copies) ws[f].emplace_back(clone(ws[f][0].packed()));
     }
     std::vector<float> x(size_t(std::max<int64_t>(m_prefill, 1) * n_in)), y(size_t(std::max<int64_t>(m_prefill, 1) * n_out));
@@ -168,7 +171,7 @@ int main(int argc, char** argv) {
         dec[f].push_back(time_calls(ws[f].data(), ws[f].size(), x, 1, y));
         if (do_prefill) pre[f].push_back(time_calls(ws[f].data(), 1, x, m_prefill, y));
       }
-    const double pre_bf16 = do_prefill ? median(pre[0]) : 0;
+    const double pre_bf16 = do_prefill && !pre[0].empty() ? median(pre[0]) : 0;
     for (size_t f = 0; f < fmts.size(); ++f) {
       if (ws[f].empty()) continue;
       const double s = median(dec[f]), gbs = double(ws[f][0].n_bytes()) / s / 1e9;

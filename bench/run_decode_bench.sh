@@ -27,7 +27,7 @@ mkdir -p $B
 Q40=$B/SmolLM2-135M-Instruct.Q4_0.gguf
 [[ -f $Q40 ]] || build/launch/tpserve convert --in $M.Q4_1.gguf --out $Q40 --to gguf-q4_0 >/dev/null
 for s in w8a16 w4a16 w8a8-int8 fp8-dynamic; do
-  [[ -f $B/ct-$s/config.json ]] || build/launch/tpserve quantize --in $M-hf --out $B/ct-$s --scheme $s --method rtn >/dev/null
+  [[ -f $B/ct-$s/config.json ]] || build/launch/tpserve quantize --in $M-hf --out $B/ct-$s --scheme $s --method rtn $([[ $s == w4a16 ]] && echo --group-size 64) >/dev/null
 done
 LLAMA_BENCH=third_party/llama.cpp-build/bin/llama-bench
 OURS=build/bench/decode_bench

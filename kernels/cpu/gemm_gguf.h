@@ -45,6 +45,7 @@ struct GgufActs {
   std::vector<float> d;       // [m, n_in / block]: the scale (Q8_0/Q8_1: the F16-rounded value)
   std::vector<float> s;       // Q8_0: d · Σq of each 32-block; Q8_1: F16(d_unrounded · Σq) (llama.cpp's s)
   std::vector<int16_t> bsums; // Q8_K: [m, n_in / 16] Σq of each 16
+  std::vector<int32_t> qsum;  // Q8_0 / Q8_1: [m, n_in / 32] Σq of each 32-block (the VNNI Q8_0 decode tile)
   int64_t n_blocks() const { return n_in / (type == GgufActType::Q8_K ? 256 : 32); }
 };
 void quantize_gguf_acts(const float* x, int64_t m, int64_t n_in, GgufActType type, GgufActs* out);
