@@ -18,7 +18,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [[ "${SKIP_SETUP:-0}" == 1 ]] || launch/setup
-[[ "${SKIP_PEER_BUILD:-0}" == 1 && -x third_party/llama.cpp-build/bin/llama-bench ]] || tests/peers/build_llama_cpp.sh >/dev/null
+if [[ "${SKIP_PEER_BUILD:-0}" == 1 ]]; then
+  [[ -x third_party/llama.cpp-build/bin/llama-bench ]] || { echo "run_decode_bench: SKIP_PEER_BUILD=1 but third_party/llama.cpp-build/bin/llama-bench is missing" >&2; exit 1; }
+else
+  tests/peers/build_llama_cpp.sh >/dev/null
+fi
 if (($#)); then THREADS=("$@"); else THREADS=(1 2); fi
 PP=${PP:-512} TG=${TG:-32} REPS=${REPS:-2} REPEATS=${REPEATS:-3} BATCH=${BATCH:-1}
 M=models/SmolLM2-135M-Instruct
