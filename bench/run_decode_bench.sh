@@ -8,7 +8,7 @@
 # = GB/s ÷ weight bytes streamed per token, decode_bench's bytes/token), the load average beside each round.
 #   bench/run_decode_bench.sh [THREADS...]   (default: 1 2; env PP=512 TG=32 REPS=2 REPEATS=3 BATCH=1 (> 1 adds
 #   batched decode, ours only); SKIP_SETUP=1 skips launch/setup; SKIP_PEER_BUILD=1 uses an existing
-#   llama-bench; OUT=FILE names the result file; MODELS="BF16 Q8_0 ..." picks a subset)
+#   llama-bench; NO_PEER=1 runs ours only; OUT=FILE names the result file; MODELS="BF16 Q8_0 ..." picks a subset)
 # Files: the BF16 / Q8_0 / Q4_K_M GGUFs of launch/setup (made by `tpserve convert`), the original Q4_1, a Q4_0
 # made here by `tpserve convert --to gguf-q4_0`, and the compressed-tensors directories made here by
 # `tpserve quantize --in models/SmolLM2-135M-Instruct-hf --scheme S --method rtn`, all under build/bench_models/.
@@ -18,7 +18,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [[ "${SKIP_SETUP:-0}" == 1 ]] || launch/setup
-if [[ "${SKIP_PEER_BUILD:-0}" == 1 ]]; then
+if [[ "${NO_PEER:-0}" == 1 ]]; then
+  :  # ours only (NO_PEER=1): the llama-bench rows are skipped
+elif [[ "${SKIP_PEER_BUILD:-0}" == 1 ]]; then
   [[ -x third_party/llama.cpp-build/bin/llama-bench ]] || { echo "run_decode_bench: SKIP_PEER_BUILD=1 but third_party/llama.cpp-build/bin/llama-bench is missing" >&2; exit 1; }
 else
   tests/peers/build_llama_cpp.sh >/dev/null
@@ -67,7 +69,7 @@ for ((rep = 1; rep <= REPEATS; ++rep)); do
       echo "## rep $rep ours $label t$t load $(cut -d' ' -f1 /proc/loadavg)" >>"$log"
       echo "\$ $cmd" >>"$log"
       OMP_NUM_THREADS=$t $cmd 2>/dev/null >>"$log"
-      if [[ $peer != - ]]; then
+      if [[ $peer != - && "${NO_PEER:-0}" != 1 ]]; then
         cmd="$LLAMA_BENCH -m $peer -p $PP -n $TG -t $t -r $REPS -o csv"
         echo "## rep $rep peer $label t$t load $(cut -d' ' -f1 /proc/loadavg)" >>"$log"
         echo "\$ $cmd" >>"$log"
