@@ -17,7 +17,9 @@
 // Kernels: AVX-512 VNNI (vpdpbusd on 256-bit vectors: u8 weights or |w| × s8 activations, the sign trick for
 // Q8_0), AVX2 (the same code with vpmaddubsw + vpmaddwd: the two give identical integers), portable C++.
 // Threads (OpenMP) split the output rows. Decode (m = 1) takes 4 weight rows a tile (2 for the K-quants): one
-// activation load feeds several rows and the accumulator chains run side by side; for m > 1 each block of
+// activation load feeds several rows and the accumulator chains run side by side — except on AVX-512 VNNI,
+// where Q8_0 runs one row at a time on 512-bit vectors (a single sequential stream: memory-bound there) and the
+// 32-block 4/5-bit tiles gather their block scales 16 at a time (gemm_gguf_simd.inc); for m > 1 each block of
 // weights read is used for up to 4 rows of x while it is in registers.
 #pragma once
 #include <cstdint>

@@ -6,7 +6,8 @@
 // every ISA this CPU runs (portable, AVX2; AVX-512 where present — not on the Zen 2 dev machine).
 // Bound: NMSE = Σ (y − y_ref)² / Σ y_ref² ≤ 1e-10 — both compute the same products in F32 (or exact int32), so
 // only the summation order differs (F32 vs F64: ~1e-13 measured). Each case also checks that a kernel ran
-// (not the reference fallback) where one is expected. Measured on the Zen 2 dev machine (portable + AVX2): max NMSE 1.7e-13.
+// (not the reference fallback) where one is expected. Measured on the Zen 2 dev machine (portable + AVX2): max NMSE 1.7e-13;
+// on Zen 4 (portable + AVX2 + AVX-512 / VNNI): 1.5e-13.
 #include <gtest/gtest.h>
 
 #include <cmath>
