@@ -5,7 +5,6 @@
 
 Runs (each once, the figures and commands go into the card's comment):
   mem_bandwidth T            DRAM read GB/s on T threads                       -> hbm_tbps
-  gemm_gguf_bench 4608 1536 best M,...   Q4_1 GEMM time at M = 1..256 rows     -> a cross-check
   kv_attention_bench         bf16 paged attention, decode (1 token) at 1024 context over 30 layers -> its GB/s;
                              a 128-token chunk at 1024 context -> FLOP/s        -> attention rates
   decode_bench (SmolLM2-135M Q4_1 kept, T threads)  tg at batch 1, 4, 16 and pp 32, 128, 384
@@ -107,22 +106,6 @@ def main():
     mem = float(re.search(r"read ([0-9.]+) GB/s", out).group(1)) * 1e9
     notes.append(f"mem_bandwidth {t}: {mem / 1e9:.1f} GB/s")
 
-    ms = [1, 2, 4, 8, 16, 32, 64, 128, 256]
-    out = run([b("bench/gemm_gguf_bench"), "4608", "1536", "best", ",".join(map(str, ms))], env)
-    tm = {}
-    for line in out.splitlines():
-        m = re.match(r"(?i)q4_1\s+m=(\d+)\s.*?([0-9.]+) us\s+([0-9.]+) GB/s\s+([0-9.]+) GMAC/s", line)
-        if m:
-            tm[int(m.group(1))] = float(m.group(2)) * 1e-6
-    macs = 4608 * 1536
-    wbytes = 4608 * 1536 * 20 / 32
-    xs = np.array(ms, float)
-    ys = np.array([tm[int(m)] for m in xs])
-    gslope, gicpt = np.polyfit(xs, ys, 1, w=1 / ys)  # relative error: small M matters as much as large
-    notes.append("gemm_gguf_bench Q4_1 [4608 x 1536] (a cross-check): " + ", ".join(
-        f"M={m} {tm[m] * 1e6:.0f} us ({2 * m * macs / tm[m] / 1e9:.1f} GFLOP/s)" for m in ms))
-    notes.append(f"  its line t = a + b M (weights 1/t): 2 MACs / b = {2 * macs / gslope / 1e9:.1f} GFLOP/s, a / b = "
-                 f"{max(0.0, gicpt / gslope):.2f} rows; M = 1 streams {wbytes / tm[1] / 1e9:.1f} GB/s")
 
     out = run([b("bench/kv_attention_bench"), "--threads", t, "--contexts", "1024", "--tokens", "1", "--layers",
                "30", "--dtypes", "bf16", "--paths", "avx2", "--reps", "20"], env)

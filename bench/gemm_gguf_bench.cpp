@@ -1,61 +1,188 @@
-// The GGUF block kernels alone (kernels/cpu/gemm_gguf.h): y = x · Wᵀ for W [n_out, n_in] in each format, m rows
-// of x, one thread; prints µs a call, weight GB/s (weight bytes ÷ time: the decode roofline's measure) and
-// GMAC/s. W is random blocks (finite scales), 8 MiB-ish so it streams from DRAM like a real layer would not
-// — the model's layers are 0.3-2 MiB each and a decode step streams all of them in turn.
-//   gemm_gguf_bench [N_OUT=4608] [N_IN=1536] [KERNEL=best|avx2|portable] [M,M,...=1,16]  (rows of x to time)
+// Every weight format's kernel alone, through tp::cpu::linear() (what the model calls): y = x · Wᵀ on the
+// SmolLM2-135M shapes, for BF16 (the baseline), GGUF Q8_0 / Q4_0 / Q4_1 / Q4_K / Q6_K, W8A16 (int8 per
+// channel), W4A16 (int4, groups of 64), W8A8-INT8 (int8 per channel, int8 activations per token), FP8 weight
+// only (E4M3 per channel) and FP8 dynamic (W8A8-FP8: activations rounded to E4M3 per token).
+// Decode (m = 1): weight GB/s = bytes held by W (values + scales) ÷ seconds a call, and that as a fraction of
+// the DRAM read roofline BW_GBS (bench/mem_bandwidth); the weights stream from DRAM as in a decode step: the
+// call cycles over enough copies of W (≥ 192 MiB) that none is still in cache. Prefill (m = M_PREFILL):
+// GMAC/s (m · n_out · n_in ÷ seconds) and × BF16 on the same shape (one copy: compute-bound).
+// 1 thread: timed in this thread's CPU time (see now()); more: wall time. Each figure is the median of 5 timed rounds (each ≥ 0.1 s), the formats alternating within a round.
+//   gemm_gguf_bench [THREADS=1] [BW_GBS=27] [M_PREFILL=512 (0: none)] [FORMATS=all | bf16,q8_0,...]
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
+#include <ctime>
 #include <vector>
 
-#include "kernels/cpu/gemm_gguf.h"
+#include "common/dtype.h"
+#include "kernels/cpu/linear.h"
 
-int main(int argc, char** argv) {
-  using namespace tp;
-  using namespace tp::cpu::detail;
-  const int64_t n_out = argc > 1 ? std::atoll(argv[1]) : 4608, n_in = argc > 2 ? std::atoll(argv[2]) : 1536;
-  const std::string k = argc > 3 ? argv[3] : "best";
-  std::vector<int64_t> ms;
-  for (const char* p = argc > 4 ? argv[4] : "1,16"; *p;) {
-    char* end = nullptr;
-    const long long m = std::strtoll(p, &end, 10);
-    if (end == p || m < 1 || m > 4096 || (*end != ',' && *end != 0)) {
-      std::fprintf(stderr, "gemm_gguf_bench: M list must be whole numbers in [1, 4096] separated by commas: %s\n", argv[4]);
-      return 2;
-    }
-    ms.push_back(m);
-    p = *end ? end + 1 : end;
+namespace {
+
+using namespace tp;
+
+struct Fmt {
+  std::string name;
+  WeightFormat format;
+  int64_t group = 0;  // Int: columns a group (0: per channel)
+  ActQuant act = ActQuant::None;
+};
+
+PackedWeight make(const Fmt& f, int64_t n_out, int64_t n_in, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  if (f.format == WeightFormat::BF16) {
+    std::vector<float> src(size_t(n_out * n_in));
+    for (float& v : src) v = u(rng) * 0.05f;
+    return pack_dense(WeightFormat::BF16, n_out, n_in, src.data());
   }
-  const GgufKernel kernel = k == "avx2" ? GgufKernel::Avx2 : k == "portable" ? GgufKernel::Portable : GgufKernel::Best;
-  std::mt19937 rng(1);
-  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q4_K, DType::Q6_K}) {
-    PackedWeight w;
-    w.format = gguf_weight_format(t);
-    w.n_out = n_out;
-    w.n_in = n_in;
-    w.data = AlignedBytes(n_out * w.row_bytes());
-    for (int64_t i = 0; i < w.data.size(); ++i) w.data.data()[i] = uint8_t(rng());
+  PackedWeight w;
+  w.format = f.format;
+  w.n_out = n_out;
+  w.n_in = n_in;
+  w.act = f.act;
+  if (f.format == WeightFormat::Int8 || f.format == WeightFormat::Int4) w.group_size = f.group > 0 ? f.group : n_in;
+  w.data = AlignedBytes(n_out * w.row_bytes());
+  for (int64_t i = 0; i < w.data.size(); ++i) w.data.data()[i] = uint8_t(rng());
+  if (is_gguf_format(f.format)) {  // finite block scales
+    const DType t = gguf_block_dtype(f.format);
     const int64_t bb = dtype_block_bytes(t);
-    for (int64_t b = 0; b < w.data.size() / bb; ++b) {  // finite scales
-      const uint16_t h = f32_to_f16(0.01f);
+    const uint16_t h = f32_to_f16(0.01f);
+    for (int64_t b = 0; b < w.data.size() / bb; ++b) {
       uint8_t* blk = w.data.data() + b * bb + (t == DType::Q6_K ? 208 : 0);
       std::memcpy(blk, &h, 2);
       if (t == DType::Q4_1 || t == DType::Q4_K) std::memcpy(blk + 2, &h, 2);
     }
-    for (int64_t m : ms) {
-      std::vector<float> x(size_t(m * n_in)), y(size_t(m * n_out));
-      for (float& v : x) v = float(int(rng() % 2001) - 1000) / 1000.0f;
-      const int reps = m == 1 ? 50 : m <= 16 ? 10 : 3;
-      gemm_gguf(x.data(), m, w, y.data(), 1, kernel);
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int r = 0; r < reps; ++r) gemm_gguf(x.data(), m, w, y.data(), 1, kernel);
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
-      std::printf("%-5s m=%-3lld [%lld x %lld] %-8s %8.1f us  %6.2f GB/s  %6.1f GMAC/s\n",
-                  std::string(dtype_name(t)).c_str(), (long long)m, (long long)n_out, (long long)n_in, k.c_str(), s * 1e6,
-                  double(w.data.size()) / s / 1e9, double(m * n_out * n_in) / s / 1e9);
+  } else if (f.format == WeightFormat::Fp8E4M3) {
+    for (int64_t i = 0; i < w.data.size(); ++i)
+      if ((w.data.data()[i] & 0x7f) == 0x7f) w.data.data()[i] &= 0xfe;  // no NaN codes
+    w.scales.assign(size_t(n_out), 0.001f);
+  } else {
+    w.scales.assign(size_t(n_out * w.n_groups()), 0.001f);
+  }
+  check_packed_weight(w);
+  return w;
+}
+
+// A copy of w (PackedWeight holds move-only bytes).
+PackedWeight clone(const PackedWeight& w) {
+  PackedWeight c;
+  c.format = w.format;
+  c.n_out = w.n_out;
+  c.n_in = w.n_in;
+  c.group_size = w.group_size;
+  c.block_out = w.block_out;
+  c.data = AlignedBytes(w.data.size());
+  std::memcpy(c.data.data(), w.data.data(), size_t(w.data.size()));
+  c.scales = w.scales;
+  c.zeros = w.zeros;
+  c.g_idx = w.g_idx;
+  c.scale_bytes = w.scale_bytes;
+  c.global_scale = w.global_scale;
+  c.act = w.act;
+  c.act_scale = w.act_scale;
+  c.act_group = w.act_group;
+  c.g_idx_groups = w.g_idx_groups;
+  return c;
+}
+
+// The clock: with 1 thread, this thread's CPU time (a shared, loaded machine deschedules us; CPU time does not
+// count that, though memory contention from the other tenants still shows); with more, wall time.
+bool g_cpu_clock = false;
+double now() {
+  if (g_cpu_clock) {
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Seconds a call: `calls` calls cycling over the copies, repeated until ≥ 0.1 s.
+double time_calls(const cpu::Weight* ws, size_t n_ws, const std::vector<float>& x, int64_t m, std::vector<float>& y) {
+  size_t k = 0;
+  int64_t n = 0;
+  const double t0 = now();
+  double t = t0;
+  while (t - t0 < 0.1) {
+    for (int i = 0; i < 8; ++i, ++n) cpu::linear(x.data(), m, ws[k++ % n_ws], y.data());
+    t = now();
+  }
+  return (t - t0) / double(n);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 1;
+  const double bw = argc > 2 ? std::atof(argv[2]) : 27.0;
+  const int64_t m_prefill = argc > 3 ? std::atoll(argv[3]) : 512;
+  const std::string only = argc > 4 ? std::string(",") + argv[4] + "," : "";  // e.g. "bf16,q8_0": these formats
+  cpu::set_num_threads(threads);
+  g_cpu_clock = threads == 1;
+  using F = WeightFormat;
+  const std::vector<Fmt> fmts = {
+      {"bf16", F::BF16},
+      {"q8_0", F::GgufQ8_0},
+      {"q4_0", F::GgufQ4_0},
+      {"q4_1", F::GgufQ4_1},
+      {"q5_0", F::GgufQ5_0},
+      {"q4_k", F::GgufQ4_K},
+      {"q6_k", F::GgufQ6_K},
+      {"w8a16", F::Int8},
+      {"w4a16_g64", F::Int4, 64},
+      {"w8a8_int8", F::Int8, 0, ActQuant::Int8Dynamic},
+      {"fp8_weight", F::Fp8E4M3},
+      {"fp8_dynamic", F::Fp8E4M3, 0, ActQuant::Fp8Dynamic},
+  };
+  const int64_t shapes[][2] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}};  // {n_out, n_in}
+  std::printf("gemm_gguf_bench | threads %d (%s) | roofline %.1f GB/s | decode m=1: GB/s of weight bytes (%% roofline); "
+              "prefill m=%lld: GMAC/s (x bf16)\n",
+              threads, g_cpu_clock ? "thread CPU time" : "wall time", bw, (long long)m_prefill);
+  std::mt19937 rng(1);
+  for (const auto& sh : shapes) {
+    const int64_t n_out = sh[0], n_in = sh[1];
+    // Decode: enough copies to stream from DRAM.
+    std::vector<std::vector<cpu::Weight>> ws(fmts.size());
+    for (size_t f = 0; f < fmts.size(); ++f) {
+      if (!only.empty() && only.find("," + fmts[f].name + ",") == std::string::npos) continue;
+      if (is_gguf_format(fmts[f].format) && n_in % dtype_block_elems(gguf_block_dtype(fmts[f].format)) != 0) continue;
+      ws[f].emplace_back(make(fmts[f], n_out, n_in, rng));
+      const int64_t bytes = ws[f][0].n_bytes();
+      // GEMM_BENCH_HOT=1: one copy (cache-resident for the small shapes: the kernels' compute ceiling).
+      const int64_t copies = std::getenv("GEMM_BENCH_HOT") ? 1 : std::max<int64_t>(2, (int64_t(192) << 20) / bytes);
+      while (int64_t(ws[f].size()) < copies) ws[f].emplace_back(clone(ws[f][0].packed()));
+    }
+    std::vector<float> x(size_t(std::max<int64_t>(m_prefill, 1) * n_in)), y(size_t(std::max<int64_t>(m_prefill, 1) * n_out));
+    for (float& v : x) v = float(int(rng() % 2001) - 1000) / 1000.0f;
+    std::vector<std::vector<double>> dec(fmts.size()), pre(fmts.size());
+    const bool do_prefill = m_prefill > 1 && n_out * n_in <= 1536 * 576;
+    for (int round = 0; round < 5; ++round)
+      for (size_t f = 0; f < fmts.size(); ++f) {
+        if (ws[f].empty()) continue;  // K-quants need n_in % 256 == 0 (llama-quantize falls back to Q5_0 etc.)
+        dec[f].push_back(time_calls(ws[f].data(), ws[f].size(), x, 1, y));
+        if (do_prefill) pre[f].push_back(time_calls(ws[f].data(), 1, x, m_prefill, y));
+      }
+    const double pre_bf16 = do_prefill && !pre[0].empty() ? median(pre[0]) : 0;
+    for (size_t f = 0; f < fmts.size(); ++f) {
+      if (ws[f].empty()) continue;
+      const double s = median(dec[f]), gbs = double(ws[f][0].n_bytes()) / s / 1e9;
+      std::printf("%-12s [%5lld x %4lld] %6.2f MiB | m=1 %8.1f us %6.2f GB/s %4.0f%% roofline", fmts[f].name.c_str(),
+                  (long long)n_out, (long long)n_in, double(ws[f][0].n_bytes()) / 1048576.0, s * 1e6, gbs, 100 * gbs / bw);
+      if (do_prefill) {
+        const double p = median(pre[f]);
+        std::printf(" | m=%lld %8.2f ms %6.1f GMAC/s x%.2f bf16", (long long)m_prefill, p * 1e3,
+                    double(m_prefill * n_out * n_in) / p / 1e9, pre_bf16 / p);
+      }
+      std::printf("\n");
     }
   }
   return 0;

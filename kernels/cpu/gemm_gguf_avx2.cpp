@@ -3,6 +3,7 @@
 #pragma GCC target("avx2,fma,f16c")
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 

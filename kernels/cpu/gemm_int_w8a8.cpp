@@ -112,6 +112,40 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma"))) int32_t
 
 using Dot4Fn = int32_t (*)(const uint8_t*, const int8_t*, int64_t);
 
+// Activation quantization (the reference's rule, bit for bit): amax of n values; q = clamp(round-half-even(x / s),
+// ±127) (0 where s = 0). The AVX-512 versions divide and round exactly as the scalar ones do.
+float amax_portable(const float* x, int64_t n) {
+  float a = 0;
+  for (int64_t c = 0; c < n; ++c) a = std::max(a, std::fabs(x[c]));
+  return a;
+}
+
+void quantize_portable(const float* x, int64_t n, float s, int8_t* q) {
+  for (int64_t c = 0; c < n; ++c) q[c] = s == 0.0f ? 0 : int8_t(std::clamp(std::nearbyint(x[c] / s), -127.0f, 127.0f));
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) float amax_avx512(const float* x, int64_t n) {
+  __m512 a = _mm512_setzero_ps();
+  int64_t c = 0;
+  for (; c + 16 <= n; c += 16) a = _mm512_max_ps(a, _mm512_abs_ps(_mm512_loadu_ps(x + c)));
+  return std::max(_mm512_reduce_max_ps(a), amax_portable(x + c, n - c));
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void quantize_avx512(const float* x, int64_t n, float s, int8_t* q) {
+  if (s == 0.0f) {
+    std::memset(q, 0, size_t(n));
+    return;
+  }
+  const __m512 sv = _mm512_set1_ps(s), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+  int64_t c = 0;
+  for (; c + 16 <= n; c += 16) {
+    __m512 v = _mm512_roundscale_ps(_mm512_div_ps(_mm512_loadu_ps(x + c), sv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + c), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(v)));
+  }
+  quantize_portable(x + c, n - c, s, q + c);
+}
+
 }  // namespace
 
 bool cpu_has_avx512vnni() {
@@ -139,30 +173,68 @@ bool int_w8a8_linear(const float* x, int64_t m, const PackedWeight& w, float* y,
   }
   if (w.format == WeightFormat::Int4 && n_seg > 1 && seg % 2 != 0) return false;  // segments start on whole bytes
 
-  // x -> int8 [m, n_in], scales [m, n_seg] (per segment, repeated within an activation group), Σ qx [m, n_seg].
+  // x -> int8 [m, n_in], scales [m, n_seg] (per segment, repeated within an activation group), Σ qx [m, n_seg]
+  // (only read with zero points).
   thread_local std::vector<int8_t> xq;
   thread_local std::vector<float> xs;
   thread_local std::vector<int32_t> xsum;
   xq.resize(size_t(m * n_in));
   xs.resize(size_t(m * n_seg));
   xsum.assign(size_t(m * n_seg), 0);
+  const bool vec = isa == PackedIsa::Avx512;
+  const bool zeros = !w.zeros.empty();
+  int8_t* xqw = xq.data();
+  float* xsw = xs.data();
+  int32_t* xsumw = xsum.data();
+#pragma omp parallel for schedule(static) num_threads(n_threads) if (n_threads > 1 && m * n_in >= (int64_t(1) << 15))
   for (int64_t i = 0; i < m; ++i)
     for (int64_t a0 = 0; a0 < n_in; a0 += ag) {
       const int64_t a1 = std::min(n_in, a0 + ag);
       const float* xr = x + i * n_in;
       float s = w.act_scale;
-      if (w.act == ActQuant::Int8Dynamic) {
-        float amax = 0;
-        for (int64_t c = a0; c < a1; ++c) amax = std::max(amax, std::fabs(xr[c]));
-        s = amax / 127.0f;
-      }
-      for (int64_t c = a0; c < a1; ++c) {
-        const int8_t q = s == 0.0f ? 0 : int8_t(std::clamp(std::nearbyint(xr[c] / s), -127.0f, 127.0f));
-        xq[size_t(i * n_in + c)] = q;
-        xsum[size_t(i * n_seg + c / seg)] += q;
-      }
-      for (int64_t sg = a0 / seg; sg * seg < a1; ++sg) xs[size_t(i * n_seg + sg)] = s;
+      if (w.act == ActQuant::Int8Dynamic) s = (vec ? amax_avx512(xr + a0, a1 - a0) : amax_portable(xr + a0, a1 - a0)) / 127.0f;
+      if (vec)
+        quantize_avx512(xr + a0, a1 - a0, s, xqw + i * n_in + a0);
+      else
+        quantize_portable(xr + a0, a1 - a0, s, xqw + i * n_in + a0);
+      if (zeros)
+        for (int64_t c = a0; c < a1; ++c) xsumw[i * n_seg + c / seg] += xqw[i * n_in + c];
+      for (int64_t sg = a0 / seg; sg * seg < a1; ++sg) xsw[i * n_seg + sg] = s;
     }
+
+  // Prefill: one int8 GEMM through oneDNN into exact int32 sums, then the scales (per-channel weight scales,
+  // per-token or static activation scales: one segment a row).
+  if (n_seg == 1 && m >= kW8a8OnednnMinM && isa != PackedIsa::Portable) {
+    thread_local std::vector<int32_t> acc;
+    thread_local std::vector<int8_t> w8;
+    acc.resize(size_t(m * w.n_out));
+    const int8_t* wq = reinterpret_cast<const int8_t*>(w.data.data());
+    if (w.format == WeightFormat::Int4) {  // nibbles -> int8 once a call (n_out · n_in bytes, against m× the MACs)
+      w8.resize(size_t(w.n_out * n_in + 32));
+      int8_t* w8d = w8.data();
+#pragma omp parallel for schedule(static) num_threads(n_threads) if (n_threads > 1)
+      for (int64_t r = 0; r < w.n_out; ++r) {
+        const uint8_t* row = w.data.data() + r * w.row_bytes();
+        int8_t* out = w8d + r * n_in;
+        int64_t c = 0;
+        for (; c + 32 <= n_in; c += 32) unpack_q4_store(row + c / 2, out + c);
+        for (; c < n_in; ++c) out[c] = int8_t(int((row[c / 2] >> (4 * (c % 2))) & 15) - 8);
+      }
+      wq = w8d;
+    }
+    if (onednn_s8_gemm(xq.data(), m, wq, w.n_out, n_in, acc.data(), n_threads)) {
+      const int32_t* ad = acc.data();
+      const int64_t n_out = w.n_out;
+#pragma omp parallel for schedule(static) num_threads(n_threads) if (n_threads > 1)
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t r = 0; r < n_out; ++r) {
+          int32_t d = ad[i * n_out + r];
+          if (zeros) d -= int32_t(w.zeros[size_t(r)]) * xsumw[i];
+          y[i * n_out + r] = w.scales[size_t(r)] * xsw[i] * float(d);
+        }
+      return true;
+    }
+  }
 
   const bool parallel = n_threads > 1 && worth_parallel(w.n_out * w.row_bytes() * m);
   const int8_t* xqd = xq.data();

@@ -32,6 +32,13 @@ bool int_w8a8_linear(const float* x, int64_t m, const PackedWeight& w, float* y,
 bool fp8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa);
 bool fp4_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa);
 
+// acc[m, n_out] = xq[m, n_in] · wᵀ in exact int32, w int8 [n_out, n_in] row-major, through oneDNN's int8
+// matmul (gemm_int_w8a8_onednn.cpp; VNNI brgemm where the CPU has it). The W8A8 kernel's path for m ≥
+// kW8a8OnednnMinM. Returns false where oneDNN has no int8 matmul (nothing written).
+inline constexpr int64_t kW8a8OnednnMinM = 16;
+bool onednn_s8_gemm(const int8_t* xq, int64_t m, const int8_t* w, int64_t n_out, int64_t n_in, int32_t* acc,
+                    int n_threads);
+
 // packed_linear() with the ISA chosen (tests, benchmarks): the kernel of w's family at `isa` (which must not
 // be above packed_best_isa()), else the reference. Returns whether a kernel ran.
 bool packed_linear_isa(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa);

@@ -1,0 +1,82 @@
+// The int8 × int8 GEMM behind W8A8 prefill (packed_kernels.h: onednn_s8_gemm): oneDNN matmul, s8 activations
+// × s8 weights → s32, the weights read in place ([n_out, n_in] row-major is oneDNN's [K, N] "ba"; no copy).
+// On AVX-512 VNNI CPUs oneDNN runs its brgemm VNNI kernel (it handles the s8-source compensation itself):
+// measured on a Zen 4 core ≈ 2× its BF16 matmul at m = 512 (bench/results/decode-quant-zen4-*.md).
+// Primitives are cached per calling thread by (m, n_out, n_in), as onednn_matmul.cpp does for BF16/F32.
+#include <omp.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+#include <unordered_map>
+
+#include "kernels/cpu/packed_kernels.h"
+
+namespace tp::cpu::detail {
+
+namespace {
+
+struct Key {
+  int64_t m, n_out, n_in;
+  bool operator==(const Key&) const = default;
+};
+
+struct KeyHash {
+  size_t operator()(const Key& k) const {
+    uint64_t h = uint64_t(k.m) * 0x9E3779B97F4A7C15ull;
+    h ^= uint64_t(k.n_out) + 0x632BE59BD9B4E019ull + (h << 6) + (h >> 2);
+    h ^= uint64_t(k.n_in) + 0x85EBCA77C2B2AE63ull + (h << 6) + (h >> 2);
+    return size_t(h);
+  }
+};
+
+struct Context {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  std::unordered_map<Key, dnnl::matmul, KeyHash> primitives;
+};
+
+constexpr size_t kMaxCachedPrimitives = 512;  // prefill chunks of many sizes: bound the cache
+
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+
+dnnl::matmul& primitive(Context& ctx, const Key& k) {
+  auto it = ctx.primitives.find(k);
+  if (it != ctx.primitives.end()) return it->second;
+  const dnnl::matmul::desc desc(dnnl::memory::desc({k.m, k.n_in}, dt::s8, tag::ab),
+                                dnnl::memory::desc({k.n_in, k.n_out}, dt::s8, tag::ba),
+                                dnnl::memory::desc({k.m, k.n_out}, dt::s32, tag::ab));
+  const dnnl::matmul::primitive_desc pd(desc, ctx.engine);
+  if (ctx.primitives.size() >= kMaxCachedPrimitives) ctx.primitives.clear();
+  return ctx.primitives.emplace(k, dnnl::matmul(pd)).first->second;
+}
+
+bool supported() {
+  static const bool ok = [] {
+    try {
+      Context ctx;
+      primitive(ctx, Key{16, 64, 64});
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return ok;
+}
+
+}  // namespace
+
+bool onednn_s8_gemm(const int8_t* xq, int64_t m, const int8_t* w, int64_t n_out, int64_t n_in, int32_t* acc,
+                    int n_threads) {
+  if (!supported()) return false;
+  thread_local Context ctx;
+  dnnl::matmul& mm = primitive(ctx, Key{m, n_out, n_in});
+  if (omp_get_max_threads() != n_threads) omp_set_num_threads(n_threads);
+  dnnl::memory src({{m, n_in}, dt::s8, tag::ab}, ctx.engine, const_cast<int8_t*>(xq));
+  dnnl::memory wei({{n_in, n_out}, dt::s8, tag::ba}, ctx.engine, const_cast<int8_t*>(w));
+  dnnl::memory dst({{m, n_out}, dt::s32, tag::ab}, ctx.engine, acc);
+  mm.execute(ctx.stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}});
+  ctx.stream.wait();
+  return true;
+}
+
+}  // namespace tp::cpu::detail
