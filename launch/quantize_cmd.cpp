@@ -39,7 +39,8 @@ const CommandSpec& quantize_spec() {
           OptionSpec::value("dtype", "DTYPE", "bf16", "dtype of the dense tensors and scales: bf16 or f32"),
           OptionSpec::value("smoothquant-alpha", "A", "0.5", "SmoothQuant migration strength in [0, 1]"),
           OptionSpec::value("threads", "N", "0", "compute threads of the calibration forward and GPTQ (0: every core)"),
-          OptionSpec::value("percdamp", "F", "0.01", "GPTQ damping, a fraction of the Hessian's mean diagonal"),
+          OptionSpec::value("percdamp", "F", "0.1",
+                            "GPTQ damping, a fraction of the Hessian's mean diagonal (llm-compressor: 0.01)"),
       }};
   return spec;
 }
