@@ -66,7 +66,7 @@ bool cholesky_lower(std::vector<double>& a, int64_t n) {
     if (!(d > 0)) return false;
     d = std::sqrt(d);
     aj[j] = d;
-#pragma omp parallel for schedule(static) num_threads(cpu::num_threads()) if ((n - j) * j > (1 << 16))
+#pragma omp parallel for schedule(static) num_threads(cpu::num_threads()) if ((n - j) * j > (1 << 20))
     for (int64_t i = j + 1; i < n; ++i) {
       double* ai = a.data() + i * n;
       ai[j] = (ai[j] - dot4(ai, aj, j)) / d;
@@ -232,8 +232,7 @@ QuantizedLinear quantize_gptq(const QuantSpec& s, const float* w_in, int64_t n_o
         e[r] = float((col[r] - q) / d);
         col[r] = q;
       }
-#pragma omp parallel for schedule(static) num_threads(n_threads) if ((i2 - i) * n_out > (1 << 15))
-      for (int64_t j = i + 1; j < i2; ++j) {
+      for (int64_t j = i + 1; j < i2; ++j) {  // serial: ≤ 127 columns, too little for a parallel region each
         const float hij = float(u[size_t(i * n + j)]);
         float* cj = wc.data() + j * n_out;
         for (int64_t r = 0; r < n_out; ++r) cj[r] -= e[r] * hij;
