@@ -13,7 +13,9 @@
 # Environment: BASE (models/SmolLM2-135M-Instruct.F32.gguf), CHUNKS (40 windows), CONTEXT (512), THREADS (2),
 #   GROUP (64: group size of the grouped int schemes; 128 does not divide SmolLM2's 576 input columns, 64 divides
 #   576 and 1536), CALIB (/usr/share/common-licenses/GPL-3), CALIB_TOKENS (4096),
-#   TPSERVE (build/launch/tpserve), OUT (bench/results/quality-<date>.md), WORK (a temporary directory).
+#   TPSERVE (build/launch/tpserve), OUT (bench/results/quality-<date>.md), WORK (a temporary directory),
+#   SCHEMES (the quantize schemes to run, space-separated; default every one), GGUF_ROWS (1: the GGUF copies'
+#   rows; 0: none), QUANT_FLAGS (extra `tpserve quantize` flags for every row, e.g. "--percdamp 0.1").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CMDLINE="$0 $*"
@@ -32,6 +34,9 @@ THREADS=${THREADS:-2}
 GROUP=${GROUP:-64}
 CALIB=${CALIB:-/usr/share/common-licenses/GPL-3}
 CALIB_TOKENS=${CALIB_TOKENS:-4096}
+SCHEMES=${SCHEMES:-w8a16 w4a16 w4a16-asym w3a16 w8a8-int8 fp8-dynamic fp8-weight mxfp4 nvfp4}
+GGUF_ROWS=${GGUF_ROWS:-1}
+QUANT_FLAGS=${QUANT_FLAGS:-}
 STAMP=$(date -u +%Y%m%d-%H%M)
 OUT=${OUT:-bench/results/quality-$STAMP.md}
 WORK=${WORK:-$(mktemp -d)}
@@ -68,6 +73,7 @@ eval_row() {
 
 eval_row base "(f32)" - "$BASE" - --no-ref
 for q in Q4_1 Q8_0 Q4_K_M BF16; do
+  [ "$GGUF_ROWS" = 1 ] || break
   f=models/SmolLM2-135M-Instruct.$q.gguf
   if [ -e "$f" ] && ! [ "$f" -ef "$BASE" ]; then eval_row "$(basename "$f")" "gguf $q" "llama.cpp blocks" "$f" -; fi
 done
@@ -82,7 +88,7 @@ if [ "$SKIP_QUANTIZE" = 1 ]; then
 elif ! "$TPSERVE" quantize --help >/dev/null 2>&1; then
   ROWS+=("| (tpserve quantize rows skipped: this build has no \`tpserve quantize\`) | | | | | | | | | |")
 else
-  for scheme in w8a16 w4a16 w4a16-asym w3a16 w8a8-int8 fp8-dynamic fp8-weight mxfp4 nvfp4; do
+  for scheme in $SCHEMES; do
     var=METHODS_${scheme//-/_}
     for method in ${!var}; do
       dir=$WORK/$scheme-${method//+/-}
@@ -90,7 +96,7 @@ else
       t0=$(date +%s.%N)
       # shellcheck disable=SC2086
       if ! "$TPSERVE" quantize --in "$BASE" --out "$dir" --scheme "$scheme" --method "$method" ${EXTRA[$scheme]:-} \
-           --calib "$CALIB" --calib-tokens "$CALIB_TOKENS" >"$WORK/q.out" 2>"$WORK/q.err"; then
+           --calib "$CALIB" --calib-tokens "$CALIB_TOKENS" --threads "$THREADS" $QUANT_FLAGS >"$WORK/q.out" 2>"$WORK/q.err"; then
         ROWS+=("| $scheme $method | $scheme | $method | | refused: $(tail -1 "$WORK/q.err" | tr '|' '/') | | | | | |")
         continue
       fi
@@ -114,7 +120,8 @@ mkdir -p "$(dirname "$OUT")"
   echo "  first of a window scored ($((CHUNKS * (CONTEXT - 1))) tokens)"
   echo "- eval: \`tpserve eval --model M --ref $BASE ${EVAL_FLAGS[*]}\` (text path aside); GGUF blocks run as they"
   echo "  are served (--quantized keep: quantized kernels, activations rounded to 8 bits per block)"
-  echo "- calibration (quantize rows): $CALIB, $CALIB_TOKENS tokens"
+  echo "- calibration (quantize rows): $CALIB, $CALIB_TOKENS tokens; quantize flags: --threads $THREADS $QUANT_FLAGS"
+  echo "- load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "- KL = mean over scored positions of KL(p_base || p_model) in nats; top-1 = fraction of positions whose"
   echo "  argmax equals the base's; perplexity = exp(mean NLL)"
   echo

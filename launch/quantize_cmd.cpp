@@ -5,9 +5,12 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <thread>
+#include <algorithm>
 
 #include "common/error.h"
 #include "coordinator/tokenizer.h"
+#include "kernels/cpu/linear.h"
 #include "launch/cli_args.h"
 #include "launch/commands.h"
 #include "rank/model_file.h"
@@ -35,7 +38,9 @@ const CommandSpec& quantize_spec() {
           OptionSpec::value("ignore", "LIST", "lm_head", "comma-separated modules left unquantized (lm_head must be one)"),
           OptionSpec::value("dtype", "DTYPE", "bf16", "dtype of the dense tensors and scales: bf16 or f32"),
           OptionSpec::value("smoothquant-alpha", "A", "0.5", "SmoothQuant migration strength in [0, 1]"),
-          OptionSpec::value("percdamp", "F", "0.01", "GPTQ damping, a fraction of the Hessian's mean diagonal"),
+          OptionSpec::value("threads", "N", "0", "compute threads of the calibration forward and GPTQ (0: every core)"),
+          OptionSpec::value("percdamp", "F", "0.1",
+                            "GPTQ damping, a fraction of the Hessian's mean diagonal (llm-compressor: 0.01)"),
       }};
   return spec;
 }
@@ -50,6 +55,8 @@ int run_quantize(const CliArgs& a) {
   o.seq_len = a.integer("calib-seq-len", 1, 1 << 20);
   o.percdamp = a.real("percdamp", 0.0, 10.0);
   o.sq_alpha = float(a.real("smoothquant-alpha", 0.0, 1.0));
+  const int64_t threads = a.integer("threads", 0, 1024);
+  cpu::set_num_threads(threads > 0 ? int(threads) : int(std::max(1u, std::thread::hardware_concurrency())));
   const std::string dt = *a.str("dtype");
   if (dt != "bf16" && dt != "f32") throw UsageError("--dtype must be bf16 or f32, not '" + dt + "'");
   o.dtype = dt == "f32" ? DType::F32 : DType::BF16;

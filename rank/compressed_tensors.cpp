@@ -200,9 +200,9 @@ void check_scheme(const CtScheme& s, const Fields& f) {
   if (w.dynamic != CtDynamic::Static) fw.fail("dynamic", "dynamic weight quantization is not a stored format");
   switch (s.format) {
     case CtFormat::PackQuantized:
-      if (w.type != CtType::Int || (w.num_bits != 4 && w.num_bits != 8))
+      if (w.type != CtType::Int || (w.num_bits != 3 && w.num_bits != 4 && w.num_bits != 8))
         fw.fail("num_bits", "pack-quantized weights of " + num(w.num_bits) + "-bit " +
-                                (w.type == CtType::Int ? "int" : "float") + " (supported: 4- and 8-bit int)");
+                                (w.type == CtType::Int ? "int" : "float") + " (supported: 3-, 4- and 8-bit int)");
       break;
     case CtFormat::IntQuantized:  // int8 tensors; 4-bit values (W4A8) are repacked two a byte
       if (w.type != CtType::Int || (w.num_bits != 8 && w.num_bits != 4))
@@ -430,7 +430,7 @@ IntModule int_module(const ModelFile& f, const CtScheme& s, const std::string& p
   m.bits = w.num_bits;
   m.packed = s.format == CtFormat::PackQuantized;
   if (m.packed) {
-    m.data = &need(f, p + ".weight_packed", {RawType::I32}, false, {g.n_out, ceil_div(g.n_in * w.num_bits, 32)});
+    m.data = &need(f, p + ".weight_packed", {RawType::I32}, false, {g.n_out, ceil_div(g.n_in, 32 / w.num_bits)});
     if (const TensorView* shp = f.find(p + ".weight_shape")) {
       need(f, p + ".weight_shape", {RawType::I32, RawType::I64}, false, {2});
       if (int_at(*shp, 0) != g.n_out || int_at(*shp, 1) != g.n_in)
@@ -448,7 +448,7 @@ IntModule int_module(const ModelFile& f, const CtScheme& s, const std::string& p
   m.scale = &need(f, p + ".weight_scale", {}, true, sshape);
   if (!w.symmetric) {
     if (m.packed && per_row)
-      m.zero = &need(f, p + ".weight_zero_point", {RawType::I32}, false, {ceil_div(g.n_out * w.num_bits, 32), m.n_groups});
+      m.zero = &need(f, p + ".weight_zero_point", {RawType::I32}, false, {ceil_div(g.n_out, 32 / w.num_bits), m.n_groups});
     else
       m.zero = &need(f, p + ".weight_zero_point", {RawType::I8}, false, sshape);
   }
@@ -473,22 +473,26 @@ IntModule int_module(const ModelFile& f, const CtScheme& s, const std::string& p
   return m;
 }
 
-// q of element (r, c) in [-2^(bits-1), 2^(bits-1)).
+// q of element (r, c) in [-2^(bits-1), 2^(bits-1)). Packed: per = 32 / bits values a little-endian I32 word,
+// value c of a row in word c / per at bit bits · (c % per) (3 bits: ten a word, the top 2 bits unused).
 int q_at(const IntModule& m, int64_t n_in, int64_t r, int64_t c) {
   if (!m.packed) return int8_t(m.data->data[r * n_in + c]);
-  const int64_t words = ceil_div(n_in * m.bits, 32);
+  const int64_t per = 32 / m.bits, words = ceil_div(n_in, per);
   const uint8_t* row = m.data->data + r * words * 4;
   if (m.bits == 8) return int(row[c]) - 128;
-  return int((row[c / 2] >> (4 * (c % 2))) & 15) - 8;
+  if (m.bits == 4) return int((row[c / 2] >> (4 * (c % 2))) & 15) - 8;
+  uint32_t word;
+  std::memcpy(&word, row + (c / per) * 4, 4);
+  return int((word >> (m.bits * (c % per))) & ((1u << m.bits) - 1)) - (1 << (m.bits - 1));
 }
 
 int zero_at(const IntModule& m, int64_t n_out, int64_t r, int64_t g) {
   if (!m.zero) return 0;
   if (m.zero->raw == RawType::I8) return int(int_at(*m.zero, m.zero->n_elems() == 1 ? 0 : r * m.n_groups + g));
   (void)n_out;
-  const int64_t bit = r * m.bits;  // packed along rows: row r's value at bit r * bits of column g's stream
-  const int64_t word = int_at(*m.zero, (bit / 32) * m.n_groups + g);
-  return int((uint32_t(word) >> (bit % 32)) & ((1u << m.bits) - 1)) - (1 << (m.bits - 1));
+  const int64_t per = 32 / m.bits;  // packed along rows: row r in word r / per at bit bits · (r % per)
+  const int64_t word = int_at(*m.zero, (r / per) * m.n_groups + g);
+  return int((uint32_t(word) >> (m.bits * (r % per))) & ((1u << m.bits) - 1)) - (1 << (m.bits - 1));
 }
 
 // --- loading -------------------------------------------------------------------------------------------------
@@ -501,7 +505,7 @@ struct PartInfo {
 PackedWeight load_int(const ModelFile& f, const CtScheme& s, Range cols, const std::vector<PartInfo>& parts) {
   const CtQuantArgs& wa = *s.weights;
   PackedWeight w;
-  w.format = wa.num_bits == 4 ? WeightFormat::Int4 : WeightFormat::Int8;
+  w.format = wa.num_bits <= 4 ? WeightFormat::Int4 : WeightFormat::Int8;  // 3-bit values run as Int4
   w.n_in = cols.size();
   for (const PartInfo& p : parts) w.n_out += p.rows.size();
   std::vector<IntModule> mods;
@@ -560,7 +564,7 @@ PackedWeight load_int(const ModelFile& f, const CtScheme& s, Range cols, const s
       uint8_t* dst = w.data.data() + r_out * w.row_bytes();
       if (w.format == WeightFormat::Int8) {
         for (int64_t c = 0; c < w.n_in; ++c) dst[c] = uint8_t(int8_t(q_at(m, p.g.n_in, r, cols.begin + c)));
-      } else if (m.packed && cols.begin % 2 == 0 && w.n_in % 2 == 0) {  // whole bytes: the nibble pairs as stored
+      } else if (m.packed && m.bits == 4 && cols.begin % 2 == 0 && w.n_in % 2 == 0) {  // nibble pairs as stored
         std::memcpy(dst, m.data->data + r * ceil_div(p.g.n_in * 4, 32) * 4 + cols.begin / 2, size_t(w.n_in / 2));
       } else {
         for (int64_t c = 0; c < w.n_in; ++c) {

@@ -145,9 +145,6 @@ struct CtWriter::Impl {
 
 CtWriter::CtWriter(QuantScheme scheme, QuantSpec spec, bool act_order, std::vector<std::string> ignore, DType dtype)
     : p_(std::make_unique<Impl>()) {
-  if (scheme == QuantScheme::W3A16)
-    throw UsageError("scheme w3a16: writing 3-bit compressed-tensors packs is not supported yet (our loader reads "
-                     "4- and 8-bit packs only)");
   if (dtype != DType::F32 && dtype != DType::BF16) throw UsageError("quantize: --dtype must be bf16 or f32");
   if (act_order && spec.kind != QuantKind::Int) throw UsageError("--act-order applies to integer schemes only");
   p_->scheme = scheme;
@@ -170,9 +167,12 @@ void CtWriter::add_quantized(const std::string& m, const QuantizedLinear& q) {
   switch (p_->scheme) {
     case QuantScheme::W8A16:
     case QuantScheme::W4A16:
-    case QuantScheme::W4A16Asym: {
+    case QuantScheme::W4A16Asym:
+    case QuantScheme::W3A16: {
+      // compressed-tensors pack_to_int32: per = 32 / bits values a word (3 bits: 10, the top 2 bits unused),
+      // value c of a row in word c / per at bit bits · (c % per); a row padded with zeros to whole words.
       const int bits = q.spec.bits, per = 32 / bits, ng = int(q.n_groups());
-      const int64_t words = n_in / per;
+      const int64_t words = (n_in + per - 1) / per;
       std::vector<int32_t> packed(size_t(n_out * words), 0);
       for (int64_t r = 0; r < n_out; ++r)
         for (int64_t c = 0; c < n_in; ++c) {
@@ -221,7 +221,6 @@ void CtWriter::add_quantized(const std::string& m, const QuantizedLinear& q) {
       }
       break;
     }
-    case QuantScheme::W3A16: throw Error("w3a16 writer");
   }
 }
 

@@ -21,7 +21,9 @@
 //                low nibble first), M.weight_scale F8_E4M3 [n_out, n_in / 16], M.weight_global_scale F32 [1]
 //   mxfp4        mxfp4-pack-quantized, float 4 group 32: M.weight_packed U8 [n_out, n_in / 2], M.weight_scale U8
 //                (E8M0) [n_out, n_in / 32]
-//   w3a16        refused: our loader reads 4- and 8-bit packs only (3-bit GPTQ/RTN exist in rank/quant_*.h).
+//   w3a16        pack-quantized, int 3 sym group G: weight_packed I32 [n_out, ceil(n_in / 10)] (u = q + 4, ten a
+//                word at bits 3k..3k+2, the top 2 bits 0, the last word of a row zero-padded: compressed-tensors'
+//                pack_to_int32 with pack factor 32 / 3), weight_scale, weight_shape as w4a16
 // Everything else (embeddings, norms, ignored modules) is written dense in the output dtype.
 // The writer spills every tensor, in its stored form, to an unnamed temporary file as it comes (memory: the
 // tensor being added), and finish() copies them into model.safetensors.

@@ -4,9 +4,21 @@
 #include <cmath>
 
 #include "common/error.h"
-#include "rank/quant_math.h"
+#include "kernels/cpu/linear.h"
 
 namespace tp {
+
+namespace {
+
+// y [m, n_out] = x [m, n_in] · wᵀ on the CPU GEMM (kernels/cpu linear).
+std::vector<float> matmul(const float* x, int64_t m, const float* w, int64_t n_out, int64_t n_in) {
+  std::vector<float> y(static_cast<size_t>(m * n_out));
+  const cpu::Weight wt(DType::F32, n_out, n_in, DType::F32, w, n_in * int64_t(sizeof(float)));
+  cpu::linear(x, m, wt, y.data());
+  return y;
+}
+
+}  // namespace
 
 void apply_input_scales(float* w, int64_t n_out, int64_t n_in, const std::vector<float>& s) {
   for (int64_t r = 0; r < n_out; ++r)
@@ -34,13 +46,8 @@ AwqResult awq_search(const QuantSpec& spec, const std::vector<LinearRef>& ws, co
   std::vector<std::vector<float>> ref(ws.size());
   double ref_norm = 0;
   for (size_t li = 0; li < ws.size(); ++li) {
-    ref[li].resize(size_t(m * ws[li].n_out));
-    for (int64_t t = 0; t < m; ++t)
-      for (int64_t o = 0; o < ws[li].n_out; ++o) {
-        const float y = dot_f32(xs.data() + t * n_in, ws[li].w + o * n_in, n_in);
-        ref[li][size_t(t * ws[li].n_out + o)] = y;
-        ref_norm += double(y) * y;
-      }
+    ref[li] = matmul(xs.data(), m, ws[li].w, ws[li].n_out, n_in);
+    for (float y : ref[li]) ref_norm += double(y) * y;
   }
   if (!(ref_norm > 0)) ref_norm = 1;
   AwqResult best;
@@ -64,12 +71,11 @@ AwqResult awq_search(const QuantSpec& spec, const std::vector<LinearRef>& ws, co
       std::vector<float> wq = quantize_rtn(spec, ws_buf.data(), no, n_in).dequantize();
       for (int64_t o = 0; o < no; ++o)
         for (int64_t j = 0; j < n_in; ++j) wq[size_t(o * n_in + j)] /= s[size_t(j)];
-      for (int64_t t = 0; t < m; ++t)
-        for (int64_t o = 0; o < no; ++o) {
-          const double d =
-              double(dot_f32(xs.data() + t * n_in, wq.data() + o * n_in, n_in)) - ref[li][size_t(t * no + o)];
-          err += d * d;
-        }
+      const std::vector<float> y = matmul(xs.data(), m, wq.data(), no, n_in);
+      for (size_t k = 0; k < y.size(); ++k) {
+        const double d = double(y[k]) - ref[li][k];
+        err += d * d;
+      }
     }
     err /= ref_norm;
     if (gi == 0) best.error_rtn = err;

@@ -6,19 +6,27 @@
 
 #include "common/error.h"
 #include "common/fp_formats.h"
+#include "kernels/cpu/linear.h"
 
 namespace tp {
 
 void GptqHessian::add(const float* x, int64_t n_tok) {
+  // Σ x xᵀ of each chunk of rows as one F32 GEMM (kernels/cpu linear: y = A · Bᵀ with A = B = Xᵀ [n_in, chunk]),
+  // added to the double sums; F32 accumulates at most kChunk products per element.
+  constexpr int64_t kChunk = 512;
   const int64_t n = n_in_;
-  std::vector<double> row(static_cast<size_t>(n));
-  for (int64_t t = 0; t < n_tok; ++t) {
-    for (int64_t j = 0; j < n; ++j) row[size_t(j)] = x[t * n + j];
+  std::vector<float> xt, y(static_cast<size_t>(n * n));
+  for (int64_t t0 = 0; t0 < n_tok; t0 += kChunk) {
+    const int64_t c = std::min(kChunk, n_tok - t0);
+    xt.resize(size_t(n * c));
+    for (int64_t t = 0; t < c; ++t)
+      for (int64_t j = 0; j < n; ++j) xt[size_t(j * c + t)] = x[(t0 + t) * n + j];
+    const cpu::Weight b(DType::F32, n, c, DType::F32, xt.data(), c * int64_t(sizeof(float)));
+    cpu::linear(xt.data(), n, b, y.data());
     for (int64_t i = 0; i < n; ++i) {
-      const double xi = row[size_t(i)];
-      if (xi == 0) continue;
       double* hr = h_.data() + i * n;
-      for (int64_t j = i; j < n; ++j) hr[j] += xi * row[size_t(j)];  // upper triangle; mirrored in hessian()
+      const float* yr = y.data() + i * n;
+      for (int64_t j = i; j < n; ++j) hr[j] += yr[j];  // upper triangle; mirrored in hessian()
     }
   }
   n_rows_ += n_tok;
@@ -58,6 +66,7 @@ bool cholesky_lower(std::vector<double>& a, int64_t n) {
     if (!(d > 0)) return false;
     d = std::sqrt(d);
     aj[j] = d;
+#pragma omp parallel for schedule(static) num_threads(cpu::num_threads()) if ((n - j) * j > (1 << 20))
     for (int64_t i = j + 1; i < n; ++i) {
       double* ai = a.data() + i * n;
       ai[j] = (ai[j] - dot4(ai, aj, j)) / d;
@@ -77,21 +86,21 @@ bool inverse_upper_cholesky(const std::vector<double>& h, int64_t n, std::vector
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < n; ++j) r[size_t(i * n + j)] = h[size_t((n - 1 - i) * n + (n - 1 - j))];
   if (!cholesky_lower(r, n)) return false;
-  // Linv = L⁻¹ (lower), row by row: Linv_ij = −(Σ_{j ≤ k < i} L_ik Linv_kj) / L_ii, Linv_ii = 1 / L_ii.
+  // Linv = L⁻¹ (lower), one column j at a time (the columns are independent; threads share them):
+  // Linv_ij = (δ_ij − Σ_{j ≤ k < i} L_ik Linv_kj) / L_ii for i ≥ j, from a contiguous copy of the column.
   std::vector<double> li(static_cast<size_t>(n * n), 0.0);
-  std::vector<double> acc(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    std::fill(acc.begin(), acc.begin() + i, 0.0);
-    const double* ri = r.data() + i * n;
-    for (int64_t k = 0; k < i; ++k) {
-      const double a = ri[k];
-      if (a == 0) continue;
-      const double* lk = li.data() + k * n;
-      for (int64_t j = 0; j <= k; ++j) acc[size_t(j)] += a * lk[j];
+#pragma omp parallel num_threads(cpu::num_threads())
+  {
+    std::vector<double> col(static_cast<size_t>(n));
+#pragma omp for schedule(dynamic, 8)
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t i = j; i < n; ++i) {
+        const double* ri = r.data() + i * n;
+        const double sum = dot4(ri + j, col.data() + j, i - j);
+        col[size_t(i)] = ((i == j ? 1.0 : 0.0) - sum) / ri[i];
+      }
+      for (int64_t i = j; i < n; ++i) li[size_t(i * n + j)] = col[size_t(i)];
     }
-    double* row = li.data() + i * n;
-    for (int64_t j = 0; j < i; ++j) row[j] = -acc[size_t(j)] / ri[i];
-    row[i] = 1.0 / ri[i];
   }
   u.assign(size_t(n * n), 0.0);
   for (int64_t i = 0; i < n; ++i)
@@ -210,6 +219,7 @@ QuantizedLinear quantize_gptq(const QuantSpec& s, const float* w_in, int64_t n_o
   };
 
   std::vector<float> err(static_cast<size_t>(o.block * n_out));
+  const int n_threads = cpu::num_threads();
   for (int64_t i1 = 0; i1 < n; i1 += o.block) {
     const int64_t i2 = std::min(i1 + o.block, n), count = i2 - i1;
     for (int64_t i = i1; i < i2; ++i) {
@@ -222,12 +232,13 @@ QuantizedLinear quantize_gptq(const QuantSpec& s, const float* w_in, int64_t n_o
         e[r] = float((col[r] - q) / d);
         col[r] = q;
       }
-      for (int64_t j = i + 1; j < i2; ++j) {
+      for (int64_t j = i + 1; j < i2; ++j) {  // serial: ≤ 127 columns, too little for a parallel region each
         const float hij = float(u[size_t(i * n + j)]);
         float* cj = wc.data() + j * n_out;
         for (int64_t r = 0; r < n_out; ++r) cj[r] -= e[r] * hij;
       }
     }
+#pragma omp parallel for schedule(static) num_threads(n_threads)
     for (int64_t j = i2; j < n; ++j) {
       float* cj = wc.data() + j * n_out;
       for (int64_t k = 0; k < count; ++k) {

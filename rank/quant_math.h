@@ -1,4 +1,4 @@
-// Small F32 helpers shared by the quantizers (rank/quant_awq.cpp, rank/quantize.cpp).
+// Small F32 helpers of the quantizers (rank/quantize.cpp's calibration attention).
 #pragma once
 #include <cstdint>
 

@@ -4,9 +4,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <regex>
 
 #include "common/error.h"
+#include "kernels/cpu/linear.h"
 #include "rank/quant_math.h"
 #include "rank/convert.h"
 #include "rank/hf_dir.h"
@@ -21,12 +23,13 @@ namespace {
 using Vec = std::vector<float>;
 
 
-// y [n, n_out] = x [n, n_in] · wᵀ
+// y [n, n_out] = x [n, n_in] · wᵀ, on the CPU GEMM (kernels/cpu linear: oneDNN, the threads of
+// cpu::set_num_threads).
 Vec matmul(const Vec& x, int64_t n, const Vec& w, int64_t n_out, int64_t n_in) {
   Vec y(static_cast<size_t>(n * n_out));
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t o = 0; o < n_out; ++o)
-      y[size_t(t * n_out + o)] = dot_f32(x.data() + t * n_in, w.data() + o * n_in, n_in);
+  if (n == 0) return y;
+  const cpu::Weight wt(DType::F32, n_out, n_in, DType::F32, w.data(), n_in * int64_t(sizeof(float)));
+  cpu::linear(x.data(), n, wt, y.data());
   return y;
 }
 
@@ -133,24 +136,34 @@ class Quantizer {
 
   std::vector<double> hessian(const Vec& x, int64_t n, int64_t n_in) const {
     GptqHessian h(n_in);
-    h.add(x.data(), n);
+    h.add(x.data(), std::min(n, n_calib_));
     return h.hessian();
   }
 
-  // Causal attention of q [n, nh·hd], k/v [n, nkv·hd] (rope applied here) over sequences of seq_len.
+  // Causal attention of q [n, nh·hd], k/v [n, nkv·hd] (rope applied here) over sequences of seq_len; the
+  // tokens split over the cpu::num_threads() threads.
   Vec attention(Vec q, Vec k, const Vec& v, int64_t n) const {
     const int64_t nh = c_.n_heads, nkv = c_.n_kv_heads, hd = c_.head_dim, half = hd / 2;
+    const int64_t n_pos = std::min(n, o_.seq_len);
+    Vec cs(static_cast<size_t>(n_pos * half)), sn(cs.size());  // [position, half]
+    for (int64_t pos = 0; pos < n_pos; ++pos)
+      for (int64_t i = 0; i < half; ++i) {
+        const double th = double(pos) * std::pow(double(c_.rope_theta), -2.0 * double(i) / double(hd));
+        cs[size_t(pos * half + i)] = float(std::cos(th));
+        sn[size_t(pos * half + i)] = float(std::sin(th));
+      }
+    const int n_threads = cpu::num_threads();
     auto rope = [&](Vec& a, int64_t heads) {
+#pragma omp parallel for schedule(static) num_threads(n_threads)
       for (int64_t t = 0; t < n; ++t) {
         const int64_t pos = t % o_.seq_len;
         for (int64_t h = 0; h < heads; ++h) {
           float* p = a.data() + (t * heads + h) * hd;
           for (int64_t i = 0; i < half; ++i) {
-            const double th = double(pos) * std::pow(double(c_.rope_theta), -2.0 * double(i) / double(hd));
-            const float cs = float(std::cos(th)), sn = float(std::sin(th));
+            const float c = cs[size_t(pos * half + i)], s = sn[size_t(pos * half + i)];
             const float a0 = p[i], a1 = p[i + half];
-            p[i] = a0 * cs - a1 * sn;
-            p[i + half] = a0 * sn + a1 * cs;
+            p[i] = a0 * c - a1 * s;
+            p[i + half] = a0 * s + a1 * c;
           }
         }
       }
@@ -159,25 +172,29 @@ class Quantizer {
     rope(k, nkv);
     Vec out(static_cast<size_t>(n * nh * hd), 0.0f);
     const float scale = float(1.0 / std::sqrt(double(hd)));
-    Vec sc;
-    for (int64_t t = 0; t < n; ++t) {
-      const int64_t t0 = t - t % o_.seq_len;
-      sc.resize(size_t(t - t0 + 1));
-      for (int64_t h = 0; h < nh; ++h) {
-        const int64_t kh = h / (nh / nkv);
-        const float* qp = q.data() + (t * nh + h) * hd;
-        float mx = -INFINITY;
-        for (int64_t u = t0; u <= t; ++u) {
-          sc[size_t(u - t0)] = dot_f32(qp, k.data() + (u * nkv + kh) * hd, hd) * scale;
-          mx = std::max(mx, sc[size_t(u - t0)]);
-        }
-        double sum = 0;
-        for (float& s : sc) sum += (s = std::exp(s - mx));
-        float* op = out.data() + (t * nh + h) * hd;
-        for (int64_t u = t0; u <= t; ++u) {
-          const float p = float(sc[size_t(u - t0)] / sum);
-          const float* vp = v.data() + (u * nkv + kh) * hd;
-          for (int64_t d = 0; d < hd; ++d) op[d] += p * vp[d];
+#pragma omp parallel num_threads(n_threads)
+    {
+      Vec sc;
+#pragma omp for schedule(dynamic, 16)
+      for (int64_t t = 0; t < n; ++t) {
+        const int64_t t0 = t - t % o_.seq_len;
+        sc.resize(size_t(t - t0 + 1));
+        for (int64_t h = 0; h < nh; ++h) {
+          const int64_t kh = h / (nh / nkv);
+          const float* qp = q.data() + (t * nh + h) * hd;
+          float mx = -INFINITY;
+          for (int64_t u = t0; u <= t; ++u) {
+            sc[size_t(u - t0)] = dot_f32(qp, k.data() + (u * nkv + kh) * hd, hd) * scale;
+            mx = std::max(mx, sc[size_t(u - t0)]);
+          }
+          double sum = 0;
+          for (float& s : sc) sum += (s = std::exp(s - mx));
+          float* op = out.data() + (t * nh + h) * hd;
+          for (int64_t u = t0; u <= t; ++u) {
+            const float p = float(sc[size_t(u - t0)] / sum);
+            const float* vp = v.data() + (u * nkv + kh) * hd;
+            for (int64_t d = 0; d < hd; ++d) op[d] += p * vp[d];
+          }
         }
       }
     }
@@ -186,12 +203,35 @@ class Quantizer {
 
   void layer(int64_t i, Vec& x, int64_t n);
 
+  // Diagnostics (TPSERVE_QUANT_HOLDOUT=N: the last N calibration rows are not calibrated on): the relative
+  // output error ‖X·(W'−W)ᵀ‖² / ‖X·Wᵀ‖² of W' and of RTN's, on the calibrated rows and on the held-out ones.
+  void report(const std::string& mod, const Vec& x, int64_t n, int64_t n_in, const Vec& w, const Vec& wq,
+              int64_t n_out) const {
+    if (n_calib_ == n || ignored(o_.ignore, mod)) return;
+    const Vec rtn = quantize_rtn(spec_, w.data(), n_out, n_in).dequantize();
+    const Vec y = matmul(x, n, w, n_out, n_in), yq = matmul(x, n, wq, n_out, n_in), yr = matmul(x, n, rtn, n_out, n_in);
+    double e[2][2] = {{0, 0}, {0, 0}}, den[2] = {0, 0};
+    for (int64_t t = 0; t < n; ++t) {
+      const int part = t < n_calib_ ? 0 : 1;
+      for (int64_t o = 0; o < n_out; ++o) {
+        const size_t k = size_t(t * n_out + o);
+        den[part] += double(y[k]) * y[k];
+        e[part][0] += (double(yq[k]) - y[k]) * (double(yq[k]) - y[k]);
+        e[part][1] += (double(yr[k]) - y[k]) * (double(yr[k]) - y[k]);
+      }
+    }
+    std::fprintf(stderr, "holdout %-34s calib: method %.4g rtn %.4g (ratio %.3f)  held-out: method %.4g rtn %.4g (ratio %.3f)\n",
+                 mod.c_str(), e[0][0] / den[0], e[0][1] / den[0], e[0][0] / e[0][1], e[1][0] / den[1], e[1][1] / den[1],
+                 e[1][0] / e[1][1]);
+  }
+
   const ModelFile& m_;
   const QuantizeOptions& o_;
   const ModelConfig& c_;
   QuantSpec spec_;
   CtWriter w_;
   int64_t n_quantized_ = 0;
+  int64_t n_calib_ = 0;  // calibration rows the Hessians use (the rest: TPSERVE_QUANT_HOLDOUT diagnostics)
 };
 
 void Quantizer::layer(int64_t i, Vec& x, int64_t n) {
@@ -213,6 +253,9 @@ void Quantizer::layer(int64_t i, Vec& x, int64_t n) {
   const Vec q = quantize(module(i, kQ), wq, nq, H, hp), k = quantize(module(i, kK), wk, nk, H, hp);
   QuantizedLinear vq;
   Vec v = quantize(module(i, kV), wv, nk, H, hp, &vq);
+  report(module(i, kQ), h, n, H, wq, q, nq);
+  report(module(i, kK), h, n, H, wk, k, nk);
+  report(module(i, kV), h, n, H, wv, v, nk);
   wq.clear(), wk.clear();
   Vec wo = load(b + "attn_output.weight", {H, nq});
   Vec a;
@@ -233,6 +276,7 @@ void Quantizer::layer(int64_t i, Vec& x, int64_t n) {
   w_.add_dense(hfb + "input_layernorm.weight", {H}, attn_norm.data());
   if (gptq()) hs = hessian(a, n, nq);
   const Vec o = quantize(module(i, kO), wo, H, nq, hp);
+  report(module(i, kO), a, n, nq, wo, o, H);
   wo.clear();
   if (calibrated()) {
     const Vec y = matmul(a, n, o, H, nq);
@@ -246,6 +290,7 @@ void Quantizer::layer(int64_t i, Vec& x, int64_t n) {
   w_.add_dense(hfb + "post_attention_layernorm.weight", {H}, ffn_norm.data());
   if (gptq()) hs = hessian(h, n, H);
   const Vec g = quantize(module(i, kGate), wg, I, H, hp);
+  report(module(i, kGate), h, n, H, wg, g, I);
   QuantizedLinear uq;
   // up is written after down's AWQ scales are folded into its row scales.
   const bool up_ignored = ignored(o_.ignore, module(i, kUp));
@@ -291,6 +336,7 @@ void Quantizer::layer(int64_t i, Vec& x, int64_t n) {
   }
   if (gptq()) hs = hessian(mlp, n, I);
   const Vec d = quantize(module(i, kDown), wd, H, I, hp);
+  report(module(i, kDown), mlp, n, I, wd, d, H);
   if (calibrated()) {
     const Vec y = matmul(mlp, n, d, H, I);
     for (size_t j = 0; j < x.size(); ++j) x[j] += y[j];
@@ -308,6 +354,8 @@ void Quantizer::run(const std::string& out_dir) {
   if (o_.method == QuantMethod::SmoothQuantGptq && o_.scheme != QuantScheme::W8A8Int8 && o_.scheme != QuantScheme::Fp8Dynamic)
     throw UsageError("smoothquant+gptq is for schemes that quantize activations (w8a8-int8, fp8-dynamic)");
   const int64_t n = int64_t(o_.calib_tokens.size());
+  n_calib_ = n;
+  if (const char* e = std::getenv("TPSERVE_QUANT_HOLDOUT")) n_calib_ = std::clamp<int64_t>(n - std::atoll(e), 1, n);
   if (calibrated() && n == 0) throw UsageError("--method needs calibration tokens (--calib FILE)");
   // Embedding rows of the calibration tokens.
   Vec x;

@@ -72,7 +72,7 @@ TEST(CtConfig, RefusesWhatItDoesNotKnow) {
       {"/new_field_from_a_newer_tool", "1", {"quantization_config.new_field_from_a_newer_tool", "unknown field"}},
       {"/config_groups/group_0/weights/strategy", "\"attn_head\"", {"group_0.weights.strategy", "attn_head"}},
       {"/config_groups/group_0/weights/type", "\"mx\"", {"group_0.weights.type", "mx"}},
-      {"/config_groups/group_0/weights/num_bits", "3", {"group_0.weights.num_bits", "3-bit"}},
+      {"/config_groups/group_0/weights/num_bits", "5", {"group_0.weights.num_bits", "5-bit"}},
       {"/config_groups/group_0/weights/actorder", "\"sideways\"", {"group_0.weights.actorder", "sideways"}},
       {"/config_groups/group_0/weights/dynamic", "\"sometimes\"", {"group_0.weights.dynamic", "sometimes"}},
       {"/config_groups/group_0/weights/group_size", "0", {"group_0.weights.group_size"}},
