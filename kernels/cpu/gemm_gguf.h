@@ -17,9 +17,7 @@
 // Kernels: AVX-512 VNNI (vpdpbusd on 256-bit vectors: u8 weights or |w| × s8 activations, the sign trick for
 // Q8_0), AVX2 (the same code with vpmaddubsw + vpmaddwd: the two give identical integers), portable C++.
 // Threads (OpenMP) split the output rows. Decode (m = 1) takes 4 weight rows a tile (2 for the K-quants): one
-// activation load feeds several rows and the accumulator chains run side by side — except on AVX-512 VNNI,
-// where Q8_0 runs one row at a time on 512-bit vectors (a single sequential stream: memory-bound there) and the
-// 32-block 4/5-bit tiles gather their block scales 16 at a time (gemm_gguf_simd.inc); for m > 1 each block of
+// activation load feeds several rows and the accumulator chains run side by side; for m > 1 each block of
 // weights read is used for up to 4 rows of x while it is in registers.
 #pragma once
 #include <cstdint>
@@ -47,7 +45,6 @@ struct GgufActs {
   std::vector<float> d;       // [m, n_in / block]: the scale (Q8_0/Q8_1: the F16-rounded value)
   std::vector<float> s;       // Q8_0: d · Σq of each 32-block; Q8_1: F16(d_unrounded · Σq) (llama.cpp's s)
   std::vector<int16_t> bsums; // Q8_K: [m, n_in / 16] Σq of each 16
-  std::vector<int32_t> qsum;  // Q8_0 / Q8_1: [m, n_in / 32] Σq of each 32-block (the VNNI Q8_0 decode tile)
   int64_t n_blocks() const { return n_in / (type == GgufActType::Q8_K ? 256 : 32); }
 };
 void quantize_gguf_acts(const float* x, int64_t m, int64_t n_in, GgufActType type, GgufActs* out);
