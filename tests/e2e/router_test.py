@@ -155,7 +155,8 @@ try:
 
     # 3. SIGKILL a replica under load: the reference first (unfailed, one at a time)
     prompts = [f"Story {k}: Once upon a time, in a kingdom by the sea, there lived" for k in range(6)]
-    body = lambda k: {"prompt": prompts[k], "max_tokens": 40, "temperature": 0, "ignore_eos": True}
+    n_gen = 96  # long enough that requests are still running when the kill lands, on a quiet machine too
+    body = lambda k: {"prompt": prompts[k], "max_tokens": n_gen, "temperature": 0, "ignore_eos": True}
     # The unfailed reference, run concurrently (a batched run equals each request alone: an engine invariant).
     ref, ref_plain = [None] * 3, [None] * 3
 
@@ -170,7 +171,7 @@ try:
          [threading.Thread(target=ref_call, args=(k,)) for k in range(3, 6)]
     [t.start() for t in ts]
     [t.join() for t in ts]
-    check("reference runs complete", all(r["done"] and len(r["token_ids"]) == 40 for r in ref) and all(ref_plain),
+    check("reference runs complete", all(r["done"] and len(r["token_ids"]) == n_gen for r in ref) and all(ref_plain),
           [(r["done"], len(r["token_ids"]), r["error"]) for r in ref])
     results = [None] * 6
 
@@ -184,7 +185,15 @@ try:
     ts = [threading.Thread(target=run_stream, args=(k,)) for k in range(3)] + \
          [threading.Thread(target=run_plain, args=(k,)) for k in range(3, 6)]
     [t.start() for t in ts]
-    time.sleep(1.0)  # some tokens are out
+    # Kill as soon as both replicas run requests and some tokens are out (a fixed sleep let every request finish
+    # first on a quiet machine: the prompts hit the prefix cache of the reference run).
+    t_wait = time.time()
+    while time.time() - t_wait < 10:
+        _, lst = get_json(rp, "/router/replicas")
+        if sum(r["in_flight"] for r in lst["replicas"]) >= 6:
+            break
+        time.sleep(0.02)
+    time.sleep(0.3)  # some tokens are out
     _, lst = get_json(rp, "/router/replicas")
     victim_url = max(lst["replicas"], key=lambda r: r["in_flight"])["url"]
     victim = r0 if victim_url == urls[0] else r1
@@ -203,7 +212,7 @@ try:
           down_s is not None and down_s < 5 and in_flight > 0)
     for k in range(3):
         r = results[k]
-        check(f"stream {k}: completes (finish + [DONE], no error) with the unfailed run's 40 token ids",
+        check(f"stream {k}: completes (finish + [DONE], no error) with the unfailed run's {n_gen} token ids",
               r and r["done"] and r["finish"] == "length" and not r["error"] and r["token_ids"] == ref[k]["token_ids"]
               and r["text"] == ref[k]["text"],
               r and {"done": r["done"], "finish": r["finish"], "error": r["error"], "n": len(r["token_ids"]),
