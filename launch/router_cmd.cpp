@@ -28,6 +28,7 @@
 #include "coordinator/router_proxy.h"
 #include "coordinator/router_replicas.h"
 #include "coordinator/tokenizer.h"
+#include "launch/server_setup.h"
 #include "launch/cli_args.h"
 #include "launch/commands.h"
 #include "launch/serve_log.h"
@@ -80,21 +81,8 @@ int run_router(const CliArgs& a) {
   for (const std::string& u : cfg.router.replicas) parse_base_url(u);  // a bad URL fails here, named
   Logger log(parse_log_format(cfg.server.log_format, "--log-format"));
 
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  signal(SIGPIPE, SIG_IGN);
-
-  HttpServerOptions ho;
-  ho.host = cfg.server.host;
-  ho.port = uint16_t(cfg.server.port);
-  ho.max_body_bytes = cfg.server.max_body_bytes;
-  ho.request_timeout_s = cfg.server.request_timeout_s;
-  ho.keepalive_timeout_s = cfg.server.keepalive_timeout_s;
-  ho.send_timeout_s = cfg.server.send_timeout_s;
-  ho.max_connections = int(cfg.server.max_connections);
+  const sigset_t sigs = block_stop_signals();
+  const HttpServerOptions ho = http_server_options(cfg.server);
   HttpServer server(ho);
   server.listen();
 

@@ -45,6 +45,7 @@
 #include "kvstore/kv_transfer.h"
 #include "coordinator/metrics.h"
 #include "coordinator/tokenizer.h"
+#include "launch/server_setup.h"
 #include "launch/cli_args.h"
 #include "launch/commands.h"
 #include "launch/model_group.h"
@@ -170,21 +171,8 @@ int run_serve(const CliArgs& a) {
 
   // SIGINT/SIGTERM are blocked in every thread (MPI's and ours inherit this mask) and taken by sigtimedwait
   // on the main thread below; a write to a closed client socket must not kill the process.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  signal(SIGPIPE, SIG_IGN);
-
-  HttpServerOptions ho;
-  ho.host = cfg.server.host;
-  ho.port = uint16_t(cfg.server.port);
-  ho.max_body_bytes = cfg.server.max_body_bytes;
-  ho.request_timeout_s = cfg.server.request_timeout_s;
-  ho.keepalive_timeout_s = cfg.server.keepalive_timeout_s;
-  ho.send_timeout_s = cfg.server.send_timeout_s;
-  ho.max_connections = int(cfg.server.max_connections);
+  const sigset_t sigs = block_stop_signals();
+  const HttpServerOptions ho = http_server_options(cfg.server);
   // Bound before the model loads, so a taken port fails in a second, not after the weights are read.
   std::unique_ptr<HttpServer> server;
   if (world_rank_from_env() == 0) {
