@@ -183,7 +183,8 @@ const char* gguf_kernel_name(GgufKernel k) {
 
 bool gguf_kernel_available(GgufKernel k) {
   static const bool avx2 = cpu_has_avx2() && __builtin_cpu_supports("f16c");
-  static const bool vnni = avx2 && cpu_has_avx512f() && __builtin_cpu_supports("avx512vnni");
+  static const bool vnni = avx2 && cpu_has_avx512f() && __builtin_cpu_supports("avx512vnni") &&
+                           __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw");
   switch (k) {
     case GgufKernel::Avx512Vnni: return vnni;
     case GgufKernel::Avx2: return avx2;
@@ -223,6 +224,25 @@ void quantize_gguf_acts(const float* x, int64_t m, int64_t n_in, GgufActType typ
   }
 }
 
+void prepare_gguf_pairs(WeightFormat f, GgufActs* a) {
+  const int64_t nb = a->n_blocks(), np = (nb + 1) / 2, n = a->m * np * 16;
+  const int k = f == WeightFormat::GgufQ8_0 ? 128 : f == WeightFormat::GgufQ4_0 ? 8 : f == WeightFormat::GgufQ5_0 ? 16 : 0;
+  a->pair_d.assign(size_t(n), 0.0f);
+  a->pair_bias.assign(size_t(n), 0);
+  a->pair_s.assign(f == WeightFormat::GgufQ4_1 ? size_t(n) : 0, 0.0f);
+  for (int64_t g = 0; g < a->m; ++g)
+    for (int64_t b = 0; b < nb; ++b) {
+      const size_t o = size_t((g * np + b / 2) * 16 + (b % 2) * 8);
+      std::fill(a->pair_d.begin() + o, a->pair_d.begin() + o + 8, a->d[size_t(g * nb + b)]);
+      if (k != 0) {
+        int sum = 0;
+        for (int j = 0; j < 32; ++j) sum += a->q[size_t(g * a->n_in + b * 32 + j)];
+        a->pair_bias[o] = -k * sum;
+      }
+      if (f == WeightFormat::GgufQ4_1) a->pair_s[o] = a->s[size_t(g * nb + b)];
+    }
+}
+
 void gemm_gguf(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, GgufKernel kernel) {
   const GgufActType act = gguf_act_type(w.format);
   if (kernel == GgufKernel::Best)
@@ -236,6 +256,7 @@ void gemm_gguf(const float* x, int64_t m, const PackedWeight& w, float* y, int n
                                                            : gguf_rows_portable;
   thread_local GgufActs a;
   quantize_gguf_acts(x, m, w.n_in, act, &a);
+  if (kernel == GgufKernel::Avx512Vnni && act != GgufActType::Q8_K) prepare_gguf_pairs(w.format, &a);
   // Chunks of 8 rows (the SIMD kernels take rows in pairs); static split over the threads.
   constexpr int64_t kChunk = 8;
   const int64_t n_chunks = (w.n_out + kChunk - 1) / kChunk;

@@ -14,11 +14,16 @@
 // within Σ|w|·d_x/2 per output; NMSE ≈ 1e-5 on smooth activations, up to ~1e-3 with outliers in the block
 // (tests/kernels/test_gemm_gguf.cpp states the bounds).
 //
-// Kernels: AVX-512 VNNI (vpdpbusd on 256-bit vectors: u8 weights or |w| × s8 activations, the sign trick for
-// Q8_0), AVX2 (the same code with vpmaddubsw + vpmaddwd: the two give identical integers), portable C++.
-// Threads (OpenMP) split the output rows. Decode (m = 1) takes 4 weight rows a tile (2 for the K-quants): one
-// activation load feeds several rows and the accumulator chains run side by side; for m > 1 each block of
-// weights read is used for up to 4 rows of x while it is in registers.
+// Kernels: AVX-512 VNNI + VBMI (Q8_0 / Q4_0 / Q4_1 / Q5_0: two blocks a 512-bit vpdpbusd, the offsets exact
+// in the integer sums; K-quants: vpdpbusd on 256-bit vectors), AVX2 (vpmaddubsw + vpmaddwd: the same
+// integers), portable C++. Threads (OpenMP) split the output rows. Decode (m = 1) takes 4 weight rows a tile
+// (2 for the K-quants): one activation load feeds several rows and the accumulator chains run side by side;
+// for m > 1 each block of weights read is used for up to 4 rows of x while it is in registers.
+// Batch invariance: on every kernel, each output (row of W, row of x) gets the same float operations in the
+// same order whatever m and the tiling are, so row i of a batch has the bits of row i computed alone (DESIGN
+// §5: batched == alone; tests/kernels/test_gemm_gguf.cpp GemmGgufBatch asserts it). Keep it so: a different
+// order at m = 1 once made EngineReal.BatchedEqualsAlone* diverge (the next layer's 8-bit activation rounding
+// turns a last-bit difference into another token).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -30,7 +35,7 @@ namespace tp::cpu::detail {
 enum class GgufKernel : uint8_t { Best, Avx512Vnni, Avx2, Portable };
 const char* gguf_kernel_name(GgufKernel k);
 // Whether this CPU runs the kernel (Best and Portable: always; Avx2: avx2 + fma + f16c; Avx512Vnni: the
-// above + avx512f/bw/vl + avx512_vnni).
+// above + avx512f/bw/vl + avx512_vnni + avx512_vbmi).
 bool gguf_kernel_available(GgufKernel k);
 
 // The activation type llama.cpp pairs with a GGUF weight format (see above).
@@ -45,9 +50,18 @@ struct GgufActs {
   std::vector<float> d;       // [m, n_in / block]: the scale (Q8_0/Q8_1: the F16-rounded value)
   std::vector<float> s;       // Q8_0: d · Σq of each 32-block; Q8_1: F16(d_unrounded · Σq) (llama.cpp's s)
   std::vector<int16_t> bsums; // Q8_K: [m, n_in / 16] Σq of each 16
+  // The AVX-512 VNNI kernels' view of Q8_0 / Q8_1 acts by pairs of blocks (prepare_gguf_pairs; n_pairs =
+  // ceil(blocks / 2), lanes 0-7 for block 2p and 8-15 for 2p+1, zero past the row's last block):
+  std::vector<float> pair_d;        // [m, n_pairs, 16]: d of the lane's block
+  std::vector<int32_t> pair_bias;   // [m, n_pairs, 16]: lanes 0 and 8: −k · Σq of the block (k: the weights' offset)
+  std::vector<float> pair_s;        // [m, n_pairs, 16]: lanes 0 and 8: s of the block (Q4_1's min term)
   int64_t n_blocks() const { return n_in / (type == GgufActType::Q8_K ? 256 : 32); }
 };
 void quantize_gguf_acts(const float* x, int64_t m, int64_t n_in, GgufActType type, GgufActs* out);
+
+// Fills a's pair arrays (above) for weights of format f (a 32-block format: k = 128 Q8_0, 8 Q4_0, 16 Q5_0,
+// none for Q4_1, which gets pair_s instead).
+void prepare_gguf_pairs(WeightFormat f, GgufActs* a);
 
 // y[m, n_out] = x[m, n_in] · Wᵀ, W a GGUF block format. Throws tp::Error for another format or a kernel this
 // CPU lacks.

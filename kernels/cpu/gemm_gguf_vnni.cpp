@@ -1,7 +1,8 @@
-// The GGUF block kernels for AVX-512 VNNI (vpdpbusd on 256-bit vectors, AVX512VL): gemm_gguf_simd.inc
-// compiled for that ISA. Runs on Intel Cascade Lake / Ice Lake / Sapphire Rapids and later and AMD Zen 4+;
+// The GGUF block kernels for AVX-512 VNNI + VBMI (vpdpbusd on 512-bit vectors for the 32-blocks, 256-bit for the
+// K-quants; vpermb): gemm_gguf_simd.inc compiled for that ISA. Runs on Intel Ice Lake / Sapphire Rapids and
+// later and AMD Zen 4+ (not Cascade Lake: no VBMI);
 // gemm_gguf() picks it only where __builtin_cpu_supports says so.
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")
 // GCC 12's AVX-512 headers trip -Wuninitialized / -Wmaybe-uninitialized once inlined (as in gemv.cpp).
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"

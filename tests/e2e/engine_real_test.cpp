@@ -6,6 +6,7 @@
 // After each run: zero blocks in use, BlockManager invariants hold, prefix-hit tokens > 0.
 //
 // The same with the KV pool in bf16 (cache.dtype's default): the reference runs alone on a bf16 pool too.
+// And the same on the Q8_0 GGUF (F32 pool), the weights kept in Q8_0 blocks.
 //
 // Greedy rule (DESIGN §5): the batched forward may take oneDNN GEMM where a lone decode takes the GEMV
 // (m >= 16 vs m = 1), which can differ in the last float bits. A divergence at generated token j passes
@@ -179,8 +180,9 @@ RunStats run_engine(LlamaModel& model, const Tokenizer& tok, const Load& load, c
   return stats;
 }
 
-void check_batched_equals_alone(KvDType kv_dtype, float tie_gap) {
-  const std::string path = source_dir() + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+void check_batched_equals_alone(KvDType kv_dtype, float tie_gap,
+                                const std::string& model_file = "SmolLM2-135M-Instruct.Q4_1.gguf") {
+  const std::string path = source_dir() + "/models/" + model_file;
   ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: run launch/setup";
   cpu::set_num_threads(1);  // ctest runs tests side by side on 2 cores: never oversubscribe (DESIGN §4)
   auto file = open_model(path);
@@ -247,6 +249,12 @@ TEST(EngineReal, BatchedEqualsAloneWithPrefixSharingAndPreemption) { check_batch
 
 TEST(EngineReal, Bf16PoolBatchedEqualsAloneWithPrefixSharingAndPreemption) {
   check_batched_equals_alone(KvDType::BF16, kBf16TieGap);
+}
+
+// Q8_0 weights (kept quantized: kernels/cpu/gemm_gguf): the format whose decode kernel once summed in another
+// order at m = 1 than in a batch — a lone sequence then diverged from the same one in a batch.
+TEST(EngineReal, Q8_0BatchedEqualsAloneWithPrefixSharingAndPreemption) {
+  check_batched_equals_alone(KvDType::F32, kTieGap, "SmolLM2-135M-Instruct.Q8_0.gguf");
 }
 
 }  // namespace

@@ -190,6 +190,44 @@ INSTANTIATE_TEST_SUITE_P(
              "_out" + std::to_string(std::get<2>(info.param)) + "_b" + std::to_string(std::get<3>(info.param));
     });
 
+// A row of x computed in a batch gives the bits it gives alone (DESIGN §5: batched == alone). Every kernel
+// must do, for each output (row of W, row of x), the same float operations whatever m is and whatever the
+// other rows are: the activations are quantized per row, so a last-bit difference here would only be a
+// summation order — and the next layer's 8-bit activation rounding can turn it into a different token
+// (EngineReal.BatchedEqualsAlone* caught exactly that once). m = 1 against m = 2..9 (every remainder of the
+// kernels' 4-row activation tiles), odd row counts, rows of 1, 3 and 19 blocks (an odd block pair; more
+// than one 16-block chunk), 1 and 2 threads, every GGUF type and kernel this CPU runs.
+TEST(GemmGgufBatch, EveryRowOfABatchHasTheBitsOfThatRowAlone) {
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q4_K, DType::Q6_K})
+    for (int64_t n_blocks : {1, 3, 19}) {
+      const bool k_type = dtype_block_elems(t) == 256;
+      if (k_type && n_blocks == 19) continue;  // 4864 inputs: slow on the portable kernel, nothing new
+      const int64_t n_in = n_blocks * dtype_block_elems(t), n_out = 37;
+      const PackedWeight w = make_weight(t, n_out, n_in, uint32_t(3 + n_blocks));
+      constexpr int64_t kM = 9;
+      const auto x = make_x(kM, n_in, uint32_t(40 + n_blocks));
+      for (GgufKernel k : {GgufKernel::Portable, GgufKernel::Avx2, GgufKernel::Avx512Vnni}) {
+        if (!gguf_kernel_available(k)) {
+          std::printf("[gemm_gguf] %s kernel not run: this CPU lacks it\n", gguf_kernel_name(k));
+          continue;
+        }
+        for (int threads : {1, 2}) {
+          std::vector<float> alone(size_t(kM * n_out));
+          for (int64_t i = 0; i < kM; ++i) gemm_gguf(x.data() + i * n_in, 1, w, alone.data() + i * n_out, threads, k);
+          for (int64_t m = 2; m <= kM; ++m) {
+            std::vector<float> y(size_t(m * n_out), NAN);
+            gemm_gguf(x.data(), m, w, y.data(), threads, k);
+            for (int64_t i = 0; i < m * n_out; ++i)
+              ASSERT_EQ(std::memcmp(&y[size_t(i)], &alone[size_t(i)], sizeof(float)), 0)
+                  << dtype_name(t) << " " << gguf_kernel_name(k) << " threads " << threads << " m " << m << " blocks "
+                  << n_blocks << ": row " << i / n_out << " output " << i % n_out << " batched " << y[size_t(i)]
+                  << " alone " << alone[size_t(i)];
+          }
+        }
+      }
+    }
+}
+
 // Q8_K (llama.cpp's quantize_row_q8_K_ref): the value of largest magnitude maps to ∓127, every q·d is within
 // d/2 of x, and bsums are the 16-sums.
 TEST(GgufActs, Q8KAndQ8_0AsLlamaCpp) {
