@@ -4,7 +4,8 @@
 // runs at positions [D, D + P), tg at [D, D + G)); the D context tokens are prefilled once, untimed, and every
 // repetition overwrites only the positions after them. Prints mean ± stddev, the share of each phase spent in
 // paged attention (attn = ForwardTimes::attention_s / total_s) and, under mpirun (tp = ranks), in
-// all-reduce/all-gather on rank 0 (comm). Token ids are fixed pseudo-random ids (content does not change the
+// all-reduce/all-gather on rank 0 (comm); for tg also in the linear layers and lm_head (linear = linear_s / total_s)
+// and outside the model's forward (= (wall − total_s) / wall: the Worker's step around it). Token ids are fixed pseudo-random ids (content does not change the
 // cost). --batch B > 1 adds batched decode: B sequences each with a 64-token context, G steps of one token per
 // sequence in one forward each; tok/s = B · G / seconds. GGUF block-quantized weights run as they are
 // (--quantized keep) or dequantized to --dtype. The last column, bytes/token, is the weight bytes a decode step
@@ -124,7 +125,7 @@ int run(int argc, char** argv) {
   using clock = std::chrono::steady_clock;
   std::vector<double> pp_rates, tg_rates;
   tp::ForwardTimes& times = g.model->times();
-  double pp_comm = 0, pp_total = 0, tg_comm = 0, tg_total = 0, pp_attn = 0, tg_attn = 0;
+  double pp_comm = 0, pp_total = 0, tg_comm = 0, tg_total = 0, pp_attn = 0, tg_attn = 0, tg_lin = 0, tg_wall = 0;
   // One sequence over the pool's first blocks in descending order (as SequenceRunner takes them).
   const int64_t bs = g.pool->shape().block_size, cap = depth + std::max(pp, tg);
   const int64_t n_seq_blocks = (cap + bs - 1) / bs;
@@ -166,6 +167,8 @@ int run(int argc, char** argv) {
     pp_comm += after_pp.comm_s;
     pp_attn += after_pp.attention_s;
     tg_attn += times.attention_s;
+    tg_lin += times.linear_s;
+    tg_wall += std::chrono::duration<double>(t3 - t2).count();
     pp_total += after_pp.total_s;
     tg_comm += times.comm_s;
     tg_total += times.total_s;
@@ -218,13 +221,14 @@ int run(int argc, char** argv) {
     batch_text = buf;
   }
   std::printf("tpserve | %s | %s%s | tp %d | threads/rank %d | depth %lld | pp%lld %.2f ± %.2f tok/s (comm %.1f%%, "
-              "attn %.1f%%) | tg%lld %.2f ± %.2f tok/s (comm %.1f%%, attn %.1f%%)%s | weights/rank %.1f MiB | "
+              "attn %.1f%%) | tg%lld %.2f ± %.2f tok/s (comm %.1f%%, attn %.1f%%, linear %.1f%%, outside forward %.1f%%)%s | weights/rank %.1f MiB | "
               "bytes/token %.1f MiB\n",
               g.model->config().name.c_str(), cfg.model.dtype.c_str(),
               cfg.model.quantized == "keep" ? "" : " (dequantized)", g.model->layout().tp, g.threads,
               (long long)depth, (long long)pp, sp.mean, sp.sd, 100.0 * pp_comm / pp_total, 100.0 * pp_attn / pp_total,
               (long long)tg, st.mean, st.sd,
-              100.0 * tg_comm / tg_total, 100.0 * tg_attn / tg_total,
+              100.0 * tg_comm / tg_total, 100.0 * tg_attn / tg_total, 100.0 * tg_lin / tg_total,
+              100.0 * (tg_wall - tg_total) / tg_wall,
               batch_text.c_str(), double(g.model->resident_weight_bytes()) / (1 << 20),
               double(streamed) / (1 << 20));
   return 0;

@@ -31,6 +31,32 @@ void rmsnorm(const float* x, const float* weight, int64_t n, int64_t dim, float 
   }
 }
 
+namespace {
+// cos / sin of the rope angles of one position (theta_i = pos · theta_scale^i, built by repeated
+// multiplication), kept per thread for the last position asked: a decode step ropes q and k of every layer at
+// the same position, so 59 of its 60 calls reuse the table.
+struct RopeTable {
+  int32_t pos = -1;
+  int64_t half = 0;
+  float theta_scale = 0.0f;
+  std::vector<float> cos_t, sin_t;
+  void fill(int32_t p, int64_t h, float ts) {
+    if (p == pos && h == half && ts == theta_scale) return;
+    pos = p;
+    half = h;
+    theta_scale = ts;
+    cos_t.resize(size_t(h));
+    sin_t.resize(size_t(h));
+    float theta = float(p);
+    for (int64_t i = 0; i < h; ++i) {
+      cos_t[size_t(i)] = std::cos(theta);
+      sin_t[size_t(i)] = std::sin(theta);
+      theta *= ts;
+    }
+  }
+};
+}  // namespace
+
 void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions, float base,
           RopeStyle style) {
   if (head_dim % 2 != 0) throw InputError("rope: head_dim " + std::to_string(head_dim) + " is odd");
@@ -38,29 +64,26 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const i
   const float theta_scale = std::pow(base, -2.0f / float(head_dim));
 #pragma omp parallel num_threads(num_threads()) if (n_tokens * n_heads * head_dim >= kParallelMinFloats)
   {
-    std::vector<float> cos_t(static_cast<size_t>(half)), sin_t(static_cast<size_t>(half));
+    thread_local RopeTable table;
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < n_tokens; ++t) {
-      float theta = float(positions[t]);
-      for (int64_t i = 0; i < half; ++i) {
-        cos_t[size_t(i)] = std::cos(theta);
-        sin_t[size_t(i)] = std::sin(theta);
-        theta *= theta_scale;
-      }
+      table.fill(positions[t], half, theta_scale);
+      const float* cos_t = table.cos_t.data();
+      const float* sin_t = table.sin_t.data();
       for (int64_t h = 0; h < n_heads; ++h) {
         float* v = x + (t * n_heads + h) * head_dim;
         if (style == RopeStyle::Interleaved) {
           for (int64_t i = 0; i < half; ++i) {
             const float x0 = v[2 * i], x1 = v[2 * i + 1];
-            v[2 * i] = x0 * cos_t[size_t(i)] - x1 * sin_t[size_t(i)];
-            v[2 * i + 1] = x0 * sin_t[size_t(i)] + x1 * cos_t[size_t(i)];
+            v[2 * i] = x0 * cos_t[i] - x1 * sin_t[i];
+            v[2 * i + 1] = x0 * sin_t[i] + x1 * cos_t[i];
           }
         } else {
 #pragma omp simd
           for (int64_t i = 0; i < half; ++i) {
             const float x0 = v[i], x1 = v[i + half];
-            v[i] = x0 * cos_t[size_t(i)] - x1 * sin_t[size_t(i)];
-            v[i + half] = x0 * sin_t[size_t(i)] + x1 * cos_t[size_t(i)];
+            v[i] = x0 * cos_t[i] - x1 * sin_t[i];
+            v[i + half] = x0 * sin_t[i] + x1 * cos_t[i];
           }
         }
       }

@@ -20,13 +20,16 @@ struct AttentionTiling {
   // partitions of this many KV blocks, attended in parallel and combined exactly (max-rescaled sums).
   // Default: 128 positions' worth (ceil(128 / block_size)); -1: never split.
   int64_t split_blocks = 0;
-  // AVX-512 rows only: prefill tiles of >= 8 query rows take the lane kernel (query rows across the 16 lanes,
-  // paged_attention_avx512.cpp; ~1.8x the CPU time of the row kernel at pp512 on Zen 4). Off by default: its
-  // summation order differs from the row kernel's that smaller tiles and decode take, so a token's attention
-  // would depend on how its prompt was chunked (prefix-cache hits, chunked prefill), and the engine's
-  // "batched equals alone" invariant (tests/e2e/engine_real_test.cpp, F32 pool) fails with it. A kernel that
-  // gives every tile size the lane kernel's order is the fix (not done).
-  bool lanes = false;
+  // AVX-512 rows with head_dim % 16 == 0 only: the lane kernels (paged_attention_avx512.cpp). Prefill tiles of >= 8
+  // query rows put the rows across the 16 lanes (~1.8-2.2x less CPU than the row kernel for 512-token chunks at
+  // depth 1.5k-8.7k on Zen 4); smaller tiles (decode: the GQA group) put a chunk's 16 positions across the lanes
+  // and give each row the very same operations in the same order, and split-K is off (a split would reorder the
+  // sums). So a token's attention is the same, bit for bit, whether its prompt was prefilled in one chunk or
+  // several, or it was decoded alone or in a batch (the engine's "batched equals alone" invariant). False: the
+  // row kernel everywhere, split-K as set above (what AVX2 and portable rows always run). Cost: decode attention
+  // takes ~1.2-1.4x the row kernel's CPU time at 2k-16k positions (bench/kv_attention_bench, Zen 4, 1 thread), and
+  // without split-K a decode step's work items are the KV heads only.
+  bool lanes = true;
 };
 
 // Causal attention for one sequence. q: [n_tokens, n_heads, head_dim] F32, token i at position start_pos + i,

@@ -3,19 +3,23 @@
 // sign-extended; fp8 e4m3 rebuilt as the F16 with the same bits, × 2^-8, as in paged_attention_avx2.cpp, so
 // kFp8Unit = 256), products accumulated in F32 with FMA.
 //
-// Two tile kernels:
-// - decode, small tiles, and every tile unless AttentionTiling::lanes (< kWidenRows query rows, e.g. one token × the GQA group): the row-ops policy of
-//   paged_attention_tiled_impl.h with 512-bit rows (4 K rows per q load, 4 V rows per output load/store).
-// - with AttentionTiling::lanes (off by default: see paged_attention.h), prefill tiles (>= kWidenRows rows,
-//   head_dim a multiple of 16): a register-blocked kernel with the query rows
-//   across the 16 lanes. Q^T [head_dim, W] (W = rows rounded up to 16) is built once per tile; each 16-position
-//   chunk of a KV block is widened once to F32 (× its scale) and then, for each vector of 16 rows,
-//     S^T[j] = Σ_d K[j][d] · Q^T[d]        (16 accumulators, one FMA with a broadcast K element per (j, d)),
-//   the online softmax runs on whole vectors (running max, sum, rescale factor per row), causal and padding
-//   lanes masked to zero weight, and
-//     Acc^T[d] = c · Acc^T[d] + Σ_j V[j][d] · P^T[j]   (16 accumulators over d, one FMA per (j, d)).
-//   No horizontal reductions; the FMAs run at the vector unit's F32 peak. Acc^T is transposed back once per tile.
-//   The loops over the 16 accumulators are unrolled (#pragma GCC unroll) so the accumulators live in registers.
+// Tile kernels:
+// - with AttentionTiling::lanes (the default; see paged_attention.h) and head_dim a multiple of 16:
+//   * prefill tiles (>= kWidenRows rows): a register-blocked kernel with the query rows across the 16 lanes.
+//     Q^T [head_dim, W] (W = rows rounded up to 16) is built once per tile; each 16-position chunk of a KV block
+//     is widened once to F32 (× its scale) and then, for each vector of 16 rows,
+//       S^T[j] = Σ_d K[j][d] · Q^T[d]        (16 accumulators, one FMA with a broadcast K element per (j, d)),
+//     the online softmax runs on whole vectors (running max, sum, rescale factor per row), causal and padding
+//     lanes masked to zero weight, and
+//       Acc^T[d] = c · Acc^T[d] + Σ_j V[j][d] · P^T[j]   (16 accumulators over d, one FMA per (j, d)).
+//     No horizontal reductions; the FMAs run at the vector unit's F32 peak. Acc^T is transposed back once per
+//     tile. The loops over the 16 accumulators are unrolled (#pragma GCC unroll) so they live in registers.
+//   * smaller tiles (decode: one token × the GQA group): attend_tile_lanes_few, the chunk's 16 positions across
+//     the lanes (K^T per chunk), each row taking exactly the operations of the kernel above in the same order.
+//   This file is built with -ffp-contract=off (kernels/cpu/CMakeLists.txt): every FMA is written out, so both
+//   kernels give a row the same bits (tests/kernels/test_paged_attention_tiled.cpp, LanesPrefillEqualsDecode…).
+// - otherwise (lanes off, or head_dim % 16 != 0): the row-ops policy of paged_attention_tiled_impl.h with 512-bit
+//   rows (4 K rows per q load, 4 V rows per output load/store).
 // GCC 12's AVX-512 headers trip -Wuninitialized / -Wmaybe-uninitialized once inlined (as in gemv.cpp).
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -321,6 +325,198 @@ TP_KV_TARGET void attend_tile_lanes(const TileArgs& a, int64_t kv_head, int64_t 
   }
 }
 
+// 16x16 F32 transpose in registers: r[i] lane j <- r[j] lane i.
+TP_KV_TARGET inline void transpose16(__m512* r) {
+  __m512 t[kLanes], u[kLanes];
+  for (int i = 0; i < 8; ++i) {  // 32-bit pairs within 128-bit lanes
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {  // 64-bit pairs: u[4i + c] holds column 4k + c of rows 4i..4i+3 in lane k
+    u[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+    u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+  for (int c = 0; c < 4; ++c) {  // 128-bit lanes: gather column c (+4, +8, +12) of the four row groups
+    t[c] = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
+    t[4 + c] = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
+    t[8 + c] = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+    t[12 + c] = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
+  }
+  for (int c = 0; c < 4; ++c) {
+    r[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);
+    r[8 + c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xDD);
+    r[4 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88);
+    r[12 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xDD);
+  }
+}
+
+// attend_tile_lanes' arithmetic for tiles of few rows (decode: one token × the GQA group; prefill chunks of
+// < kWidenRows rows), with the chunk's 16 positions across the lanes instead of the rows: every row gets the same
+// operations in the same order as in attend_tile_lanes, so a token's output does not depend on the tile, chunk or
+// batch it was computed in. Per row and 16-position chunk:
+//   S[j] = Σ_d K[j][d] · q[d]           one FMA chain over d from 0, as the lane kernel's (K^T built once a chunk)
+//   M' = max(M, S[j] seen), c = exp16(M − M'), L' = L·c + P[0] + … + P[15] (in order; unseen P = 0)
+//   Acc[d] = c · Acc[d] + Σ_j V[j][d] · P[j]  (j in order, FMA)
+// A row that sees nothing of a chunk is left as it is, which is what the lane kernel's update leaves (c = 1 and
+// zero weights, or l = acc = 0 before the first position).
+constexpr int64_t kPrefetchBlocks = 3;
+
+// One 16-position chunk (K^T kt [hd, 16], V vw [nc, hd]) against R consecutive rows from r0 of a small tile, the
+// rows' chains interleaved (each row's own order is attend_tile_lanes_few's). pj: [R, 16] scratch.
+struct RowsArgs {
+  const float* qs;
+  const float* kt;
+  const float* vw;
+  float* pj;
+  int64_t hd, g, pos0, cpos, nc, r0;
+};
+
+template <int R>
+TP_KV_TARGET inline void few_rows_chunk(const RowsArgs& a, float* m, float* l, float* acc) {
+  const int64_t hd = a.hd;
+  int64_t nv[R];
+  __mmask16 visible[R];
+  __m512 sv[R];
+  for (int r = 0; r < R; ++r) {
+    const int64_t rp = a.pos0 + (a.r0 + r) / a.g;
+    nv[r] = rp < a.cpos ? 0 : std::min(a.nc, rp - a.cpos + 1);
+    visible[r] = __mmask16((1u << nv[r]) - 1);
+    sv[r] = _mm512_setzero_ps();
+  }
+  const float* q0 = a.qs + a.r0 * hd;
+  for (int64_t d = 0; d < hd; ++d) {
+    const __m512 kd = _mm512_loadu_ps(a.kt + d * kLanes);
+    #pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) sv[r] = _mm512_fmadd_ps(kd, _mm512_set1_ps(q0[r * hd + d]), sv[r]);
+  }
+  const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
+  float c[R], lsum[R];
+  int64_t nv_max = 0;
+  for (int r = 0; r < R; ++r) {
+    const int64_t row = a.r0 + r;
+    if (nv[r] == 0) {  // the row sees nothing of this chunk: left as it is
+      c[r] = 1.0f;
+      lsum[r] = l[row];
+      _mm512_storeu_ps(a.pj + r * kLanes, _mm512_setzero_ps());
+      continue;
+    }
+    nv_max = std::max(nv_max, nv[r]);
+    const __m512 s = _mm512_mask_blend_ps(visible[r], neg_inf, sv[r]);
+    const float m_old = m[row];
+    const float mx = std::max(m_old, _mm512_reduce_max_ps(s));
+    const float sub = mx == -INFINITY ? 0.0f : mx;
+    // exp16(0) is exactly 1: the max did not move (the common case once a row has seen a few chunks).
+    c[r] = mx == m_old && m_old != -INFINITY ? 1.0f : _mm512_cvtss_f32(exp16(_mm512_set1_ps(m_old - sub)));
+    _mm512_storeu_ps(a.pj + r * kLanes, _mm512_maskz_mov_ps(visible[r], exp16(_mm512_sub_ps(s, _mm512_set1_ps(sub)))));
+    lsum[r] = l[row] * c[r];
+    m[row] = mx;
+  }
+  for (int j = 0; j < kLanes; ++j)
+    for (int r = 0; r < R; ++r)
+      if (nv[r] > 0) lsum[r] += a.pj[r * kLanes + j];
+  for (int r = 0; r < R; ++r) l[a.r0 + r] = lsum[r];
+  if (nv_max == 0) return;
+  for (int64_t d0 = 0; d0 < hd; d0 += 2 * kLanes) {
+    const bool two = d0 + kLanes < hd;
+    __m512 a0[R], a1[R];
+    for (int r = 0; r < R; ++r) {
+      float* ar = acc + (a.r0 + r) * hd + d0;
+      const __m512 cv = _mm512_set1_ps(c[r]);
+      a0[r] = _mm512_mul_ps(_mm512_loadu_ps(ar), cv);
+      a1[r] = two ? _mm512_mul_ps(_mm512_loadu_ps(ar + kLanes), cv) : _mm512_setzero_ps();
+    }
+    for (int64_t j = 0; j < nv_max; ++j) {
+      const __m512 v0 = _mm512_loadu_ps(a.vw + j * hd + d0);
+      const __m512 v1 = two ? _mm512_loadu_ps(a.vw + j * hd + d0 + kLanes) : _mm512_setzero_ps();
+      #pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        if (j >= nv[r]) continue;  // not seen by this row
+        const __m512 p = _mm512_set1_ps(a.pj[r * kLanes + j]);
+        a0[r] = _mm512_fmadd_ps(v0, p, a0[r]);
+        a1[r] = _mm512_fmadd_ps(v1, p, a1[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      if (nv[r] == 0) continue;
+      float* ar = acc + (a.r0 + r) * hd + d0;
+      _mm512_storeu_ps(ar, a0[r]);
+      if (two) _mm512_storeu_ps(ar + kLanes, a1[r]);
+    }
+  }
+}
+
+template <KvDType D>
+TP_KV_TARGET void attend_tile_lanes_few(const TileArgs& a, int64_t kv_head, int64_t t0, int64_t n_tok, int64_t b0,
+                                        int64_t b1, TileScratch& sc, float* m, float* l, float* acc) {
+  const KvTensorView &k = *a.k, &v = *a.v;
+  const KvBlockLayout& lay = k.layout;
+  const int64_t hd = lay.head_dim, bs = lay.block_size, row = lay.row_bytes(), g = a.group;
+  const int64_t n_rows = n_tok * g;
+  const int64_t head_at = kv_head * hd * kv_elem_bytes<D>;
+  // Scratch: qs [n_rows, hd] scaled queries; kt [hd, 16] the chunk's K transposed; vw [16, hd]; pj [4, 16].
+  const size_t need = size_t(n_rows * hd + 2 * kLanes * hd + 4 * kLanes);
+  if (sc.x.size() < need) sc.x.resize(need);
+  float* qs = sc.x.data();
+  float* kt = qs + n_rows * hd;
+  float* vw = kt + kLanes * hd;
+  float* pj = vw + kLanes * hd;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* src = a.q + ((t0 + r / g) * a.n_heads + kv_head * g + r % g) * hd;
+    for (int64_t d = 0; d < hd; ++d) qs[r * hd + d] = src[d] * a.scale;
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+    for (int64_t d = 0; d < hd; ++d) acc[r * hd + d] = 0.0f;
+  }
+  const int64_t pos0 = a.start_pos + t0, last = pos0 + n_tok - 1;
+  for (int64_t b = b0; b < b1; ++b) {
+    const int64_t p0 = b * bs;
+    if (p0 > last) break;
+    const int64_t n = std::min(bs, last + 1 - p0);
+    const uint8_t* kb = k.block(a.block_table[b]) + head_at;
+    const uint8_t* vb = v.block(a.block_table[b]) + head_at;
+    const float ks = row_scale<D, Avx512Ops>(k, kb - head_at, kv_head);
+    const float vs = row_scale<D, Avx512Ops>(v, vb - head_at, kv_head);
+    // Blocks are scattered in memory: prefetch the rows of this head kPrefetchBlocks blocks ahead (one block of
+    // compute here is shorter than a DRAM round trip), and the first blocks before the loop reaches them.
+    for (int64_t ahead = b == b0 ? 1 : kPrefetchBlocks; ahead <= kPrefetchBlocks; ++ahead) {
+      const int64_t bn = b + ahead;
+      if (bn >= b1 || bn * bs > last) break;
+      const uint8_t* kn = k.block(a.block_table[bn]) + head_at;
+      const uint8_t* vn = v.block(a.block_table[bn]) + head_at;
+      for (int64_t j = 0; j < bs; ++j)
+        for (int64_t o = 0; o < hd * kv_elem_bytes<D>; o += 64) {
+          __builtin_prefetch(kn + j * row + o);
+          __builtin_prefetch(vn + j * row + o);
+        }
+    }
+    const __m512 ksv = _mm512_set1_ps(ks);
+    for (int64_t c0 = 0; c0 < n; c0 += kLanes) {
+      const int64_t nc = std::min(kLanes, n - c0);
+      const int64_t cpos = p0 + c0;
+      for (int64_t d0 = 0; d0 < hd; d0 += kLanes) {  // K^T, widened × ks as the lane kernel's kw (0 past nc)
+        __m512 t[kLanes];
+        for (int64_t j = 0; j < kLanes; ++j)
+          t[j] = j < nc ? _mm512_mul_ps(ksv, load16<D>(kb + (c0 + j) * row, d0)) : _mm512_setzero_ps();
+        transpose16(t);
+        for (int64_t i = 0; i < kLanes; ++i) _mm512_storeu_ps(kt + (d0 + i) * kLanes, t[i]);
+      }
+      for (int64_t j = 0; j < nc; ++j) Avx512Ops::widen<D>(vb + (c0 + j) * row, hd, vs, vw + j * hd);
+      for (int64_t r = 0; r < n_rows; r += 4) {
+        const int64_t nr = std::min<int64_t>(4, n_rows - r);
+        const RowsArgs ra{qs, kt, vw, pj, hd, g, pos0, cpos, nc, r};
+        switch (nr) {
+          case 1: few_rows_chunk<1>(ra, m, l, acc); break;
+          case 2: few_rows_chunk<2>(ra, m, l, acc); break;
+          case 3: few_rows_chunk<3>(ra, m, l, acc); break;
+          default: few_rows_chunk<4>(ra, m, l, acc); break;
+        }
+      }
+    }
+  }
+}
+
 // Small tiles of >= 2 rows (decode with GQA: the group's heads) widen each K/V block once too: the 512-bit
 // widening costs two ops per 16 elements, which reading the stored rows would pay again for every row.
 constexpr int64_t kWidenRowsAvx512 = 2;
@@ -328,9 +524,12 @@ constexpr int64_t kWidenRowsAvx512 = 2;
 template <KvDType D>
 TP_KV_TARGET void tile512(const TileArgs& a, int64_t kv_head, int64_t t0, int64_t n_tok, int64_t b0, int64_t b1,
                           TileScratch& sc, float* m, float* l, float* acc) {
-  if (a.lanes && n_tok * a.group >= kWidenRows && a.k->layout.head_dim % kLanes == 0)
-    attend_tile_lanes<D>(a, kv_head, t0, n_tok, b0, b1, sc, m, l, acc);
-  else
+  if (a.lanes && a.k->layout.head_dim % kLanes == 0) {
+    if (n_tok * a.group >= kWidenRows)
+      attend_tile_lanes<D>(a, kv_head, t0, n_tok, b0, b1, sc, m, l, acc);
+    else
+      attend_tile_lanes_few<D>(a, kv_head, t0, n_tok, b0, b1, sc, m, l, acc);
+  } else
     attend_tile<D, Avx512Ops, kWidenRowsAvx512>(a, kv_head, t0, n_tok, b0, b1, sc, m, l, acc);
 }
 

@@ -7,6 +7,8 @@
 // under a dynamic schedule. A sequence with one tile (decode, a short chunk) cuts its blocks into
 // ceil(n_blocks / split_blocks) splits that run in parallel and leave (m, l, acc) per row; the combine is exact:
 //   M = max_s m_s,  L = Σ_s l_s · e^(m_s − M),  out = Σ_s acc_s · e^(m_s − M) / L.
+// (Not with the AVX-512 lane kernels, AttentionTiling::lanes: their order of operations per query row is the same
+// in every tile, and a split would change it; decode work items are then the KV heads.)
 // Every cut depends on the shapes and AttentionTiling only, so a result is the same on any number of threads.
 // paged_attention_batch runs the items of several sequences in one parallel region (one fork/join per layer and
 // step instead of one per sequence), each sequence cut as paged_attention cuts it alone: the same results.
@@ -35,13 +37,15 @@ struct SeqCut {
   int64_t tok0, item0, part0, comb0;
 };
 
-SeqCut cut_sequence(const AttentionSeqArgs& s, int64_t group, int64_t bs, const AttentionTiling& tiling) {
+// lanes: the AVX-512 lane kernels run (paged_attention.h, AttentionTiling::lanes): no split-K, so that every
+// query row takes the same order of operations whatever its tile.
+SeqCut cut_sequence(const AttentionSeqArgs& s, int64_t group, int64_t bs, const AttentionTiling& tiling, bool lanes) {
   SeqCut c{};
   c.q_tokens = std::min(s.n_tokens, tiling.q_tokens > 0 ? tiling.q_tokens : std::max<int64_t>(1, 32 / group));
   c.n_tiles = (s.n_tokens + c.q_tokens - 1) / c.q_tokens;
   c.n_blocks = (s.start_pos + s.n_tokens + bs - 1) / bs;
   // Blocks per split: all of them unless one tile (several tiles already give the threads work).
-  c.split_blocks = c.n_tiles > 1 || tiling.split_blocks < 0 ? c.n_blocks
+  c.split_blocks = c.n_tiles > 1 || tiling.split_blocks < 0 || lanes ? c.n_blocks
                    : tiling.split_blocks > 0              ? tiling.split_blocks
                                                           : (128 + bs - 1) / bs;
   c.n_splits = (c.n_blocks + c.split_blocks - 1) / c.split_blocks;
@@ -61,6 +65,7 @@ void paged_attention_batch(const float* q, const AttentionSeqArgs* seqs, int64_t
   const detail::TileFn tile = rows == AttentionImpl::Avx512 ? detail::tile_avx512(kl.dtype)
                               : rows == AttentionImpl::Avx2 ? detail::tile_avx2(kl.dtype)
                                                             : detail::tile_portable(kl.dtype);
+  const bool lanes = tiling.lanes && rows == AttentionImpl::Avx512 && hd % 16 == 0;
 
   std::vector<SeqCut> cuts;
   cuts.reserve(size_t(n_seqs));
@@ -71,7 +76,7 @@ void paged_attention_batch(const float* q, const AttentionSeqArgs* seqs, int64_t
       throw InputError("paged_attention_batch: sequence " + std::to_string(i) + " has start_pos " +
                        std::to_string(s.start_pos) + " < 0");
     if (s.n_tokens <= 0) continue;
-    SeqCut c = cut_sequence(s, group, bs, tiling);
+    SeqCut c = cut_sequence(s, group, bs, tiling, lanes);
     c.s = &s;
     c.n_items = c.n_tiles * n_kv * c.n_splits;
     c.tok0 = n_tok_all;

@@ -4,6 +4,7 @@
 // uses the same BF16-rounded x and W, so the only difference is summation order.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -124,6 +125,44 @@ TEST(LinearGemv, EveryMUpTo33OddShapes) {
                         {LinearImpl::Gemv, LinearImpl::GemvPortable});
   }
   set_num_threads(1);
+}
+
+// The GEMV rounds x to BF16 exactly as f32_to_bf16 (nearest even, NaN kept) on every path: with W = I the
+// output is the rounded x itself (one product by 1.0 plus exact zeros). Values: ties to even up and down, the
+// largest below a tie, a denormal that rounds to 0 and one that rounds to the smallest normal (VDPBF16PS reads
+// denormal BF16 inputs as 0, so none is kept), ±0, the largest that stays finite, random floats; then ±inf and
+// NaN one at a time (0 · inf is NaN in every other output) in a 16-wide step and in the tail (n = 77).
+TEST(LinearGemv, RoundsXExactlyLikeF32ToBf16) {
+  constexpr int64_t n = 77;
+  std::vector<float> eye(size_t(n * n), 0.0f);
+  for (int64_t i = 0; i < n; ++i) eye[size_t(i * n + i)] = 1.0f;
+  const Weight w(DType::BF16, n, n, DType::F32, eye.data(), n * 4);
+  std::vector<float> x = random_floats(size_t(n), 11);
+  const uint32_t bits[] = {0x3f808000u, 0x3f818000u, 0x3f807fffu, 0xbf808000u, 0x00000001u, 0x807fffffu,
+                           0x00000000u, 0x80000000u, 0x7f7f7fffu, 0x3f80ffffu, 0x3f7f8000u, 0x00818000u};
+  for (size_t i = 0; i < std::size(bits); ++i) x[i * 5 + 1] = std::bit_cast<float>(bits[i]);
+  const auto run = [&](const std::vector<float>& xs, LinearImpl impl) {
+    std::vector<float> y(static_cast<size_t>(n));
+    linear(xs.data(), 1, w, y.data(), impl);
+    return y;
+  };
+  const auto same = [](float got, float want) {  // -0 + +0 products sum to +0: compare with a +0 added
+    return std::isnan(want) ? std::isnan(got) : std::bit_cast<uint32_t>(got + 0.0f) == std::bit_cast<uint32_t>(want + 0.0f);
+  };
+  for (LinearImpl impl : {LinearImpl::Gemv, LinearImpl::GemvPortable}) {
+    const std::vector<float> y = run(x, impl);
+    for (int64_t i = 0; i < n; ++i)
+      EXPECT_TRUE(same(y[size_t(i)], bf16_to_f32(f32_to_bf16(x[size_t(i)]))))
+          << impl_name(impl) << " at " << i << ": x bits " << std::hex << std::bit_cast<uint32_t>(x[size_t(i)])
+          << " got bits " << std::bit_cast<uint32_t>(y[size_t(i)]);
+    for (const float special : {INFINITY, -INFINITY, NAN})
+      for (const int64_t at : {int64_t(40), n - 1}) {
+        std::vector<float> xs = x;
+        xs[size_t(at)] = special;
+        EXPECT_TRUE(same(run(xs, impl)[size_t(at)], bf16_to_f32(f32_to_bf16(special))))
+            << impl_name(impl) << " " << special << " at " << at;
+      }
+  }
 }
 
 // The lm_head shape of SmolLM2 (vocab 49152 × hidden 576), once: both paths, both thread counts.

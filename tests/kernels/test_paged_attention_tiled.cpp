@@ -109,8 +109,9 @@ TEST_P(TiledAttentionTest, MatchesNaive) {
   paged_attention_naive(q.data(), n_tokens, start_pos, n_heads, f.k.view, f.v.view, f.table.data(), scale, ref.data(),
                         impl);
   // Split-K: default partitions, one block per split, never; small query tiles too (several tiles, ragged last).
-  // The AVX-512 lane kernel (AttentionTiling::lanes) too, on default tiles and small ones.
-  const AttentionTiling tilings[] = {{}, {0, 1}, {0, -1}, {3, 1}, {0, 0, true}, {3, 1, true}};
+  // The AVX-512 lane kernels (AttentionTiling::lanes, the default) too, on default tiles and small ones.
+  const AttentionTiling tilings[] = {{0, 0, false}, {0, 1, false}, {0, -1, false}, {3, 1, false}, {0, 0, true},
+                                     {3, 1, true}};
   double worst = 0;
   for (int threads : {1, 2}) {
     set_num_threads(threads);
@@ -180,19 +181,83 @@ TEST(TiledAttention, ChecksCanFail) {
   EXPECT_GT(max_abs_diff(out, ref), 100 * kTol);
 }
 
-// Decode at a long context on two threads with split-K is the same, bit for bit, as on one thread (the cuts do
-// not depend on the thread count).
+// Decode at a long context on two threads (the row kernel with split-K, and the lane kernels) is the same, bit
+// for bit, as on one thread (the cuts do not depend on the thread count).
 TEST(TiledAttention, SplitKThreadCountInvariant) {
   const Variant var{KvDType::BF16, false, 1.0f};
   const Fixture f(var, 3, 64, 16, 4096, 9);
   const auto q = random_floats(size_t(9 * 64), 10);
-  std::vector<float> o1(q.size()), o2(q.size());
-  set_num_threads(1);
-  paged_attention(q.data(), 1, 4095, 9, f.k.view, f.v.view, f.table.data(), 0.125f, o1.data());
-  set_num_threads(2);
-  paged_attention(q.data(), 1, 4095, 9, f.k.view, f.v.view, f.table.data(), 0.125f, o2.data());
-  set_num_threads(1);
-  EXPECT_EQ(o1, o2);
+  for (const bool lanes : {false, true}) {
+    AttentionTiling tiling;
+    tiling.lanes = lanes;
+    std::vector<float> o1(q.size()), o2(q.size());
+    set_num_threads(1);
+    paged_attention(q.data(), 1, 4095, 9, f.k.view, f.v.view, f.table.data(), 0.125f, o1.data(), AttentionImpl::Auto,
+                    tiling);
+    set_num_threads(2);
+    paged_attention(q.data(), 1, 4095, 9, f.k.view, f.v.view, f.table.data(), 0.125f, o2.data(), AttentionImpl::Auto,
+                    tiling);
+    set_num_threads(1);
+    EXPECT_EQ(o1, o2) << "lanes " << lanes;
+  }
+}
+
+// With the AVX-512 lane kernels (the default) a token's attention is the same bit for bit however its sequence
+// was cut: one prefill of the whole context, token-by-token decode, ragged chunks (1..100 tokens, starting
+// mid-block and mid-chunk), small query tiles, 1 and 2 threads — over every KV dtype, GQA 1/3/4, head_dim 64/128,
+// block sizes 16/32/5 (chunks of 16 positions end mid-block or are cut by the block). The row kernel (lanes off)
+// does differ between decode (split-K past 128 positions) and prefill on the same data, which shows the
+// comparison can fail.
+TEST(TiledAttention, LanesPrefillEqualsDecodeBitForBit) {
+  if (!attention_has_avx512()) GTEST_SKIP() << "no avx512f/bw/vl/dq on this CPU: the lane kernels do not run";
+  constexpr int64_t kCtx = 203;
+  const std::pair<int64_t, int64_t> heads[] = {{9, 3}, {4, 4}, {8, 2}};
+  const int64_t chunks[] = {1, 7, 16, 100, 3, 33, 2, 41};
+  bool row_kernel_differs = false;
+  for (size_t vi = 0; vi < std::size(kVariants); ++vi)
+    for (const auto& [n_heads, n_kv] : heads)
+      for (const int64_t hd : {64, 128})
+        for (const int64_t bs : {16, 32, 5}) {
+          if (vi > 1 && (hd != 64 || bs == 32)) continue;  // fp8 / int8: one head_dim, two block sizes
+          const Variant& var = kVariants[vi];
+          const Fixture f(var, n_kv, hd, bs, kCtx, uint32_t(vi * 31 + hd + bs));
+          const int64_t row = n_heads * hd;
+          const auto q = random_floats(size_t(kCtx * row), uint32_t(vi + 5));
+          const float scale = 1.0f / std::sqrt(float(hd));
+          const std::string what = test::dtype_label(var.dtype, var.tensor_scales) + " h" + std::to_string(n_heads) +
+                                   " kv" + std::to_string(n_kv) + " d" + std::to_string(hd) + " bs" + std::to_string(bs);
+          const auto run = [&](const AttentionTiling& t, const std::vector<int64_t>& cut) {
+            std::vector<float> out(q.size(), NAN);
+            int64_t p = 0;
+            for (size_t i = 0; p < kCtx; ++i) {
+              const int64_t n = std::min(cut[i % cut.size()], kCtx - p);
+              paged_attention(q.data() + p * row, n, p, n_heads, f.k.view, f.v.view, f.table.data(), scale,
+                              out.data() + p * row, AttentionImpl::Avx512, t);
+              p += n;
+            }
+            return out;
+          };
+          const AttentionTiling lanes{0, 0, true}, small_tiles{3, 0, true};
+          set_num_threads(1);
+          const std::vector<float> whole = run(lanes, {kCtx});
+          ASSERT_TRUE(std::all_of(whole.begin(), whole.end(), [](float x) { return std::isfinite(x); })) << what;
+          for (int threads : {1, 2}) {
+            set_num_threads(threads);
+            const std::vector<std::pair<const char*, std::vector<float>>> cuts = {
+                {"token by token", run(lanes, {1})},
+                {"ragged chunks", run(lanes, std::vector<int64_t>(std::begin(chunks), std::end(chunks)))},
+                {"whole, 3-token tiles", run(small_tiles, {kCtx})},
+                {"ragged chunks, 3-token tiles", run(small_tiles, std::vector<int64_t>(std::begin(chunks) + 2, std::end(chunks)))}};
+            for (const auto& [name, out] : cuts)
+              EXPECT_EQ(std::memcmp(out.data(), whole.data(), whole.size() * sizeof(float)), 0)
+                  << what << ": " << name << ", threads " << threads;
+          }
+          set_num_threads(1);
+          const AttentionTiling rows_only{0, 0, false};
+          const std::vector<float> a = run(rows_only, {kCtx}), b = run(rows_only, {1});
+          row_kernel_differs |= std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) != 0;
+        }
+  EXPECT_TRUE(row_kernel_differs);
 }
 
 // A step's batch — decodes short and long (split-K), a prefill chunk mid-block, a sequence with no tokens, GQA 3
