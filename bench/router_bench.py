@@ -1,34 +1,51 @@
 #!/usr/bin/env python3
 """Multi-turn chat through `tpserve router` over 2 replicas (tp 1, 1 thread each), one policy at a time (issue 15,
-deliverable 6). Workload: USERS users, each on one of SYSTEMS shared system prompts (long: the prefix that matters),
-TURNS turns each (the history grows: every turn re-sends all earlier turns), THINK seconds between a user's turns,
-MAX_TOKENS greedy tokens a turn, streamed (TTFT measured at the first content chunk). Each policy runs on fresh
-replicas (empty prefix caches) and a fresh router. Rounds alternate the policy order.
+deliverable 6). Workload: USERS users, each on one of SYSTEMS shared system prompts (long: a prefix several users
+share), TURNS turns each; every turn pastes USER_WORDS words of the user's own notes and re-sends the whole
+conversation so far (the history grows turn by turn, so which replica holds it matters more each turn), THINK
+seconds between a user's turns, MAX_TOKENS greedy tokens a turn, streamed (TTFT measured at the first content
+chunk). Users start spread over [0, 2 x THINK]. Each policy runs on fresh replicas (empty prefix caches) and a
+fresh router. Rounds alternate the policy order.
+Policies: round_robin, least_load, prefix_aware, and prefix_aware+fetch (prefix_aware with router.kv_fetch: a
+request the cost sends away from a loaded holder carries kv_transfer_params.fetch_from, and the receiving replica
+fetches the blocks over UCX instead of recomputing them).
 Per policy: TTFT p50/p99 (s), output tok/s (generated tokens / wall time of the whole workload), the router's prefix
-hit rate (prompt blocks the chosen replica held / prompt blocks), and the replicas' own prefix-cache hit rate and
-recomputed prompt tokens (vllm:prefix_cache_queries_total - vllm:prefix_cache_hits_total, summed).
-usage: router_bench.py TPSERVE REPO_ROOT [--users 8] [--turns 4] [--systems 2] [--max-tokens 16] [--think 0.3]
-                       [--rounds 1] [--policies prefix_aware,least_load,round_robin] [--json OUT]"""
+hit rate (prompt blocks the chosen replica held / prompt blocks), the replicas' own prefix-cache hit rate and
+recomputed prompt tokens (vllm:prefix_cache_queries_total - vllm:prefix_cache_hits_total, summed), and the KV
+fetches the replicas ran (tpserve:kv_fetches_total, tpserve:kv_fetched_blocks_total, summed).
+usage: router_bench.py TPSERVE REPO_ROOT [--users 8] [--turns 5] [--systems 4] [--user-words 60] [--max-tokens 16]
+                       [--think 0.5] [--rounds 1] [--policies prefix_aware,prefix_aware+fetch,least_load,round_robin]
+                       [--json OUT]"""
 import argparse, http.client, json, os, random, statistics, subprocess, sys, tempfile, threading, time
 
 ap = argparse.ArgumentParser()
 ap.add_argument("tpserve"); ap.add_argument("root")
-ap.add_argument("--users", type=int, default=8); ap.add_argument("--turns", type=int, default=4)
-ap.add_argument("--systems", type=int, default=2); ap.add_argument("--max-tokens", type=int, default=16)
-ap.add_argument("--think", type=float, default=0.3); ap.add_argument("--rounds", type=int, default=1)
-ap.add_argument("--policies", default="prefix_aware,least_load,round_robin"); ap.add_argument("--json")
+ap.add_argument("--users", type=int, default=8); ap.add_argument("--turns", type=int, default=5)
+ap.add_argument("--systems", type=int, default=4); ap.add_argument("--max-tokens", type=int, default=16)
+ap.add_argument("--user-words", type=int, default=60)
+ap.add_argument("--think", type=float, default=0.5); ap.add_argument("--rounds", type=int, default=1)
+ap.add_argument("--policies", default="prefix_aware,prefix_aware+fetch,least_load,round_robin")
+ap.add_argument("--json")
 a = ap.parse_args()
 MODEL = os.path.join(a.root, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 tmp = tempfile.mkdtemp(prefix="router_bench_")
 cfg = os.path.join(tmp, "cfg.yaml")
 with open(cfg, "w") as f:
-    f.write(f"model: {{path: {MODEL}}}\nparallel: {{threads: 1}}\ncache: {{memory_mb: 128, max_context: 4096}}\n"
+    f.write(f"model: {{path: {MODEL}}}\nparallel: {{threads: 1}}\ncache: {{memory_mb: 256, max_context: 4096}}\n"
             "server: {step_timeout_s: 120}\nkv_events: {enable: true}\n"
             "router: {health_interval_s: 0.5}\n")
 TOPICS = ["astronomy", "cooking", "sailing", "gardening", "chess", "history", "music", "geology"]
 SYSTEMS = [(f"You are assistant number {s}, an expert in {TOPICS[s % len(TOPICS)]}. " +
             "Always answer in two short sentences, stay polite, never use lists, and mention one fact. " * 12)
            for s in range(a.systems)]
+WORDS = ("river stone lantern orchard copper meadow harbor violet engine thunder pepper saddle quartz willow "
+         "beacon canyon ember falcon glacier hollow ivory juniper kettle lagoon marble nectar oyster prism").split()
+
+
+def notes(u, t):
+    """USER_WORDS words of user u's own notes for turn t (distinct per user and turn: history nobody else has)."""
+    rng = random.Random(u * 1000 + t)
+    return " ".join(rng.choice(WORDS) for _ in range(a.user_words))
 
 
 def start(args, marker):
@@ -77,7 +94,9 @@ def turn(port, messages):
 def run_policy(policy, seed):
     reps = [start(["serve", "--config", cfg, "--port", "0"], "serving") for _ in range(2)]
     urls = ",".join(f"http://127.0.0.1:{p}" for _, p in reps)
-    router, rp = start(["router", "--config", cfg, "--port", "0", "--policy", policy, "--replicas", urls], "router at")
+    fetch = policy.endswith("+fetch")
+    router, rp = start(["router", "--config", cfg, "--port", "0", "--policy", policy.removesuffix("+fetch"),
+                        "--replicas", urls] + (["--kv-fetch"] if fetch else []), "router at")
     time.sleep(0.5)
     ttfts, n_out = [], [0]
     lock = threading.Lock()
@@ -88,7 +107,8 @@ def run_policy(policy, seed):
         time.sleep(delays[u])
         msgs = [{"role": "system", "content": SYSTEMS[u % a.systems]}]
         for t in range(a.turns):
-            msgs.append({"role": "user", "content": f"User {u}, question {t}: tell me about {TOPICS[(u + t) % 8]}."})
+            msgs.append({"role": "user", "content": f"User {u}, question {t}: my notes are: {notes(u, t)}. "
+                                                    f"What do they say about {TOPICS[(u + t) % 8]}?"})
             ttft, text, n = turn(rp, msgs)
             msgs.append({"role": "assistant", "content": text})
             with lock:
@@ -102,12 +122,13 @@ def run_policy(policy, seed):
     [t.join() for t in ts]
     wall = time.time() - t0
     rm = get(rp, "/metrics")
-    q = h = 0.0
+    q = h = fetches = fetched = 0.0
     for _, p in reps:
         m = get(p, "/metrics")
         q += metric(m, "vllm:prefix_cache_queries_total")
         h += metric(m, "vllm:prefix_cache_hits_total")
-        gen = metric(m, "vllm:generation_tokens_total")
+        fetches += metric(m, "tpserve:kv_fetches_total")
+        fetched += metric(m, "tpserve:kv_fetched_blocks_total")
     for p, _ in reps + [(router, 0)]:
         p.terminate()
     for p, _ in reps + [(router, 0)]:
@@ -117,7 +138,9 @@ def run_policy(policy, seed):
     return {"policy": policy, "requests": len(ttfts), "wall_s": wall, "output_tok_s": n_out[0] / wall,
             "ttft_p50_s": statistics.median(ttfts), "ttft_p99_s": ttfts[min(len(ttfts) - 1, int(0.99 * len(ttfts)))],
             "router_prefix_hit_rate": metric(rm, "tpserve_router_prefix_hit_blocks_total") / blocks if blocks else 0,
-            "replica_prefix_hit_rate": h / q if q else 0, "recomputed_prompt_tokens": q - h}
+            "replica_prefix_hit_rate": h / q if q else 0, "recomputed_prompt_tokens": q - h,
+            "prompt_tokens": q, "kv_fetch_hints": metric(rm, "tpserve_router_kv_fetch_hints_total"),
+            "kv_fetches": fetches, "kv_fetched_blocks": fetched}
 
 
 policies = a.policies.split(",")
@@ -130,4 +153,5 @@ for rnd in range(a.rounds):
         results.append(r)
         print(json.dumps(r), flush=True)
 if a.json:
-    json.dump(results, open(a.json, "w"), indent=1)
+    json.dump({"workload": {k: v for k, v in vars(a).items() if k not in ("tpserve", "root", "json")},
+               "rows": results}, open(a.json, "w"), indent=1)

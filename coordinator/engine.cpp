@@ -60,6 +60,9 @@ void Engine::validate(const Request& req) const {
                          num(sc.n_blocks),
                      "context_length_exceeded");
   validate_sampling(req.sampling);
+  if (req.n_resumed_output < 0 || req.n_resumed_output > n_prompt)
+    throw FieldError("resumed_output_tokens", "resumed_output_tokens must be in [0, " + num(n_prompt) +
+                                                  "] (the prompt's tokens), got " + num(req.n_resumed_output));
   if (req.n < 1 || req.n > sc.max_num_seqs)
     throw FieldError("n", "n must be in [1, " + num(sc.max_num_seqs) + "] (scheduler.max_num_seqs), got " + num(req.n));
   if (req.prompt_logprobs < -1 || req.prompt_logprobs > kMaxLogprobs)
@@ -81,6 +84,7 @@ int64_t Engine::submit(Request req) {
   s->sampling = req.sampling;
   s->max_tokens = req.max_tokens;
   s->ignore_eos = req.ignore_eos;
+  s->n_resumed_output = req.n_resumed_output;
   s->eos_ids = std::move(req.eos_ids);
   s->logit_bias = std::move(req.logit_bias);
   s->grammar = std::move(req.grammar);

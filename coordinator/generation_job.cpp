@@ -40,6 +40,7 @@ Request GenerationJob::engine_request(size_t j, uint64_t seed, int64_t max_conte
   r.n = params.n;
   r.max_tokens = params.max_tokens.value_or(max_context - int64_t(r.prompt.size()));
   r.ignore_eos = params.ignore_eos;
+  r.n_resumed_output = params.resumed_output_tokens;
   r.prompt_logprobs = engine_prompt_logprobs();
   r.logit_bias = params.logit_bias;
   r.grammar = grammar;
@@ -59,6 +60,10 @@ GenerationJob completion_job(CompletionRequest r, const Tokenizer& tok, int64_t 
     JobPrompt jp;
     jp.tokens = p.is_tokens ? p.tokens : tok.encode(p.text, tok.add_bos(), true);
     check_prompt(jp.tokens, tok, max_context, param);
+    if (job.params.resumed_output_tokens > int64_t(jp.tokens.size()))
+      throw FieldError("resumed_output_tokens", "resumed_output_tokens (" +
+                                                    std::to_string(job.params.resumed_output_tokens) + ") exceeds " +
+                                                    param + "'s " + std::to_string(jp.tokens.size()) + " tokens");
     if (r.echo) jp.echo = p.is_tokens ? tok.decode(p.tokens, false) : p.text;
     job.prompts.push_back(std::move(jp));
   }
@@ -87,6 +92,8 @@ GenerationJob chat_job(ChatCompletionRequest r, const Tokenizer& tok, const Chat
   JobPrompt jp;
   jp.tokens = tok.encode(chat.render(in), false, true);
   check_prompt(jp.tokens, tok, max_context, "messages");
+  if (job.params.resumed_output_tokens > 0)  // a resumed stream is a completions request of token ids
+    throw FieldError("resumed_output_tokens", "resumed_output_tokens is for /v1/completions prompts only");
   job.prompts.push_back(std::move(jp));
   return job;
 }

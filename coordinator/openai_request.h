@@ -49,6 +49,11 @@ struct GenerationParams {
   // vLLM's return_token_ids: each streamed choice chunk carries "token_ids", the generated token ids it covers
   // (also when they add no text yet); the router replays a broken stream from them.
   bool return_token_ids = false;
+  // resumed_output_tokens (tpserve's, for the router's replay of a broken stream): the last K tokens of each
+  // prompt were generated earlier by this same generation, so the penalties count them as output, not prompt
+  // (with the seed and the absolute position, the continuation samples as the unbroken run). >= 0, <= each
+  // prompt's length (checked when tokenized).
+  int64_t resumed_output_tokens = 0;
   int32_t n = 1;                           // [1, max_n]
   bool stream = false;
   bool include_usage = false;              // stream_options.include_usage (only with stream)

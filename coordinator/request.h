@@ -81,6 +81,9 @@ struct Request {
   int32_t prompt_logprobs = -1;
   std::vector<LogitBias> logit_bias;  // added to the logits before sampling; ids in the vocabulary
   bool ignore_eos = false;         // true: only max_tokens (or abort) ends it
+  // In [0, prompt size]: the prompt's last n tokens are earlier output of this generation (a resumed stream):
+  // the penalties count them as output (Sequence::n_resumed_output).
+  int64_t n_resumed_output = 0;
   std::vector<int32_t> eos_ids;    // extra stop tokens, on top of the engine's is_eog
   // Structured output (coordinator/structured_output.h): each choice's tokens follow this grammar — a token
   // bitmask at sampling — and the choice finishes ("stop") once the grammar accepted an end-of-generation

@@ -3,9 +3,10 @@
 //        block hashes (router_request.h), forwarded, streamed back as it arrives (SSE) or whole.
 //        A replica that cannot be reached, breaks the connection, answers 503 (it is dying: a rank died) or
 //        ends a stream with an error event is marked down, and the request is replayed on another replica (at
-//        most router.max_replays times): a plain request transparently; a stream resumes after the tokens the
-//        client already has (router_stream.h) — prompt + sent tokens re-prefilled, so greedy and seeded
-//        sampling continue as the unfailed run would. A stream that cannot resume (n > 1, several prompts,
+//        most router.max_replays times): a plain request transparently; a stream resumes after the tokens whose
+//        text the client already has (router_stream.h) — prompt + those tokens re-prefilled with the same seed
+//        (the router's when the client gave none) and resumed_output_tokens, so greedy and seeded sampling,
+//        penalties included, continue as the unfailed run would. A stream that cannot resume (n > 1, several prompts,
 //        logprobs, an output constraint or tools) ends with an error event + [DONE]. Other replica errors
 //        (400, 404, 429, ...) go to the client as they are. A plain response names the replica that produced it
 //        in the header X-Tpserve-Replica (its base URL).

@@ -1,6 +1,7 @@
 #include "coordinator/router_request.h"
 
 #include <algorithm>
+#include <random>
 #include <span>
 
 #include "coordinator/generation_job.h"
@@ -39,6 +40,12 @@ RouteInfo route_info(const json& body, bool chat, const Tokenizer& tok, const Ch
     info.replayable = job.prompts.size() == 1 && job.params.n == 1 && !job.params.constraint.active() &&
                       !job.tool_syntax && job.echo_logprobs < 0 && !job.params.prompt_logprobs &&
                       job.params.sampling.logprobs < 0;
+    info.ignore_eos = job.params.ignore_eos;
+    info.echo_bytes = int64_t(job.prompts.at(0).echo.size());
+    if (info.stream && info.replayable && !job.params.seed) {
+      static thread_local std::mt19937_64 rng{std::random_device{}()};
+      info.seed = rng() >> 1;  // a non-negative JSON integer
+    }
   } catch (const std::exception&) {
     info.tokenized = false;  // the replica will say what is wrong
   }
@@ -49,18 +56,21 @@ RouteInfo route_info(const json& body, bool chat, const Tokenizer& tok, const Ch
 
 std::string forward_body(json body, const RouteInfo& info, const std::string& fetch_from) {
   if (info.stream && info.replayable) body["return_token_ids"] = true;
+  if (info.seed) body["seed"] = *info.seed;
   if (!fetch_from.empty()) body["kv_transfer_params"] = {{"fetch_from", fetch_from}};
   return body.dump();
 }
 
-std::string replay_body(const json& original, const RouteInfo& info, const std::vector<int32_t>& sent) {
+std::string replay_body(const json& original, const RouteInfo& info, const std::vector<int32_t>& output) {
   json prompt = info.prompt;
-  for (int32_t t : sent) prompt.push_back(t);
-  json b = {{"prompt", prompt}, {"stream", true}, {"return_token_ids", true}};
+  for (int32_t t : output) prompt.push_back(t);
+  json b = {{"prompt", prompt}, {"stream", true}, {"return_token_ids", true},
+            {"resumed_output_tokens", int64_t(output.size())}};
   for (const char* k : {"model", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "ignore_eos",
                         "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias"})
     if (auto it = original.find(k); it != original.end()) b[k] = *it;
-  if (info.max_tokens >= 0) b["max_tokens"] = std::max<int64_t>(0, info.max_tokens - int64_t(sent.size()));
+  if (info.seed) b["seed"] = *info.seed;
+  if (info.max_tokens >= 0) b["max_tokens"] = std::max<int64_t>(0, info.max_tokens - int64_t(output.size()));
   return b.dump();
 }
 

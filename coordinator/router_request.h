@@ -2,10 +2,14 @@
 //   route_info   the prompt's token ids (rendered and tokenized exactly as a replica does, coordinator/
 //                generation_job.h), its chained block hashes (the replicas' BlockManager hash, so they match the
 //                KV events), and the load it puts on a replica (prompt + max_tokens).
-//   forward_body the client's body as the replica gets it: return_token_ids on streams (the router replays a
-//                broken stream from them) and kv_transfer_params.fetch_from when told.
+//   forward_body the client's body as the replica gets it: on a stream that can resume, return_token_ids (the
+//                router replays a broken stream from them) and a seed when the client gave none (the router picks
+//                it, so a continuation samples as the unbroken run: the draw depends only on seed and absolute
+//                position, rank/sampler.h); kv_transfer_params.fetch_from when told.
 //   replay_body  the continuation of a broken stream: a /v1/completions request whose prompt is the token ids of
-//                the prompt plus the tokens already sent, max_tokens less those, the same sampling fields.
+//                the prompt plus the tokens already output (router_stream.h says which), max_tokens less those,
+//                the same sampling fields and seed, and resumed_output_tokens = their number (the penalties count
+//                them as output, as the unbroken run did).
 // A body the router cannot tokenize (a bad field, an unknown model) is still forwarded: the replica answers with
 // its own error JSON, so clients see the same errors as from `tpserve serve`.
 #pragma once
@@ -31,6 +35,9 @@ struct RouteInfo {
   std::vector<uint64_t> chain;         // chained hashes of its full blocks, block 0 first
   int64_t max_tokens = -1;             // -1: not given
   int64_t load_tokens = 0;             // prompt + max_tokens (max_tokens absent: kDefaultLoadTokens)
+  bool ignore_eos = false;
+  int64_t echo_bytes = 0;              // completions echo: the prompt text leading the output
+  std::optional<uint64_t> seed;        // picked by the router (a resumable stream without a client seed)
 };
 
 inline constexpr int64_t kDefaultLoadTokens = 256;
@@ -45,7 +52,8 @@ std::vector<uint64_t> block_chain(const std::vector<int32_t>& tokens, int64_t bl
 // fetch_from: a base URL, or empty for none.
 std::string forward_body(nlohmann::json body, const RouteInfo& info, const std::string& fetch_from);
 
-// The resumption of `original` after `sent` generated tokens (route_info(original).replayable must hold).
-std::string replay_body(const nlohmann::json& original, const RouteInfo& info, const std::vector<int32_t>& sent);
+// The resumption of `original` after `output`, the generated tokens it continues after (route_info(original).
+// replayable must hold).
+std::string replay_body(const nlohmann::json& original, const RouteInfo& info, const std::vector<int32_t>& output);
 
 }  // namespace tp

@@ -1,5 +1,7 @@
 #include "coordinator/router_stream.h"
 
+#include <algorithm>
+
 #include "coordinator/http_server.h"
 
 namespace tp {
@@ -33,6 +35,27 @@ std::vector<std::string> SseSplitter::feed(std::string_view bytes) {
   return out;
 }
 
+void StreamTracker::begin_replay(const Tokenizer& tok, bool ignore_eos) {
+  replaying_ = true;
+  echo_left_ = 0;  // a continuation does not echo
+  IncrementalDecoder dec(tok, false);
+  int64_t len = 0, len_k = 0;
+  size_t k = 0;
+  for (size_t i = 0; i < tokens_.size(); ++i) {
+    const int32_t t = tokens_[i];
+    if (t < 0 || t >= tok.vocab_size()) break;  // not the replicas' vocabulary: resume before it
+    if (ignore_eos || !tok.is_eog(t)) len += int64_t(dec.push(t).size());
+    if (len > text_bytes_) break;  // token i's text is not all with the client
+    if (dec.n_pending() == 0) {
+      k = i + 1;
+      len_k = len;
+    }
+  }
+  tokens_.resize(k);
+  skip_bytes_ = text_bytes_ - len_k;
+  skip_ids_ = ids_sent_ - int64_t(k);
+}
+
 StreamEvent StreamTracker::on_event(const std::string& data) {
   StreamEvent ev;
   if (data == "[DONE]") {
@@ -61,8 +84,39 @@ StreamEvent StreamTracker::on_event(const std::string& data) {
     for (json& c : *ch) {
       const int64_t index = c.value("index", int64_t(0));
       if (index == 0) {
-        if (auto t = c.find("token_ids"); t != c.end() && t->is_array())
-          for (const json& id : *t) tokens_.push_back(id.get<int32_t>());
+        if (auto t = c.find("token_ids"); t != c.end() && t->is_array()) {
+          json kept = json::array();
+          for (const json& id : *t) {
+            tokens_.push_back(id.get<int32_t>());
+            if (skip_ids_ > 0) {
+              --skip_ids_;  // the client has it from before the replay
+            } else {
+              kept.push_back(id);
+              ++ids_sent_;
+            }
+          }
+          *t = std::move(kept);
+        }
+        // The chunk's text: a chat chunk's delta.content, a completions chunk's (and every continuation's) text.
+        json* text = nullptr;
+        if (!replaying_ && chat_) {
+          if (auto d = c.find("delta"); d != c.end() && d->is_object())
+            if (auto s = d->find("content"); s != d->end() && s->is_string()) text = &*s;
+        } else if (auto s = c.find("text"); s != c.end() && s->is_string()) {
+          text = &*s;
+        }
+        if (text) {
+          std::string s = text->get<std::string>();
+          if (replaying_ && skip_bytes_ > 0) {
+            const int64_t drop = std::min<int64_t>(skip_bytes_, int64_t(s.size()));
+            s.erase(0, size_t(drop));
+            skip_bytes_ -= drop;
+            *text = s;
+          }
+          const int64_t echo = std::min<int64_t>(echo_left_, int64_t(s.size()));
+          echo_left_ -= echo;
+          text_bytes_ += int64_t(s.size()) - echo;
+        }
         if (auto f = c.find("finish_reason"); f != c.end() && !f->is_null()) finished_ = true;
       }
       if (!keep_ids_) c.erase("token_ids");

@@ -44,6 +44,7 @@ std::unique_ptr<Sequence> Scheduler::make_choice(const Sequence& parent, const P
   c->index = f.index;
   c->tokens = parent.tokens;
   c->n_prompt = parent.n_prompt;
+  c->n_resumed_output = parent.n_resumed_output;
   c->sampling = parent.sampling;
   c->sampling.seed = parent.sampling.seed + uint64_t(f.index);
   c->max_tokens = parent.max_tokens;
@@ -170,7 +171,7 @@ void Scheduler::plan_tokens(const Sequence& s, int64_t start, int64_t n, Schedul
   sp.sampling = s.sampling;
   if (sp.want_logits && s.sampling.has_penalties()) {
     sp.history = s.tokens;
-    sp.n_history_prompt = s.n_prompt;
+    sp.n_history_prompt = s.n_prompt - s.n_resumed_output;
   }
   if (sp.want_logits) sp.logit_bias = s.logit_bias;
   if (s.needs_prompt_logprobs() && start < s.n_prompt - 1) {  // row i predicts the prompt token at start + i + 1

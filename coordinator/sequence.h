@@ -43,6 +43,8 @@ struct Sequence {
   std::vector<PendingFork> pending_forks;
   std::vector<int32_t> tokens;   // [n_prompt + n_generated]
   int64_t n_prompt = 0;
+  int64_t n_resumed_output = 0;  // the prompt's last n tokens are earlier output (a resumed stream): the
+                                 // penalties count them as output, everything else counts them as prompt
   SamplingParams sampling;
   int64_t max_tokens = 0;
   bool ignore_eos = false;

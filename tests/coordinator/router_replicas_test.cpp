@@ -2,7 +2,9 @@
 // router_request.h) as pure units, table-driven where it fits: KV event batches in -> routing choice out; a
 // replica down or rejoined drops its entries; the prompt's block chain equals the hashes a BlockManager
 // publishes; SSE split across pieces; token ids tracked and stripped; a replay's completions chunks back in the
-// original chat shape; the replay body continues after the sent tokens.
+// original chat shape; where a replay resumes when the dying replica held text back (a partial stop-string match,
+// a token whose text was cut, an incomplete UTF-8 character; on a byte-level BPE vocabulary) and what of the
+// continuation the client already has; the replay body continues after the output tokens, with the seed.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -15,6 +17,8 @@
 #include "coordinator/router_replicas.h"
 #include "coordinator/router_request.h"
 #include "coordinator/router_stream.h"
+#include "common/unicode_bytes.h"
+#include "coordinator/tokenizer.h"
 #include "kvstore/block_manager.h"
 
 namespace tp {
@@ -163,6 +167,102 @@ TEST(RouterStream, SplitsEventsAcrossPieces) {
   EXPECT_EQ(b[0], "[DONE]");
 }
 
+// Byte-level BPE: ids 0..255 the bytes, 256 "ab", 257 "bc", 258 "<eos>" (control, end of generation).
+const Tokenizer& byte_tokenizer() {
+  static const Tokenizer t = [] {
+    TokenizerData d;
+    d.model = "gpt2";
+    d.pre = "gpt2";
+    for (int b = 0; b < 256; ++b) d.tokens.emplace_back(byte_to_unicode(static_cast<uint8_t>(b)));
+    d.tokens.insert(d.tokens.end(), {"ab", "bc", "<eos>"});
+    d.token_types.assign(d.tokens.size(), TokenType::Normal);
+    d.token_types[258] = TokenType::Control;
+    d.merges = {"a b", "b c"};
+    d.eos_id = 258;
+    return Tokenizer(d);
+  }();
+  return t;
+}
+
+// A completions chunk of choice 0 as a replica streams it with return_token_ids.
+std::string chunk(const std::string& text, const std::vector<int32_t>& ids, const char* finish = nullptr) {
+  json c = {{"index", 0}, {"text", text}, {"token_ids", ids}, {"finish_reason", nullptr}};
+  if (finish) c["finish_reason"] = finish;
+  return json{{"id", "cmpl-1"}, {"object", "text_completion"}, {"created", 1}, {"model", "m"}, {"choices", {c}}}.dump();
+}
+
+struct ClientView {
+  std::string text;
+  std::vector<int32_t> ids;
+};
+
+// What the client gets from `out` (one SSE event) for choice 0.
+void take(const StreamEvent& e, ClientView& v) {
+  ASSERT_EQ(e.out.rfind("data: ", 0), 0u);
+  const json j = json::parse(e.out.substr(6));
+  const json& c = j["choices"][0];
+  v.text += c.value("text", std::string());
+  if (c.contains("token_ids"))
+    for (const json& id : c["token_ids"]) v.ids.push_back(id.get<int32_t>());
+}
+
+// Held-back text is not lost: the replica died while holding text the client never got.
+TEST(RouterStream, ReplayResumesFromTheTokensWhoseTextWasSent) {
+  const Tokenizer& tok = byte_tokenizer();
+  const int32_t x = 'x', c = 'c', d = 'd', ab = 256, bc = 257, eos = 258;
+  const uint8_t e_acute[2] = {0xC3, 0xA9};  // "é"
+  struct Case {
+    const char* name;
+    std::vector<std::pair<std::string, std::vector<int32_t>>> before;  // chunks before the replica died
+    std::vector<int32_t> resume;      // where the continuation starts
+    std::vector<std::pair<std::string, std::vector<int32_t>>> after;   // the continuation's chunks
+    std::string client_text;          // all the client reads, in order
+    std::vector<int32_t> client_ids;
+    int64_t echo = 0;
+  };
+  const std::string e2(reinterpret_cast<const char*>(e_acute), 2);
+  const std::vector<Case> cases = {
+      {"all text out: resume after every id", {{"x", {x}}, {"ab", {ab}}}, {x, ab}, {{"c", {c}}}, "xabc", {x, ab, c}},
+      {"stop 'abz' held 'ab' back", {{"x", {x, ab}}}, {x}, {{"abc", {ab, c}}}, "xabc", {x, ab, c}},
+      {"a token's text cut: 'b' of 'bc' sent, 'c' held (stop 'cz')", {{"xb", {x, bc}}}, {x}, {{"bcd", {bc, d}}},
+       "xbcd", {x, bc, d}},
+      {"an incomplete UTF-8 character held back", {{"x", {x, int32_t(e_acute[0])}}}, {x},
+       {{"", {int32_t(e_acute[0])}}, {e2, {int32_t(e_acute[1])}}}, "x" + e2, {x, int32_t(e_acute[0]), int32_t(e_acute[1])}},
+      {"nothing out yet", {{"", {ab}}}, {}, {{"abx", {ab, x}}}, "abx", {ab, x}},
+      {"echo 'pq' leads the text, not counted as output", {{"pqx", {x, ab}}}, {x}, {{"ab", {ab}}}, "pqxab", {x, ab}, 2},
+      {"an end-of-generation id adds no text", {{"x", {x}}, {"", {eos}}}, {x, eos}, {{"c", {c}}}, "xc", {x, eos, c}},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.name);
+    StreamTracker t(false, true, k.echo);
+    ClientView v;
+    for (const auto& [text, ids] : k.before) take(t.on_event(chunk(text, ids)), v);
+    t.begin_replay(tok, false);
+    EXPECT_EQ(t.resume_tokens(), k.resume);
+    for (const auto& [text, ids] : k.after) take(t.on_event(chunk(text, ids)), v);
+    EXPECT_EQ(v.text, k.client_text);
+    EXPECT_EQ(v.ids, k.client_ids);
+  }
+}
+
+// Two replays in a row, the second before the first continuation caught up with what the client had.
+TEST(RouterStream, ASecondReplayBeforeTheFirstCaughtUp) {
+  const Tokenizer& tok = byte_tokenizer();
+  const int32_t x = 'x', y = 'y', ab = 256;
+  StreamTracker t(false, true);
+  ClientView v;
+  take(t.on_event(chunk("xy", {x, y, ab})), v);  // "ab" held back
+  t.begin_replay(tok, false);
+  EXPECT_EQ(t.resume_tokens(), (std::vector<int32_t>{x, y}));
+  t.begin_replay(tok, false);  // the next replica died before its first chunk
+  EXPECT_EQ(t.resume_tokens(), (std::vector<int32_t>{x, y}));
+  take(t.on_event(chunk("ab", {ab})), v);
+  take(t.on_event(chunk("x", {x}, "length")), v);
+  EXPECT_EQ(v.text, "xyabx");
+  EXPECT_EQ(v.ids, (std::vector<int32_t>{x, y, ab, x}));
+  EXPECT_TRUE(t.finished());
+}
+
 TEST(RouterStream, TracksTokensStripsThemAndRewritesAReplay) {
   StreamTracker t(true, false);
   const json first = {{"id", "chatcmpl-1"}, {"object", "chat.completion.chunk"}, {"created", 5}, {"model", "m"},
@@ -171,9 +271,11 @@ TEST(RouterStream, TracksTokensStripsThemAndRewritesAReplay) {
   StreamEvent e = t.on_event(first.dump());
   EXPECT_EQ(e.kind, StreamEvent::Kind::Chunk);
   EXPECT_EQ(e.out.find("token_ids"), std::string::npos) << "the client did not ask for them";
-  EXPECT_EQ(t.sent_tokens(), (std::vector<int32_t>{7, 8}));
+  EXPECT_EQ(t.resume_tokens(), (std::vector<int32_t>{7, 8}));
+  EXPECT_EQ(t.text_bytes(), 2);
   EXPECT_EQ(t.on_event("{\"error\": {\"message\": \"rank 1 died\"}}").kind, StreamEvent::Kind::Error);
-  t.begin_replay();
+  t.begin_replay(byte_tokenizer(), false);
+  EXPECT_EQ(t.resume_tokens(), (std::vector<int32_t>{7, 8})) << "both tokens' text was sent (bytes 7 and 8)";
   const json cont = {{"id", "cmpl-9"}, {"object", "text_completion"}, {"created", 6}, {"model", "m"},
                      {"choices", {{{"index", 0}, {"text", " there"}, {"token_ids", {9}}, {"finish_reason", "stop"}}}}};
   e = t.on_event(cont.dump());
@@ -185,7 +287,7 @@ TEST(RouterStream, TracksTokensStripsThemAndRewritesAReplay) {
   EXPECT_EQ(out["choices"][0]["delta"]["content"], " there");
   EXPECT_FALSE(out["choices"][0].contains("text"));
   EXPECT_TRUE(t.finished());
-  EXPECT_EQ(t.sent_tokens(), (std::vector<int32_t>{7, 8, 9}));
+  EXPECT_EQ(t.resume_tokens(), (std::vector<int32_t>{7, 8, 9}));
   EXPECT_EQ(t.on_event("[DONE]").kind, StreamEvent::Kind::Done);
   EXPECT_TRUE(t.done());
 }
@@ -199,6 +301,7 @@ TEST(RouterRequest, ReplayBodyContinuesAfterTheSentTokens) {
                          {"stop", {"\n"}}, {"tools", json::array()}};
   const json b = json::parse(replay_body(original, info, {40, 41}));
   EXPECT_EQ(b["prompt"], json({1, 2, 3, 40, 41}));
+  EXPECT_EQ(b["resumed_output_tokens"], 2) << "the penalties count them as output";
   EXPECT_EQ(b["max_tokens"], 8);
   EXPECT_EQ(b["seed"], 4);
   EXPECT_EQ(b["temperature"], 0);
@@ -212,6 +315,12 @@ TEST(RouterRequest, ReplayBodyContinuesAfterTheSentTokens) {
   EXPECT_TRUE(f["return_token_ids"].get<bool>());
   EXPECT_EQ(f["kv_transfer_params"]["fetch_from"], "http://h:1");
   EXPECT_FALSE(json::parse(forward_body(original, info, "")).contains("kv_transfer_params"));
+  EXPECT_EQ(f["seed"], 4) << "the client's seed as it is";
+  info.seed = 77;  // the router's pick for a client without one: forwarded and replayed alike
+  json unseeded = original;
+  unseeded.erase("seed");
+  EXPECT_EQ(json::parse(forward_body(unseeded, info, ""))["seed"], 77);
+  EXPECT_EQ(json::parse(replay_body(unseeded, info, {40}))["seed"], 77);
 }
 
 }  // namespace

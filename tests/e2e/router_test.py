@@ -9,6 +9,12 @@
     on an unfailed run; the router counts the replays and marks the replica down within 5 s.
  4. The killed replica restarted on its port rejoins (up again); the router restarted (SIGTERM: exit 0) serves
     again from a new process.
+ 5. Resumption is exact beyond greedy: on one replica, a prompt + earlier output with resumed_output_tokens
+    continues a seeded temperature-0.8 generation with penalties as the unbroken one. Through the router, two
+    streams on replica A (B made to leave, then rejoin), A SIGKILLed mid-stream: a seeded temperature-0.8 stream
+    with frequency/presence penalties, and a greedy one whose stop string is the rest of its own output (so A
+    holds back every character after token 12 when it dies) — both resume on B with the unfailed run's token
+    ids and text.
 usage: router_test.py TPSERVE_BINARY REPO_ROOT"""
 import http.client, json, os, signal, subprocess, sys, tempfile, threading, time
 
@@ -64,9 +70,11 @@ def get_json(port, path):
     return s, json.loads(d) if d.startswith("{") else d
 
 
-def stream(port, body, timeout=120):
-    """A streamed request: returns {"status", "token_ids", "text", "finish", "done", "error"}."""
-    r = {"status": 0, "token_ids": [], "text": "", "finish": None, "done": False, "error": None}
+def stream(port, body, timeout=120, r=None):
+    """A streamed request: returns {"status", "token_ids", "text", "finish", "done", "error", "marks"} (marks: the
+    text so far after each chunk, by the number of token ids so far). `r`, when given, is filled as it arrives."""
+    r = r if r is not None else {}
+    r.update({"status": 0, "token_ids": [], "text": "", "finish": None, "done": False, "error": None, "marks": {}})
     try:
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
         c.request("POST", "/v1/completions", json.dumps(dict(body, stream=True, return_token_ids=True)),
@@ -88,6 +96,7 @@ def stream(port, body, timeout=120):
                 r["token_ids"] += ch.get("token_ids", [])
                 r["text"] += ch.get("text", "")
                 r["finish"] = ch.get("finish_reason") or r["finish"]
+            r["marks"][len(r["token_ids"])] = r["text"]
     except Exception as e:
         r["error"] = repr(e)
     return r
@@ -231,7 +240,7 @@ try:
 
     # 4. the replica restarted on its port rejoins; the router restarts cleanly
     victim_port = int(victim_url.rsplit(":", 1)[1])
-    _, _ = start_replica(victim_port)
+    restarted, _ = start_replica(victim_port)
     deadline = time.time() + 10
     while time.time() < deadline and get_json(rp, "/health")[1]["replicas_up"] != 2:
         time.sleep(0.1)
@@ -247,6 +256,67 @@ try:
     s, d, _ = call(rp, "POST", "/v1/completions", {"prompt": "x", "temperature": 9})
     check("errors are the replicas' OpenAI JSON (400 naming temperature)",
           s == 400 and json.loads(d)["error"]["param"] == "temperature", (s, d))
+
+    # 5. exact resumption: seeded sampling with penalties, and text a dying replica held back
+    proc_of = {urls[0]: r0, urls[1]: r1}
+    proc_of[victim_url] = restarted
+    a_url, b_url = urls
+    pa, pb = (int(u.rsplit(":", 1)[1]) for u in urls)
+    n5 = 256  # long enough that both streams still run when B is back up and the kill lands
+    sampled = {"prompt": "Write a short poem about the autumn wind and the sea:", "max_tokens": n5,
+               "temperature": 0.8, "top_p": 0.95, "seed": 1234, "frequency_penalty": 0.5, "presence_penalty": 0.3,
+               "ignore_eos": True}
+    # (a) on one replica: the prompt + 15 generated tokens as resumed output continue the same generation
+    tk = json.loads(call(pb, "POST", "/tokenize", {"prompt": sampled["prompt"]})[1])
+    full = stream(pb, dict(sampled, max_tokens=40))
+    cont = stream(pb, dict(sampled, prompt=tk["tokens"] + full["token_ids"][:15], max_tokens=25,
+                           resumed_output_tokens=15))
+    naive = stream(pb, dict(sampled, prompt=tk["tokens"] + full["token_ids"][:15], max_tokens=25))
+    check("a replica continues a seeded temperature-0.8 generation with penalties from prompt + 15 output tokens "
+          f"(resumed_output_tokens 15) with the same 25 tokens (without the field: "
+          f"{'same' if naive['token_ids'] == full['token_ids'][15:] else 'different'})",
+          len(full["token_ids"]) == 40 and cont["token_ids"] == full["token_ids"][15:], (full, cont))
+    s, d, _ = call(pb, "POST", "/v1/completions", {"prompt": [1, 2], "resumed_output_tokens": 3})
+    check("resumed_output_tokens beyond the prompt: 400 naming it",
+          s == 400 and json.loads(d)["error"]["param"] == "resumed_output_tokens", (s, d))
+    # (b) the unfailed references through the router
+    greedy = {"prompt": "The history of the printing press begins", "max_tokens": n5, "temperature": 0,
+              "ignore_eos": True}
+    free = stream(rp, greedy)
+    cut = 12  # from token 12's text on, the output is a prefix of the stop string until the end
+    held_from = len(free["marks"].get(cut, ""))
+    greedy["stop"] = [free["text"][held_from:] + "\u2603"]
+    ref5 = [stream(rp, sampled), stream(rp, greedy)]
+    check("references: the stop string holds the text back but does not change the output",
+          all(r["done"] and len(r["token_ids"]) == n5 for r in ref5) and held_from > 0 and
+          ref5[1]["token_ids"] == free["token_ids"] and ref5[1]["text"] == free["text"],
+          [(r["done"], len(r["token_ids"]), r["error"]) for r in ref5] + [held_from])
+    # (c) both streams on A, B back, A killed
+    call(rp, "DELETE", "/router/replicas", {"url": b_url})
+    live = [{}, {}]
+    ts = [threading.Thread(target=stream, args=(rp, b, 180, live[i])) for i, b in enumerate([sampled, greedy])]
+    [t.start() for t in ts]
+    call(rp, "POST", "/router/replicas", {"url": b_url})
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        ups = {r["url"]: r["up"] for r in get_json(rp, "/router/replicas")[1]["replicas"]}
+        n_ids = [len(l.get("token_ids", [])) for l in live]
+        if ups.get(b_url) and n_ids[0] >= 20 and n_ids[1] >= cut + 8:
+            break
+        time.sleep(0.005)
+    at_kill = [(len(l["token_ids"]), l["text"]) for l in live]
+    proc_of[a_url].kill()
+    [t.join(180) for t in ts]
+    check(f"the kill landed mid-stream on both ({at_kill[0][0]} and {at_kill[1][0]} of {n5} ids out), with A "
+          f"holding text back ({len(at_kill[1][1])} characters out of the greedy stream, <= {held_from})",
+          all(cut < n < n5 for n, _ in at_kill) and len(at_kill[1][1]) <= held_from, at_kill)
+    for name, r, ref_r in zip(["seeded temperature-0.8 stream with penalties", "greedy stream with held-back text"],
+                              live, ref5):
+        check(f"{name}: resumed on B with the unfailed run's {n5} token ids and text",
+              r["done"] and r["finish"] == "length" and not r["error"] and r["token_ids"] == ref_r["token_ids"]
+              and r["text"] == ref_r["text"],
+              {"done": r.get("done"), "error": r.get("error"), "n": len(r.get("token_ids", [])),
+               "text": r.get("text"), "ref": ref_r["text"]})
 finally:
     for p in procs:
         if p.poll() is None:
