@@ -15,7 +15,13 @@
 #   576 and 1536), CALIB (/usr/share/common-licenses/GPL-3), CALIB_TOKENS (4096),
 #   TPSERVE (build/launch/tpserve), OUT (bench/results/quality-<date>.md), WORK (a temporary directory),
 #   SCHEMES (the quantize schemes to run, space-separated; default every one), GGUF_ROWS (1: the GGUF copies'
-#   rows; 0: none), QUANT_FLAGS (extra `tpserve quantize` flags for every row, e.g. "--percdamp 0.1").
+#   rows; 0: none), QUANT_FLAGS (extra `tpserve quantize` flags for every row, e.g. "--percdamp 0.1"),
+#   PAIRS (instead of SCHEMES x their methods: space-separated SCHEME:METHOD rows, e.g. "w4a16:gptq w3a16:rtn"),
+#   PEER_DIRS (directories another tool quantized from the same base, e.g. llm-compressor's from
+#   tests/peers/llmcompressor_quality.sh, each with a `.row` file "name|scheme|method|wall s|cpu s": scored by
+#   the same `tpserve eval` as extra rows).
+# "quantize s" is wall seconds (CPU seconds, user + sys, in brackets): on a shared machine only the CPU seconds
+# compare.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CMDLINE="$0 $*"
@@ -37,6 +43,9 @@ CALIB_TOKENS=${CALIB_TOKENS:-4096}
 SCHEMES=${SCHEMES:-w8a16 w4a16 w4a16-asym w3a16 w8a8-int8 fp8-dynamic fp8-weight mxfp4 nvfp4}
 GGUF_ROWS=${GGUF_ROWS:-1}
 QUANT_FLAGS=${QUANT_FLAGS:-}
+PAIRS=${PAIRS:-}
+PAIRS_ARG=$PAIRS
+PEER_DIRS=${PEER_DIRS:-}
 STAMP=$(date -u +%Y%m%d-%H%M)
 OUT=${OUT:-bench/results/quality-$STAMP.md}
 WORK=${WORK:-$(mktemp -d)}
@@ -88,30 +97,37 @@ if [ "$SKIP_QUANTIZE" = 1 ]; then
 elif ! "$TPSERVE" quantize --help >/dev/null 2>&1; then
   ROWS+=("| (tpserve quantize rows skipped: this build has no \`tpserve quantize\`) | | | | | | | | | |")
 else
-  for scheme in $SCHEMES; do
-    var=METHODS_${scheme//-/_}
-    for method in ${!var}; do
-      dir=$WORK/$scheme-${method//+/-}
-      echo "[quality] quantize $scheme $method" >&2
-      t0=$(date +%s.%N)
-      # shellcheck disable=SC2086
-      if ! "$TPSERVE" quantize --in "$BASE" --out "$dir" --scheme "$scheme" --method "$method" ${EXTRA[$scheme]:-} \
-           --calib "$CALIB" --calib-tokens "$CALIB_TOKENS" --threads "$THREADS" $QUANT_FLAGS >"$WORK/q.out" 2>"$WORK/q.err"; then
-        ROWS+=("| $scheme $method | $scheme | $method | | refused: $(tail -1 "$WORK/q.err" | tr '|' '/') | | | | | |")
-        continue
-      fi
-      t1=$(date +%s.%N)
-      eval_row "$scheme $method" "$scheme" "$method" "$dir" "$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.0f", b - a}')"
-      rm -rf "$dir"
+  if [ -z "$PAIRS" ]; then
+    for scheme in $SCHEMES; do
+      var=METHODS_${scheme//-/_}
+      for method in ${!var}; do PAIRS+=" $scheme:$method"; done
     done
+  fi
+  for pair in $PAIRS; do
+    scheme=${pair%%:*} method=${pair#*:}
+    dir=$WORK/$scheme-${method//+/-}
+    echo "[quality] quantize $scheme $method" >&2
+    # shellcheck disable=SC2086
+    if ! /usr/bin/time -f '%e %U %S' -o "$WORK/q.time" \
+         "$TPSERVE" quantize --in "$BASE" --out "$dir" --scheme "$scheme" --method "$method" ${EXTRA[$scheme]:-} \
+         --calib "$CALIB" --calib-tokens "$CALIB_TOKENS" --threads "$THREADS" $QUANT_FLAGS >"$WORK/q.out" 2>"$WORK/q.err"; then
+      ROWS+=("| $scheme $method | $scheme | $method | | refused: $(grep -v '^Command exited' "$WORK/q.err" | tail -1 | tr '|' '/') | | | | | |")
+      continue
+    fi
+    eval_row "$scheme $method" "$scheme" "$method" "$dir" "$(awk '{printf "%.0f (%.0f)", $1, $2 + $3}' "$WORK/q.time")"
+    rm -rf "$dir"
   done
 fi
+for d in $PEER_DIRS; do
+  IFS='|' read -r pname pscheme pmethod pwall pcpu < "$d/.row"
+  eval_row "$pname" "$pscheme" "$pmethod" "$d" "$pwall ($pcpu)"
+done
 
 mkdir -p "$(dirname "$OUT")"
 {
   echo "# Quality of quantized SmolLM2-135M-Instruct against its unquantized base"
   echo
-  echo "- command: \`CHUNKS=$CHUNKS CONTEXT=$CONTEXT THREADS=$THREADS BASE=$BASE $CMDLINE\`"
+  echo "- command: \`CHUNKS=$CHUNKS CONTEXT=$CONTEXT THREADS=$THREADS BASE=$BASE${PAIRS_ARG:+ PAIRS=\"$PAIRS_ARG\"}${PEER_DIRS:+ PEER_DIRS=...} $CMDLINE\`"
   echo "- CPU: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores visible (shared with other jobs)"
   echo "- date (UTC): $(date -u '+%Y-%m-%d %H:%M')"
   echo "- build: $("$TPSERVE" version | head -1)"
@@ -121,11 +137,12 @@ mkdir -p "$(dirname "$OUT")"
   echo "- eval: \`tpserve eval --model M --ref $BASE ${EVAL_FLAGS[*]}\` (text path aside); GGUF blocks run as they"
   echo "  are served (--quantized keep: quantized kernels, activations rounded to 8 bits per block)"
   echo "- calibration (quantize rows): $CALIB, $CALIB_TOKENS tokens; quantize flags: --threads $THREADS $QUANT_FLAGS"
+  [ -z "$PEER_DIRS" ] || echo "- peer rows (made elsewhere, scored here): $PEER_DIRS"
   echo "- load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "- KL = mean over scored positions of KL(p_base || p_model) in nats; top-1 = fraction of positions whose"
   echo "  argmax equals the base's; perplexity = exp(mean NLL)"
   echo
-  echo "| model | scheme | method | weight bytes | perplexity | KL mean | KL max | top-1 | quantize s | eval s |"
+  echo "| model | scheme | method | weight bytes | perplexity | KL mean | KL max | top-1 | quantize s (CPU s) | eval s |"
   echo "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"
   printf '%s\n' "${ROWS[@]}"
 } > "$OUT"

@@ -30,7 +30,12 @@ const CommandSpec& quantize_spec() {
           OptionSpec::computed("group-size", "N", "128 for w4a16 / w4a16-asym",
                                "columns a scale for integer 4-bit schemes (0: per channel); must divide every "
                                "linear's input"),
-          OptionSpec::flag("act-order", "GPTQ visits columns by decreasing Hessian diagonal (writes g_idx)"),
+          OptionSpec::flag("act-order",
+                           "GPTQ visits columns by decreasing Hessian diagonal; groups stay contiguous, their "
+                           "scales static (compressed-tensors actorder \"weight\", llm-compressor's default)"),
+          OptionSpec::value("gptq-groups", "static|dynamic", "dynamic",
+                            "GPTQ group scales from the original weights up front (static, as llm-compressor) or "
+                            "from the error-corrected weights at each group's first column (dynamic)"),
           OptionSpec::value("calib", "FILE", "/usr/share/common-licenses/GPL-3",
                             "calibration text (not the text you evaluate on)"),
           OptionSpec::value("calib-tokens", "N", "512", "calibration tokens taken from the start of --calib"),
@@ -51,7 +56,11 @@ int run_quantize(const CliArgs& a) {
   o.scheme = parse_quant_scheme(a.required("scheme"));
   o.method = parse_quant_method(*a.str("method"));
   o.group_size = a.integer("group-size", -1, 0, 1 << 20);
-  o.act_order = a.flag("act-order");
+  o.act_order = a.flag("act-order") ? ActOrder::Weight : ActOrder::None;
+  const std::string groups = *a.str("gptq-groups");
+  if (groups != "static" && groups != "dynamic")
+    throw UsageError("--gptq-groups must be static or dynamic, not '" + groups + "'");
+  o.static_groups = groups == "static";
   o.seq_len = a.integer("calib-seq-len", 1, 1 << 20);
   o.percdamp = a.real("percdamp", 0.0, 10.0);
   o.sq_alpha = float(a.real("smoothquant-alpha", 0.0, 1.0));

@@ -102,7 +102,7 @@ QuantSpec scheme_weight_spec(QuantScheme s, int64_t group_size) {
 struct CtWriter::Impl {
   QuantScheme scheme;
   QuantSpec spec;
-  bool act_order = false;
+  ActOrder act_order = ActOrder::None;
   std::vector<std::string> ignore;
   DType dtype = DType::BF16;
   std::vector<Stored> tensors;
@@ -143,10 +143,10 @@ struct CtWriter::Impl {
   }
 };
 
-CtWriter::CtWriter(QuantScheme scheme, QuantSpec spec, bool act_order, std::vector<std::string> ignore, DType dtype)
+CtWriter::CtWriter(QuantScheme scheme, QuantSpec spec, ActOrder act_order, std::vector<std::string> ignore, DType dtype)
     : p_(std::make_unique<Impl>()) {
   if (dtype != DType::F32 && dtype != DType::BF16) throw UsageError("quantize: --dtype must be bf16 or f32");
-  if (act_order && spec.kind != QuantKind::Int) throw UsageError("--act-order applies to integer schemes only");
+  if (act_order != ActOrder::None && spec.kind != QuantKind::Int) throw UsageError("--act-order applies to integer schemes only");
   p_->scheme = scheme;
   p_->spec = spec;
   p_->act_order = act_order;
@@ -241,7 +241,10 @@ std::string CtWriter::quantization_config_json() const {
       const bool group = p.spec.group_size > 0;
       weights = quant_args(p.spec.bits, "int", p.spec.symmetric, group ? "group" : "channel",
                            group ? json(p.spec.group_size) : json(nullptr), false,
-                           p.act_order ? json("group") : json(nullptr), "memoryless_minmax", nullptr,
+                           p.act_order == ActOrder::Group    ? json("group")
+                           : p.act_order == ActOrder::Weight ? json("weight")
+                                                             : json(nullptr),
+                           "memoryless_minmax", nullptr,
                            p.spec.symmetric ? json(nullptr) : json("torch.int8"));
       break;
     }

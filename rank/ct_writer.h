@@ -37,6 +37,7 @@
 #include "common/dtype.h"
 #include "common/model_config.h"
 #include "common/tokenizer_data.h"
+#include "rank/quant_gptq.h"
 #include "rank/quant_rtn.h"
 
 namespace tp {
@@ -57,9 +58,10 @@ QuantSpec scheme_weight_spec(QuantScheme s, int64_t group_size);
 
 class CtWriter {
  public:
-  // dtype: F32 or BF16 (dense tensors and scales). act_order: the weights carry g_idx (actorder "group").
-  // Throws UsageError for w3a16 (see above) or a bad dtype.
-  CtWriter(QuantScheme scheme, QuantSpec spec, bool act_order, std::vector<std::string> ignore, DType dtype);
+  // dtype: F32 or BF16 (dense tensors and scales). act_order: the config's "actorder" (rank/quant_gptq.h):
+  // None null, Weight "weight" (the layout is unchanged), Group "group" (the weights carry g_idx).
+  // Throws UsageError for act-order on a non-integer scheme or a bad dtype.
+  CtWriter(QuantScheme scheme, QuantSpec spec, ActOrder act_order, std::vector<std::string> ignore, DType dtype);
   ~CtWriter();
   CtWriter(const CtWriter&) = delete;
   CtWriter& operator=(const CtWriter&) = delete;

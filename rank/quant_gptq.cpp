@@ -113,14 +113,18 @@ bool inverse_upper_cholesky(const std::vector<double>& h, int64_t n, std::vector
 QuantizedLinear quantize_gptq(const QuantSpec& s, const float* w_in, int64_t n_out, int64_t n_in,
                               const std::vector<double>& h_in, const GptqOptions& o) {
   check_quant_spec(s, n_in, "weight");
-  if (o.act_order && s.kind != QuantKind::Int) throw InputError("GPTQ act-order needs an integer scheme");
+  const bool act_order = o.act_order != ActOrder::None;
+  const bool static_groups = o.static_groups || o.act_order == ActOrder::Weight;
+  if (act_order && s.kind != QuantKind::Int) throw InputError("GPTQ act-order needs an integer scheme");
   if (int64_t(h_in.size()) != n_in * n_in) throw Error("quantize_gptq: Hessian size does not match the weight");
   const int64_t n = n_in;
-  // Column-major working copy: wc[j] = column j [n_out] (in visiting order).
+  // Column-major working copy: wc[j] = column j [n_out] (in visiting order); w0: the original columns
+  // (static group params).
   std::vector<double> h = h_in;
   std::vector<float> wc(static_cast<size_t>(n * n_out));
   for (int64_t r = 0; r < n_out; ++r)
     for (int64_t j = 0; j < n; ++j) wc[size_t(j * n_out + r)] = w_in[r * n + j];
+  const std::vector<float> w0 = static_groups ? wc : std::vector<float>{};
   for (int64_t j = 0; j < n; ++j)
     if (h[size_t(j * n + j)] == 0) {
       h[size_t(j * n + j)] = 1;
@@ -128,7 +132,7 @@ QuantizedLinear quantize_gptq(const QuantSpec& s, const float* w_in, int64_t n_o
     }
   std::vector<int64_t> perm(static_cast<size_t>(n));
   std::iota(perm.begin(), perm.end(), 0);
-  if (o.act_order) {
+  if (act_order) {
     std::stable_sort(perm.begin(), perm.end(),
                      [&](int64_t a, int64_t b) { return h[size_t(a * n + a)] > h[size_t(b * n + b)]; });
     std::vector<double> hp(static_cast<size_t>(n * n));
@@ -171,43 +175,50 @@ QuantizedLinear quantize_gptq(const QuantSpec& s, const float* w_in, int64_t n_o
     for (float v : wc) amax = std::max(amax, std::fabs(v));
     ql.global_scale = amax > 0 ? kFp8E4M3Max * kE2M1Max / amax : 1.0f;
   }
-  std::vector<float> step(static_cast<size_t>(n_out));  // non-Int: w' = code value · step (per row, current group)
-  std::vector<IntParams> params(static_cast<size_t>(n_out));
+  // Params of group gi of row r: params[r * ng + gi] (Int), step[r * ng + gi] (others: w' = code value · step).
+  std::vector<float> step(static_cast<size_t>(n_out * ng));
+  std::vector<IntParams> params(static_cast<size_t>(n_out * ng));
   std::vector<float> gbuf(static_cast<size_t>(g));
-  auto start_group = [&](int64_t c0, const std::vector<float>& cur) {  // cur: columns c0.. from here on
-    const int64_t gi = c0 / g;
+  // Group gi's params from the g columns of `src` (column-major) starting at column c0.
+  auto set_group = [&](int64_t gi, const std::vector<float>& src, int64_t c0) {
     for (int64_t r = 0; r < n_out; ++r) {
-      for (int64_t k = 0; k < g; ++k) gbuf[size_t(k)] = cur[size_t((c0 + k) * n_out + r)];
+      for (int64_t k = 0; k < g; ++k) gbuf[size_t(k)] = src[size_t((c0 + k) * n_out + r)];
+      const size_t rg = size_t(r * ng + gi);
       if (is_int) {
-        params[size_t(r)] = int_params(s, gbuf.data(), g);
-        scales[size_t(r * ng + gi)] = params[size_t(r)].scale;
-        if (!zeros.empty()) zeros[size_t(r * ng + gi)] = int8_t(params[size_t(r)].zero);
+        params[rg] = int_params(s, gbuf.data(), g);
+        scales[rg] = params[rg].scale;
+        if (!zeros.empty()) zeros[rg] = int8_t(params[rg].zero);
         continue;
       }
       float amax = 0;
       for (float v : gbuf) amax = std::max(amax, std::fabs(v));
       if (s.kind == QuantKind::Fp8) {
-        step[size_t(r)] = amax > 0 ? amax / kFp8E4M3Max : 1.0f;
-        scales[size_t(r)] = step[size_t(r)];
+        step[rg] = amax > 0 ? amax / kFp8E4M3Max : 1.0f;
+        scales[rg] = step[rg];
       } else if (s.kind == QuantKind::Nvfp4) {
         const uint8_t s8 = f32_to_fp8_e4m3(amax / kE2M1Max * ql.global_scale);
-        scale_bytes[size_t(r * ng + gi)] = s8;
-        step[size_t(r)] = fp8_e4m3_to_f32(s8) / ql.global_scale;
+        scale_bytes[rg] = s8;
+        step[rg] = fp8_e4m3_to_f32(s8) / ql.global_scale;
       } else {
         const uint8_t e = amax > 0 ? uint8_t(std::clamp(int(std::floor(std::log2(amax))) - 2, -127, 127) + 127) : 0;
-        scale_bytes[size_t(r * ng + gi)] = e;
-        step[size_t(r)] = e8m0_to_f32(e);
+        scale_bytes[rg] = e;
+        step[rg] = e8m0_to_f32(e);
       }
     }
   };
+  if (static_groups)
+    for (int64_t gi = 0; gi < ng; ++gi) set_group(gi, w0, gi * g);
+  // The group of visiting column c: with Weight the groups are the original columns'.
+  auto group_of = [&](int64_t c) { return o.act_order == ActOrder::Weight ? perm[size_t(c)] / g : c / g; };
   // Quantizes value v of row r at visiting column c; returns the dequantized value.
   auto quant = [&](int64_t r, int64_t c, float v) -> float {
+    const size_t rg = size_t(r * ng + group_of(c));
     if (is_int) {
-      const int q = int_quant(s, params[size_t(r)], v);
+      const int q = int_quant(s, params[rg], v);
       qv[size_t(c * n_out + r)] = int8_t(q);
-      return int_dequant(params[size_t(r)], q);
+      return int_dequant(params[rg], q);
     }
-    const float st = step[size_t(r)];
+    const float st = step[rg];
     if (s.kind == QuantKind::Fp8) {
       const uint8_t code = f32_to_fp8_e4m3(v / st);
       codes[size_t(c * n_out + r)] = code;
@@ -223,7 +234,7 @@ QuantizedLinear quantize_gptq(const QuantSpec& s, const float* w_in, int64_t n_o
   for (int64_t i1 = 0; i1 < n; i1 += o.block) {
     const int64_t i2 = std::min(i1 + o.block, n), count = i2 - i1;
     for (int64_t i = i1; i < i2; ++i) {
-      if (i % g == 0) start_group(i, wc);
+      if (!static_groups && i % g == 0) set_group(i / g, wc, i);
       float* col = wc.data() + i * n_out;
       const double d = u[size_t(i * n + i)];
       float* e = err.data() + (i - i1) * n_out;
@@ -255,7 +266,7 @@ QuantizedLinear quantize_gptq(const QuantSpec& s, const float* w_in, int64_t n_o
     ql.q.resize(size_t(n_out * n));
     for (int64_t c = 0; c < n; ++c)
       for (int64_t r = 0; r < n_out; ++r) ql.q[size_t(r * n + perm[size_t(c)])] = qv[size_t(c * n_out + r)];
-    if (o.act_order) {
+    if (o.act_order == ActOrder::Group) {
       ql.g_idx.resize(size_t(n));
       for (int64_t c = 0; c < n; ++c) ql.g_idx[size_t(perm[size_t(c)])] = int32_t(c / g);
     }

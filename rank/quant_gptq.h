@@ -3,15 +3,25 @@
 //
 //   H = (2 / N) · Σ_t x_t x_tᵀ over the N calibration rows x_t [n_in] (GptqHessian accumulates it).
 //   Dead columns (H_jj = 0: an input never active) get H_jj = 1 and W[:, j] = 0.
-//   act-order: columns visited in order of decreasing H_jj; groups are formed in that order and g_idx[j]
-//     (the group of original column j) is returned (compressed-tensors actorder "group").
+//   Activation ordering (ActOrder):
+//     None    columns visited in their order.
+//     Weight  columns visited in order of decreasing H_jj; the groups stay the original contiguous columns
+//             (no g_idx), so their params are necessarily static (below). compressed-tensors actorder
+//             "weight" — llm-compressor 0.14's default for GPTQ ("static" is its alias).
+//     Group   columns visited in order of decreasing H_jj; groups are formed in that order and g_idx[j] (the
+//             group of original column j) is returned (actorder "group": older GPTQ checkpoints; our loader
+//             reads it, compressed-tensors 0.19 refuses it).
+//   Group params: dynamic (the GPTQ paper's default) — a group's scale / zero point from the error-corrected
+//     weights when its first column is reached; static (static_groups, and always with Weight) — every
+//     group's params from the ORIGINAL weights up front, as RTN computes them (llm-compressor's memoryless
+//     min-max observer runs before its GPTQ sweep).
 //   Damping: H += percdamp · mean(diag H) · I (raised ×10, at most 3 times, when H is not positive definite).
 //   U = the upper Cholesky factor of H⁻¹ (H⁻¹ = UᵀU).
-//   Columns i in blocks of `block` (128): q_i = Q(w_i) with the group's params fixed when its first column is
-//     reached (from the then error-corrected weights), err_i = (w_i − q_i) / U_ii, the rest of the block
+//   Columns i in blocks of `block` (128): q_i = Q(w_i) with its group's params, err_i = (w_i − q_i) / U_ii, the rest of the block
 //     w_j −= err_i · U_ij at once, and the columns after the block updated lazily with the block's errors.
 // Kinds: Int (any group), Fp8 per channel (params from the whole row at column 0), Mxfp4 / Nvfp4 (block
-// params at each block's first column; Nvfp4's global scale from the whole weight). act-order needs Int.
+// params at each block's first column, or static; Nvfp4's global scale from the whole weight). Act-order needs
+// Int.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -36,10 +46,13 @@ class GptqHessian {
   std::vector<double> h_;  // Σ x xᵀ
 };
 
+enum class ActOrder : uint8_t { None, Weight, Group };
+
 struct GptqOptions {
   double percdamp = 0.01;
   int64_t block = 128;
-  bool act_order = false;
+  ActOrder act_order = ActOrder::None;
+  bool static_groups = false;  // implied by ActOrder::Weight
 };
 
 // W [n_out, n_in] F32 row-major; h: GptqHessian::hessian() of its inputs. Throws InputError for a spec that

@@ -99,6 +99,7 @@ class Quantizer {
       GptqOptions go;
       go.percdamp = o_.percdamp;
       go.act_order = o_.act_order;
+      go.static_groups = o_.static_groups;
       q = quantize_gptq(spec_, w.data(), n_out, n_in, *h, go);
     } else {
       q = quantize_rtn(spec_, w.data(), n_out, n_in);
@@ -301,6 +302,7 @@ void Quantizer::layer(int64_t i, Vec& x, int64_t n) {
     GptqOptions go;
     go.percdamp = o_.percdamp;
     go.act_order = o_.act_order;
+    go.static_groups = o_.static_groups;
     uq = quantize_gptq(spec_, wu.data(), I, H, hs, go);
     u = uq.dequantize();
   } else {
@@ -350,7 +352,7 @@ void Quantizer::run(const std::string& out_dir) {
     throw UsageError("lm_head must stay unquantized (keep it in --ignore)");
   for (auto [n_in, what] : {std::pair<int64_t, const char*>{H, "q/k/v/gate/up_proj"}, {nq, "o_proj"}, {I, "down_proj"}})
     check_quant_spec(spec_, n_in, std::string("") + what);
-  if (o_.act_order && !gptq()) throw UsageError("--act-order needs --method gptq or smoothquant+gptq");
+  if (o_.act_order != ActOrder::None && !gptq()) throw UsageError("--act-order needs --method gptq or smoothquant+gptq");
   if (o_.method == QuantMethod::SmoothQuantGptq && o_.scheme != QuantScheme::W8A8Int8 && o_.scheme != QuantScheme::Fp8Dynamic)
     throw UsageError("smoothquant+gptq is for schemes that quantize activations (w8a8-int8, fp8-dynamic)");
   const int64_t n = int64_t(o_.calib_tokens.size());

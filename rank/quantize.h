@@ -40,7 +40,8 @@ struct QuantizeOptions {
   QuantScheme scheme = QuantScheme::W8A16;
   QuantMethod method = QuantMethod::Rtn;
   int64_t group_size = -1;                     // -1: the scheme's default (rank/ct_writer.h)
-  bool act_order = false;                      // GPTQ only
+  ActOrder act_order = ActOrder::None;         // GPTQ only (rank/quant_gptq.h; the CLI's --act-order: Weight)
+  bool static_groups = false;                  // GPTQ group params from the original weights (rank/quant_gptq.h)
   std::vector<int32_t> calib_tokens;           // needed by every method but rtn
   int64_t seq_len = 512;                       // calibration sequence length
   std::vector<std::string> ignore = {"lm_head"};  // HF module names (exact, or "re:" + regex from the start)

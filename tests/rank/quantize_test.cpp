@@ -107,7 +107,7 @@ struct Case {
   QuantScheme scheme;
   QuantMethod method;
   int64_t group;
-  bool act_order;
+  ActOrder act_order;
   double logit_bound;  // relative L2 distance of the logits from the unquantized model's
 };
 
@@ -116,14 +116,15 @@ struct Case {
 // 0.263 (calibrated on other tokens: see GptqBeatsRtnInDistribution), w8a8 0.022, fp8 dynamic 0.075 (its
 // activations quantized per token), fp8 weight 0.058, nvfp4 0.192, mxfp4 0.228.
 const Case kCases[] = {
-    {"w4a16_g128_sym", QuantScheme::W4A16, QuantMethod::Rtn, 128, false, 0.25},
-    {"w4a16_g128_asym", QuantScheme::W4A16Asym, QuantMethod::Rtn, 128, false, 0.25},
-    {"w4a16_g64_gidx", QuantScheme::W4A16, QuantMethod::Gptq, 64, true, 0.3},
-    {"w8a8_int8_dynamic", QuantScheme::W8A8Int8, QuantMethod::Rtn, -1, false, 0.03},
-    {"fp8_dynamic", QuantScheme::Fp8Dynamic, QuantMethod::Rtn, -1, false, 0.08},
-    {"fp8_weight_only", QuantScheme::Fp8Weight, QuantMethod::Rtn, -1, false, 0.08},
-    {"nvfp4a16", QuantScheme::Nvfp4, QuantMethod::Rtn, -1, false, 0.3},
-    {"mxfp4a16", QuantScheme::Mxfp4, QuantMethod::Rtn, -1, false, 0.35},
+    {"w4a16_g128_sym", QuantScheme::W4A16, QuantMethod::Rtn, 128, ActOrder::None, 0.25},
+    {"w4a16_g128_asym", QuantScheme::W4A16Asym, QuantMethod::Rtn, 128, ActOrder::None, 0.25},
+    {"w4a16_g64_gidx", QuantScheme::W4A16, QuantMethod::Gptq, 64, ActOrder::Group, 0.3},
+    {"w4a16_g64_gptq_actorder_weight", QuantScheme::W4A16, QuantMethod::Gptq, 64, ActOrder::Weight, 0.3},
+    {"w8a8_int8_dynamic", QuantScheme::W8A8Int8, QuantMethod::Rtn, -1, ActOrder::None, 0.03},
+    {"fp8_dynamic", QuantScheme::Fp8Dynamic, QuantMethod::Rtn, -1, ActOrder::None, 0.08},
+    {"fp8_weight_only", QuantScheme::Fp8Weight, QuantMethod::Rtn, -1, ActOrder::None, 0.08},
+    {"nvfp4a16", QuantScheme::Nvfp4, QuantMethod::Rtn, -1, ActOrder::None, 0.3},
+    {"mxfp4a16", QuantScheme::Mxfp4, QuantMethod::Rtn, -1, ActOrder::None, 0.35},
 };
 
 std::vector<float> logits_of(const std::string& dir, const std::vector<int32_t>& prompt) {
@@ -198,8 +199,9 @@ TEST(Quantize, GptqBeatsRtnInDistribution) {
   const std::vector<int32_t> cal(all.begin(), all.begin() + 2048), held(all.begin() + 2048, all.end());
   const std::vector<float> base = logits_of(base_model(), held);
   std::map<std::string, double> err;
-  for (auto [name, method, act_order] : {std::tuple{"rtn", QuantMethod::Rtn, false}, {"gptq", QuantMethod::Gptq, false},
-                                         {"gptq-act-order", QuantMethod::Gptq, true}, {"awq", QuantMethod::Awq, false}}) {
+  for (auto [name, method, act_order] :
+       {std::tuple{"rtn", QuantMethod::Rtn, ActOrder::None}, {"gptq", QuantMethod::Gptq, ActOrder::None},
+        {"gptq-act-order", QuantMethod::Gptq, ActOrder::Group}, {"awq", QuantMethod::Awq, ActOrder::None}}) {
     QuantizeOptions o;
     o.scheme = QuantScheme::W4A16;
     o.group_size = 64;

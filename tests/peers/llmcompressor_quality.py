@@ -1,0 +1,88 @@
+"""llm-compressor on OUR base weights with OUR calibration tokens (run by llmcompressor_quality.sh; issue 14,
+deliverable 4: the peer rows of the quality table).
+
+usage: llmcompressor_quality.py BASE_HF_DIR CALIB_IDS_JSON SEQ_LEN OUT_ROOT CASE...
+  BASE_HF_DIR     `tpserve convert --to hf-f32` of the base GGUF (so both tools start from the same F32 weights)
+  CALIB_IDS_JSON  the calibration token ids (a JSON list): the first CALIB_TOKENS ids of CALIB as tpserve's
+                  tokenizer cuts them (the shell script makes and checks them), cut here into rows of SEQ_LEN
+                  tokens as `tpserve quantize --calib-seq-len` does (no shuffling, every row used)
+  CASE            lc-w4a16-g64-gptq | lc-w4a16-g64-gptq-noact | lc-w4a16-g64-rtn | lc-w8a16-rtn |
+                  lc-w8a8-sq-gptq | lc-w3a16-g64-gptq | lc-w3a16-g64-rtn
+Writes OUT_ROOT/<case>/ (config.json + model.safetensors as llm-compressor saves them, save_compressed=True) and
+OUT_ROOT/<case>/.row: "name|scheme|method|wall seconds|cpu seconds" of the oneshot call (loading and saving
+excluded). llm-compressor's defaults otherwise: GPTQ dampening 0.01, block 128, actorder "static" (= "weight":
+columns visited by decreasing Hessian diagonal, groups contiguous, scales from the original weights by the
+memoryless min-max observer); SmoothQuant strength 0.5; the sequential pipeline propagating quantized outputs.
+"""
+import json
+import os
+import resource
+import sys
+import time
+
+import torch
+from datasets import Dataset
+from llmcompressor import oneshot
+from llmcompressor.modifiers.gptq import GPTQModifier
+from llmcompressor.modifiers.quantization import QuantizationModifier
+from llmcompressor.modifiers.smoothquant import SmoothQuantModifier
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+IGNORE = ["lm_head"]
+
+
+def w(num_bits, strategy, **kw):
+    d = {"num_bits": num_bits, "type": "int", "symmetric": True, "strategy": strategy, "dynamic": False}
+    d.update(kw)
+    return {"group_0": {"targets": ["Linear"], "weights": d}}
+
+
+# case -> (scheme, method, recipe factory)
+CASES = {
+    "lc-w4a16-g64-gptq": ("w4a16", "llm-compressor gptq (actorder static)",
+                          lambda: [GPTQModifier(ignore=IGNORE, config_groups=w(4, "group", group_size=64))]),
+    "lc-w4a16-g64-gptq-noact": ("w4a16", "llm-compressor gptq (actorder none)",
+                                lambda: [GPTQModifier(ignore=IGNORE, actorder=None,
+                                                      config_groups=w(4, "group", group_size=64))]),
+    "lc-w4a16-g64-rtn": ("w4a16", "llm-compressor rtn",
+                         lambda: [QuantizationModifier(ignore=IGNORE, config_groups=w(4, "group", group_size=64))]),
+    "lc-w3a16-g64-gptq": ("w3a16", "llm-compressor gptq (actorder static)",
+                          lambda: [GPTQModifier(ignore=IGNORE, config_groups=w(3, "group", group_size=64))]),
+    "lc-w3a16-g64-rtn": ("w3a16", "llm-compressor rtn",
+                         lambda: [QuantizationModifier(ignore=IGNORE, config_groups=w(3, "group", group_size=64))]),
+    "lc-w8a16-rtn": ("w8a16", "llm-compressor rtn",
+                     lambda: [QuantizationModifier(ignore=IGNORE, config_groups=w(8, "channel"))]),
+    "lc-w8a8-sq-gptq": ("w8a8-int8", "llm-compressor smoothquant+gptq",
+                        lambda: [SmoothQuantModifier(smoothing_strength=0.5),
+                                 GPTQModifier(ignore=IGNORE, targets=["Linear"], scheme="W8A8")]),
+}
+
+
+def cpu_seconds():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def main():
+    base, calib_json, seq_len, out_root, cases = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5:]
+    torch.set_num_threads(int(os.environ.get("THREADS", "2")))
+    ids = json.load(open(calib_json))
+    rows = [ids[i:i + seq_len] for i in range(0, len(ids), seq_len)]
+    data = {"input_ids": rows, "attention_mask": [[1] * len(r) for r in rows]}
+    tok = AutoTokenizer.from_pretrained(base)
+    for c in cases:
+        scheme, method, recipe = CASES[c]
+        model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+        t0, c0 = time.time(), cpu_seconds()
+        oneshot(model=model, recipe=recipe(), dataset=Dataset.from_dict(data), processor=tok,
+                num_calibration_samples=len(rows), max_seq_length=seq_len, shuffle_calibration_samples=False)
+        wall, cpu = time.time() - t0, cpu_seconds() - c0
+        d = os.path.join(out_root, c)
+        model.save_pretrained(d, save_compressed=True)
+        tok.save_pretrained(d)
+        with open(os.path.join(d, ".row"), "w") as f:
+            f.write(f"{c}|{scheme}|{method}|{wall:.0f}|{cpu:.0f}\n")
+        print(f"{c}: {wall:.0f} s wall, {cpu:.0f} s CPU -> {d}", flush=True)
+
+
+main()
