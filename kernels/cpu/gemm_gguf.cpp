@@ -243,6 +243,24 @@ void prepare_gguf_pairs(WeightFormat f, GgufActs* a) {
     }
 }
 
+void prepare_gguf_quads(GgufActs* a) {
+  const int64_t nb = a->n_blocks(), nq = (nb + 3) / 4, n = a->m * nq;
+  a->quad_x.assign(size_t(n * 128), 0);
+  a->quad_d.assign(size_t(n * 16), 0.0f);
+  a->quad_bias.assign(size_t(n * 16), 0);
+  for (int64_t g = 0; g < a->m; ++g)
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t q = g * nq + b / 4, j = b % 4;
+      const int8_t* xb = a->q.data() + g * a->n_in + b * 32;
+      std::memcpy(a->quad_x.data() + q * 128 + 16 * j, xb, 16);
+      std::memcpy(a->quad_x.data() + q * 128 + 64 + 16 * j, xb + 16, 16);
+      std::fill(a->quad_d.begin() + q * 16 + 4 * j, a->quad_d.begin() + q * 16 + 4 * j + 4, a->d[size_t(g * nb + b)]);
+      int sum = 0;
+      for (int k = 0; k < 32; ++k) sum += xb[k];
+      a->quad_bias[size_t(q * 16 + 4 * j)] = -8 * sum;
+    }
+}
+
 void gemm_gguf(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, GgufKernel kernel) {
   const GgufActType act = gguf_act_type(w.format);
   if (kernel == GgufKernel::Best)
@@ -256,7 +274,10 @@ void gemm_gguf(const float* x, int64_t m, const PackedWeight& w, float* y, int n
                                                            : gguf_rows_portable;
   thread_local GgufActs a;
   quantize_gguf_acts(x, m, w.n_in, act, &a);
-  if (kernel == GgufKernel::Avx512Vnni && act != GgufActType::Q8_K) prepare_gguf_pairs(w.format, &a);
+  if (kernel == GgufKernel::Avx512Vnni && w.format == WeightFormat::GgufQ4_0)
+    prepare_gguf_quads(&a);
+  else if (kernel == GgufKernel::Avx512Vnni && act != GgufActType::Q8_K)
+    prepare_gguf_pairs(w.format, &a);
   // Chunks of 8 rows (the SIMD kernels take rows in pairs); static split over the threads.
   constexpr int64_t kChunk = 8;
   const int64_t n_chunks = (w.n_out + kChunk - 1) / kChunk;

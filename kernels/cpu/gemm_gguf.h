@@ -55,6 +55,11 @@ struct GgufActs {
   std::vector<float> pair_d;        // [m, n_pairs, 16]: d of the lane's block
   std::vector<int32_t> pair_bias;   // [m, n_pairs, 16]: lanes 0 and 8: −k · Σq of the block (k: the weights' offset)
   std::vector<float> pair_s;        // [m, n_pairs, 16]: lanes 0 and 8: s of the block (Q4_1's min term)
+  // Q4_0 on AVX-512 VNNI takes 4 blocks a step (prepare_gguf_quads; n_quads = ceil(blocks / 4), zero past the
+  // row's last block): x regrouped as the nibbles come out of 64 code bytes, lanes 4j..4j+3 for block 4q+j.
+  std::vector<int8_t> quad_x;       // [m, n_quads, 128]: x[0..15] of the 4 blocks, then x[16..31] of the 4
+  std::vector<float> quad_d;        // [m, n_quads, 16]: d of the lane's block
+  std::vector<int32_t> quad_bias;   // [m, n_quads, 16]: lane 4j: −8 · Σq of block 4q+j, other lanes 0
   int64_t n_blocks() const { return n_in / (type == GgufActType::Q8_K ? 256 : 32); }
 };
 void quantize_gguf_acts(const float* x, int64_t m, int64_t n_in, GgufActType type, GgufActs* out);
@@ -62,6 +67,8 @@ void quantize_gguf_acts(const float* x, int64_t m, int64_t n_in, GgufActType typ
 // Fills a's pair arrays (above) for weights of format f (a 32-block format: k = 128 Q8_0, 8 Q4_0, 16 Q5_0,
 // none for Q4_1, which gets pair_s instead).
 void prepare_gguf_pairs(WeightFormat f, GgufActs* a);
+// Fills a's quad arrays (above) for Q4_0 weights.
+void prepare_gguf_quads(GgufActs* a);
 
 // y[m, n_out] = x[m, n_in] · Wᵀ, W a GGUF block format. Throws tp::Error for another format or a kernel this
 // CPU lacks.
