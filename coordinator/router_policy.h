@@ -21,7 +21,7 @@ RoutePolicy parse_route_policy(const std::string& name, const std::string& where
 
 struct ReplicaState {
   bool up = true;
-  int64_t waiting_tokens = 0;  // prompt + max_tokens of its waiting requests
+  int64_t waiting_tokens = 0;  // prompt + max_tokens of its waiting requests, less their prefix-cache hits
   int64_t running_tokens = 0;  // tokens still to compute for its running requests
   double kv_usage = 0;
   int64_t overlap_blocks = 0;  // leading blocks of this request's prompt it holds (PrefixIndex::overlap)

@@ -143,7 +143,7 @@ HttpResponse RouterApi::plain(const HttpRequest& req, const json& body, const Ro
   for (int attempt = 0; attempt <= cfg_.max_replays; ++attempt) {
     const RouteChoice c = replicas_.choose(info.chain, int64_t(info.prompt.size()), info.load_tokens, exclude);
     if (c.replica < 0) break;
-    Attempt a{replicas_, c.replica, info.load_tokens};
+    Attempt a{replicas_, c.replica, c.load_tokens};
     const std::string fetch = fetch_from(c);
     metrics_.routed(c.replica, c.n_prompt_blocks, c.overlap_blocks, !fetch.empty());
     if (attempt > 0) metrics_.replayed(false);
@@ -188,7 +188,7 @@ HttpResponse RouterApi::stream(const HttpRequest& req, ResponseStream& out, cons
   for (int attempt = 0; attempt <= cfg_.max_replays; ++attempt) {
     const RouteChoice c = replicas_.choose(info.chain, int64_t(info.prompt.size()), info.load_tokens, exclude);
     if (c.replica < 0) break;
-    Attempt a{replicas_, c.replica, info.load_tokens};
+    Attempt a{replicas_, c.replica, c.load_tokens};
     const std::string fetch = resuming ? "" : fetch_from(c);
     metrics_.routed(c.replica, c.n_prompt_blocks, c.overlap_blocks, !fetch.empty());
     if (attempt > 0) metrics_.replayed(true);

@@ -1,5 +1,7 @@
 #include "coordinator/router_replicas.h"
 
+#include <algorithm>
+
 namespace tp {
 
 int RouterReplicas::join(const std::string& url) {
@@ -112,9 +114,10 @@ RouteChoice RouterReplicas::choose(const std::vector<uint64_t>& chain, int64_t p
   Replica& r = replicas_[size_t(c.replica)];
   c.url = r.v.url;
   c.overlap_blocks = states[size_t(c.replica)].overlap_blocks;
+  c.load_tokens = std::max<int64_t>(0, load_tokens - block_size_ * c.overlap_blocks);
   ++r.v.in_flight;
   ++r.v.n_routed;
-  r.v.in_flight_tokens += load_tokens;
+  r.v.in_flight_tokens += c.load_tokens;
   return c;
 }
 

@@ -26,7 +26,7 @@ struct ReplicaView {
   int64_t generation = 0;      // times it came up: a new generation is a new process (a fresh KV cache)
   std::string events_endpoint; // its KV-event PUB endpoint ("" when it publishes none)
   int64_t in_flight = 0;       // requests the router has on it now
-  int64_t in_flight_tokens = 0;// their prompt + max_tokens
+  int64_t in_flight_tokens = 0;// their prompt + max_tokens, less the prompt tokens it held for each
   double kv_usage = 0;         // its vllm:kv_cache_usage_perc at the last health check, [0, 1]
   int64_t n_routed = 0;        // requests sent to it
   int64_t n_blocks = 0;        // blocks the prefix index holds for it
@@ -43,11 +43,14 @@ struct RouteChoice {
   int holder = -1;
   std::string holder_url;
   int64_t holder_overlap = 0;
+  // The load choose() counted on the chosen replica: load_tokens less the prompt tokens its prefix cache holds
+  // (block_size x overlap_blocks) — the work it will do, as the policy's cost counts it. Give it to release().
+  int64_t load_tokens = 0;
 };
 
 class RouterReplicas {
  public:
-  RouterReplicas(RoutePolicy policy, RouteCostParams cost) : policy_(policy, cost) {}
+  RouterReplicas(RoutePolicy policy, RouteCostParams cost) : block_size_(cost.block_size), policy_(policy, cost) {}
 
   // Adds (or re-adds) a replica; returns its id. It starts down until a health check passes.
   int join(const std::string& url);
@@ -65,8 +68,8 @@ class RouterReplicas {
   void mark_down(int id, const std::string& reason);
 
   // Chooses a replica for a prompt with chained block hashes `chain` (block 0 first) and `prompt_tokens`
-  // tokens, never one in `exclude`; counts the request on it (in flight, `load_tokens` of load) — call
-  // release() when it ends.
+  // tokens, never one in `exclude`; counts the request on it (in flight, `load_tokens` less the prompt tokens it
+  // holds of load: RouteChoice::load_tokens) — call release(replica, RouteChoice::load_tokens) when it ends.
   RouteChoice choose(const std::vector<uint64_t>& chain, int64_t prompt_tokens, int64_t load_tokens,
                      const std::set<int>& exclude = {});
   void release(int id, int64_t load_tokens);
@@ -82,6 +85,7 @@ class RouterReplicas {
   mutable std::mutex mu_;
   std::vector<Replica> replicas_;
   PrefixIndex index_;
+  const int64_t block_size_;
   RoutePolicyState policy_;
 };
 

@@ -126,16 +126,20 @@ TEST(RouterReplicas, LoadCountsAndKvFetchHolder) {
   rs.health(0, true, "", "", 0, 2);
   rs.health(1, true, "", "", 0, 2);
   rs.apply(0, 1, stored({5, 6}));
-  EXPECT_EQ(rs.choose({5, 6}, 8, 100).replica, 0);
-  const RouteChoice c = rs.choose({5, 6}, 8, 100);  // replica 0 carries 100 tokens now
+  const RouteChoice c0 = rs.choose({5, 6}, 8, 100);
+  EXPECT_EQ(c0.replica, 0);
+  EXPECT_EQ(c0.load_tokens, 92) << "100 less the 2 blocks of 4 it holds";
+  EXPECT_EQ(rs.snapshot()[0].in_flight_tokens, 92);
+  const RouteChoice c = rs.choose({5, 6}, 8, 100);  // replica 0 carries 92 tokens now
   EXPECT_EQ(c.replica, 1);
+  EXPECT_EQ(c.load_tokens, 100);
   EXPECT_EQ(c.holder, 0);
   EXPECT_EQ(c.holder_url, "http://a:1");
   EXPECT_EQ(c.holder_overlap, 2);
   EXPECT_EQ(c.overlap_blocks, 0);
   EXPECT_EQ(rs.snapshot()[0].in_flight, 1);
-  rs.release(0, 100);
-  rs.release(1, 100);
+  rs.release(0, c0.load_tokens);
+  rs.release(1, c.load_tokens);
   EXPECT_EQ(rs.snapshot()[0].in_flight_tokens, 0);
 }
 
