@@ -39,8 +39,13 @@ constexpr float kF32TieGap = 1e-4f;
 // same weights differ by 1.26 (that much is the activation rounding). The figure moves with any change of
 // float order elsewhere: Q4_K_M went to 0.99 when the GGUF tiles took several weight rows, and to 1.12 with
 // the AVX2 paged attention (Cephes expf), 1.22 with the tiled attention — hence a tolerance at the
-// activation-rounding scale, not below it.
-constexpr float kQuantLogitTol = 1.5f;
+// activation-rounding scale, not below it. The scale itself, from the fixtures: llama.cpp's own Q8_0 run vs its
+// F32 run of the same prompts differs by 1.84 (Q4_1: 1.26). With the 512-bit VNNI GGUF tiles and the AVX-512
+// lane attention together, our Q8_0 vs llama.cpp's Q8_0 measured 1.86 (either change alone: 0.84-0.90), while
+// our Q8_0 vs llama.cpp's F32 was 1.89 (1.91 with the AVX2 attention): as far from the unquantized model as
+// llama.cpp's Q8_0 is. So 2.5: above the activation rounding of the coarsest 8-bit path, still far below a
+// wrong kernel (a mis-scaled block moves logits by whole units, and the greedy checks below catch it).
+constexpr float kQuantLogitTol = 2.5f;
 
 std::string repo(const std::string& rel) { return std::string(TPSERVE_SOURCE_DIR) + "/" + rel; }
 
