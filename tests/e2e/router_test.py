@@ -18,6 +18,8 @@
 usage: router_test.py TPSERVE_BINARY REPO_ROOT"""
 import http.client, json, os, signal, subprocess, sys, tempfile, threading, time
 
+import server_procs  # tests/e2e/server_procs.py, beside this script
+
 TPSERVE, ROOT = sys.argv[1], sys.argv[2]
 MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 tmp = tempfile.mkdtemp(prefix="router_test_")
@@ -38,31 +40,14 @@ def check(name, ok, detail=""):
 
 def start(args, log_name, marker):
     """Starts a tpserve process, waits for its 'marker ... http://host:port' stdout line; returns (proc, port)."""
-    log = open(os.path.join(tmp, log_name), "w")
-    p = subprocess.Popen([TPSERVE] + args, stdout=subprocess.PIPE, stderr=log, text=True)
-    procs.append(p)
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        line = p.stdout.readline()
-        if not line:
-            break
-        if marker in line and "http://" in line:
-            port = int(line.split("http://")[1].split(":")[1].split()[0].rstrip("/"))
-            threading.Thread(target=p.stdout.read, daemon=True).start()  # drain
-            return p, port
-    raise SystemExit(f"{log_name}: did not start: " + open(os.path.join(tmp, log_name)).read()[-2000:])
+    return server_procs.start([TPSERVE] + args, os.path.join(tmp, log_name), marker, procs)
 
 
 def start_replica(port=0):
     return start(["serve", "--config", cfg, "--port", str(port)], f"replica-{time.time()}.log", "serving")
 
 
-def call(port, method, path, body=None, timeout=120):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    c.request(method, path, json.dumps(body) if body is not None else None, {"Content-Type": "application/json"})
-    r = c.getresponse()
-    data = r.read().decode()
-    return r.status, data, dict(r.getheaders())
+call = server_procs.call
 
 
 def get_json(port, path):
