@@ -1,7 +1,10 @@
-// Helpers shared by the loader tests: the real model's path, temp dirs, raw file writing.
+// Helpers shared by the loader and quantize tests: the real model's path, temp dirs, raw file writing and
+// reading, CRC-32 of bytes.
 #pragma once
 #include <gtest/gtest.h>
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -47,6 +50,22 @@ inline void write_string(const std::string& path, const std::string& s) {
 inline std::vector<uint8_t> read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// zlib's CRC-32 (polynomial 0xEDB88320) of [p, p + n): the fixtures made by the peer scripts store it.
+inline uint32_t crc32(const uint8_t* p, size_t n) {
+  static const std::array<uint32_t, 256> table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  uint32_t c = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; ++i) c = table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
+  return c ^ 0xFFFFFFFFu;
 }
 
 }  // namespace tp::test

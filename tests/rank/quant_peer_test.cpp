@@ -7,7 +7,6 @@
 // tensors of every mix (Q8_0, Q4_0, Q4_1, Q4_K_M, pure Q4_K, pure Q6_K) is bit-identical, so the bound is 0.
 #include <gtest/gtest.h>
 
-#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -21,24 +20,12 @@
 #include "rank/gguf_file.h"
 #include "rank/gguf_quant_mix.h"
 #include "rank/model_file.h"
+#include "tests/rank/loader_test_util.h"
 
 namespace tp {
 namespace {
 
-uint32_t crc32(const uint8_t* p, size_t n) {  // zlib's CRC-32 (poly 0xEDB88320)
-  static const std::array<uint32_t, 256> table = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  uint32_t c = 0xFFFFFFFFu;
-  for (size_t i = 0; i < n; ++i) c = table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
-  return c ^ 0xFFFFFFFFu;
-}
+using test::crc32;
 
 std::vector<uint8_t> from_hex(const std::string& h) {
   std::vector<uint8_t> out(h.size() / 2);

@@ -17,10 +17,8 @@
 //   * weight-only cases: the quantization itself moved transformers' logits by 100× the bound or more (so a
 //     loader that ignored the quantization — e.g. a dense fallback — could not pass).
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -37,28 +35,17 @@
 #include "rank/sequence_runner.h"
 #include "rank/synth.h"
 #include "coordinator/tokenizer.h"
+#include "tests/rank/loader_test_util.h"
 
 namespace tp {
 namespace {
 
 using json = nlohmann::json;
 
-uint32_t crc32_of_file(const std::string& path) {  // zlib's CRC-32 (poly 0xEDB88320)
-  static const std::array<uint32_t, 256> table = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in.good()) << "cannot read " << path;
-  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  uint32_t c = 0xFFFFFFFFu;
-  for (char b : bytes) c = table[(c ^ uint8_t(b)) & 0xFF] ^ (c >> 8);
-  return c ^ 0xFFFFFFFFu;
+uint32_t crc32_of_file(const std::string& path) {
+  EXPECT_TRUE(std::filesystem::exists(path)) << "cannot read " << path;
+  const std::vector<uint8_t> bytes = test::read_bytes(path);
+  return test::crc32(bytes.data(), bytes.size());
 }
 
 std::string hex8(uint32_t v) {
@@ -103,17 +90,6 @@ const Case kCases[] = {
 const char* const kCalibText = "/usr/share/common-licenses/GPL-3";
 constexpr int64_t kCalibTokens = 1024, kCalibSeqLen = 128;
 
-struct Scratch {
-  Scratch() : dir(testing::TempDir() + "/tpserve_quantize_ct_peer_" + std::to_string(getpid())) {
-    std::filesystem::create_directories(dir);
-  }
-  ~Scratch() {
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-  }
-  std::string dir;
-};
-
 std::vector<float> logits_after(LlamaModel& m, const std::vector<int32_t>& prompt) {
   LocalRunner run(m, int64_t(prompt.size()) + 1);
   return run.seq.feed(prompt);
@@ -128,7 +104,7 @@ TEST(QuantizeCtPeer, TransformersLoadsOurOutputWithOurLogits) {
   const json& cases = ref.at("cases");
   cpu::set_num_threads(1);
 
-  const Scratch scratch;
+  const test::TempDir scratch;
   SynthSpec s;
   s.n_layers = 2;
   s.hidden = 256;
@@ -138,7 +114,7 @@ TEST(QuantizeCtPeer, TransformersLoadsOurOutputWithOurLogits) {
   s.vocab = 512;
   s.seed = 21;
   s.dtype = DType::BF16;
-  const std::string base = scratch.dir + "/base";
+  const std::string base = scratch.path() + "/base";
   write_synthetic_model(base, s);
   auto base_file = open_model(base);
 
@@ -150,7 +126,7 @@ TEST(QuantizeCtPeer, TransformersLoadsOurOutputWithOurLogits) {
     EXPECT_EQ(r.at("flags").get<std::string>(), c.flags) << "the peer script and this test disagree on the flags";
     std::string dir = base;
     if (std::string(c.name) != "base") {
-      dir = scratch.dir + "/" + c.name;
+      dir = scratch.path() + "/" + c.name;
       QuantizeOptions o;  // the CLI's defaults
       o.scheme = c.scheme;
       o.method = QuantMethod::Rtn;
