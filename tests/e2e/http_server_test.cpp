@@ -509,14 +509,22 @@ TEST(HttpServerAuth, ApiKeyRequiredOnV1RequestTimeoutAndSigtermExitsZero) {
   Server srv;
   srv.start({"--config", cfg});
   ASSERT_GT(srv.port, 0);
-  const json body = {{"prompt", "Hi"}, {"max_tokens", 2}};
-  const Resp none = post(srv.port, "/v1/completions", body);
+  // Each request before the timeout checks closes its connection and waits for the server's close: a
+  // connection the server is still finishing counts against max_connections (2), and a third connection
+  // accepted past the cap is a /health reserve one with a 2 s read timeout, not request_timeout_s.
+  const std::string body = json{{"prompt", "Hi"}, {"max_tokens", 2}}.dump();
+  auto closing = [&](const std::string& method, const std::string& target, const std::string& b,
+                     std::vector<std::pair<std::string, std::string>> headers) {
+    headers.emplace_back("Connection", "close");
+    return request(srv.port, method, target, b, headers, true);
+  };
+  const Resp none = closing("POST", "/v1/completions", body, {});
   EXPECT_EQ(none.status, 401) << none.body;
   EXPECT_EQ(none.j()["error"]["type"], "authentication_error");
-  EXPECT_EQ(post(srv.port, "/v1/completions", body, {{"Authorization", "Bearer wrong"}}).status, 401);
-  EXPECT_EQ(request(srv.port, "GET", "/v1/models").status, 401);
-  EXPECT_EQ(post(srv.port, "/v1/completions", body, {{"Authorization", "Bearer sekret"}}).status, 200);
-  EXPECT_EQ(request(srv.port, "GET", "/health").status, 200);
+  EXPECT_EQ(closing("POST", "/v1/completions", body, {{"Authorization", "Bearer wrong"}}).status, 401);
+  EXPECT_EQ(closing("GET", "/v1/models", "", {}).status, 401);
+  EXPECT_EQ(closing("POST", "/v1/completions", body, {{"Authorization", "Bearer sekret"}}).status, 200);
+  EXPECT_EQ(closing("GET", "/health", "", {}).status, 200);
   // A client that stalls mid-request, or connects and says nothing, loses its connection after
   // server.request_timeout_s (3 s: long enough that a loaded machine does not expire the busy connections of
   // the max_connections check below early); the server keeps serving.
