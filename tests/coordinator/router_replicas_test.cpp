@@ -143,6 +143,55 @@ TEST(RouterReplicas, LoadCountsAndKvFetchHolder) {
   EXPECT_EQ(rs.snapshot()[0].in_flight_tokens, 0);
 }
 
+// Under KV pressure (the replicas' pools full, evicting LRU, tail blocks first): a conversation stays on the
+// replica that still holds its history whatever that replica's KV usage (router.kv_usage_tokens 0, the
+// default), follows what is left of it after evictions, spills to the other replica only when the holder's load
+// outweighs the part it still holds (then the holder is named for a KV fetch), and goes by load once its history
+// is gone. With kv_usage_tokens > 0 a full holder loses even a long history to an emptier replica.
+TEST(RouterReplicas, KvPressureKeepsConversationsWhereTheirHistoryIs) {
+  struct Case {
+    std::string name;
+    double kv_usage_tokens;
+    double usage0, usage1;            // KV usage at the last health check
+    std::vector<uint64_t> evicted0;   // conversation A's blocks replica 0 evicted
+    int64_t load0;                    // tokens already in flight on replica 0
+    int want;
+    int64_t overlap, holder_overlap;
+  };
+  std::vector<uint64_t> a(10);  // conversation A: 10 blocks of 4 tokens on replica 0
+  std::iota(a.begin(), a.end(), 1);
+  const std::vector<uint64_t> tail(a.begin() + 5, a.end());
+  const std::vector<Case> cases = {
+      {"holder full, usage not counted: stays", 0, 1.0, 0.2, {}, 0, 0, 10, 10},
+      {"holder busy (30 tokens in flight) but holds 40 of 48: stays", 0, 1.0, 0.2, {}, 30, 0, 10, 10},
+      {"tail evicted: what is left (5 blocks) still keeps it", 0, 1.0, 0.2, tail, 0, 0, 5, 5},
+      {"tail evicted and 30 tokens in flight: spills, holder named for a fetch", 0, 1.0, 0.2, tail, 30, 1, 0, 5},
+      {"all evicted: by load (the lowest id on a tie)", 0, 1.0, 0.2, a, 0, 0, 0, 0},
+      {"kv_usage_tokens 4096: a full holder loses 40 cached tokens to an emptier replica", 4096, 1.0, 0.2, {}, 0, 1,
+       0, 10},
+  };
+  for (const Case& c : cases) {
+    RouterReplicas rs(RoutePolicy::PrefixAware, {4, c.kv_usage_tokens});
+    rs.join("http://a:1");
+    rs.join("http://b:2");
+    rs.health(0, true, "", "", c.usage0, 2);
+    rs.health(1, true, "", "", c.usage1, 2);
+    rs.apply(0, 1, stored(a));
+    rs.apply(1, 1, stored({100, 101, 102, 103}));  // conversation B on replica 1
+    if (!c.evicted0.empty()) rs.apply(0, 1, removed(c.evicted0));
+    if (c.load0) {
+      EXPECT_EQ(rs.choose({200}, 1, c.load0, {1}).replica, 0) << c.name;  // a request in flight on replica 0
+    }
+    std::vector<uint64_t> next = a;  // A's next turn: its history + 2 new blocks
+    next.insert(next.end(), {11, 12});
+    const RouteChoice ch = rs.choose(next, 48, 52);
+    EXPECT_EQ(ch.replica, c.want) << c.name;
+    EXPECT_EQ(ch.overlap_blocks, c.overlap) << c.name;
+    EXPECT_EQ(ch.holder_overlap, c.holder_overlap) << c.name;
+    EXPECT_EQ(ch.holder, c.holder_overlap ? 0 : -1) << c.name;
+  }
+}
+
 TEST(RouterRequest, BlockChainEqualsTheBlockManagersPublishedHashes) {
   BlockManagerOptions o;
   o.record_events = true;
