@@ -13,27 +13,33 @@ Per policy: TTFT p50/p99 (s), output tok/s (generated tokens / wall time of the 
 hit rate (prompt blocks the chosen replica held / prompt blocks), the replicas' own prefix-cache hit rate and
 recomputed prompt tokens (vllm:prefix_cache_queries_total - vllm:prefix_cache_hits_total, summed), and the KV
 fetches the replicas ran (tpserve:kv_fetches_total, tpserve:kv_fetched_blocks_total, summed).
-usage: router_bench.py TPSERVE REPO_ROOT [--users 8] [--turns 5] [--systems 4] [--user-words 60] [--max-tokens 16]
-                       [--think 0.5] [--rounds 1] [--policies prefix_aware,prefix_aware+fetch,least_load,round_robin]
-                       [--json OUT]"""
+KV pressure: --kv-mb sets each replica's cache.memory_mb (run_router_bench.sh says why 109); the results give the
+KV pool in tokens and the conversations' distinct tokens at the end (via the replicas' /tokenize). TTFT's parts on
+the replicas: mean queue time (scheduled - arrival) and prefill time (first token - scheduled), and preemptions.
+usage: router_bench.py TPSERVE REPO_ROOT [--users 16] [--turns 5] [--systems 4] [--user-words 60] [--max-tokens 16]
+                       [--think 0.5] [--kv-mb 109] [--max-batched-tokens 256] [--rounds 1]
+                       [--policies prefix_aware,prefix_aware+fetch,least_load,round_robin] [--json OUT]"""
 import argparse, http.client, json, os, random, statistics, subprocess, sys, tempfile, threading, time
 
 ap = argparse.ArgumentParser()
 ap.add_argument("tpserve"); ap.add_argument("root")
-ap.add_argument("--users", type=int, default=8); ap.add_argument("--turns", type=int, default=5)
+ap.add_argument("--users", type=int, default=16); ap.add_argument("--turns", type=int, default=5)
 ap.add_argument("--systems", type=int, default=4); ap.add_argument("--max-tokens", type=int, default=16)
 ap.add_argument("--user-words", type=int, default=60)
 ap.add_argument("--think", type=float, default=0.5); ap.add_argument("--rounds", type=int, default=1)
+ap.add_argument("--kv-mb", type=int, default=109, help="cache.memory_mb of each replica (its KV pool)")
+ap.add_argument("--max-batched-tokens", type=int, default=256, help="scheduler.max_num_batched_tokens (0: default)")
 ap.add_argument("--policies", default="prefix_aware,prefix_aware+fetch,least_load,round_robin")
 ap.add_argument("--json")
 a = ap.parse_args()
-MODEL = os.path.join(a.root, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+MODEL = os.path.join(os.path.abspath(a.root), "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 tmp = tempfile.mkdtemp(prefix="router_bench_")
 cfg = os.path.join(tmp, "cfg.yaml")
 with open(cfg, "w") as f:
-    f.write(f"model: {{path: {MODEL}}}\nparallel: {{threads: 1}}\ncache: {{memory_mb: 256, max_context: 4096}}\n"
+    f.write(f"model: {{path: {MODEL}}}\nparallel: {{threads: 1}}\ncache: {{memory_mb: {a.kv_mb}, max_context: 4096}}\n"
             "server: {step_timeout_s: 120}\nkv_events: {enable: true}\n"
-            "router: {health_interval_s: 0.5}\n")
+            "router: {health_interval_s: 0.5}\n" +
+            (f"scheduler: {{max_num_batched_tokens: {a.max_batched_tokens}}}\n" if a.max_batched_tokens else ""))
 TOPICS = ["astronomy", "cooking", "sailing", "gardening", "chess", "history", "music", "geology"]
 SYSTEMS = [(f"You are assistant number {s}, an expert in {TOPICS[s % len(TOPICS)]}. " +
             "Always answer in two short sentences, stay polite, never use lists, and mention one fact. " * 12)
@@ -63,6 +69,21 @@ def get(port, path):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     c.request("GET", path)
     return c.getresponse().read().decode()
+
+
+def post(port, path, body):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+    r = c.getresponse()
+    out = r.read().decode()
+    if r.status != 200:
+        raise SystemExit(f"POST {path}: HTTP {r.status}: {out[:300]}")
+    return json.loads(out)
+
+
+def n_tokens(port, messages):
+    """Tokens of a conversation as the replica's chat template renders it (no generation prompt)."""
+    return post(port, "/tokenize", {"messages": messages, "add_generation_prompt": False})["count"]
 
 
 def metric(text, name):
@@ -98,7 +119,7 @@ def run_policy(policy, seed):
     router, rp = start(["router", "--config", cfg, "--port", "0", "--policy", policy.removesuffix("+fetch"),
                         "--replicas", urls] + (["--kv-fetch"] if fetch else []), "router at")
     time.sleep(0.5)
-    ttfts, n_out = [], [0]
+    ttfts, n_out, convs = [], [0], {}
     lock = threading.Lock()
     rng = random.Random(seed)
     delays = [rng.uniform(0, a.think * 2) for _ in range(a.users)]
@@ -115,6 +136,8 @@ def run_policy(policy, seed):
                 ttfts.append(ttft)
                 n_out[0] += n
             time.sleep(a.think)
+        with lock:
+            convs[u] = msgs
 
     t0 = time.time()
     ts = [threading.Thread(target=user, args=(u,)) for u in range(a.users)]
@@ -122,13 +145,25 @@ def run_policy(policy, seed):
     [t.join() for t in ts]
     wall = time.time() - t0
     rm = get(rp, "/metrics")
+    routed = [r["routed"] for r in json.loads(get(rp, "/router/replicas"))["replicas"]]
     q = h = fetches = fetched = 0.0
+    sums = {k: 0.0 for k in ("queue_s", "queue_n", "prefill_s", "prefill_n", "ttft_s", "ttft_n", "preempt")}
     for _, p in reps:
         m = get(p, "/metrics")
         q += metric(m, "vllm:prefix_cache_queries_total")
         h += metric(m, "vllm:prefix_cache_hits_total")
         fetches += metric(m, "tpserve:kv_fetches_total")
         fetched += metric(m, "tpserve:kv_fetched_blocks_total")
+        for k, name in (("queue", "vllm:request_queue_time_seconds"), ("prefill", "vllm:request_prefill_time_seconds"),
+                        ("ttft", "vllm:time_to_first_token_seconds")):
+            sums[k + "_s"] += metric(m, name + "_sum")
+            sums[k + "_n"] += metric(m, name + "_count")
+        sums["preempt"] += metric(m, "vllm:num_preemptions_total")
+    kv_tokens = metric(get(reps[0][1], "/metrics"), "tpserve:kv_cache_blocks_total") * 16
+    # Every user's whole conversation at the end, as tokens; the shared system prompts counted once.
+    sys_tok = [n_tokens(reps[0][1], [{"role": "system", "content": SYSTEMS[s]}]) for s in range(a.systems)]
+    histories = sum(n_tokens(reps[0][1], convs[u]) - sys_tok[u % a.systems] for u in convs) + sum(
+        sys_tok[s] for s in range(min(a.systems, a.users)))
     for p, _ in reps + [(router, 0)]:
         p.terminate()
     for p, _ in reps + [(router, 0)]:
@@ -140,7 +175,11 @@ def run_policy(policy, seed):
             "router_prefix_hit_rate": metric(rm, "tpserve_router_prefix_hit_blocks_total") / blocks if blocks else 0,
             "replica_prefix_hit_rate": h / q if q else 0, "recomputed_prompt_tokens": q - h,
             "prompt_tokens": q, "kv_fetch_hints": metric(rm, "tpserve_router_kv_fetch_hints_total"),
-            "kv_fetches": fetches, "kv_fetched_blocks": fetched}
+            "kv_fetches": fetches, "kv_fetched_blocks": fetched, "kv_tokens_per_replica": kv_tokens,
+            "history_tokens": histories, "routed_per_replica": routed, "preemptions": sums["preempt"],
+            "server_queue_mean_s": sums["queue_s"] / max(sums["queue_n"], 1),
+            "server_prefill_mean_s": sums["prefill_s"] / max(sums["prefill_n"], 1),
+            "server_ttft_mean_s": sums["ttft_s"] / max(sums["ttft_n"], 1)}
 
 
 policies = a.policies.split(",")
