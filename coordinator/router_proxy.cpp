@@ -250,7 +250,10 @@ HttpResponse RouterApi::stream(const HttpRequest& req, ResponseStream& out, cons
     replicas_.mark_down(c.replica, last_error);
     exclude.insert(c.replica);
     if (started) {
-      if (!info.replayable) break;
+      if (!info.replayable) {
+        last_error = "a stream with " + info.not_replayable + " cannot resume on another replica; " + last_error;
+        break;
+      }
       resuming = true;
       tracker.begin_replay(tok_, info.ignore_eos);
     }

@@ -37,9 +37,18 @@ RouteInfo route_info(const json& body, bool chat, const Tokenizer& tok, const Ch
     info.tokenized = true;
     info.prompt = job.prompts.at(0).tokens;
     if (job.params.max_tokens) info.max_tokens = *job.params.max_tokens;
-    info.replayable = job.prompts.size() == 1 && job.params.n == 1 && !job.params.constraint.active() &&
-                      !job.tool_syntax && job.echo_logprobs < 0 && !job.params.prompt_logprobs &&
-                      job.params.sampling.logprobs < 0;
+    // The first feature a resumption (one prompt + the tokens already sent, one continuation) cannot carry.
+    const std::pair<bool, const char*> blockers[] = {
+        {job.prompts.size() != 1, "several prompts"},
+        {job.params.n != 1, "n > 1"},
+        {job.params.constraint.active(), "an output constraint (response_format or guided decoding)"},
+        {bool(job.tool_syntax), "tools"},
+        {job.echo_logprobs >= 0 || job.params.sampling.logprobs >= 0, "logprobs"},
+        {bool(job.params.prompt_logprobs), "prompt_logprobs"},
+    };
+    for (const auto& [blocks, what] : blockers)
+      if (blocks && info.not_replayable.empty()) info.not_replayable = what;
+    info.replayable = info.not_replayable.empty();
     info.ignore_eos = job.params.ignore_eos;
     info.echo_bytes = int64_t(job.prompts.at(0).echo.size());
     if (info.stream && info.replayable && !job.params.seed) {
@@ -48,6 +57,8 @@ RouteInfo route_info(const json& body, bool chat, const Tokenizer& tok, const Ch
     }
   } catch (const std::exception&) {
     info.tokenized = false;  // the replica will say what is wrong
+    info.replayable = false;
+    info.not_replayable = "a body the router could not parse";
   }
   info.chain = block_chain(info.prompt, block_size);
   info.load_tokens = int64_t(info.prompt.size()) + (info.max_tokens >= 0 ? info.max_tokens : kDefaultLoadTokens);

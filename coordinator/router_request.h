@@ -30,6 +30,9 @@ struct RouteInfo {
   bool stream = false;
   bool tokenized = false;              // false: the body did not parse here (forwarded as it is, not replayable mid-stream)
   bool replayable = false;             // one prompt, n = 1, no output constraint or tools: a stream can resume
+  // Why a stream of this request cannot resume on another replica, as the error its client gets names it
+  // ("n > 1", "logprobs", ...); "" when replayable.
+  std::string not_replayable;
   bool client_wants_token_ids = false; // the client asked for return_token_ids itself
   std::vector<int32_t> prompt;         // token ids of the (first) prompt
   std::vector<uint64_t> chain;         // chained hashes of its full blocks, block 0 first

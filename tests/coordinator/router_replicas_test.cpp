@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "coordinator/chat_template.h"
 #include "coordinator/router_replicas.h"
 #include "coordinator/router_request.h"
 #include "coordinator/router_stream.h"
@@ -343,6 +344,34 @@ TEST(RouterStream, TracksTokensStripsThemAndRewritesAReplay) {
   EXPECT_EQ(t.resume_tokens(), (std::vector<int32_t>{7, 8, 9}));
   EXPECT_EQ(t.on_event("[DONE]").kind, StreamEvent::Kind::Done);
   EXPECT_TRUE(t.done());
+}
+
+// A stream the router cannot resume on another replica says why (the error its client gets when the replica dies
+// mid-stream names it), table-driven over completions bodies.
+TEST(RouterRequest, WhyAStreamCannotResume) {
+  const ChatTemplate tmpl(ChatStyle::ChatML, "", "<eos>");
+  struct Case {
+    json extra;
+    std::string why;  // "" : replayable
+  };
+  const std::vector<Case> cases = {
+      {json::object(), ""},
+      {{{"temperature", 0.7}, {"seed", 3}}, ""},
+      {{{"n", 2}}, "n > 1"},
+      {{{"logprobs", 2}}, "logprobs"},
+      {{{"echo", true}, {"logprobs", 0}}, "logprobs"},
+      {{{"prompt_logprobs", 1}}, "prompt_logprobs"},
+      {{{"prompt", json::array({"ab", "bc"})}}, "several prompts"},
+      {{{"n", 2}, {"logprobs", 1}}, "n > 1"},
+      {{{"max_tokens", "many"}}, "a body the router could not parse"},
+  };
+  for (const Case& c : cases) {
+    json body = {{"prompt", "abcab"}, {"max_tokens", 8}, {"stream", true}};
+    body.update(c.extra);
+    const RouteInfo info = route_info(body, false, byte_tokenizer(), tmpl, 64, 4);
+    EXPECT_EQ(info.not_replayable, c.why) << body.dump();
+    EXPECT_EQ(info.replayable, c.why.empty()) << body.dump();
+  }
 }
 
 TEST(RouterRequest, ReplayBodyContinuesAfterTheSentTokens) {
