@@ -14,7 +14,8 @@
     streams on replica A (B made to leave, then rejoin), A SIGKILLed mid-stream: a seeded temperature-0.8 stream
     with frequency/presence penalties, and a greedy one whose stop string is the rest of its own output (so A
     holds back every character after token 12 when it dies) — both resume on B with the unfailed run's token
-    ids and text.
+    ids and text. A streamed n = 2 request on A at the kill cannot resume: it ends with an error naming n > 1 and
+    [DONE].
 usage: router_test.py TPSERVE_BINARY REPO_ROOT"""
 import http.client, json, os, signal, subprocess, sys, tempfile, threading, time
 
@@ -280,13 +281,16 @@ try:
     call(rp, "DELETE", "/router/replicas", {"url": b_url})
     live = [{}, {}]
     ts = [threading.Thread(target=stream, args=(rp, b, 180, live[i])) for i, b in enumerate([sampled, greedy])]
+    two = {}  # n = 2: not resumable; must end with an error naming why, then [DONE]
+    two_body = dict({k: v for k, v in greedy.items() if k != "stop"}, n=2)
+    ts.append(threading.Thread(target=stream, args=(rp, two_body, 180, two)))
     [t.start() for t in ts]
     call(rp, "POST", "/router/replicas", {"url": b_url})
     deadline = time.time() + 60
     while time.time() < deadline:
         ups = {r["url"]: r["up"] for r in get_json(rp, "/router/replicas")[1]["replicas"]}
         n_ids = [len(l.get("token_ids", [])) for l in live]
-        if ups.get(b_url) and n_ids[0] >= 20 and n_ids[1] >= cut + 8:
+        if ups.get(b_url) and n_ids[0] >= 20 and n_ids[1] >= cut + 8 and len(two.get("token_ids", [])) >= 4:
             break
         time.sleep(0.005)
     at_kill = [(len(l["token_ids"]), l["text"]) for l in live]
@@ -302,6 +306,10 @@ try:
               and r["text"] == ref_r["text"],
               {"done": r.get("done"), "error": r.get("error"), "n": len(r.get("token_ids", [])),
                "text": r.get("text"), "ref": ref_r["text"]})
+    err = (two.get("error") or {}) if isinstance(two.get("error"), dict) else {"message": str(two.get("error"))}
+    check("a streamed n = 2 request on A ends with an error naming why it cannot resume (n > 1), then [DONE]",
+          two.get("status") == 200 and two.get("done") and 0 < len(two.get("token_ids", [])) < 2 * n5 and
+          "n > 1" in err.get("message", ""), {k: two.get(k) for k in ("status", "done", "error", "finish")})
 finally:
     for p in procs:
         if p.poll() is None:
