@@ -29,7 +29,7 @@ struct ReplicaState {
 
 struct RouteCostParams {
   int64_t block_size = 16;            // tokens per KV block
-  double kv_usage_tokens = 4096;      // tokens of load a full KV cache counts as
+  double kv_usage_tokens = 0;         // tokens of load a full KV cache counts as (router.kv_usage_tokens: 0, off)
 };
 
 class RoutePolicyState {

@@ -75,7 +75,8 @@ TEST(RoutePolicy, TableOfChoices) {
     int64_t prompt_tokens;
     int expect;
   };
-  // block_size 16, kv_usage_tokens 4096 (the defaults)
+  // block_size 16, kv_usage_tokens 4096 (set here: the default is 0, router.kv_usage_tokens)
+  const RouteCostParams cost{16, 4096};
   const ReplicaState idle{true, 0, 0, 0, 0};
   const std::vector<Case> cases = {
       {"least_load: fewer tokens", "least_load", {{true, 100, 50, 0, 0}, {true, 10, 20, 0, 0}}, 64, 1},
@@ -95,7 +96,7 @@ TEST(RoutePolicy, TableOfChoices) {
       {"no replicas", "least_load", {}, 16, -1},
   };
   for (const Case& c : cases) {
-    RoutePolicyState p(parse_route_policy(c.policy, "router.policy"));
+    RoutePolicyState p(parse_route_policy(c.policy, "router.policy"), cost);
     EXPECT_EQ(p.choose(c.replicas, c.prompt_tokens), c.expect) << c.name;
   }
 }
