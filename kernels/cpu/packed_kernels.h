@@ -6,7 +6,8 @@
 //   gemm_int_w8a8.cpp  Int8 / Int4 weights with int8 activations (W8A8, W4A8): x quantized per token / per
 //                      group / with the static scale, int8 × int8 dot products in int32 (AVX2 maddubs with the
 //                      sign trick, AVX-512 VNNI vpdpbusd), × weight scale × activation scale once a group
-//   gemm_fp8.cpp       E4M3 weights (tensor / channel / block scales) converted to F32 in registers; FP8
+//   gemm_fp8.cpp       E4M3 weights (tensor / channel / block scales) converted to F32 in registers (per
+//                      tensor / channel on AVX512-BF16: gemm_fp8_bf16.cpp, E4M3 to BF16 in registers); FP8
 //                      activations (W8A8-FP8) are emulated: x is rounded to its E4M3 values (still F32) once a
 //                      call, then the same kernel (what an FP8 tensor core computes, up to summation order)
 //   gemm_fp4.cpp       MXFP4 / NVFP4 weights: E2M1 nibbles through an 8-entry table in a register, × the
@@ -33,6 +34,11 @@ bool cpu_has_avx512vnni();
 // the CPU has AVX512-BF16.
 // Returns false (nothing written) for weights it does not take or without AVX512-BF16.
 bool int4_bf16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
+
+// FP8 E4M3 weights on AVX-512 BF16 (gemm_fp8_bf16.cpp): per-tensor / per-channel scales, F32 activations (as two
+// BF16 parts) or FP8 ones per token / static (E4M3(x / s), exact in BF16); fp8_linear's AVX-512 path where the
+// CPU has AVX512-BF16. Returns false (nothing written) for weights it does not take.
+bool fp8_bf16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 
 bool int_a16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa);
 bool int_w8a8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa);

@@ -289,9 +289,10 @@ TEST(PackedKernels, W8a8BatchRowsEqualRowsAlone) {
   }
 }
 
-// W4A16 on AVX512-BF16 (gemm_int4_bf16.cpp): a row of x in a batch gives the bits it gives alone (tiles of 1..4
-// rows of x, blocks of weight rows), on the fast path (n_in and groups multiples of 64) and the masked one.
-TEST(PackedKernels, Int4Bf16BatchRowsEqualRowsAlone) {
+// W4A16 and FP8 on AVX512-BF16 (gemm_int4_bf16.cpp, gemm_fp8_bf16.cpp): a row of x in a batch gives the bits it
+// gives alone (tiles of 1..4 rows of x, blocks of weight rows), on W4A16's fast path (n_in and groups multiples
+// of 64) and its masked one, FP8 with F32 and FP8 activations.
+TEST(PackedKernels, Bf16KernelsBatchRowsEqualRowsAlone) {
   if (packed_best_isa() != PackedIsa::Avx512 || !cpu_has_avx512bf16()) GTEST_SKIP() << "no AVX512-BF16 here";
   using F = WeightFormat;
   const std::vector<Case> cs = {
@@ -300,6 +301,10 @@ TEST(PackedKernels, Int4Bf16BatchRowsEqualRowsAlone) {
       {"int4_g128_zeros", F::Int4, 21, 384, 128, 0, true},
       {"int4_g32_zeros", F::Int4, 19, 224, 32, 0, true},
       {"int4_channel_odd_cols", F::Int4, 13, 203},
+      {"fp8_channel_576", F::Fp8E4M3, 40, 576},
+      {"fp8_tensor_odd_cols", F::Fp8E4M3, 13, 203, 0, 0, false, false, true},
+      {"fp8_dynamic_act", F::Fp8E4M3, 21, 576, 0, 0, false, false, false, ActQuant::Fp8Dynamic},
+      {"fp8_static_act_odd", F::Fp8E4M3, 21, 101, 0, 0, false, false, true, ActQuant::Fp8Static},
   };
   for (const Case& c : cs) {
     const PackedWeight w = make(c, 13);
