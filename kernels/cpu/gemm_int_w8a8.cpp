@@ -245,6 +245,18 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,bmi2"))) int32_t sum
   return _mm512_reduce_add_epi32(acc);
 }
 
+// The prefill epilogue, 16 outputs at a time: y[r] = (w_scale[r] · x_scale) · float(acc[r]) — the scalar
+// loop's operations in its order (the same bits). Returns the outputs done (whole vectors).
+__attribute__((target("avx512f,avx512bw,avx512vl"))) int64_t scale_row_avx512(const int32_t* acc, const float* ws,
+                                                                              float xs, int64_t n, float* y) {
+  const __m512 xv = _mm512_set1_ps(xs);
+  int64_t r = 0;
+  for (; r + 16 <= n; r += 16)
+    _mm512_storeu_ps(y + r, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(ws + r), xv),
+                                          _mm512_cvtepi32_ps(_mm512_loadu_si512(acc + r))));
+  return r;
+}
+
 }  // namespace
 
 bool cpu_has_avx512vnni() {
@@ -330,12 +342,14 @@ bool int_w8a8_linear(const float* x, int64_t m, const PackedWeight& w, float* y,
       const int32_t* ad = acc.data();
       const int64_t n_out = w.n_out;
 #pragma omp parallel for schedule(static) num_threads(n_threads) if (n_threads > 1)
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t r = 0; r < n_out; ++r) {
+      for (int64_t i = 0; i < m; ++i) {
+        int64_t r = vec && !zeros ? scale_row_avx512(ad + i * n_out, w.scales.data(), xsw[i], n_out, y + i * n_out) : 0;
+        for (; r < n_out; ++r) {
           int32_t d = ad[i * n_out + r];
           if (zeros) d -= int32_t(w.zeros[size_t(r)]) * xsumw[i];
           y[i * n_out + r] = w.scales[size_t(r)] * xsw[i] * float(d);
         }
+      }
       return true;
     }
   }
