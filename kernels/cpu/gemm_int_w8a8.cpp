@@ -5,7 +5,9 @@
 // segment (the finer of the weight's scale groups and the activations' groups)
 //   y += w_scale · x_scale · (Σ qw·qx − zero · Σ qx)        (Σ in int32: exact)
 // Dot products: AVX2 vpmaddubsw on |qw| (unsigned) and qx · sign(qw) (qw may be -128, qx never is), summed
-// by vpmaddwd; AVX-512 VNNI vpdpbusd on the same pair; portable: a scalar loop.
+// by vpmaddwd; AVX-512 VNNI vpdpbusd on the same pair (Int4); Int8 on AVX-512 VNNI: the decode tile
+// row_s8_vnni below (qw ^ 0x80 against qx, prefetched); portable: a scalar loop. Prefill (m ≥ kW8a8OnednnMinM,
+// one segment a row): oneDNN's int8 matmul, then the scales.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
