@@ -5,7 +5,9 @@
 // segment (the finer of the weight's scale groups and the activations' groups)
 //   y += w_scale · x_scale · (Σ qw·qx − zero · Σ qx)        (Σ in int32: exact)
 // Dot products: AVX2 vpmaddubsw on |qw| (unsigned) and qx · sign(qw) (qw may be -128, qx never is), summed
-// by vpmaddwd; AVX-512 VNNI vpdpbusd on the same pair; portable: a scalar loop.
+// by vpmaddwd; AVX-512 VNNI vpdpbusd on the same pair (Int4); Int8 on AVX-512 VNNI: the decode tile
+// row_s8_vnni below (qw ^ 0x80 against qx, prefetched); portable: a scalar loop. Prefill (m ≥ kW8a8OnednnMinM,
+// one segment a row): oneDNN's int8 matmul, then the scales.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -14,6 +16,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#include <omp.h>
 
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/packed_kernels.h"
@@ -112,6 +115,89 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma"))) int32_t
 
 using Dot4Fn = int32_t (*)(const uint8_t*, const int8_t*, int64_t);
 
+// Int8 weights on AVX-512 VNNI (decode, small m): one weight row against MT rows of quantized x at a time.
+// vpdpbusd multiplies unsigned by signed bytes, so each 64-byte weight vector is flipped once in a register
+// (w ^ 0x80 = w + 128, unsigned) and feeds MT dot products with the signed qx; the segment's int32 sum is then
+// Σ w·qx + 128·Σ qx, and 128·Σ qx (with the zero point's z·Σ qx) is taken off in wrapping int32 — the same exact
+// integer as the other paths, so y has the same bits for every m and every tile. The row is read in memory order
+// with a software prefetch kPrefetchBytes ahead (one 64-byte line a line read): as for the BF16 GEMV
+// (kernels/cpu/gemv.cpp), the hardware prefetcher alone leaves DRAM bandwidth unused on Zen 4.
+constexpr int64_t kPrefetchBytes = 16384;
+
+template <int MT>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,bmi2"), always_inline)) inline void row_s8_vnni(
+    const int8_t* row, int64_t n_in, int64_t seg, int64_t n_seg, int64_t wg, const float* sw, const int8_t* zw,
+    const int8_t* xq, const float* xs, const int32_t* xsum, float* y, int64_t n_out, bool prefetch) {
+  constexpr int NA = MT == 1 ? 2 : 1;  // accumulators a row of x: independent vpdpbusd chains
+  const __m512i flip = _mm512_set1_epi8(char(0x80));
+  float out[MT];
+  for (int i = 0; i < MT; ++i) out[i] = 0.0f;
+  for (int64_t sg = 0; sg < n_seg; ++sg) {
+    const int64_t c0 = sg * seg, c1 = std::min(n_in, c0 + seg), g = c0 / wg;
+    __m512i acc[MT][NA];
+    for (int i = 0; i < MT; ++i)
+      for (int a = 0; a < NA; ++a) acc[i][a] = _mm512_setzero_si512();
+    int64_t c = c0;
+    for (; c + 64 * NA <= c1; c += 64 * NA)
+      for (int a = 0; a < NA; ++a) {  // NA chunks, one a chain
+        if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(row + c + 64 * a) + kPrefetchBytes, _MM_HINT_T0);
+        const __m512i wv = _mm512_xor_si512(_mm512_loadu_si512(row + c + 64 * a), flip);
+        for (int i = 0; i < MT; ++i)
+          acc[i][a] = _mm512_dpbusd_epi32(acc[i][a], wv, _mm512_loadu_si512(xq + i * n_in + c + 64 * a));
+      }
+    for (; c + 64 <= c1; c += 64) {
+      if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(row + c) + kPrefetchBytes, _MM_HINT_T0);
+      const __m512i wv = _mm512_xor_si512(_mm512_loadu_si512(row + c), flip);
+      for (int i = 0; i < MT; ++i) acc[i][0] = _mm512_dpbusd_epi32(acc[i][0], wv, _mm512_loadu_si512(xq + i * n_in + c));
+    }
+    if (c < c1) {  // masked: the missing columns read as w = 0 (flipped: 128) against qx = 0
+      const __mmask64 mask = _bzhi_u64(~uint64_t(0), unsigned(c1 - c));
+      const __m512i wv = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask, row + c), flip);
+      for (int i = 0; i < MT; ++i)
+        acc[i][0] = _mm512_dpbusd_epi32(acc[i][0], wv, _mm512_maskz_loadu_epi8(mask, xq + i * n_in + c));
+    }
+    const uint32_t off = uint32_t(128 + (zw ? int32_t(zw[g]) : 0));
+    for (int i = 0; i < MT; ++i) {
+      __m512i a = acc[i][0];
+      for (int j = 1; j < NA; ++j) a = _mm512_add_epi32(a, acc[i][j]);
+      const int32_t d = int32_t(uint32_t(_mm512_reduce_add_epi32(a)) - off * uint32_t(xsum[i * n_seg + sg]));
+      out[i] += sw[g] * xs[i * n_seg + sg] * float(d);
+    }
+  }
+  for (int i = 0; i < MT; ++i) y[i * n_out] = out[i];
+}
+
+// Rows [r0, r1) of an Int8 weight against all m rows of x: each row once from memory (prefetched), then from
+// L1 for the next groups of 4 rows of x.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,bmi2"))) void rows_s8_vnni(
+    const PackedWeight& w, int64_t r0, int64_t r1, int64_t m, int64_t seg, int64_t n_seg, int64_t wg,
+    const int8_t* xq, const float* xs, const int32_t* xsum, float* y) {
+  const int64_t n_in = w.n_in, n_out = w.n_out, ng = w.n_groups();
+  {  // the first kPrefetchBytes of the range, which the running prefetch (that far ahead) does not cover
+    const char* p = reinterpret_cast<const char*>(w.data.data() + r0 * w.row_bytes());
+    const int64_t n = std::min(kPrefetchBytes, (r1 - r0) * w.row_bytes());
+    for (int64_t b = 0; b < n; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
+  }
+  for (int64_t r = r0; r < r1; ++r) {
+    const int8_t* row = reinterpret_cast<const int8_t*>(w.data.data() + r * w.row_bytes());
+    const float* sw = w.scales.data() + r * ng;
+    const int8_t* zw = w.zeros.empty() ? nullptr : w.zeros.data() + r * ng;
+    for (int64_t i0 = 0; i0 < m; i0 += 4) {
+      const int8_t* xi = xq + i0 * n_in;
+      const float* si = xs + i0 * n_seg;
+      const int32_t* ui = xsum + i0 * n_seg;
+      float* yi = y + i0 * n_out + r;
+      const bool pf = i0 == 0;
+      switch (std::min<int64_t>(4, m - i0)) {
+        case 1: row_s8_vnni<1>(row, n_in, seg, n_seg, wg, sw, zw, xi, si, ui, yi, n_out, pf); break;
+        case 2: row_s8_vnni<2>(row, n_in, seg, n_seg, wg, sw, zw, xi, si, ui, yi, n_out, pf); break;
+        case 3: row_s8_vnni<3>(row, n_in, seg, n_seg, wg, sw, zw, xi, si, ui, yi, n_out, pf); break;
+        default: row_s8_vnni<4>(row, n_in, seg, n_seg, wg, sw, zw, xi, si, ui, yi, n_out, pf); break;
+      }
+    }
+  }
+}
+
 // Activation quantization (the reference's rule, bit for bit): amax of n values; q = clamp(round-half-even(x / s),
 // ±127) (0 where s = 0). The AVX-512 versions divide and round exactly as the scalar ones do.
 float amax_portable(const float* x, int64_t n) {
@@ -144,6 +230,33 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void quantize_avx512(const 
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + c), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(v)));
   }
   quantize_portable(x + c, n - c, s, q + c);
+}
+
+int32_t sum_s8(const int8_t* q, int64_t n) {
+  int32_t s = 0;
+  for (int64_t c = 0; c < n; ++c) s += q[c];
+  return s;
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,bmi2"))) int32_t sum_s8_vnni(const int8_t* q, int64_t n) {
+  const __m512i ones = _mm512_set1_epi8(1);
+  __m512i acc = _mm512_setzero_si512();
+  int64_t c = 0;
+  for (; c + 64 <= n; c += 64) acc = _mm512_dpbusd_epi32(acc, ones, _mm512_loadu_si512(q + c));
+  if (c < n) acc = _mm512_dpbusd_epi32(acc, ones, _mm512_maskz_loadu_epi8(_bzhi_u64(~uint64_t(0), unsigned(n - c)), q + c));
+  return _mm512_reduce_add_epi32(acc);
+}
+
+// The prefill epilogue, 16 outputs at a time: y[r] = (w_scale[r] · x_scale) · float(acc[r]) — the scalar
+// loop's operations in its order (the same bits). Returns the outputs done (whole vectors).
+__attribute__((target("avx512f,avx512bw,avx512vl"))) int64_t scale_row_avx512(const int32_t* acc, const float* ws,
+                                                                              float xs, int64_t n, float* y) {
+  const __m512 xv = _mm512_set1_ps(xs);
+  int64_t r = 0;
+  for (; r + 16 <= n; r += 16)
+    _mm512_storeu_ps(y + r, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(ws + r), xv),
+                                          _mm512_cvtepi32_ps(_mm512_loadu_si512(acc + r))));
+  return r;
 }
 
 }  // namespace
@@ -182,7 +295,8 @@ bool int_w8a8_linear(const float* x, int64_t m, const PackedWeight& w, float* y,
   xs.resize(size_t(m * n_seg));
   xsum.assign(size_t(m * n_seg), 0);
   const bool vec = isa == PackedIsa::Avx512;
-  const bool zeros = !w.zeros.empty();
+  const bool vnni8 = vec && cpu_has_avx512vnni() && w.format == WeightFormat::Int8;
+  const bool zeros = !w.zeros.empty(), sums = zeros || vnni8;
   int8_t* xqw = xq.data();
   float* xsw = xs.data();
   int32_t* xsumw = xsum.data();
@@ -197,8 +311,12 @@ bool int_w8a8_linear(const float* x, int64_t m, const PackedWeight& w, float* y,
         quantize_avx512(xr + a0, a1 - a0, s, xqw + i * n_in + a0);
       else
         quantize_portable(xr + a0, a1 - a0, s, xqw + i * n_in + a0);
-      if (zeros)
-        for (int64_t c = a0; c < a1; ++c) xsumw[i * n_seg + c / seg] += xqw[i * n_in + c];
+      if (sums)
+        for (int64_t c = a0; c < a1;) {  // Σ qx of each segment within [a0, a1)
+          const int64_t e = std::min(a1, (c / seg + 1) * seg);
+          xsumw[i * n_seg + c / seg] += vnni8 ? sum_s8_vnni(xqw + i * n_in + c, e - c) : sum_s8(xqw + i * n_in + c, e - c);
+          c = e;
+        }
       for (int64_t sg = a0 / seg; sg * seg < a1; ++sg) xsw[i * n_seg + sg] = s;
     }
 
@@ -226,12 +344,14 @@ bool int_w8a8_linear(const float* x, int64_t m, const PackedWeight& w, float* y,
       const int32_t* ad = acc.data();
       const int64_t n_out = w.n_out;
 #pragma omp parallel for schedule(static) num_threads(n_threads) if (n_threads > 1)
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t r = 0; r < n_out; ++r) {
+      for (int64_t i = 0; i < m; ++i) {
+        int64_t r = vec && !zeros ? scale_row_avx512(ad + i * n_out, w.scales.data(), xsw[i], n_out, y + i * n_out) : 0;
+        for (; r < n_out; ++r) {
           int32_t d = ad[i * n_out + r];
           if (zeros) d -= int32_t(w.zeros[size_t(r)]) * xsumw[i];
           y[i * n_out + r] = w.scales[size_t(r)] * xsw[i] * float(d);
         }
+      }
       return true;
     }
   }
@@ -240,6 +360,15 @@ bool int_w8a8_linear(const float* x, int64_t m, const PackedWeight& w, float* y,
   const int8_t* xqd = xq.data();
   const float* xsd = xs.data();
   const int32_t* xsumd = xsum.data();
+  if (vnni8) {
+#pragma omp parallel num_threads(n_threads) if (parallel)
+    {
+      const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+      const int64_t per = (w.n_out + nt - 1) / nt, r0 = std::min(w.n_out, t * per), r1 = std::min(w.n_out, r0 + per);
+      rows_s8_vnni(w, r0, r1, m, seg, n_seg, wg, xqd, xsd, xsumd, y);
+    }
+    return true;
+  }
   // Int4 against several rows of x: the row's nibbles unpacked once (in registers, 32 at a time) into an L1
   // buffer that every row of x reuses; against one or two rows, unpacked inside the dot product.
   const bool int4 = w.format == WeightFormat::Int4, unpack_row = int4 && m > 2;

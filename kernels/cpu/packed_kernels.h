@@ -1,11 +1,13 @@
 // Private to kernels/cpu: the packed-weight kernels behind packed_linear() (packed_linear.h), one source file
 // per family, each with an AVX-512 path, an AVX2 + FMA path and a portable one (runtime dispatch):
 //   gemm_int_a16.cpp   Int8 / Int4 weights (groups, zero points, g_idx), F32 activations: weights
-//                      dequantized in registers ((q - zero) as F32, FMA with x, × scale once a group)
+//                      dequantized in registers ((q - zero) as F32, FMA with x, × scale once a group);
+//                      Int4 on AVX512-BF16: gemm_int4_bf16.cpp (nibbles to BF16 by vpermw, x as 2 BF16 parts)
 //   gemm_int_w8a8.cpp  Int8 / Int4 weights with int8 activations (W8A8, W4A8): x quantized per token / per
 //                      group / with the static scale, int8 × int8 dot products in int32 (AVX2 maddubs with the
 //                      sign trick, AVX-512 VNNI vpdpbusd), × weight scale × activation scale once a group
-//   gemm_fp8.cpp       E4M3 weights (tensor / channel / block scales) converted to F32 in registers; FP8
+//   gemm_fp8.cpp       E4M3 weights (tensor / channel / block scales) converted to F32 in registers (per
+//                      tensor / channel on AVX512-BF16: gemm_fp8_bf16.cpp, E4M3 to BF16 in registers); FP8
 //                      activations (W8A8-FP8) are emulated: x is rounded to its E4M3 values (still F32) once a
 //                      call, then the same kernel (what an FP8 tensor core computes, up to summation order)
 //   gemm_fp4.cpp       MXFP4 / NVFP4 weights: E2M1 nibbles through an 8-entry table in a register, × the
@@ -26,6 +28,17 @@ enum class PackedIsa : uint8_t { Portable, Avx2, Avx512 };
 PackedIsa packed_best_isa();
 // Whether this CPU has AVX-512 VNNI (the int8 dot product instruction of the W8A8 kernel's AVX-512 path).
 bool cpu_has_avx512vnni();
+
+// W4A16 on AVX-512 BF16 (gemm_int4_bf16.cpp): Int4 weights without g_idx, groups a multiple of 32 columns,
+// against x as two BF16 parts (16 significant bits; vdpbf16ps, F32 sums); int_a16_linear's AVX-512 path where
+// the CPU has AVX512-BF16.
+// Returns false (nothing written) for weights it does not take or without AVX512-BF16.
+bool int4_bf16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
+
+// FP8 E4M3 weights on AVX-512 BF16 (gemm_fp8_bf16.cpp): per-tensor / per-channel scales, F32 activations (as two
+// BF16 parts) or FP8 ones per token / static (E4M3(x / s), exact in BF16); fp8_linear's AVX-512 path where the
+// CPU has AVX512-BF16. Returns false (nothing written) for weights it does not take.
+bool fp8_bf16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 
 bool int_a16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa);
 bool int_w8a8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa);

@@ -3,7 +3,9 @@
 // asymmetric zero points, act-order g_idx; W8A8 / W4A8 int8 activations per token, per group and static;
 // FP8 per tensor / channel / 128×128 and 1×128 blocks, with and without emulated FP8 activations; MXFP4,
 // NVFP4), odd row counts, odd column counts where the format allows them, TP-slice-like shapes, m = 1..9, on
-// every ISA this CPU runs (portable, AVX2; AVX-512 where present — not on the Zen 2 dev machine).
+// every ISA this CPU runs (portable, AVX2; AVX-512 where present — not on the Zen 2 dev machine). W4A16 on
+// AVX512-BF16 holds x as two BF16 parts (x ≈ bf16(x) + bf16(x − bf16(x)), 16 significant bits): the same bound,
+// measured on Zen 4 up to 1e-11 (one part, x rounded to BF16, measured 2.6e-6 .. 4.6e-6 and failed it).
 // Bound: NMSE = Σ (y − y_ref)² / Σ y_ref² ≤ 1e-10 — both compute the same products in F32 (or exact int32), so
 // only the summation order differs (F32 vs F64: ~1e-13 measured). Each case also checks that a kernel ran
 // (not the reference fallback) where one is expected. Measured on the Zen 2 dev machine (portable + AVX2): max NMSE 1.7e-13;
@@ -141,6 +143,21 @@ std::vector<Case> cases() {
   return v;
 }
 
+// Whether packed_linear_isa runs the W4A16 AVX512-BF16 kernel (gemm_int4_bf16.cpp) for this case at isa.
+bool bf16_a16(const Case& c, PackedIsa isa) {
+  return isa == PackedIsa::Avx512 && cpu_has_avx512bf16() && c.format == WeightFormat::Int4 &&
+         c.act == ActQuant::None && !c.g_idx && (c.group == 0 || c.group % 32 == 0);
+}
+
+double nmse_of(const std::vector<float>& y, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    num += (double(y[i]) - ref[i]) * (double(y[i]) - ref[i]);
+    den += double(ref[i]) * ref[i];
+  }
+  return num / std::max(den, 1e-30);
+}
+
 class PackedKernels : public ::testing::TestWithParam<Case> {};
 
 TEST_P(PackedKernels, MatchReferenceOnEveryIsa) {
@@ -149,7 +166,7 @@ TEST_P(PackedKernels, MatchReferenceOnEveryIsa) {
   std::vector<PackedIsa> isas{PackedIsa::Portable};
   if (cpu_has_avx2()) isas.push_back(PackedIsa::Avx2);
   if (packed_best_isa() == PackedIsa::Avx512) isas.push_back(PackedIsa::Avx512);
-  double worst = 0;
+  double worst = 0, worst_bf16 = 0;
   for (int64_t m : {1, 2, 5, 9}) {
     std::mt19937 rng{uint32_t(m)};
     std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -158,22 +175,21 @@ TEST_P(PackedKernels, MatchReferenceOnEveryIsa) {
     std::vector<float> ref(size_t(m * c.n_out));
     packed_linear_reference(x.data(), m, w, ref.data(), 2);
     for (PackedIsa isa : isas) {
+      const bool bf16 = bf16_a16(c, isa);
       for (int threads : {1, 2}) {
         std::vector<float> y(ref.size(), -1e30f);
         const bool ran = packed_linear_isa(x.data(), m, w, y.data(), threads, isa);
         EXPECT_EQ(ran, c.expect_kernel || isa == PackedIsa::Portable) << c.name << " isa " << int(isa);
-        double num = 0, den = 0;
-        for (size_t i = 0; i < y.size(); ++i) {
-          num += (double(y[i]) - ref[i]) * (double(y[i]) - ref[i]);
-          den += double(ref[i]) * ref[i];
-        }
-        const double nmse = num / std::max(den, 1e-30);
+        const double nmse = nmse_of(y, ref);
         worst = std::max(worst, nmse);
+        if (bf16) worst_bf16 = std::max(worst_bf16, nmse);
         EXPECT_LE(nmse, kMaxNmse) << c.name << " m " << m << " isa " << int(isa) << " threads " << threads;
       }
     }
   }
-  std::printf("[packed-kernels] %-28s max NMSE %.2g over m 1..9, %zu ISAs\n", c.name.c_str(), worst, isas.size());
+  std::printf("[packed-kernels] %-28s max NMSE %.2g over m 1..9, %zu ISAs", c.name.c_str(), worst, isas.size());
+  if (worst_bf16 > 0) std::printf(" (the AVX512-BF16 W4A16 kernel: %.2g)", worst_bf16);
+  std::printf("\n");
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, PackedKernels, ::testing::ValuesIn(cases()),
@@ -232,6 +248,99 @@ std::vector<Case> prefill_cases() {
 
 INSTANTIATE_TEST_SUITE_P(W8a8, PackedKernelsPrefill, ::testing::ValuesIn(prefill_cases()),
                          [](const auto& info) { return info.param.name; });
+
+// W8A8 / W4A8: a row of x in a batch gives the bits it gives alone, for every m (the small-m tiles of 1..4 rows
+// of x, their remainders, and the oneDNN GEMM from kW8a8OnednnMinM on), every ISA and 1 or 2 threads: every
+// path sums each segment exactly in int32 and applies the scales in one order.
+TEST(PackedKernels, W8a8BatchRowsEqualRowsAlone) {
+  using F = WeightFormat;
+  const ActQuant dyn = ActQuant::Int8Dynamic;
+  const std::vector<Case> cs = {
+      {"int8_token_576", F::Int8, 96, 576, 0, 0, false, false, false, dyn},
+      {"int8_token_zeros_odd", F::Int8, 37, 1543, 0, 0, true, false, false, dyn},
+      {"int8_g64_zeros", F::Int8, 29, 256, 64, 0, true, false, false, dyn},
+      {"int8_act_group_128", F::Int8, 17, 384, 0, 0, false, false, false, dyn, 128},
+      {"int8_static", F::Int8, 33, 160, 0, 0, false, false, false, ActQuant::Int8Static},
+      {"int4_token", F::Int4, 48, 256, 0, 0, false, false, false, dyn},
+  };
+  std::vector<PackedIsa> isas{PackedIsa::Portable};
+  if (cpu_has_avx2()) isas.push_back(PackedIsa::Avx2);
+  if (packed_best_isa() == PackedIsa::Avx512) isas.push_back(PackedIsa::Avx512);
+  for (const Case& c : cs) {
+    const PackedWeight w = make(c, 11);
+    const int64_t m_max = 37;
+    std::mt19937 rng{5};
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> x(size_t(m_max * c.n_in));
+    for (float& v : x) v = nd(rng);
+    for (PackedIsa isa : isas)
+      for (int threads : {1, 2}) {
+        std::vector<float> alone(size_t(m_max * c.n_out));
+        for (int64_t i = 0; i < m_max; ++i)
+          packed_linear_isa(x.data() + i * c.n_in, 1, w, alone.data() + i * c.n_out, threads, isa);
+        for (int64_t m : {2, 3, 4, 5, 8, 9, 15, 16, 37}) {
+          std::vector<float> y(size_t(m * c.n_out), -1e30f);
+          packed_linear_isa(x.data(), m, w, y.data(), threads, isa);
+          for (int64_t k = 0; k < m * c.n_out; ++k)
+            ASSERT_EQ(y[size_t(k)], alone[size_t(k)]) << c.name << " m " << m << " row " << k / c.n_out << " isa "
+                                                       << int(isa) << " threads " << threads;
+        }
+      }
+  }
+}
+
+// W4A16 and FP8 on AVX512-BF16 (gemm_int4_bf16.cpp, gemm_fp8_bf16.cpp): a row of x in a batch gives the bits it
+// gives alone (tiles of 1..4 rows of x, blocks of weight rows), on W4A16's fast path (n_in and groups multiples
+// of 64) and its masked one, FP8 with F32 and FP8 activations.
+TEST(PackedKernels, Bf16KernelsBatchRowsEqualRowsAlone) {
+  if (packed_best_isa() != PackedIsa::Avx512 || !cpu_has_avx512bf16()) GTEST_SKIP() << "no AVX512-BF16 here";
+  using F = WeightFormat;
+  const std::vector<Case> cs = {
+      {"int4_g64_576", F::Int4, 70, 576, 64},
+      {"int4_channel_zeros_576", F::Int4, 33, 576, 0, 0, true},
+      {"int4_g128_zeros", F::Int4, 21, 384, 128, 0, true},
+      {"int4_g32_zeros", F::Int4, 19, 224, 32, 0, true},
+      {"int4_channel_odd_cols", F::Int4, 13, 203},
+      {"fp8_channel_576", F::Fp8E4M3, 40, 576},
+      {"fp8_tensor_odd_cols", F::Fp8E4M3, 13, 203, 0, 0, false, false, true},
+      {"fp8_dynamic_act", F::Fp8E4M3, 21, 576, 0, 0, false, false, false, ActQuant::Fp8Dynamic},
+      {"fp8_static_act_odd", F::Fp8E4M3, 21, 101, 0, 0, false, false, true, ActQuant::Fp8Static},
+  };
+  for (const Case& c : cs) {
+    const PackedWeight w = make(c, 13);
+    const int64_t m_max = 37;
+    std::mt19937 rng{9};
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> x(size_t(m_max * c.n_in));
+    for (float& v : x) v = nd(rng);
+    for (int threads : {1, 2}) {
+      std::vector<float> alone(size_t(m_max * c.n_out));
+      for (int64_t i = 0; i < m_max; ++i)
+        ASSERT_TRUE(packed_linear_isa(x.data() + i * c.n_in, 1, w, alone.data() + i * c.n_out, threads, PackedIsa::Avx512));
+      for (int64_t m : {2, 3, 4, 5, 8, 9, 16, 37}) {
+        std::vector<float> y(size_t(m * c.n_out), -1e30f);
+        packed_linear_isa(x.data(), m, w, y.data(), threads, PackedIsa::Avx512);
+        for (int64_t k = 0; k < m * c.n_out; ++k)
+          ASSERT_EQ(y[size_t(k)], alone[size_t(k)]) << c.name << " m " << m << " row " << k / c.n_out << " threads "
+                                                     << threads;
+      }
+    }
+  }
+}
+
+// W8A8 with a row long enough that the VNNI kernel's unsigned-offset sum Σ (w + 128)·qx passes 2³¹ (w = 127,
+// qx = 127 everywhere, 70 000 columns) while Σ w·qx still fits: the wrapping correction must give it exactly.
+TEST(PackedKernels, W8a8LongRowOffsetSumWraps) {
+  Case c{"int8_long", WeightFormat::Int8, 3, 70000, 0, 0, false, false, false, ActQuant::Int8Dynamic};
+  PackedWeight w = make(c, 3);
+  for (int64_t k = 0; k < w.data.size(); ++k) w.data.data()[k] = 127;
+  std::vector<float> x(size_t(c.n_in), 0.25f), ref(3), y(3);
+  packed_linear_reference(x.data(), 1, w, ref.data(), 1);
+  for (PackedIsa isa : {PackedIsa::Portable, packed_best_isa()}) {
+    packed_linear_isa(x.data(), 1, w, y.data(), 1, isa);
+    for (int r = 0; r < 3; ++r) EXPECT_NEAR(y[size_t(r)], ref[size_t(r)], 1e-5 * std::fabs(ref[size_t(r)])) << int(isa);
+  }
+}
 
 // The dispatch reaches a kernel for each family on this CPU's best ISA.
 TEST(PackedKernels, DispatchUsesTheKernels) {
