@@ -78,6 +78,7 @@ PackedWeight clone(const PackedWeight& w) {
   c.data = AlignedBytes(w.data.size());
   std::memcpy(c.data.data(), w.data.data(), size_t(w.data.size()));
   c.scales = w.scales;
+  c.gguf_layout = w.gguf_layout;
   c.zeros = w.zeros;
   c.g_idx = w.g_idx;
   c.scale_bytes = w.scale_bytes;

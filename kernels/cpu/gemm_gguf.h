@@ -59,7 +59,11 @@ struct GgufActs {
   // row's last block): x regrouped as the nibbles come out of 64 code bytes, lanes 4j..4j+3 for block 4q+j.
   std::vector<int8_t> quad_x;       // [m, n_quads, 128]: x[0..15] of the 4 blocks, then x[16..31] of the 4
   std::vector<float> quad_d;        // [m, n_quads, 16]: d of the lane's block
-  std::vector<int32_t> quad_bias;   // [m, n_quads, 16]: lane 4j: −8 · Σq of block 4q+j, other lanes 0
+  std::vector<int32_t> quad_bias;   // [m, n_quads, 16]: lane 4j: −k · Σq of block 4q+j (k: the weights' offset), other lanes 0
+  // Q4_K on AVX-512 VNNI (prepare_gguf_k4): x of each 256-block in the order the code nibbles come out of
+  // two 64-byte loads: for h = 0, 1: x[128h + 0..31], x[128h + 64..95] (the low nibbles), then
+  // x[128h + 32..63], x[128h + 96..127] (the high nibbles).
+  std::vector<int8_t> k4_x;         // [m, n_in]
   int64_t n_blocks() const { return n_in / (type == GgufActType::Q8_K ? 256 : 32); }
 };
 void quantize_gguf_acts(const float* x, int64_t m, int64_t n_in, GgufActType type, GgufActs* out);
@@ -67,8 +71,17 @@ void quantize_gguf_acts(const float* x, int64_t m, int64_t n_in, GgufActType typ
 // Fills a's pair arrays (above) for weights of format f (a 32-block format: k = 128 Q8_0, 8 Q4_0, 16 Q5_0,
 // none for Q4_1, which gets pair_s instead).
 void prepare_gguf_pairs(WeightFormat f, GgufActs* a);
-// Fills a's quad arrays (above) for Q4_0 weights.
-void prepare_gguf_quads(GgufActs* a);
+// Fills a's quad arrays (above) for Q4_0 weights (k = 8) or Q8_0 weights in the Q8_0Quads layout (k = 128:
+// their codes are held as q + 128).
+void prepare_gguf_quads(WeightFormat f, GgufActs* a);
+
+// Fills a's k4_x (above) from its Q8_K q.
+void prepare_gguf_k4(GgufActs* a);
+
+// Regroups w's rows, in place, into the layout this CPU's fastest kernel reads (common/gguf_layout.h): Q8_0
+// into Q8_0Quads where the AVX-512 VNNI kernel runs; anything else is left as it is. The same bytes, so the
+// resident size does not change; dequantize_rows reads either layout. cpu::Weight calls it at load.
+void prepare_gguf_weight(PackedWeight* w);
 
 // y[m, n_out] = x[m, n_in] · Wᵀ, W a GGUF block format. Throws tp::Error for another format or a kernel this
 // CPU lacks.

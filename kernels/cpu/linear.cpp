@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/cpu/gemm_gguf.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/onednn_matmul.h"
 #include "kernels/cpu/packed_linear.h"
@@ -146,6 +147,7 @@ void gemv(const float* x, int64_t m, const Weight& w, float* y, LinearImpl best)
 // ------------------------------------------------------------------------------------------------ Weight
 Weight::Weight(PackedWeight w) : w_(std::move(w)) {
   check_packed_weight(w_);
+  detail::prepare_gguf_weight(&w_);  // the row layout the GGUF kernel reads fastest (same bytes)
   back_with_huge_pages(w_.data.data(), w_.data.size());
 }
 
