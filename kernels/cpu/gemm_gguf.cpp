@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "common/dtype.h"
 #include "common/error.h"
@@ -34,6 +35,20 @@ uint16_t u16(const uint8_t* p) {
 
 // Q8_0 / Q8_1 of one row (llama.cpp's x86 quantize_row_q8_0 / q8_1: id = 127 / amax, round half to even).
 void quantize_row_q8_32(const float* x, int64_t n, bool q8_1, int8_t* q, float* d, float* s) {
+  static const bool avx512 = gguf_kernel_available(GgufKernel::Avx512Vnni);
+  if (avx512) {
+    thread_local std::vector<float> amax;
+    thread_local std::vector<int> sum;
+    amax.resize(size_t(n / 32));
+    sum.resize(size_t(n / 32));
+    quantize_q8_32_elems_avx512(x, n, q, amax.data(), sum.data());
+    for (int64_t b = 0; b < n / 32; ++b) {
+      const float db = amax[size_t(b)] / 127.f;
+      d[b] = f16_round(db);
+      s[b] = q8_1 ? f16_round(db * float(sum[size_t(b)])) : d[b] * float(sum[size_t(b)]);
+    }
+    return;
+  }
   for (int64_t b = 0; b < n / 32; ++b) {
     const float* xb = x + b * 32;
     float amax = 0;
@@ -52,6 +67,14 @@ void quantize_row_q8_32(const float* x, int64_t n, bool q8_1, int8_t* q, float* 
 
 // Q8_K of one row (llama.cpp's quantize_row_q8_K_ref).
 void quantize_row_q8_k(const float* x, int64_t n, int8_t* q, float* d, int16_t* bsums) {
+  static const bool avx512 = gguf_kernel_available(GgufKernel::Avx512Vnni);
+  if (avx512) {
+    thread_local std::vector<float> vmax;
+    vmax.resize(size_t(n / 256));
+    quantize_q8_k_elems_avx512(x, n, q, vmax.data(), bsums);
+    for (int64_t b = 0; b < n / 256; ++b) d[b] = vmax[size_t(b)] == 0.0f ? 0.0f : 1 / (-127.f / vmax[size_t(b)]);
+    return;
+  }
   for (int64_t b = 0; b < n / 256; ++b) {
     const float* xb = x + b * 256;
     int8_t* qb = q + b * 256;

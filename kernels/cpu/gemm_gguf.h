@@ -68,6 +68,14 @@ struct GgufActs {
 };
 void quantize_gguf_acts(const float* x, int64_t m, int64_t n_in, GgufActType type, GgufActs* out);
 
+// The element loops of the activation quantizers for one row on AVX-512 (gemm_gguf_vnni.cpp; the bits of
+// the scalar loops in gemm_gguf.cpp: the same products, vcvtps2dq's round half to even). n a multiple of the
+// block. Q8_0 / Q8_1: per 32-block, amax[b] = max|x| and sum[b] = Σq with q = round(x · (127 / amax)).
+// Q8_K: per 256-block, vmax[b] = the first value of largest magnitude, q = min(127, round(x · (−127 / vmax)))
+// (zeros where vmax = 0), bsums per 16.
+void quantize_q8_32_elems_avx512(const float* x, int64_t n, int8_t* q, float* amax, int* sum);
+void quantize_q8_k_elems_avx512(const float* x, int64_t n, int8_t* q, float* vmax, int16_t* bsums);
+
 // Fills a's pair arrays (above) for weights of format f (a 32-block format: k = 128 Q8_0, 8 Q4_0, 16 Q5_0,
 // none for Q4_1, which gets pair_s instead).
 void prepare_gguf_pairs(WeightFormat f, GgufActs* a);

@@ -295,6 +295,61 @@ TEST(GgufLayout, Q8_0QuadsRoundTripsAndDequantizesAsTheFile) {
   EXPECT_THROW(check_packed_weight(q4), Error);
 }
 
+// The AVX-512 element loops of the activation quantizers give the scalar definition's bits (llama.cpp's:
+// q = round half to even of x · (127 / amax), Q8_K: of x · (−127 / v), v the first value of largest magnitude,
+// capped at 127): blocks of outliers, an all-zero block, and a block holding both +v and −v (the first wins).
+TEST(GgufActs, Avx512QuantizersGiveTheScalarBits) {
+  if (!gguf_kernel_available(GgufKernel::Avx512Vnni)) {
+    GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  }
+  auto x = make_x(1, 1024, 9);
+  for (int j = 256; j < 512; ++j) x[size_t(j)] = 0.0f;  // block 1 (Q8_K), blocks 8-15 (32-blocks): zero
+  x[600] = 9.5f;  // above every outlier (≤ 8)
+  x[700] = -9.5f;  // block 2: ±9.5, +9.5 first
+  std::vector<int8_t> q(1024);
+  std::vector<float> amax(32);
+  std::vector<int> sum(32);
+  quantize_q8_32_elems_avx512(x.data(), 1024, q.data(), amax.data(), sum.data());
+  for (int b = 0; b < 32; ++b) {
+    float am = 0;
+    for (int j = 0; j < 32; ++j) am = std::max(am, std::fabs(x[size_t(32 * b + j)]));
+    ASSERT_EQ(amax[size_t(b)], am) << b;
+    const float id = am != 0.0f ? 127.f / am : 0.0f;
+    int s = 0;
+    for (int j = 0; j < 32; ++j) {
+      const int v = int(std::nearbyint(x[size_t(32 * b + j)] * id));
+      ASSERT_EQ(q[size_t(32 * b + j)], v) << b << " " << j;
+      s += v;
+    }
+    ASSERT_EQ(sum[size_t(b)], s) << b;
+  }
+  std::vector<float> vmax(4);
+  std::vector<int16_t> bsums(64);
+  quantize_q8_k_elems_avx512(x.data(), 1024, q.data(), vmax.data(), bsums.data());
+  for (int b = 0; b < 4; ++b) {
+    float v = 0, am = 0;
+    for (int j = 0; j < 256; ++j)
+      if (std::fabs(x[size_t(256 * b + j)]) > am) {
+        am = std::fabs(x[size_t(256 * b + j)]);
+        v = x[size_t(256 * b + j)];
+      }
+    ASSERT_EQ(vmax[size_t(b)], v) << b;
+    if (b == 2) {
+      EXPECT_EQ(v, 9.5f);
+    }
+    for (int k = 0; k < 16; ++k) {
+      int s = 0;
+      for (int j = 0; j < 16; ++j) {
+        const int e = 256 * b + 16 * k + j;
+        const int want = v == 0.0f ? 0 : std::min(127, int(std::nearbyint(x[size_t(e)] * (-127.f / v))));
+        ASSERT_EQ(q[size_t(e)], want) << e;
+        s += want;
+      }
+      ASSERT_EQ(bsums[size_t(16 * b + k)], s) << b << " " << k;
+    }
+  }
+}
+
 // Q8_K (llama.cpp's quantize_row_q8_K_ref): the value of largest magnitude maps to ∓127, every q·d is within
 // d/2 of x, and bsums are the 16-sums.
 TEST(GgufActs, Q8KAndQ8_0AsLlamaCpp) {
