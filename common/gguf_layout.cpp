@@ -16,10 +16,20 @@ const char* gguf_layout_name(GgufLayout l) {
 
 namespace {
 
-// Byte offset, in a Q8_0Quads row, of weight e (0..31) of block b; nb blocks a row.
-int64_t quad_code_offset(int64_t b, int e, int64_t nb) {
+// Where, in a Q8_0Quads row of nb blocks, weights 0..15 (lo) and 16..31 (hi) of block b start.
+void quad_offsets(int64_t b, int64_t nb, int64_t* lo, int64_t* hi) {
   const int64_t q = b / 4, j = b % 4, k = std::min<int64_t>(4, nb - 4 * q);
-  return 128 * q + (e < 16 ? 16 * j + e : 16 * k + 16 * j + (e - 16));
+  *lo = 128 * q + 16 * j;
+  *hi = 128 * q + 16 * k + 16 * j;
+}
+
+// 16 bytes from src to dst, each XOR 0x80 (int8 code <-> unsigned code + 128).
+void copy_flip16(const uint8_t* src, uint8_t* dst) {
+  uint64_t v[2];
+  std::memcpy(v, src, 16);
+  v[0] ^= 0x8080808080808080ull;
+  v[1] ^= 0x8080808080808080ull;
+  std::memcpy(dst, v, 16);
 }
 
 }  // namespace
@@ -28,8 +38,11 @@ void q8_0_row_to_quads(const uint8_t* in, int64_t n_in, uint8_t* out) {
   const int64_t nb = n_in / 32;
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = in + 34 * b;
+    int64_t lo, hi;
+    quad_offsets(b, nb, &lo, &hi);
     std::memcpy(out + 32 * nb + 2 * b, blk, 2);
-    for (int e = 0; e < 32; ++e) out[quad_code_offset(b, e, nb)] = uint8_t(blk[2 + e] ^ 0x80u);
+    copy_flip16(blk + 2, out + lo);
+    copy_flip16(blk + 18, out + hi);
   }
 }
 
@@ -37,8 +50,11 @@ void q8_0_row_from_quads(const uint8_t* in, int64_t n_in, uint8_t* out) {
   const int64_t nb = n_in / 32;
   for (int64_t b = 0; b < nb; ++b) {
     uint8_t* blk = out + 34 * b;
+    int64_t lo, hi;
+    quad_offsets(b, nb, &lo, &hi);
     std::memcpy(blk, in + 32 * nb + 2 * b, 2);
-    for (int e = 0; e < 32; ++e) blk[2 + e] = uint8_t(in[quad_code_offset(b, e, nb)] ^ 0x80u);
+    copy_flip16(in + lo, blk + 2);
+    copy_flip16(in + hi, blk + 18);
   }
 }
 

@@ -14,9 +14,10 @@
 // within Σ|w|·d_x/2 per output; NMSE ≈ 1e-5 on smooth activations, up to ~1e-3 with outliers in the block
 // (tests/kernels/test_gemm_gguf.cpp states the bounds).
 //
-// Kernels: AVX-512 VNNI + VBMI (Q8_0 / Q4_0 / Q4_1 / Q5_0: two blocks a 512-bit vpdpbusd, the offsets exact
-// in the integer sums; K-quants: vpdpbusd on 256-bit vectors), AVX2 (vpmaddubsw + vpmaddwd: the same
-// integers), portable C++. Threads (OpenMP) split the output rows. Decode (m = 1) takes 4 weight rows a tile
+// Kernels: AVX-512 VNNI + VBMI (Q4_1 / Q5_0 and Q8_0 in the file layout: two blocks a 512-bit vpdpbusd, the
+// offsets exact in the integer sums; Q4_0, and Q8_0 regrouped at load into Q8_0Quads (prepare_gguf_weight,
+// common/gguf_layout.h): four blocks a pair of vpdpbusd; K-quants: vpmaddubsw + vpdpwssd on 512-bit vectors
+// with the sub-block scales as int16), AVX2 (vpmaddubsw + vpmaddwd: the same integers), portable C++. Threads (OpenMP) split the output rows. Decode (m = 1) takes 4 weight rows a tile
 // (2 for the K-quants): one activation load feeds several rows and the accumulator chains run side by side;
 // for m > 1 each block of weights read is used for up to 4 rows of x while it is in registers.
 // Batch invariance: on every kernel, each output (row of W, row of x) gets the same float operations in the
