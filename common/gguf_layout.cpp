@@ -16,11 +16,12 @@ const char* gguf_layout_name(GgufLayout l) {
 
 namespace {
 
-// Where, in a Q8_0Quads row of nb blocks, weights 0..15 (lo) and 16..31 (hi) of block b start.
-void quad_offsets(int64_t b, int64_t nb, int64_t* lo, int64_t* hi) {
+// Where, in a Q8_0Quads row of nb blocks, block b's scale and its weights 0..15 (lo) and 16..31 (hi) start.
+void quad_offsets(int64_t b, int64_t nb, int64_t* scale, int64_t* lo, int64_t* hi) {
   const int64_t q = b / 4, j = b % 4, k = std::min<int64_t>(4, nb - 4 * q);
-  *lo = 128 * q + 16 * j;
-  *hi = 128 * q + 16 * k + 16 * j;
+  *scale = 136 * q + 2 * j;
+  *lo = 136 * q + 2 * k + 16 * j;
+  *hi = 136 * q + 2 * k + 16 * k + 16 * j;
 }
 
 // 16 bytes from src to dst, each XOR 0x80 (int8 code <-> unsigned code + 128).
@@ -38,9 +39,9 @@ void q8_0_row_to_quads(const uint8_t* in, int64_t n_in, uint8_t* out) {
   const int64_t nb = n_in / 32;
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = in + 34 * b;
-    int64_t lo, hi;
-    quad_offsets(b, nb, &lo, &hi);
-    std::memcpy(out + 32 * nb + 2 * b, blk, 2);
+    int64_t sc, lo, hi;
+    quad_offsets(b, nb, &sc, &lo, &hi);
+    std::memcpy(out + sc, blk, 2);
     copy_flip16(blk + 2, out + lo);
     copy_flip16(blk + 18, out + hi);
   }
@@ -50,9 +51,9 @@ void q8_0_row_from_quads(const uint8_t* in, int64_t n_in, uint8_t* out) {
   const int64_t nb = n_in / 32;
   for (int64_t b = 0; b < nb; ++b) {
     uint8_t* blk = out + 34 * b;
-    int64_t lo, hi;
-    quad_offsets(b, nb, &lo, &hi);
-    std::memcpy(blk, in + 32 * nb + 2 * b, 2);
+    int64_t sc, lo, hi;
+    quad_offsets(b, nb, &sc, &lo, &hi);
+    std::memcpy(blk, in + sc, 2);
     copy_flip16(in + lo, blk + 2);
     copy_flip16(in + hi, blk + 18);
   }

@@ -3,12 +3,11 @@
 // resident and streamed bytes stay the file's); only their order differs.
 //   File        the GGUF blocks as stored (common/dtype.h)
 //   Q8_0Quads   Q8_0 rows regrouped for the AVX-512 VNNI kernel (kernels/cpu/gemm_gguf_simd.inc), which
-//               then reads whole 64-byte vectors with no shuffles. A row of nb blocks (n_in = 32·nb):
-//                 bytes [0, 32·nb): the codes by quads of 4 blocks. Quad q (blocks 4q .. 4q+k−1, k =
-//                   min(4, nb − 4q)) starts at byte 128q: 16k bytes = weights 0..15 of each of its blocks
-//                   in turn, then 16k bytes = weights 16..31 of each; every code stored as the unsigned
-//                   byte q + 128 (the int8 code XOR 0x80);
-//                 bytes [32·nb, 34·nb): the nb F16 scales, in block order.
+//               then reads whole 64-byte vectors with no shuffles, one sequential stream a row. A row of nb
+//               blocks (n_in = 32·nb) is its quads of 4 blocks in turn; quad q (blocks 4q .. 4q+k−1, k =
+//               min(4, nb − 4q)) starts at byte 136q and holds: the k F16 scales (2k bytes), then 16k bytes
+//               = weights 0..15 of each of its blocks in turn, then 16k bytes = weights 16..31 of each; every
+//               code stored as the unsigned byte q + 128 (the int8 code XOR 0x80).
 #pragma once
 #include <cstdint>
 

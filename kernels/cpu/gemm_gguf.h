@@ -87,9 +87,12 @@ void prepare_gguf_quads(WeightFormat f, GgufActs* a);
 // Fills a's k4_x (above) from its Q8_K q.
 void prepare_gguf_k4(GgufActs* a);
 
-// Regroups w's rows, in place, into the layout this CPU's fastest kernel reads (common/gguf_layout.h): Q8_0
-// into Q8_0Quads where the AVX-512 VNNI kernel runs; anything else is left as it is. The same bytes, so the
-// resident size does not change; dequantize_rows reads either layout. cpu::Weight calls it at load.
+// Regroups w's rows, in place, into Q8_0Quads (common/gguf_layout.h) when w is Q8_0 and the AVX-512 VNNI
+// kernel runs here; anything else is left as it is. The same bytes, so the resident size does not change;
+// dequantize_rows and every kernel read either layout. NOT called at load (cpu::Weight keeps the file
+// layout): on Zen 4 the quad tile is 1.3-1.6x faster than the file-layout tile from cache but measured ~10%
+// slower from DRAM on the loaded machine (bench/results/decode-quant-zen4-20261202-0745.md); flip it on in
+// Weight's constructor once a quiet-machine run (gemm_gguf_bench FORMATS=q8_0,q8_0_quads) says otherwise.
 void prepare_gguf_weight(PackedWeight* w);
 
 // y[m, n_out] = x[m, n_in] · Wᵀ, W a GGUF block format. Throws tp::Error for another format or a kernel this

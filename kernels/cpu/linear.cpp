@@ -17,7 +17,6 @@
 #include <vector>
 
 #include "common/error.h"
-#include "kernels/cpu/gemm_gguf.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/onednn_matmul.h"
 #include "kernels/cpu/packed_linear.h"
@@ -147,7 +146,6 @@ void gemv(const float* x, int64_t m, const Weight& w, float* y, LinearImpl best)
 // ------------------------------------------------------------------------------------------------ Weight
 Weight::Weight(PackedWeight w) : w_(std::move(w)) {
   check_packed_weight(w_);
-  detail::prepare_gguf_weight(&w_);  // the row layout the GGUF kernel reads fastest (same bytes)
   back_with_huge_pages(w_.data.data(), w_.data.size());
 }
 

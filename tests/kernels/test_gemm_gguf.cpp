@@ -273,14 +273,15 @@ TEST(GgufLayout, Q8_0QuadsRoundTripsAndDequantizesAsTheFile) {
     std::vector<uint8_t> back(static_cast<size_t>(rb));
     for (int64_t r = 0; r < file.n_out; ++r) {
       const uint8_t* q = quads.data.data() + r * rb;
-      // Block b's weight e (file byte 34b + 2 + e) is at its quad's place, XOR 0x80; its scale at 32·nb + 2b.
+      // Block b's scale at its quad's start + 2j, weight e (file byte 34b + 2 + e) after the quad's k scales at
+      // its place, XOR 0x80.
       for (int64_t b = 0; b < nb; ++b) {
-        const int64_t k = std::min<int64_t>(4, nb - b / 4 * 4), j = b % 4;
+        const int64_t k = std::min<int64_t>(4, nb - b / 4 * 4), j = b % 4, quad = 136 * (b / 4);
         for (int e = 0; e < 32; ++e) {
-          const int64_t at = 128 * (b / 4) + (e < 16 ? 16 * j + e : 16 * k + 16 * j + e - 16);
+          const int64_t at = quad + 2 * k + (e < 16 ? 16 * j + e : 16 * k + 16 * j + e - 16);
           ASSERT_EQ(q[at], uint8_t(file.data.data()[r * rb + 34 * b + 2 + e] ^ 0x80)) << nb << " " << b << " " << e;
         }
-        ASSERT_EQ(std::memcmp(q + 32 * nb + 2 * b, file.data.data() + r * rb + 34 * b, 2), 0);
+        ASSERT_EQ(std::memcmp(q + quad + 2 * j, file.data.data() + r * rb + 34 * b, 2), 0);
       }
       q8_0_row_from_quads(q, n_in, back.data());
       ASSERT_EQ(std::memcmp(back.data(), file.data.data() + r * rb, size_t(rb)), 0) << "row " << r << " blocks " << nb;
