@@ -1,5 +1,5 @@
 // Every weight format's kernel alone, through tp::cpu::linear() (what the model calls): y = x · Wᵀ on the
-// SmolLM2-135M shapes, for BF16 (the baseline), GGUF Q8_0 / Q4_0 / Q4_1 / Q4_K / Q6_K, W8A16 (int8 per
+// SmolLM2-135M shapes, for BF16 (the baseline), GGUF Q8_0 (and Q8_0 regrouped: q8_0_quads) / Q4_0 / Q4_1 / Q4_K / Q6_K, W8A16 (int8 per
 // channel), W4A16 (int4, groups of 64), W8A8-INT8 (int8 per channel, int8 activations per token), FP8 weight
 // only (E4M3 per channel) and FP8 dynamic (W8A8-FP8: activations rounded to E4M3 per token).
 // Decode (m = 1): weight GB/s = bytes held by W (values + scales) ÷ seconds a call, and that as a fraction of
@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/gguf_layout.h"
 #include "kernels/cpu/linear.h"
 
 namespace {
@@ -30,6 +31,7 @@ struct Fmt {
   WeightFormat format;
   int64_t group = 0;  // Int: columns a group (0: per channel)
   ActQuant act = ActQuant::None;
+  bool quads = false;  // Q8_0 rows regrouped into Q8_0Quads (common/gguf_layout.h)
 };
 
 PackedWeight make(const Fmt& f, int64_t n_out, int64_t n_in, std::mt19937& rng) {
@@ -63,6 +65,14 @@ PackedWeight make(const Fmt& f, int64_t n_out, int64_t n_in, std::mt19937& rng) 
   } else {
     w.scales.assign(size_t(n_out * w.n_groups()), 0.001f);
   }
+  if (f.quads) {
+    std::vector<uint8_t> row(static_cast<size_t>(w.row_bytes()));
+    for (int64_t r = 0; r < n_out; ++r) {
+      std::memcpy(row.data(), w.data.data() + r * w.row_bytes(), row.size());
+      q8_0_row_to_quads(row.data(), n_in, w.data.data() + r * w.row_bytes());
+    }
+    w.gguf_layout = GgufLayout::Q8_0Quads;
+  }
   check_packed_weight(w);
   return w;
 }
@@ -78,6 +88,7 @@ PackedWeight clone(const PackedWeight& w) {
   c.data = AlignedBytes(w.data.size());
   std::memcpy(c.data.data(), w.data.data(), size_t(w.data.size()));
   c.scales = w.scales;
+  c.gguf_layout = w.gguf_layout;
   c.zeros = w.zeros;
   c.g_idx = w.g_idx;
   c.scale_bytes = w.scale_bytes;
@@ -132,6 +143,7 @@ int main(int argc, char** argv) {
   const std::vector<Fmt> fmts = {
       {"bf16", F::BF16},
       {"q8_0", F::GgufQ8_0},
+      {"q8_0_quads", F::GgufQ8_0, 0, ActQuant::None, true},
       {"q4_0", F::GgufQ4_0},
       {"q4_1", F::GgufQ4_1},
       {"q5_0", F::GgufQ5_0},

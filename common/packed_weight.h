@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/gguf_layout.h"
 
 namespace tp {
 
@@ -101,6 +102,8 @@ struct PackedWeight {
   float act_scale = 0.0f;           // Int8Static / Fp8Static: the activations' scale
   int64_t act_group = 0;            // Int8Dynamic / Fp8Dynamic: columns a scale (0: the whole row)
   int64_t g_idx_groups = 0;         // with g_idx: scale groups a row (0: ceil(n_in / group_size))
+  GgufLayout gguf_layout = GgufLayout::File;  // GGUF: the order of each row's bytes (common/gguf_layout.h;
+                                              // the CPU kernels may regroup Q8_0 rows at load, same bytes)
 
   int64_t row_bytes() const;        // bytes of one row of `data`
   int64_t n_groups() const;         // scale groups a row (Int8/Int4/Fp8 block); 1 otherwise

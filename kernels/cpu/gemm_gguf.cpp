@@ -5,9 +5,11 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "common/dtype.h"
 #include "common/error.h"
+#include "common/gguf_layout.h"
 #include "kernels/cpu/gemv.h"
 
 namespace tp::cpu::detail {
@@ -33,6 +35,20 @@ uint16_t u16(const uint8_t* p) {
 
 // Q8_0 / Q8_1 of one row (llama.cpp's x86 quantize_row_q8_0 / q8_1: id = 127 / amax, round half to even).
 void quantize_row_q8_32(const float* x, int64_t n, bool q8_1, int8_t* q, float* d, float* s) {
+  static const bool avx512 = gguf_kernel_available(GgufKernel::Avx512Vnni);
+  if (avx512) {
+    thread_local std::vector<float> amax;
+    thread_local std::vector<int> sum;
+    amax.resize(size_t(n / 32));
+    sum.resize(size_t(n / 32));
+    quantize_q8_32_elems_avx512(x, n, q, amax.data(), sum.data());
+    for (int64_t b = 0; b < n / 32; ++b) {
+      const float db = amax[size_t(b)] / 127.f;
+      d[b] = f16_round(db);
+      s[b] = q8_1 ? f16_round(db * float(sum[size_t(b)])) : d[b] * float(sum[size_t(b)]);
+    }
+    return;
+  }
   for (int64_t b = 0; b < n / 32; ++b) {
     const float* xb = x + b * 32;
     float amax = 0;
@@ -51,6 +67,14 @@ void quantize_row_q8_32(const float* x, int64_t n, bool q8_1, int8_t* q, float* 
 
 // Q8_K of one row (llama.cpp's quantize_row_q8_K_ref).
 void quantize_row_q8_k(const float* x, int64_t n, int8_t* q, float* d, int16_t* bsums) {
+  static const bool avx512 = gguf_kernel_available(GgufKernel::Avx512Vnni);
+  if (avx512) {
+    thread_local std::vector<float> vmax;
+    vmax.resize(size_t(n / 256));
+    quantize_q8_k_elems_avx512(x, n, q, vmax.data(), bsums);
+    for (int64_t b = 0; b < n / 256; ++b) d[b] = vmax[size_t(b)] == 0.0f ? 0.0f : 1 / (-127.f / vmax[size_t(b)]);
+    return;
+  }
   for (int64_t b = 0; b < n / 256; ++b) {
     const float* xb = x + b * 256;
     int8_t* qb = q + b * 256;
@@ -243,7 +267,8 @@ void prepare_gguf_pairs(WeightFormat f, GgufActs* a) {
     }
 }
 
-void prepare_gguf_quads(GgufActs* a) {
+void prepare_gguf_quads(WeightFormat f, GgufActs* a) {
+  const int k = f == WeightFormat::GgufQ8_0 ? 128 : 8;
   const int64_t nb = a->n_blocks(), nq = (nb + 3) / 4, n = a->m * nq;
   a->quad_x.assign(size_t(n * 128), 0);
   a->quad_d.assign(size_t(n * 16), 0.0f);
@@ -257,9 +282,52 @@ void prepare_gguf_quads(GgufActs* a) {
       std::fill(a->quad_d.begin() + q * 16 + 4 * j, a->quad_d.begin() + q * 16 + 4 * j + 4, a->d[size_t(g * nb + b)]);
       int sum = 0;
       for (int k = 0; k < 32; ++k) sum += xb[k];
-      a->quad_bias[size_t(q * 16 + 4 * j)] = -8 * sum;
+      a->quad_bias[size_t(q * 16 + 4 * j)] = -k * sum;
     }
 }
+
+void prepare_gguf_k4(GgufActs* a) {
+  a->k4_x.resize(a->q.size());
+  for (int64_t b = 0; b < int64_t(a->q.size()) / 256; ++b)
+    for (int h = 0; h < 2; ++h) {
+      const int8_t* src = a->q.data() + 256 * b + 128 * h;
+      int8_t* dst = a->k4_x.data() + 256 * b + 128 * h;
+      std::memcpy(dst, src, 32);
+      std::memcpy(dst + 32, src + 64, 32);
+      std::memcpy(dst + 64, src + 32, 32);
+      std::memcpy(dst + 96, src + 96, 32);
+    }
+}
+
+void prepare_gguf_weight(PackedWeight* w) {
+  if (w->format != WeightFormat::GgufQ8_0 || w->gguf_layout != GgufLayout::File ||
+      !gguf_kernel_available(GgufKernel::Avx512Vnni))
+    return;
+  const int64_t rb = w->row_bytes();
+  std::vector<uint8_t> row(static_cast<size_t>(rb));
+  for (int64_t r = 0; r < w->n_out; ++r) {
+    uint8_t* p = w->data.data() + r * rb;
+    std::memcpy(row.data(), p, size_t(rb));
+    q8_0_row_to_quads(row.data(), w->n_in, p);
+  }
+  w->gguf_layout = GgufLayout::Q8_0Quads;
+}
+
+namespace {
+
+// A copy of w with its rows back in the file layout (the kernels other than AVX-512 VNNI read only that).
+PackedWeight file_layout_copy(const PackedWeight& w) {
+  PackedWeight c;
+  c.format = w.format;
+  c.n_out = w.n_out;
+  c.n_in = w.n_in;
+  c.data = AlignedBytes(w.data.size());
+  const int64_t rb = w.row_bytes();
+  for (int64_t r = 0; r < w.n_out; ++r) q8_0_row_from_quads(w.data.data() + r * rb, w.n_in, c.data.data() + r * rb);
+  return c;
+}
+
+}  // namespace
 
 void gemm_gguf(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, GgufKernel kernel) {
   const GgufActType act = gguf_act_type(w.format);
@@ -269,13 +337,22 @@ void gemm_gguf(const float* x, int64_t m, const PackedWeight& w, float* y, int n
                                                            : GgufKernel::Portable;
   if (!gguf_kernel_available(kernel))
     throw Error(std::string("gemm_gguf: this CPU has no ") + gguf_kernel_name(kernel) + " kernel");
+  if (w.gguf_layout != GgufLayout::File && kernel != GgufKernel::Avx512Vnni) {
+    // Tests and the reference paths only: the regrouped rows are made where the VNNI kernel runs.
+    const PackedWeight f = file_layout_copy(w);
+    gemm_gguf(x, m, f, y, n_threads, kernel);
+    return;
+  }
   const GgufRowsFn rows = kernel == GgufKernel::Avx512Vnni ? gguf_rows_vnni
                           : kernel == GgufKernel::Avx2     ? gguf_rows_avx2
                                                            : gguf_rows_portable;
   thread_local GgufActs a;
   quantize_gguf_acts(x, m, w.n_in, act, &a);
-  if (kernel == GgufKernel::Avx512Vnni && w.format == WeightFormat::GgufQ4_0)
-    prepare_gguf_quads(&a);
+  if (kernel == GgufKernel::Avx512Vnni &&
+      (w.format == WeightFormat::GgufQ4_0 || w.gguf_layout == GgufLayout::Q8_0Quads))
+    prepare_gguf_quads(w.format, &a);
+  else if (kernel == GgufKernel::Avx512Vnni && w.format == WeightFormat::GgufQ4_K)
+    prepare_gguf_k4(&a);
   else if (kernel == GgufKernel::Avx512Vnni && act != GgufActType::Q8_K)
     prepare_gguf_pairs(w.format, &a);
   // Chunks of 8 rows (the SIMD kernels take rows in pairs); static split over the threads.

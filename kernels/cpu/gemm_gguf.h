@@ -14,9 +14,10 @@
 // within Σ|w|·d_x/2 per output; NMSE ≈ 1e-5 on smooth activations, up to ~1e-3 with outliers in the block
 // (tests/kernels/test_gemm_gguf.cpp states the bounds).
 //
-// Kernels: AVX-512 VNNI + VBMI (Q8_0 / Q4_0 / Q4_1 / Q5_0: two blocks a 512-bit vpdpbusd, the offsets exact
-// in the integer sums; K-quants: vpdpbusd on 256-bit vectors), AVX2 (vpmaddubsw + vpmaddwd: the same
-// integers), portable C++. Threads (OpenMP) split the output rows. Decode (m = 1) takes 4 weight rows a tile
+// Kernels: AVX-512 VNNI + VBMI (Q4_1 / Q5_0 and Q8_0 in the file layout: two blocks a 512-bit vpdpbusd, the
+// offsets exact in the integer sums; Q4_0, and Q8_0 regrouped at load into Q8_0Quads (prepare_gguf_weight,
+// common/gguf_layout.h): four blocks a pair of vpdpbusd; K-quants: vpmaddubsw + vpdpwssd on 512-bit vectors
+// with the sub-block scales as int16), AVX2 (vpmaddubsw + vpmaddwd: the same integers), portable C++. Threads (OpenMP) split the output rows. Decode (m = 1) takes 4 weight rows a tile
 // (2 for the K-quants): one activation load feeds several rows and the accumulator chains run side by side;
 // for m > 1 each block of weights read is used for up to 4 rows of x while it is in registers.
 // Batch invariance: on every kernel, each output (row of W, row of x) gets the same float operations in the
@@ -59,16 +60,40 @@ struct GgufActs {
   // row's last block): x regrouped as the nibbles come out of 64 code bytes, lanes 4j..4j+3 for block 4q+j.
   std::vector<int8_t> quad_x;       // [m, n_quads, 128]: x[0..15] of the 4 blocks, then x[16..31] of the 4
   std::vector<float> quad_d;        // [m, n_quads, 16]: d of the lane's block
-  std::vector<int32_t> quad_bias;   // [m, n_quads, 16]: lane 4j: −8 · Σq of block 4q+j, other lanes 0
+  std::vector<int32_t> quad_bias;   // [m, n_quads, 16]: lane 4j: −k · Σq of block 4q+j (k: the weights' offset), other lanes 0
+  // Q4_K on AVX-512 VNNI (prepare_gguf_k4): x of each 256-block in the order the code nibbles come out of
+  // two 64-byte loads: for h = 0, 1: x[128h + 0..31], x[128h + 64..95] (the low nibbles), then
+  // x[128h + 32..63], x[128h + 96..127] (the high nibbles).
+  std::vector<int8_t> k4_x;         // [m, n_in]
   int64_t n_blocks() const { return n_in / (type == GgufActType::Q8_K ? 256 : 32); }
 };
 void quantize_gguf_acts(const float* x, int64_t m, int64_t n_in, GgufActType type, GgufActs* out);
 
+// The element loops of the activation quantizers for one row on AVX-512 (gemm_gguf_vnni.cpp; the bits of
+// the scalar loops in gemm_gguf.cpp: the same products, vcvtps2dq's round half to even). n a multiple of the
+// block. Q8_0 / Q8_1: per 32-block, amax[b] = max|x| and sum[b] = Σq with q = round(x · (127 / amax)).
+// Q8_K: per 256-block, vmax[b] = the first value of largest magnitude, q = min(127, round(x · (−127 / vmax)))
+// (zeros where vmax = 0), bsums per 16.
+void quantize_q8_32_elems_avx512(const float* x, int64_t n, int8_t* q, float* amax, int* sum);
+void quantize_q8_k_elems_avx512(const float* x, int64_t n, int8_t* q, float* vmax, int16_t* bsums);
+
 // Fills a's pair arrays (above) for weights of format f (a 32-block format: k = 128 Q8_0, 8 Q4_0, 16 Q5_0,
 // none for Q4_1, which gets pair_s instead).
 void prepare_gguf_pairs(WeightFormat f, GgufActs* a);
-// Fills a's quad arrays (above) for Q4_0 weights.
-void prepare_gguf_quads(GgufActs* a);
+// Fills a's quad arrays (above) for Q4_0 weights (k = 8) or Q8_0 weights in the Q8_0Quads layout (k = 128:
+// their codes are held as q + 128).
+void prepare_gguf_quads(WeightFormat f, GgufActs* a);
+
+// Fills a's k4_x (above) from its Q8_K q.
+void prepare_gguf_k4(GgufActs* a);
+
+// Regroups w's rows, in place, into Q8_0Quads (common/gguf_layout.h) when w is Q8_0 and the AVX-512 VNNI
+// kernel runs here; anything else is left as it is. The same bytes, so the resident size does not change;
+// dequantize_rows and every kernel read either layout. NOT called at load (cpu::Weight keeps the file
+// layout): on Zen 4 the quad tile is 1.3-1.6x faster than the file-layout tile from cache but measured ~10%
+// slower from DRAM on the loaded machine (bench/results/decode-quant-zen4-20261202-0745.md); flip it on in
+// Weight's constructor once a quiet-machine run (gemm_gguf_bench FORMATS=q8_0,q8_0_quads) says otherwise.
+void prepare_gguf_weight(PackedWeight* w);
 
 // y[m, n_out] = x[m, n_in] · Wᵀ, W a GGUF block format. Throws tp::Error for another format or a kernel this
 // CPU lacks.

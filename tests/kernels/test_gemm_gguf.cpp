@@ -16,6 +16,7 @@
 //     as between kernels (the activation blocks quantize identically because slices fall on blocks).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -23,6 +24,8 @@
 #include <tuple>
 #include <vector>
 
+#include "common/error.h"
+#include "common/gguf_layout.h"
 #include "kernels/cpu/gemm_gguf.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/packed_linear.h"
@@ -46,6 +49,20 @@ PackedWeight make_weight(DType t, int64_t n_out, int64_t n_in, uint32_t seed) {
     std::memcpy(w.data.data() + r * w.row_bytes(), rows.bytes.data() + r * rows.stride, size_t(w.row_bytes()));
   check_packed_weight(w);
   return w;
+}
+
+// A copy of w in the row layout the best kernel reads (prepare_gguf_weight: Q8_0 regrouped into Q8_0Quads
+// on a CPU with AVX-512 VNNI; unchanged otherwise).
+PackedWeight prepared(const PackedWeight& w) {
+  PackedWeight c;
+  c.format = w.format;
+  c.n_out = w.n_out;
+  c.n_in = w.n_in;
+  c.data = AlignedBytes(w.data.size());
+  std::memcpy(c.data.data(), w.data.data(), size_t(w.data.size()));
+  prepare_gguf_weight(&c);
+  check_packed_weight(c);
+  return c;
 }
 
 // Columns [c0, c1) of w (block-aligned).
@@ -146,6 +163,14 @@ TEST_P(GemmGguf, MatchesTheF32ReferenceOnEveryKernel) {
       expect_close(y, portable, scale, std::string(gguf_kernel_name(k)) + " vs portable, threads " + std::to_string(threads));
     }
   }
+  // The rows regrouped as the best kernel reads them (Q8_0Quads for Q8_0 with VNNI), on every kernel.
+  const PackedWeight wp = prepared(w);
+  for (GgufKernel k : {GgufKernel::Portable, GgufKernel::Avx2, GgufKernel::Avx512Vnni}) {
+    if (!gguf_kernel_available(k)) continue;
+    std::vector<float> y(size_t(m * n_out), NAN);
+    gemm_gguf(x.data(), m, wp, y.data(), 2, k);
+    expect_close(y, portable, scale, std::string(gguf_kernel_name(k)) + " on layout " + gguf_layout_name(wp.gguf_layout) + " vs portable");
+  }
   std::printf("[gemm_gguf] %s m=%lld [%lld x %lld]: NMSE vs F32 %.2e, kernels vs portable worst %.1e of sum|x*w|\n",
               std::string(dtype_name(t)).c_str(), (long long)m, (long long)n_out, (long long)n_in, e, g_worst_kernel_rel);
 
@@ -203,10 +228,13 @@ TEST(GemmGgufBatch, EveryRowOfABatchHasTheBitsOfThatRowAlone) {
       const bool k_type = dtype_block_elems(t) == 256;
       if (k_type && n_blocks == 19) continue;  // 4864 inputs: slow on the portable kernel, nothing new
       const int64_t n_in = n_blocks * dtype_block_elems(t), n_out = 37;
-      const PackedWeight w = make_weight(t, n_out, n_in, uint32_t(3 + n_blocks));
+      const PackedWeight file = make_weight(t, n_out, n_in, uint32_t(3 + n_blocks)), regrouped = prepared(file);
       constexpr int64_t kM = 9;
       const auto x = make_x(kM, n_in, uint32_t(40 + n_blocks));
+      for (const PackedWeight* wl : {&file, &regrouped})
       for (GgufKernel k : {GgufKernel::Portable, GgufKernel::Avx2, GgufKernel::Avx512Vnni}) {
+        const PackedWeight& w = *wl;
+        if (wl == &regrouped && w.gguf_layout == GgufLayout::File) break;  // the same weight as `file`
         if (!gguf_kernel_available(k)) {
           std::printf("[gemm_gguf] %s kernel not run: this CPU lacks it\n", gguf_kernel_name(k));
           continue;
@@ -219,13 +247,108 @@ TEST(GemmGgufBatch, EveryRowOfABatchHasTheBitsOfThatRowAlone) {
             gemm_gguf(x.data(), m, w, y.data(), threads, k);
             for (int64_t i = 0; i < m * n_out; ++i)
               ASSERT_EQ(std::memcmp(&y[size_t(i)], &alone[size_t(i)], sizeof(float)), 0)
-                  << dtype_name(t) << " " << gguf_kernel_name(k) << " threads " << threads << " m " << m << " blocks "
-                  << n_blocks << ": row " << i / n_out << " output " << i % n_out << " batched " << y[size_t(i)]
+                  << dtype_name(t) << " " << gguf_layout_name(w.gguf_layout) << " " << gguf_kernel_name(k)
+                  << " threads " << threads << " m " << m << " blocks " << n_blocks << ": row " << i / n_out << " output " << i % n_out << " batched " << y[size_t(i)]
                   << " alone " << alone[size_t(i)];
           }
         }
       }
     }
+}
+
+// Q8_0Quads (common/gguf_layout.h) holds a row's bytes regrouped: to and back gives the file's bytes, every
+// code lands once, dequantize_rows reads both layouts to the same values, and the layout is refused on a
+// format it is not for. Rows of 1..9 blocks: every remainder of a quad.
+TEST(GgufLayout, Q8_0QuadsRoundTripsAndDequantizesAsTheFile) {
+  for (int64_t nb = 1; nb <= 9; ++nb) {
+    const int64_t n_in = 32 * nb;
+    const PackedWeight file = make_weight(DType::Q8_0, 5, n_in, uint32_t(60 + nb));
+    const int64_t rb = file.row_bytes();
+    PackedWeight quads = prepared(file);
+    if (quads.gguf_layout == GgufLayout::File) {  // no VNNI here: regroup by hand
+      for (int64_t r = 0; r < quads.n_out; ++r)
+        q8_0_row_to_quads(file.data.data() + r * rb, n_in, quads.data.data() + r * rb);
+      quads.gguf_layout = GgufLayout::Q8_0Quads;
+    }
+    std::vector<uint8_t> back(static_cast<size_t>(rb));
+    for (int64_t r = 0; r < file.n_out; ++r) {
+      const uint8_t* q = quads.data.data() + r * rb;
+      // Block b's scale at its quad's start + 2j, weight e (file byte 34b + 2 + e) after the quad's k scales at
+      // its place, XOR 0x80.
+      for (int64_t b = 0; b < nb; ++b) {
+        const int64_t k = std::min<int64_t>(4, nb - b / 4 * 4), j = b % 4, quad = 136 * (b / 4);
+        for (int e = 0; e < 32; ++e) {
+          const int64_t at = quad + 2 * k + (e < 16 ? 16 * j + e : 16 * k + 16 * j + e - 16);
+          ASSERT_EQ(q[at], uint8_t(file.data.data()[r * rb + 34 * b + 2 + e] ^ 0x80)) << nb << " " << b << " " << e;
+        }
+        ASSERT_EQ(std::memcmp(q + quad + 2 * j, file.data.data() + r * rb + 34 * b, 2), 0);
+      }
+      q8_0_row_from_quads(q, n_in, back.data());
+      ASSERT_EQ(std::memcmp(back.data(), file.data.data() + r * rb, size_t(rb)), 0) << "row " << r << " blocks " << nb;
+    }
+    std::vector<float> a(size_t(5 * n_in)), b(size_t(5 * n_in));
+    dequantize_rows(file, 0, 5, a.data());
+    dequantize_rows(quads, 0, 5, b.data());
+    ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "blocks " << nb;
+  }
+  PackedWeight q4 = make_weight(DType::Q4_0, 2, 64, 1);
+  q4.gguf_layout = GgufLayout::Q8_0Quads;
+  EXPECT_THROW(check_packed_weight(q4), Error);
+}
+
+// The AVX-512 element loops of the activation quantizers give the scalar definition's bits (llama.cpp's:
+// q = round half to even of x · (127 / amax), Q8_K: of x · (−127 / v), v the first value of largest magnitude,
+// capped at 127): blocks of outliers, an all-zero block, and a block holding both +v and −v (the first wins).
+TEST(GgufActs, Avx512QuantizersGiveTheScalarBits) {
+  if (!gguf_kernel_available(GgufKernel::Avx512Vnni)) {
+    GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  }
+  auto x = make_x(1, 1024, 9);
+  for (int j = 256; j < 512; ++j) x[size_t(j)] = 0.0f;  // block 1 (Q8_K), blocks 8-15 (32-blocks): zero
+  x[600] = 9.5f;  // above every outlier (≤ 8)
+  x[700] = -9.5f;  // block 2: ±9.5, +9.5 first
+  std::vector<int8_t> q(1024);
+  std::vector<float> amax(32);
+  std::vector<int> sum(32);
+  quantize_q8_32_elems_avx512(x.data(), 1024, q.data(), amax.data(), sum.data());
+  for (int b = 0; b < 32; ++b) {
+    float am = 0;
+    for (int j = 0; j < 32; ++j) am = std::max(am, std::fabs(x[size_t(32 * b + j)]));
+    ASSERT_EQ(amax[size_t(b)], am) << b;
+    const float id = am != 0.0f ? 127.f / am : 0.0f;
+    int s = 0;
+    for (int j = 0; j < 32; ++j) {
+      const int v = int(std::nearbyint(x[size_t(32 * b + j)] * id));
+      ASSERT_EQ(q[size_t(32 * b + j)], v) << b << " " << j;
+      s += v;
+    }
+    ASSERT_EQ(sum[size_t(b)], s) << b;
+  }
+  std::vector<float> vmax(4);
+  std::vector<int16_t> bsums(64);
+  quantize_q8_k_elems_avx512(x.data(), 1024, q.data(), vmax.data(), bsums.data());
+  for (int b = 0; b < 4; ++b) {
+    float v = 0, am = 0;
+    for (int j = 0; j < 256; ++j)
+      if (std::fabs(x[size_t(256 * b + j)]) > am) {
+        am = std::fabs(x[size_t(256 * b + j)]);
+        v = x[size_t(256 * b + j)];
+      }
+    ASSERT_EQ(vmax[size_t(b)], v) << b;
+    if (b == 2) {
+      EXPECT_EQ(v, 9.5f);
+    }
+    for (int k = 0; k < 16; ++k) {
+      int s = 0;
+      for (int j = 0; j < 16; ++j) {
+        const int e = 256 * b + 16 * k + j;
+        const int want = v == 0.0f ? 0 : std::min(127, int(std::nearbyint(x[size_t(e)] * (-127.f / v))));
+        ASSERT_EQ(q[size_t(e)], want) << e;
+        s += want;
+      }
+      ASSERT_EQ(bsums[size_t(16 * b + k)], s) << b << " " << k;
+    }
+  }
 }
 
 // Q8_K (llama.cpp's quantize_row_q8_K_ref): the value of largest magnitude maps to ∓127, every q·d is within

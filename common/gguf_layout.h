@@ -1,0 +1,25 @@
+// The byte layouts a GGUF weight's rows can be held in (PackedWeight::gguf_layout), and the conversions
+// between them, one row at a time. Every layout holds the same bytes a row as the file (no padding, so the
+// resident and streamed bytes stay the file's); only their order differs.
+//   File        the GGUF blocks as stored (common/dtype.h)
+//   Q8_0Quads   Q8_0 rows regrouped for the AVX-512 VNNI kernel (kernels/cpu/gemm_gguf_simd.inc), which
+//               then reads whole 64-byte vectors with no shuffles, one sequential stream a row. A row of nb
+//               blocks (n_in = 32·nb) is its quads of 4 blocks in turn; quad q (blocks 4q .. 4q+k−1, k =
+//               min(4, nb − 4q)) starts at byte 136q and holds: the k F16 scales (2k bytes), then 16k bytes
+//               = weights 0..15 of each of its blocks in turn, then 16k bytes = weights 16..31 of each; every
+//               code stored as the unsigned byte q + 128 (the int8 code XOR 0x80).
+#pragma once
+#include <cstdint>
+
+namespace tp {
+
+enum class GgufLayout : uint8_t { File, Q8_0Quads };
+
+const char* gguf_layout_name(GgufLayout l);  // "file", "q8_0_quads"
+
+// One Q8_0 row of n_in columns (a multiple of 32) from the file layout into Q8_0Quads and back. `in` and
+// `out` are 34 · n_in / 32 bytes each and must not overlap.
+void q8_0_row_to_quads(const uint8_t* in, int64_t n_in, uint8_t* out);
+void q8_0_row_from_quads(const uint8_t* in, int64_t n_in, uint8_t* out);
+
+}  // namespace tp
