@@ -52,7 +52,8 @@ constexpr int64_t kLaneSegmentPositions = 512;
 // boundaries, prefill tiles folding the same segments in turn.
 SeqCut cut_sequence(const AttentionSeqArgs& s, int64_t group, int64_t bs, const AttentionTiling& tiling, bool lanes) {
   SeqCut c{};
-  c.q_tokens = std::min(s.n_tokens, tiling.q_tokens > 0 ? tiling.q_tokens : std::max<int64_t>(1, 32 / group));
+  const int64_t q_default = std::max<int64_t>(1, (lanes ? 96 : 32) / group);
+  c.q_tokens = std::min(s.n_tokens, tiling.q_tokens > 0 ? tiling.q_tokens : q_default);
   c.n_tiles = (s.n_tokens + c.q_tokens - 1) / c.q_tokens;
   c.n_blocks = (s.start_pos + s.n_tokens + bs - 1) / bs;
   const int64_t seg = tiling.split_blocks < 0 ? c.n_blocks
