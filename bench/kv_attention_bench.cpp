@@ -11,7 +11,9 @@
 // the best rep per call (all threads): on a shared, loaded machine it is what the kernel cost, where the wall
 // time also holds the time the OS gave to other jobs.
 //   kv_attention_bench [--threads 1] [--contexts 512,2048,8192] [--tokens 1] [--layers 1] [--reps 50]
-//                      [--dtypes f32,bf16,fp8_e4m3,int8] [--paths avx512,avx2,portable]
+//                      [--dtypes f32,bf16,fp8_e4m3,int8] [--paths avx512,avx2,portable] [--split-blocks 0]
+//                      [--q-tokens 0]
+// --split-blocks, --q-tokens: AttentionTiling's of the tiled kernels (0: their defaults; split -1: never split).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -72,7 +74,7 @@ std::vector<cpu::AttentionImpl> parse_paths(const std::string& s) {
 
 int run(int argc, char** argv) {
   int threads = 1, reps = 50;
-  int64_t n_tok = 1, n_layers = 1;
+  int64_t n_tok = 1, n_layers = 1, split_blocks = 0, q_tokens = 0;
   std::vector<int64_t> contexts = {512, 2048, 8192};
   std::vector<KvDType> dtypes = {KvDType::F32, KvDType::BF16, KvDType::FP8_E4M3, KvDType::INT8};
   std::vector<cpu::AttentionImpl> paths = {cpu::AttentionImpl::Avx512, cpu::AttentionImpl::Avx2,
@@ -86,14 +88,16 @@ int run(int argc, char** argv) {
     else if (k == "--layers") n_layers = std::stoll(v);
     else if (k == "--dtypes") dtypes = parse_dtypes(v);
     else if (k == "--paths") paths = parse_paths(v);
+    else if (k == "--split-blocks") split_blocks = std::stoll(v);
+    else if (k == "--q-tokens") q_tokens = std::stoll(v);
     else throw std::runtime_error("unknown option " + k);
   }
   if (n_tok < 1 || n_layers < 1) throw std::runtime_error("--tokens and --layers must be >= 1");
   cpu::set_num_threads(threads);
   const int64_t n_heads = 9, n_kv = 3, d = 64, bs = 16;
   std::printf("paged attention, %lld query token(s) at the end of the context, 9 heads / 3 KV heads x 64, blocks of "
-              "16, %lld layer pool(s) in turn, %d thread(s), best of %d\n\n",
-              (long long)n_tok, (long long)n_layers, threads, reps);
+              "16, %lld layer pool(s) in turn, %d thread(s), best of %d, split_blocks %lld, q_tokens %lld\n\n",
+              (long long)n_tok, (long long)n_layers, threads, reps, (long long)split_blocks, (long long)q_tokens);
   std::printf("| context | KV dtype | path | kernel | µs per call | CPU µs per call | KV bytes | GB/s | tiled speedup "
               "(CPU time) |\n|---:|---|---|---|---:|---:|---:|---:|---:|\n");
   std::mt19937 rng(1);
@@ -131,6 +135,8 @@ int run(int argc, char** argv) {
           const bool tiled = kernel > 0;
           cpu::AttentionTiling tiling;
           tiling.lanes = kernel == 1;
+          tiling.split_blocks = split_blocks;
+          tiling.q_tokens = q_tokens;
           double best = 1e30, best_cpu = 1e30;
           for (int r = 0; r < reps + 3; ++r) {
             const double c0 = cpu_seconds();

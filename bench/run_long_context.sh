@@ -11,7 +11,7 @@
 # plus, with LONG_PP=N (default 4096; 0: skip), one N-token prompt prefilled from depth 0 (pp4096 in llama-bench).
 # The attention kernel alone runs on every SIMD path this CPU has (avx512, avx2); the model takes the widest.
 #   bench/run_long_context.sh [DEPTH...]   (default: 512 1024 2048 4096 8192 16384)
-# env: THREADS=1 PP=512 TG=32 REPS=2 LONG_PP=4096; LLAMA_BENCH=path (default third_party/llama.cpp-build/bin/llama-bench,
+# env: THREADS=1 PP=512 TG=32 REPS=2 LONG_PP=4096 KERNEL_REPS=5 (the attention kernel alone's best-of); LLAMA_BENCH=path (default third_party/llama.cpp-build/bin/llama-bench,
 #      built by tests/peers/build_llama_cpp.sh when missing); SKIP_PEER=1 leaves llama.cpp out.
 # Needs: cmake --build build --target decode_bench kv_attention_bench.
 set -euo pipefail
@@ -19,7 +19,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 DEPTHS=("$@")
 [[ ${#DEPTHS[@]} -gt 0 ]] || DEPTHS=(512 1024 2048 4096 8192 16384)
-THREADS=${THREADS:-1} PP=${PP:-512} TG=${TG:-32} REPS=${REPS:-2} LONG_PP=${LONG_PP:-4096}
+THREADS=${THREADS:-1} PP=${PP:-512} TG=${TG:-32} REPS=${REPS:-2} LONG_PP=${LONG_PP:-4096} KERNEL_REPS=${KERNEL_REPS:-5}
 M=models/SmolLM2-135M-Instruct.BF16.gguf
 OURS=build/bench/decode_bench
 KERNEL=build/bench/kv_attention_bench
@@ -130,7 +130,7 @@ peer_rate() {
   # prefill chunk: one pool.
   for spec in "1 $ctx_dec 30" "$PP $ctx_pre 1"; do
     set -- $spec
-    cmd="$KERNEL --threads $THREADS --tokens $1 --contexts $2 --layers $3 --dtypes bf16 --paths $simd_paths --reps 5"
+    cmd="$KERNEL --threads $THREADS --tokens $1 --contexts $2 --layers $3 --dtypes bf16 --paths $simd_paths --reps $KERNEL_REPS"
     echo '```'
     echo "\$ OMP_NUM_THREADS=$THREADS $cmd"
     echo '```'

@@ -14,21 +14,25 @@ enum class AttentionImpl : uint8_t { Auto, Avx512, Avx2, Portable };
 // How paged_attention cuts the work; 0 picks the default. Results never depend on the thread count: the cuts
 // depend only on these values and the shapes.
 struct AttentionTiling {
-  // Query tokens per tile (a tile = these tokens × the query heads of one KV head). Default: max(1, 32 / group).
+  // Query tokens per tile (a tile = these tokens × the query heads of one KV head). Default: max(1, 32 / group),
+  // with the lane kernels max(1, 96 / group): each K/V chunk widened once serves up to 6 vectors of 16 rows
+  // instead of 2 (a 512-token chunk at depth 16384, 1 thread, Zen 4 under load: 171 ms CPU a layer against 252-270
+  // with 32 / group; bench/kv_attention_bench --tokens 512 --q-tokens).
   int64_t q_tokens = 0;
   // Split-K: when the sequence's query tokens fit one tile (decode, short chunks), its context is cut into
-  // partitions of this many KV blocks, attended in parallel and combined exactly (max-rescaled sums).
-  // Default: 128 positions' worth (ceil(128 / block_size)); -1: never split.
+  // partitions of this many KV blocks from block 0, attended in parallel and combined exactly (max-rescaled sums,
+  // folded in partition order). Default: 128 positions' worth (ceil(128 / block_size)) for the row kernel, 512
+  // for the lane kernels; -1: never split. With the lane kernels, prefill tiles fold the same partitions in turn.
   int64_t split_blocks = 0;
   // AVX-512 rows with head_dim % 16 == 0 only: the lane kernels (paged_attention_avx512.cpp). Prefill tiles of >= 8
   // query rows put the rows across the 16 lanes (~1.8-2.2x less CPU than the row kernel for 512-token chunks at
   // depth 1.5k-8.7k on Zen 4); smaller tiles (decode: the GQA group) put a chunk's 16 positions across the lanes
-  // and give each row the very same operations in the same order, and split-K is off (a split would reorder the
-  // sums). So a token's attention is the same, bit for bit, whether its prompt was prefilled in one chunk or
-  // several, or it was decoded alone or in a batch (the engine's "batched equals alone" invariant). False: the
-  // row kernel everywhere, split-K as set above (what AVX2 and portable rows always run). Decode with the lane
-  // kernels: 504 vs 618 µs a layer at 4096 positions, 2372 vs 3039 at 16384 (bench/kv_attention_bench, Zen 4, 1
-  // thread, bench/results/long-context-20261202-0436.md); without split-K its work items are the KV heads only.
+  // and give each row the very same operations in the same order. Split-K partitions sit at fixed block
+  // boundaries and every tile, prefill or decode, attends each partition afresh and folds them in the same order
+  // with the same code (paged_attention_tiled.cpp). So a token's attention is the same, bit for bit, whether its
+  // prompt was prefilled in one chunk or several, or it was decoded alone or in a batch, on any number of threads
+  // (the engine's "batched equals alone" invariant). False: the row kernel everywhere, split-K as set above
+  // (what AVX2 and portable rows always run), prefill tiles unsplit.
   bool lanes = true;
 };
 

@@ -3,12 +3,17 @@
 //
 // Work items: (query tile, KV head, split). A query tile is up to q_tokens consecutive tokens × the group's
 // query heads; a split is a range of the sequence's KV blocks. Prefill (several tiles) runs each tile over all
-// blocks it sees, one split, and writes acc / l straight to out; the latest tiles (the most positions) go first
-// under a dynamic schedule. A sequence with one tile (decode, a short chunk) cuts its blocks into
-// ceil(n_blocks / split_blocks) splits that run in parallel and leave (m, l, acc) per row; the combine is exact:
-//   M = max_s m_s,  L = Σ_s l_s · e^(m_s − M),  out = Σ_s acc_s · e^(m_s − M) / L.
-// (Not with the AVX-512 lane kernels, AttentionTiling::lanes: their order of operations per query row is the same
-// in every tile, and a split would change it; decode work items are then the KV heads.)
+// blocks it sees in one work item and writes the output straight to out; the latest tiles (the most positions) go
+// first under a dynamic schedule. A sequence with one tile (decode, a short chunk) cuts its blocks into
+// ceil(n_blocks / split_blocks) splits that run in parallel and leave (m, l, acc) per row; the combine folds them
+// in split order, exactly (max-rescaled sums), with fold_segment below:
+//   M' = max(M, m_s),  L' = L · e^(M − M') + l_s · e^(m_s − M'),  A' = A · e^(M − M') + acc_s · e^(m_s − M'),
+// and out = A · (1 / L).
+// With the AVX-512 lane kernels (AttentionTiling::lanes) the splits are "segments" at fixed block boundaries
+// (multiples of split_blocks from block 0, 512 positions by default): a prefill tile too attends each segment
+// afresh and folds the segments in the same order with the same fold_segment, so a query row gets the same
+// operations, in the same order, whether it was decoded (segments in parallel) or prefilled (segments in turn):
+// the lane kernels' "prefill equals decode, bit for bit" holds at any depth.
 // Every cut depends on the shapes and AttentionTiling only, so a result is the same on any number of threads.
 // paged_attention_batch runs the items of several sequences in one parallel region (one fork/join per layer and
 // step instead of one per sequence), each sequence cut as paged_attention cuts it alone: the same results.
@@ -30,27 +35,62 @@ namespace tp::cpu {
 namespace {
 
 // How one sequence of the call is cut (see the top of this file); item0 / part0 / comb0: where its work items,
-// split partial rows and combine rows start in the call's lists.
+// split partial rows and combine rows start in the call's lists. n_splits: work items per (tile, KV head);
+// n_segs: segments each of them folds in turn (lane kernels' prefill tiles; else 1).
 struct SeqCut {
   const AttentionSeqArgs* s;
-  int64_t q_tokens, n_tiles, n_blocks, split_blocks, n_splits, max_rows, n_items;
+  int64_t q_tokens, n_tiles, n_blocks, split_blocks, n_splits, n_segs, max_rows, n_items;
   int64_t tok0, item0, part0, comb0;
 };
 
-// lanes: the AVX-512 lane kernels run (paged_attention.h, AttentionTiling::lanes): no split-K, so that every
-// query row takes the same order of operations whatever its tile.
+// Default segment of the lane kernels, in positions: long enough that a segment's fresh start and its fold cost
+// well under 1% of its attention, short enough that decode at 1-2k positions has several per KV head to share
+// among the threads.
+constexpr int64_t kLaneSegmentPositions = 512;
+
+// lanes: the AVX-512 lane kernels run (paged_attention.h, AttentionTiling::lanes): splits at fixed block
+// boundaries, prefill tiles folding the same segments in turn.
 SeqCut cut_sequence(const AttentionSeqArgs& s, int64_t group, int64_t bs, const AttentionTiling& tiling, bool lanes) {
   SeqCut c{};
-  c.q_tokens = std::min(s.n_tokens, tiling.q_tokens > 0 ? tiling.q_tokens : std::max<int64_t>(1, 32 / group));
+  const int64_t q_default = std::max<int64_t>(1, (lanes ? 96 : 32) / group);
+  c.q_tokens = std::min(s.n_tokens, tiling.q_tokens > 0 ? tiling.q_tokens : q_default);
   c.n_tiles = (s.n_tokens + c.q_tokens - 1) / c.q_tokens;
   c.n_blocks = (s.start_pos + s.n_tokens + bs - 1) / bs;
-  // Blocks per split: all of them unless one tile (several tiles already give the threads work).
-  c.split_blocks = c.n_tiles > 1 || tiling.split_blocks < 0 || lanes ? c.n_blocks
-                   : tiling.split_blocks > 0              ? tiling.split_blocks
-                                                          : (128 + bs - 1) / bs;
-  c.n_splits = (c.n_blocks + c.split_blocks - 1) / c.split_blocks;
+  const int64_t seg = tiling.split_blocks < 0 ? c.n_blocks
+                      : tiling.split_blocks > 0 ? tiling.split_blocks
+                                                : ((lanes ? kLaneSegmentPositions : 128) + bs - 1) / bs;
+  const int64_t n_seg = (c.n_blocks + seg - 1) / seg;
+  // One tile: its segments are the work items. Several tiles already give the threads work: one item per tile,
+  // which folds its segments in turn with the lane kernels and runs all its blocks at once with the row kernel.
+  c.split_blocks = c.n_tiles > 1 && !lanes ? c.n_blocks : seg;
+  c.n_splits = c.n_tiles > 1 ? 1 : n_seg;
+  c.n_segs = c.n_tiles > 1 && lanes ? n_seg : 1;
   c.max_rows = c.q_tokens * group;
   return c;
+}
+
+// One row's running (M, L, A [hd]) and a segment's partial (m, l, a) of it: fold the partial in (see the top of
+// this file). A partial that saw no position (m = -inf) leaves the row as it is. Not inlined, and this file is
+// built with -ffp-contract=off: the decode combine and the prefill tiles run the very same instructions.
+[[gnu::noinline]] void fold_segment(float& M, float& L, float* A, float m, float l, const float* a, int64_t hd) {
+  if (m == -INFINITY) return;
+  if (M == -INFINITY) {
+    M = m;
+    L = l;
+    for (int64_t i = 0; i < hd; ++i) A[i] = a[i];
+    return;
+  }
+  const float mx = std::max(M, m);
+  const float e0 = std::exp(M - mx), e1 = std::exp(m - mx);
+  M = mx;
+  L = L * e0 + l * e1;
+  for (int64_t i = 0; i < hd; ++i) A[i] = A[i] * e0 + a[i] * e1;
+}
+
+// out [hd] = A · (1 / L).
+[[gnu::noinline]] void finish_row(const float* A, float L, int64_t hd, float* out) {
+  const float inv = 1.0f / L;
+  for (int64_t i = 0; i < hd; ++i) out[i] = A[i] * inv;
 }
 
 }  // namespace
@@ -117,15 +157,16 @@ void paged_attention_batch(const float* q, const AttentionSeqArgs* seqs, int64_t
   {
     detail::TileScratch scratch;
     scratch.reserve(max_rows, hd, bs);
-    std::vector<float> m(static_cast<size_t>(max_rows)), l(static_cast<size_t>(max_rows)),
-        acc(static_cast<size_t>(max_rows * hd));
+    // m, l, acc: one tile's (or segment's) rows; fm, fl, facc: the rows' fold over segments.
+    std::vector<float> m(static_cast<size_t>(max_rows)), l(m.size()), acc(static_cast<size_t>(max_rows * hd)),
+        fm(m.size()), fl(m.size()), facc(acc.size());
 #pragma omp for schedule(dynamic, 1)
     for (int64_t g = 0; g < n_items; ++g) {
       const SeqCut& c = cuts[owner(g, &SeqCut::item0, cuts, identity)];
       const AttentionSeqArgs& s = *c.s;
       const int64_t j = c.n_items - 1 - (g - c.item0);  // the sequence's latest tiles (most positions) first
       const int64_t ti = j / (n_kv * c.n_splits), kvh = j / c.n_splits % n_kv, sp = j % c.n_splits;
-      const int64_t t0 = ti * c.q_tokens, n_tok = std::min(c.q_tokens, s.n_tokens - t0);
+      const int64_t t0 = ti * c.q_tokens, n_tok = std::min(c.q_tokens, s.n_tokens - t0), n_rows = n_tok * group;
       const int64_t b0 = sp * c.split_blocks, b1 = std::min(c.n_blocks, b0 + c.split_blocks);
       const detail::TileArgs a{q + c.tok0 * row_len, n_heads, group,        s.start_pos, &k_pool,
                                &v_pool,            s.block_table, scale, tiling.lanes};
@@ -135,36 +176,40 @@ void paged_attention_batch(const float* q, const AttentionSeqArgs* seqs, int64_t
              part_acc.data() + at * size_t(hd));
         continue;
       }
-      tile(a, kvh, t0, n_tok, b0, b1, scratch, m.data(), l.data(), acc.data());
-      float* so = out + c.tok0 * row_len;
-      for (int64_t r = 0; r < n_tok * group; ++r) {
-        float* o = so + ((t0 + r / group) * n_heads + kvh * group + r % group) * hd;
-        const float inv = 1.0f / l[size_t(r)];
-        for (int64_t i = 0; i < hd; ++i) o[i] = acc[size_t(r * hd + i)] * inv;
+      const float *rl = l.data(), *racc = acc.data();
+      if (c.n_segs == 1) {
+        tile(a, kvh, t0, n_tok, b0, b1, scratch, m.data(), l.data(), acc.data());
+      } else {  // the lane kernels' segments in turn, folded as the decode combine folds them
+        const int64_t last = s.start_pos + t0 + n_tok - 1;  // the tile's last position
+        for (int64_t r = 0; r < n_rows; ++r) fm[size_t(r)] = -INFINITY, fl[size_t(r)] = 0.0f;
+        for (int64_t sg = 0; sg < c.n_segs && sg * c.split_blocks * bs <= last; ++sg) {
+          tile(a, kvh, t0, n_tok, sg * c.split_blocks, std::min(c.n_blocks, (sg + 1) * c.split_blocks), scratch,
+               m.data(), l.data(), acc.data());
+          for (int64_t r = 0; r < n_rows; ++r)
+            fold_segment(fm[size_t(r)], fl[size_t(r)], facc.data() + r * hd, m[size_t(r)], l[size_t(r)],
+                         acc.data() + r * hd, hd);
+        }
+        rl = fl.data(), racc = facc.data();
       }
+      float* so = out + c.tok0 * row_len;
+      for (int64_t r = 0; r < n_rows; ++r)
+        finish_row(racc + r * hd, rl[size_t(r)], hd, so + ((t0 + r / group) * n_heads + kvh * group + r % group) * hd);
     }
-    // Split sequences have one tile: its rows are all n_tokens × group rows of each KV head.
+    // Split sequences have one tile: its rows are all n_tokens × group rows of each KV head. Each row folds its
+    // splits in order (into this thread's facc).
 #pragma omp for schedule(static)
     for (int64_t g = 0; g < n_comb; ++g) {
       const SeqCut& c = cuts[owner(g, &SeqCut::comb0, split_seqs, through)];
       const int64_t n_rows = c.s->n_tokens * group;
       const int64_t kvh = (g - c.comb0) / n_rows, r = (g - c.comb0) % n_rows;
-      float mx = -INFINITY;
-      for (int64_t sp = 0; sp < c.n_splits; ++sp)
-        mx = std::max(mx, part_m[size_t(c.part0 + (kvh * c.n_splits + sp) * c.max_rows + r)]);
-      float* o = out + c.tok0 * row_len + ((r / group) * n_heads + kvh * group + r % group) * hd;
-      for (int64_t i = 0; i < hd; ++i) o[i] = 0.0f;
-      float sum = 0.0f;
+      const size_t at0 = size_t(c.part0 + kvh * c.n_splits * c.max_rows + r);
+      float M = -INFINITY, L = 0.0f;
+      float* A = facc.data();
       for (int64_t sp = 0; sp < c.n_splits; ++sp) {
-        const size_t at = size_t(c.part0 + (kvh * c.n_splits + sp) * c.max_rows + r);
-        if (part_m[at] == -INFINITY) continue;  // the split lies past this row's position
-        const float e = std::exp(part_m[at] - mx);
-        sum += part_l[at] * e;
-        const float* pa = part_acc.data() + at * size_t(hd);
-        for (int64_t i = 0; i < hd; ++i) o[i] += pa[i] * e;
+        const size_t at = at0 + size_t(sp * c.max_rows);
+        fold_segment(M, L, A, part_m[at], part_l[at], part_acc.data() + at * size_t(hd), hd);
       }
-      const float inv = 1.0f / sum;
-      for (int64_t i = 0; i < hd; ++i) o[i] *= inv;
+      finish_row(A, L, hd, out + c.tok0 * row_len + ((r / group) * n_heads + kvh * group + r % group) * hd);
     }
   }
 }

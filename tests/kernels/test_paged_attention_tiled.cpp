@@ -205,7 +205,8 @@ TEST(TiledAttention, SplitKThreadCountInvariant) {
 // With the AVX-512 lane kernels (the default) a token's attention is the same bit for bit however its sequence
 // was cut: one prefill of the whole context, token-by-token decode, ragged chunks (1..100 tokens, starting
 // mid-block and mid-chunk), small query tiles, 1 and 2 threads — over every KV dtype, GQA 1/3/4, head_dim 64/128,
-// block sizes 16/32/5 (chunks of 16 positions end mid-block or are cut by the block). The row kernel (lanes off)
+// block sizes 16/32/5 (chunks of 16 positions end mid-block or are cut by the block), without split-K and with
+// 3-block split-K segments (decode: segments in parallel, then folded; prefill: folded in turn). The row kernel (lanes off)
 // does differ between decode (split-K past 128 positions) and prefill on the same data, which shows the
 // comparison can fail.
 TEST(TiledAttention, LanesPrefillEqualsDecodeBitForBit) {
@@ -237,20 +238,24 @@ TEST(TiledAttention, LanesPrefillEqualsDecodeBitForBit) {
             }
             return out;
           };
-          const AttentionTiling lanes{0, 0, true}, small_tiles{3, 0, true};
-          set_num_threads(1);
-          const std::vector<float> whole = run(lanes, {kCtx});
-          ASSERT_TRUE(std::all_of(whole.begin(), whole.end(), [](float x) { return std::isfinite(x); })) << what;
-          for (int threads : {1, 2}) {
-            set_num_threads(threads);
-            const std::vector<std::pair<const char*, std::vector<float>>> cuts = {
-                {"token by token", run(lanes, {1})},
-                {"ragged chunks", run(lanes, std::vector<int64_t>(std::begin(chunks), std::end(chunks)))},
-                {"whole, 3-token tiles", run(small_tiles, {kCtx})},
-                {"ragged chunks, 3-token tiles", run(small_tiles, std::vector<int64_t>(std::begin(chunks) + 2, std::end(chunks)))}};
-            for (const auto& [name, out] : cuts)
-              EXPECT_EQ(std::memcmp(out.data(), whole.data(), whole.size() * sizeof(float)), 0)
-                  << what << ": " << name << ", threads " << threads;
+          // Split-K: the default (512 positions: none here) and segments of 3 blocks (15..96 positions).
+          for (const int64_t split : {0, 3}) {
+            const AttentionTiling lanes{0, split, true}, small_tiles{3, split, true};
+            set_num_threads(1);
+            const std::vector<float> whole = run(lanes, {kCtx});
+            ASSERT_TRUE(std::all_of(whole.begin(), whole.end(), [](float x) { return std::isfinite(x); })) << what;
+            for (int threads : {1, 2}) {
+              set_num_threads(threads);
+              const std::vector<std::pair<const char*, std::vector<float>>> cuts = {
+                  {"token by token", run(lanes, {1})},
+                  {"ragged chunks", run(lanes, std::vector<int64_t>(std::begin(chunks), std::end(chunks)))},
+                  {"whole, 3-token tiles", run(small_tiles, {kCtx})},
+                  {"ragged chunks, 3-token tiles",
+                   run(small_tiles, std::vector<int64_t>(std::begin(chunks) + 2, std::end(chunks)))}};
+              for (const auto& [name, out] : cuts)
+                EXPECT_EQ(std::memcmp(out.data(), whole.data(), whole.size() * sizeof(float)), 0)
+                    << what << ": " << name << ", threads " << threads << ", split_blocks " << split;
+            }
           }
           set_num_threads(1);
           const AttentionTiling rows_only{0, 0, false};
@@ -258,6 +263,52 @@ TEST(TiledAttention, LanesPrefillEqualsDecodeBitForBit) {
           row_kernel_differs |= std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) != 0;
         }
   EXPECT_TRUE(row_kernel_differs);
+}
+
+// Decode at depth with the lane kernels' default split-K (segments of 512 positions, in parallel on 2 threads):
+// the last 70 tokens of a 1,600-token context decoded one by one equal, bit for bit, the same tokens prefilled as
+// one chunk and as ragged chunks, and are within kTol of the naive kernel; GQA 3 and 1, head_dim 64, bf16 / f32.
+// Unsplit, the same attention differs in its last bits (the segments' fold does run) and is within kTol too.
+TEST(TiledAttention, LanesSplitKDecodeEqualsPrefillAtDepth) {
+  if (!attention_has_avx512()) GTEST_SKIP() << "no avx512f/bw/vl/dq on this CPU: the lane kernels do not run";
+  constexpr int64_t kCtx = 1600, kTail = 70, kStart = kCtx - kTail;
+  for (const Variant& var : {kVariants[1], kVariants[0]})
+    for (const auto& [n_heads, n_kv] : {std::pair<int64_t, int64_t>{9, 3}, std::pair<int64_t, int64_t>{4, 4}}) {
+      const int64_t hd = 64, row = n_heads * hd;
+      const Fixture f(var, n_kv, hd, 16, kCtx, uint32_t(n_heads + 40));
+      const auto q = random_floats(size_t(kTail * row), 41);
+      const std::string what = test::dtype_label(var.dtype, var.tensor_scales) + " h" + std::to_string(n_heads);
+      const auto run = [&](int64_t chunk) {
+        std::vector<float> out(q.size(), NAN);
+        for (int64_t p = 0; p < kTail; p += chunk) {
+          const int64_t n = std::min(chunk, kTail - p);
+          paged_attention(q.data() + p * row, n, kStart + p, n_heads, f.k.view, f.v.view, f.table.data(), 0.125f,
+                          out.data() + p * row, AttentionImpl::Avx512);
+        }
+        return out;
+      };
+      std::vector<float> ref(q.size());
+      set_num_threads(1);
+      paged_attention_naive(q.data(), kTail, kStart, n_heads, f.k.view, f.v.view, f.table.data(), 0.125f, ref.data(),
+                            AttentionImpl::Portable);
+      const std::vector<float> whole = run(kTail);
+      EXPECT_LE(max_abs_diff(whole, ref), kTol) << what;
+      // The segments do run: unsplit (split_blocks -1), the same rows round differently.
+      std::vector<float> unsplit(q.size(), NAN);
+      AttentionTiling no_split;
+      no_split.split_blocks = -1;
+      paged_attention(q.data(), kTail, kStart, n_heads, f.k.view, f.v.view, f.table.data(), 0.125f, unsplit.data(),
+                      AttentionImpl::Avx512, no_split);
+      EXPECT_LE(max_abs_diff(unsplit, ref), kTol) << what;
+      EXPECT_NE(std::memcmp(unsplit.data(), whole.data(), whole.size() * sizeof(float)), 0) << what;
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        for (const int64_t chunk : {int64_t(1), int64_t(13)})
+          EXPECT_EQ(std::memcmp(run(chunk).data(), whole.data(), whole.size() * sizeof(float)), 0)
+              << what << " chunks of " << chunk << ", threads " << threads;
+      }
+      set_num_threads(1);
+    }
 }
 
 // A step's batch — decodes short and long (split-K), a prefill chunk mid-block, a sequence with no tokens, GQA 3
