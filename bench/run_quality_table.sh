@@ -19,7 +19,8 @@
 #   PAIRS (instead of SCHEMES x their methods: space-separated SCHEME:METHOD rows, e.g. "w4a16:gptq w3a16:rtn"),
 #   PEER_DIRS (directories another tool quantized from the same base, e.g. llm-compressor's from
 #   tests/peers/llmcompressor_quality.sh, each with a `.row` file "name|scheme|method|wall s|cpu s": scored by
-#   the same `tpserve eval` as extra rows).
+#   the same `tpserve eval` as extra rows), BASE_ROW (1: the base's own row; 0: none), QUANTIZE_ONLY (1: the
+#   quantize rows give bytes and seconds only, no eval — the time-to-produce column alone).
 # "quantize s" is wall seconds (CPU seconds, user + sys, in brackets): on a shared machine only the CPU seconds
 # compare.
 set -euo pipefail
@@ -46,6 +47,8 @@ QUANT_FLAGS=${QUANT_FLAGS:-}
 PAIRS=${PAIRS:-}
 PAIRS_ARG=$PAIRS
 PEER_DIRS=${PEER_DIRS:-}
+BASE_ROW=${BASE_ROW:-1}
+QUANTIZE_ONLY=${QUANTIZE_ONLY:-0}
 STAMP=$(date -u +%Y%m%d-%H%M)
 OUT=${OUT:-bench/results/quality-$STAMP.md}
 WORK=${WORK:-$(mktemp -d)}
@@ -110,7 +113,7 @@ eval_row() {
   write_out
 }
 
-eval_row base "(f32)" - "$BASE" - --no-ref
+[ "$BASE_ROW" = 1 ] && eval_row base "(f32)" - "$BASE" - --no-ref
 for q in Q4_1 Q8_0 Q4_K_M BF16; do
   [ "$GGUF_ROWS" = 1 ] || break
   f=models/SmolLM2-135M-Instruct.$q.gguf
@@ -145,7 +148,13 @@ else
       write_out
       continue
     fi
-    eval_row "$scheme $method" "$scheme" "$method" "$dir" "$(awk '{printf "%.0f (%.0f)", $1, $2 + $3}' "$WORK/q.time")"
+    qs=$(awk '{printf "%.0f (%.0f)", $1, $2 + $3}' "$WORK/q.time")
+    if [ "$QUANTIZE_ONLY" = 1 ]; then
+      ROWS+=("| $scheme $method | $scheme | $method | $(bytes_of "$dir") | (not evaluated: QUANTIZE_ONLY) | | | | $qs | |")
+      write_out
+    else
+      eval_row "$scheme $method" "$scheme" "$method" "$dir" "$qs"
+    fi
     rm -rf "$dir"
   done
 fi
