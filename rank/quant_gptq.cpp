@@ -238,7 +238,7 @@ QuantizedLinear quantize_gptq(const QuantSpec& s, const float* w_in, int64_t n_o
         scale_bytes[rg] = s8;
         step[rg] = fp8_e4m3_to_f32(s8) / ql.global_scale;
       } else {
-        const uint8_t e = amax > 0 ? uint8_t(std::clamp(int(std::floor(std::log2(amax))) - 2, -127, 127) + 127) : 0;
+        const uint8_t e = mx_exponent_byte(amax);
         scale_bytes[rg] = e;
         step[rg] = e8m0_to_f32(e);
       }
