@@ -19,7 +19,8 @@
 #   PAIRS (instead of SCHEMES x their methods: space-separated SCHEME:METHOD rows, e.g. "w4a16:gptq w3a16:rtn"),
 #   PEER_DIRS (directories another tool quantized from the same base, e.g. llm-compressor's from
 #   tests/peers/llmcompressor_quality.sh, each with a `.row` file "name|scheme|method|wall s|cpu s": scored by
-#   the same `tpserve eval` as extra rows).
+#   the same `tpserve eval` as extra rows), BASE_ROW (1: the base's own row; 0: none), QUANTIZE_ONLY (1: the
+#   quantize rows give bytes and seconds only, no eval — the time-to-produce column alone).
 # "quantize s" is wall seconds (CPU seconds, user + sys, in brackets): on a shared machine only the CPU seconds
 # compare.
 set -euo pipefail
@@ -46,6 +47,8 @@ QUANT_FLAGS=${QUANT_FLAGS:-}
 PAIRS=${PAIRS:-}
 PAIRS_ARG=$PAIRS
 PEER_DIRS=${PEER_DIRS:-}
+BASE_ROW=${BASE_ROW:-1}
+QUANTIZE_ONLY=${QUANTIZE_ONLY:-0}
 STAMP=$(date -u +%Y%m%d-%H%M)
 OUT=${OUT:-bench/results/quality-$STAMP.md}
 WORK=${WORK:-$(mktemp -d)}
@@ -64,6 +67,34 @@ bytes_of() {  # weight bytes of a GGUF file or of a directory's safetensors
 }
 field() { python3 -c 'import json,sys; j=json.loads(sys.argv[1]); v=j.get(sys.argv[2]); print("" if v is None else (f"{v:.6g}" if isinstance(v, float) else v))' "$1" "$2"; }
 
+write_out() {  # the table so far (rewritten after every row, so a run cut short leaves its rows)
+  local state=${1:-"in progress: rows so far"}
+  mkdir -p "$(dirname "$OUT")"
+  {
+  echo "# Quality of quantized SmolLM2-135M-Instruct against its unquantized base"
+  echo
+  echo "- command: \`CHUNKS=$CHUNKS CONTEXT=$CONTEXT THREADS=$THREADS BASE=$BASE${PAIRS_ARG:+ PAIRS=\"$PAIRS_ARG\"}${PEER_DIRS:+ PEER_DIRS=...} $CMDLINE\`"
+  echo "- CPU: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores visible (shared with other jobs)"
+  echo "- date (UTC): $(date -u '+%Y-%m-%d %H:%M')"
+  echo "- build: $("$TPSERVE" version | head -1)"
+  echo "- held-out text: Python 3.11 Language Reference, reStructuredText sources from Debian python3.11-doc"
+  echo "  (launch/heldout-text), $(wc -c < "$TEXT") bytes; $CHUNKS windows of $CONTEXT tokens, every token after the"
+  echo "  first of a window scored ($((CHUNKS * (CONTEXT - 1))) tokens)"
+  echo "- eval: \`tpserve eval --model M --ref $BASE ${EVAL_FLAGS[*]}\` (text path aside); GGUF blocks run as they"
+  echo "  are served (--quantized keep: quantized kernels, activations rounded to 8 bits per block)"
+  echo "- calibration (quantize rows): $CALIB, $CALIB_TOKENS tokens; quantize flags: --threads $THREADS $QUANT_FLAGS"
+  [ -z "$PEER_DIRS" ] || echo "- peer rows (made elsewhere, scored here): $PEER_DIRS"
+  echo "- load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "- KL = mean over scored positions of KL(p_base || p_model) in nats; top-1 = fraction of positions whose"
+  echo "  argmax equals the base's; perplexity = exp(mean NLL)"
+  echo
+  echo "| model | scheme | method | weight bytes | perplexity | KL mean | KL max | top-1 | quantize s (CPU s) | eval s |"
+  echo "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"
+  printf '%s\n' "${ROWS[@]}"
+  echo "- state: $state"
+  } > "$OUT"
+}
+
 # eval_row NAME SCHEME METHOD MODEL QUANTIZE_S [--no-ref]
 eval_row() {
   local name=$1 scheme=$2 method=$3 model=$4 qs=$5 ref=(--ref "$BASE")
@@ -73,14 +104,16 @@ eval_row() {
   t0=$(date +%s.%N)
   if ! json=$("$TPSERVE" eval --model "$model" "${ref[@]}" "${EVAL_FLAGS[@]}" 2>"$WORK/eval.err" | grep '^{'); then
     ROWS+=("| $name | $scheme | $method | $(bytes_of "$model") | eval failed: $(tail -1 "$WORK/eval.err") | | | | $qs | |")
+    write_out
     return
   fi
   t1=$(date +%s.%N)
   local es; es=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.0f", b - a}')
   ROWS+=("| $name | $scheme | $method | $(bytes_of "$model") | $(field "$json" perplexity) | $(field "$json" kl_mean) | $(field "$json" kl_max) | $(field "$json" top1_agreement) | $qs | $es |")
+  write_out
 }
 
-eval_row base "(f32)" - "$BASE" - --no-ref
+[ "$BASE_ROW" = 1 ] && eval_row base "(f32)" - "$BASE" - --no-ref
 for q in Q4_1 Q8_0 Q4_K_M BF16; do
   [ "$GGUF_ROWS" = 1 ] || break
   f=models/SmolLM2-135M-Instruct.$q.gguf
@@ -112,9 +145,16 @@ else
          "$TPSERVE" quantize --in "$BASE" --out "$dir" --scheme "$scheme" --method "$method" ${EXTRA[$scheme]:-} \
          --calib "$CALIB" --calib-tokens "$CALIB_TOKENS" --threads "$THREADS" $QUANT_FLAGS >"$WORK/q.out" 2>"$WORK/q.err"; then
       ROWS+=("| $scheme $method | $scheme | $method | | refused: $(grep -v '^Command exited' "$WORK/q.err" | tail -1 | tr '|' '/') | | | | | |")
+      write_out
       continue
     fi
-    eval_row "$scheme $method" "$scheme" "$method" "$dir" "$(awk '{printf "%.0f (%.0f)", $1, $2 + $3}' "$WORK/q.time")"
+    qs=$(awk '{printf "%.0f (%.0f)", $1, $2 + $3}' "$WORK/q.time")
+    if [ "$QUANTIZE_ONLY" = 1 ]; then
+      ROWS+=("| $scheme $method | $scheme | $method | $(bytes_of "$dir") | (not evaluated: QUANTIZE_ONLY) | | | | $qs | |")
+      write_out
+    else
+      eval_row "$scheme $method" "$scheme" "$method" "$dir" "$qs"
+    fi
     rm -rf "$dir"
   done
 fi
@@ -123,27 +163,5 @@ for d in $PEER_DIRS; do
   eval_row "$pname" "$pscheme" "$pmethod" "$d" "$pwall ($pcpu)"
 done
 
-mkdir -p "$(dirname "$OUT")"
-{
-  echo "# Quality of quantized SmolLM2-135M-Instruct against its unquantized base"
-  echo
-  echo "- command: \`CHUNKS=$CHUNKS CONTEXT=$CONTEXT THREADS=$THREADS BASE=$BASE${PAIRS_ARG:+ PAIRS=\"$PAIRS_ARG\"}${PEER_DIRS:+ PEER_DIRS=...} $CMDLINE\`"
-  echo "- CPU: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores visible (shared with other jobs)"
-  echo "- date (UTC): $(date -u '+%Y-%m-%d %H:%M')"
-  echo "- build: $("$TPSERVE" version | head -1)"
-  echo "- held-out text: Python 3.11 Language Reference, reStructuredText sources from Debian python3.11-doc"
-  echo "  (launch/heldout-text), $(wc -c < "$TEXT") bytes; $CHUNKS windows of $CONTEXT tokens, every token after the"
-  echo "  first of a window scored ($((CHUNKS * (CONTEXT - 1))) tokens)"
-  echo "- eval: \`tpserve eval --model M --ref $BASE ${EVAL_FLAGS[*]}\` (text path aside); GGUF blocks run as they"
-  echo "  are served (--quantized keep: quantized kernels, activations rounded to 8 bits per block)"
-  echo "- calibration (quantize rows): $CALIB, $CALIB_TOKENS tokens; quantize flags: --threads $THREADS $QUANT_FLAGS"
-  [ -z "$PEER_DIRS" ] || echo "- peer rows (made elsewhere, scored here): $PEER_DIRS"
-  echo "- load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "- KL = mean over scored positions of KL(p_base || p_model) in nats; top-1 = fraction of positions whose"
-  echo "  argmax equals the base's; perplexity = exp(mean NLL)"
-  echo
-  echo "| model | scheme | method | weight bytes | perplexity | KL mean | KL max | top-1 | quantize s (CPU s) | eval s |"
-  echo "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"
-  printf '%s\n' "${ROWS[@]}"
-} > "$OUT"
+write_out "complete"
 echo "wrote $OUT" >&2

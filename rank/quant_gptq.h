@@ -48,11 +48,18 @@ class GptqHessian {
 
 enum class ActOrder : uint8_t { None, Weight, Group };
 
+// CPU seconds of quantize_gptq's phases, added to (the quantizer's profile).
+struct GptqTimes {
+  double factor = 0;   // damping, Cholesky and the triangular inverse (U)
+  double columns = 0;  // the column sweep: quantization, error feedback, lazy block updates
+};
+
 struct GptqOptions {
   double percdamp = 0.01;
   int64_t block = 128;
   ActOrder act_order = ActOrder::None;
   bool static_groups = false;  // implied by ActOrder::Weight
+  GptqTimes* times = nullptr;  // when set, the phases' CPU seconds are added to it
 };
 
 // W [n_out, n_in] F32 row-major; h: GptqHessian::hessian() of its inputs. Throws InputError for a spec that

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "common/error.h"
 #include "common/fp_formats.h"
@@ -19,13 +20,21 @@ float absmax(const float* v, int64_t n) {
   return m;
 }
 
+}  // namespace
+
 uint8_t mx_exponent_byte(float amax) {
-  if (amax <= 0) return 0;  // 2^-127: every code 0
-  const int e = std::clamp(int(std::floor(std::log2(amax))) - 2, -127, 127);
+  if (!(amax > 0)) return 0;  // 2^-127: every code 0
+  // amax rounded to a power of two at E2M1's one mantissa bit (1.75·2^k and above round up to 2^(k+1)), as
+  // compressed-tensors 0.19's generate_mx_scales does; then 2^-2 of it (E2M1's largest power, 4, maps to it).
+  // The plain floor(log2 amax) − 2 clips every block maximum in [1.5, 2)·2^k to 6; this clips only [1.5, 1.75).
+  uint32_t bits;
+  std::memcpy(&bits, &amax, sizeof bits);
+  bits = (bits + (1u << 21)) & 0xFF800000u;
+  float p;
+  std::memcpy(&p, &bits, sizeof p);
+  const int e = std::isfinite(p) ? std::clamp(std::ilogb(p) - 2, -127, 127) : 127;
   return uint8_t(e + 127);
 }
-
-}  // namespace
 
 void check_quant_spec(const QuantSpec& s, int64_t n_in, const std::string& what) {
   auto divisors = [&](int64_t limit) {

@@ -64,6 +64,10 @@ struct QuantizedLinear {
 };
 
 // RTN of w [n_out, n_in] (F32, row-major).
+// The E8M0 byte (biased exponent) of an MXFP4 block's scale from its largest |value| (compressed-tensors' rule:
+// amax rounded to a power of two at E2M1's mantissa precision, times 2^-2); 0 for an all-zero block.
+uint8_t mx_exponent_byte(float amax);
+
 QuantizedLinear quantize_rtn(const QuantSpec& spec, const float* w, int64_t n_out, int64_t n_in);
 
 // ‖X·W'ᵀ - X·Wᵀ‖² / ‖X·Wᵀ‖² for X [n_tok, n_in]: the relative output error of a quantized layer (the tests'

@@ -7,14 +7,15 @@
 #include <cstdlib>
 #include <regex>
 
+#include "common/cpu_clock.h"
 #include "common/error.h"
 #include "kernels/cpu/linear.h"
-#include "rank/quant_math.h"
 #include "rank/convert.h"
 #include "rank/hf_dir.h"
 #include "rank/quant_awq.h"
 #include "rank/quant_gptq.h"
 #include "rank/quant_smooth.h"
+#include "rank/quant_vec.h"
 
 namespace tp {
 
@@ -70,7 +71,8 @@ class Quantizer {
   void run(const std::string& out_dir);
 
  private:
-  Vec load(const std::string& name, std::vector<int64_t> shape, int64_t qk_heads = 0) const {
+  Vec load(const std::string& name, std::vector<int64_t> shape, int64_t qk_heads = 0) {
+    CpuTimer timer(&cpu_.load);
     const TensorView& t = m_.require(name, shape);
     const int64_t row = shape.back(), rows = t.n_elems() / row;
     const int64_t rb = dtype_row_bytes(t.dtype, row);
@@ -96,12 +98,9 @@ class Quantizer {
     ++n_quantized_;
     QuantizedLinear q;
     if (h) {
-      GptqOptions go;
-      go.percdamp = o_.percdamp;
-      go.act_order = o_.act_order;
-      go.static_groups = o_.static_groups;
-      q = quantize_gptq(spec_, w.data(), n_out, n_in, *h, go);
+      q = quantize_gptq(spec_, w.data(), n_out, n_in, *h, gptq_options());
     } else {
+      CpuTimer timer(&cpu_.rtn);
       q = quantize_rtn(spec_, w.data(), n_out, n_in);
     }
     Vec d = q.dequantize();
@@ -112,11 +111,20 @@ class Quantizer {
     return d;
   }
   bool gptq() const { return o_.method == QuantMethod::Gptq || o_.method == QuantMethod::SmoothQuantGptq; }
+  GptqOptions gptq_options() {
+    GptqOptions go;
+    go.percdamp = o_.percdamp;
+    go.act_order = o_.act_order;
+    go.static_groups = o_.static_groups;
+    go.times = &gptq_cpu_;
+    return go;
+  }
   bool calibrated() const { return o_.method != QuantMethod::Rtn; }
 
   // Smoothing (AWQ / SmoothQuant) of the linears `ws` reading x [n, n_in]: scales their columns, divides the
   // preceding norm `g` and x by s.
   void smooth(std::vector<Vec*> ws, const std::vector<int64_t>& n_outs, Vec& x, int64_t n, int64_t n_in, Vec& g) {
+    CpuTimer timer(&cpu_.smooth);
     std::vector<LinearRef> refs;
     for (size_t i = 0; i < ws.size(); ++i) refs.push_back({ws[i]->data(), n_outs[i]});
     std::vector<float> s;
@@ -135,7 +143,8 @@ class Quantizer {
       for (int64_t j = 0; j < n_in; ++j) x[size_t(t * n_in + j)] /= s[size_t(j)];
   }
 
-  std::vector<double> hessian(const Vec& x, int64_t n, int64_t n_in) const {
+  std::vector<double> hessian(const Vec& x, int64_t n, int64_t n_in) {
+    CpuTimer timer(&cpu_.hessian);
     GptqHessian h(n_in);
     h.add(x.data(), std::min(n, n_calib_));
     return h.hessian();
@@ -185,7 +194,7 @@ class Quantizer {
           const float* qp = q.data() + (t * nh + h) * hd;
           float mx = -INFINITY;
           for (int64_t u = t0; u <= t; ++u) {
-            sc[size_t(u - t0)] = dot_f32(qp, k.data() + (u * nkv + kh) * hd, hd) * scale;
+            sc[size_t(u - t0)] = quant_vec::dot8_f32(qp, k.data() + (u * nkv + kh) * hd, hd) * scale;
             mx = std::max(mx, sc[size_t(u - t0)]);
           }
           double sum = 0;
@@ -193,8 +202,7 @@ class Quantizer {
           float* op = out.data() + (t * nh + h) * hd;
           for (int64_t u = t0; u <= t; ++u) {
             const float p = float(sc[size_t(u - t0)] / sum);
-            const float* vp = v.data() + (u * nkv + kh) * hd;
-            for (int64_t d = 0; d < hd; ++d) op[d] += p * vp[d];
+            quant_vec::add_scaled(op, v.data() + (u * nkv + kh) * hd, p, hd);
           }
         }
       }
@@ -231,6 +239,12 @@ class Quantizer {
   const ModelConfig& c_;
   QuantSpec spec_;
   CtWriter w_;
+  // CPU seconds (all threads) by phase, for the progress lines; what is left of a layer's CPU seconds is the
+  // calibration forward (norms, products, attention, SiLU), dequantization and writing.
+  struct {
+    double load = 0, hessian = 0, smooth = 0, rtn = 0;
+  } cpu_;
+  GptqTimes gptq_cpu_;
   int64_t n_quantized_ = 0;
   int64_t n_calib_ = 0;  // calibration rows the Hessians use (the rest: TPSERVE_QUANT_HOLDOUT diagnostics)
 };
@@ -299,13 +313,10 @@ void Quantizer::layer(int64_t i, Vec& x, int64_t n) {
   if (up_ignored) {
     u = wu;
   } else if (gptq()) {
-    GptqOptions go;
-    go.percdamp = o_.percdamp;
-    go.act_order = o_.act_order;
-    go.static_groups = o_.static_groups;
-    uq = quantize_gptq(spec_, wu.data(), I, H, hs, go);
+    uq = quantize_gptq(spec_, wu.data(), I, H, hs, gptq_options());
     u = uq.dequantize();
   } else {
+    CpuTimer timer(&cpu_.rtn);
     uq = quantize_rtn(spec_, wu.data(), I, H);
     u = uq.dequantize();
   }
@@ -375,18 +386,30 @@ void Quantizer::run(const std::string& out_dir) {
     Vec e = load("token_embd.weight", {c_.vocab, H});
     w_.add_dense("model.embed_tokens.weight", {c_.vocab, H}, e.data());
   }
+  const double cpu0 = process_cpu_seconds();
   for (int64_t i = 0; i < c_.n_layers; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
+    const double c0 = process_cpu_seconds();
     layer(i, x, n);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (o_.progress) {
       const int64_t done = (i + 1) * 20 / c_.n_layers;
-      char buf[160];
-      std::snprintf(buf, sizeof buf, "quantize [%s%s] layer %lld/%lld: %lld linears quantized, %.1f s",
+      char buf[256];
+      std::snprintf(buf, sizeof buf, "quantize [%s%s] layer %lld/%lld: %lld linears quantized, %.1f s (%.1f CPU s)",
                     std::string(size_t(done), '#').c_str(), std::string(size_t(20 - done), '.').c_str(),
-                    (long long)(i + 1), (long long)c_.n_layers, (long long)n_quantized_, s);
+                    (long long)(i + 1), (long long)c_.n_layers, (long long)n_quantized_, s, process_cpu_seconds() - c0);
       o_.progress(buf);
     }
+  }
+  if (o_.progress) {
+    const double total = process_cpu_seconds() - cpu0;
+    const double rest = total - cpu_.load - cpu_.hessian - cpu_.smooth - cpu_.rtn - gptq_cpu_.factor - gptq_cpu_.columns;
+    char buf[320];
+    std::snprintf(buf, sizeof buf,
+                  "quantize: layers %.1f CPU s = Hessians %.1f + GPTQ factor %.1f + GPTQ columns %.1f + RTN %.1f + "
+                  "smoothing %.1f + loading %.1f + forward/dequantize/write %.1f",
+                  total, cpu_.hessian, gptq_cpu_.factor, gptq_cpu_.columns, cpu_.rtn, cpu_.smooth, cpu_.load, rest);
+    o_.progress(buf);
   }
   {
     Vec g = load("output_norm.weight", {H});

@@ -7,7 +7,8 @@ usage: llmcompressor_quality.py BASE_HF_DIR CALIB_IDS_JSON SEQ_LEN OUT_ROOT CASE
                   tokenizer cuts them (the shell script makes and checks them), cut here into rows of SEQ_LEN
                   tokens as `tpserve quantize --calib-seq-len` does (no shuffling, every row used)
   CASE            lc-w4a16-g64-gptq | lc-w4a16-g64-gptq-noact | lc-w4a16-g64-rtn | lc-w8a16-rtn |
-                  lc-w8a8-sq-gptq | lc-w3a16-g64-gptq | lc-w3a16-g64-rtn
+                  lc-w8a8-sq-gptq | lc-w3a16-g64-gptq | lc-w3a16-g64-rtn | lc-w4a16-asym-g64-gptq |
+                  lc-w4a16-asym-g64-rtn | lc-w8a16-gptq | lc-fp8-dynamic | lc-nvfp4a16-rtn | lc-mxfp4a16-rtn
 Writes OUT_ROOT/<case>/ (config.json + model.safetensors as llm-compressor saves them, save_compressed=True) and
 OUT_ROOT/<case>/.row: "name|scheme|method|wall seconds|cpu seconds" of the oneshot call (loading and saving
 excluded). llm-compressor's defaults otherwise: GPTQ dampening 0.01, block 128, actorder "static" (= "weight":
@@ -52,6 +53,20 @@ CASES = {
                          lambda: [QuantizationModifier(ignore=IGNORE, config_groups=w(3, "group", group_size=64))]),
     "lc-w8a16-rtn": ("w8a16", "llm-compressor rtn",
                      lambda: [QuantizationModifier(ignore=IGNORE, config_groups=w(8, "channel"))]),
+    "lc-w4a16-asym-g64-gptq": ("w4a16-asym", "llm-compressor gptq (actorder static)",
+                               lambda: [GPTQModifier(ignore=IGNORE, config_groups=w(4, "group", group_size=64,
+                                                                                    symmetric=False))]),
+    "lc-w4a16-asym-g64-rtn": ("w4a16-asym", "llm-compressor rtn",
+                              lambda: [QuantizationModifier(ignore=IGNORE, config_groups=w(4, "group", group_size=64,
+                                                                                           symmetric=False))]),
+    "lc-w8a16-gptq": ("w8a16", "llm-compressor gptq (actorder static)",
+                      lambda: [GPTQModifier(ignore=IGNORE, config_groups=w(8, "channel"))]),
+    "lc-fp8-dynamic": ("fp8-dynamic", "llm-compressor rtn (FP8_DYNAMIC)",
+                       lambda: [QuantizationModifier(ignore=IGNORE, targets=["Linear"], scheme="FP8_DYNAMIC")]),
+    "lc-nvfp4a16-rtn": ("nvfp4", "llm-compressor rtn (NVFP4A16)",
+                        lambda: [QuantizationModifier(ignore=IGNORE, targets=["Linear"], scheme="NVFP4A16")]),
+    "lc-mxfp4a16-rtn": ("mxfp4", "llm-compressor rtn (MXFP4A16)",
+                        lambda: [QuantizationModifier(ignore=IGNORE, targets=["Linear"], scheme="MXFP4A16")]),
     "lc-w8a8-sq-gptq": ("w8a8-int8", "llm-compressor smoothquant+gptq",
                         lambda: [SmoothQuantModifier(smoothing_strength=0.5),
                                  GPTQModifier(ignore=IGNORE, targets=["Linear"], scheme="W8A8")]),

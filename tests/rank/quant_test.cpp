@@ -159,6 +159,28 @@ TEST(QuantGptq, NoWorseThanRtnOtherKinds) {
   }
 }
 
+// The Hessian (2/N) Σ x xᵀ, accumulated in chunks of 512 rows and blocks of 128 columns (upper triangle, then
+// mirrored): equal to a double-precision sum within F32 rounding, for a width that is not a multiple of the block
+// and a row count that is not a multiple of the chunk.
+TEST(QuantGptq, HessianEqualsDirectSum) {
+  const int64_t n_in = 200, n_tok = 700;
+  const std::vector<float> x = normal(n_tok * n_in, 1.0f, 11);
+  GptqHessian h(n_in);
+  h.add(x.data(), 300);
+  h.add(x.data() + 300 * n_in, n_tok - 300);
+  const std::vector<double> got = h.hessian();
+  double worst = 0;
+  for (int64_t i = 0; i < n_in; ++i)
+    for (int64_t j = 0; j < n_in; ++j) {
+      double s = 0;
+      for (int64_t t = 0; t < n_tok; ++t) s += double(x[size_t(t * n_in + i)]) * x[size_t(t * n_in + j)];
+      s *= 2.0 / double(n_tok);
+      worst = std::max(worst, std::fabs(got[size_t(i * n_in + j)] - s));
+      ASSERT_EQ(got[size_t(i * n_in + j)], got[size_t(j * n_in + i)]) << i << "," << j;
+    }
+  EXPECT_LT(worst, 1e-4);  // entries are O(1) (diagonal ~2); F32 sums of <= 512 products
+}
+
 TEST(QuantGptq, DeadColumnsAndCholesky) {
   std::vector<double> a = {4, 2, 2, 3};
   ASSERT_TRUE(cholesky_lower(a, 2));
