@@ -421,8 +421,38 @@ struct IntModule {
   const TensorView* g_idx = nullptr;  // I32 [n_in]
   int64_t n_groups = 1, group = 0;    // scale groups of a whole row; columns a group
   bool packed = false;
+  bool dense = true;       // packed: value i at bit bits · i of the row (or column) bit stream; else per = 32 / bits
+  bool zero_dense = true;  // the same for the row-packed zero points
   int bits = 8;
 };
+
+// Words of `n` packed values of `bits` bits: compressed-tensors' pack_to_int32 is dense (value i at bit
+// bits · i of the stream, values split across words; ceil(n · bits / 32) words), older releases put
+// per = 32 / bits values a word (3 bits: ten, the top 2 bits unused). The two agree for 1, 2, 4 and 8 bits.
+int64_t dense_words(int64_t n, int bits) { return ceil_div(n * bits, 32); }
+int64_t legacy_words(int64_t n, int bits) { return ceil_div(n, 32 / bits); }
+
+// The packed I32 tensor `name` of shape {lead, words} (packed along its last dimension, n values) or, for
+// zero points, {words, lead} (packed along rows): either layout, told apart by its word count (dense when both
+// fit: the current writer's). *dense says which.
+const TensorView& need_packed(const ModelFile& f, const std::string& name, int64_t lead, int64_t n, int bits,
+                              bool along_rows, bool* dense) {
+  const TensorView* t = f.find(name);
+  const int64_t dw = dense_words(n, bits), lw = legacy_words(n, bits);
+  auto shape = [&](int64_t words) {
+    return along_rows ? std::vector<int64_t>{words, lead} : std::vector<int64_t>{lead, words};
+  };
+  *dense = !(t && dw != lw && t->shape == shape(lw));
+  return need(f, name, {RawType::I32}, false, shape(*dense ? dw : lw));
+}
+
+// Packed value i (unsigned, bits wide) of a stream of little-endian I32 words at `words` (n_words of them).
+uint32_t packed_value(const uint8_t* words, int64_t n_words, int64_t i, int bits, bool dense) {
+  const int64_t bit = dense ? i * bits : (i / (32 / bits)) * 32 + (i % (32 / bits)) * bits;
+  uint64_t two = 0;
+  std::memcpy(&two, words + (bit / 32) * 4, bit / 32 + 1 < n_words ? 8 : 4);
+  return uint32_t(two >> (bit % 32)) & ((1u << bits) - 1);
+}
 
 IntModule int_module(const ModelFile& f, const CtScheme& s, const std::string& p, Geometry g) {
   const CtQuantArgs& w = *s.weights;
@@ -430,7 +460,7 @@ IntModule int_module(const ModelFile& f, const CtScheme& s, const std::string& p
   m.bits = w.num_bits;
   m.packed = s.format == CtFormat::PackQuantized;
   if (m.packed) {
-    m.data = &need(f, p + ".weight_packed", {RawType::I32}, false, {g.n_out, ceil_div(g.n_in, 32 / w.num_bits)});
+    m.data = &need_packed(f, p + ".weight_packed", g.n_out, g.n_in, w.num_bits, false, &m.dense);
     if (const TensorView* shp = f.find(p + ".weight_shape")) {
       need(f, p + ".weight_shape", {RawType::I32, RawType::I64}, false, {2});
       if (int_at(*shp, 0) != g.n_out || int_at(*shp, 1) != g.n_in)
@@ -448,7 +478,7 @@ IntModule int_module(const ModelFile& f, const CtScheme& s, const std::string& p
   m.scale = &need(f, p + ".weight_scale", {}, true, sshape);
   if (!w.symmetric) {
     if (m.packed && per_row)
-      m.zero = &need(f, p + ".weight_zero_point", {RawType::I32}, false, {ceil_div(g.n_out, 32 / w.num_bits), m.n_groups});
+      m.zero = &need_packed(f, p + ".weight_zero_point", m.n_groups, g.n_out, w.num_bits, true, &m.zero_dense);
     else
       m.zero = &need(f, p + ".weight_zero_point", {RawType::I8}, false, sshape);
   }
@@ -473,26 +503,27 @@ IntModule int_module(const ModelFile& f, const CtScheme& s, const std::string& p
   return m;
 }
 
-// q of element (r, c) in [-2^(bits-1), 2^(bits-1)). Packed: per = 32 / bits values a little-endian I32 word,
-// value c of a row in word c / per at bit bits · (c % per) (3 bits: ten a word, the top 2 bits unused).
+// q of element (r, c) in [-2^(bits-1), 2^(bits-1)). Packed: u = q + 2^(bits-1), value c of a row at bit
+// bits · c of the row's little-endian I32 words (dense), or in word c / per at bit bits · (c % per) (older).
 int q_at(const IntModule& m, int64_t n_in, int64_t r, int64_t c) {
   if (!m.packed) return int8_t(m.data->data[r * n_in + c]);
-  const int64_t per = 32 / m.bits, words = ceil_div(n_in, per);
+  const int64_t words = m.data->shape[1];
   const uint8_t* row = m.data->data + r * words * 4;
   if (m.bits == 8) return int(row[c]) - 128;
   if (m.bits == 4) return int((row[c / 2] >> (4 * (c % 2))) & 15) - 8;
-  uint32_t word;
-  std::memcpy(&word, row + (c / per) * 4, 4);
-  return int((word >> (m.bits * (c % per))) & ((1u << m.bits) - 1)) - (1 << (m.bits - 1));
+  return int(packed_value(row, words, c, m.bits, m.dense)) - (1 << (m.bits - 1));
 }
 
 int zero_at(const IntModule& m, int64_t n_out, int64_t r, int64_t g) {
   if (!m.zero) return 0;
   if (m.zero->raw == RawType::I8) return int(int_at(*m.zero, m.zero->n_elems() == 1 ? 0 : r * m.n_groups + g));
   (void)n_out;
-  const int64_t per = 32 / m.bits;  // packed along rows: row r in word r / per at bit bits · (r % per)
-  const int64_t word = int_at(*m.zero, (r / per) * m.n_groups + g);
-  return int((uint32_t(word) >> (m.bits * (r % per))) & ((1u << m.bits) - 1)) - (1 << (m.bits - 1));
+  // Packed along rows: column g of the [words, n_groups] words holds the stream of rows.
+  const int64_t words = m.zero->shape[0];
+  const int64_t bit = m.zero_dense ? r * m.bits : (r / (32 / m.bits)) * 32 + (r % (32 / m.bits)) * m.bits;
+  uint64_t two = uint32_t(int_at(*m.zero, (bit / 32) * m.n_groups + g));
+  if (bit / 32 + 1 < words) two |= uint64_t(uint32_t(int_at(*m.zero, (bit / 32 + 1) * m.n_groups + g))) << 32;
+  return int(uint32_t(two >> (bit % 32)) & ((1u << m.bits) - 1)) - (1 << (m.bits - 1));
 }
 
 // --- loading -------------------------------------------------------------------------------------------------

@@ -16,10 +16,12 @@
 // ("Linear"); exact names win over regexes over classes; a module matching `ignore` stays dense.
 //
 // Formats and what each stores per quantized module M (tensor names after "M."; [n_out, n_in] = the weight):
-//   pack-quantized      weight_packed I32 [n_out, ceil(n_in / (32 / bits))]: bits 4 or 8, u = q + 2^(bits-1),
-//                       element 8j+k (4-bit) in bits 4k..4k+3 of word j (little-endian: byte for byte the
-//                       low-nibble-first pairs of PackedWeight Int4); weight_scale float [n_out, n_groups];
-//                       weight_zero_point I32 [ceil(n_out / (32 / bits)), n_groups] packed along rows
+//   pack-quantized      weight_packed I32 [n_out, ceil(n_in · bits / 32)]: bits 3, 4 or 8, u = q + 2^(bits-1),
+//                       element c at bit bits · c of the row's little-endian words (dense, split across two
+//                       words where it straddles; 4-bit: byte for byte the low-nibble-first pairs of
+//                       PackedWeight Int4); older releases' 32 / bits values a word ([n_out, ceil(n_in / 10)]
+//                       at 3 bits) load too, told apart by the shape; weight_scale float [n_out, n_groups];
+//                       weight_zero_point I32 [ceil(n_out · bits / 32), n_groups] packed along rows the same way
 //                       (asymmetric only); weight_g_idx I32 [n_in] (actorder group); weight_shape I32/I64 [2]
 //   int-quantized       weight I8 [n_out, n_in] (8-bit; or 4-bit values one a byte — W4A8 — repacked two a
 //                       byte), weight_scale float [n_out, n_groups] / [n_out, 1] / [1], weight_zero_point I8

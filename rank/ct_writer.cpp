@@ -169,28 +169,28 @@ void CtWriter::add_quantized(const std::string& m, const QuantizedLinear& q) {
     case QuantScheme::W4A16:
     case QuantScheme::W4A16Asym:
     case QuantScheme::W3A16: {
-      // compressed-tensors pack_to_int32: per = 32 / bits values a word (3 bits: 10, the top 2 bits unused),
-      // value c of a row in word c / per at bit bits · (c % per); a row padded with zeros to whole words.
-      const int bits = q.spec.bits, per = 32 / bits, ng = int(q.n_groups());
-      const int64_t words = (n_in + per - 1) / per;
+      // compressed-tensors pack_to_int32 (dense): u = q + 2^(bits-1), value c of a row at bit bits · c of the
+      // row's little-endian I32 words, split across two words where it straddles one (3 bits); ceil(n_in ·
+      // bits / 32) words a row, the tail bits 0. Zero points the same along rows (a column per group).
+      const int bits = q.spec.bits, ng = int(q.n_groups());
+      const int64_t words = (n_in * bits + 31) / 32;
       std::vector<int32_t> packed(size_t(n_out * words), 0);
+      auto put = [bits](int32_t* stream, int64_t stride, int64_t i, int v) {  // value i of a stream of words
+        const uint64_t u = uint64_t(uint32_t(v + (1 << (bits - 1))) & ((1u << bits) - 1)) << ((i * bits) % 32);
+        const int64_t k = i * bits / 32;
+        reinterpret_cast<uint32_t&>(stream[k * stride]) |= uint32_t(u);
+        if (u >> 32) reinterpret_cast<uint32_t&>(stream[(k + 1) * stride]) |= uint32_t(u >> 32);
+      };
       for (int64_t r = 0; r < n_out; ++r)
-        for (int64_t c = 0; c < n_in; ++c) {
-          const uint32_t u = uint32_t(q.q[size_t(r * n_in + c)] + (1 << (bits - 1))) & ((1u << bits) - 1);
-          uint32_t& w = reinterpret_cast<uint32_t&>(packed[size_t(r * words + c / per)]);
-          w |= u << (bits * (c % per));
-        }
+        for (int64_t c = 0; c < n_in; ++c) put(&packed[size_t(r * words)], 1, c, q.q[size_t(r * n_in + c)]);
       p_->add_raw(m + ".weight_packed", RawType::I32, {n_out, words}, packed);
       p_->add_float(m + ".weight_scale", {n_out, ng}, q.scales.data(), n_out * ng);
       p_->add_raw(m + ".weight_shape", RawType::I64, {2}, std::vector<int64_t>{n_out, n_in});
       if (!q.zeros.empty()) {
-        const int64_t zrows = (n_out + per - 1) / per;
+        const int64_t zrows = (n_out * bits + 31) / 32;
         std::vector<int32_t> zp(size_t(zrows * ng), 0);
         for (int64_t r = 0; r < n_out; ++r)
-          for (int g = 0; g < ng; ++g) {
-            const uint32_t u = uint32_t(q.zeros[size_t(r * ng + g)] + (1 << (bits - 1))) & ((1u << bits) - 1);
-            reinterpret_cast<uint32_t&>(zp[size_t((r / per) * ng + g)]) |= u << (bits * (r % per));
-          }
+          for (int g = 0; g < ng; ++g) put(&zp[size_t(g)], ng, r, q.zeros[size_t(r * ng + g)]);
         p_->add_raw(m + ".weight_zero_point", RawType::I32, {zrows, int64_t(ng)}, zp);
       }
       if (!q.g_idx.empty()) p_->add_raw(m + ".weight_g_idx", RawType::I32, {n_in}, q.g_idx);

@@ -22,6 +22,7 @@
 #include "rank/safetensors_file.h"
 #include "rank/sequence_runner.h"
 #include "rank/synth.h"
+#include "tests/rank/loader_test_util.h"
 
 namespace tp {
 namespace {
@@ -276,13 +277,72 @@ TEST(Quantize, BadArgumentsRefused) {
   EXPECT_THROW(parse_quant_method("hqq"), UsageError);
 }
 
-// w3a16 (no llm-compressor fixture: its presets have no 3-bit scheme): compressed-tensors' pack_to_int32 with
-// 3 bits puts ten values u = q + 4 in a word at bits 3k..3k+2 (top 2 bits 0) and pads a row to whole words, so
-// q_proj [256, 256] packs into 26 words a row and down_proj [256, 512] into 52. Every packed value must equal
-// RTN's q of the base weight (unpacked the way compressed-tensors unpacks), the padding must be 0, and our loader
-// must load it: logits within 0.6 relative L2 of the base (measured 0.42 on these Gaussian weights; the loader
-// copying 3-bit words as if they were nibble pairs measured 1.49; w4a16 g128 RTN measures 0.21).
-TEST(Quantize, W3A16PacksTenAWordAndLoads) {
+// w3a16 (no llm-compressor fixture: its presets have no 3-bit scheme): compressed-tensors' pack_to_int32 (0.19,
+// the peer venv's) packs densely: u = q + 4 of value c of a row at bits 3c..3c+2 of the row's little-endian I32
+// words, straddling two words where it falls across one, ceil(3 n_in / 32) words a row — q_proj [256, 256]
+// packs into 24 words a row and down_proj [256, 512] into 48. Every packed value must equal RTN's q of the base
+// weight (unpacked the way compressed-tensors unpacks), the tail bits must be 0, and our loader must load it:
+// logits within 0.6 relative L2 of the base (measured 0.42 on these Gaussian weights; the loader copying 3-bit
+// words as if they were nibble pairs measured 1.49; w4a16 g128 RTN measures 0.21). Older compressed-tensors put
+// ten values a word (top 2 bits unused, ceil(n_in / 10) words): the same checkpoint rewritten that way must load
+// to the same logits, bit for bit.
+
+// Value c (3 bits) of a dense row of `words` little-endian I32 words.
+uint32_t dense3(const uint8_t* row, int64_t words, int64_t c) {
+  uint64_t two = 0;
+  std::memcpy(&two, row + (c * 3 / 32) * 4, (c * 3 / 32 + 1 < words) ? 8 : 4);
+  return uint32_t(two >> (c * 3 % 32)) & 7;
+}
+
+// Copies `dir` to `out` with every weight_packed tensor (3-bit, dense) rewritten ten values a word.
+void write_ten_a_word_copy(const std::string& dir, const std::string& out) {
+  namespace fs = std::filesystem;
+  fs::create_directories(out);
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename() != "model.safetensors")
+      fs::copy_file(e.path(), out + "/" + e.path().filename().string(), fs::copy_options::overwrite_existing);
+  const std::vector<uint8_t> in = test::read_bytes(dir + "/model.safetensors");
+  uint64_t hlen;
+  std::memcpy(&hlen, in.data(), 8);
+  const json header = json::parse(std::string(in.begin() + 8, in.begin() + 8 + int64_t(hlen)));
+  json outh = json::object();
+  std::vector<uint8_t> data;
+  for (const auto& [name, t] : header.items()) {
+    if (name == "__metadata__") {
+      outh[name] = t;
+      continue;
+    }
+    const size_t b = t["data_offsets"][0].get<size_t>(), e = t["data_offsets"][1].get<size_t>();
+    std::vector<uint8_t> bytes(in.begin() + int64_t(8 + hlen + b), in.begin() + int64_t(8 + hlen + e));
+    json tt = t;
+    if (name.size() > 14 && name.substr(name.size() - 14) == ".weight_packed") {
+      const int64_t rows = t["shape"][0], words = t["shape"][1];
+      const int64_t n_in = words * 32 / 3, lwords = (n_in + 9) / 10;  // this model: 3 n_in a multiple of 32
+      std::vector<uint8_t> re(size_t(rows * lwords * 4), 0);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < n_in; ++c) {
+          uint32_t w;
+          std::memcpy(&w, re.data() + (r * lwords + c / 10) * 4, 4);
+          w |= dense3(bytes.data() + r * words * 4, words, c) << (3 * (c % 10));
+          std::memcpy(re.data() + (r * lwords + c / 10) * 4, &w, 4);
+        }
+      bytes = re;
+      tt["shape"] = {rows, lwords};
+    }
+    tt["data_offsets"] = {data.size(), data.size() + bytes.size()};
+    data.insert(data.end(), bytes.begin(), bytes.end());
+    outh[name] = tt;
+  }
+  const std::string hs = outh.dump();
+  const uint64_t hl = hs.size();
+  std::vector<uint8_t> file(8 + hl + data.size());
+  std::memcpy(file.data(), &hl, 8);
+  std::memcpy(file.data() + 8, hs.data(), hl);
+  std::memcpy(file.data() + 8 + hl, data.data(), data.size());
+  test::write_bytes(out + "/model.safetensors", file);
+}
+
+TEST(Quantize, W3A16PacksDenselyAndLoadsBothLayouts) {
   QuantizeOptions o;
   o.scheme = QuantScheme::W3A16;
   o.group_size = 64;
@@ -300,32 +360,32 @@ TEST(Quantize, W3A16PacksTenAWordAndLoads) {
     const SafetensorsTensor* w = base.find(std::string(mod) + ".weight");
     const SafetensorsTensor* p = q.find(std::string(mod) + ".weight_packed");
     ASSERT_TRUE(w && p);
-    const int64_t words = (n_in + 9) / 10;
+    const int64_t words = (n_in * 3 + 31) / 32;
     ASSERT_EQ(p->shape, (std::vector<int64_t>{n_out, words}));
     ASSERT_EQ(p->raw, RawType::I32);
     const QuantizedLinear rtn = quantize_rtn(spec, reinterpret_cast<const float*>(w->data), n_out, n_in);
-    int64_t mismatches = 0, dirty_padding = 0;
+    int64_t mismatches = 0, dirty_tail = 0;
     for (int64_t r = 0; r < n_out; ++r)
-      for (int64_t k = 0; k < words; ++k) {
-        uint32_t word;
-        std::memcpy(&word, p->data + (r * words + k) * 4, 4);
-        for (int64_t i = 0; i < 10; ++i) {
-          const int64_t c = k * 10 + i;
-          const int v = int((word >> (3 * i)) & 7) - 4;
-          if (c >= n_in)
-            dirty_padding += (word >> (3 * i)) & 7;
-          else
-            mismatches += v != rtn.q[size_t(r * n_in + c)];
-        }
-        dirty_padding += word >> 30;
+      for (int64_t c = 0; c < words * 32 / 3; ++c) {  // as unpack_from_int32: value c at bit 3c of the stream
+        const int v = int(dense3(p->data + r * words * 4, words, c)) - 4;
+        if (c >= n_in)
+          dirty_tail += v + 4;
+        else
+          mismatches += v != rtn.q[size_t(r * n_in + c)];
       }
     EXPECT_EQ(mismatches, 0);
-    EXPECT_EQ(dirty_padding, 0);
+    EXPECT_EQ(dirty_tail, 0);
   }
   const std::vector<int32_t> prompt = {5, 17, 300, 42, 7, 99, 256, 3};
-  const double d = rel_l2(logits_of(out, prompt), logits_of(base_model(), prompt));
+  const std::vector<float> dense = logits_of(out, prompt);
+  const double d = rel_l2(dense, logits_of(base_model(), prompt));
   std::printf("w3a16 g64 rtn logits rel. L2 vs base %.4f\n", d);
   EXPECT_LT(d, 0.6);
+  const std::string legacy = scratch() + "/quantized_w3a16_ten_a_word";
+  write_ten_a_word_copy(out, legacy);
+  const SafetensorsFile lq(legacy + "/model.safetensors");
+  ASSERT_EQ(lq.find("model.layers.0.self_attn.q_proj.weight_packed")->shape, (std::vector<int64_t>{256, 26}));
+  EXPECT_EQ(logits_of(legacy, prompt), dense);
 }
 
 }  // namespace
