@@ -34,10 +34,11 @@ declare -A CASES=(
   [w4a16_asym_g64]="--scheme w4a16-asym --group-size 64"
   [w8a16]="--scheme w8a16"
   [w8a8_int8]="--scheme w8a8-int8"
+  [w3a16_g64]="--scheme w3a16 --group-size 64"
   [w4a16_g64_gptq_actorder]="--scheme w4a16 --group-size 64 --method gptq --act-order --calib /usr/share/common-licenses/GPL-3 --calib-tokens 1024 --calib-seq-len 128"
 )
 names=()
-for c in w4a16_g64 w4a16_channel w4a16_asym_g64 w8a16 w8a8_int8 w4a16_g64_gptq_actorder; do
+for c in w4a16_g64 w4a16_channel w4a16_asym_g64 w8a16 w8a8_int8 w3a16_g64 w4a16_g64_gptq_actorder; do
   # shellcheck disable=SC2086
   "$TPSERVE" quantize --in "$W/base" --out "$W/$c" ${CASES[$c]} --threads 1 >/dev/null
   echo "${CASES[$c]}" > "$W/$c/.flags"

@@ -82,6 +82,7 @@ const Case kCases[] = {
     {"w4a16_asym_g64", "--scheme w4a16-asym --group-size 64", QuantScheme::W4A16Asym, 64, false, 1e-5, 0},
     {"w8a16", "--scheme w8a16", QuantScheme::W8A16, -1, false, 1e-5, 0},
     {"w8a8_int8", "--scheme w8a8-int8", QuantScheme::W8A8Int8, -1, false, 0.03, 0.02},
+    {"w3a16_g64", "--scheme w3a16 --group-size 64", QuantScheme::W3A16, 64, false, 1e-5, 0},
     {"w4a16_g64_gptq_actorder",
      "--scheme w4a16 --group-size 64 --method gptq --act-order --calib /usr/share/common-licenses/GPL-3 "
      "--calib-tokens 1024 --calib-seq-len 128",
