@@ -446,9 +446,14 @@ const TensorView& need_packed(const ModelFile& f, const std::string& name, int64
   return need(f, name, {RawType::I32}, false, shape(*dense ? dw : lw));
 }
 
+// The stream bit where packed value i starts (dense, or per = 32 / bits values a word).
+int64_t packed_bit(int64_t i, int bits, bool dense) {
+  return dense ? i * bits : (i / (32 / bits)) * 32 + (i % (32 / bits)) * bits;
+}
+
 // Packed value i (unsigned, bits wide) of a stream of little-endian I32 words at `words` (n_words of them).
 uint32_t packed_value(const uint8_t* words, int64_t n_words, int64_t i, int bits, bool dense) {
-  const int64_t bit = dense ? i * bits : (i / (32 / bits)) * 32 + (i % (32 / bits)) * bits;
+  const int64_t bit = packed_bit(i, bits, dense);
   uint64_t two = 0;
   std::memcpy(&two, words + (bit / 32) * 4, bit / 32 + 1 < n_words ? 8 : 4);
   return uint32_t(two >> (bit % 32)) & ((1u << bits) - 1);
@@ -520,7 +525,7 @@ int zero_at(const IntModule& m, int64_t n_out, int64_t r, int64_t g) {
   (void)n_out;
   // Packed along rows: column g of the [words, n_groups] words holds the stream of rows.
   const int64_t words = m.zero->shape[0];
-  const int64_t bit = m.zero_dense ? r * m.bits : (r / (32 / m.bits)) * 32 + (r % (32 / m.bits)) * m.bits;
+  const int64_t bit = packed_bit(r, m.bits, m.zero_dense);
   uint64_t two = uint32_t(int_at(*m.zero, (bit / 32) * m.n_groups + g));
   if (bit / 32 + 1 < words) two |= uint64_t(uint32_t(int_at(*m.zero, (bit / 32 + 1) * m.n_groups + g))) << 32;
   return int(uint32_t(two >> (bit % 32)) & ((1u << m.bits) - 1)) - (1 << (m.bits - 1));
