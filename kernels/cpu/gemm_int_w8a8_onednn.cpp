@@ -1,7 +1,9 @@
 // The int8 × int8 GEMM behind W8A8 prefill (packed_kernels.h: onednn_s8_gemm): oneDNN matmul, s8 activations
 // × s8 weights → s32, the weights read in place ([n_out, n_in] row-major is oneDNN's [K, N] "ba"; no copy).
 // On AVX-512 VNNI CPUs oneDNN runs its brgemm VNNI kernel (it handles the s8-source compensation itself):
-// measured on a Zen 4 core ≈ 2× its BF16 matmul at m = 512 (bench/results/decode-quant-zen4-*.md).
+// measured on a Zen 4 core ≈ 2× its BF16 matmul at m = 512 (bench/results/decode-quant-zen4-*.md). Only used
+// where the CPU has VNNI (AVX-512 or AVX) or AMX int8: oneDNN's pre-VNNI int8 kernels (vpmaddubsw) saturate the
+// int16 pair sums, so their s32 result is not exact (NMSE 0.02 on a Zen 3 core with full-range activations).
 // Primitives are cached per calling thread by (m, n_out, n_in), as onednn_matmul.cpp does for BF16/F32.
 #include <omp.h>
 
@@ -50,8 +52,14 @@ dnnl::matmul& primitive(Context& ctx, const Key& k) {
   return ctx.primitives.emplace(k, dnnl::matmul(pd)).first->second;
 }
 
+bool cpu_int8_exact() {
+  return __builtin_cpu_supports("avx512vnni") || __builtin_cpu_supports("avxvnni") ||
+         __builtin_cpu_supports("amx-int8");
+}
+
 bool supported() {
   static const bool ok = [] {
+    if (!cpu_int8_exact()) return false;
     try {
       Context ctx;
       primitive(ctx, Key{16, 64, 64});
