@@ -8,8 +8,8 @@ chunk). Users start spread over [0, 2 x THINK]. Each policy runs on fresh replic
 fresh router. Rounds alternate the policy order.
 Arrivals: closed loop by default (a user's next turn THINK seconds after the previous answer, so a slow policy
 also gets fewer requests: its TTFT and its throughput move together). --arrival-rate R > 0 makes it open loop:
-the USERS x TURNS requests arrive as a Poisson process of R requests/s (seeded; the k-th arrival is turn k // USERS of
-user k % USERS), whatever the policy; a turn whose user is still reading the previous answer is sent when that
+the USERS x TURNS requests arrive as a Poisson process of R requests/s (seeded; each arrival is the next turn of a
+user drawn without replacement from TURNS copies of every user), whatever the policy; a turn whose user is still reading the previous answer is sent when that
 answer ends (a user cannot ask before reading it), and its TTFT counts from its scheduled arrival, so a backlog
 shows as latency instead of as fewer requests.
 Policies: round_robin, least_load, prefix_aware, and prefix_aware+fetch (prefix_aware with router.kv_fetch: a
@@ -131,12 +131,15 @@ def run_policy(policy, seed):
     lock = threading.Lock()
     rng = random.Random(seed)
     delays = [rng.uniform(0, a.think * 2) for _ in range(a.users)]
-    arrivals, clock = [], 0.0  # open loop: arrivals[u][t], seconds after t0
-    for k in range(a.users * a.turns):
+    # Open loop: arrivals[u][t], seconds after t0. The k-th arrival goes to a user drawn without replacement from
+    # TURNS copies of every user (seeded): a fixed interleaving (user k % USERS) would send each user to one replica
+    # under round_robin (its cursor moves once per request), making round_robin sticky by accident.
+    order = [u for u in range(a.users) for _ in range(a.turns)]
+    rng.shuffle(order)
+    arrivals, clock = [[] for _ in range(a.users)], 0.0
+    for u in order:
         clock += rng.expovariate(a.arrival_rate) if a.arrival_rate > 0 else 0
-        if k < a.users:
-            arrivals.append([])
-        arrivals[k % a.users].append(clock)
+        arrivals[u].append(clock)
     lateness, gens = [], {}
 
     def user(u):
