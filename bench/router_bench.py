@@ -6,6 +6,12 @@ conversation so far (the history grows turn by turn, so which replica holds it m
 seconds between a user's turns, MAX_TOKENS greedy tokens a turn, streamed (TTFT measured at the first content
 chunk). Users start spread over [0, 2 x THINK]. Each policy runs on fresh replicas (empty prefix caches) and a
 fresh router. Rounds alternate the policy order.
+Arrivals: closed loop by default (a user's next turn THINK seconds after the previous answer, so a slow policy
+also gets fewer requests: its TTFT and its throughput move together). --arrival-rate R > 0 makes it open loop:
+the USERS x TURNS requests arrive as a Poisson process of R requests/s (seeded; each arrival is the next turn of a
+user drawn without replacement from TURNS copies of every user), whatever the policy; a turn whose user is still reading the previous answer is sent when that
+answer ends (a user cannot ask before reading it), and its TTFT counts from its scheduled arrival, so a backlog
+shows as latency instead of as fewer requests.
 Policies: round_robin, least_load, prefix_aware, and prefix_aware+fetch (prefix_aware with router.kv_fetch: a
 request the cost sends away from a loaded holder carries kv_transfer_params.fetch_from, and the receiving replica
 fetches the blocks over UCX instead of recomputing them).
@@ -17,7 +23,7 @@ KV pressure: --kv-mb sets each replica's cache.memory_mb (run_router_bench.sh sa
 KV pool in tokens and the conversations' distinct tokens at the end (via the replicas' /tokenize). TTFT's parts on
 the replicas: mean queue time (scheduled - arrival) and prefill time (first token - scheduled), and preemptions.
 usage: router_bench.py TPSERVE REPO_ROOT [--users 16] [--turns 5] [--systems 4] [--user-words 60] [--max-tokens 16]
-                       [--think 0.5] [--kv-mb 109] [--max-batched-tokens 256] [--rounds 1]
+                       [--think 0.5] [--kv-mb 109] [--max-batched-tokens 256] [--rounds 1] [--arrival-rate 0]
                        [--policies prefix_aware,prefix_aware+fetch,least_load,round_robin] [--json OUT]"""
 import argparse, http.client, json, os, random, statistics, subprocess, sys, tempfile, threading, time
 
@@ -30,6 +36,8 @@ ap.add_argument("--think", type=float, default=0.5); ap.add_argument("--rounds",
 ap.add_argument("--kv-mb", type=int, default=109, help="cache.memory_mb of each replica (its KV pool)")
 ap.add_argument("--max-batched-tokens", type=int, default=256, help="scheduler.max_num_batched_tokens (0: default)")
 ap.add_argument("--policies", default="prefix_aware,prefix_aware+fetch,least_load,round_robin")
+ap.add_argument("--arrival-rate", type=float, default=0,
+                help="requests/s of an open-loop Poisson arrival process (0: closed loop with --think)")
 ap.add_argument("--json")
 a = ap.parse_args()
 MODEL = os.path.join(os.path.abspath(a.root), "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -123,19 +131,39 @@ def run_policy(policy, seed):
     lock = threading.Lock()
     rng = random.Random(seed)
     delays = [rng.uniform(0, a.think * 2) for _ in range(a.users)]
+    # Open loop: arrivals[u][t], seconds after t0. The k-th arrival goes to a user drawn without replacement from
+    # TURNS copies of every user (seeded): a fixed interleaving (user k % USERS) would send each user to one replica
+    # under round_robin (its cursor moves once per request), making round_robin sticky by accident.
+    order = [u for u in range(a.users) for _ in range(a.turns)]
+    rng.shuffle(order)
+    arrivals, clock = [[] for _ in range(a.users)], 0.0
+    for u in order:
+        clock += rng.expovariate(a.arrival_rate) if a.arrival_rate > 0 else 0
+        arrivals[u].append(clock)
+    lateness, gens = [], {}
 
     def user(u):
-        time.sleep(delays[u])
+        if a.arrival_rate <= 0:
+            time.sleep(delays[u])
         msgs = [{"role": "system", "content": SYSTEMS[u % a.systems]}]
         for t in range(a.turns):
             msgs.append({"role": "user", "content": f"User {u}, question {t}: my notes are: {notes(u, t)}. "
                                                     f"What do they say about {TOPICS[(u + t) % 8]}?"})
+            late = 0.0
+            if a.arrival_rate > 0:
+                wait = t0 + arrivals[u][t] - time.time()
+                if wait > 0:
+                    time.sleep(wait)
+                late = max(0.0, -wait)
             ttft, text, n = turn(rp, msgs)
             msgs.append({"role": "assistant", "content": text})
+            gens.setdefault(u, []).append(n)
             with lock:
-                ttfts.append(ttft)
+                ttfts.append(ttft + late)
+                lateness.append(late)
                 n_out[0] += n
-            time.sleep(a.think)
+            if a.arrival_rate <= 0:
+                time.sleep(a.think)
         with lock:
             convs[u] = msgs
 
@@ -147,7 +175,9 @@ def run_policy(policy, seed):
     rm = get(rp, "/metrics")
     routed = [r["routed"] for r in json.loads(get(rp, "/router/replicas"))["replicas"]]
     q = h = fetches = fetched = 0.0
-    sums = {k: 0.0 for k in ("queue_s", "queue_n", "prefill_s", "prefill_n", "ttft_s", "ttft_n", "preempt")}
+    busy = []  # per replica: engine step seconds (all parts), computed tokens, steps
+    sums = {k: 0.0 for k in ("queue_s", "queue_n", "prefill_s", "prefill_n", "ttft_s", "ttft_n", "preempt",
+                                 "held_evicted")}
     for _, p in reps:
         m = get(p, "/metrics")
         q += metric(m, "vllm:prefix_cache_queries_total")
@@ -159,11 +189,30 @@ def run_policy(policy, seed):
             sums[k + "_s"] += metric(m, name + "_sum")
             sums[k + "_n"] += metric(m, name + "_count")
         sums["preempt"] += metric(m, "vllm:num_preemptions_total")
+        sums["held_evicted"] += metric(m, "tpserve:kv_held_blocks_evicted_total")
+        busy.append([round(metric(m, "tpserve:step_time_seconds_total"), 2), metric(m, "tpserve:computed_tokens_total"),
+                     metric(m, "tpserve:engine_steps_total")])
     kv_tokens = metric(get(reps[0][1], "/metrics"), "tpserve:kv_cache_blocks_total") * 16
     # Every user's whole conversation at the end, as tokens; the shared system prompts counted once.
     sys_tok = [n_tokens(reps[0][1], [{"role": "system", "content": SYSTEMS[s]}]) for s in range(a.systems)]
     histories = sum(n_tokens(reps[0][1], convs[u]) - sys_tok[u % a.systems] for u in convs) + sum(
         sys_tok[s] for s in range(min(a.systems, a.users)))
+    # The least prefill this workload needs (one cache that never evicts, each system prompt computed once): a
+    # turn recomputes its prompt less the whole blocks of the previous turn's prompt + output (all but the last
+    # output token are computed), never its last token; a first turn reuses its system prompt if another user ran it.
+    ideal, seen = 0, set()
+    for u in convs:
+        prev = None
+        for t in range(a.turns):
+            upto = convs[u][:2 + 2 * t]  # system, then user/assistant pairs, ending with turn t's user message
+            n = post(reps[0][1], "/tokenize", {"messages": upto, "add_generation_prompt": True})["count"]
+            if prev is None:
+                cached = sys_tok[u % a.systems] // 16 * 16 if u % a.systems in seen else 0
+                seen.add(u % a.systems)
+            else:
+                cached = (prev[0] + prev[1] - 1) // 16 * 16
+            ideal += n - min(cached, (n - 1) // 16 * 16)
+            prev = (n, gens[u][t])
     for p, _ in reps + [(router, 0)]:
         p.terminate()
     for p, _ in reps + [(router, 0)]:
@@ -177,6 +226,8 @@ def run_policy(policy, seed):
             "prompt_tokens": q, "kv_fetch_hints": metric(rm, "tpserve_router_kv_fetch_hints_total"),
             "kv_fetches": fetches, "kv_fetched_blocks": fetched, "kv_tokens_per_replica": kv_tokens,
             "history_tokens": histories, "routed_per_replica": routed, "preemptions": sums["preempt"],
+            "held_blocks_evicted": sums["held_evicted"], "least_recompute_tokens": ideal, "late_sends": sum(1 for x in lateness if x > 0), "late_mean_s": statistics.mean(lateness),
+            "replica_busy_s": busy,
             "server_queue_mean_s": sums["queue_s"] / max(sums["queue_n"], 1),
             "server_prefill_mean_s": sums["prefill_s"] / max(sums["prefill_n"], 1),
             "server_ttft_mean_s": sums["ttft_s"] / max(sums["ttft_n"], 1)}

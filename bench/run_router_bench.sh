@@ -4,6 +4,7 @@
 # x tp 1 (1 thread each) on SmolLM2, written to bench/results/router-YYYYMMDD-HHMM.md with the command line, the
 # CPU, `uptime` before and after, and the workload's parameters.
 #   bench/run_router_bench.sh [router_bench.py options]     e.g. --users 16 --turns 5 --rounds 2 --kv-mb 109
+#   (--arrival-rate R: the open-loop variant, Poisson arrivals at R requests/s; the default stays closed loop)
 #
 # The default workload is sized so that KV capacity, not compute alone, separates the policies, as in the
 # deployments the cache-aware routers (SGLang, Dynamo, llm-d) are measured on: 16 users on 4 shared system prompts
@@ -48,22 +49,29 @@ import json, sys
 doc = json.load(open(sys.argv[1]))
 rows = doc["rows"]
 w = doc["workload"]
+arrivals = (f"open loop: Poisson arrivals at {w['arrival_rate']} requests/s (TTFT from the scheduled arrival)"
+            if w.get("arrival_rate") else f"closed loop: think time {w['think']} s")
 print(f"Workload: {w['users']} users on {w['systems']} shared system prompts, {w['turns']} turns each, "
-      f"{w['user_words']} pasted words a turn, {w['max_tokens']} output tokens a turn, think time {w['think']} s; "
+      f"{w['user_words']} pasted words a turn, {w['max_tokens']} output tokens a turn, {arrivals}; "
       f"{w['rounds']} round(s), policy order alternating by round.  ")
 kv, hist = rows[0]["kv_tokens_per_replica"], rows[0]["history_tokens"]
 print(f"KV pool per replica: cache.memory_mb {w['kv_mb']} = {kv:.0f} tokens; all conversations at their end: "
       f"{hist:.0f} distinct tokens (shared system prompts once), so one replica holds {kv / hist:.2f} of them."
-      + (f" scheduler.max_num_batched_tokens {w['max_batched_tokens']}." if w.get("max_batched_tokens") else ""))
+      + (f" scheduler.max_num_batched_tokens {w['max_batched_tokens']}." if w.get("max_batched_tokens") else "")
+      + (f" The least prefill the conversations need (one cache that never evicts, each system prompt once): "
+         f"{rows[0]['least_recompute_tokens']:.0f} tokens." if "least_recompute_tokens" in rows[0] else ""))
 print()
-print("| round | policy | requests | output tok/s | TTFT p50 (s) | TTFT p99 (s) | router prefix hit | replica prefix-cache hit | prompt tokens | recomputed prompt tokens | fetch hints | KV fetches (blocks) | server queue / prefill / TTFT mean (s) | preemptions |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+print("| round | policy | requests | output tok/s | TTFT p50 (s) | TTFT p99 (s) | router prefix hit | replica prefix-cache hit | prompt tokens | recomputed prompt tokens | fetch hints | KV fetches (blocks) | server queue / prefill / TTFT mean (s) | preemptions | held blocks evicted | routed A / B | engine busy s A / B | computed tokens A / B |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
     print(f"| {r['round']} | {r['policy']} | {r['requests']} | {r['output_tok_s']:.1f} | {r['ttft_p50_s']:.3f} | "
           f"{r['ttft_p99_s']:.3f} | {r['router_prefix_hit_rate']:.2f} | {r['replica_prefix_hit_rate']:.2f} | "
           f"{r['prompt_tokens']:.0f} | {r['recomputed_prompt_tokens']:.0f} | {r['kv_fetch_hints']:.0f} | "
           f"{r['kv_fetches']:.0f} ({r['kv_fetched_blocks']:.0f}) | {r['server_queue_mean_s']:.2f} / "
-          f"{r['server_prefill_mean_s']:.2f} / {r['server_ttft_mean_s']:.2f} | {r['preemptions']:.0f} |")
+          f"{r['server_prefill_mean_s']:.2f} / {r['server_ttft_mean_s']:.2f} | {r['preemptions']:.0f} | {r.get('held_blocks_evicted', 0):.0f} | "
+          f"{' / '.join(str(x) for x in r.get('routed_per_replica', []))} | "
+          f"{' / '.join(f'{b[0]:.1f}' for b in r.get('replica_busy_s', []))} | "
+          f"{' / '.join(f'{b[1]:.0f}' for b in r.get('replica_busy_s', []))} |")
 by = {}
 for r in rows:
     by.setdefault(r["policy"], []).append(r)

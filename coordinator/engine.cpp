@@ -436,6 +436,8 @@ void Engine::publish(std::vector<Delivery>& deliveries) {
     m.kv_usage = bm.usage();
     m.prefix_query_tokens = bm.prefix_stats().n_query_tokens;
     m.prefix_hit_tokens = bm.prefix_stats().n_hit_tokens;
+    m.n_held_blocks = bm.n_held_blocks();
+    m.n_held_evicted = bm.n_held_evicted();
     m.n_prompt_tokens = scheduler_.n_prompt_tokens();
     m.n_generation_tokens = n_generation_tokens_;
     m.n_computed_tokens = scheduler_.n_computed_tokens();

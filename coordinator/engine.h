@@ -71,6 +71,8 @@ struct EngineMetrics {
   double kv_usage = 0;
   int64_t prefix_query_tokens = 0;
   int64_t prefix_hit_tokens = 0;
+  int64_t n_held_blocks = 0;         // cached blocks a waiting request holds (BlockManager::hold_prefix)
+  int64_t n_held_evicted = 0;        // held blocks evicted anyway (nothing else was evictable), since start
   int64_t n_prompt_tokens = 0;
   int64_t n_generation_tokens = 0;
   int64_t n_computed_tokens = 0;

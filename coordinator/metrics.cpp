@@ -257,6 +257,12 @@ std::string ServerMetrics::render(const EngineMetrics& m) const {
          double(m.prefix_query_tokens));
   single(out, name("prefix_cache_hits_total"), "counter",
          "Prompt tokens found in the prefix cache; hit rate = hits / queries.", lb, double(m.prefix_hit_tokens));
+  single(out, "tpserve:kv_held_blocks", "gauge",
+         "Cached KV blocks that waiting requests hold (their matched prefix, evicted after every other block).", lb,
+         double(m.n_held_blocks));
+  single(out, "tpserve:kv_held_blocks_evicted_total", "counter",
+         "Held KV blocks evicted anyway because no other block was evictable (the request recomputes them).", lb,
+         double(m.n_held_evicted));
   single(out, "tpserve:kv_cache_blocks_total", "gauge", "KV blocks in the pool (per rank; every rank has as many).",
          lb, double(m.n_blocks));
   single(out, "tpserve:kv_cache_bytes_per_token", "gauge",

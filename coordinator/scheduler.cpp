@@ -79,6 +79,7 @@ void Scheduler::add(std::unique_ptr<Sequence> seq) {
   }
   split.insert(split.begin(), std::move(seq));
   for (auto& s : split) {
+    hold(*s);
     waiting_.push_back(s.get());
     const int64_t id = s->id;
     seqs_.emplace(id, std::move(s));
@@ -94,6 +95,7 @@ std::unique_ptr<Sequence> Scheduler::remove(int64_t id) {
     running_.erase(r);
   } else {
     waiting_.erase(std::find(waiting_.begin(), waiting_.end(), s));
+    bm_.release_hold(id);
   }
   std::unique_ptr<Sequence> out = std::move(it->second);
   seqs_.erase(it);
@@ -135,9 +137,17 @@ Sequence* Scheduler::pick_victim(const std::unordered_set<int64_t>& planned) con
   return victim;
 }
 
+void Scheduler::hold(const Sequence& s) {
+  if (s.needs_prompt_logprobs()) return;  // computes its whole prompt: no prefix to keep
+  // What admission can hit: whole blocks, leaving >= 1 token to compute (BlockManager::can_allocate).
+  bm_.hold_prefix(s.id, std::span<const int32_t>(s.tokens.data(), size_t(s.n_schedulable())),
+                  (s.n_schedulable() - 1) / cfg_.block_size);
+}
+
 void Scheduler::preempt(Sequence& s, ScheduledStep& out) {
   bm_.free(s.id);
   running_.erase(std::find(running_.begin(), running_.end(), &s));
+  hold(s);  // its blocks just became evictable; it is the next to be admitted
   waiting_.push_front(&s);
   ++s.n_preemptions;
   ++n_preemptions_;
@@ -200,6 +210,7 @@ void Scheduler::admit(int64_t& budget, ScheduledStep& out) {
     const int64_t extra_blocks = is_static ? cfg_.blocks_for(cfg_.max_context) - cfg_.blocks_for(p.n_slot_tokens) : 0;
     if (!p.fits || p.n_new_blocks + extra_blocks > p.n_available) break;
     const int64_t cached = bm_.allocate(p);
+    bm_.release_hold(s.id);  // its hits are in use now
     if (is_static && cfg_.max_context > p.n_slot_tokens) {
       const AppendResult r = bm_.append_slots(s.id, cfg_.max_context - p.n_slot_tokens);
       out.plan.block_copies.insert(out.plan.block_copies.end(), r.copies.begin(), r.copies.end());
@@ -222,7 +233,15 @@ void Scheduler::admit(int64_t& budget, ScheduledStep& out) {
   }
 }
 
+void Scheduler::refresh_holds() {
+  if (bm_.cache_version() == held_version_) return;  // nothing was cached or evicted since the last refresh
+  // Back to front: the front of the queue is admitted first, so its blocks end the most recently held.
+  for (auto it = waiting_.rbegin(); it != waiting_.rend(); ++it) hold(**it);
+  held_version_ = bm_.cache_version();
+}
+
 ScheduledStep Scheduler::schedule() {
+  refresh_holds();
   ScheduledStep out;
   int64_t budget = cfg_.max_num_batched_tokens;
   std::unordered_set<int64_t> planned;

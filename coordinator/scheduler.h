@@ -14,6 +14,9 @@
 // running sequence not yet planned in this step is preempted (recompute): its blocks are freed and it goes
 // to the FRONT of the waiting queue; if that victim is the sequence itself, it is skipped this step.
 // On readmission its prompt + generated tokens are computed again (minus prefix hits).
+// Waiting sequences hold their cached prefix (BlockManager::hold_prefix: from add() or a preemption, refreshed
+// before each schedule() when the cache changed, until admission or remove()): under KV pressure the LRU evicts blocks no waiting sequence wants first, so a request
+// does not lose the prefix it matched on arrival while it queues. A hold never blocks an allocation.
 // Choices (Sequence::pending_forks, n > 1): admission needs room in max_num_seqs for every choice; the prompt
 // minus its last token is prefilled once, then commit() forks the pending choices off it (they join the
 // running set sharing its blocks). A one-token prompt has nothing to share, and a static reservation cannot
@@ -121,6 +124,12 @@ class Scheduler {
   // Grows s's slots to n_slots, preempting as needed. False when s itself was preempted.
   bool reserve_slots(Sequence& s, int64_t n_slots, const std::unordered_set<int64_t>& planned, ScheduledStep& out);
   Sequence* pick_victim(const std::unordered_set<int64_t>& planned) const;
+  // Holds the cached prefix waiting sequence s will hit (BlockManager::hold_prefix, hold id = s.id), so the
+  // LRU evicts other blocks first while it waits; admission and remove() release it.
+  void hold(const Sequence& s);
+  // Before planning: every waiting sequence holds its longest cached prefix now (blocks cached since it arrived,
+  // e.g. a shared prefix another request computed meanwhile, join its hold).
+  void refresh_holds();
   void preempt(Sequence& s, ScheduledStep& out);
   void admit(int64_t& budget, ScheduledStep& out);
   void plan_tokens(const Sequence& s, int64_t start, int64_t n, ScheduledStep& out) const;
@@ -135,6 +144,7 @@ class Scheduler {
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;                                // admission order
   int64_t next_admit_order_ = 0;
+  uint64_t held_version_ = 0;  // bm_.cache_version() at the last refresh_holds()
   int64_t n_preemptions_ = 0, n_first_admissions_ = 0, n_prompt_tokens_ = 0, n_computed_tokens_ = 0;
 };
 

@@ -35,9 +35,11 @@ uint64_t default_block_hash(uint64_t parent_hash, std::span<const int32_t> token
 // ---- LruEvictionPolicy ---------------------------------------------------------------------------
 
 void LruEvictionPolicy::reset(int32_t n_blocks) {
-  prev_.assign(size_t(n_blocks) + 1, n_blocks);
-  next_.assign(size_t(n_blocks) + 1, n_blocks);
+  prev_.assign(size_t(n_blocks) + 2, 0);
+  next_.assign(size_t(n_blocks) + 2, 0);
+  for (const bool prot : {false, true}) prev_[size_t(sentinel(prot))] = next_[size_t(sentinel(prot))] = sentinel(prot);
   member_.assign(size_t(n_blocks), 0);
+  protected_.assign(size_t(n_blocks), 0);
   size_ = 0;
 }
 
@@ -45,29 +47,38 @@ bool LruEvictionPolicy::contains(int32_t block) const {
   return block >= 0 && size_t(block) < member_.size() && member_[size_t(block)] != 0;
 }
 
-void LruEvictionPolicy::add(int32_t block) {
-  if (block < 0 || size_t(block) >= member_.size() || member_[size_t(block)]) fail("lru.add", "bad block");
-  const int32_t s = sentinel(), last = prev_[size_t(s)];
+void LruEvictionPolicy::link_last(int32_t block) {
+  const int32_t s = sentinel(protected_[size_t(block)] != 0), last = prev_[size_t(s)];
   prev_[size_t(block)] = last;
   next_[size_t(block)] = s;
   next_[size_t(last)] = block;
   prev_[size_t(s)] = block;
+}
+
+void LruEvictionPolicy::unlink(int32_t block) {
+  const int32_t p = prev_[size_t(block)], n = next_[size_t(block)];
+  next_[size_t(p)] = n;
+  prev_[size_t(n)] = p;
+}
+
+void LruEvictionPolicy::add(int32_t block) {
+  if (block < 0 || size_t(block) >= member_.size() || member_[size_t(block)]) fail("lru.add", "bad block");
+  link_last(block);
   member_[size_t(block)] = 1;
   ++size_;
 }
 
 void LruEvictionPolicy::remove(int32_t block) {
   if (!contains(block)) fail("lru.remove", "block " + std::to_string(block) + " is not a member");
-  const int32_t p = prev_[size_t(block)], n = next_[size_t(block)];
-  next_[size_t(p)] = n;
-  prev_[size_t(n)] = p;
+  unlink(block);
   member_[size_t(block)] = 0;
   --size_;
 }
 
 int32_t LruEvictionPolicy::pop_victim() {
   if (size_ == 0) fail("lru.pop_victim", "empty");
-  const int32_t victim = next_[size_t(sentinel())];
+  const int32_t plain = sentinel(false);
+  const int32_t victim = next_[size_t(plain)] != plain ? next_[size_t(plain)] : next_[size_t(sentinel(true))];
   remove(victim);
   return victim;
 }
@@ -75,8 +86,18 @@ int32_t LruEvictionPolicy::pop_victim() {
 std::vector<int32_t> LruEvictionPolicy::victim_order() const {
   std::vector<int32_t> out;
   out.reserve(size_t(size_));
-  for (int32_t b = next_[size_t(sentinel())]; b != sentinel(); b = next_[size_t(b)]) out.push_back(b);
+  for (const bool prot : {false, true})
+    for (int32_t b = next_[size_t(sentinel(prot))]; b != sentinel(prot); b = next_[size_t(b)]) out.push_back(b);
   return out;
+}
+
+void LruEvictionPolicy::set_protected(int32_t block, bool on) {
+  if (block < 0 || size_t(block) >= protected_.size()) fail("lru.set_protected", "bad block");
+  if ((protected_[size_t(block)] != 0) == on) return;
+  const bool member = member_[size_t(block)] != 0;
+  if (member) unlink(block);
+  protected_[size_t(block)] = on ? 1 : 0;
+  if (member) link_last(block);
 }
 
 // ---- BlockManager: helpers -----------------------------------------------------------------------
@@ -168,7 +189,14 @@ void BlockManager::uncache(int32_t block) {
     e.medium = events_medium_;
     events_.push_back(std::move(e));
   }
-  m.prefix_id = m.parent_prefix_id = m.hash = 0;
+  if (m.n_holds > 0) {  // evicted although a waiting request wanted it: nothing else was left
+    m.n_holds = 0;
+    --n_held_blocks_;
+    ++n_held_evicted_;
+    eviction_->set_protected(block, false);
+  }
+  m.prefix_id = m.parent_prefix_id = m.hash = m.stamp = 0;
+  ++n_uncached_;
 }
 
 int32_t BlockManager::take_block() {
@@ -339,6 +367,7 @@ void BlockManager::register_full_block(SeqState& s, int32_t block) {
   m.prefix_id = id;
   m.parent_prefix_id = s.chain_prefix_id;
   m.hash = h;
+  m.stamp = next_stamp_++;
   std::copy(s.partial.begin(), s.partial.end(), block_tokens_.begin() + ptrdiff_t(block) * block_size_);
   if (record_events_ && index_.count(h) == 0) {  // the first block under this hash
     KvEvent e;
@@ -379,6 +408,45 @@ void BlockManager::commit_tokens(int64_t seq_id, std::span<const int32_t> tokens
       s.partial.clear();
     }
   }
+}
+
+// ---- holds ---------------------------------------------------------------------------------------
+
+int32_t BlockManager::hold_prefix(int64_t hold_id, std::span<const int32_t> tokens, int64_t max_blocks) {
+  const PrefixMatch match = match_prefix(tokens, max_blocks);  // before the release: it changes no cache state
+  release_hold(hold_id);
+  if (match.blocks.empty()) return 0;
+  std::vector<HeldBlock> held(match.blocks.size());
+  // Tail first, so that among held blocks the head is the most recent (evicted last).
+  for (size_t i = match.blocks.size(); i-- > 0;) {
+    const int32_t b = match.blocks[i];
+    BlockMeta& m = blocks_[size_t(b)];
+    if (m.n_holds++ == 0) {
+      ++n_held_blocks_;
+      eviction_->set_protected(b, true);  // an evictable member moves to the protected most recent end
+    } else if (eviction_->contains(b)) {  // already protected: touch it
+      eviction_->remove(b);
+      eviction_->add(b);
+    }
+    held[i] = {b, m.stamp};
+  }
+  const int32_t n = int32_t(held.size());
+  holds_.emplace(hold_id, std::move(held));
+  return n;
+}
+
+void BlockManager::release_hold(int64_t hold_id) {
+  const auto it = holds_.find(hold_id);
+  if (it == holds_.end()) return;
+  for (auto h = it->second.rbegin(); h != it->second.rend(); ++h) {  // tail first: the head ends most recent
+    BlockMeta& m = blocks_[size_t(h->block)];
+    if (m.stamp != h->stamp || m.n_holds == 0) continue;  // evicted since the hold was made
+    if (--m.n_holds == 0) {
+      --n_held_blocks_;
+      eviction_->set_protected(h->block, false);
+    }
+  }
+  holds_.erase(it);
 }
 
 // ---- release / sharing ---------------------------------------------------------------------------
@@ -495,6 +563,19 @@ void BlockManager::check_invariants() const {
     }
   }
   if (index_.size() != n_cached) fail(op, "prefix index has entries for uncached blocks");
+  std::vector<int32_t> wants(nb, 0);
+  for (const auto& [id, held] : holds_)
+    for (const HeldBlock& h : held)
+      if (h.block < 0 || size_t(h.block) >= nb) fail(op, "hold " + std::to_string(id) + ": block out of range");
+      else if (h.stamp != 0 && blocks_[size_t(h.block)].stamp == h.stamp) ++wants[size_t(h.block)];
+  int32_t n_held = 0;
+  for (size_t b = 0; b < nb; ++b) {
+    if (blocks_[b].n_holds != wants[b])
+      fail(op, "block " + std::to_string(b) + ": n_holds " + std::to_string(blocks_[b].n_holds) + " but " +
+                   std::to_string(wants[b]) + " holds want it");
+    n_held += wants[b] > 0 ? 1 : 0;
+  }
+  if (n_held != n_held_blocks_) fail(op, "n_held_blocks counter " + std::to_string(n_held_blocks_) + " != " + std::to_string(n_held));
   if (n_used != n_in_use_) fail(op, "n_in_use counter " + std::to_string(n_in_use_) + " != " + std::to_string(n_used));
   if (size_t(n_used) + free_.size() + order.size() != nb) fail(op, "partition does not cover every block");
 }

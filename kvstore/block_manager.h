@@ -23,6 +23,9 @@
 //   evictable  ref_count == 0 and cached: reusable by a prefix hit until the EvictionPolicy picks it
 //   free       ref_count == 0 and not cached
 // free() releases a table tail-first, so with LRU the tail of a prompt is evicted before its head.
+// Holds (hold_prefix): a waiting request marks the cached prefix it matched at arrival, so that the LRU evicts
+// those blocks only after every block no waiting request wants — without a hold, KV pressure from the running
+// requests could evict a waiting request's prefix before it is scheduled, and it would recompute it.
 //
 // Contract (llama.cpp find_slot/apply style): every can_* / lookup is const and returns a plan;
 // allocate() applies a plan; a call that throws leaves the state unchanged. Errors are tp::Error
@@ -58,6 +61,10 @@ uint64_t default_block_hash(uint64_t parent_hash, std::span<const int32_t> token
 
 // Chooses which evictable block (ref_count 0, cached) to reuse when the free list is empty.
 // The BlockManager tells it every transition; it owns only the order.
+// Protection: the BlockManager marks the blocks a waiting request matched (hold_prefix) as protected, member
+// or not (a block in use can be protected before it becomes evictable); a policy should evict a protected member
+// only when no unprotected one is left. A policy that ignores set_protected (the default) stays correct, only
+// without that preference.
 class EvictionPolicy {
  public:
   virtual ~EvictionPolicy() = default;
@@ -68,9 +75,12 @@ class EvictionPolicy {
   virtual int64_t size() const = 0;
   virtual bool contains(int32_t block) const = 0;
   virtual std::vector<int32_t> victim_order() const = 0;  // every member, next victim first
+  virtual void set_protected(int32_t /*block*/, bool /*on*/) {}  // any block id in [0, n_blocks)
 };
 
-// Least recently released first; O(1) per operation (intrusive list over block ids).
+// Least recently released (or protected) first, every unprotected member before any protected one; O(1) per
+// operation (two intrusive lists over block ids). Protecting or unprotecting a member moves it to the most
+// recent end of its new list.
 class LruEvictionPolicy final : public EvictionPolicy {
  public:
   void reset(int32_t n_blocks) override;
@@ -80,11 +90,15 @@ class LruEvictionPolicy final : public EvictionPolicy {
   int64_t size() const override { return size_; }
   bool contains(int32_t block) const override;
   std::vector<int32_t> victim_order() const override;
+  void set_protected(int32_t block, bool on) override;
 
  private:
-  int32_t sentinel() const { return int32_t(prev_.size()) - 1; }
-  std::vector<int32_t> prev_, next_;  // [n_blocks + 1]; the last entry is the sentinel
+  int32_t sentinel(bool prot) const { return int32_t(prev_.size()) - (prot ? 1 : 2); }
+  void link_last(int32_t block);  // at the most recent end of its list (by protected_)
+  void unlink(int32_t block);
+  std::vector<int32_t> prev_, next_;  // [n_blocks + 2]; the last two entries: unprotected, protected sentinel
   std::vector<uint8_t> member_;       // [n_blocks]
+  std::vector<uint8_t> protected_;    // [n_blocks]
   int64_t size_ = 0;
 };
 
@@ -176,6 +190,26 @@ class BlockManager {
   // to another replica reads. Returns the match; when nothing is cached no sequence is created. Not counted in
   // prefix_stats(). Throws if seq_id already exists.
   PrefixMatch pin_prefix(int64_t seq_id, std::span<const int32_t> tokens, int64_t max_blocks = -1);
+  // ---- holds: the cached prefix a waiting request will reuse ------------------------------------
+  // Marks the longest verified cached prefix of `tokens` (whole blocks, at most max_blocks; -1: no cap) as
+  // wanted by hold_id (a waiting request; its own id space, apart from sequences): those blocks are evicted
+  // only after every evictable block no hold wants (EvictionPolicy::set_protected), the prefix's tail before
+  // its head. A hold takes no block and changes no availability or plan: when nothing else is left, held
+  // blocks are evicted like any other (the hold then silently loses them). Replaces hold_id's previous hold.
+  // Returns the number of blocks held.
+  int32_t hold_prefix(int64_t hold_id, std::span<const int32_t> tokens, int64_t max_blocks = -1);
+  // Drops hold_id's hold (no-op when it has none): its blocks that no other hold wants go back to plain LRU
+  // order, at the most recent end.
+  void release_hold(int64_t hold_id);
+  int64_t n_holds() const { return int64_t(holds_.size()); }
+  // Blocks at least one hold wants (cached, in use or evictable).
+  int32_t n_held_blocks() const { return n_held_blocks_; }
+  bool is_held(int32_t block) const { return meta(block, "is_held").n_holds > 0; }
+  // Changes whenever a block is cached or leaves the cache: a prefix match made at one version holds until it changes.
+  uint64_t cache_version() const { return next_stamp_ + n_uncached_; }
+  // Held blocks evicted anyway since construction (the pool had nothing else left).
+  int64_t n_held_evicted() const { return n_held_evicted_; }
+
   // Evicts every evictable block now (they become free). Returns how many. In-use blocks stay cached.
   int32_t evict_all_cached();
   // The KV events recorded since the previous call, in order (empty unless options.record_events).
@@ -220,6 +254,12 @@ class BlockManager {
     uint64_t prefix_id = 0;         // identity of the token prefix ending here; 0 = not cached
     uint64_t parent_prefix_id = 0;  // prefix_id of the previous block's prefix; 0 for block 0
     uint64_t hash = 0;              // chained hash it is indexed under (valid when cached)
+    uint64_t stamp = 0;             // unique per caching (register_full_block); 0 when not cached
+    int32_t n_holds = 0;            // holds that want this block (0 when not cached)
+  };
+  struct HeldBlock {
+    int32_t block;
+    uint64_t stamp;  // the block's stamp when held: a block evicted (and maybe cached again) since is not counted down
   };
   struct SeqState {
     std::vector<int32_t> table;
@@ -253,7 +293,12 @@ class BlockManager {
   std::vector<int32_t> free_;                        // stack; back() is taken next
   std::unordered_multimap<uint64_t, int32_t> index_; // chained hash -> cached block
   std::unordered_map<int64_t, SeqState> seqs_;
+  std::unordered_map<int64_t, std::vector<HeldBlock>> holds_;  // hold id -> its blocks, head first
+  int32_t n_held_blocks_ = 0;
+  int64_t n_held_evicted_ = 0;
   uint64_t next_prefix_id_ = 1;
+  uint64_t next_stamp_ = 1;
+  uint64_t n_uncached_ = 0;                          // blocks that left the cache, since construction
   int32_t n_in_use_ = 0;
   PrefixStats stats_;
 };

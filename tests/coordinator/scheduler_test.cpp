@@ -331,6 +331,21 @@ const Case kCases[] = {
       {"0:1", "", ""},
       {"1:3 2:4", "", ""}},
      12},
+    {"waiting_prefix_held_under_pressure",
+     // 6 blocks, one seat. 0 caches the shared 8 tokens (2 blocks), 1 caches 2 blocks of its own after it, so
+     // plain LRU would evict 0's blocks first. 3 waits behind 2 for the seat and holds the shared blocks (its
+     // hold is refreshed at step 1, once 0 has cached them). 2's decode grows to 4 blocks: 1 free, then 2
+     // evictions, which take 1's blocks, not the held ones. Step 12: 3 hits 8 tokens and computes 2.
+     cfg(6, 1, 100),
+     {{0, 9, 1, 0, -1, 8}, {0, 9, 1}, {0, 4, 10}, {0, 10, 1, 0, -1, 8}},
+     {{"0:9", "", "1 2 3"},
+      {"1:9", "", "2 3"},
+      {"2:4", "2", "3"},
+      {"2:1", "2", "3"}, {"2:1", "2", "3"}, {"2:1", "2", "3"}, {"2:1", "2", "3"},
+      {"2:1", "2", "3"}, {"2:1", "2", "3"}, {"2:1", "2", "3"}, {"2:1", "2", "3"},
+      {"2:1", "", "3"},
+      {"3:2", "", ""}},
+     8},
     {"static_reservation_admits_fewer",  // max_context 16 = 4 blocks each: 8 blocks seat only 2
      cfg(8, 8, 100, KvReservation::Static, 16),
      {{0, 4, 2}, {0, 4, 2}, {0, 4, 2}, {0, 4, 2}},

@@ -404,6 +404,125 @@ TEST(BlockManager, PinPrefixHoldsCachedBlocksUntilFreed) {
   bm.check_invariants();
 }
 
+// ---- holds: a waiting request's cached prefix under KV pressure ------------------------------------
+// A pool of 10 blocks of 4: W (the prefix a waiting request matched at arrival) and O (another conversation) are
+// cached and evictable, W released first, so plain LRU evicts W's tail first: w2 w1 w0 o2 o1 o0. Holders take
+// holds on W (then `released` of them are dropped), a running sequence takes `pressure` blocks (4 free, the rest
+// evicted), the pressure passes, and the waiting request is admitted. Afterwards nothing is held or in use and
+// the free count returns to the start.
+struct HoldCase {
+  const char* name;
+  int holders;             // holds taken on W
+  int released;            // of which dropped before the pressure
+  int32_t pressure;        // blocks the running sequence takes
+  int32_t want_w_blocks;   // W's blocks still cached after the pressure (= the admission's hit blocks)
+  int32_t want_o_blocks;   // O's blocks still cached
+  int64_t want_held_evicted;
+};
+
+class BlockManagerHolds : public ::testing::TestWithParam<HoldCase> {};
+
+TEST_P(BlockManagerHolds, WaitingPrefixSurvivesPressure) {
+  const HoldCase& c = GetParam();
+  const int32_t n_blocks = 10;
+  BlockManager bm(n_blocks, 4);
+  const Tokens w = iota_tokens(12, 100), o = iota_tokens(12, 200);
+  const Tokens waiting = concat({w, {7, 8, 9}});  // W + this turn's new tokens
+  admit_and_compute(bm, 1, concat({w, {1}}));
+  admit_and_compute(bm, 2, concat({o, {2}}));
+  const auto tw = bm.block_table(1), to = bm.block_table(2);
+  bm.free(1);
+  bm.free(2);
+  ASSERT_EQ(bm.eviction_order(), (std::vector<int32_t>{tw[2], tw[1], tw[0], to[2], to[1], to[0]}));
+  ASSERT_EQ(bm.n_free(), 4);
+
+  for (int h = 0; h < c.holders; ++h) EXPECT_EQ(bm.hold_prefix(100 + h, waiting), 3);
+  bm.check_invariants();
+  EXPECT_EQ(bm.n_holds(), c.holders);
+  EXPECT_EQ(bm.n_held_blocks(), c.holders > 0 ? 3 : 0);
+  if (c.holders > 0) {  // held blocks go after every other evictable one, their head last
+    EXPECT_EQ(bm.eviction_order(), (std::vector<int32_t>{to[2], to[1], to[0], tw[2], tw[1], tw[0]}));
+  }
+  EXPECT_EQ(bm.n_available(), 10);  // a hold takes nothing
+  for (int h = 0; h < c.released; ++h) bm.release_hold(100 + h);
+  bm.check_invariants();
+
+  const AllocPlan run = bm.can_allocate(3, iota_tokens(4 * int64_t(c.pressure), 5000));
+  ASSERT_TRUE(run.fits);
+  bm.allocate(run);
+  bm.check_invariants();
+  EXPECT_EQ(bm.match_prefix(waiting).n_cached_tokens, 4 * c.want_w_blocks);
+  EXPECT_EQ(bm.match_prefix(concat({o, {3}})).n_cached_tokens, 4 * c.want_o_blocks);
+  EXPECT_EQ(bm.n_held_evicted(), c.want_held_evicted);
+  bm.free(3);  // the pressure passes
+  bm.check_invariants();
+
+  const AllocPlan admit = bm.can_allocate(100, waiting);
+  ASSERT_TRUE(admit.fits);
+  EXPECT_EQ(bm.allocate(admit), 4 * c.want_w_blocks);  // the hit: recomputed = 15 - this
+  for (int h = 0; h < c.holders; ++h) bm.release_hold(100 + h);
+  bm.release_hold(12345);  // no hold: a no-op
+  bm.check_invariants();
+  EXPECT_EQ(bm.n_holds(), 0);
+  EXPECT_EQ(bm.n_held_blocks(), 0);
+  bm.commit_tokens(100, std::span<const int32_t>(waiting).subspan(size_t(4 * c.want_w_blocks)));
+  bm.free(100);
+  bm.check_invariants();
+  EXPECT_EQ(bm.n_in_use(), 0);
+  EXPECT_EQ(bm.n_free() + bm.n_evictable(), n_blocks);
+  bm.evict_all_cached();
+  bm.check_invariants();
+  EXPECT_EQ(bm.n_free(), n_blocks);  // no block leaked
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Rows, BlockManagerHolds,
+    ::testing::Values(
+        // 4 free blocks cover the pressure: nothing is evicted.
+        HoldCase{"no_pressure", 1, 0, 4, 3, 3, 0},
+        // Plain LRU (the behaviour before holds): W, released first, loses its tail.
+        HoldCase{"no_hold_evicts_waiting_prefix", 0, 0, 6, 1, 3, 0},
+        HoldCase{"hold_evicts_others_first", 1, 0, 6, 3, 1, 0},
+        // Two waiting requests on W; one is admitted or aborted before the pressure: the other still holds it.
+        HoldCase{"shared_hold_survives_one_release", 2, 1, 6, 3, 1, 0},
+        // A released hold leaves W at the most recent end of the plain LRU (a touch): O goes first.
+        HoldCase{"released_hold_is_a_touch", 1, 1, 6, 3, 1, 0},
+        // Nothing else left: held blocks are evicted like any other, tail first; the hold never blocks.
+        HoldCase{"hold_yields_when_nothing_else_is_left", 1, 0, 8, 2, 0, 1},
+        HoldCase{"everything_evicted", 2, 0, 10, 0, 0, 3}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(BlockManager, HoldFollowsTheCacheNotStaleBlockIds) {
+  // A held block evicted and cached again for other tokens: the old hold neither protects nor counts it down.
+  BlockManager bm(3, 4);
+  const Tokens w = concat({iota_tokens(4, 100), {1}});
+  admit_and_compute(bm, 1, w);
+  const int32_t b = bm.block_table(1)[0];
+  bm.free(1);
+  EXPECT_EQ(bm.hold_prefix(7, w), 1);
+  const Tokens other = iota_tokens(12, 300);
+  admit_and_compute(bm, 2, other);  // 3 blocks: the 2 free ones, then evicts b for positions 8..11
+  ASSERT_EQ(bm.block_table(2)[2], b);
+  EXPECT_TRUE(bm.is_cached(b));  // cached again, for 308..311
+  EXPECT_FALSE(bm.is_held(b));
+  EXPECT_EQ(bm.n_held_evicted(), 1);
+  bm.check_invariants();
+  bm.free(2);
+  EXPECT_EQ(bm.hold_prefix(8, concat({other, {5}})), 3);
+  EXPECT_TRUE(bm.is_held(b));
+  bm.check_invariants();
+  bm.release_hold(7);  // stale: counts nothing down
+  bm.check_invariants();
+  EXPECT_EQ(bm.n_held_blocks(), 3);
+  EXPECT_TRUE(bm.is_held(b));
+  bm.release_hold(8);
+  bm.check_invariants();
+  EXPECT_EQ(bm.n_held_blocks(), 0);
+  // A hold with nothing cached holds nothing; a hold with caching off neither.
+  EXPECT_EQ(bm.hold_prefix(9, iota_tokens(9, 900)), 0);
+  EXPECT_EQ(bm.n_holds(), 0);
+}
+
 TEST(BlockManager, PrefixCachingOff) {
   BlockManagerOptions o;
   o.enable_prefix_caching = false;
@@ -506,6 +625,7 @@ TEST_P(BlockManagerStress, RandomOpsKeepInvariantsAndContents) {
     return it->first;
   };
 
+  std::mt19937_64 hold_rng(99 + uint64_t(bs));
   int64_t next_id = 0, n_allocs = 0, n_rejected = 0, n_copies = 0, n_hit_tokens = 0;
   for (int step = 0; step < 4000; ++step) {
     const int64_t op = model.empty() ? 0 : rnd(0, 9);
@@ -571,6 +691,15 @@ TEST_P(BlockManagerStress, RandomOpsKeepInvariantsAndContents) {
       bm.free(id);
       model.erase(id);
     }
+    // Holds (waiting requests) come and go on their own random stream: they must never change what fits or
+    // what is computed, only the eviction order.
+    if (const int64_t h = std::uniform_int_distribution<int64_t>(0, 15)(hold_rng); h < 4) {
+      const Tokens& base = bases[size_t(h)];
+      bm.hold_prefix(std::uniform_int_distribution<int64_t>(0, 7)(hold_rng), base,
+                     std::uniform_int_distribution<int64_t>(-1, 16)(hold_rng));
+    } else if (h < 7) {
+      bm.release_hold(std::uniform_int_distribution<int64_t>(0, 7)(hold_rng));
+    }
     bm.check_invariants();
     check_contents();
     if (HasFatalFailure()) return;
@@ -582,8 +711,11 @@ TEST_P(BlockManagerStress, RandomOpsKeepInvariantsAndContents) {
   }
   EXPECT_GT(n_hit_tokens, 0);
   EXPECT_EQ(bm.prefix_stats().n_hit_tokens, n_hit_tokens);
+  EXPECT_GT(bm.n_holds(), 0);
   for (int64_t id : ids()) bm.free(id);
+  for (int64_t h = 0; h < 8; ++h) bm.release_hold(h);
   bm.check_invariants();
+  EXPECT_EQ(bm.n_held_blocks(), 0);
   EXPECT_EQ(bm.n_in_use(), 0);
   EXPECT_EQ(bm.n_free() + bm.n_evictable(), n_blocks);
   bm.evict_all_cached();
