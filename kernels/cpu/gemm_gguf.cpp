@@ -34,7 +34,7 @@ uint16_t u16(const uint8_t* p) {
 }
 
 // Q8_0 / Q8_1 of one row (llama.cpp's x86 quantize_row_q8_0 / q8_1: id = 127 / amax, round half to even).
-void quantize_row_q8_32(const float* x, int64_t n, bool q8_1, int8_t* q, float* d, float* s) {
+void quantize_row_q8_32(const float* x, int64_t n, bool q8_1, int8_t* q, float* d, float* s, int32_t* qsum) {
   static const bool avx512 = gguf_kernel_available(GgufKernel::Avx512Vnni);
   if (avx512) {
     thread_local std::vector<float> amax;
@@ -46,6 +46,7 @@ void quantize_row_q8_32(const float* x, int64_t n, bool q8_1, int8_t* q, float* 
       const float db = amax[size_t(b)] / 127.f;
       d[b] = f16_round(db);
       s[b] = q8_1 ? f16_round(db * float(sum[size_t(b)])) : d[b] * float(sum[size_t(b)]);
+      qsum[b] = sum[size_t(b)];
     }
     return;
   }
@@ -62,6 +63,7 @@ void quantize_row_q8_32(const float* x, int64_t n, bool q8_1, int8_t* q, float* 
     }
     d[b] = f16_round(db);
     s[b] = q8_1 ? f16_round(db * float(sum)) : d[b] * float(sum);
+    qsum[b] = sum;
   }
 }
 
@@ -242,9 +244,10 @@ void quantize_gguf_acts(const float* x, int64_t m, int64_t n_in, GgufActType typ
                         out->bsums.data() + g * (n_in / 16));
   } else {
     out->s.resize(size_t(m * nb));
+    out->qsum.resize(size_t(m * nb));
     for (int64_t g = 0; g < m; ++g)
       quantize_row_q8_32(x + g * n_in, n_in, type == GgufActType::Q8_1, out->q.data() + g * n_in,
-                         out->d.data() + g * nb, out->s.data() + g * nb);
+                         out->d.data() + g * nb, out->s.data() + g * nb, out->qsum.data() + g * nb);
   }
 }
 

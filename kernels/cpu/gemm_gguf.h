@@ -19,7 +19,10 @@
 // common/gguf_layout.h): four blocks a pair of vpdpbusd; K-quants: vpmaddubsw + vpdpwssd on 512-bit vectors
 // with the sub-block scales as int16), AVX2 (vpmaddubsw + vpmaddwd: the same integers), portable C++. Threads (OpenMP) split the output rows. Decode (m = 1) takes 4 weight rows a tile
 // (2 for the K-quants): one activation load feeds several rows and the accumulator chains run side by side;
-// for m > 1 each block of weights read is used for up to 4 rows of x while it is in registers.
+// for m > 1 each block of weights read is used for up to 4 rows of x while it is in registers. The AVX2
+// kernel of the 32-blocks (gemm_gguf_avx2_blocks.inc) works on chunks of 8 weight rows, one F32 chain per
+// output (the block's whole integer sum, then one fma) kept as a lane of a vector of 8 rows; from m = 4 on it
+// unpacks the chunk's codes once into an L1 panel and passes every row of x over it (prefill).
 // Batch invariance: on every kernel, each output (row of W, row of x) gets the same float operations in the
 // same order whatever m and the tiling are, so row i of a batch has the bits of row i computed alone (DESIGN
 // §5: batched == alone; tests/kernels/test_gemm_gguf.cpp GemmGgufBatch asserts it). Keep it so: a different
@@ -51,6 +54,7 @@ struct GgufActs {
   std::vector<float> d;       // [m, n_in / block]: the scale (Q8_0/Q8_1: the F16-rounded value)
   std::vector<float> s;       // Q8_0: d · Σq of each 32-block; Q8_1: F16(d_unrounded · Σq) (llama.cpp's s)
   std::vector<int16_t> bsums; // Q8_K: [m, n_in / 16] Σq of each 16
+  std::vector<int32_t> qsum;   // Q8_0 / Q8_1: [m, n_in / 32] Σq of each 32-block
   // The AVX-512 VNNI kernels' view of Q8_0 / Q8_1 acts by pairs of blocks (prepare_gguf_pairs; n_pairs =
   // ceil(blocks / 2), lanes 0-7 for block 2p and 8-15 for 2p+1, zero past the row's last block):
   std::vector<float> pair_d;        // [m, n_pairs, 16]: d of the lane's block

@@ -219,8 +219,9 @@ INSTANTIATE_TEST_SUITE_P(
 // must do, for each output (row of W, row of x), the same float operations whatever m is and whatever the
 // other rows are: the activations are quantized per row, so a last-bit difference here would only be a
 // summation order — and the next layer's 8-bit activation rounding can turn it into a different token
-// (EngineReal.BatchedEqualsAlone* caught exactly that once). m = 1 against m = 2..9 (every remainder of the
-// kernels' 4-row activation tiles), odd row counts, rows of 1, 3 and 19 blocks (an odd block pair; more
+// (EngineReal.BatchedEqualsAlone* caught exactly that once). m = 1 against m = 2..9 and 17 (every remainder of
+// the kernels' 4-row activation tiles; the AVX2 32-block kernel's decode path below m = 4 and its panel path
+// from 4 on, 8-row chunks with a 5-row tail at n_out = 37), odd row counts, rows of 1, 3 and 19 blocks (an odd block pair; more
 // than one 16-block chunk), 1 and 2 threads, every GGUF type and kernel this CPU runs.
 TEST(GemmGgufBatch, EveryRowOfABatchHasTheBitsOfThatRowAlone) {
   for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q4_K, DType::Q6_K})
@@ -229,7 +230,7 @@ TEST(GemmGgufBatch, EveryRowOfABatchHasTheBitsOfThatRowAlone) {
       if (k_type && n_blocks == 19) continue;  // 4864 inputs: slow on the portable kernel, nothing new
       const int64_t n_in = n_blocks * dtype_block_elems(t), n_out = 37;
       const PackedWeight file = make_weight(t, n_out, n_in, uint32_t(3 + n_blocks)), regrouped = prepared(file);
-      constexpr int64_t kM = 9;
+      constexpr int64_t kM = 17;
       const auto x = make_x(kM, n_in, uint32_t(40 + n_blocks));
       for (const PackedWeight* wl : {&file, &regrouped})
       for (GgufKernel k : {GgufKernel::Portable, GgufKernel::Avx2, GgufKernel::Avx512Vnni}) {
@@ -242,7 +243,7 @@ TEST(GemmGgufBatch, EveryRowOfABatchHasTheBitsOfThatRowAlone) {
         for (int threads : {1, 2}) {
           std::vector<float> alone(size_t(kM * n_out));
           for (int64_t i = 0; i < kM; ++i) gemm_gguf(x.data() + i * n_in, 1, w, alone.data() + i * n_out, threads, k);
-          for (int64_t m = 2; m <= kM; ++m) {
+          for (int64_t m : {2, 3, 4, 5, 6, 7, 8, 9, 17}) {
             std::vector<float> y(size_t(m * n_out), NAN);
             gemm_gguf(x.data(), m, w, y.data(), threads, k);
             for (int64_t i = 0; i < m * n_out; ++i)
