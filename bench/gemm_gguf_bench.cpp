@@ -1,5 +1,6 @@
 // Every weight format's kernel alone, through tp::cpu::linear() (what the model calls): y = x · Wᵀ on the
-// SmolLM2-135M shapes, for BF16 (the baseline), GGUF Q8_0 (and Q8_0 regrouped: q8_0_quads) / Q4_0 / Q4_1 / Q4_K / Q6_K, W8A16 (int8 per
+// SmolLM2-135M shapes, for BF16 (the baseline), GGUF Q8_0 (and Q8_0 regrouped: q8_0_quads) / Q4_0 / Q4_1 / Q5_0
+// (and q5_0_quads) / Q4_K / Q6_K, W8A16 (int8 per
 // channel), W4A16 (int4, groups of 64), W8A8-INT8 (int8 per channel, int8 activations per token), FP8 weight
 // only (E4M3 per channel) and FP8 dynamic (W8A8-FP8: activations rounded to E4M3 per token).
 // Decode (m = 1): weight GB/s = bytes held by W (values + scales) ÷ seconds a call, and that as a fraction of
@@ -31,7 +32,7 @@ struct Fmt {
   WeightFormat format;
   int64_t group = 0;  // Int: columns a group (0: per channel)
   ActQuant act = ActQuant::None;
-  bool quads = false;  // Q8_0 rows regrouped into Q8_0Quads (common/gguf_layout.h)
+  GgufLayout layout = GgufLayout::File;  // Q8_0 / Q5_0 rows regrouped into Q8_0Quads / Q5_0Quads (common/gguf_layout.h)
 };
 
 PackedWeight make(const Fmt& f, int64_t n_out, int64_t n_in, std::mt19937& rng) {
@@ -65,13 +66,16 @@ PackedWeight make(const Fmt& f, int64_t n_out, int64_t n_in, std::mt19937& rng) 
   } else {
     w.scales.assign(size_t(n_out * w.n_groups()), 0.001f);
   }
-  if (f.quads) {
+  if (f.layout != GgufLayout::File) {
     std::vector<uint8_t> row(static_cast<size_t>(w.row_bytes()));
     for (int64_t r = 0; r < n_out; ++r) {
       std::memcpy(row.data(), w.data.data() + r * w.row_bytes(), row.size());
-      q8_0_row_to_quads(row.data(), n_in, w.data.data() + r * w.row_bytes());
+      if (f.layout == GgufLayout::Q8_0Quads)
+        q8_0_row_to_quads(row.data(), n_in, w.data.data() + r * w.row_bytes());
+      else
+        q5_0_row_to_quads(row.data(), n_in, w.data.data() + r * w.row_bytes());
     }
-    w.gguf_layout = GgufLayout::Q8_0Quads;
+    w.gguf_layout = f.layout;
   }
   check_packed_weight(w);
   return w;
@@ -143,10 +147,11 @@ int main(int argc, char** argv) {
   const std::vector<Fmt> fmts = {
       {"bf16", F::BF16},
       {"q8_0", F::GgufQ8_0},
-      {"q8_0_quads", F::GgufQ8_0, 0, ActQuant::None, true},
+      {"q8_0_quads", F::GgufQ8_0, 0, ActQuant::None, GgufLayout::Q8_0Quads},
       {"q4_0", F::GgufQ4_0},
       {"q4_1", F::GgufQ4_1},
       {"q5_0", F::GgufQ5_0},
+      {"q5_0_quads", F::GgufQ5_0, 0, ActQuant::None, GgufLayout::Q5_0Quads},
       {"q4_k", F::GgufQ4_K},
       {"q6_k", F::GgufQ6_K},
       {"w8a16", F::Int8},

@@ -8,18 +8,29 @@
 //               min(4, nb − 4q)) starts at byte 136q and holds: the k F16 scales (2k bytes), then 16k bytes
 //               = weights 0..15 of each of its blocks in turn, then 16k bytes = weights 16..31 of each; every
 //               code stored as the unsigned byte q + 128 (the int8 code XOR 0x80).
+//   Q5_0Quads   Q5_0 rows regrouped likewise, so the AVX-512 VNNI kernel gets 128 codes from one 64-byte load
+//               and their fifth bits as two 64-bit masks. Quad q (blocks 4q .. 4q+k−1, k = min(4, nb − 4q))
+//               starts at byte 88q and holds: the k F16 scales (2k bytes); the fifth bits of weights 0..15 of
+//               each block in turn (2k bytes: 16-bit word j = the low half of block 4q+j's qh); those of
+//               weights 16..31 (2k bytes: the high halves); then the k blocks' 16 nibble bytes in turn (16k
+//               bytes, as in the file: low nibble weight i, high nibble weight 16 + i).
 #pragma once
 #include <cstdint>
 
 namespace tp {
 
-enum class GgufLayout : uint8_t { File, Q8_0Quads };
+enum class GgufLayout : uint8_t { File, Q8_0Quads, Q5_0Quads };
 
-const char* gguf_layout_name(GgufLayout l);  // "file", "q8_0_quads"
+const char* gguf_layout_name(GgufLayout l);  // "file", "q8_0_quads", "q5_0_quads"
 
 // One Q8_0 row of n_in columns (a multiple of 32) from the file layout into Q8_0Quads and back. `in` and
 // `out` are 34 · n_in / 32 bytes each and must not overlap.
 void q8_0_row_to_quads(const uint8_t* in, int64_t n_in, uint8_t* out);
 void q8_0_row_from_quads(const uint8_t* in, int64_t n_in, uint8_t* out);
+// One Q5_0 row likewise (22 · n_in / 32 bytes each).
+void q5_0_row_to_quads(const uint8_t* in, int64_t n_in, uint8_t* out);
+void q5_0_row_from_quads(const uint8_t* in, int64_t n_in, uint8_t* out);
+// One row held in layout l (not File) back into the file layout: the matching *_row_from_quads.
+void gguf_row_to_file_layout(GgufLayout l, const uint8_t* in, int64_t n_in, uint8_t* out);
 
 }  // namespace tp

@@ -200,7 +200,8 @@ void check_packed_weight(const PackedWeight& w) {
        "activation quantization " + std::string(act_quant_name(w.act)) + " is for int8, int4 and fp8 weights");
   need(w.act_group >= 0 && (w.act_group == 0 || w.act == ActQuant::Int8Dynamic || w.act == ActQuant::Fp8Dynamic),
        "act_group " + num(w.act_group) + " is for dynamic activation quantization");
-  need(w.gguf_layout == GgufLayout::File || (w.gguf_layout == GgufLayout::Q8_0Quads && w.format == WeightFormat::GgufQ8_0),
+  need(w.gguf_layout == GgufLayout::File || (w.gguf_layout == GgufLayout::Q8_0Quads && w.format == WeightFormat::GgufQ8_0) ||
+           (w.gguf_layout == GgufLayout::Q5_0Quads && w.format == WeightFormat::GgufQ5_0),
        std::string("row layout ") + gguf_layout_name(w.gguf_layout) + " is not one of this format's");
   need(w.g_idx_groups >= 0 && (w.g_idx_groups == 0 || !w.g_idx.empty()), "g_idx_groups without g_idx");
   need((w.act != ActQuant::Int8Static && w.act != ActQuant::Fp8Static) || (std::isfinite(w.act_scale) && w.act_scale > 0),
@@ -212,8 +213,8 @@ void dequantize_rows(const PackedWeight& w, int64_t r0, int64_t r1, float* out) 
   std::vector<uint8_t> file_row(w.gguf_layout == GgufLayout::File ? 0 : size_t(rb));
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* row = w.data.data() + r * rb;
-    if (w.gguf_layout == GgufLayout::Q8_0Quads) {  // back to the file's blocks
-      q8_0_row_from_quads(row, n, file_row.data());
+    if (w.gguf_layout != GgufLayout::File) {  // back to the file's blocks
+      gguf_row_to_file_layout(w.gguf_layout, row, n, file_row.data());
       row = file_row.data();
     }
     float* o = out + (r - r0) * n;

@@ -103,7 +103,7 @@ struct PackedWeight {
   int64_t act_group = 0;            // Int8Dynamic / Fp8Dynamic: columns a scale (0: the whole row)
   int64_t g_idx_groups = 0;         // with g_idx: scale groups a row (0: ceil(n_in / group_size))
   GgufLayout gguf_layout = GgufLayout::File;  // GGUF: the order of each row's bytes (common/gguf_layout.h;
-                                              // the CPU kernels may regroup Q8_0 rows at load, same bytes)
+                                              // the CPU kernels may regroup Q8_0 / Q5_0 rows at load, same bytes)
 
   int64_t row_bytes() const;        // bytes of one row of `data`
   int64_t n_groups() const;         // scale groups a row (Int8/Int4/Fp8 block); 1 otherwise

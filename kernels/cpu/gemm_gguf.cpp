@@ -271,7 +271,7 @@ void prepare_gguf_pairs(WeightFormat f, GgufActs* a) {
 }
 
 void prepare_gguf_quads(WeightFormat f, GgufActs* a) {
-  const int k = f == WeightFormat::GgufQ8_0 ? 128 : 8;
+  const int k = f == WeightFormat::GgufQ8_0 ? 128 : f == WeightFormat::GgufQ5_0 ? 16 : 8;
   const int64_t nb = a->n_blocks(), nq = (nb + 3) / 4, n = a->m * nq;
   a->quad_x.assign(size_t(n * 128), 0);
   a->quad_d.assign(size_t(n * 16), 0.0f);
@@ -303,17 +303,19 @@ void prepare_gguf_k4(GgufActs* a) {
 }
 
 void prepare_gguf_weight(PackedWeight* w) {
-  if (w->format != WeightFormat::GgufQ8_0 || w->gguf_layout != GgufLayout::File ||
-      !gguf_kernel_available(GgufKernel::Avx512Vnni))
-    return;
+  const bool q8 = w->format == WeightFormat::GgufQ8_0, q5 = w->format == WeightFormat::GgufQ5_0;
+  if (!(q8 || q5) || w->gguf_layout != GgufLayout::File || !gguf_kernel_available(GgufKernel::Avx512Vnni)) return;
   const int64_t rb = w->row_bytes();
   std::vector<uint8_t> row(static_cast<size_t>(rb));
   for (int64_t r = 0; r < w->n_out; ++r) {
     uint8_t* p = w->data.data() + r * rb;
     std::memcpy(row.data(), p, size_t(rb));
-    q8_0_row_to_quads(row.data(), w->n_in, p);
+    if (q8)
+      q8_0_row_to_quads(row.data(), w->n_in, p);
+    else
+      q5_0_row_to_quads(row.data(), w->n_in, p);
   }
-  w->gguf_layout = GgufLayout::Q8_0Quads;
+  w->gguf_layout = q8 ? GgufLayout::Q8_0Quads : GgufLayout::Q5_0Quads;
 }
 
 namespace {
@@ -326,7 +328,7 @@ PackedWeight file_layout_copy(const PackedWeight& w) {
   c.n_in = w.n_in;
   c.data = AlignedBytes(w.data.size());
   const int64_t rb = w.row_bytes();
-  for (int64_t r = 0; r < w.n_out; ++r) q8_0_row_from_quads(w.data.data() + r * rb, w.n_in, c.data.data() + r * rb);
+  for (int64_t r = 0; r < w.n_out; ++r) gguf_row_to_file_layout(w.gguf_layout, w.data.data() + r * rb, w.n_in, c.data.data() + r * rb);
   return c;
 }
 
@@ -352,7 +354,7 @@ void gemm_gguf(const float* x, int64_t m, const PackedWeight& w, float* y, int n
   thread_local GgufActs a;
   quantize_gguf_acts(x, m, w.n_in, act, &a);
   if (kernel == GgufKernel::Avx512Vnni &&
-      (w.format == WeightFormat::GgufQ4_0 || w.gguf_layout == GgufLayout::Q8_0Quads))
+      (w.format == WeightFormat::GgufQ4_0 || w.gguf_layout != GgufLayout::File))
     prepare_gguf_quads(w.format, &a);
   else if (kernel == GgufKernel::Avx512Vnni && w.format == WeightFormat::GgufQ4_K)
     prepare_gguf_k4(&a);

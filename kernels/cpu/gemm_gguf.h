@@ -84,19 +84,22 @@ void quantize_q8_k_elems_avx512(const float* x, int64_t n, int8_t* q, float* vma
 // Fills a's pair arrays (above) for weights of format f (a 32-block format: k = 128 Q8_0, 8 Q4_0, 16 Q5_0,
 // none for Q4_1, which gets pair_s instead).
 void prepare_gguf_pairs(WeightFormat f, GgufActs* a);
-// Fills a's quad arrays (above) for Q4_0 weights (k = 8) or Q8_0 weights in the Q8_0Quads layout (k = 128:
-// their codes are held as q + 128).
+// Fills a's quad arrays (above) for Q4_0 weights (k = 8), Q8_0 weights in the Q8_0Quads layout (k = 128:
+// their codes are held as q + 128) or Q5_0 weights in the Q5_0Quads layout (k = 16).
 void prepare_gguf_quads(WeightFormat f, GgufActs* a);
 
 // Fills a's k4_x (above) from its Q8_K q.
 void prepare_gguf_k4(GgufActs* a);
 
-// Regroups w's rows, in place, into Q8_0Quads (common/gguf_layout.h) when w is Q8_0 and the AVX-512 VNNI
-// kernel runs here; anything else is left as it is. The same bytes, so the resident size does not change;
-// dequantize_rows and every kernel read either layout. NOT called at load (cpu::Weight keeps the file
+// Regroups w's rows, in place, into Q8_0Quads / Q5_0Quads (common/gguf_layout.h) when w is Q8_0 / Q5_0 and
+// the AVX-512 VNNI kernel runs here; anything else is left as it is. The same bytes, so the resident size does
+// not change; dequantize_rows and every kernel read either layout. NOT called at load (cpu::Weight keeps the file
 // layout): on Zen 4 the quad tile is 1.3-1.6x faster than the file-layout tile from cache but measured ~10%
 // slower from DRAM on the loaded machine (bench/results/decode-quant-zen4-20261202-0745.md); flip it on in
 // Weight's constructor once a quiet-machine run (gemm_gguf_bench FORMATS=q8_0,q8_0_quads) says otherwise.
+// Q5_0Quads (the Q5_0 half of Q4_K_M's bytes on SmolLM2): its tile (~13 vector ops a 128 weights a row vs
+// ~28 for the file-layout pair tile) is written and unit-tested on AVX-512 VNNI CPUs only, not yet measured:
+// measure with FORMATS=q5_0,q5_0_quads before flipping it on.
 void prepare_gguf_weight(PackedWeight* w);
 
 // y[m, n_out] = x[m, n_in] · Wᵀ, W a GGUF block format. Throws tp::Error for another format or a kernel this

@@ -51,8 +51,8 @@ PackedWeight make_weight(DType t, int64_t n_out, int64_t n_in, uint32_t seed) {
   return w;
 }
 
-// A copy of w in the row layout the best kernel reads (prepare_gguf_weight: Q8_0 regrouped into Q8_0Quads
-// on a CPU with AVX-512 VNNI; unchanged otherwise).
+// A copy of w in the row layout the best kernel reads (prepare_gguf_weight: Q8_0 / Q5_0 regrouped into
+// Q8_0Quads / Q5_0Quads on a CPU with AVX-512 VNNI; unchanged otherwise).
 PackedWeight prepared(const PackedWeight& w) {
   PackedWeight c;
   c.format = w.format;
@@ -163,7 +163,7 @@ TEST_P(GemmGguf, MatchesTheF32ReferenceOnEveryKernel) {
       expect_close(y, portable, scale, std::string(gguf_kernel_name(k)) + " vs portable, threads " + std::to_string(threads));
     }
   }
-  // The rows regrouped as the best kernel reads them (Q8_0Quads for Q8_0 with VNNI), on every kernel.
+  // The rows regrouped as the best kernel reads them (Q8_0Quads / Q5_0Quads with VNNI), on every kernel.
   const PackedWeight wp = prepared(w);
   for (GgufKernel k : {GgufKernel::Portable, GgufKernel::Avx2, GgufKernel::Avx512Vnni}) {
     if (!gguf_kernel_available(k)) continue;
@@ -295,6 +295,45 @@ TEST(GgufLayout, Q8_0QuadsRoundTripsAndDequantizesAsTheFile) {
   PackedWeight q4 = make_weight(DType::Q4_0, 2, 64, 1);
   q4.gguf_layout = GgufLayout::Q8_0Quads;
   EXPECT_THROW(check_packed_weight(q4), Error);
+}
+
+// Q5_0Quads likewise: to and back gives the file's bytes, every scale, qh half and nibble byte lands where the
+// layout says, dequantize_rows reads both layouts to the same values, and the layout is refused on another
+// format. Rows of 1..9 blocks: every remainder of a quad.
+TEST(GgufLayout, Q5_0QuadsRoundTripsAndDequantizesAsTheFile) {
+  for (int64_t nb = 1; nb <= 9; ++nb) {
+    const int64_t n_in = 32 * nb;
+    const PackedWeight file = make_weight(DType::Q5_0, 5, n_in, uint32_t(70 + nb));
+    const int64_t rb = file.row_bytes();
+    PackedWeight quads = prepared(file);
+    if (quads.gguf_layout == GgufLayout::File) {  // no VNNI here: regroup by hand
+      for (int64_t r = 0; r < quads.n_out; ++r)
+        q5_0_row_to_quads(file.data.data() + r * rb, n_in, quads.data.data() + r * rb);
+      quads.gguf_layout = GgufLayout::Q5_0Quads;
+    }
+    ASSERT_EQ(quads.gguf_layout, GgufLayout::Q5_0Quads);
+    std::vector<uint8_t> back(static_cast<size_t>(rb));
+    for (int64_t r = 0; r < file.n_out; ++r) {
+      const uint8_t* q = quads.data.data() + r * rb;
+      const uint8_t* f = file.data.data() + r * rb;
+      for (int64_t b = 0; b < nb; ++b) {
+        const int64_t k = std::min<int64_t>(4, nb - b / 4 * 4), j = b % 4, quad = 88 * (b / 4);
+        ASSERT_EQ(std::memcmp(q + quad + 2 * j, f + 22 * b, 2), 0) << nb << " " << b;              // d
+        ASSERT_EQ(std::memcmp(q + quad + 2 * k + 2 * j, f + 22 * b + 2, 2), 0) << nb << " " << b;  // qh bits 0-15
+        ASSERT_EQ(std::memcmp(q + quad + 4 * k + 2 * j, f + 22 * b + 4, 2), 0) << nb << " " << b;  // qh bits 16-31
+        ASSERT_EQ(std::memcmp(q + quad + 6 * k + 16 * j, f + 22 * b + 6, 16), 0) << nb << " " << b;  // nibbles
+      }
+      q5_0_row_from_quads(q, n_in, back.data());
+      ASSERT_EQ(std::memcmp(back.data(), f, size_t(rb)), 0) << "row " << r << " blocks " << nb;
+    }
+    std::vector<float> a(size_t(5 * n_in)), b(size_t(5 * n_in));
+    dequantize_rows(file, 0, 5, a.data());
+    dequantize_rows(quads, 0, 5, b.data());
+    ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "blocks " << nb;
+  }
+  PackedWeight q8 = make_weight(DType::Q8_0, 2, 64, 1);
+  q8.gguf_layout = GgufLayout::Q5_0Quads;
+  EXPECT_THROW(check_packed_weight(q8), Error);
 }
 
 // The AVX-512 element loops of the activation quantizers give the scalar definition's bits (llama.cpp's:
