@@ -209,9 +209,9 @@ QuantizedLinear quantize_gptq(const QuantSpec& s, const float* w_in, int64_t n_o
   std::vector<int8_t> zeros(s.symmetric || !is_int ? 0 : size_t(n_out * ng));
   std::vector<uint8_t> scale_bytes(is_int || s.kind == QuantKind::Fp8 ? 0 : size_t(n_out * ng));
   if (s.kind == QuantKind::Nvfp4) {
-    float amax = 0;
+    float amax = o.nvfp4_amax;
     for (float v : wc) amax = std::max(amax, std::fabs(v));
-    ql.global_scale = amax > 0 ? kFp8E4M3Max * kE2M1Max / amax : 1.0f;
+    ql.global_scale = nvfp4_global_scale(amax);
   }
   // Params of group gi of row r: params[r * ng + gi] (Int), step[r * ng + gi] (others: w' = code value · step).
   std::vector<float> step(static_cast<size_t>(n_out * ng));

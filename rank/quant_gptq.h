@@ -60,6 +60,7 @@ struct GptqOptions {
   ActOrder act_order = ActOrder::None;
   bool static_groups = false;  // implied by ActOrder::Weight
   GptqTimes* times = nullptr;  // when set, the phases' CPU seconds are added to it
+  float nvfp4_amax = 0;        // NVFP4: max|W| of the fused group the global scale comes from (quantize_rtn)
 };
 
 // W [n_out, n_in] F32 row-major; h: GptqHessian::hessian() of its inputs. Throws InputError for a spec that

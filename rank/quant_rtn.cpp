@@ -120,7 +120,14 @@ std::vector<float> QuantizedLinear::dequantize() const {
   return out;
 }
 
-QuantizedLinear quantize_rtn(const QuantSpec& s, const float* w, int64_t n_out, int64_t n_in) {
+float nvfp4_global_scale(float amax) {
+  // (1 / amax) · 2688 rounded twice, not 2688 / amax: compressed-tensors' generate_gparam divides a Python number
+  // by a tensor, which torch computes as reciprocal-then-multiply (1 ulp off the quotient for some amax, enough
+  // to move a block scale across an E4M3 rounding tie).
+  return amax > 0 ? (1.0f / amax) * (kFp8E4M3Max * kE2M1Max) : 1.0f;
+}
+
+QuantizedLinear quantize_rtn(const QuantSpec& s, const float* w, int64_t n_out, int64_t n_in, float nvfp4_amax) {
   check_quant_spec(s, n_in, "weight");
   QuantizedLinear ql;
   ql.spec = s;
@@ -159,10 +166,7 @@ QuantizedLinear quantize_rtn(const QuantSpec& s, const float* w, int64_t n_out, 
       const int64_t b = nv ? 16 : 32, nb = n_in / b;
       ql.codes.resize(size_t(n_out * n_in));
       ql.scale_bytes.resize(size_t(n_out * nb));
-      if (nv) {
-        const float amax = absmax(w, n_out * n_in);
-        ql.global_scale = amax > 0 ? kFp8E4M3Max * kE2M1Max / amax : 1.0f;
-      }
+      if (nv) ql.global_scale = nvfp4_global_scale(std::max(nvfp4_amax, absmax(w, n_out * n_in)));
       for (int64_t r = 0; r < n_out; ++r)
         for (int64_t bi = 0; bi < nb; ++bi) {
           const float* v = w + r * n_in + bi * b;

@@ -11,8 +11,10 @@
 //   Fp8 (E4M3) per channel: s = max|w| / 448 of the row, code = e4m3(w / s), w' = e4m3 · s.
 //   Mxfp4: per 32 columns an E8M0 scale 2^e, e = floor(log2(max|w|)) - 2 (OCP MX: E2M1's emax is 2),
 //     code = e2m1(w / 2^e) saturating at ±6.
-//   Nvfp4: a tensor global scale G = 448 · 6 / max|W| and per 16 columns an E4M3 scale
-//     s8 = e4m3(max|w| / 6 · G); code = e2m1(w · G / s8), w' = e2m1 · s8 / G.
+//   Nvfp4: a global scale G = 448 · 6 / max|W| and per 16 columns an E4M3 scale
+//     s8 = e4m3(max|w| / 6 · G); code = e2m1(w · G / s8), w' = e2m1 · s8 / G. max|W| is the weight's own, or
+//     (nvfp4_amax) that of the fused group it belongs to: compressed-tensors gives q|k|v and gate|up one G
+//     (llm-compressor's fuse_weight_observers), because vLLM keeps one G per fused linear (the largest).
 // A zero scale (an all-zero group) is replaced by 1 so nothing divides by zero.
 #pragma once
 #include <cstdint>
@@ -68,7 +70,13 @@ struct QuantizedLinear {
 // amax rounded to a power of two at E2M1's mantissa precision, times 2^-2); 0 for an all-zero block.
 uint8_t mx_exponent_byte(float amax);
 
-QuantizedLinear quantize_rtn(const QuantSpec& spec, const float* w, int64_t n_out, int64_t n_in);
+// NVFP4's global scale G = 448 · 6 / amax from the max|value| it covers, as compressed-tensors rounds it:
+// (1 / amax) · 2688 in F32 (1 for amax 0).
+float nvfp4_global_scale(float amax);
+
+// nvfp4_amax (NVFP4 only): the max|W| G comes from when w is one of a fused group (≥ w's own); 0: w's own.
+QuantizedLinear quantize_rtn(const QuantSpec& spec, const float* w, int64_t n_out, int64_t n_in,
+                             float nvfp4_amax = 0);
 
 // ‖X·W'ᵀ - X·Wᵀ‖² / ‖X·Wᵀ‖² for X [n_tok, n_in]: the relative output error of a quantized layer (the tests'
 // and the searches' measure).

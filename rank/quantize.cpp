@@ -5,7 +5,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <regex>
+#include <utility>
 
 #include "common/cpu_clock.h"
 #include "common/error.h"
@@ -88,9 +90,10 @@ class Quantizer {
     return "model.layers." + std::to_string(layer) + "." + l.hf;
   }
   // Quantizes w [n_out, n_in] of module `mod` (with Hessian h when GPTQ), writes it, returns W'.
+  // group_amax: fused_amax() of the fused group mod belongs to (0: none).
   // keep: the quantized weight is returned there and NOT written (the caller writes it after changing it).
   Vec quantize(const std::string& mod, const Vec& w, int64_t n_out, int64_t n_in, const std::vector<double>* h,
-               QuantizedLinear* keep = nullptr) {
+               float group_amax = 0, QuantizedLinear* keep = nullptr) {
     if (ignored(o_.ignore, mod)) {
       w_.add_dense(mod + ".weight", {n_out, n_in}, w.data());
       return w;
@@ -98,10 +101,12 @@ class Quantizer {
     ++n_quantized_;
     QuantizedLinear q;
     if (h) {
-      q = quantize_gptq(spec_, w.data(), n_out, n_in, *h, gptq_options());
+      GptqOptions go = gptq_options();
+      go.nvfp4_amax = group_amax;
+      q = quantize_gptq(spec_, w.data(), n_out, n_in, *h, go);
     } else {
       CpuTimer timer(&cpu_.rtn);
-      q = quantize_rtn(spec_, w.data(), n_out, n_in);
+      q = quantize_rtn(spec_, w.data(), n_out, n_in, group_amax);
     }
     Vec d = q.dequantize();
     if (keep)
@@ -109,6 +114,16 @@ class Quantizer {
     else
       w_.add_quantized(mod, q);
     return d;
+  }
+  // NVFP4: max|W| over the quantized (not ignored) weights of a fused group — q|k|v or gate|up, which
+  // compressed-tensors gives one global scale (rank/quant_rtn.h); 0 for every other kind.
+  float fused_amax(int64_t layer, std::initializer_list<std::pair<const Linear*, const Vec*>> parts) const {
+    if (spec_.kind != QuantKind::Nvfp4) return 0;
+    float m = 0;
+    for (const auto& [l, w] : parts)
+      if (!ignored(o_.ignore, module(layer, *l)))
+        for (float v : *w) m = std::max(m, std::fabs(v));
+    return m;
   }
   bool gptq() const { return o_.method == QuantMethod::Gptq || o_.method == QuantMethod::SmoothQuantGptq; }
   GptqOptions gptq_options() {
@@ -265,9 +280,11 @@ void Quantizer::layer(int64_t i, Vec& x, int64_t n) {
   std::vector<double> hs;
   if (gptq()) hs = hessian(h, n, H);
   const std::vector<double>* hp = gptq() ? &hs : nullptr;
-  const Vec q = quantize(module(i, kQ), wq, nq, H, hp), k = quantize(module(i, kK), wk, nk, H, hp);
+  const float qkv_amax = fused_amax(i, {{&kQ, &wq}, {&kK, &wk}, {&kV, &wv}});
+  const Vec q = quantize(module(i, kQ), wq, nq, H, hp, qkv_amax);
+  const Vec k = quantize(module(i, kK), wk, nk, H, hp, qkv_amax);
   QuantizedLinear vq;
-  Vec v = quantize(module(i, kV), wv, nk, H, hp, &vq);
+  Vec v = quantize(module(i, kV), wv, nk, H, hp, qkv_amax, &vq);
   report(module(i, kQ), h, n, H, wq, q, nq);
   report(module(i, kK), h, n, H, wk, k, nk);
   report(module(i, kV), h, n, H, wv, v, nk);
@@ -304,7 +321,8 @@ void Quantizer::layer(int64_t i, Vec& x, int64_t n) {
   }
   w_.add_dense(hfb + "post_attention_layernorm.weight", {H}, ffn_norm.data());
   if (gptq()) hs = hessian(h, n, H);
-  const Vec g = quantize(module(i, kGate), wg, I, H, hp);
+  const float gate_up_amax = fused_amax(i, {{&kGate, &wg}, {&kUp, &wu}});
+  const Vec g = quantize(module(i, kGate), wg, I, H, hp, gate_up_amax);
   report(module(i, kGate), h, n, H, wg, g, I);
   QuantizedLinear uq;
   // up is written after down's AWQ scales are folded into its row scales.
@@ -313,11 +331,13 @@ void Quantizer::layer(int64_t i, Vec& x, int64_t n) {
   if (up_ignored) {
     u = wu;
   } else if (gptq()) {
-    uq = quantize_gptq(spec_, wu.data(), I, H, hs, gptq_options());
+    GptqOptions go = gptq_options();
+    go.nvfp4_amax = gate_up_amax;
+    uq = quantize_gptq(spec_, wu.data(), I, H, hs, go);
     u = uq.dequantize();
   } else {
     CpuTimer timer(&cpu_.rtn);
-    uq = quantize_rtn(spec_, wu.data(), I, H);
+    uq = quantize_rtn(spec_, wu.data(), I, H, gate_up_amax);
     u = uq.dequantize();
   }
   Vec wd = load(b + "ffn_down.weight", {H, I});

@@ -19,6 +19,8 @@
 // Peak memory: one layer's F32 weights, the activations [n_tokens, max(hidden, intermediate)] a few times, one
 // Hessian, and the output in its compressed form.
 // Q/K of a GGUF input are un-permuted into the HF (rotate-half) layout before quantization.
+// NVFP4: q|k|v of a layer share one global scale, and gate|up another (from the largest |w| of the group), as
+// compressed-tensors writes them and vLLM needs them (rank/quant_rtn.h).
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -8,12 +8,16 @@ usage: llmcompressor_quality.py BASE_HF_DIR CALIB_IDS_JSON SEQ_LEN OUT_ROOT CASE
                   tokens as `tpserve quantize --calib-seq-len` does (no shuffling, every row used)
   CASE            lc-w4a16-g64-gptq | lc-w4a16-g64-gptq-noact | lc-w4a16-g64-rtn | lc-w8a16-rtn |
                   lc-w8a8-sq-gptq | lc-w3a16-g64-gptq | lc-w3a16-g64-rtn | lc-w4a16-asym-g64-gptq |
-                  lc-w4a16-asym-g64-rtn | lc-w8a16-gptq | lc-fp8-dynamic | lc-nvfp4a16-rtn | lc-mxfp4a16-rtn
+                  lc-w4a16-asym-g64-rtn | lc-w8a16-gptq | lc-fp8-dynamic | lc-nvfp4a16-rtn | lc-mxfp4a16-rtn |
+                  lc-w4a16-g64-awq | lc-w8a8-rtn | lc-fp8-weight-rtn
 Writes OUT_ROOT/<case>/ (config.json + model.safetensors as llm-compressor saves them, save_compressed=True) and
 OUT_ROOT/<case>/.row: "name|scheme|method|wall seconds|cpu seconds" of the oneshot call (loading and saving
 excluded). llm-compressor's defaults otherwise: GPTQ dampening 0.01, block 128, actorder "static" (= "weight":
 columns visited by decreasing Hessian diagonal, groups contiguous, scales from the original weights by the
-memoryless min-max observer); SmoothQuant strength 0.5; the sequential pipeline propagating quantized outputs.
+memoryless min-max observer); SmoothQuant strength 0.5; AWQ (the transform AWQModifier before RTN's
+QuantizationModifier, llm-compressor 0.14's API) with its default mappings for Llama (input_layernorm -> q|k|v,
+v -> o, post_attention_layernorm -> gate|up, up -> down), duo_scaling True, n_grid 20; the sequential pipeline
+propagating quantized outputs.
 """
 import json
 import os
@@ -27,9 +31,18 @@ from llmcompressor import oneshot
 from llmcompressor.modifiers.gptq import GPTQModifier
 from llmcompressor.modifiers.quantization import QuantizationModifier
 from llmcompressor.modifiers.smoothquant import SmoothQuantModifier
+from llmcompressor.modifiers.transform import AWQModifier
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 IGNORE = ["lm_head"]
+
+if not torch.cuda.is_available():
+    # llm-compressor 0.14's AWQ pins its cached activations for faster host-to-device copies, which needs an
+    # NVIDIA driver ("Found no NVIDIA driver"); on a CPU-only machine there is no copy to speed up, so they stay
+    # unpinned (the values, and so the result, are the same).
+    from llmcompressor.pipelines.cache import IntermediatesCache
+
+    IntermediatesCache.pin_memory = lambda self, *args, **kwargs: None
 
 
 def w(num_bits, strategy, **kw):
@@ -67,6 +80,13 @@ CASES = {
                         lambda: [QuantizationModifier(ignore=IGNORE, targets=["Linear"], scheme="NVFP4A16")]),
     "lc-mxfp4a16-rtn": ("mxfp4", "llm-compressor rtn (MXFP4A16)",
                         lambda: [QuantizationModifier(ignore=IGNORE, targets=["Linear"], scheme="MXFP4A16")]),
+    "lc-w4a16-g64-awq": ("w4a16", "llm-compressor awq (duo scaling, n_grid 20) + rtn",
+                         lambda: [AWQModifier(),
+                                  QuantizationModifier(ignore=IGNORE, config_groups=w(4, "group", group_size=64))]),
+    "lc-w8a8-rtn": ("w8a8-int8", "llm-compressor rtn (W8A8)",
+                    lambda: [QuantizationModifier(ignore=IGNORE, targets=["Linear"], scheme="W8A8")]),
+    "lc-fp8-weight-rtn": ("fp8-weight", "llm-compressor rtn (FP8 per channel, weights only)",
+                          lambda: [QuantizationModifier(ignore=IGNORE, config_groups=w(8, "channel", type="float"))]),
     "lc-w8a8-sq-gptq": ("w8a8-int8", "llm-compressor smoothquant+gptq",
                         lambda: [SmoothQuantModifier(smoothing_strength=0.5),
                                  GPTQModifier(ignore=IGNORE, targets=["Linear"], scheme="W8A8")]),

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -386,6 +387,59 @@ TEST(Quantize, W3A16PacksDenselyAndLoadsBothLayouts) {
   const SafetensorsFile lq(legacy + "/model.safetensors");
   ASSERT_EQ(lq.find("model.layers.0.self_attn.q_proj.weight_packed")->shape, (std::vector<int64_t>{256, 26}));
   EXPECT_EQ(logits_of(legacy, prompt), dense);
+}
+
+// NVFP4: compressed-tensors gives the fused q|k|v and gate|up one global scale, G = 448 · 6 / max|W| over the
+// group (llm-compressor's fuse_weight_observers; its nvfp4a16 fixture has them equal), because vLLM keeps one
+// per fused linear (the largest of the parts'): with a G per tensor, vLLM would dequantize the parts of smaller
+// max|W| at the wrong scale. o_proj and down_proj keep their own. G is rounded as compressed-tensors rounds it
+// (torch's 2688 / tensor is a reciprocal then a product). Both RTN and GPTQ.
+TEST(Quantize, Nvfp4FusedGroupsShareOneGlobalScale) {
+  const std::vector<std::vector<const char*>> groups = {
+      {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}, {"mlp.gate_proj", "mlp.up_proj"},
+      {"self_attn.o_proj"}, {"mlp.down_proj"}};
+  auto scalar = [](const SafetensorsFile& f, const std::string& name) {
+    const SafetensorsTensor* t = f.find(name);
+    EXPECT_TRUE(t && t->raw == RawType::None && t->n_bytes == 4) << name;
+    float v = 0;
+    if (t) std::memcpy(&v, t->data, 4);
+    return v;
+  };
+  {
+    const SafetensorsFile fx(kFixtures + "nvfp4a16/model.safetensors");
+    for (int layer = 0; layer < 2; ++layer)
+      for (const auto& g : groups)
+        for (const char* part : g) {
+          const std::string b = "model.layers." + std::to_string(layer) + ".";
+          EXPECT_EQ(scalar(fx, b + part + ".weight_global_scale"), scalar(fx, b + g[0] + ".weight_global_scale"))
+              << "llm-compressor's fixture, layer " << layer << " " << part;
+        }
+  }
+  const SafetensorsFile base(base_model() + "/model.safetensors");
+  for (QuantMethod method : {QuantMethod::Rtn, QuantMethod::Gptq}) {
+    SCOPED_TRACE(method == QuantMethod::Rtn ? "rtn" : "gptq");
+    QuantizeOptions o;
+    o.scheme = QuantScheme::Nvfp4;
+    o.method = method;
+    if (method != QuantMethod::Rtn) o.calib_tokens = calib_tokens(256), o.seq_len = 128;
+    const std::string out = scratch() + "/quantized_nvfp4_fused_" + std::to_string(int(method));
+    quantize_model(*open_model(base_model()), out, o);
+    const SafetensorsFile q(out + "/model.safetensors");
+    for (int layer = 0; layer < 2; ++layer)
+      for (const auto& g : groups) {
+        const std::string b = "model.layers." + std::to_string(layer) + ".";
+        float amax = 0;
+        for (const char* part : g) {
+          const SafetensorsTensor* w = base.find(b + part + ".weight");
+          ASSERT_TRUE(w && w->raw == RawType::None && w->dtype == DType::F32);
+          const float* v = reinterpret_cast<const float*>(w->data);
+          for (int64_t i = 0; i < w->n_bytes / 4; ++i) amax = std::max(amax, std::fabs(v[i]));
+        }
+        for (const char* part : g)
+          EXPECT_EQ(scalar(q, b + part + ".weight_global_scale"), (1.0f / amax) * (448.0f * 6.0f))
+              << "layer " << layer << " " << part;
+      }
+  }
 }
 
 }  // namespace
