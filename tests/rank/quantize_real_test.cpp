@@ -154,7 +154,11 @@ TEST_F(QuantizeReal, W4A16RtnAndGptqNll) {
               gptq_ao.nll);
   EXPECT_LT(rtn.nll - base_->nll, 0.6);
   EXPECT_LT(gptq.nll - base_->nll, 0.6);
-  EXPECT_LT(gptq.nll, rtn.nll);
+  // GPTQ with act-order (the CLI's default) must beat RTN: Zen 4 and Zen 3 alike [measured 3.137 vs 3.308 on a
+  // Zen 3 core]. Without act-order, on this base (already on a 4-bit grid) and 256 calibration tokens, its gain
+  // depends on the calibration forward's float order: 3.241 vs 3.308 on Zen 4 (AVX-512), 3.318 vs 3.308 on Zen 3
+  // (AVX2) -> only "no worse than RTN beyond 0.03".
+  EXPECT_LT(gptq.nll, rtn.nll + 0.03);
   EXPECT_LT(gptq_ao.nll, rtn.nll);
 }
 
