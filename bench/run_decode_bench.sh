@@ -80,11 +80,11 @@ for ((rep = 1; rep <= REPEATS; ++rep)); do
 done
 
 {
-  echo "# Decode/prefill on Zen 4: tpserve (BF16, GGUF kept quantized, compressed-tensors) vs llama.cpp llama-bench"
+  echo "# Decode/prefill on $(lscpu | sed -n 's/^Model name: *//p') (family $(lscpu | sed -n 's/^CPU family: *//p'), model $(lscpu | sed -n 's/^Model: *//p')): tpserve (BF16, GGUF kept quantized, compressed-tensors) vs llama.cpp llama-bench"
   echo
   echo "- date: $(date -u +%FT%TZ); command: \`bench/run_decode_bench.sh ${THREADS[*]}\` with PP=$PP TG=$TG REPS=$REPS REPEATS=$REPEATS BATCH=$BATCH"
   echo "- machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB;" \
-       "flags: $(grep -o -w 'avx512f\|avx512bw\|avx512vl\|avx512_vnni\|avx512_bf16\|avx512vbmi\|amx_tile' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+       "flags: $(grep -o -w 'avx2\|avx512f\|avx512bw\|avx512vl\|avx512_vnni\|avx512_bf16\|avx512vbmi\|avx_vnni\|amx_tile' /proc/cpuinfo | sort -u | tr '\n' ' ')"
   echo "- DRAM read (bench/mem_bandwidth): $(for t in "${THREADS[@]}"; do echo -n "t$t ${BW[$t]} GB/s; "; done)"
   echo "- llama.cpp: $(cat third_party/llama_cpp_version.txt 2>/dev/null || echo '?'), llama-bench defaults (CPU repack of Q4_0 / Q4_K)"
   echo "- each figure: median of $REPEATS runs made in alternation (ours, the peer, next thread count, next file); the load average before each run is in the log"
