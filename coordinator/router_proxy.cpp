@@ -179,7 +179,7 @@ HttpResponse RouterApi::plain(const HttpRequest& req, const json& body, const Ro
 }
 
 HttpResponse RouterApi::stream(const HttpRequest& req, ResponseStream& out, const json& body, const RouteInfo& info) {
-  StreamTracker tracker(info.chat, info.client_wants_token_ids, info.echo_bytes);
+  StreamTracker tracker(info.chat, info.client_wants_token_ids, info.echo_bytes, info.echo_logprobs);
   std::set<int> exclude;
   std::string last_error;
   bool started = false, client_gone = false, resuming = false;
@@ -199,8 +199,10 @@ HttpResponse RouterApi::stream(const HttpRequest& req, ResponseStream& out, cons
     try {
       const auto [host, port] = parse_base_url(c.url);
       HttpClientRequest q = client_request(
-          "POST", resuming ? "/v1/completions" : req.target,
-          resuming ? replay_body(body, info, tracker.resume_tokens()) : forward_body(body, info, fetch), pass_headers(req));
+          "POST", req.target,
+          resuming && !tracker.replay_from_start() ? replay_body(body, info, tracker.resume_tokens())
+                                                   : forward_body(body, info, fetch),
+          pass_headers(req));
       q.idle_timeout_s = cfg_.idle_timeout_s;
       const int id = c.replica;
       q.keep_waiting = [this, id, &out, &client_gone] {

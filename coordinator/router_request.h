@@ -6,10 +6,11 @@
 //                router replays a broken stream from them) and a seed when the client gave none (the router picks
 //                it, so a continuation samples as the unbroken run: the draw depends only on seed and absolute
 //                position, rank/sampler.h); kv_transfer_params.fetch_from when told.
-//   replay_body  the continuation of a broken stream: a /v1/completions request whose prompt is the token ids of
-//                the prompt plus the tokens already output (router_stream.h says which), max_tokens less those,
-//                the same sampling fields and seed, and resumed_output_tokens = their number (the penalties count
-//                them as output, as the unbroken run did).
+//   replay_body  the continuation of a broken stream: the forwarded body (same endpoint, same fields, same seed)
+//                plus tpserve_continuation = the tokens already output (router_stream.h says which), which the
+//                replica takes as output already sent (openai_request.h): prompt + those tokens re-prefilled,
+//                counted by max_tokens, the penalties and usage, only what follows streamed — in the original
+//                response's shape, logprobs included.
 // A body the router cannot tokenize (a bad field, an unknown model) is still forwarded: the replica answers with
 // its own error JSON, so clients see the same errors as from `tpserve serve`.
 #pragma once
@@ -29,7 +30,8 @@ struct RouteInfo {
   bool chat = false;
   bool stream = false;
   bool tokenized = false;              // false: the body did not parse here (forwarded as it is, not replayable mid-stream)
-  bool replayable = false;             // one prompt, n = 1, no output constraint or tools: a stream can resume
+  bool replayable = false;             // one prompt, n = 1, no prompt_logprobs, output constraint or tools: a
+                                       // stream can resume
   // Why a stream of this request cannot resume on another replica, as the error its client gets names it
   // ("n > 1", "logprobs", ...); "" when replayable.
   std::string not_replayable;
@@ -40,6 +42,7 @@ struct RouteInfo {
   int64_t load_tokens = 0;             // prompt + max_tokens (max_tokens absent: kDefaultLoadTokens)
   bool ignore_eos = false;
   int64_t echo_bytes = 0;              // completions echo: the prompt text leading the output
+  int64_t echo_logprobs = 0;           // completions echo + logprobs: the prompt's entries leading the logprobs
   std::optional<uint64_t> seed;        // picked by the router (a resumable stream without a client seed)
 };
 
@@ -56,7 +59,7 @@ std::vector<uint64_t> block_chain(const std::vector<int32_t>& tokens, int64_t bl
 std::string forward_body(nlohmann::json body, const RouteInfo& info, const std::string& fetch_from);
 
 // The resumption of `original` after `output`, the generated tokens it continues after (route_info(original).
-// replayable must hold).
+// replayable must hold; `output` may be empty: the client has the echo, if any, and nothing else).
 std::string replay_body(const nlohmann::json& original, const RouteInfo& info, const std::vector<int32_t>& output);
 
 }  // namespace tp

@@ -35,25 +35,47 @@ std::vector<std::string> SseSplitter::feed(std::string_view bytes) {
   return out;
 }
 
+namespace {
+
+// The entries of a choice's logprobs object: chat's content[], completions' tokens[]; 0 for null.
+int64_t n_logprob_entries(const json& lp) {
+  if (!lp.is_object()) return 0;
+  for (const char* k : {"content", "tokens"})
+    if (auto it = lp.find(k); it != lp.end() && it->is_array()) return int64_t(it->size());
+  return 0;
+}
+
+// Removes the first n entries of every array of a logprobs object (completions' arrays run in parallel).
+void drop_logprob_entries(json& lp, int64_t n) {
+  if (!lp.is_object() || n <= 0) return;
+  for (auto& [key, arr] : lp.items())
+    if (arr.is_array()) arr.erase(arr.begin(), arr.begin() + std::min<int64_t>(n, int64_t(arr.size())));
+}
+
+}  // namespace
+
 void StreamTracker::begin_replay(const Tokenizer& tok, bool ignore_eos) {
   replaying_ = true;
-  echo_left_ = 0;  // a continuation does not echo
   IncrementalDecoder dec(tok, false);
-  int64_t len = 0, len_k = 0;
+  int64_t len = 0, len_k = 0, lp = 0, lp_k = 0;
   size_t k = 0;
   for (size_t i = 0; i < tokens_.size(); ++i) {
     const int32_t t = tokens_[i];
     if (t < 0 || t >= tok.vocab_size()) break;  // not the replicas' vocabulary: resume before it
-    if (ignore_eos || !tok.is_eog(t)) len += int64_t(dec.push(t).size());
+    if (!ignore_eos && tok.is_eog(t)) break;     // it ended the generation: generated again (a continuation holds none)
+    len += int64_t(dec.push(t).size());
+    ++lp;  // each token that is text has a logprobs entry (when asked for)
     if (len > text_bytes_) break;  // token i's text is not all with the client
     if (dec.n_pending() == 0) {
       k = i + 1;
       len_k = len;
+      lp_k = lp;
     }
   }
   tokens_.resize(k);
   skip_bytes_ = text_bytes_ - len_k;
   skip_ids_ = ids_sent_ - int64_t(k);
+  skip_lp_ = std::max<int64_t>(0, lp_sent_ - lp_k);  // 0 when no logprobs were asked for
 }
 
 StreamEvent StreamTracker::on_event(const std::string& data) {
@@ -75,6 +97,11 @@ StreamEvent StreamTracker::on_event(const std::string& data) {
     return ev;
   }
   ++n_chunks_;
+  // The role chunk that opens a chat stream: once for the client, not again after a replay.
+  if (chat_ && j.value("/choices/0/delta"_json_pointer, json::object()).contains("role")) {
+    if (role_sent_) return ev;  // nothing to send
+    role_sent_ = true;
+  }
   if (!replaying_ && id_.is_null()) {
     id_ = j.value("id", json());
     created_ = j.value("created", json());
@@ -97,9 +124,20 @@ StreamEvent StreamTracker::on_event(const std::string& data) {
           }
           *t = std::move(kept);
         }
-        // The chunk's text: a chat chunk's delta.content, a completions chunk's (and every continuation's) text.
+        if (auto lp = c.find("logprobs"); lp != c.end() && lp->is_object()) {
+          // The prompt's entries lead a stream's first chunk (echo); a continuation's first ones the client may
+          // have already. Never both: a replay that still owes the echo starts over (replay_from_start).
+          const int64_t n = n_logprob_entries(*lp);
+          const int64_t echo = std::min(echo_lp_left_, n);
+          echo_lp_left_ -= echo;
+          const int64_t drop = std::min(skip_lp_, n - echo);
+          drop_logprob_entries(*lp, drop);
+          skip_lp_ -= drop;
+          lp_sent_ += n - echo - drop;
+        }
+        // The chunk's text: a chat chunk's delta.content, a completions chunk's text.
         json* text = nullptr;
-        if (!replaying_ && chat_) {
+        if (chat_) {
           if (auto d = c.find("delta"); d != c.end() && d->is_object())
             if (auto s = d->find("content"); s != d->end() && s->is_string()) text = &*s;
         } else if (auto s = c.find("text"); s != c.end() && s->is_string()) {
@@ -120,18 +158,12 @@ StreamEvent StreamTracker::on_event(const std::string& data) {
         if (auto f = c.find("finish_reason"); f != c.end() && !f->is_null()) finished_ = true;
       }
       if (!keep_ids_) c.erase("token_ids");
-      if (replaying_ && chat_) {  // a completions chunk back into a chat chunk
-        std::string text = c.value("text", std::string());
-        c.erase("text");
-        c["delta"] = text.empty() ? json::object() : json{{"content", text}};
-      }
     }
   }
   if (replaying_) {
     j["id"] = id_;
     j["created"] = created_;
     j["model"] = model_;
-    j["object"] = chat_ ? "chat.completion.chunk" : "text_completion";
   }
   ev.out = sse_event(j.dump());
   return ev;

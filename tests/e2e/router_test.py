@@ -10,12 +10,13 @@
  4. The killed replica restarted on its port rejoins (up again); the router restarted (SIGTERM: exit 0) serves
     again from a new process.
  5. Resumption is exact beyond greedy: on one replica, a prompt + earlier output with resumed_output_tokens
-    continues a seeded temperature-0.8 generation with penalties as the unbroken one. Through the router, two
-    streams on replica A (B made to leave, then rejoin), A SIGKILLed mid-stream: a seeded temperature-0.8 stream
-    with frequency/presence penalties, and a greedy one whose stop string is the rest of its own output (so A
-    holds back every character after token 12 when it dies) — both resume on B with the unfailed run's token
-    ids and text. A streamed n = 2 request on A at the kill cannot resume: it ends with an error naming n > 1 and
-    [DONE].
+    continues a seeded temperature-0.8 generation with penalties as the unbroken one. Through the router (which
+    resumes with tpserve_continuation), three streams on replica A (B made to leave, then rejoin), A SIGKILLed
+    mid-stream: a seeded temperature-0.8 stream with frequency/presence penalties, a greedy one with logprobs
+    whose stop string is the rest of its own output (so A holds back every character after token 12 when it
+    dies), and a seeded temperature-0.8 chat stream with logprobs and top_logprobs 2 — all resume on B with the
+    unfailed run's token ids, text and logprobs (text offsets included; values within 2e-3). A streamed n = 2
+    request on A at the kill cannot resume: it ends with an error naming n > 1 and [DONE].
 usage: router_test.py TPSERVE_BINARY REPO_ROOT"""
 import http.client, json, os, signal, subprocess, sys, tempfile, threading, time
 
@@ -56,14 +57,17 @@ def get_json(port, path):
     return s, json.loads(d) if d.startswith("{") else d
 
 
-def stream(port, body, timeout=120, r=None):
-    """A streamed request: returns {"status", "token_ids", "text", "finish", "done", "error", "marks"} (marks: the
-    text so far after each chunk, by the number of token ids so far). `r`, when given, is filled as it arrives."""
+def stream(port, body, timeout=120, r=None, path="/v1/completions"):
+    """A streamed request: returns {"status", "token_ids", "text", "finish", "done", "error", "marks", "lp", "roles"}
+    (marks: the text so far after each chunk, by the number of token ids so far; lp: one (token, logprob,
+    text_offset or top tokens) per logprobs entry; roles: chat role chunks). `r`, when given, is filled as it
+    arrives. `path`: /v1/completions or /v1/chat/completions."""
     r = r if r is not None else {}
-    r.update({"status": 0, "token_ids": [], "text": "", "finish": None, "done": False, "error": None, "marks": {}})
+    r.update({"status": 0, "token_ids": [], "text": "", "finish": None, "done": False, "error": None, "marks": {},
+              "lp": [], "roles": 0})
     try:
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-        c.request("POST", "/v1/completions", json.dumps(dict(body, stream=True, return_token_ids=True)),
+        c.request("POST", path, json.dumps(dict(body, stream=True, return_token_ids=True)),
                   {"Content-Type": "application/json"})
         resp = c.getresponse()
         r["status"] = resp.status
@@ -80,8 +84,15 @@ def stream(port, body, timeout=120, r=None):
                 continue
             for ch in j.get("choices", []):
                 r["token_ids"] += ch.get("token_ids", [])
-                r["text"] += ch.get("text", "")
+                delta = ch.get("delta", {})
+                r["roles"] += "role" in delta
+                r["text"] += ch.get("text", "") + (delta.get("content") or "")
                 r["finish"] = ch.get("finish_reason") or r["finish"]
+                lp = ch.get("logprobs") or {}
+                for e in lp.get("content") or []:  # chat
+                    r["lp"].append((e["token"], e["logprob"], [t["token"] for t in e["top_logprobs"]]))
+                for k, tok in enumerate(lp.get("tokens") or []):  # completions
+                    r["lp"].append((tok, lp["token_logprobs"][k], lp["text_offset"][k]))
             r["marks"][len(r["token_ids"])] = r["text"]
     except Exception as e:
         r["error"] = repr(e)
@@ -267,20 +278,26 @@ try:
           s == 400 and json.loads(d)["error"]["param"] == "resumed_output_tokens", (s, d))
     # (b) the unfailed references through the router
     greedy = {"prompt": "The history of the printing press begins", "max_tokens": n5, "temperature": 0,
-              "ignore_eos": True}
+              "ignore_eos": True, "logprobs": 1}
     free = stream(rp, greedy)
     cut = 12  # from token 12's text on, the output is a prefix of the stop string until the end
     held_from = len(free["marks"].get(cut, ""))
     greedy["stop"] = [free["text"][held_from:] + "\u2603"]
-    ref5 = [stream(rp, sampled), stream(rp, greedy)]
-    check("references: the stop string holds the text back but does not change the output",
+    # a chat stream, seeded temperature 0.8, with logprobs and the top 2
+    chat = {"messages": [{"role": "user", "content": "Tell me a long story about a lighthouse keeper."}],
+            "max_tokens": n5, "temperature": 0.8, "seed": 99, "logprobs": True, "top_logprobs": 2, "ignore_eos": True}
+    CHAT = "/v1/chat/completions"
+    ref5 = [stream(rp, sampled), stream(rp, greedy), stream(rp, chat, path=CHAT)]
+    check("references: the stop string holds the text back but does not change the output; logprobs for every token",
           all(r["done"] and len(r["token_ids"]) == n5 for r in ref5) and held_from > 0 and
-          ref5[1]["token_ids"] == free["token_ids"] and ref5[1]["text"] == free["text"],
-          [(r["done"], len(r["token_ids"]), r["error"]) for r in ref5] + [held_from])
+          ref5[1]["token_ids"] == free["token_ids"] and ref5[1]["text"] == free["text"] and
+          len(ref5[1]["lp"]) == n5 and len(ref5[2]["lp"]) == n5 and ref5[2]["roles"] == 1,
+          [(r["done"], len(r["token_ids"]), len(r["lp"]), r["error"]) for r in ref5] + [held_from])
     # (c) both streams on A, B back, A killed
     call(rp, "DELETE", "/router/replicas", {"url": b_url})
-    live = [{}, {}]
-    ts = [threading.Thread(target=stream, args=(rp, b, 180, live[i])) for i, b in enumerate([sampled, greedy])]
+    live = [{}, {}, {}]
+    ts = [threading.Thread(target=stream, args=(rp, b, 180, live[i], p))
+          for i, (b, p) in enumerate([(sampled, "/v1/completions"), (greedy, "/v1/completions"), (chat, CHAT)])]
     two = {}  # n = 2: not resumable; must end with an error naming why, then [DONE]
     two_body = dict({k: v for k, v in greedy.items() if k != "stop"}, n=2)
     ts.append(threading.Thread(target=stream, args=(rp, two_body, 180, two)))
@@ -290,22 +307,29 @@ try:
     while time.time() < deadline:
         ups = {r["url"]: r["up"] for r in get_json(rp, "/router/replicas")[1]["replicas"]}
         n_ids = [len(l.get("token_ids", [])) for l in live]
-        if ups.get(b_url) and n_ids[0] >= 20 and n_ids[1] >= cut + 8 and len(two.get("token_ids", [])) >= 4:
+        if ups.get(b_url) and n_ids[0] >= 20 and n_ids[1] >= cut + 8 and n_ids[2] >= 20 and \
+                len(two.get("token_ids", [])) >= 4:
             break
         time.sleep(0.005)
     at_kill = [(len(l["token_ids"]), l["text"]) for l in live]
     proc_of[a_url].kill()
     [t.join(180) for t in ts]
-    check(f"the kill landed mid-stream on both ({at_kill[0][0]} and {at_kill[1][0]} of {n5} ids out), with A "
-          f"holding text back ({len(at_kill[1][1])} characters out of the greedy stream, <= {held_from})",
+    check(f"the kill landed mid-stream on all three ({', '.join(str(n) for n, _ in at_kill)} of {n5} ids out), "
+          f"with A holding text back ({len(at_kill[1][1])} characters out of the greedy stream, <= {held_from})",
           all(cut < n < n5 for n, _ in at_kill) and len(at_kill[1][1]) <= held_from, at_kill)
-    for name, r, ref_r in zip(["seeded temperature-0.8 stream with penalties", "greedy stream with held-back text"],
-                              live, ref5):
-        check(f"{name}: resumed on B with the unfailed run's {n5} token ids and text",
+
+    def same_logprobs(a, b):  # tokens, offsets / top tokens exact; values from a prefill vs a decode step
+        return len(a) == len(b) and all(x[0] == y[0] and x[2] == y[2] and abs(x[1] - y[1]) < 2e-3 for x, y in zip(a, b))
+
+    for name, r, ref_r in zip(["seeded temperature-0.8 stream with penalties",
+                               "greedy stream with held-back text and logprobs (text offsets included)",
+                               "seeded temperature-0.8 chat stream with logprobs and the top 2"], live, ref5):
+        check(f"{name}: resumed on B with the unfailed run's {n5} token ids, text and logprobs",
               r["done"] and r["finish"] == "length" and not r["error"] and r["token_ids"] == ref_r["token_ids"]
-              and r["text"] == ref_r["text"],
+              and r["text"] == ref_r["text"] and same_logprobs(r["lp"], ref_r["lp"]) and r["roles"] == ref_r["roles"],
               {"done": r.get("done"), "error": r.get("error"), "n": len(r.get("token_ids", [])),
-               "text": r.get("text"), "ref": ref_r["text"]})
+               "n_lp": len(r.get("lp", [])), "roles": r.get("roles"), "text": r.get("text"), "ref": ref_r["text"],
+               "lp_diff": [(i, x, y) for i, (x, y) in enumerate(zip(r.get("lp", []), ref_r["lp"])) if x != y][:5]})
     err = (two.get("error") or {}) if isinstance(two.get("error"), dict) else {"message": str(two.get("error"))}
     check("a streamed n = 2 request on A ends with an error naming why it cannot resume (n > 1), then [DONE]",
           two.get("status") == 200 and two.get("done") and 0 < len(two.get("token_ids", [])) < 2 * n5 and
