@@ -39,7 +39,7 @@ RouteInfo route_info(const json& body, bool chat, const Tokenizer& tok, const Ch
     // The first feature a resumption (one prompt + the tokens already sent, one continuation) cannot carry.
     const std::pair<bool, const char*> blockers[] = {
         {job.prompts.size() != 1, "several prompts"},
-        {job.params.n != 1, "n > 1"},
+        {job.params.n > 1 && job.params.include_usage, "n > 1 and stream_options.include_usage"},
         {job.params.constraint.active(), "an output constraint (response_format or guided decoding)"},
         {bool(job.tool_syntax), "tools"},
         {bool(job.params.prompt_logprobs), "prompt_logprobs"},
@@ -48,6 +48,7 @@ RouteInfo route_info(const json& body, bool chat, const Tokenizer& tok, const Ch
     for (const auto& [blocks, what] : blockers)
       if (blocks && info.not_replayable.empty()) info.not_replayable = what;
     info.replayable = info.not_replayable.empty();
+    info.n_choices = job.params.n;
     info.ignore_eos = job.params.ignore_eos;
     info.echo_bytes = int64_t(job.prompts.at(0).echo.size());
     if (job.echo_logprobs >= 0) info.echo_logprobs = int64_t(info.prompt.size());
@@ -80,9 +81,20 @@ std::string forward_body(json body, const RouteInfo& info, const std::string& fe
   return forwarded(std::move(body), info, fetch_from).dump();
 }
 
-std::string replay_body(const json& original, const RouteInfo& info, const std::vector<int32_t>& output) {
+std::string replay_body(const json& original, const RouteInfo& info, int32_t choice, const std::vector<int32_t>& output,
+                        bool from_start) {
   json b = forwarded(original, info, "");
-  b["tpserve_continuation"] = output;
+  if (!from_start) b["tpserve_continuation"] = output;
+  if (info.n_choices > 1) {  // choice i alone, sampled as the engine samples choice i of n: seed + i
+    b.erase("n");
+    b.erase("best_of");
+    if (auto s = b.find("seed"); s != b.end() && s->is_number()) {  // route_info parsed it: an integer
+      const uint64_t seed = s->is_number_unsigned() ? s->get<uint64_t>()
+                            : s->is_number_integer() ? uint64_t(s->get<int64_t>())
+                                                     : uint64_t(int64_t(s->get<double>()));
+      *s = int64_t(seed + uint64_t(choice));  // the bits, as the replica reads a negative seed
+    }
+  }
   return b.dump();
 }
 

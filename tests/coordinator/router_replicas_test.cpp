@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "coordinator/chat_template.h"
+#include "coordinator/http_server.h"
 #include "coordinator/router_replicas.h"
 #include "coordinator/router_request.h"
 #include "coordinator/router_stream.h"
@@ -290,11 +291,12 @@ TEST(RouterStream, ReplayResumesFromTheTokensWhoseTextWasSent) {
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(k.name);
-    StreamTracker t(false, true, k.echo);
+    StreamTracker t(false, true, 1, k.echo);
     ClientView v;
     for (const auto& [text, ids] : k.before) take(t.on_event(chunk(text, ids)), v);
     t.begin_replay(tok, false);
     EXPECT_EQ(t.resume_tokens(), k.resume);
+    t.continue_choice(t.next_choice());
     for (const auto& [text, ids] : k.after) take(t.on_event(chunk(text, ids)), v);
     EXPECT_EQ(v.text, k.client_text);
     EXPECT_EQ(v.ids, k.client_ids);
@@ -335,6 +337,8 @@ TEST(RouterStream, TracksTokensStripsThemAndRewritesAReplay) {
   EXPECT_EQ(t.text_bytes(), 2);
   EXPECT_EQ(t.on_event("{\"error\": {\"message\": \"rank 1 died\"}}").kind, StreamEvent::Kind::Error);
   t.begin_replay(byte_tokenizer(), false);
+  EXPECT_EQ(t.next_choice(), 0);
+  t.continue_choice(0);
   EXPECT_FALSE(t.replay_from_start());
   EXPECT_EQ(t.resume_tokens(), (std::vector<int32_t>{7, 8})) << "both tokens' text was sent (bytes 7 and 8)";
   // The continuation is a chat stream too (same endpoint): its role chunk is dropped, its identity replaced.
@@ -370,7 +374,7 @@ TEST(RouterStream, AReplayDropsTheLogprobsTheClientHas) {
                 {"choices", {{{"index", 0}, {"text", text}, {"token_ids", ids}, {"logprobs", lp}, {"finish_reason", nullptr}}}}}
         .dump();
   };
-  StreamTracker t(false, true, 2, 2);
+  StreamTracker t(false, true, 1, 2, 2);
   json got = json::array();
   const auto take_lp = [&](const StreamEvent& e) {
     const json j = json::parse(e.out.substr(6));
@@ -417,7 +421,7 @@ TEST(RouterStream, AReplayDropsTheLogprobsTheClientHas) {
 
 // A replica that died before its first chunk: the client has no echo, so the replay is the request again.
 TEST(RouterStream, AReplayBeforeTheEchoStartsOver) {
-  StreamTracker t(false, true, 3);
+  StreamTracker t(false, true, 1, 3);
   t.begin_replay(byte_tokenizer(), false);
   EXPECT_TRUE(t.replay_from_start());
   ClientView v;
@@ -438,12 +442,13 @@ TEST(RouterRequest, WhyAStreamCannotResume) {
   const std::vector<Case> cases = {
       {json::object(), ""},
       {{{"temperature", 0.7}, {"seed", 3}}, ""},
-      {{{"n", 2}}, "n > 1"},
+      {{{"n", 2}}, ""},
+      {{{"n", 2}, {"stream_options", {{"include_usage", true}}}}, "n > 1 and stream_options.include_usage"},
       {{{"logprobs", 2}}, ""},
       {{{"echo", true}, {"logprobs", 0}}, ""},
       {{{"prompt_logprobs", 1}}, "prompt_logprobs"},
       {{{"prompt", json::array({"ab", "bc"})}}, "several prompts"},
-      {{{"n", 2}, {"logprobs", 1}}, "n > 1"},
+      {{{"n", 2}, {"logprobs", 1}}, ""},
       {{{"max_tokens", "many"}}, "a body the router could not parse"},
       {{{"tpserve_continuation", {97}}}, "its own continuation"},
       {{{"prompt", {97, 98}}, {"resumed_output_tokens", 1}}, "its own continuation"},
@@ -466,7 +471,7 @@ TEST(RouterRequest, ReplayBodyContinuesAfterTheSentTokens) {
   info.max_tokens = 10;
   const json original = {{"model", "m"}, {"messages", json::array()}, {"temperature", 0.8}, {"seed", 4},
                          {"stop", {"\n"}}, {"max_tokens", 10}, {"logprobs", true}, {"top_logprobs", 2}, {"stream", true}};
-  const json b = json::parse(replay_body(original, info, {40, 41}));
+  const json b = json::parse(replay_body(original, info, 0, {40, 41}));
   EXPECT_EQ(b["tpserve_continuation"], json({40, 41})) << "output already sent, not prompt";
   EXPECT_TRUE(b["return_token_ids"].get<bool>());
   json same = b;
@@ -484,8 +489,68 @@ TEST(RouterRequest, ReplayBodyContinuesAfterTheSentTokens) {
   json unseeded = original;
   unseeded.erase("seed");
   EXPECT_EQ(json::parse(forward_body(unseeded, info, ""))["seed"], 77);
-  EXPECT_EQ(json::parse(replay_body(unseeded, info, {40}))["seed"], 77);
-  EXPECT_EQ(json::parse(replay_body(unseeded, info, {}))["tpserve_continuation"], json::array());
+  EXPECT_EQ(json::parse(replay_body(unseeded, info, 0, {40}))["seed"], 77);
+  EXPECT_EQ(json::parse(replay_body(unseeded, info, 0, {}))["tpserve_continuation"], json::array());
+  EXPECT_FALSE(json::parse(replay_body(unseeded, info, 0, {}, true)).contains("tpserve_continuation"))
+      << "from the start: the client has nothing of the choice";
+  // Choice 2 of n = 3: an n = 1 request sampled as the engine samples choice 2, with seed + 2.
+  info.n_choices = 3;
+  info.seed.reset();
+  json three = original;
+  three["n"] = 3;
+  const json b2 = json::parse(replay_body(three, info, 2, {40}));
+  EXPECT_FALSE(b2.contains("n"));
+  EXPECT_EQ(b2["seed"], 6);
+  EXPECT_EQ(b2["tpserve_continuation"], json({40}));
+  three["seed"] = -1;
+  EXPECT_EQ(json::parse(replay_body(three, info, 2, {40}))["seed"], 1) << "the seed's bits, as the replica reads them";
+}
+
+// n = 3: the replica died with choice 0 finished; choices 1 and 2 continue one after the other (n = 1 requests
+// whose index 0 is the choice), and [DONE] reaches the client after the last.
+TEST(RouterStream, ChoicesOfAnNRequestContinueOneAtATime) {
+  const Tokenizer& tok = byte_tokenizer();
+  const int32_t x = 'x', y = 'y', z = 'z', ab = 256;
+  StreamTracker t(false, true, 3);
+  const auto indexed = [](int index, const std::string& text, const std::vector<int32_t>& ids, const char* finish) {
+    json j = json::parse(chunk(text, ids, finish));
+    j["choices"][0]["index"] = index;
+    return j.dump();
+  };
+  std::vector<ClientView> v(3);
+  const auto take_i = [&](const StreamEvent& e) {
+    const json j = json::parse(e.out.substr(6));
+    const int i = j["choices"][0]["index"].get<int>();
+    take(e, v.at(size_t(i)));
+  };
+  take_i(t.on_event(indexed(0, "x", {x}, nullptr)));
+  take_i(t.on_event(indexed(1, "y", {y, ab}, nullptr)));  // "ab" held back
+  take_i(t.on_event(indexed(0, "", {}, "length")));
+  take_i(t.on_event(indexed(2, "z", {z}, nullptr)));
+  EXPECT_FALSE(t.finished());
+  t.begin_replay(tok, false);
+  EXPECT_EQ(t.next_choice(), 1);
+  EXPECT_EQ(t.resume_tokens(1), (std::vector<int32_t>{y}));
+  EXPECT_EQ(t.resume_tokens(2), (std::vector<int32_t>{z}));
+  t.continue_choice(1);
+  take_i(t.on_event(indexed(0, "abx", {ab, x}, "length")));
+  StreamEvent e = t.on_event("[DONE]");
+  EXPECT_EQ(e.kind, StreamEvent::Kind::Done);
+  EXPECT_TRUE(e.out.empty()) << "choice 2 still owes its text";
+  EXPECT_FALSE(t.done());
+  EXPECT_TRUE(t.segment_done());
+  EXPECT_EQ(t.next_choice(), 2);
+  t.continue_choice(2);
+  EXPECT_FALSE(t.segment_done());
+  take_i(t.on_event(indexed(0, "y", {y}, "length")));
+  EXPECT_TRUE(t.finished());
+  EXPECT_EQ(t.on_event("[DONE]").out, sse_event("[DONE]"));
+  EXPECT_TRUE(t.done());
+  EXPECT_EQ(v[0].text, "x");
+  EXPECT_EQ(v[1].text, "yabx");
+  EXPECT_EQ(v[1].ids, (std::vector<int32_t>{y, ab, x}));
+  EXPECT_EQ(v[2].text, "zy");
+  EXPECT_EQ(v[2].ids, (std::vector<int32_t>{z, y}));
 }
 
 }  // namespace
