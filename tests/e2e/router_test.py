@@ -14,8 +14,8 @@
     resumes with tpserve_continuation), three streams on replica A (B made to leave, then rejoin), A SIGKILLed
     mid-stream: a seeded temperature-0.8 stream with frequency/presence penalties, a greedy one with logprobs
     whose stop string is the rest of its own output (so A holds back every character after token 12 when it
-    dies), and a seeded temperature-0.8 chat stream with logprobs and top_logprobs 2 — all resume on B with the
-    unfailed run's token ids, text and logprobs (text offsets included; values within 2e-3). A streamed n = 2
+    dies), and a seeded temperature-0.8 chat stream with logprobs, top_logprobs 2 and a usage chunk — all resume
+    on B with the unfailed run's token ids, text, logprobs (text offsets included; values within 2e-3) and usage. A streamed n = 2
     seeded request on A at the kill resumes too: each choice equals the unfailed run's.
 usage: router_test.py TPSERVE_BINARY REPO_ROOT"""
 import http.client, json, os, signal, subprocess, sys, tempfile, threading, time
@@ -65,7 +65,7 @@ def stream(port, body, timeout=120, r=None, path="/v1/completions"):
     arrives. `path`: /v1/completions or /v1/chat/completions."""
     r = r if r is not None else {}
     r.update({"status": 0, "token_ids": [], "text": "", "finish": None, "done": False, "error": None, "marks": {},
-              "lp": [], "roles": 0, "by_index": {}})
+              "lp": [], "roles": 0, "by_index": {}, "usage": None})
     try:
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
         c.request("POST", path, json.dumps(dict(body, stream=True, return_token_ids=True)),
@@ -83,6 +83,7 @@ def stream(port, body, timeout=120, r=None, path="/v1/completions"):
             if "error" in j:
                 r["error"] = j["error"]
                 continue
+            r["usage"] = j.get("usage") or r["usage"]
             for ch in j.get("choices", []):
                 r["token_ids"] += ch.get("token_ids", [])
                 mine = r["by_index"].setdefault(ch.get("index", 0), {"token_ids": [], "text": "", "finish": None})
@@ -290,7 +291,8 @@ try:
     greedy["stop"] = [free["text"][held_from:] + "\u2603"]
     # a chat stream, seeded temperature 0.8, with logprobs and the top 2
     chat = {"messages": [{"role": "user", "content": "Tell me a long story about a lighthouse keeper."}],
-            "max_tokens": n5, "temperature": 0.8, "seed": 99, "logprobs": True, "top_logprobs": 2, "ignore_eos": True}
+            "max_tokens": n5, "temperature": 0.8, "seed": 99, "logprobs": True, "top_logprobs": 2, "ignore_eos": True,
+            "stream_options": {"include_usage": True}}
     CHAT = "/v1/chat/completions"
     two_body = dict(sampled, n=2)  # n = 2, seeded: choice i samples with seed + i
     # the unfailed references, run concurrently (a batched run equals each request alone)
@@ -303,7 +305,8 @@ try:
     check("references: the stop string holds the text back but does not change the output; logprobs for every token",
           all(r["done"] and len(r["token_ids"]) == n5 for r in ref5) and held_from > 0 and
           ref5[1]["token_ids"] == free["token_ids"] and ref5[1]["text"] == free["text"] and
-          len(ref5[1]["lp"]) == n5 and len(ref5[2]["lp"]) == n5 and ref5[2]["roles"] == 1,
+          len(ref5[1]["lp"]) == n5 and len(ref5[2]["lp"]) == n5 and ref5[2]["roles"] == 1 and
+          (ref5[2]["usage"] or {}).get("completion_tokens") == n5,
           [(r["done"], len(r["token_ids"]), len(r["lp"]), r["error"]) for r in ref5] + [held_from])
     # (c) the four streams on A, B back, A killed
     call(rp, "DELETE", "/router/replicas", {"url": b_url})
@@ -338,10 +341,12 @@ try:
     for name, r, ref_r in zip(["seeded temperature-0.8 stream with penalties",
                                "greedy stream with held-back text and logprobs (text offsets included)",
                                "seeded temperature-0.8 chat stream with logprobs and the top 2"], live, ref5):
-        check(f"{name}: resumed on B with the unfailed run's {n5} token ids, text and logprobs",
+        check(f"{name}: resumed on B with the unfailed run's {n5} token ids, text, logprobs and usage",
               r["done"] and r["finish"] == "length" and not r["error"] and r["token_ids"] == ref_r["token_ids"]
-              and r["text"] == ref_r["text"] and same_logprobs(r["lp"], ref_r["lp"]) and r["roles"] == ref_r["roles"],
+              and r["text"] == ref_r["text"] and same_logprobs(r["lp"], ref_r["lp"]) and r["roles"] == ref_r["roles"]
+              and r["usage"] == ref_r["usage"],
               {"done": r.get("done"), "error": r.get("error"), "n": len(r.get("token_ids", [])),
+               "usage": (r.get("usage"), ref_r["usage"]),
                "n_lp": len(r.get("lp", [])), "roles": r.get("roles"), "text": r.get("text"), "ref": ref_r["text"],
                "lp_diff": [(i, x, y) for i, (x, y) in enumerate(zip(r.get("lp", []), ref_r["lp"])) if x != y][:5]})
     ref_two = [two_ref["by_index"].get(i, {}) for i in range(2)]
