@@ -4,8 +4,9 @@
 // publishes; SSE split across pieces; token ids tracked and stripped; a replay's chunks given the original
 // response's identity; where a replay resumes when the dying replica held text back (a partial stop-string match,
 // a token whose text was cut, an incomplete UTF-8 character; on a byte-level BPE vocabulary) and what of the
-// continuation the client already has (text, ids, logprobs entries); the replay body is the request again with
-// the output tokens as tpserve_continuation, with the seed.
+// continuation the client already has (text, ids, logprobs entries); the choices of an n > 1 stream continued
+// one at a time; the replay body is the request again with the output tokens as tpserve_continuation, with the
+// seed (seed + i for choice i of n).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
