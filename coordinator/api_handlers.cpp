@@ -208,6 +208,7 @@ std::vector<std::unique_ptr<ChoiceStream>> make_choices(const GenerationJob& job
       o.stop = p.stop;
       o.want_logprobs = p.sampling.logprobs >= 0;
       o.echo = jp.echo;
+      o.continued_chars = jp.continued_chars;
       o.echo_logprobs = job.echo_logprobs;
       o.prompt_logprobs = p.prompt_logprobs.value_or(-1);
       if (o.echo_logprobs >= 0 || o.prompt_logprobs >= 0) o.prompt = jp.tokens;
@@ -322,10 +323,13 @@ HttpResponse ApiHandlers::generate(const GenerationJob& job, ResponseStream& out
   }
   if (!p.stream) {
     json body = final_response(header, choices, sub.n_prompt_tokens);
+    if (job.n_continued > 0)
+      body["usage"] = usage_json(sub.n_prompt_tokens - job.n_continued, n_generated + job.n_continued);
     if (job.tool_syntax) apply_tool_calls(body, *job.tool_syntax, job.tools, new_call_id);
     return logged(json_response(body));
   }
-  if (p.include_usage) sse.usage(sub.n_prompt_tokens, n_generated);
+  // A continuation's earlier output is completion tokens, as on the unbroken run.
+  if (p.include_usage) sse.usage(sub.n_prompt_tokens - job.n_continued, n_generated + job.n_continued);
   sse.done();
   return logged({});
 }

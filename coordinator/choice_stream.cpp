@@ -16,7 +16,7 @@ ChoiceStream::ChoiceStream(const Tokenizer& tok, ChoiceOptions options)
 void ChoiceStream::begin(const RequestOutput& o, ChoiceDelta& d) {
   begun_ = true;
   d.text = opt_.echo;
-  n_decoded_ = utf8_chars(opt_.echo);
+  n_decoded_ = utf8_chars(opt_.echo) + opt_.continued_chars;
   if (!o.prompt_logprobs) return;
   if (opt_.echo_logprobs >= 0) append_prompt_logprobs(d.logprobs, piece_, opt_.prompt, *o.prompt_logprobs, opt_.echo_logprobs);
   if (opt_.prompt_logprobs >= 0)

@@ -25,6 +25,8 @@ struct ChoiceOptions {
   std::vector<std::string> stop;    // stop strings
   bool want_logprobs = false;       // the sampled tokens' logprobs (they arrive with each output)
   std::string echo;                 // text before the completion's (completions echo)
+  int64_t continued_chars = 0;      // characters of the choice's text a continuation's client already has
+                                    // (JobPrompt::continued_chars): text_offset starts after them
   int32_t echo_logprobs = -1;       // >= 0: the prompt tokens (top k) lead the logprobs
   int32_t prompt_logprobs = -1;     // >= 0: vLLM's prompt_logprobs list (top k)
   std::vector<int32_t> prompt;      // the prompt's token ids (for the two above)

@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "common/token_ids.h"
+#include "coordinator/openai_logprobs.h"
 
 namespace tp {
 namespace {
@@ -24,6 +25,48 @@ void check_common(const GenerationParams& p, const Tokenizer& tok) {
   std::vector<int32_t> ids;
   for (const LogitBias& b : p.logit_bias) ids.push_back(b.token);
   check_token_ids(ids, tok.vocab_size(), "logit_bias");
+}
+
+// Applies params.continuation to a job whose prompts are built (see the header).
+void apply_continuation(GenerationJob& job, const Tokenizer& tok, int64_t max_context) {
+  if (!job.params.continuation) return;
+  const std::vector<int32_t>& cont = *job.params.continuation;
+  const auto refuse = [](const std::string& why) { throw FieldError("tpserve_continuation", "tpserve_continuation " + why); };
+  const std::pair<bool, const char*> conflicts[] = {
+      {job.prompts.size() != 1, "several prompts"},
+      {job.params.n != 1, "n > 1"},
+      {job.params.prompt_logprobs.has_value(), "prompt_logprobs"},
+      {job.params.constraint.active(), "an output constraint"},
+      {job.tool_syntax.has_value(), "tools"},
+  };
+  for (const auto& [conflict, what] : conflicts)
+    if (conflict) refuse(std::string("cannot be combined with ") + what);
+  check_token_ids(cont, tok.vocab_size(), "tpserve_continuation");
+  const int64_t k = int64_t(cont.size());
+  if (job.params.max_tokens && k > *job.params.max_tokens)
+    refuse("has " + std::to_string(k) + " tokens, more than max_tokens (" + std::to_string(*job.params.max_tokens) + ")");
+  JobPrompt& jp = job.prompts[0];
+  IncrementalDecoder dec(tok, false);
+  std::string text;
+  for (int32_t t : cont) {
+    if (!job.params.ignore_eos && tok.is_eog(t)) refuse("holds an end-of-generation token (" + std::to_string(t) + ")");
+    text += dec.push(t);
+  }
+  if (dec.n_pending() != 0) refuse("ends inside a UTF-8 character");
+  if (int64_t(jp.tokens.size()) + k >= max_context)
+    throw FieldError("tpserve_continuation",
+                     "This model's maximum context length is " + std::to_string(max_context) + " tokens; the prompt (" +
+                         std::to_string(jp.tokens.size()) + ") and tpserve_continuation (" + std::to_string(k) +
+                         ") leave no room for a completion",
+                     "context_length_exceeded");
+  jp.tokens.insert(jp.tokens.end(), cont.begin(), cont.end());
+  jp.continued_chars = utf8_chars(jp.echo) + utf8_chars(text);
+  jp.echo.clear();
+  job.echo = false;
+  job.echo_logprobs = -1;
+  job.params.resumed_output_tokens = k;
+  if (job.params.max_tokens) *job.params.max_tokens -= k;
+  job.n_continued = k;
 }
 
 }  // namespace
@@ -67,6 +110,7 @@ GenerationJob completion_job(CompletionRequest r, const Tokenizer& tok, int64_t 
     if (r.echo) jp.echo = p.is_tokens ? tok.decode(p.tokens, false) : p.text;
     job.prompts.push_back(std::move(jp));
   }
+  apply_continuation(job, tok, max_context);
   return job;
 }
 
@@ -95,6 +139,7 @@ GenerationJob chat_job(ChatCompletionRequest r, const Tokenizer& tok, const Chat
   if (job.params.resumed_output_tokens > 0)  // a resumed stream is a completions request of token ids
     throw FieldError("resumed_output_tokens", "resumed_output_tokens is for /v1/completions prompts only");
   job.prompts.push_back(std::move(jp));
+  apply_continuation(job, tok, max_context);
   return job;
 }
 

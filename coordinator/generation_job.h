@@ -20,6 +20,9 @@ namespace tp {
 struct JobPrompt {
   std::vector<int32_t> tokens;  // non-empty, ids in the vocabulary, fewer than max_context
   std::string echo;             // completions with echo: the prompt text to put before the completion
+  // With a continuation: the characters (code points) of the choice's text the client already has — the echo
+  // and the continued output (completions' text_offset counts from the choice's start); 0 otherwise.
+  int64_t continued_chars = 0;
 };
 
 struct GenerationJob {
@@ -38,6 +41,10 @@ struct GenerationJob {
   // [prompts] or empty: blocks another replica offers for prompt j (kv_import.h), put on its engine Request.
   std::vector<std::shared_ptr<const KvImport>> kv_imports;
 
+  // Output tokens continued from an earlier run (params.continuation, already appended to prompt 0 and counted
+  // in params.resumed_output_tokens and max_tokens): usage counts them as completion tokens, not prompt.
+  int64_t n_continued = 0;
+
   int32_t n_choices() const { return int32_t(prompts.size()) * params.n; }
   // The k the engine computes prompt logprobs with: the larger of echo_logprobs and prompt_logprobs.
   int32_t engine_prompt_logprobs() const;
@@ -47,6 +54,12 @@ struct GenerationJob {
 
 // Throws FieldError: a token id outside the vocabulary ("prompt[3]", "prompt[1][3]", "logit_bias[0]"), a
 // prompt that encodes to nothing or leaves no room in max_context ("context_length_exceeded").
+// With params.continuation (both kinds of job; FieldError "tpserve_continuation" when it is not consistent: with
+// several prompts, n > 1, prompt_logprobs, an output constraint or tools; an id outside the vocabulary; an
+// end-of-generation token (without ignore_eos); text ending inside a UTF-8 character; more tokens than
+// max_tokens; no room left in the context): its ids are appended to the prompt as resumed output
+// (resumed_output_tokens), max_tokens is reduced by their number, echo and the prompt's logprobs are dropped
+// (the client has them), and the prompt's continued_chars counts the echo and the continued text.
 GenerationJob completion_job(CompletionRequest r, const Tokenizer& tok, int64_t max_context);
 // A chat job renders the messages, tools, documents and chat_template_kwargs through the chat template; tool_choice
 // required / named goes through apply_forced_tool_call (chat_tools.h).

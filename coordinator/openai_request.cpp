@@ -113,7 +113,7 @@ constexpr std::initializer_list<const char*> kCommonKeys = {
     "presence_penalty", "frequency_penalty", "repetition_penalty", "n", "stream", "stream_options", "user",
     "logprobs", "logit_bias", "prompt_logprobs", "response_format", "guided_json", "guided_regex", "guided_choice",
     "guided_grammar", "structured_outputs", "guided_decoding_backend", "guided_whitespace_pattern",
-    "return_token_ids", "resumed_output_tokens", "kv_transfer_params"};
+    "return_token_ids", "resumed_output_tokens", "tpserve_continuation", "kv_transfer_params"};
 
 // A JSON schema given as an object, or as JSON text holding one (vLLM accepts both for guided_json).
 std::string schema_text(const json& v, const std::string& param) {
@@ -280,6 +280,12 @@ GenerationParams parse_common(const json& body, const ApiLimits& limits) {
   if (auto v = get_int(body, "resumed_output_tokens")) {
     if (*v < 0) fail("resumed_output_tokens", "resumed_output_tokens must be at least 0, got " + std::to_string(*v));
     p.resumed_output_tokens = *v;
+  }
+  if (const json* c = member(body, "tpserve_continuation")) {
+    if (!c->is_array()) fail_type("tpserve_continuation", "an array of token ids", *c);
+    p.continuation = token_array(*c, "tpserve_continuation");
+    if (p.resumed_output_tokens > 0)
+      fail("tpserve_continuation", "tpserve_continuation cannot be combined with resumed_output_tokens");
   }
   if (auto v = get_number(body, "presence_penalty")) p.sampling.presence_penalty = in_range(kPresencePenaltyRange, *v);
   if (auto v = get_number(body, "frequency_penalty")) p.sampling.frequency_penalty = in_range(kFrequencyPenaltyRange, *v);

@@ -54,6 +54,14 @@ struct GenerationParams {
   // (with the seed and the absolute position, the continuation samples as the unbroken run). >= 0, <= each
   // prompt's length (checked when tokenized).
   int64_t resumed_output_tokens = 0;
+  // tpserve_continuation (tpserve's, for the router's resumption of a broken stream; nullopt: absent): the
+  // token ids this generation's choice already output on a replica that died. The replica treats them as
+  // output already generated and sent — appended to the prompt, counted as output by max_tokens, the penalties
+  // and usage, decoded into the text offsets, not sent again, no echo — and streams only what follows (with
+  // the seed and the absolute position, the continuation samples as the unbroken run). Ids >= 0 here; one
+  // prompt, n = 1, no prompt_logprobs, ids in the vocabulary and within max_tokens and the context: checked
+  // when tokenized (generation_job.h).
+  std::optional<std::vector<int32_t>> continuation;
   int32_t n = 1;                           // [1, max_n]
   bool stream = false;
   bool include_usage = false;              // stream_options.include_usage (only with stream)

@@ -179,19 +179,23 @@ HttpResponse RouterApi::plain(const HttpRequest& req, const json& body, const Ro
 }
 
 HttpResponse RouterApi::stream(const HttpRequest& req, ResponseStream& out, const json& body, const RouteInfo& info) {
-  StreamTracker tracker(info.chat, info.client_wants_token_ids, info.echo_bytes);
+  StreamTracker tracker(info.chat, info.client_wants_token_ids, info.n_choices, info.echo_bytes, info.echo_logprobs);
   std::set<int> exclude;
   std::string last_error;
-  bool started = false, client_gone = false, resuming = false;
+  bool started = false, client_gone = false, resuming = false, moved = false;
   HttpResponse log_only;
   log_only.log.n_prompt_tokens = int64_t(info.prompt.size());
-  for (int attempt = 0; attempt <= cfg_.max_replays; ++attempt) {
+  // Each failure counts an attempt; after one, the unfinished choices continue one at a time (n = 1 requests).
+  for (int attempt = 0; attempt <= cfg_.max_replays;) {
     const RouteChoice c = replicas_.choose(info.chain, int64_t(info.prompt.size()), info.load_tokens, exclude);
     if (c.replica < 0) break;
     Attempt a{replicas_, c.replica, c.load_tokens};
     const std::string fetch = resuming ? "" : fetch_from(c);
     metrics_.routed(c.replica, c.n_prompt_blocks, c.overlap_blocks, !fetch.empty());
-    if (attempt > 0) metrics_.replayed(true);
+    if (moved) metrics_.replayed(true);
+    moved = false;
+    const int32_t choice = resuming ? tracker.next_choice() : -1;
+    if (resuming) tracker.continue_choice(choice);
     SseSplitter splitter;
     bool failed = false;
     HttpClientResponse head;
@@ -199,8 +203,10 @@ HttpResponse RouterApi::stream(const HttpRequest& req, ResponseStream& out, cons
     try {
       const auto [host, port] = parse_base_url(c.url);
       HttpClientRequest q = client_request(
-          "POST", resuming ? "/v1/completions" : req.target,
-          resuming ? replay_body(body, info, tracker.resume_tokens()) : forward_body(body, info, fetch), pass_headers(req));
+          "POST", req.target,
+          resuming ? replay_body(body, info, choice, tracker.resume_tokens(choice), tracker.replay_from_start(choice))
+                   : forward_body(body, info, fetch),
+          pass_headers(req));
       q.idle_timeout_s = cfg_.idle_timeout_s;
       const int id = c.replica;
       q.keep_waiting = [this, id, &out, &client_gone] {
@@ -245,6 +251,9 @@ HttpResponse RouterApi::stream(const HttpRequest& req, ResponseStream& out, cons
       out.write(sse_event("[DONE]"));
       return log_only;
     }
+    if (resuming && !failed && head.status == 200 && tracker.choice_finished(choice)) continue;  // the next choice
+    ++attempt;
+    moved = true;
     if (head.status == 503) last_error = c.url + " answered 503: " + error_body.substr(0, 300);
     else if (!failed) last_error = c.url + " ended the stream early";
     replicas_.mark_down(c.replica, last_error);

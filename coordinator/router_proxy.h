@@ -4,10 +4,12 @@
 //        A replica that cannot be reached, breaks the connection, answers 503 (it is dying: a rank died) or
 //        ends a stream with an error event is marked down, and the request is replayed on another replica (at
 //        most router.max_replays times): a plain request transparently; a stream resumes after the tokens whose
-//        text the client already has (router_stream.h) — prompt + those tokens re-prefilled with the same seed
-//        (the router's when the client gave none) and resumed_output_tokens, so greedy and seeded sampling,
-//        penalties included, continue as the unfailed run would. A stream that cannot resume (n > 1, several prompts,
-//        logprobs, an output constraint or tools) ends with an error event + [DONE]. Other replica errors
+//        text the client already has (router_stream.h) — the same request with the same seed (the router's when
+//        the client gave none) and those tokens as tpserve_continuation (router_request.h), so greedy and seeded
+//        sampling, penalties and logprobs included, continue as the unfailed run would; with n > 1 the
+//        unfinished choices continue one after the other, choice i as an n = 1 request with seed + i. A stream
+//        that cannot resume (several prompts, prompt_logprobs, an output constraint, tools, or n > 1 with a
+//        usage chunk) ends with an error event + [DONE]. Other replica errors
 //        (400, 404, 429, ...) go to the client as they are. A plain response names the replica that produced it
 //        in the header X-Tpserve-Replica (its base URL).
 //   GET /v1/models, POST /tokenize, /detokenize   forwarded to a replica that is up.

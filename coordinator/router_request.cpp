@@ -1,6 +1,5 @@
 #include "coordinator/router_request.h"
 
-#include <algorithm>
 #include <random>
 #include <span>
 
@@ -40,17 +39,19 @@ RouteInfo route_info(const json& body, bool chat, const Tokenizer& tok, const Ch
     // The first feature a resumption (one prompt + the tokens already sent, one continuation) cannot carry.
     const std::pair<bool, const char*> blockers[] = {
         {job.prompts.size() != 1, "several prompts"},
-        {job.params.n != 1, "n > 1"},
+        {job.params.n > 1 && job.params.include_usage, "n > 1 and stream_options.include_usage"},
         {job.params.constraint.active(), "an output constraint (response_format or guided decoding)"},
         {bool(job.tool_syntax), "tools"},
-        {job.echo_logprobs >= 0 || job.params.sampling.logprobs >= 0, "logprobs"},
         {bool(job.params.prompt_logprobs), "prompt_logprobs"},
+        {job.params.continuation || job.params.resumed_output_tokens > 0, "its own continuation"},
     };
     for (const auto& [blocks, what] : blockers)
       if (blocks && info.not_replayable.empty()) info.not_replayable = what;
     info.replayable = info.not_replayable.empty();
+    info.n_choices = job.params.n;
     info.ignore_eos = job.params.ignore_eos;
     info.echo_bytes = int64_t(job.prompts.at(0).echo.size());
+    if (job.echo_logprobs >= 0) info.echo_logprobs = int64_t(info.prompt.size());
     if (info.stream && info.replayable && !job.params.seed) {
       static thread_local std::mt19937_64 rng{std::random_device{}()};
       info.seed = rng() >> 1;  // a non-negative JSON integer
@@ -65,23 +66,35 @@ RouteInfo route_info(const json& body, bool chat, const Tokenizer& tok, const Ch
   return info;
 }
 
-std::string forward_body(json body, const RouteInfo& info, const std::string& fetch_from) {
+namespace {
+
+json forwarded(json body, const RouteInfo& info, const std::string& fetch_from) {
   if (info.stream && info.replayable) body["return_token_ids"] = true;
   if (info.seed) body["seed"] = *info.seed;
   if (!fetch_from.empty()) body["kv_transfer_params"] = {{"fetch_from", fetch_from}};
-  return body.dump();
+  return body;
 }
 
-std::string replay_body(const json& original, const RouteInfo& info, const std::vector<int32_t>& output) {
-  json prompt = info.prompt;
-  for (int32_t t : output) prompt.push_back(t);
-  json b = {{"prompt", prompt}, {"stream", true}, {"return_token_ids", true},
-            {"resumed_output_tokens", int64_t(output.size())}};
-  for (const char* k : {"model", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "ignore_eos",
-                        "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias"})
-    if (auto it = original.find(k); it != original.end()) b[k] = *it;
-  if (info.seed) b["seed"] = *info.seed;
-  if (info.max_tokens >= 0) b["max_tokens"] = std::max<int64_t>(0, info.max_tokens - int64_t(output.size()));
+}  // namespace
+
+std::string forward_body(json body, const RouteInfo& info, const std::string& fetch_from) {
+  return forwarded(std::move(body), info, fetch_from).dump();
+}
+
+std::string replay_body(const json& original, const RouteInfo& info, int32_t choice, const std::vector<int32_t>& output,
+                        bool from_start) {
+  json b = forwarded(original, info, "");
+  if (!from_start) b["tpserve_continuation"] = output;
+  if (info.n_choices > 1) {  // choice i alone, sampled as the engine samples choice i of n: seed + i
+    b.erase("n");
+    b.erase("best_of");
+    if (auto s = b.find("seed"); s != b.end() && s->is_number()) {  // route_info parsed it: an integer
+      const uint64_t seed = s->is_number_unsigned() ? s->get<uint64_t>()
+                            : s->is_number_integer() ? uint64_t(s->get<int64_t>())
+                                                     : uint64_t(int64_t(s->get<double>()));
+      *s = int64_t(seed + uint64_t(choice));  // the bits, as the replica reads a negative seed
+    }
+  }
   return b.dump();
 }
 

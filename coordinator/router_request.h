@@ -6,10 +6,13 @@
 //                router replays a broken stream from them) and a seed when the client gave none (the router picks
 //                it, so a continuation samples as the unbroken run: the draw depends only on seed and absolute
 //                position, rank/sampler.h); kv_transfer_params.fetch_from when told.
-//   replay_body  the continuation of a broken stream: a /v1/completions request whose prompt is the token ids of
-//                the prompt plus the tokens already output (router_stream.h says which), max_tokens less those,
-//                the same sampling fields and seed, and resumed_output_tokens = their number (the penalties count
-//                them as output, as the unbroken run did).
+//   replay_body  the continuation of one choice of a broken stream: the forwarded body (same endpoint, same
+//                fields, same seed) plus tpserve_continuation = the choice's tokens already output (router_stream.h
+//                says which), which the replica takes as output already sent (openai_request.h): prompt + those
+//                tokens re-prefilled, counted by max_tokens, the penalties and usage, only what follows streamed —
+//                in the original response's shape, logprobs included. Choice i of an n > 1 request continues as
+//                an n = 1 request with seed + i: the engine samples choice i with seed + i (request.h), each
+//                choice on its own (its own history, the draw at its own positions).
 // A body the router cannot tokenize (a bad field, an unknown model) is still forwarded: the replica answers with
 // its own error JSON, so clients see the same errors as from `tpserve serve`.
 #pragma once
@@ -29,7 +32,9 @@ struct RouteInfo {
   bool chat = false;
   bool stream = false;
   bool tokenized = false;              // false: the body did not parse here (forwarded as it is, not replayable mid-stream)
-  bool replayable = false;             // one prompt, n = 1, no output constraint or tools: a stream can resume
+  bool replayable = false;             // one prompt, no prompt_logprobs, output constraint or tools (n > 1:
+                                       // no usage chunk): a stream can resume
+  int32_t n_choices = 1;               // n
   // Why a stream of this request cannot resume on another replica, as the error its client gets names it
   // ("n > 1", "logprobs", ...); "" when replayable.
   std::string not_replayable;
@@ -40,6 +45,7 @@ struct RouteInfo {
   int64_t load_tokens = 0;             // prompt + max_tokens (max_tokens absent: kDefaultLoadTokens)
   bool ignore_eos = false;
   int64_t echo_bytes = 0;              // completions echo: the prompt text leading the output
+  int64_t echo_logprobs = 0;           // completions echo + logprobs: the prompt's entries leading the logprobs
   std::optional<uint64_t> seed;        // picked by the router (a resumable stream without a client seed)
 };
 
@@ -55,8 +61,10 @@ std::vector<uint64_t> block_chain(const std::vector<int32_t>& tokens, int64_t bl
 // fetch_from: a base URL, or empty for none.
 std::string forward_body(nlohmann::json body, const RouteInfo& info, const std::string& fetch_from);
 
-// The resumption of `original` after `output`, the generated tokens it continues after (route_info(original).
-// replayable must hold).
-std::string replay_body(const nlohmann::json& original, const RouteInfo& info, const std::vector<int32_t>& output);
+// The resumption of choice `choice` of `original` after `output`, the generated tokens it continues after
+// (route_info(original).replayable must hold; `output` may be empty: the client has the echo, if any, and
+// nothing else). from_start: the client has nothing of the choice, not even its echo: no continuation.
+std::string replay_body(const nlohmann::json& original, const RouteInfo& info, int32_t choice,
+                        const std::vector<int32_t>& output, bool from_start = false);
 
 }  // namespace tp

@@ -35,33 +35,80 @@ std::vector<std::string> SseSplitter::feed(std::string_view bytes) {
   return out;
 }
 
-void StreamTracker::begin_replay(const Tokenizer& tok, bool ignore_eos) {
-  replaying_ = true;
-  echo_left_ = 0;  // a continuation does not echo
-  IncrementalDecoder dec(tok, false);
-  int64_t len = 0, len_k = 0;
-  size_t k = 0;
-  for (size_t i = 0; i < tokens_.size(); ++i) {
-    const int32_t t = tokens_[i];
-    if (t < 0 || t >= tok.vocab_size()) break;  // not the replicas' vocabulary: resume before it
-    if (ignore_eos || !tok.is_eog(t)) len += int64_t(dec.push(t).size());
-    if (len > text_bytes_) break;  // token i's text is not all with the client
-    if (dec.n_pending() == 0) {
-      k = i + 1;
-      len_k = len;
-    }
+namespace {
+
+// The entries of a choice's logprobs object: chat's content[], completions' tokens[]; 0 for null.
+int64_t n_logprob_entries(const json& lp) {
+  if (!lp.is_object()) return 0;
+  for (const char* k : {"content", "tokens"})
+    if (auto it = lp.find(k); it != lp.end() && it->is_array()) return int64_t(it->size());
+  return 0;
+}
+
+// Removes the first n entries of every array of a logprobs object (completions' arrays run in parallel).
+void drop_logprob_entries(json& lp, int64_t n) {
+  if (!lp.is_object() || n <= 0) return;
+  for (auto& [key, arr] : lp.items())
+    if (arr.is_array()) arr.erase(arr.begin(), arr.begin() + std::min<int64_t>(n, int64_t(arr.size())));
+}
+
+}  // namespace
+
+StreamTracker::StreamTracker(bool chat, bool client_wants_token_ids, int32_t n_choices, int64_t echo_bytes,
+                             int64_t echo_logprobs)
+    : chat_(chat), keep_ids_(client_wants_token_ids), choices_(size_t(std::max(n_choices, 1))) {
+  for (Choice& c : choices_) {
+    c.echo_left = echo_bytes;
+    c.echo_lp_left = echo_logprobs;
   }
-  tokens_.resize(k);
-  skip_bytes_ = text_bytes_ - len_k;
-  skip_ids_ = ids_sent_ - int64_t(k);
+}
+
+void StreamTracker::begin_replay(const Tokenizer& tok, bool ignore_eos) {
+  for (Choice& ch : choices_) {
+    if (ch.finished) continue;
+    IncrementalDecoder dec(tok, false);
+    int64_t len = 0, len_k = 0, lp = 0, lp_k = 0;
+    size_t k = 0;
+    for (size_t i = 0; i < ch.tokens.size(); ++i) {
+      const int32_t t = ch.tokens[i];
+      if (t < 0 || t >= tok.vocab_size()) break;  // not the replicas' vocabulary: resume before it
+      if (!ignore_eos && tok.is_eog(t)) break;     // it ended the generation: generated again (a continuation holds none)
+      len += int64_t(dec.push(t).size());
+      ++lp;  // each token that is text has a logprobs entry (when asked for)
+      if (len > ch.text_bytes) break;  // token i's text is not all with the client
+      if (dec.n_pending() == 0) {
+        k = i + 1;
+        len_k = len;
+        lp_k = lp;
+      }
+    }
+    ch.tokens.resize(k);
+    ch.skip_bytes = ch.text_bytes - len_k;
+    ch.skip_ids = ch.ids_sent - int64_t(k);
+    ch.skip_lp = std::max<int64_t>(0, ch.lp_sent - lp_k);  // 0 when no logprobs were asked for
+  }
+}
+
+int32_t StreamTracker::next_choice() const {
+  for (size_t i = 0; i < choices_.size(); ++i)
+    if (!choices_[i].finished) return int32_t(i);
+  return -1;
+}
+
+void StreamTracker::continue_choice(int32_t i) {
+  current_ = i;
+  segment_done_ = false;
 }
 
 StreamEvent StreamTracker::on_event(const std::string& data) {
   StreamEvent ev;
   if (data == "[DONE]") {
-    done_ = true;
+    segment_done_ = true;
     ev.kind = StreamEvent::Kind::Done;
-    ev.out = sse_event("[DONE]");
+    if (current_ < 0 || finished()) {  // a continuation's [DONE] while other choices still owe text: not yet
+      done_ = true;
+      ev.out = sse_event("[DONE]");
+    }
     return ev;
   }
   json j = json::parse(data, nullptr, false);
@@ -75,66 +122,80 @@ StreamEvent StreamTracker::on_event(const std::string& data) {
     return ev;
   }
   ++n_chunks_;
-  if (!replaying_ && id_.is_null()) {
+  if (current_ < 0 && id_.is_null()) {
     id_ = j.value("id", json());
     created_ = j.value("created", json());
     model_ = j.value("model", json());
   }
   if (auto ch = j.find("choices"); ch != j.end() && ch->is_array()) {
     for (json& c : *ch) {
-      const int64_t index = c.value("index", int64_t(0));
-      if (index == 0) {
-        if (auto t = c.find("token_ids"); t != c.end() && t->is_array()) {
-          json kept = json::array();
-          for (const json& id : *t) {
-            tokens_.push_back(id.get<int32_t>());
-            if (skip_ids_ > 0) {
-              --skip_ids_;  // the client has it from before the replay
-            } else {
-              kept.push_back(id);
-              ++ids_sent_;
-            }
-          }
-          *t = std::move(kept);
-        }
-        // The chunk's text: a chat chunk's delta.content, a completions chunk's (and every continuation's) text.
-        json* text = nullptr;
-        if (!replaying_ && chat_) {
-          if (auto d = c.find("delta"); d != c.end() && d->is_object())
-            if (auto s = d->find("content"); s != d->end() && s->is_string()) text = &*s;
-        } else if (auto s = c.find("text"); s != c.end() && s->is_string()) {
-          text = &*s;
-        }
-        if (text) {
-          std::string s = text->get<std::string>();
-          if (replaying_ && skip_bytes_ > 0) {
-            const int64_t drop = std::min<int64_t>(skip_bytes_, int64_t(s.size()));
-            s.erase(0, size_t(drop));
-            skip_bytes_ -= drop;
-            *text = s;
-          }
-          const int64_t echo = std::min<int64_t>(echo_left_, int64_t(s.size()));
-          echo_left_ -= echo;
-          text_bytes_ += int64_t(s.size()) - echo;
-        }
-        if (auto f = c.find("finish_reason"); f != c.end() && !f->is_null()) finished_ = true;
-      }
+      if (!c.is_object()) continue;
+      int64_t index = c.value("index", int64_t(0));
+      if (current_ >= 0 && index == 0) c["index"] = index = current_;  // an n = 1 continuation of choice current_
+      if (index >= 0 && index < int64_t(choices_.size()) && !on_choice(choices_[size_t(index)], c)) return ev;
       if (!keep_ids_) c.erase("token_ids");
-      if (replaying_ && chat_) {  // a completions chunk back into a chat chunk
-        std::string text = c.value("text", std::string());
-        c.erase("text");
-        c["delta"] = text.empty() ? json::object() : json{{"content", text}};
-      }
     }
   }
-  if (replaying_) {
+  if (current_ >= 0) {
     j["id"] = id_;
     j["created"] = created_;
     j["model"] = model_;
-    j["object"] = chat_ ? "chat.completion.chunk" : "text_completion";
   }
   ev.out = sse_event(j.dump());
   return ev;
+}
+
+bool StreamTracker::on_choice(Choice& ch, json& c) {
+  if (auto d = c.find("delta"); chat_ && d != c.end() && d->is_object() && d->contains("role")) {
+    if (ch.role_sent) return false;  // the role chunk that opens a chat choice: once for the client
+    ch.role_sent = true;
+  }
+  if (auto t = c.find("token_ids"); t != c.end() && t->is_array()) {
+    json kept = json::array();
+    for (const json& id : *t) {
+      ch.tokens.push_back(id.get<int32_t>());
+      if (ch.skip_ids > 0) {
+        --ch.skip_ids;  // the client has it from before the replay
+      } else {
+        kept.push_back(id);
+        ++ch.ids_sent;
+      }
+    }
+    *t = std::move(kept);
+  }
+  if (auto lp = c.find("logprobs"); lp != c.end() && lp->is_object()) {
+    // The prompt's entries lead a stream's first chunk (echo); a continuation's first ones the client may
+    // have already. Never both: a replay that still owes the echo starts over (replay_from_start).
+    const int64_t n = n_logprob_entries(*lp);
+    const int64_t echo = std::min(ch.echo_lp_left, n);
+    ch.echo_lp_left -= echo;
+    const int64_t drop = std::min(ch.skip_lp, n - echo);
+    drop_logprob_entries(*lp, drop);
+    ch.skip_lp -= drop;
+    ch.lp_sent += n - echo - drop;
+  }
+  // The chunk's text: a chat chunk's delta.content, a completions chunk's text.
+  json* text = nullptr;
+  if (chat_) {
+    if (auto d = c.find("delta"); d != c.end() && d->is_object())
+      if (auto s = d->find("content"); s != d->end() && s->is_string()) text = &*s;
+  } else if (auto s = c.find("text"); s != c.end() && s->is_string()) {
+    text = &*s;
+  }
+  if (text) {
+    std::string s = text->get<std::string>();
+    if (ch.skip_bytes > 0) {
+      const int64_t drop = std::min<int64_t>(ch.skip_bytes, int64_t(s.size()));
+      s.erase(0, size_t(drop));
+      ch.skip_bytes -= drop;
+      *text = s;
+    }
+    const int64_t echo = std::min<int64_t>(ch.echo_left, int64_t(s.size()));
+    ch.echo_left -= echo;
+    ch.text_bytes += int64_t(s.size()) - echo;
+  }
+  if (auto f = c.find("finish_reason"); f != c.end() && !f->is_null()) ch.finished = true;
+  return true;
 }
 
 }  // namespace tp

@@ -1,15 +1,16 @@
 // The router's side of one streamed generation: it cuts the replica's SSE bytes into events, keeps what the
-// client has been sent (the generated token ids, from return_token_ids; the bytes of text; whether the choice
-// finished; whether [DONE] came), and rewrites each event for the client: token_ids removed unless the client
-// asked for them, and, after a replay, the continuation's /v1/completions chunks put back into the original
-// response's shape (its id, object, created, model; chat: delta.content instead of text).
-// Where a replay resumes: a replica sends a token's id at once but may hold its text back (a partial stop-string
-// match, an incomplete UTF-8 character), and that text dies with it. So the continuation starts after the
-// longest prefix of the received ids whose text the client has entirely (decoded as the replicas do:
-// IncrementalDecoder without special tokens, end-of-generation tokens dropped unless ignore_eos; nothing left
-// pending); the tokens after it are generated again (greedy or seeded: the same ones), and the router drops
-// from the continuation what the client already has — the first `skip` text bytes (the sent part of a token
-// whose text was cut) and the ids it was already sent.
+// client has been sent of each choice (the generated token ids, from return_token_ids; the bytes of text; the
+// logprobs entries; whether the choice finished; whether [DONE] came), and rewrites each event for the client:
+// token_ids removed unless the client asked for them, and, after a replay, the continuation's chunks (the
+// original endpoint's shape, one choice at a time: router_request.h replay_body) given the original response's
+// id, created, model and the choice's index, its role chunk dropped (chat: the client has one).
+// Where a replay resumes: a replica sends a token's id (and its logprobs) at once but may hold its text back (a
+// partial stop-string match, an incomplete UTF-8 character), and that text dies with it. So the continuation
+// starts after the longest prefix of the received ids whose text the client has entirely (decoded as the
+// replicas do: IncrementalDecoder without special tokens, end-of-generation tokens dropped unless ignore_eos;
+// nothing left pending; before an end-of-generation token); the tokens after it are generated again (greedy or seeded: the same ones), and the
+// router drops from the continuation what the client already has — the first `skip` text bytes (the sent part
+// of a token whose text was cut), the ids and the logprobs entries it was already sent.
 // One stream, one thread.
 #pragma once
 #include <cstdint>
@@ -41,33 +42,58 @@ struct StreamEvent {
 
 class StreamTracker {
  public:
-  // echo_bytes: the size of the completions echo (the prompt's text) that leads choice 0's text; 0: none.
-  StreamTracker(bool chat, bool client_wants_token_ids, int64_t echo_bytes = 0)
-      : chat_(chat), keep_ids_(client_wants_token_ids), echo_left_(echo_bytes) {}
+  // n_choices: the response's choices (n), indices [0, n). echo_bytes: the size of the completions echo (the
+  // prompt's text) that leads each choice's text; 0: none. echo_logprobs: the prompt's entries leading each
+  // choice's logprobs (completions echo + logprobs); 0: none.
+  StreamTracker(bool chat, bool client_wants_token_ids, int32_t n_choices = 1, int64_t echo_bytes = 0,
+                int64_t echo_logprobs = 0);
 
-  // One event's data from the replica. After begin_replay(), chunks are the continuation's and are rewritten.
+  // One event's data from the replica. After continue_choice(i), the events are an n = 1 continuation of
+  // choice i: its index 0 becomes i, its chunks get the original response's identity, and its [DONE] goes to
+  // the client only when every choice has finished.
   StreamEvent on_event(const std::string& data);
-  // The next events come from a replay on another replica: cuts resume_tokens() back to what the client has
-  // as text (see above). `tok` must be the replicas' tokenizer.
+  // The next events come from replays on other replicas: cuts each unfinished choice's resume_tokens() back to
+  // what the client has as text (see above). `tok` must be the replicas' tokenizer.
   void begin_replay(const Tokenizer& tok, bool ignore_eos);
+  // The first choice without its finish_reason; -1 when all have one.
+  int32_t next_choice() const;
+  // The next events are a continuation of choice i alone (begin_replay() came first).
+  void continue_choice(int32_t i);
+  // Choice i's client has no part of its echo yet (no chunk came): its replay is the request again (it echoes),
+  // not a continuation.
+  bool replay_from_start(int32_t i = 0) const { return choices_.at(size_t(i)).echo_left > 0; }
 
-  // Choice 0's generated ids a continuation starts after: all received so far, or after begin_replay() the
+  // Choice i's generated ids a continuation starts after: all received so far, or after begin_replay() the
   // resumption point plus the continuation's ids.
-  const std::vector<int32_t>& resume_tokens() const { return tokens_; }
-  int64_t text_bytes() const { return text_bytes_; }  // choice 0's text the client got (echo excluded)
-  bool finished() const { return finished_; }  // choice 0 got its finish_reason
-  bool done() const { return done_; }          // [DONE] seen
+  const std::vector<int32_t>& resume_tokens(int32_t i = 0) const { return choices_.at(size_t(i)).tokens; }
+  // Choice i's text the client got (echo excluded).
+  int64_t text_bytes(int32_t i = 0) const { return choices_.at(size_t(i)).text_bytes; }
+  bool finished() const { return next_choice() < 0; }  // every choice got its finish_reason
+  bool choice_finished(int32_t i) const { return choices_.at(size_t(i)).finished; }
+  bool done() const { return done_; }                  // [DONE] sent to the client
+  bool segment_done() const { return segment_done_; }  // the current replica's response ended with [DONE]
   int64_t n_chunks() const { return n_chunks_; }
 
  private:
+  struct Choice {
+    int64_t echo_left = 0;         // echo bytes still to come in its text
+    int64_t echo_lp_left = 0;      // echo logprobs entries still to come in its logprobs
+    bool finished = false, role_sent = false;
+    std::vector<int32_t> tokens;
+    int64_t text_bytes = 0;        // text bytes the client got, echo excluded
+    int64_t ids_sent = 0;          // token ids the client got
+    int64_t skip_bytes = 0;        // continuation text bytes the client already has
+    int64_t skip_ids = 0;          // continuation ids the client already has
+    int64_t lp_sent = 0;           // output logprobs entries the client got (echo's excluded)
+    int64_t skip_lp = 0;           // continuation logprobs entries the client already has
+  };
+  // Tracks and rewrites one choice object of a chunk; false: drop the chunk (a role chunk the client has).
+  bool on_choice(Choice& ch, nlohmann::json& c);
+
   const bool chat_, keep_ids_;
-  int64_t echo_left_;              // echo bytes still to come in choice 0's text
-  bool replaying_ = false, finished_ = false, done_ = false;
-  std::vector<int32_t> tokens_;
-  int64_t text_bytes_ = 0;         // choice 0's text bytes the client got, echo excluded
-  int64_t ids_sent_ = 0;           // choice 0's token ids the client got
-  int64_t skip_bytes_ = 0;         // continuation text bytes the client already has
-  int64_t skip_ids_ = 0;           // continuation ids the client already has
+  std::vector<Choice> choices_;
+  bool done_ = false, segment_done_ = false;
+  int32_t current_ = -1;           // the choice a continuation is of; -1: the original response
   int64_t n_chunks_ = 0;
   // The original response's identity, taken from its first chunk.
   nlohmann::json id_, created_, model_;

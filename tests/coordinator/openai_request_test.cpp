@@ -230,6 +230,36 @@ TEST(OpenAiRequest, PromptLogprobsMaxTokensZeroAndLogitBias) {
   EXPECT_EQ(chat.params.max_tokens, 0);
 }
 
+// tpserve_continuation (the router's resumption of a broken stream): token ids, on both endpoints; checked
+// against the model and the rest of the request when tokenized (request_path_test.cpp).
+TEST(OpenAiRequest, ContinuationIsAnArrayOfTokenIds) {
+  EXPECT_EQ(parse_completion_body(R"({"prompt": "x", "tpserve_continuation": [5, 0, 7]})").params.continuation,
+            (std::vector<int32_t>{5, 0, 7}));
+  EXPECT_EQ(parse_chat_completion_body(R"({"messages": [{"role": "user", "content": "hi"}],
+                                           "tpserve_continuation": []})").params.continuation,
+            std::vector<int32_t>{});
+  EXPECT_FALSE(parse_completion_body(R"({"prompt": "x", "tpserve_continuation": null})").params.continuation);
+  EXPECT_TRUE(parse_completion_body(R"({"prompt": "x"})").params.ignored_fields.empty());
+  struct Case {
+    const char* body;
+    const char* param;
+  };
+  const Case cases[] = {
+      {R"({"prompt": "x", "tpserve_continuation": 5})", "tpserve_continuation"},
+      {R"({"prompt": "x", "tpserve_continuation": [[5]]})", "tpserve_continuation[0]"},
+      {R"({"prompt": "x", "tpserve_continuation": [1, -2]})", "tpserve_continuation[1]"},
+      {R"({"prompt": "x", "tpserve_continuation": [1, "2"]})", "tpserve_continuation[1]"},
+      {R"({"prompt": "x", "tpserve_continuation": [1], "resumed_output_tokens": 1})", "tpserve_continuation"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(completion_error(c.body).param, c.param) << c.body;
+    json chat = json::parse(c.body);
+    chat.erase("prompt");
+    chat["messages"] = {{{"role", "user"}, {"content", "hi"}}};
+    EXPECT_EQ(chat_error(chat.dump()).param, c.param) << chat.dump();
+  }
+}
+
 TEST(OpenAiRequest, NullMeansNotGiven) {
   auto r = parse_completion_body(R"({"prompt":"x","temperature":null,"stop":null,"max_tokens":null,"seed":null})");
   EXPECT_FLOAT_EQ(r.params.sampling.temperature, 1.0f);

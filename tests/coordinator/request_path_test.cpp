@@ -90,6 +90,75 @@ TEST(GenerationJob, RefusesWhatTheModelCannotTakeNamingTheField) {
   }
 }
 
+// tpserve_continuation: the ids are output already sent — appended to the prompt as resumed output, counted by
+// max_tokens, the echo and prompt logprobs dropped, their text counted in the text offsets.
+TEST(GenerationJob, AContinuationIsOutputAlreadySent) {
+  const std::vector<int32_t> said = tok().encode(" Paris, and", false, false);
+  const json body = {{"prompt", "The capital of France is"}, {"echo", true}, {"logprobs", 2}, {"max_tokens", 10},
+                     {"tpserve_continuation", said}};
+  const GenerationJob job = completion_job(parse_completion_request(body), tok(), 2048);
+  std::vector<int32_t> all = tok().encode("The capital of France is", tok().add_bos(), true);
+  const size_t n_prompt = all.size();
+  all.insert(all.end(), said.begin(), said.end());
+  EXPECT_EQ(job.prompts[0].tokens, all);
+  EXPECT_TRUE(job.prompts[0].echo.empty()) << "the client has the echo";
+  EXPECT_EQ(job.prompts[0].continued_chars, 35) << "\"The capital of France is Paris, and\"";
+  EXPECT_EQ(job.n_continued, int64_t(said.size()));
+  EXPECT_EQ(job.engine_prompt_logprobs(), -1) << "the client has the echo's logprobs";
+  EXPECT_EQ(job.params.sampling.logprobs, 2);
+  const Request r = job.engine_request(0, 7, 2048);
+  EXPECT_EQ(r.max_tokens, 10 - int64_t(said.size()));
+  EXPECT_EQ(r.n_resumed_output, int64_t(said.size())) << "the penalties count them as output";
+  EXPECT_EQ(r.prompt.size(), n_prompt + said.size());
+  // Chat: after the rendered messages; without max_tokens the rest of the context.
+  const ChatTemplate chatml = ChatTemplate::resolve("chatml", "", "", "");
+  const GenerationJob chat = chat_job(
+      parse_chat_completion_request({{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"tpserve_continuation", said}}),
+      tok(), chatml, 2048);
+  EXPECT_EQ(std::vector<int32_t>(chat.prompts[0].tokens.end() - int64_t(said.size()), chat.prompts[0].tokens.end()), said);
+  EXPECT_EQ(chat.prompts[0].continued_chars, 11);
+  EXPECT_EQ(chat.engine_request(0, 7, 2048).max_tokens, 2048 - int64_t(chat.prompts[0].tokens.size()));
+  // An empty continuation: the client has the echo only.
+  const GenerationJob none = completion_job(
+      parse_completion_request({{"prompt", "ab"}, {"echo", true}, {"tpserve_continuation", json::array()}}), tok(), 2048);
+  EXPECT_TRUE(none.prompts[0].echo.empty());
+  EXPECT_EQ(none.prompts[0].continued_chars, 2);
+  // The end-of-generation token is output with ignore_eos.
+  EXPECT_NO_THROW(completion_job(parse_completion_request({{"prompt", "ab"}, {"ignore_eos", true},
+                                                           {"tpserve_continuation", {tok().eos_id()}}}),
+                                 tok(), 2048));
+}
+
+TEST(GenerationJob, RefusesAContinuationThatIsNotConsistent) {
+  // A character whose UTF-8 bytes span several tokens: its first token alone leaves bytes pending.
+  const std::vector<int32_t> emoji = tok().encode("\xF0\x9F\x8C\x8A", false, false);  // U+1F30A
+  ASSERT_GT(emoji.size(), 1u);
+  const int32_t w = tok().encode(" x", false, false).at(0);  // an ordinary word
+  struct Case {
+    json extra;
+    std::string field, message_part;
+  };
+  const std::vector<Case> cases = {
+      {{{"n", 2}}, "tpserve_continuation", "n > 1"},
+      {{{"prompt", {"a", "b"}}}, "tpserve_continuation", "several prompts"},
+      {{{"prompt_logprobs", 1}}, "tpserve_continuation", "prompt_logprobs"},
+      {{{"response_format", {{"type", "json_object"}}}}, "tpserve_continuation", "output constraint"},
+      {{{"tpserve_continuation", {w, 49152}}}, "tpserve_continuation[1]", "outside the vocabulary"},
+      {{{"tpserve_continuation", {w, tok().eos_id()}}}, "tpserve_continuation", "end-of-generation"},
+      {{{"tpserve_continuation", {w, emoji[0]}}}, "tpserve_continuation", "inside a UTF-8 character"},
+      {{{"max_tokens", 1}}, "tpserve_continuation", "more than max_tokens (1)"},
+      {{{"prompt", std::vector<int32_t>(40, w)}, {"tpserve_continuation", std::vector<int32_t>(40, w)}}, "tpserve_continuation",
+       "maximum context length is 64"},
+  };
+  for (const Case& c : cases) {
+    json body = {{"prompt", "ab"}, {"tpserve_continuation", {w, w}}};
+    body.update(c.extra);
+    const FieldError e = job_error(body.dump());
+    EXPECT_EQ(e.field, c.field) << body.dump();
+    EXPECT_NE(std::string(e.what()).find(c.message_part), std::string::npos) << e.what();
+  }
+}
+
 RequestOutput output(int32_t index, std::vector<int32_t> tokens, int64_t n_generated, FinishReason finish = FinishReason::None) {
   RequestOutput o;
   o.index = index;
@@ -174,6 +243,22 @@ TEST(ChoiceStream, EchoWithPromptLogprobsInBothShapes) {
   EXPECT_TRUE(d2.prompt_logprobs.is_null());
   EXPECT_EQ(d2.finish, "length");
   EXPECT_EQ(c.text(), "The capital of France is" + tok().token_to_piece(28));
+}
+
+// A continuation's text offsets count the text the client already has (the echo and the continued output).
+TEST(ChoiceStream, AContinuationsTextOffsetsStartAfterTheContinuedText) {
+  ChoiceOptions opt;
+  opt.want_logprobs = true;
+  opt.continued_chars = 35;
+  ChoiceStream c(tok(), opt);
+  const std::vector<int32_t> ids = tok().encode(" then Lyon", false, false);
+  RequestOutput o = output(0, ids, int64_t(ids.size()));
+  o.logprobs.assign(ids.size(), TokenLogprobs{-0.5f, {}, {}, 1});
+  const ChoiceDelta d = c.push(o);
+  EXPECT_EQ(d.text, " then Lyon");
+  ASSERT_EQ(d.logprobs["text_offset"].size(), ids.size());
+  EXPECT_EQ(d.logprobs["text_offset"][0], 35);
+  EXPECT_EQ(d.logprobs["text_offset"][1], 35 + int64_t(tok().token_to_piece(ids[0]).size()));
 }
 
 TEST(ChoiceStream, MaxTokensZeroStillEchoes) {

@@ -1,10 +1,12 @@
 // The router's live state (coordinator/router_replicas.h) and its stream bookkeeping (router_stream.h,
 // router_request.h) as pure units, table-driven where it fits: KV event batches in -> routing choice out; a
 // replica down or rejoined drops its entries; the prompt's block chain equals the hashes a BlockManager
-// publishes; SSE split across pieces; token ids tracked and stripped; a replay's completions chunks back in the
-// original chat shape; where a replay resumes when the dying replica held text back (a partial stop-string match,
+// publishes; SSE split across pieces; token ids tracked and stripped; a replay's chunks given the original
+// response's identity; where a replay resumes when the dying replica held text back (a partial stop-string match,
 // a token whose text was cut, an incomplete UTF-8 character; on a byte-level BPE vocabulary) and what of the
-// continuation the client already has; the replay body continues after the output tokens, with the seed.
+// continuation the client already has (text, ids, logprobs entries); the choices of an n > 1 stream continued
+// one at a time; the replay body is the request again with the output tokens as tpserve_continuation, with the
+// seed (seed + i for choice i of n).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "coordinator/chat_template.h"
+#include "coordinator/http_server.h"
 #include "coordinator/router_replicas.h"
 #include "coordinator/router_request.h"
 #include "coordinator/router_stream.h"
@@ -284,15 +287,17 @@ TEST(RouterStream, ReplayResumesFromTheTokensWhoseTextWasSent) {
        {{"", {int32_t(e_acute[0])}}, {e2, {int32_t(e_acute[1])}}}, "x" + e2, {x, int32_t(e_acute[0]), int32_t(e_acute[1])}},
       {"nothing out yet", {{"", {ab}}}, {}, {{"abx", {ab, x}}}, "abx", {ab, x}},
       {"echo 'pq' leads the text, not counted as output", {{"pqx", {x, ab}}}, {x}, {{"ab", {ab}}}, "pqxab", {x, ab}, 2},
-      {"an end-of-generation id adds no text", {{"x", {x}}, {"", {eos}}}, {x, eos}, {{"c", {c}}}, "xc", {x, eos, c}},
+      {"an end-of-generation id (the finish chunk lost): generated again", {{"x", {x}}, {"", {eos}}}, {x},
+       {{"", {eos}}}, "x", {x, eos}},
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(k.name);
-    StreamTracker t(false, true, k.echo);
+    StreamTracker t(false, true, 1, k.echo);
     ClientView v;
     for (const auto& [text, ids] : k.before) take(t.on_event(chunk(text, ids)), v);
     t.begin_replay(tok, false);
     EXPECT_EQ(t.resume_tokens(), k.resume);
+    t.continue_choice(t.next_choice());
     for (const auto& [text, ids] : k.after) take(t.on_event(chunk(text, ids)), v);
     EXPECT_EQ(v.text, k.client_text);
     EXPECT_EQ(v.ids, k.client_ids);
@@ -319,31 +324,112 @@ TEST(RouterStream, ASecondReplayBeforeTheFirstCaughtUp) {
 
 TEST(RouterStream, TracksTokensStripsThemAndRewritesAReplay) {
   StreamTracker t(true, false);
-  const json first = {{"id", "chatcmpl-1"}, {"object", "chat.completion.chunk"}, {"created", 5}, {"model", "m"},
-                      {"choices", {{{"index", 0}, {"delta", {{"content", "Hi"}}}, {"token_ids", {7, 8}},
-                                    {"finish_reason", nullptr}}}}};
-  StreamEvent e = t.on_event(first.dump());
+  const auto chat_chunk = [](const char* id, json delta, std::vector<int32_t> ids, json finish = nullptr) {
+    return json{{"id", id}, {"object", "chat.completion.chunk"}, {"created", id[9] - '0'}, {"model", "m"},
+                {"choices", {{{"index", 0}, {"delta", delta}, {"token_ids", ids}, {"finish_reason", finish}}}}}
+        .dump();
+  };
+  StreamEvent e = t.on_event(chat_chunk("chatcmpl-1", {{"role", "assistant"}, {"content", ""}}, {}));
+  EXPECT_NE(e.out.find("assistant"), std::string::npos) << "the role chunk, once";
+  e = t.on_event(chat_chunk("chatcmpl-1", {{"content", "Hi"}}, {7, 8}));
   EXPECT_EQ(e.kind, StreamEvent::Kind::Chunk);
   EXPECT_EQ(e.out.find("token_ids"), std::string::npos) << "the client did not ask for them";
   EXPECT_EQ(t.resume_tokens(), (std::vector<int32_t>{7, 8}));
   EXPECT_EQ(t.text_bytes(), 2);
   EXPECT_EQ(t.on_event("{\"error\": {\"message\": \"rank 1 died\"}}").kind, StreamEvent::Kind::Error);
   t.begin_replay(byte_tokenizer(), false);
+  EXPECT_EQ(t.next_choice(), 0);
+  t.continue_choice(0);
+  EXPECT_FALSE(t.replay_from_start());
   EXPECT_EQ(t.resume_tokens(), (std::vector<int32_t>{7, 8})) << "both tokens' text was sent (bytes 7 and 8)";
-  const json cont = {{"id", "cmpl-9"}, {"object", "text_completion"}, {"created", 6}, {"model", "m"},
-                     {"choices", {{{"index", 0}, {"text", " there"}, {"token_ids", {9}}, {"finish_reason", "stop"}}}}};
-  e = t.on_event(cont.dump());
+  // The continuation is a chat stream too (same endpoint): its role chunk is dropped, its identity replaced.
+  EXPECT_TRUE(t.on_event(chat_chunk("chatcmpl-9", {{"role", "assistant"}, {"content", ""}}, {})).out.empty());
+  e = t.on_event(chat_chunk("chatcmpl-9", {{"content", " there"}}, {9}, "stop"));
   ASSERT_EQ(e.out.rfind("data: ", 0), 0u);
   const json out = json::parse(e.out.substr(6));
   EXPECT_EQ(out["id"], "chatcmpl-1");
   EXPECT_EQ(out["object"], "chat.completion.chunk");
-  EXPECT_EQ(out["created"], 5);
+  EXPECT_EQ(out["created"], 1);
   EXPECT_EQ(out["choices"][0]["delta"]["content"], " there");
-  EXPECT_FALSE(out["choices"][0].contains("text"));
   EXPECT_TRUE(t.finished());
   EXPECT_EQ(t.resume_tokens(), (std::vector<int32_t>{7, 8, 9}));
   EXPECT_EQ(t.on_event("[DONE]").kind, StreamEvent::Kind::Done);
   EXPECT_TRUE(t.done());
+}
+
+// Logprobs entries travel with the ids: those of tokens generated again are dropped from the continuation, in
+// both shapes; the echo's entries (completions echo + logprobs) are not output.
+TEST(RouterStream, AReplayDropsTheLogprobsTheClientHas) {
+  const Tokenizer& tok = byte_tokenizer();
+  const int32_t x = 'x', c = 'c', ab = 256;
+  // completions: stop "abz" held "ab" back; the prompt "pq" echoed with its 2 entries
+  const auto lp_chunk = [](const std::string& text, std::vector<int32_t> ids, std::vector<std::string> toks,
+                           std::vector<int64_t> offsets) {
+    json lp = {{"tokens", toks}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+               {"text_offset", offsets}};
+    for (size_t i = 0; i < toks.size(); ++i) {
+      lp["token_logprobs"].push_back(-double(offsets[i]));
+      lp["top_logprobs"].push_back({{toks[i], -double(offsets[i])}});
+    }
+    return json{{"id", "cmpl-1"}, {"object", "text_completion"}, {"created", 1}, {"model", "m"},
+                {"choices", {{{"index", 0}, {"text", text}, {"token_ids", ids}, {"logprobs", lp}, {"finish_reason", nullptr}}}}}
+        .dump();
+  };
+  StreamTracker t(false, true, 1, 2, 2);
+  json got = json::array();
+  const auto take_lp = [&](const StreamEvent& e) {
+    const json j = json::parse(e.out.substr(6));
+    for (const json& tk : j["choices"][0]["logprobs"]["tokens"]) got.push_back(tk);
+    const json& lp = j["choices"][0]["logprobs"];
+    EXPECT_EQ(lp["tokens"].size(), lp["text_offset"].size());
+    EXPECT_EQ(lp["tokens"].size(), lp["top_logprobs"].size());
+    EXPECT_EQ(lp["tokens"].size(), lp["token_logprobs"].size());
+    return lp;
+  };
+  take_lp(t.on_event(lp_chunk("pqx", {x, ab}, {"p", "q", "x", "ab"}, {0, 1, 2, 3})));
+  t.begin_replay(tok, false);
+  EXPECT_EQ(t.resume_tokens(), (std::vector<int32_t>{x}));
+  const json lp = take_lp(t.on_event(lp_chunk("abc", {ab, c}, {"ab", "c"}, {3, 5})));
+  EXPECT_EQ(lp["text_offset"], json::array({5})) << "ab's entry dropped";
+  EXPECT_EQ(lp["token_logprobs"], json::array({-5.0}));
+  EXPECT_EQ(got, json::array({"p", "q", "x", "ab", "c"}));
+
+  // chat: the same, in content[]
+  StreamTracker ct(true, false);
+  const auto chat_lp = [](const std::string& text, std::vector<int32_t> ids, std::vector<std::string> toks) {
+    json content = json::array();
+    for (const std::string& tk : toks) content.push_back({{"token", tk}, {"logprob", -1.0}, {"top_logprobs", json::array()}});
+    return json{{"id", "chatcmpl-1"}, {"object", "chat.completion.chunk"}, {"created", 1}, {"model", "m"},
+                {"choices", {{{"index", 0}, {"delta", {{"content", text}}}, {"token_ids", ids},
+                              {"logprobs", {{"content", content}}}, {"finish_reason", nullptr}}}}}
+        .dump();
+  };
+  json chat_got = json::array();
+  const auto take_chat = [&](const StreamEvent& e) {
+    const json j = json::parse(e.out.substr(6));
+    for (const json& en : j["choices"][0]["logprobs"]["content"]) chat_got.push_back(en["token"]);
+  };
+  take_chat(ct.on_event(chat_lp("x", {x, ab, ab}, {"x", "ab", "ab"})));  // "abab" held back
+  ct.begin_replay(tok, false);
+  EXPECT_EQ(ct.resume_tokens(), (std::vector<int32_t>{x}));
+  take_chat(ct.on_event(chat_lp("ab", {ab}, {"ab"})));
+  ct.begin_replay(tok, false);  // a second replay before the first caught up: the first "ab"'s text is out now
+  EXPECT_EQ(ct.resume_tokens(), (std::vector<int32_t>{x, ab}));
+  take_chat(ct.on_event(chat_lp("ab", {ab}, {"ab"})));
+  take_chat(ct.on_event(chat_lp("c", {c}, {"c"})));
+  EXPECT_EQ(chat_got, json::array({"x", "ab", "ab", "c"}));
+}
+
+// A replica that died before its first chunk: the client has no echo, so the replay is the request again.
+TEST(RouterStream, AReplayBeforeTheEchoStartsOver) {
+  StreamTracker t(false, true, 1, 3);
+  t.begin_replay(byte_tokenizer(), false);
+  EXPECT_TRUE(t.replay_from_start());
+  ClientView v;
+  take(t.on_event(chunk("pqrx", {'x'})), v);
+  EXPECT_EQ(v.text, "pqrx");
+  EXPECT_FALSE(t.replay_from_start());
+  EXPECT_EQ(t.text_bytes(), 1) << "the echo is not output";
 }
 
 // A stream the router cannot resume on another replica says why (the error its client gets when the replica dies
@@ -357,13 +443,16 @@ TEST(RouterRequest, WhyAStreamCannotResume) {
   const std::vector<Case> cases = {
       {json::object(), ""},
       {{{"temperature", 0.7}, {"seed", 3}}, ""},
-      {{{"n", 2}}, "n > 1"},
-      {{{"logprobs", 2}}, "logprobs"},
-      {{{"echo", true}, {"logprobs", 0}}, "logprobs"},
+      {{{"n", 2}}, ""},
+      {{{"n", 2}, {"stream_options", {{"include_usage", true}}}}, "n > 1 and stream_options.include_usage"},
+      {{{"logprobs", 2}}, ""},
+      {{{"echo", true}, {"logprobs", 0}}, ""},
       {{{"prompt_logprobs", 1}}, "prompt_logprobs"},
       {{{"prompt", json::array({"ab", "bc"})}}, "several prompts"},
-      {{{"n", 2}, {"logprobs", 1}}, "n > 1"},
+      {{{"n", 2}, {"logprobs", 1}}, ""},
       {{{"max_tokens", "many"}}, "a body the router could not parse"},
+      {{{"tpserve_continuation", {97}}}, "its own continuation"},
+      {{{"prompt", {97, 98}}, {"resumed_output_tokens", 1}}, "its own continuation"},
   };
   for (const Case& c : cases) {
     json body = {{"prompt", "abcab"}, {"max_tokens", 8}, {"stream", true}};
@@ -377,32 +466,92 @@ TEST(RouterRequest, WhyAStreamCannotResume) {
 TEST(RouterRequest, ReplayBodyContinuesAfterTheSentTokens) {
   RouteInfo info;
   info.chat = true;
-  info.prompt = {1, 2, 3};
-  info.max_tokens = 10;
-  const json original = {{"model", "m"}, {"messages", json::array()}, {"temperature", 0}, {"seed", 4},
-                         {"stop", {"\n"}}, {"tools", json::array()}};
-  const json b = json::parse(replay_body(original, info, {40, 41}));
-  EXPECT_EQ(b["prompt"], json({1, 2, 3, 40, 41}));
-  EXPECT_EQ(b["resumed_output_tokens"], 2) << "the penalties count them as output";
-  EXPECT_EQ(b["max_tokens"], 8);
-  EXPECT_EQ(b["seed"], 4);
-  EXPECT_EQ(b["temperature"], 0);
-  EXPECT_EQ(b["stop"], json({"\n"}));
-  EXPECT_TRUE(b["stream"].get<bool>());
-  EXPECT_TRUE(b["return_token_ids"].get<bool>());
-  EXPECT_FALSE(b.contains("messages"));
   info.stream = true;
   info.replayable = true;
+  info.prompt = {1, 2, 3};
+  info.max_tokens = 10;
+  const json original = {{"model", "m"}, {"messages", json::array()}, {"temperature", 0.8}, {"seed", 4},
+                         {"stop", {"\n"}}, {"max_tokens", 10}, {"logprobs", true}, {"top_logprobs", 2}, {"stream", true}};
+  const json b = json::parse(replay_body(original, info, 0, {40, 41}));
+  EXPECT_EQ(b["tpserve_continuation"], json({40, 41})) << "output already sent, not prompt";
+  EXPECT_TRUE(b["return_token_ids"].get<bool>());
+  json same = b;
+  same.erase("tpserve_continuation");
+  same.erase("return_token_ids");
+  EXPECT_EQ(same, original) << "the same request otherwise: endpoint fields, max_tokens, logprobs, seed";
+  EXPECT_FALSE(b.contains("kv_transfer_params"));
   const json f = json::parse(forward_body(original, info, "http://h:1"));
   EXPECT_TRUE(f["return_token_ids"].get<bool>());
   EXPECT_EQ(f["kv_transfer_params"]["fetch_from"], "http://h:1");
   EXPECT_FALSE(json::parse(forward_body(original, info, "")).contains("kv_transfer_params"));
+  EXPECT_FALSE(f.contains("tpserve_continuation"));
   EXPECT_EQ(f["seed"], 4) << "the client's seed as it is";
   info.seed = 77;  // the router's pick for a client without one: forwarded and replayed alike
   json unseeded = original;
   unseeded.erase("seed");
   EXPECT_EQ(json::parse(forward_body(unseeded, info, ""))["seed"], 77);
-  EXPECT_EQ(json::parse(replay_body(unseeded, info, {40}))["seed"], 77);
+  EXPECT_EQ(json::parse(replay_body(unseeded, info, 0, {40}))["seed"], 77);
+  EXPECT_EQ(json::parse(replay_body(unseeded, info, 0, {}))["tpserve_continuation"], json::array());
+  EXPECT_FALSE(json::parse(replay_body(unseeded, info, 0, {}, true)).contains("tpserve_continuation"))
+      << "from the start: the client has nothing of the choice";
+  // Choice 2 of n = 3: an n = 1 request sampled as the engine samples choice 2, with seed + 2.
+  info.n_choices = 3;
+  info.seed.reset();
+  json three = original;
+  three["n"] = 3;
+  const json b2 = json::parse(replay_body(three, info, 2, {40}));
+  EXPECT_FALSE(b2.contains("n"));
+  EXPECT_EQ(b2["seed"], 6);
+  EXPECT_EQ(b2["tpserve_continuation"], json({40}));
+  three["seed"] = -1;
+  EXPECT_EQ(json::parse(replay_body(three, info, 2, {40}))["seed"], 1) << "the seed's bits, as the replica reads them";
+}
+
+// n = 3: the replica died with choice 0 finished; choices 1 and 2 continue one after the other (n = 1 requests
+// whose index 0 is the choice), and [DONE] reaches the client after the last.
+TEST(RouterStream, ChoicesOfAnNRequestContinueOneAtATime) {
+  const Tokenizer& tok = byte_tokenizer();
+  const int32_t x = 'x', y = 'y', z = 'z', ab = 256;
+  StreamTracker t(false, true, 3);
+  const auto indexed = [](int index, const std::string& text, const std::vector<int32_t>& ids, const char* finish) {
+    json j = json::parse(chunk(text, ids, finish));
+    j["choices"][0]["index"] = index;
+    return j.dump();
+  };
+  std::vector<ClientView> v(3);
+  const auto take_i = [&](const StreamEvent& e) {
+    const json j = json::parse(e.out.substr(6));
+    const int i = j["choices"][0]["index"].get<int>();
+    take(e, v.at(size_t(i)));
+  };
+  take_i(t.on_event(indexed(0, "x", {x}, nullptr)));
+  take_i(t.on_event(indexed(1, "y", {y, ab}, nullptr)));  // "ab" held back
+  take_i(t.on_event(indexed(0, "", {}, "length")));
+  take_i(t.on_event(indexed(2, "z", {z}, nullptr)));
+  EXPECT_FALSE(t.finished());
+  t.begin_replay(tok, false);
+  EXPECT_EQ(t.next_choice(), 1);
+  EXPECT_EQ(t.resume_tokens(1), (std::vector<int32_t>{y}));
+  EXPECT_EQ(t.resume_tokens(2), (std::vector<int32_t>{z}));
+  t.continue_choice(1);
+  take_i(t.on_event(indexed(0, "abx", {ab, x}, "length")));
+  StreamEvent e = t.on_event("[DONE]");
+  EXPECT_EQ(e.kind, StreamEvent::Kind::Done);
+  EXPECT_TRUE(e.out.empty()) << "choice 2 still owes its text";
+  EXPECT_FALSE(t.done());
+  EXPECT_TRUE(t.segment_done());
+  EXPECT_EQ(t.next_choice(), 2);
+  t.continue_choice(2);
+  EXPECT_FALSE(t.segment_done());
+  take_i(t.on_event(indexed(0, "y", {y}, "length")));
+  EXPECT_TRUE(t.finished());
+  EXPECT_EQ(t.on_event("[DONE]").out, sse_event("[DONE]"));
+  EXPECT_TRUE(t.done());
+  EXPECT_EQ(v[0].text, "x");
+  EXPECT_EQ(v[1].text, "yabx");
+  EXPECT_EQ(v[1].ids, (std::vector<int32_t>{y, ab, x}));
+  EXPECT_EQ(v[2].text, "zy");
+  EXPECT_EQ(v[2].ids, (std::vector<int32_t>{z, y}));
 }
 
 }  // namespace

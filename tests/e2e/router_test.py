@@ -10,12 +10,13 @@
  4. The killed replica restarted on its port rejoins (up again); the router restarted (SIGTERM: exit 0) serves
     again from a new process.
  5. Resumption is exact beyond greedy: on one replica, a prompt + earlier output with resumed_output_tokens
-    continues a seeded temperature-0.8 generation with penalties as the unbroken one. Through the router, two
-    streams on replica A (B made to leave, then rejoin), A SIGKILLed mid-stream: a seeded temperature-0.8 stream
-    with frequency/presence penalties, and a greedy one whose stop string is the rest of its own output (so A
-    holds back every character after token 12 when it dies) — both resume on B with the unfailed run's token
-    ids and text. A streamed n = 2 request on A at the kill cannot resume: it ends with an error naming n > 1 and
-    [DONE].
+    continues a seeded temperature-0.8 generation with penalties as the unbroken one. Through the router (which
+    resumes with tpserve_continuation), three streams on replica A (B made to leave, then rejoin), A SIGKILLed
+    mid-stream: a seeded temperature-0.8 stream with frequency/presence penalties, a greedy one with logprobs
+    whose stop string is the rest of its own output (so A holds back every character after token 12 when it
+    dies), and a seeded temperature-0.8 chat stream with logprobs, top_logprobs 2 and a usage chunk — all resume
+    on B with the unfailed run's token ids, text, logprobs (text offsets included; values within 2e-3) and usage. A streamed n = 2
+    seeded request on A at the kill resumes too: each choice equals the unfailed run's.
 usage: router_test.py TPSERVE_BINARY REPO_ROOT"""
 import http.client, json, os, signal, subprocess, sys, tempfile, threading, time
 
@@ -56,14 +57,18 @@ def get_json(port, path):
     return s, json.loads(d) if d.startswith("{") else d
 
 
-def stream(port, body, timeout=120, r=None):
-    """A streamed request: returns {"status", "token_ids", "text", "finish", "done", "error", "marks"} (marks: the
-    text so far after each chunk, by the number of token ids so far). `r`, when given, is filled as it arrives."""
+def stream(port, body, timeout=120, r=None, path="/v1/completions"):
+    """A streamed request: returns {"status", "token_ids", "text", "finish", "done", "error", "marks", "lp", "roles"}
+    (marks: the text so far after each chunk, by the number of token ids so far; lp: one (token, logprob,
+    text_offset or top tokens) per logprobs entry; roles: chat role chunks; by_index: each choice's
+    {"token_ids", "text", "finish"}). `r`, when given, is filled as it
+    arrives. `path`: /v1/completions or /v1/chat/completions."""
     r = r if r is not None else {}
-    r.update({"status": 0, "token_ids": [], "text": "", "finish": None, "done": False, "error": None, "marks": {}})
+    r.update({"status": 0, "token_ids": [], "text": "", "finish": None, "done": False, "error": None, "marks": {},
+              "lp": [], "roles": 0, "by_index": {}, "usage": None})
     try:
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-        c.request("POST", "/v1/completions", json.dumps(dict(body, stream=True, return_token_ids=True)),
+        c.request("POST", path, json.dumps(dict(body, stream=True, return_token_ids=True)),
                   {"Content-Type": "application/json"})
         resp = c.getresponse()
         r["status"] = resp.status
@@ -78,10 +83,22 @@ def stream(port, body, timeout=120, r=None):
             if "error" in j:
                 r["error"] = j["error"]
                 continue
+            r["usage"] = j.get("usage") or r["usage"]
             for ch in j.get("choices", []):
                 r["token_ids"] += ch.get("token_ids", [])
-                r["text"] += ch.get("text", "")
+                mine = r["by_index"].setdefault(ch.get("index", 0), {"token_ids": [], "text": "", "finish": None})
+                mine["token_ids"] += ch.get("token_ids", [])
+                mine["text"] += ch.get("text", "") + ((ch.get("delta") or {}).get("content") or "")
+                mine["finish"] = ch.get("finish_reason") or mine["finish"]
+                delta = ch.get("delta", {})
+                r["roles"] += "role" in delta
+                r["text"] += ch.get("text", "") + (delta.get("content") or "")
                 r["finish"] = ch.get("finish_reason") or r["finish"]
+                lp = ch.get("logprobs") or {}
+                for e in lp.get("content") or []:  # chat
+                    r["lp"].append((e["token"], e["logprob"], [t["token"] for t in e["top_logprobs"]]))
+                for k, tok in enumerate(lp.get("tokens") or []):  # completions
+                    r["lp"].append((tok, lp["token_logprobs"][k], lp["text_offset"][k]))
             r["marks"][len(r["token_ids"])] = r["text"]
     except Exception as e:
         r["error"] = repr(e)
@@ -267,22 +284,36 @@ try:
           s == 400 and json.loads(d)["error"]["param"] == "resumed_output_tokens", (s, d))
     # (b) the unfailed references through the router
     greedy = {"prompt": "The history of the printing press begins", "max_tokens": n5, "temperature": 0,
-              "ignore_eos": True}
+              "ignore_eos": True, "logprobs": 1}
     free = stream(rp, greedy)
     cut = 12  # from token 12's text on, the output is a prefix of the stop string until the end
     held_from = len(free["marks"].get(cut, ""))
     greedy["stop"] = [free["text"][held_from:] + "\u2603"]
-    ref5 = [stream(rp, sampled), stream(rp, greedy)]
-    check("references: the stop string holds the text back but does not change the output",
+    # a chat stream, seeded temperature 0.8, with logprobs and the top 2
+    chat = {"messages": [{"role": "user", "content": "Tell me a long story about a lighthouse keeper."}],
+            "max_tokens": n5, "temperature": 0.8, "seed": 99, "logprobs": True, "top_logprobs": 2, "ignore_eos": True,
+            "stream_options": {"include_usage": True}}
+    CHAT = "/v1/chat/completions"
+    two_body = dict(sampled, n=2)  # n = 2, seeded: choice i samples with seed + i
+    # the unfailed references, run concurrently (a batched run equals each request alone)
+    ref5, two_ref = [{}, {}, {}], {}
+    rts = [threading.Thread(target=stream, args=(rp, b, 180, r, p)) for b, r, p in
+           [(sampled, ref5[0], "/v1/completions"), (greedy, ref5[1], "/v1/completions"), (chat, ref5[2], CHAT),
+            (two_body, two_ref, "/v1/completions")]]
+    [t.start() for t in rts]
+    [t.join() for t in rts]
+    check("references: the stop string holds the text back but does not change the output; logprobs for every token",
           all(r["done"] and len(r["token_ids"]) == n5 for r in ref5) and held_from > 0 and
-          ref5[1]["token_ids"] == free["token_ids"] and ref5[1]["text"] == free["text"],
-          [(r["done"], len(r["token_ids"]), r["error"]) for r in ref5] + [held_from])
-    # (c) both streams on A, B back, A killed
+          ref5[1]["token_ids"] == free["token_ids"] and ref5[1]["text"] == free["text"] and
+          len(ref5[1]["lp"]) == n5 and len(ref5[2]["lp"]) == n5 and ref5[2]["roles"] == 1 and
+          (ref5[2]["usage"] or {}).get("completion_tokens") == n5,
+          [(r["done"], len(r["token_ids"]), len(r["lp"]), r["error"]) for r in ref5] + [held_from])
+    # (c) the four streams on A, B back, A killed
     call(rp, "DELETE", "/router/replicas", {"url": b_url})
-    live = [{}, {}]
-    ts = [threading.Thread(target=stream, args=(rp, b, 180, live[i])) for i, b in enumerate([sampled, greedy])]
-    two = {}  # n = 2: not resumable; must end with an error naming why, then [DONE]
-    two_body = dict({k: v for k, v in greedy.items() if k != "stop"}, n=2)
+    live = [{}, {}, {}]
+    ts = [threading.Thread(target=stream, args=(rp, b, 180, live[i], p))
+          for i, (b, p) in enumerate([(sampled, "/v1/completions"), (greedy, "/v1/completions"), (chat, CHAT)])]
+    two = {}
     ts.append(threading.Thread(target=stream, args=(rp, two_body, 180, two)))
     [t.start() for t in ts]
     call(rp, "POST", "/router/replicas", {"url": b_url})
@@ -290,26 +321,46 @@ try:
     while time.time() < deadline:
         ups = {r["url"]: r["up"] for r in get_json(rp, "/router/replicas")[1]["replicas"]}
         n_ids = [len(l.get("token_ids", [])) for l in live]
-        if ups.get(b_url) and n_ids[0] >= 20 and n_ids[1] >= cut + 8 and len(two.get("token_ids", [])) >= 4:
+        if ups.get(b_url) and n_ids[0] >= 20 and n_ids[1] >= cut + 8 and n_ids[2] >= 20 and \
+                len(two.get("token_ids", [])) >= 4:
             break
         time.sleep(0.005)
     at_kill = [(len(l["token_ids"]), l["text"]) for l in live]
+    two_at_kill = len(two.get("token_ids", []))
     proc_of[a_url].kill()
     [t.join(180) for t in ts]
-    check(f"the kill landed mid-stream on both ({at_kill[0][0]} and {at_kill[1][0]} of {n5} ids out), with A "
-          f"holding text back ({len(at_kill[1][1])} characters out of the greedy stream, <= {held_from})",
-          all(cut < n < n5 for n, _ in at_kill) and len(at_kill[1][1]) <= held_from, at_kill)
-    for name, r, ref_r in zip(["seeded temperature-0.8 stream with penalties", "greedy stream with held-back text"],
-                              live, ref5):
-        check(f"{name}: resumed on B with the unfailed run's {n5} token ids and text",
+    check(f"the kill landed mid-stream on all four ({', '.join(str(n) for n, _ in at_kill)} of {n5} ids out, "
+          f"{two_at_kill} of 2 x {n5} for n = 2), "
+          f"with A holding text back ({len(at_kill[1][1])} characters out of the greedy stream, <= {held_from})",
+          all(cut < n < n5 for n, _ in at_kill) and len(at_kill[1][1]) <= held_from and 0 < two_at_kill < 2 * n5,
+          (at_kill, two_at_kill))
+
+    def same_logprobs(a, b):  # tokens, offsets / top tokens exact; values from a prefill vs a decode step
+        return len(a) == len(b) and all(x[0] == y[0] and x[2] == y[2] and abs(x[1] - y[1]) < 2e-3 for x, y in zip(a, b))
+
+    for name, r, ref_r in zip(["seeded temperature-0.8 stream with penalties",
+                               "greedy stream with held-back text and logprobs (text offsets included)",
+                               "seeded temperature-0.8 chat stream with logprobs and the top 2"], live, ref5):
+        check(f"{name}: resumed on B with the unfailed run's {n5} token ids, text, logprobs and usage",
               r["done"] and r["finish"] == "length" and not r["error"] and r["token_ids"] == ref_r["token_ids"]
-              and r["text"] == ref_r["text"],
+              and r["text"] == ref_r["text"] and same_logprobs(r["lp"], ref_r["lp"]) and r["roles"] == ref_r["roles"]
+              and r["usage"] == ref_r["usage"],
               {"done": r.get("done"), "error": r.get("error"), "n": len(r.get("token_ids", [])),
-               "text": r.get("text"), "ref": ref_r["text"]})
-    err = (two.get("error") or {}) if isinstance(two.get("error"), dict) else {"message": str(two.get("error"))}
-    check("a streamed n = 2 request on A ends with an error naming why it cannot resume (n > 1), then [DONE]",
-          two.get("status") == 200 and two.get("done") and 0 < len(two.get("token_ids", [])) < 2 * n5 and
-          "n > 1" in err.get("message", ""), {k: two.get(k) for k in ("status", "done", "error", "finish")})
+               "usage": (r.get("usage"), ref_r["usage"]),
+               "n_lp": len(r.get("lp", [])), "roles": r.get("roles"), "text": r.get("text"), "ref": ref_r["text"],
+               "lp_diff": [(i, x, y) for i, (x, y) in enumerate(zip(r.get("lp", []), ref_r["lp"])) if x != y][:5]})
+    ref_two = [two_ref["by_index"].get(i, {}) for i in range(2)]
+    got_two = [two.get("by_index", {}).get(i, {}) for i in range(2)]
+    check(f"references: an n = 2 seeded stream, two different choices of {n5} ids",
+          two_ref["done"] and all(len(c.get("token_ids", [])) == n5 for c in ref_two) and
+          ref_two[0]["token_ids"] != ref_two[1]["token_ids"], [len(c.get("token_ids", [])) for c in ref_two])
+    check("a streamed n = 2 seeded request on A resumes too: each choice (continued as n = 1 with seed + i) has the "
+          "unfailed run's token ids and text, one [DONE] at the end",
+          two.get("done") and not two.get("error") and all(g == r for g, r in zip(got_two, ref_two)),
+          {"error": two.get("error"), "done": two.get("done"),
+           "n": [len(c.get("token_ids", [])) for c in got_two],
+           "first_diff": [next((k for k, (a, b) in enumerate(zip(g.get("token_ids", []), r["token_ids"])) if a != b), None)
+                          for g, r in zip(got_two, ref_two)]})
 finally:
     for p in procs:
         if p.poll() is None:

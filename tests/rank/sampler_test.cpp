@@ -373,6 +373,46 @@ TEST(Sampler, SameSeedAndPositionGiveTheSameTokenWithPenalties) {
   EXPECT_GT(differing, 0);  // the draw does depend on the position
 }
 
+// A generation resumed after a restart (the router's tpserve_continuation, coordinator/router_request.h): a fresh
+// Sampler given the prompt + the first k outputs as history, those k counted as output, draws output i as the
+// unbroken run did — the draw depends only on (seed, position), the penalties only on the history.
+TEST(Sampler, AGenerationResumedAfterARestartDrawsTheSameTokens) {
+  const int64_t vocab = 64;
+  const std::vector<int32_t> prompt = {3, 9, 9, 27, 5};
+  SamplingParams p = penalties(0.4f, 0.3f, 1.1f, 0.8f);
+  p.top_p = 0.95f;
+  p.seed = 1234;
+  // The logits of a step depend on the sequence so far, as a model's do.
+  const auto logits = [&](const std::vector<int32_t>& seq) {
+    std::mt19937 rng(uint32_t(seq.size() * 131 + size_t(seq.back())));
+    return normal_row(rng, vocab, 2.0f);
+  };
+  const auto run = [&](std::vector<int32_t> seq, int64_t n_prompt, int n, Sampler& s) {
+    std::vector<int32_t> out;
+    for (int i = 0; i < n; ++i) {
+      const std::vector<float> row = logits(seq);
+      const int32_t t = s.sample(row.data(), vocab, p, uint64_t(seq.size()), seq, n_prompt);
+      seq.push_back(t);
+      out.push_back(t);
+    }
+    return out;
+  };
+  Sampler unbroken;
+  const std::vector<int32_t> full = run(prompt, int64_t(prompt.size()), 40, unbroken);
+  for (int k : {0, 1, 7, 39}) {
+    Sampler restarted;
+    std::vector<int32_t> seq = prompt;
+    seq.insert(seq.end(), full.begin(), full.begin() + k);
+    EXPECT_EQ(run(seq, int64_t(prompt.size()), 40 - k, restarted), std::vector<int32_t>(full.begin() + k, full.end()))
+        << "resumed after " << k << " tokens";
+  }
+  // The continued tokens counted as prompt instead: other penalties, another text.
+  Sampler naive;
+  std::vector<int32_t> seq = prompt;
+  seq.insert(seq.end(), full.begin(), full.begin() + 7);
+  EXPECT_NE(run(seq, int64_t(seq.size()), 33, naive), std::vector<int32_t>(full.begin() + 7, full.end()));
+}
+
 TEST(Sampler, CountsScratchStaysZeroedAcrossCalls) {
   std::mt19937 rng(99);
   Sampler reused;
