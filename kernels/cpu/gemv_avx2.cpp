@@ -8,10 +8,10 @@
 // Summation order, the same for every tile shape, thread count and batch size (so a row of x gets the same bits
 // alone as in a batch): one 8-lane accumulator per (weight row, x row); per 16-column group, FMA of the even
 // half then of the odd half; a last partial group zero-padded; then hsum (lanes 0+4, 1+5, .. then pairs).
-// m = 1 (decode): tiles of 8 weight rows (8 independent FMA chains), W software-prefetched a fixed distance
-// ahead, rows split across threads. m > 1 (prefill, batched decode; oneDNN has no BF16 matmul without
-// AVX-512): 4 rows × 3 x rows tiles; each thread walks panels of its rows that fit L2, and for each group of
-// 3 x rows (in L1) runs every tile of the panel, so W is read from DRAM once per call.
+// m = 1 (decode): tiles of 2 weight rows, each prefetching the next tile, rows split across threads.
+// m > 1 (prefill, batched decode; oneDNN has no BF16 matmul without AVX-512): 4 rows × 2 x rows tiles; each thread walks panels of its rows that fit L2, and for each pair of
+// x rows (in L1) runs every tile of the panel, so W is read from DRAM once per call. From m = kWidenMinM each
+// panel is widened to F32 first and 4 × 3 tiles of plain FMAs run over it.
 // F32 weights: the plain 4 × 2 dot-product tiles below.
 #include <immintrin.h>
 #include <omp.h>
@@ -69,7 +69,11 @@ constexpr const TileF32* f32_table[kRowsF32] = {f32_row<1>, f32_row<2>, f32_row<
 
 // ----------------------------------------------------------------------------------------------- BF16
 constexpr int64_t kGroup = 16;      // BF16 columns per step (one 32-byte load of a W row)
-constexpr int kRowsM1 = 8;          // m = 1: weight rows per tile
+// m = 1: weight rows per tile. Fewer rows read fewer interleaved streams: cold, 1 thread, Zen 3 (shared machine,
+// gemv / a plain read of the same bytes, alternated; SmolLM2 shapes) 2 rows 0.79-0.87, 4 rows 0.75-0.84,
+// 8 rows 0.64-0.70; the 2 FMA chains still compute 2.5x faster than DRAM delivers. Each tile prefetches the
+// next one (the distance is one tile): 0.45-0.5 without the prefetch, 0.63-0.79 at a further 3 KiB.
+constexpr int kRowsM1 = 2;
 constexpr int kRowsMM = 4;          // m > 1: weight rows per tile ...
 constexpr int kColsMM = 2;          // ... × x rows
 constexpr int64_t kPanelBytes = int64_t(192) << 10;  // m > 1: W panel kept in L2 (Zen 3: 512 KiB a core)
@@ -80,7 +84,7 @@ constexpr int64_t kWidenMinM = 6;
 constexpr int kRowsWide = 4;
 constexpr int kColsWide = 3;
 constexpr int64_t kWidePanelBytes = int64_t(128) << 10;  // the widened panel (F32) kept in L2
-// W is software-prefetched this many bytes ahead of the tile being read (see gemv.cpp for Zen 4's measurement).
+// m > 1: W is software-prefetched this many bytes ahead of the tile being read (gemv.cpp: Zen 4's measurement).
 constexpr int64_t kPrefetchBytes = 4096;
 
 // f32_to_bf16 of 8 floats: the BF16 bits in the low half of each dword.
@@ -120,7 +124,7 @@ TP_AVX2 void prepare_x(const float* x, int64_t m, int64_t n_in, int64_t stride, 
 }
 
 // One 16-column group: acc[r][g] += even W × even x, then += odd W × odd x. The G x rows' halves are loaded
-// once into registers and each W row is widened once (R × G + 2G + 3 ymm live: 15 for 4 × 2, 13 for 8 × 1).
+// once into registers and each W row is widened once (R × G + 2G + 3 ymm live: 15 for 4 × 2).
 template <int R, int G>
 TP_AVX2 inline void step(__m256 (&acc)[R][G], const __m256i (&wv)[R], __m256i hi, const float* xp, int64_t x_stride,
                          int64_t k) {
@@ -183,9 +187,7 @@ TP_AVX2 void tile_bf16_fn(const uint16_t* w, int64_t n_in, const float* xp, int6
                           const char* pf, const char* pf_end) {
   tile_bf16<R, G>(w, n_in, xp, xs, y, ys, pf, pf_end);
 }
-constexpr TileBf16 m1_table[kRowsM1] = {tile_bf16_fn<1, 1>, tile_bf16_fn<2, 1>, tile_bf16_fn<3, 1>,
-                                        tile_bf16_fn<4, 1>, tile_bf16_fn<5, 1>, tile_bf16_fn<6, 1>,
-                                        tile_bf16_fn<7, 1>, tile_bf16_fn<8, 1>};
+constexpr TileBf16 m1_table[kRowsM1] = {tile_bf16_fn<1, 1>, tile_bf16_fn<2, 1>};
 template <int R>
 constexpr TileBf16 mm_row[kColsMM] = {tile_bf16_fn<R, 1>, tile_bf16_fn<R, 2>};
 constexpr const TileBf16* mm_table[kRowsMM] = {mm_row<1>, mm_row<2>, mm_row<3>, mm_row<4>};
@@ -263,8 +265,8 @@ void bf16_rows(const float* xp, int64_t x_stride, int64_t m, const uint16_t* w, 
   if (m == 1) {
     for (int64_t r0 = r_begin; r0 < r_end; r0 += kRowsM1) {
       const int rows = int(std::min<int64_t>(kRowsM1, r_end - r0));
-      const char* tile = reinterpret_cast<const char*>(w + r0 * n_in);
-      m1_table[rows - 1](w + r0 * n_in, n_in, xp, x_stride, y + r0, n_out, tile + kPrefetchBytes, w_end);
+      const char* next_tile = reinterpret_cast<const char*>(w + (r0 + kRowsM1) * n_in);
+      m1_table[rows - 1](w + r0 * n_in, n_in, xp, x_stride, y + r0, n_out, next_tile, w_end);
     }
     return;
   }
