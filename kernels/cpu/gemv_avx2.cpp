@@ -198,7 +198,8 @@ constexpr TileBf16 mm_row[kColsMM] = {tile_bf16_fn<R, 1>, tile_bf16_fn<R, 2>};
 constexpr const TileBf16* mm_table[kRowsMM] = {mm_row<1>, mm_row<2>, mm_row<3>, mm_row<4>};
 
 // W rows [r0, r0 + rows) -> out [rows, stride] F32 in prepare_x's column order, each row zero-padded to stride.
-TP_AVX2 void widen_rows(const uint16_t* w, int64_t n_in, int64_t r0, int64_t rows, int64_t stride, float* out) {
+TP_AVX2 void widen_rows(const uint16_t* w, int64_t n_in, int64_t r0, int64_t rows, int64_t stride, float* out,
+                        const char* w_end) {
   const __m256i hi = _mm256_set1_epi32(int(0xffff0000u));
   for (int64_t r = 0; r < rows; ++r) {
     const uint16_t* wr = w + (r0 + r) * n_in;
@@ -206,6 +207,8 @@ TP_AVX2 void widen_rows(const uint16_t* w, int64_t n_in, int64_t r0, int64_t row
     for (int64_t k = 0; k < stride; k += kGroup) {
       __m256i v;
       if (k + kGroup <= n_in) {
+        const char* at = reinterpret_cast<const char*>(wr + k);
+        if (at + kPrefetchBytes + 64 <= w_end) _mm_prefetch(at + kPrefetchBytes, _MM_HINT_T0);
         v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr + k));
       } else {
         alignas(32) uint16_t tail[kGroup] = {};
@@ -252,7 +255,7 @@ void wide_rows(const float* xp, int64_t stride, int64_t m, const uint16_t* w, in
   if (int64_t(buf.size()) < panel * stride) buf.resize(size_t(panel * stride));
   for (int64_t p0 = r_begin; p0 < r_end; p0 += panel) {
     const int64_t p1 = std::min(r_end, p0 + panel);
-    widen_rows(w, n_in, p0, p1 - p0, stride, buf.data());
+    widen_rows(w, n_in, p0, p1 - p0, stride, buf.data(), reinterpret_cast<const char*>(w + n_out * n_in));
     for (int64_t c0 = 0; c0 < m; c0 += chunk) {
       const int64_t c1 = std::min(m, c0 + chunk);
       for (int64_t r0 = p0; r0 < p1; r0 += kRowsWide) {
