@@ -6,15 +6,17 @@
 //   read: a plain vectorized sum over the same bytes — the read roofline of this machine, now.
 //   p50 / best: median and fastest single call (each call timed alone; the best is the least disturbed by
 //   other processes on a shared machine).
-// Then an M sweep (cold, GFLOP/s = 2·m·n_out·n_in / s at p50) to place the GEMV → oneDNN crossover.
+// Then an M sweep (cold, GFLOP/s = 2·m·n_out·n_in / s at p50) to place the GEMV → oneDNN crossover; m = 512 is
+// a prefill chunk. Where oneDNN has no matmul for the dtype (BF16 on AVX2-only CPUs) its columns print nan.
 // --shapes: only SmolLM2-135M's decode shapes (qkv 960x576, kv 192x576, o 576x576, gate_up 3072x576, up/gate
 // 1536x576, down 576x1536, lm_head 49152x576), BF16, m = 1, cold over 256 MiB of copies, 1 and 2 threads:
 // gemv, oneDNN and the read roofline timed alternately call by call, GB/s at p50 and best, and gemv / read.
-// Usage: gemv_bench [--quick | --shapes]
+// Usage: gemv_bench [--quick | --shapes | --sweep (the M sweep only)]
 #include <omp.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -107,6 +109,7 @@ int smollm2_shapes() {
     const char* name;
     int64_t n_out, n_in;
   };
+  const bool dnn = tp::cpu::linear_has_onednn(DType::BF16);
   const Named shapes[] = {{"qkv", 960, 576},     {"kv", 192, 576},       {"o", 576, 576},
                           {"gate_up", 3072, 576}, {"gate", 1536, 576},   {"down", 576, 1536},
                           {"lm_head", 49152, 576}};
@@ -131,7 +134,10 @@ int smollm2_shapes() {
         for (int t = 0; t < threads; ++t) sum += read_sum(p + t * per, per);
         y[0] = sum;
       };
-      const auto r = time_alternating({rd, lin(LinearImpl::Gemv), lin(LinearImpl::Onednn)}, n, 3 * n, 0.3);
+      std::vector<std::function<void(size_t)>> calls = {rd, lin(LinearImpl::Gemv)};
+      if (dnn) calls.push_back(lin(LinearImpl::Onednn));
+      auto r = time_alternating(calls, n, 3 * n, 0.3);
+      if (!dnn) r.push_back({NAN, NAN});  // no oneDNN BF16 matmul here (AVX2-only CPU): printed as nan
       auto gb = [&](double sec) { return bytes / sec / 1e9; };
       const std::string dims = std::to_string(s.n_out) + "x" + std::to_string(s.n_in);
       std::printf("%-8s %-10s %3d | %5.1f/%5.1f %5.1f/%5.1f %5.1f/%5.1f | %7.2f %7.2f\n", s.name, dims.c_str(),
@@ -159,10 +165,12 @@ int main(int argc, char** argv) {
   };
   const Shape shapes[] = {{DType::BF16, 576, 1536}, {DType::BF16, 49152, 576}, {DType::F32, 576, 1536}};
 
-  std::printf("\nm = 1, GB/s of weight traffic\n");
+  const bool sweep_only = argc > 1 && std::strcmp(argv[1], "--sweep") == 0;
+  if (!sweep_only) std::printf("\nm = 1, GB/s of weight traffic\n");
   std::printf("%-5s %-10s %3s %5s | %-11s %-11s %-11s %-11s | %8s %8s\n", "dtype", "W[out,in]", "thr", "cache",
               "read p50/best", "gemv", "onednn", "portable", "gemv/dnn", "gemv/rd");
   for (const Shape& s : shapes) {
+    if (sweep_only) break;
     const auto c = make_copies(s.dtype, s.n_out, s.n_in, cold_bytes);
     const double bytes = double(c[0]->n_bytes());
     const std::string dims = std::to_string(s.n_out) + "x" + std::to_string(s.n_in);
@@ -186,7 +194,8 @@ int main(int argc, char** argv) {
               y[0] = s;
             },
             n_use, min_calls, min_s);
-        const Timing g = lin(LinearImpl::Gemv), d = lin(LinearImpl::Onednn), p = lin(LinearImpl::GemvPortable);
+        const Timing g = lin(LinearImpl::Gemv), p = lin(LinearImpl::GemvPortable);
+        const Timing d = tp::cpu::linear_has_onednn(s.dtype) ? lin(LinearImpl::Onednn) : Timing{NAN, NAN};
         auto gb = [&](double sec) { return bytes / sec / 1e9; };
         std::printf("%-5s %-10s %3d %5s | %5.1f/%5.1f %5.1f/%5.1f %5.1f/%5.1f %5.1f/%5.1f | %8.2f %8.2f\n",
                     std::string(tp::dtype_name(s.dtype)).c_str(), dims.c_str(), threads, cold ? "cold" : "hot",
@@ -203,15 +212,17 @@ int main(int argc, char** argv) {
     const std::string dims = std::to_string(s.n_out) + "x" + std::to_string(s.n_in);
     for (int threads : {1, 2}) {
       tp::cpu::set_num_threads(threads);
-      for (int64_t m : {1, 2, 4, 8, 16, 32, 64}) {
+      for (int64_t m : {1, 2, 4, 8, 16, 32, 64, 512}) {
         std::vector<float> x(static_cast<size_t>(m * s.n_in), 0.5f), y(static_cast<size_t>(m * s.n_out));
+        const size_t calls = m >= 64 ? 16 : c.size();  // compute-bound there: fewer calls, W partly in L3
         auto lin = [&](LinearImpl impl) {
           return time_calls([&](size_t i) { tp::cpu::linear(x.data(), m, *c[i % c.size()], y.data(), impl); },
-                            c.size(), c.size(), min_s / 4);
+                            calls, calls, min_s / 4);
         };
         const double flop = 2.0 * double(m) * double(s.n_out) * double(s.n_in) / 1e9;
         std::printf("%-10s %3d %4lld | %8.1f %8.1f\n", dims.c_str(), threads, static_cast<long long>(m),
-                    flop / lin(LinearImpl::Gemv).p50, flop / lin(LinearImpl::Onednn).p50);
+                    flop / lin(LinearImpl::Gemv).p50,
+                    tp::cpu::linear_has_onednn(s.dtype) ? flop / lin(LinearImpl::Onednn).p50 : NAN);
       }
     }
   }

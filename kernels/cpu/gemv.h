@@ -20,9 +20,10 @@ void gemv_f32_portable(const float* x, int64_t m, const float* w, int64_t n_out,
                        int n_threads);
 void gemv_bf16_avx512(const uint16_t* xb, int64_t x_stride, int64_t m, const uint16_t* w, int64_t n_out,
                       int64_t n_in, float* y, int n_threads);
-// AVX2 + FMA (gemv_avx2.cpp). The BF16 variant takes x rounded to BF16 and widened back to F32: xr [m, n_in].
+// AVX2 + FMA (gemv_avx2.cpp). The BF16 variant takes x in F32 [m, n_in] and rounds it to BF16 itself; a row's
+// sum has the same bits whatever m and n_threads.
 void gemv_f32_avx2(const float* x, int64_t m, const float* w, int64_t n_out, int64_t n_in, float* y, int n_threads);
-void gemv_bf16_avx2(const float* xr, int64_t m, const uint16_t* w, int64_t n_out, int64_t n_in, float* y,
+void gemv_bf16_avx2(const float* x, int64_t m, const uint16_t* w, int64_t n_out, int64_t n_in, float* y,
                     int n_threads);
 void gemv_bf16_portable(const uint16_t* xb, int64_t x_stride, int64_t m, const uint16_t* w, int64_t n_out,
                         int64_t n_in, float* y, int n_threads);

@@ -105,14 +105,6 @@ const uint16_t* x_to_bf16(const float* x, int64_t m, int64_t n_in, int64_t* stri
   return buf.data();
 }
 
-// x [m, n_in] F32 -> thread-local F32 rows holding the BF16-rounded values (the AVX2 BF16 tiles' input).
-const float* x_round_bf16(const float* x, int64_t m, int64_t n_in) {
-  thread_local std::vector<float> buf;
-  if (int64_t(buf.size()) < m * n_in) buf.resize(size_t(m * n_in));
-  for (int64_t i = 0; i < m * n_in; ++i) buf[size_t(i)] = bf16_to_f32(f32_to_bf16(x[i]));
-  return buf.data();
-}
-
 // The best GEMV this CPU has, at most `best` (Gemv: AVX-512, then AVX2, then portable).
 void gemv(const float* x, int64_t m, const Weight& w, float* y, LinearImpl best) {
   const int nt = num_threads();
@@ -130,7 +122,7 @@ void gemv(const float* x, int64_t m, const Weight& w, float* y, LinearImpl best)
   }
   const auto* wd = static_cast<const uint16_t*>(w.data());
   if (avx2 && !(avx512 && detail::cpu_has_avx512bf16()) && detail::cpu_has_avx2()) {
-    detail::gemv_bf16_avx2(x_round_bf16(x, m, w.n_in()), m, wd, w.n_out(), w.n_in(), y, nt);
+    detail::gemv_bf16_avx2(x, m, wd, w.n_out(), w.n_in(), y, nt);
     return;
   }
   int64_t stride = 0;

@@ -122,7 +122,34 @@ TEST(LinearGemv, EveryMUpTo33OddShapes) {
     for (int64_t m = 1; m <= 33; ++m)
       for (const auto& [n_out, n_in] : {std::pair<int64_t, int64_t>{1031, 77}, std::pair<int64_t, int64_t>{7, 1000}})
         check_all_impls(DType::BF16, m, n_out, n_in, uint32_t(m * 31 + n_out + threads),
-                        {LinearImpl::Gemv, LinearImpl::GemvPortable});
+                        {LinearImpl::Gemv, LinearImpl::GemvAvx2, LinearImpl::GemvPortable});
+  }
+  set_num_threads(1);
+}
+
+// The AVX2 BF16 tiles sum a row in one order whatever the tile (8 rows at m = 1, 4 x 3 for m > 1), the batch
+// and the thread split (gemv_avx2.cpp): each row of a batch has exactly the bits of that row alone, at shapes
+// whose columns end mid 16-column group (77, 67, 1000) and on a whole one (1536), with 1 and 2 threads.
+TEST(LinearGemv, Avx2BatchRowEqualsRowAlone) {
+  if (!gemv_has_avx2()) GTEST_SKIP() << "no AVX2 + FMA";
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (const auto& [n_out, n_in] : {std::pair<int64_t, int64_t>{1031, 77}, std::pair<int64_t, int64_t>{576, 1536},
+                                      std::pair<int64_t, int64_t>{13, 67}, std::pair<int64_t, int64_t>{7, 1000}}) {
+      const auto src = make_typed_rows(DType::F32, n_out, n_in, uint32_t(n_out + n_in));
+      const Weight w(DType::BF16, n_out, n_in, DType::F32, src.bytes.data(), src.stride);
+      for (int64_t m : {2, 3, 4, 7, 17}) {
+        const auto x = random_floats(size_t(m * n_in), uint32_t(m + threads));
+        std::vector<float> batch(size_t(m * n_out)), alone(static_cast<size_t>(n_out));
+        linear(x.data(), m, w, batch.data(), LinearImpl::GemvAvx2);
+        for (int64_t i = 0; i < m; ++i) {
+          linear(x.data() + i * n_in, 1, w, alone.data(), LinearImpl::GemvAvx2);
+          for (int64_t r = 0; r < n_out; ++r)
+            ASSERT_EQ(std::bit_cast<uint32_t>(batch[size_t(i * n_out + r)]), std::bit_cast<uint32_t>(alone[size_t(r)]))
+                << "[" << n_out << "x" << n_in << "] m=" << m << " threads=" << threads << " row " << i << " out " << r;
+        }
+      }
+    }
   }
   set_num_threads(1);
 }
