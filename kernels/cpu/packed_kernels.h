@@ -54,6 +54,19 @@ inline constexpr int64_t kW8a8OnednnMinM = 16;
 bool onednn_s8_gemm(const int8_t* xq, int64_t m, const int8_t* w, int64_t n_out, int64_t n_in, int32_t* acc,
                     int n_threads);
 
+// W8A8 / W4A8 on AVX2 without VNNI (gemm_int_w8a8_avx2.cpp): y [m, n_out] from x quantized to int8 (xq [m, n_in],
+// scales xs [m, n_seg], Σ qx xsum [m, n_seg] — read only with zero points) over segments of seg columns (wg:
+// columns a weight scale group). Exact int32 sums a segment, folded as the portable loop folds them (the same bits
+// for a row of x whatever m). m < kW8a8Avx2TileM: blocks of 4 weight rows against each row of x (vpmaddubsw with
+// the sign trick); from kW8a8Avx2TileM on: int16 panels, 4 weight rows × 2 x rows of vpmaddwd. Returns false
+// (nothing written) where it does not take the shape: prefill segments that are not a multiple of 16 columns.
+inline constexpr int64_t kW8a8Avx2TileM = 4;
+bool w8a8_avx2_rows(const PackedWeight& w, int64_t m, const int8_t* xq, const float* xs, const int32_t* xsum,
+                    int64_t seg, int64_t n_seg, int64_t wg, float* y, int n_threads);
+// max |x| over n values and q = clamp(round-half-even(x / s), ±127) (0 where s = 0), bit for bit the scalar rule.
+float amax_avx2(const float* x, int64_t n);
+void quantize_avx2(const float* x, int64_t n, float s, int8_t* q);
+
 // packed_linear() with the ISA chosen (tests, benchmarks): the kernel of w's family at `isa` (which must not
 // be above packed_best_isa()), else the reference. Returns whether a kernel ran.
 bool packed_linear_isa(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa);
