@@ -5,10 +5,12 @@
 //   prefill: m = 512 (--m) through 2 layers; GMAC/s = m · Σ n_out·n_in / seconds.
 // Formats: CT-W8A8-INT8 (int8 per channel, int8 per-token activations), W8A16 (int8 per channel), W4A16-g64,
 // FP8-dynamic (E4M3 per channel, FP8 per-token activations). Each figure: the best of --reps passes (the least
-// disturbed on a shared machine) and the median.
+// disturbed on a shared machine) and the median, in CPU seconds of the process (cpu_now below), not wall time.
 // Usage: packed_bench [--threads N] [--reps N] [--m M] [--only w8a8|w8a16|w4a16|fp8] [--isa portable|avx2|avx512]
+//                     [--no-decode | --no-prefill] (one pass of the other: under `perf stat`, cycles of one kind)
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -38,9 +40,12 @@ PackedWeight make(const Fmt& f, int64_t n_out, int64_t n_in, std::mt19937& rng) 
   w.act = f.act;
   w.group_size = f.format == WeightFormat::Fp8E4M3 ? 0 : (f.group > 0 ? f.group : n_in);
   w.data = AlignedBytes(n_out * w.row_bytes());
-  std::uniform_int_distribution<int> byte(0, 255);
+  uint64_t state = rng() | 1;  // xorshift: mt19937 a byte took most of the bench's time
   for (int64_t i = 0; i < w.data.size(); ++i) {
-    uint8_t b = uint8_t(byte(rng));
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    uint8_t b = uint8_t(state >> 24);
     if (f.format == WeightFormat::Fp8E4M3 && (b & 0x7f) == 0x7f) b &= 0xfe;
     w.data.data()[i] = b;
   }
@@ -48,8 +53,12 @@ PackedWeight make(const Fmt& f, int64_t n_out, int64_t n_in, std::mt19937& rng) 
   return w;
 }
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+// Seconds of this process's CPU time (all threads): on a shared machine a kernel's own time, less disturbed
+// than the wall clock when other processes take turns on the cores (with --threads 1; wall otherwise).
+double cpu_now() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
 }
 
 }  // namespace
@@ -58,6 +67,7 @@ int main(int argc, char** argv) {
   int threads = 1, reps = 5;
   int64_t pm = 512;
   std::string only, isa_name;
+  bool decode = true, prefill = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
@@ -65,6 +75,8 @@ int main(int argc, char** argv) {
     else if (a == "--m" && i + 1 < argc) pm = std::atoll(argv[++i]);
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else if (a == "--isa" && i + 1 < argc) isa_name = argv[++i];
+    else if (a == "--no-decode") decode = false;
+    else if (a == "--no-prefill") prefill = false;
     else {
       std::fprintf(stderr, "usage: packed_bench [--threads N] [--reps N] [--m M] [--only NAME] [--isa NAME]\n");
       return 2;
@@ -98,17 +110,17 @@ int main(int argc, char** argv) {
     for (float& v : x) v = nd(rng);
     // decode
     std::vector<double> t_dec;
-    for (int r = 0; r < reps + 1; ++r) {
-      const auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < (decode ? reps + 1 : 2); ++r) {
+      const double t0 = cpu_now();
       for (const PackedWeight& w : ws) cpu::detail::packed_linear_isa(x.data(), 1, w, y.data(), threads, isa);
-      if (r > 0) t_dec.push_back(seconds_since(t0));
+      if (r > 0) t_dec.push_back(cpu_now() - t0);
     }
     std::vector<double> t_pre;
-    for (int r = 0; r < std::max(1, reps / 2) + 1; ++r) {
-      const auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < (prefill ? std::max(1, reps / 2) + 1 : 2); ++r) {
+      const double t0 = cpu_now();
       for (size_t k = 0; k < size_t(4 * kPrefillLayers); ++k)
         cpu::detail::packed_linear_isa(x.data(), pm, ws[k], y.data(), threads, isa);
-      if (r > 0) t_pre.push_back(seconds_since(t0));
+      if (r > 0) t_pre.push_back(cpu_now() - t0);
     }
     std::sort(t_dec.begin(), t_dec.end());
     std::sort(t_pre.begin(), t_pre.end());

@@ -28,6 +28,11 @@ namespace {
 constexpr int kRw = 4;                  // weight rows a block
 constexpr int64_t kPrefetchBytes = 4096;  // decode: how far ahead of the block being read W is prefetched
 constexpr int64_t kChunkM = 48;         // prefill: rows of x a pass over the thread's weight blocks
+#ifndef TP_W8A8_PRW
+#define TP_W8A8_PRW 4
+#define TP_W8A8_PRX 2
+#endif
+constexpr int kPrw = TP_W8A8_PRW, kPrx = TP_W8A8_PRX;  // prefill tile: weight rows × x rows
 
 // The fold of one segment, written once (no contraction: -ffp-contract=off for this file).
 inline float fold(float out, float sw, float xs, int32_t d) { return out + sw * xs * float(d); }
@@ -144,6 +149,10 @@ __attribute__((target("avx2,fma"))) void tile16(const Args& a, const int16_t* pa
       int32_t d[RW];
       if constexpr (RW == 4) {
         _mm_storeu_si128(reinterpret_cast<__m128i*>(d), hsum4(acc[k][0], acc[k][1], acc[k][2], acc[k][3]));
+      } else if constexpr (RW == 3) {
+        int32_t d4[4];
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(d4), hsum4(acc[k][0], acc[k][1], acc[k][2], _mm256_setzero_si256()));
+        for (int j = 0; j < RW; ++j) d[j] = d4[j];
       } else {
         for (int j = 0; j < RW; ++j) d[j] = hsum1(acc[k][j]);
       }
@@ -182,19 +191,19 @@ template <int RW>
 void panel_rows(const Args& a, const int16_t* panel, int64_t r, const int16_t* x16, int64_t n_pad, int64_t i0,
                 int64_t i1) {
   int64_t i = i0;
-  for (; i + 2 <= i1; i += 2) tile16<RW, 2>(a, panel, r, x16, n_pad, i);
-  if (i < i1) tile16<RW, 1>(a, panel, r, x16, n_pad, i);
+  for (; i + kPrx <= i1; i += kPrx) tile16<RW, kPrx>(a, panel, r, x16, n_pad, i);
+  for (; i < i1; ++i) tile16<RW, 1>(a, panel, r, x16, n_pad, i);
 }
 
 void run_tiles(const Args& a, int64_t r0, int64_t r1, int64_t m, const int16_t* x16, int64_t n_pad) {
   thread_local std::vector<int16_t> panel;
-  panel.resize(size_t(kRw * n_pad));
+  panel.resize(size_t(kPrw * n_pad));
   for (int64_t i0 = 0; i0 < m; i0 += kChunkM) {
     const int64_t i1 = std::min(m, i0 + kChunkM);
     int64_t r = r0;
-    for (; r + kRw <= r1; r += kRw) {
-      make_panel(a.w, r, kRw, n_pad, panel.data());
-      panel_rows<kRw>(a, panel.data(), r, x16, n_pad, i0, i1);
+    for (; r + kPrw <= r1; r += kPrw) {
+      make_panel(a.w, r, kPrw, n_pad, panel.data());
+      panel_rows<kPrw>(a, panel.data(), r, x16, n_pad, i0, i1);
     }
     for (; r < r1; ++r) {
       make_panel(a.w, r, 1, n_pad, panel.data());

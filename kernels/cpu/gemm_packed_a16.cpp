@@ -68,6 +68,7 @@ PackedIsa packed_best_isa() {
 bool int_a16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa) {
   if ((w.format != WeightFormat::Int8 && w.format != WeightFormat::Int4) || w.act != ActQuant::None) return false;
   if (isa == PackedIsa::Avx512 && int4_bf16_linear(x, m, w, y, n_threads)) return true;
+  if (isa == PackedIsa::Avx2 && int4_avx2_linear(x, m, w, y, n_threads)) return true;
   return a16(x, m, w, y, n_threads, isa);
 }
 
