@@ -54,11 +54,12 @@ inline constexpr int64_t kW8a8OnednnMinM = 16;
 bool onednn_s8_gemm(const int8_t* xq, int64_t m, const int8_t* w, int64_t n_out, int64_t n_in, int32_t* acc,
                     int n_threads);
 
-// W4A16 decode on AVX2 (gemm_int4_avx2.cpp): Int4 weights without g_idx, n_in and groups multiples of 32, F32 x,
-// m < kInt4Avx2MaxM: nibbles unpacked by vpshufb against x permuted once a call, 4 weight rows a block;
-// int_a16_linear's AVX2 path for those. Returns false (nothing written) for weights or m it does not take.
-inline constexpr int64_t kInt4Avx2MaxM = 4;
-bool int4_avx2_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
+// A16 decode on AVX2 (gemm_a16_avx2.cpp): Int4 / Int8 weights without g_idx (n_in and groups multiples of 32) and
+// Fp8E4M3 ones with tensor / channel scales (n_in a multiple of 32), F32 x, m < kA16Avx2MaxM: 4 weight rows a
+// block decoded in registers (Int4 nibbles by in-lane vpshufb against x permuted once a call); the AVX2 path of
+// int_a16_linear and fp8_linear for those. Returns false (nothing written) for weights or m it does not take.
+inline constexpr int64_t kA16Avx2MaxM = 4;
+bool a16_avx2_decode(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 
 // W8A8 / W4A8 on AVX2 without VNNI (gemm_int_w8a8_avx2.cpp): y [m, n_out] from x quantized to int8 (xq [m, n_in],
 // scales xs [m, n_seg], Σ qx xsum [m, n_seg] — read only with zero points) over segments of seg columns (wg:
