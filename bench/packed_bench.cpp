@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/packed_weight.h"
+#include "kernels/cpu/linear.h"
 #include "kernels/cpu/packed_kernels.h"
 
 using namespace tp;
@@ -82,6 +83,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  cpu::set_num_threads(threads);  // the dense linear() some prefill paths end in
   PackedIsa isa = cpu::detail::packed_best_isa();
   if (isa_name == "portable") isa = PackedIsa::Portable;
   if (isa_name == "avx2") isa = PackedIsa::Avx2;

@@ -13,6 +13,9 @@
 //   Fp8: 16 bytes widened to 16 bits, the 7 magnitude bits << 7 and the sign << 8 are the F16 of value / 256
 //     (subnormals included; the loaders refuse NaN codes), vcvtph2ps; the row's scale × 256 at the end.
 // Products are the A16 kernels' (F32 value · x, exact), summed in F32 in another order: within their bound.
+// Prefill (m ≥ kA16Avx2GemmMinM, a16_avx2_gemm): the same decode writes W once a call as F32 (value × scale,
+// the reference's dequantized weight; Int4 columns in x's permuted order, x permuted alike), then the dense F32
+// linear() (oneDNN's AVX2 sgemm): n_out · n_in conversions against m times the MACs.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -21,6 +24,7 @@
 #include <omp.h>
 
 #include "kernels/cpu/gemv.h"
+#include "kernels/cpu/linear.h"
 #include "kernels/cpu/packed_kernels.h"
 
 namespace tp::cpu::detail {
@@ -136,6 +140,30 @@ void run(const PackedWeight& w, int64_t ng, int64_t gs, const float* xp, int64_t
   }
 }
 
+// Rows [r0, r1) of W as F32 value × scale into out [.., n_in] (Int4: columns in permute_x's order).
+template <Kind K>
+__attribute__((target("avx2,fma,f16c"))) void dequant_rows(const PackedWeight& w, int64_t r0, int64_t r1, float* out) {
+  const int64_t n_in = w.n_in, rb = w.row_bytes(), ng = K == Kind::Fp8 ? 1 : w.n_groups();
+  const int64_t gs = K == Kind::Fp8 ? n_in : w.group_size;
+  const bool zeros = K != Kind::Fp8 && !w.zeros.empty();
+  const int base = K == Kind::Int4 ? 8 : 0;
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* p = w.data.data() + r * rb;
+    float* o = out + r * n_in;
+    for (int64_t g = 0, c0 = 0; c0 < n_in; ++g, c0 += gs) {
+      const int64_t c1 = std::min(n_in, c0 + gs);
+      const __m256i zoff = _mm256_set1_epi32(base + (zeros ? int(w.zeros[size_t(r * ng + g)]) : 0));
+      const __m256 sc = _mm256_set1_ps(K == Kind::Fp8 ? 256.0f * w.scales[w.scales.size() == 1 ? 0 : size_t(r)]
+                                                      : w.scales[size_t(r * ng + g)]);
+      for (int64_t c = c0; c < c1; c += 32) {
+        __m256 v[4];
+        decode32<K>(p, c, zoff, v);
+        for (int k = 0; k < 4; ++k) _mm256_storeu_ps(o + c + 8 * k, _mm256_mul_ps(v[k], sc));
+      }
+    }
+  }
+}
+
 }  // namespace
 
 bool a16_avx2_decode(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
@@ -160,6 +188,47 @@ bool a16_avx2_decode(const float* x, int64_t m, const PackedWeight& w, float* y,
       return true;
     default: return false;
   }
+}
+
+bool a16_avx2_gemm(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
+  if (m < kA16Avx2GemmMinM || w.n_in % 32 != 0 || !linear_has_onednn(DType::F32)) return false;
+  Kind kind;
+  switch (w.format) {
+    case WeightFormat::Int4: kind = Kind::Int4; break;
+    case WeightFormat::Int8: kind = Kind::Int8; break;
+    case WeightFormat::Fp8E4M3: kind = Kind::Fp8; break;
+    default: return false;
+  }
+  if (kind != Kind::Fp8 && (!w.g_idx.empty() || w.group_size % 32 != 0)) return false;
+  if (kind == Kind::Fp8 && w.block_out > 0) return false;
+  const int64_t n_in = w.n_in;
+  PackedWeight d;
+  d.format = WeightFormat::F32;
+  d.n_out = w.n_out;
+  d.n_in = n_in;
+  d.data = AlignedBytes(w.n_out * n_in * int64_t(sizeof(float)));
+  float* dd = reinterpret_cast<float*>(d.data.data());
+  const bool parallel = n_threads > 1 && worth_parallel(w.n_out * w.row_bytes());
+#pragma omp parallel num_threads(n_threads) if (parallel)
+  {
+    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t per = (w.n_out + nt - 1) / nt, r0 = std::min(w.n_out, t * per), r1 = std::min(w.n_out, r0 + per);
+    switch (kind) {
+      case Kind::Int4: dequant_rows<Kind::Int4>(w, r0, r1, dd); break;
+      case Kind::Int8: dequant_rows<Kind::Int8>(w, r0, r1, dd); break;
+      case Kind::Fp8: dequant_rows<Kind::Fp8>(w, r0, r1, dd); break;
+    }
+  }
+  const float* xin = x;
+  thread_local std::vector<float> xp;
+  if (kind == Kind::Int4) {
+    xp.resize(size_t(m * n_in));
+    for (int64_t i = 0; i < m; ++i) permute_x(x + i * n_in, n_in, xp.data() + i * n_in);
+    xin = xp.data();
+  }
+  const Weight dense(std::move(d));
+  linear(xin, m, dense, y);
+  return true;
 }
 
 }  // namespace tp::cpu::detail

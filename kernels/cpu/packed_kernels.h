@@ -60,6 +60,11 @@ bool onednn_s8_gemm(const int8_t* xq, int64_t m, const int8_t* w, int64_t n_out,
 // int_a16_linear and fp8_linear for those. Returns false (nothing written) for weights or m it does not take.
 inline constexpr int64_t kA16Avx2MaxM = 4;
 bool a16_avx2_decode(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
+// The same weights for m ≥ kA16Avx2GemmMinM (prefill): W decoded once a call to F32 (value × scale) and the dense
+// F32 linear() (oneDNN sgemm; its thread count is linear's, set_num_threads). Returns false (nothing written) for
+// weights or m it does not take, or without oneDNN F32.
+inline constexpr int64_t kA16Avx2GemmMinM = 32;
+bool a16_avx2_gemm(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 
 // W8A8 / W4A8 on AVX2 without VNNI (gemm_int_w8a8_avx2.cpp): y [m, n_out] from x quantized to int8 (xq [m, n_in],
 // scales xs [m, n_seg], Σ qx xsum [m, n_seg] — read only with zero points) over segments of seg columns (wg:

@@ -249,6 +249,25 @@ std::vector<Case> prefill_cases() {
 INSTANTIATE_TEST_SUITE_P(W8a8, PackedKernelsPrefill, ::testing::ValuesIn(prefill_cases()),
                          [](const auto& info) { return info.param.name; });
 
+// A16 prefill on AVX2 (m ≥ kA16Avx2GemmMinM: gemm_a16_avx2.cpp decodes W to F32 once a call, Int4 columns and x
+// permuted alike, then the dense F32 linear()): the same suite and bound, m 16 (below: the A16 tiles), 37, 64.
+std::vector<Case> a16_prefill_cases() {
+  using F = WeightFormat;
+  return {
+      {"int4_g64_576", F::Int4, 70, 576, 64},
+      {"int4_channel_zeros", F::Int4, 33, 256, 0, 0, true},
+      {"int4_g32_zeros", F::Int4, 19, 224, 32, 0, true},
+      {"int8_g128_zeros", F::Int8, 21, 384, 128, 0, true},
+      {"int8_channel", F::Int8, 40, 320},
+      {"fp8_channel", F::Fp8E4M3, 40, 576},
+      {"fp8_tensor", F::Fp8E4M3, 13, 160, 0, 0, false, false, true},
+      {"fp8_dynamic_act", F::Fp8E4M3, 21, 576, 0, 0, false, false, false, ActQuant::Fp8Dynamic},
+  };
+}
+
+INSTANTIATE_TEST_SUITE_P(A16, PackedKernelsPrefill, ::testing::ValuesIn(a16_prefill_cases()),
+                         [](const auto& info) { return info.param.name; });
+
 // W8A8 / W4A8: a row of x in a batch gives the bits it gives alone, for every m (the small-m tiles of 1..4 rows
 // of x, their remainders, and the oneDNN GEMM from kW8a8OnednnMinM on), every ISA and 1 or 2 threads: every
 // path sums each segment exactly in int32 and applies the scales in one order.
