@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -358,6 +359,27 @@ TEST(PackedKernels, W8a8LongRowOffsetSumWraps) {
   for (PackedIsa isa : {PackedIsa::Portable, packed_best_isa()}) {
     packed_linear_isa(x.data(), 1, w, y.data(), 1, isa);
     for (int r = 0; r < 3; ++r) EXPECT_NEAR(y[size_t(r)], ref[size_t(r)], 1e-5 * std::fabs(ref[size_t(r)])) << int(isa);
+  }
+}
+
+// FP8 activation fake quantization (packed_linear.h; on AVX2 a vector path) gives the scalar rule's bits:
+// E4M3(x / s) decoded × s, over values from the subnormal range to past 448 (saturating), both signs, and zeros.
+TEST(PackedKernels, Fp8ActivationQuantizationMatchesScalarRule) {
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> expo(-14.0f, 11.0f);
+  std::vector<float> x(4099);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = (i % 2 ? -1.0f : 1.0f) * std::exp2(expo(rng));
+  x[5] = 0.0f;
+  x[6] = -0.0f;
+  x[7] = 448.0f;
+  x[8] = 464.0f;  // halfway to 480: saturates
+  for (float s : {1.0f, 0.37f, 3.0e-3f}) {
+    std::vector<float> out(x.size());
+    fake_quantize_activations(x.data(), 1, int64_t(x.size()), ActQuant::Fp8Static, s, 0, out.data());
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float want = fp8_e4m3_to_f32(f32_to_fp8_e4m3(x[i] / s)) * s;
+      ASSERT_EQ(std::memcmp(&want, &out[i], 4), 0) << "x " << x[i] << " s " << s << " got " << out[i] << " want " << want;
+    }
   }
 }
 
