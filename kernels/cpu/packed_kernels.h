@@ -2,10 +2,12 @@
 // per family, each with an AVX-512 path, an AVX2 + FMA path and a portable one (runtime dispatch):
 //   gemm_int_a16.cpp   Int8 / Int4 weights (groups, zero points, g_idx), F32 activations: weights
 //                      dequantized in registers ((q - zero) as F32, FMA with x, × scale once a group);
+//                      AVX2 decode / prefill of Int8, Int4 and FP8: gemm_a16_avx2.cpp;
 //                      Int4 on AVX512-BF16: gemm_int4_bf16.cpp (nibbles to BF16 by vpermw, x as 2 BF16 parts)
 //   gemm_int_w8a8.cpp  Int8 / Int4 weights with int8 activations (W8A8, W4A8): x quantized per token / per
 //                      group / with the static scale, int8 × int8 dot products in int32 (AVX2 maddubs with the
-//                      sign trick, AVX-512 VNNI vpdpbusd), × weight scale × activation scale once a group
+//                      sign trick, AVX-512 VNNI vpdpbusd), × weight scale × activation scale once a group;
+//                      without VNNI: gemm_int_w8a8_avx2.cpp (decode blocks, int16 vpmaddwd prefill tiles)
 //   gemm_fp8.cpp       E4M3 weights (tensor / channel / block scales) converted to F32 in registers (per
 //                      tensor / channel on AVX512-BF16: gemm_fp8_bf16.cpp, E4M3 to BF16 in registers); FP8
 //                      activations (W8A8-FP8) are emulated: x is rounded to its E4M3 values (still F32) once a
