@@ -7,7 +7,9 @@
 // Dot products: AVX2 vpmaddubsw on |qw| (unsigned) and qx · sign(qw) (qw may be -128, qx never is), summed
 // by vpmaddwd; AVX-512 VNNI vpdpbusd on the same pair (Int4); Int8 on AVX-512 VNNI: the decode tile
 // row_s8_vnni below (qw ^ 0x80 against qx, prefetched); portable: a scalar loop. Prefill (m ≥ kW8a8OnednnMinM,
-// one segment a row): oneDNN's int8 matmul, then the scales.
+// one segment a row): oneDNN's int8 matmul, then the scales. Without VNNI (AVX2; AVX-512 without VNNI), every m:
+// gemm_int_w8a8_avx2.cpp (4-row decode blocks, int16 vpmaddwd prefill tiles), the loops below only where it
+// declines (prefill segments not a multiple of 16 columns).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -295,6 +297,9 @@ bool int_w8a8_linear(const float* x, int64_t m, const PackedWeight& w, float* y,
   xs.resize(size_t(m * n_seg));
   xsum.assign(size_t(m * n_seg), 0);
   const bool vec = isa == PackedIsa::Avx512;
+  // AVX2 without VNNI (Zen 3 and older): the kernels of gemm_int_w8a8_avx2.cpp, for every m (oneDNN's pre-VNNI
+  // int8 GEMM saturates: packed_kernels.h).
+  const bool avx2 = isa == PackedIsa::Avx2 || (vec && !cpu_has_avx512vnni());
   const bool vnni8 = vec && cpu_has_avx512vnni() && w.format == WeightFormat::Int8;
   const bool zeros = !w.zeros.empty(), sums = zeros || vnni8;
   int8_t* xqw = xq.data();
@@ -306,9 +311,12 @@ bool int_w8a8_linear(const float* x, int64_t m, const PackedWeight& w, float* y,
       const int64_t a1 = std::min(n_in, a0 + ag);
       const float* xr = x + i * n_in;
       float s = w.act_scale;
-      if (w.act == ActQuant::Int8Dynamic) s = (vec ? amax_avx512(xr + a0, a1 - a0) : amax_portable(xr + a0, a1 - a0)) / 127.0f;
+      if (w.act == ActQuant::Int8Dynamic)
+        s = (vec ? amax_avx512(xr + a0, a1 - a0) : avx2 ? amax_avx2(xr + a0, a1 - a0) : amax_portable(xr + a0, a1 - a0)) / 127.0f;
       if (vec)
         quantize_avx512(xr + a0, a1 - a0, s, xqw + i * n_in + a0);
+      else if (avx2)
+        quantize_avx2(xr + a0, a1 - a0, s, xqw + i * n_in + a0);
       else
         quantize_portable(xr + a0, a1 - a0, s, xqw + i * n_in + a0);
       if (sums)
@@ -322,7 +330,7 @@ bool int_w8a8_linear(const float* x, int64_t m, const PackedWeight& w, float* y,
 
   // Prefill: one int8 GEMM through oneDNN into exact int32 sums, then the scales (per-channel weight scales,
   // per-token or static activation scales: one segment a row).
-  if (n_seg == 1 && m >= kW8a8OnednnMinM && isa != PackedIsa::Portable) {
+  if (n_seg == 1 && m >= kW8a8OnednnMinM && isa != PackedIsa::Portable && !avx2) {
     thread_local std::vector<int32_t> acc;
     thread_local std::vector<int8_t> w8;
     acc.resize(size_t(m * w.n_out));
@@ -355,6 +363,8 @@ bool int_w8a8_linear(const float* x, int64_t m, const PackedWeight& w, float* y,
       return true;
     }
   }
+
+  if (avx2 && w8a8_avx2_rows(w, m, xq.data(), xs.data(), xsum.data(), seg, n_seg, wg, y, n_threads)) return true;
 
   const bool parallel = n_threads > 1 && worth_parallel(w.n_out * w.row_bytes() * m);
   const int8_t* xqd = xq.data();

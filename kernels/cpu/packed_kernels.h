@@ -2,10 +2,12 @@
 // per family, each with an AVX-512 path, an AVX2 + FMA path and a portable one (runtime dispatch):
 //   gemm_int_a16.cpp   Int8 / Int4 weights (groups, zero points, g_idx), F32 activations: weights
 //                      dequantized in registers ((q - zero) as F32, FMA with x, × scale once a group);
+//                      AVX2 decode / prefill of Int8, Int4 and FP8: gemm_a16_avx2.cpp;
 //                      Int4 on AVX512-BF16: gemm_int4_bf16.cpp (nibbles to BF16 by vpermw, x as 2 BF16 parts)
 //   gemm_int_w8a8.cpp  Int8 / Int4 weights with int8 activations (W8A8, W4A8): x quantized per token / per
 //                      group / with the static scale, int8 × int8 dot products in int32 (AVX2 maddubs with the
-//                      sign trick, AVX-512 VNNI vpdpbusd), × weight scale × activation scale once a group
+//                      sign trick, AVX-512 VNNI vpdpbusd), × weight scale × activation scale once a group;
+//                      without VNNI: gemm_int_w8a8_avx2.cpp (decode blocks, int16 vpmaddwd prefill tiles)
 //   gemm_fp8.cpp       E4M3 weights (tensor / channel / block scales) converted to F32 in registers (per
 //                      tensor / channel on AVX512-BF16: gemm_fp8_bf16.cpp, E4M3 to BF16 in registers); FP8
 //                      activations (W8A8-FP8) are emulated: x is rounded to its E4M3 values (still F32) once a
@@ -53,6 +55,31 @@ bool fp4_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int 
 inline constexpr int64_t kW8a8OnednnMinM = 16;
 bool onednn_s8_gemm(const int8_t* xq, int64_t m, const int8_t* w, int64_t n_out, int64_t n_in, int32_t* acc,
                     int n_threads);
+
+// A16 decode on AVX2 (gemm_a16_avx2.cpp): Int4 / Int8 weights without g_idx (n_in and groups multiples of 32) and
+// Fp8E4M3 ones with tensor / channel scales (n_in a multiple of 32), F32 x, m < kA16Avx2MaxM: 4 weight rows a
+// block decoded in registers (Int4 nibbles by in-lane vpshufb against x permuted once a call); the AVX2 path of
+// int_a16_linear and fp8_linear for those. Returns false (nothing written) for weights or m it does not take.
+inline constexpr int64_t kA16Avx2MaxM = 4;
+bool a16_avx2_decode(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
+// The same weights for m ≥ kA16Avx2GemmMinM (prefill): W decoded once a call to F32 (value × scale) and the dense
+// F32 linear() (oneDNN sgemm; its thread count is linear's, set_num_threads). Returns false (nothing written) for
+// weights or m it does not take, or without oneDNN F32.
+inline constexpr int64_t kA16Avx2GemmMinM = 32;
+bool a16_avx2_gemm(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
+
+// W8A8 / W4A8 on AVX2 without VNNI (gemm_int_w8a8_avx2.cpp): y [m, n_out] from x quantized to int8 (xq [m, n_in],
+// scales xs [m, n_seg], Σ qx xsum [m, n_seg] — read only with zero points) over segments of seg columns (wg:
+// columns a weight scale group). Exact int32 sums a segment, folded as the portable loop folds them (the same bits
+// for a row of x whatever m). m < kW8a8Avx2TileM: blocks of 4 weight rows against each row of x (vpmaddubsw with
+// the sign trick); from kW8a8Avx2TileM on: int16 panels, 4 weight rows × 2 x rows of vpmaddwd. Returns false
+// (nothing written) where it does not take the shape: prefill segments that are not a multiple of 16 columns.
+inline constexpr int64_t kW8a8Avx2TileM = 4;
+bool w8a8_avx2_rows(const PackedWeight& w, int64_t m, const int8_t* xq, const float* xs, const int32_t* xsum,
+                    int64_t seg, int64_t n_seg, int64_t wg, float* y, int n_threads);
+// max |x| over n values and q = clamp(round-half-even(x / s), ±127) (0 where s = 0), bit for bit the scalar rule.
+float amax_avx2(const float* x, int64_t n);
+void quantize_avx2(const float* x, int64_t n, float s, int8_t* q);
 
 // packed_linear() with the ISA chosen (tests, benchmarks): the kernel of w's family at `isa` (which must not
 // be above packed_best_isa()), else the reference. Returns whether a kernel ran.

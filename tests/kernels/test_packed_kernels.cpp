@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -249,6 +250,25 @@ std::vector<Case> prefill_cases() {
 INSTANTIATE_TEST_SUITE_P(W8a8, PackedKernelsPrefill, ::testing::ValuesIn(prefill_cases()),
                          [](const auto& info) { return info.param.name; });
 
+// A16 prefill on AVX2 (m ≥ kA16Avx2GemmMinM: gemm_a16_avx2.cpp decodes W to F32 once a call, Int4 columns and x
+// permuted alike, then the dense F32 linear()): the same suite and bound, m 16 (below: the A16 tiles), 37, 64.
+std::vector<Case> a16_prefill_cases() {
+  using F = WeightFormat;
+  return {
+      {"int4_g64_576", F::Int4, 70, 576, 64},
+      {"int4_channel_zeros", F::Int4, 33, 256, 0, 0, true},
+      {"int4_g32_zeros", F::Int4, 19, 224, 32, 0, true},
+      {"int8_g128_zeros", F::Int8, 21, 384, 128, 0, true},
+      {"int8_channel", F::Int8, 40, 320},
+      {"fp8_channel", F::Fp8E4M3, 40, 576},
+      {"fp8_tensor", F::Fp8E4M3, 13, 160, 0, 0, false, false, true},
+      {"fp8_dynamic_act", F::Fp8E4M3, 21, 576, 0, 0, false, false, false, ActQuant::Fp8Dynamic},
+  };
+}
+
+INSTANTIATE_TEST_SUITE_P(A16, PackedKernelsPrefill, ::testing::ValuesIn(a16_prefill_cases()),
+                         [](const auto& info) { return info.param.name; });
+
 // W8A8 / W4A8: a row of x in a batch gives the bits it gives alone, for every m (the small-m tiles of 1..4 rows
 // of x, their remainders, and the oneDNN GEMM from kW8a8OnednnMinM on), every ISA and 1 or 2 threads: every
 // path sums each segment exactly in int32 and applies the scales in one order.
@@ -339,6 +359,27 @@ TEST(PackedKernels, W8a8LongRowOffsetSumWraps) {
   for (PackedIsa isa : {PackedIsa::Portable, packed_best_isa()}) {
     packed_linear_isa(x.data(), 1, w, y.data(), 1, isa);
     for (int r = 0; r < 3; ++r) EXPECT_NEAR(y[size_t(r)], ref[size_t(r)], 1e-5 * std::fabs(ref[size_t(r)])) << int(isa);
+  }
+}
+
+// FP8 activation fake quantization (packed_linear.h; on AVX2 a vector path) gives the scalar rule's bits:
+// E4M3(x / s) decoded × s, over values from the subnormal range to past 448 (saturating), both signs, and zeros.
+TEST(PackedKernels, Fp8ActivationQuantizationMatchesScalarRule) {
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> expo(-14.0f, 11.0f);
+  std::vector<float> x(4099);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = (i % 2 ? -1.0f : 1.0f) * std::exp2(expo(rng));
+  x[5] = 0.0f;
+  x[6] = -0.0f;
+  x[7] = 448.0f;
+  x[8] = 464.0f;  // halfway to 480: saturates
+  for (float s : {1.0f, 0.37f, 3.0e-3f}) {
+    std::vector<float> out(x.size());
+    fake_quantize_activations(x.data(), 1, int64_t(x.size()), ActQuant::Fp8Static, s, 0, out.data());
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float want = fp8_e4m3_to_f32(f32_to_fp8_e4m3(x[i] / s)) * s;
+      ASSERT_EQ(std::memcmp(&want, &out[i], 4), 0) << "x " << x[i] << " s " << s << " got " << out[i] << " want " << want;
+    }
   }
 }
 

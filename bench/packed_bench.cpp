@@ -1,0 +1,136 @@
+// The packed-weight kernels (kernels/cpu/packed_kernels.h) on SmolLM2-135M's linear shapes, as the model runs them
+// (30 layers of qkv 960x576, o 576x576, gate_up 3072x576, down 576x1536; the BF16 lm_head is not here):
+//   decode: m = 1 through every layer's four weights in order (106 MiB of int8, past any L3 here: W streams
+//           from DRAM as in a decode step); GB/s = weight bytes / seconds, and ms a step.
+//   prefill: m = 512 (--m) through 2 layers; GMAC/s = m · Σ n_out·n_in / seconds.
+// Formats: CT-W8A8-INT8 (int8 per channel, int8 per-token activations), W8A16 (int8 per channel), W4A16-g64,
+// FP8-dynamic (E4M3 per channel, FP8 per-token activations). Each figure: the best of --reps passes (the least
+// disturbed on a shared machine) and the median, in CPU seconds of the process (cpu_now below), not wall time.
+// Usage: packed_bench [--threads N] [--reps N] [--m M] [--only w8a8|w8a16|w4a16|fp8] [--isa portable|avx2|avx512]
+//                     [--no-decode | --no-prefill] (one pass of the other: under `perf stat`, cycles of one kind)
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/packed_weight.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/packed_kernels.h"
+
+using namespace tp;
+using tp::cpu::detail::PackedIsa;
+
+namespace {
+
+struct Fmt {
+  const char* name;
+  WeightFormat format;
+  int64_t group;  // 0: per channel
+  ActQuant act;
+};
+
+PackedWeight make(const Fmt& f, int64_t n_out, int64_t n_in, std::mt19937& rng) {
+  PackedWeight w;
+  w.format = f.format;
+  w.n_out = n_out;
+  w.n_in = n_in;
+  w.act = f.act;
+  w.group_size = f.format == WeightFormat::Fp8E4M3 ? 0 : (f.group > 0 ? f.group : n_in);
+  w.data = AlignedBytes(n_out * w.row_bytes());
+  uint64_t state = rng() | 1;  // xorshift: mt19937 a byte took most of the bench's time
+  for (int64_t i = 0; i < w.data.size(); ++i) {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    uint8_t b = uint8_t(state >> 24);
+    if (f.format == WeightFormat::Fp8E4M3 && (b & 0x7f) == 0x7f) b &= 0xfe;
+    w.data.data()[i] = b;
+  }
+  w.scales.assign(size_t(f.format == WeightFormat::Fp8E4M3 ? n_out : n_out * w.n_groups()), 0.01f);
+  return w;
+}
+
+// Seconds of this process's CPU time (all threads): on a shared machine a kernel's own time, less disturbed
+// than the wall clock when other processes take turns on the cores (with --threads 1; wall otherwise).
+double cpu_now() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 1, reps = 5;
+  int64_t pm = 512;
+  std::string only, isa_name;
+  bool decode = true, prefill = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
+    else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else if (a == "--m" && i + 1 < argc) pm = std::atoll(argv[++i]);
+    else if (a == "--only" && i + 1 < argc) only = argv[++i];
+    else if (a == "--isa" && i + 1 < argc) isa_name = argv[++i];
+    else if (a == "--no-decode") decode = false;
+    else if (a == "--no-prefill") prefill = false;
+    else {
+      std::fprintf(stderr, "usage: packed_bench [--threads N] [--reps N] [--m M] [--only NAME] [--isa NAME]\n");
+      return 2;
+    }
+  }
+  cpu::set_num_threads(threads);  // the dense linear() some prefill paths end in
+  PackedIsa isa = cpu::detail::packed_best_isa();
+  if (isa_name == "portable") isa = PackedIsa::Portable;
+  if (isa_name == "avx2") isa = PackedIsa::Avx2;
+  const Fmt fmts[] = {
+      {"w8a8", WeightFormat::Int8, 0, ActQuant::Int8Dynamic},
+      {"w8a16", WeightFormat::Int8, 0, ActQuant::None},
+      {"w4a16", WeightFormat::Int4, 64, ActQuant::None},
+      {"fp8", WeightFormat::Fp8E4M3, 0, ActQuant::Fp8Dynamic},
+  };
+  const int64_t shapes[4][2] = {{960, 576}, {576, 576}, {3072, 576}, {576, 1536}};
+  constexpr int kLayers = 30, kPrefillLayers = 2;
+  std::printf("packed_bench: threads %d, isa %d, reps %d (best / median)\n", threads, int(isa), reps);
+  for (const Fmt& f : fmts) {
+    if (!only.empty() && only != f.name) continue;
+    std::mt19937 rng(1);
+    std::vector<PackedWeight> ws;
+    int64_t bytes = 0, macs = 0;
+    for (int l = 0; l < kLayers; ++l)
+      for (const auto& s : shapes) {
+        ws.push_back(make(f, s[0], s[1], rng));
+        bytes += ws.back().n_bytes();
+        if (l < kPrefillLayers) macs += s[0] * s[1];
+      }
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> x(size_t(pm * 1536)), y(size_t(pm * 3072));
+    for (float& v : x) v = nd(rng);
+    // decode
+    std::vector<double> t_dec;
+    for (int r = 0; r < (decode ? reps + 1 : 2); ++r) {
+      const double t0 = cpu_now();
+      for (const PackedWeight& w : ws) cpu::detail::packed_linear_isa(x.data(), 1, w, y.data(), threads, isa);
+      if (r > 0) t_dec.push_back(cpu_now() - t0);
+    }
+    std::vector<double> t_pre;
+    for (int r = 0; r < (prefill ? std::max(1, reps / 2) + 1 : 2); ++r) {
+      const double t0 = cpu_now();
+      for (size_t k = 0; k < size_t(4 * kPrefillLayers); ++k)
+        cpu::detail::packed_linear_isa(x.data(), pm, ws[k], y.data(), threads, isa);
+      if (r > 0) t_pre.push_back(cpu_now() - t0);
+    }
+    std::sort(t_dec.begin(), t_dec.end());
+    std::sort(t_pre.begin(), t_pre.end());
+    const double db = t_dec.front(), dm = t_dec[t_dec.size() / 2], pb = t_pre.front(), pmed = t_pre[t_pre.size() / 2];
+    std::printf("%-6s decode %6.1f MiB: %6.2f ms (%5.2f GB/s) median %6.2f ms | prefill m %lld: %6.2f GMAC/s median %6.2f\n",
+                f.name, double(bytes) / (1 << 20), db * 1e3, double(bytes) / db * 1e-9, dm * 1e3, (long long)pm,
+                double(macs) * double(pm) / pb * 1e-9, double(macs) * double(pm) / pmed * 1e-9);
+    std::fflush(stdout);
+  }
+  return 0;
+}

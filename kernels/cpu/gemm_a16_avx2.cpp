@@ -1,0 +1,234 @@
+// A16 decode on AVX2 + FMA (packed_kernels.h: a16_avx2_decode): Int4 / Int8 weights (groups a multiple of 32
+// columns or per channel, zero points, no g_idx) and Fp8E4M3 weights (per tensor / per channel scales) against F32
+// x, for m < kA16Avx2MaxM rows of x. Weight rows 4 at a time (contiguous, software-prefetched ahead), each against
+// every row of x (the 4 rows stay in L1 for the next rows of x); per 32 columns a row: 4 vectors of 8 values
+// decoded in registers, 4 FMAs with x into the group's sum; per group the sum × the group's scale is added to the
+// row's total (one FMA), and y = the total's lane sum.
+//   Int4: each 32-column block of x is permuted once a call into the order the weight bytes unpack in without
+//     shuffles across lanes: the block's 16 bytes are broadcast to both 128-bit lanes and vpshufb zero-extends
+//     bytes 0..7 (then 8..15) into 8 int32 lanes; the low nibbles (& 15) are the even columns, the high ones
+//     (>> 4) the odd. x's block is stored [x(2k), x(2k + 1), x(16 + 2k), x(17 + 2k)] for k = 0..7. Then
+//     q − zero = nibble − (8 + zero) in int32 and vcvtdq2ps.
+//   Int8: vpmovsxbd 8 bytes, − zero in int32, vcvtdq2ps.
+//   Fp8: 16 bytes widened to 16 bits, the 7 magnitude bits << 7 and the sign << 8 are the F16 of value / 256
+//     (subnormals included; the loaders refuse NaN codes), vcvtph2ps; the row's scale × 256 at the end.
+// Products are the A16 kernels' (F32 value · x, exact), summed in F32 in another order: within their bound.
+// Prefill (m ≥ kA16Avx2GemmMinM, a16_avx2_gemm): the same decode writes W once a call as F32 (value × scale,
+// the reference's dequantized weight; Int4 columns in x's permuted order, x permuted alike), then the dense F32
+// linear() (oneDNN's AVX2 sgemm): n_out · n_in conversions against m times the MACs.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include "kernels/cpu/gemv.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/packed_kernels.h"
+
+namespace tp::cpu::detail {
+
+namespace {
+
+constexpr int kRw = 4;                    // weight rows a block
+constexpr int64_t kPrefetchBytes = 2048;  // how far ahead of the block being read W is prefetched
+
+enum class Kind { Int4, Int8, Fp8 };
+
+// x row [n_in] -> the permuted blocks [n_in] (n_in a multiple of 32): Int4's order.
+void permute_x(const float* x, int64_t n_in, float* xp) {
+  for (int64_t b = 0; b < n_in; b += 32)
+    for (int k = 0; k < 8; ++k) {
+      xp[b + k] = x[b + 2 * k];
+      xp[b + 8 + k] = x[b + 2 * k + 1];
+      xp[b + 16 + k] = x[b + 16 + 2 * k];
+      xp[b + 24 + k] = x[b + 17 + 2 * k];
+    }
+}
+
+// 32 values of row p from column c, as 4 vectors of 8 (Int4: x's permuted order; Fp8: value / 256).
+template <Kind K>
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline void decode32(const uint8_t* p, int64_t c, __m256i zoff,
+                                                                            __m256* v) {
+  if constexpr (K == Kind::Int4) {
+    const __m256i sh0 = _mm256_setr_epi8(0, -1, -1, -1, 1, -1, -1, -1, 2, -1, -1, -1, 3, -1, -1, -1, 4, -1, -1, -1, 5,
+                                         -1, -1, -1, 6, -1, -1, -1, 7, -1, -1, -1);
+    const __m256i sh1 = _mm256_setr_epi8(8, -1, -1, -1, 9, -1, -1, -1, 10, -1, -1, -1, 11, -1, -1, -1, 12, -1, -1, -1,
+                                         13, -1, -1, -1, 14, -1, -1, -1, 15, -1, -1, -1);
+    const __m256i m15 = _mm256_set1_epi32(15);
+    const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + c / 2)));
+    const __m256i d0 = _mm256_shuffle_epi8(b, sh0), d1 = _mm256_shuffle_epi8(b, sh1);
+    v[0] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(d0, m15), zoff));
+    v[1] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(d0, 4), zoff));
+    v[2] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(d1, m15), zoff));
+    v[3] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(d1, 4), zoff));
+  } else if constexpr (K == Kind::Int8) {
+    for (int k = 0; k < 4; ++k)
+      v[k] = _mm256_cvtepi32_ps(_mm256_sub_epi32(
+          _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + c + 8 * k))), zoff));
+  } else {
+    for (int h = 0; h < 2; ++h) {
+      const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + c + 16 * h)));
+      const __m256i f16 = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x7f)), 7),
+                                          _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x80)), 8));
+      v[2 * h] = _mm256_cvtph_ps(_mm256_castsi256_si128(f16));
+      v[2 * h + 1] = _mm256_cvtph_ps(_mm256_extracti128_si256(f16, 1));
+    }
+  }
+}
+
+template <Kind K, int RW>
+__attribute__((target("avx2,fma,f16c"))) void rows_a16(const PackedWeight& w, int64_t ng, int64_t gs, int64_t r,
+                                                       const float* xp, float* y, bool prefetch) {
+  constexpr int64_t kStep = K == Kind::Int4 ? 16 : 32;  // bytes a row a 32-column block
+  const int64_t n_in = w.n_in, rb = w.row_bytes();
+  const uint8_t* row0 = w.data.data() + r * rb;
+  const char* pf = reinterpret_cast<const char*>(row0) + RW * rb + kPrefetchBytes;
+  const bool zeros = K != Kind::Fp8 && !w.zeros.empty();
+  const int base = K == Kind::Int4 ? 8 : 0;
+  __m256 total[RW];
+  for (int j = 0; j < RW; ++j) total[j] = _mm256_setzero_ps();
+  for (int64_t g = 0, c0 = 0; c0 < n_in; ++g, c0 += gs) {
+    const int64_t c1 = std::min(n_in, c0 + gs);
+    __m256 acc[RW];
+    __m256i zoff[RW];
+    for (int j = 0; j < RW; ++j) {
+      acc[j] = _mm256_setzero_ps();
+      zoff[j] = _mm256_set1_epi32(base + (zeros ? int(w.zeros[size_t((r + j) * ng + g)]) : 0));
+    }
+    for (int64_t c = c0; c < c1; c += 32) {
+      if (prefetch) {
+        for (int64_t k = 0; k < RW * kStep; k += 64) _mm_prefetch(pf + k, _MM_HINT_T0);
+        pf += RW * kStep;
+      }
+      const float* xb = xp + c;
+      for (int j = 0; j < RW; ++j) {
+        __m256 v[4];
+        decode32<K>(row0 + j * rb, c, zoff[j], v);
+        for (int k = 0; k < 4; ++k) acc[j] = _mm256_fmadd_ps(v[k], _mm256_loadu_ps(xb + 8 * k), acc[j]);
+      }
+    }
+    for (int j = 0; j < RW; ++j) {
+      const float sc = K == Kind::Fp8 ? 256.0f * w.scales[w.scales.size() == 1 ? 0 : size_t(r + j)]
+                                      : w.scales[size_t((r + j) * ng + g)];
+      total[j] = _mm256_fmadd_ps(acc[j], _mm256_set1_ps(sc), total[j]);
+    }
+  }
+  for (int j = 0; j < RW; ++j) {
+    const __m128 s = _mm_add_ps(_mm256_castps256_ps128(total[j]), _mm256_extractf128_ps(total[j], 1));
+    const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    y[r + j] = _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+  }
+}
+
+template <Kind K>
+void run(const PackedWeight& w, int64_t ng, int64_t gs, const float* xp, int64_t m, float* y, int n_threads) {
+  const int64_t n_in = w.n_in;
+  const int64_t n_blocks = (w.n_out + kRw - 1) / kRw;
+  const bool parallel = n_threads > 1 && worth_parallel(w.n_out * w.row_bytes() * m);
+#pragma omp parallel num_threads(n_threads) if (parallel)
+  {
+    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t per = (n_blocks + nt - 1) / nt;
+    const int64_t r0 = std::min(w.n_out, t * per * kRw), r1 = std::min(w.n_out, r0 + per * kRw);
+    int64_t r = r0;
+    for (; r + kRw <= r1; r += kRw)
+      for (int64_t i = 0; i < m; ++i) rows_a16<K, kRw>(w, ng, gs, r, xp + i * n_in, y + i * w.n_out, i == 0);
+    for (; r < r1; ++r)
+      for (int64_t i = 0; i < m; ++i) rows_a16<K, 1>(w, ng, gs, r, xp + i * n_in, y + i * w.n_out, false);
+  }
+}
+
+// Rows [r0, r1) of W as F32 value × scale into out [.., n_in] (Int4: columns in permute_x's order).
+template <Kind K>
+__attribute__((target("avx2,fma,f16c"))) void dequant_rows(const PackedWeight& w, int64_t r0, int64_t r1, float* out) {
+  const int64_t n_in = w.n_in, rb = w.row_bytes(), ng = K == Kind::Fp8 ? 1 : w.n_groups();
+  const int64_t gs = K == Kind::Fp8 ? n_in : w.group_size;
+  const bool zeros = K != Kind::Fp8 && !w.zeros.empty();
+  const int base = K == Kind::Int4 ? 8 : 0;
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* p = w.data.data() + r * rb;
+    float* o = out + r * n_in;
+    for (int64_t g = 0, c0 = 0; c0 < n_in; ++g, c0 += gs) {
+      const int64_t c1 = std::min(n_in, c0 + gs);
+      const __m256i zoff = _mm256_set1_epi32(base + (zeros ? int(w.zeros[size_t(r * ng + g)]) : 0));
+      const __m256 sc = _mm256_set1_ps(K == Kind::Fp8 ? 256.0f * w.scales[w.scales.size() == 1 ? 0 : size_t(r)]
+                                                      : w.scales[size_t(r * ng + g)]);
+      for (int64_t c = c0; c < c1; c += 32) {
+        __m256 v[4];
+        decode32<K>(p, c, zoff, v);
+        for (int k = 0; k < 4; ++k) _mm256_storeu_ps(o + c + 8 * k, _mm256_mul_ps(v[k], sc));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool a16_avx2_decode(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
+  if (m >= kA16Avx2MaxM || w.n_in % 32 != 0) return false;
+  const int64_t n_in = w.n_in;
+  switch (w.format) {
+    case WeightFormat::Int4: {
+      if (!w.g_idx.empty() || w.group_size % 32 != 0) return false;
+      thread_local std::vector<float> xp;
+      xp.resize(size_t(m * n_in));
+      for (int64_t i = 0; i < m; ++i) permute_x(x + i * n_in, n_in, xp.data() + i * n_in);
+      run<Kind::Int4>(w, w.n_groups(), w.group_size, xp.data(), m, y, n_threads);
+      return true;
+    }
+    case WeightFormat::Int8:
+      if (!w.g_idx.empty() || w.group_size % 32 != 0) return false;
+      run<Kind::Int8>(w, w.n_groups(), w.group_size, x, m, y, n_threads);
+      return true;
+    case WeightFormat::Fp8E4M3:
+      if (w.block_out > 0) return false;
+      run<Kind::Fp8>(w, 1, n_in, x, m, y, n_threads);
+      return true;
+    default: return false;
+  }
+}
+
+bool a16_avx2_gemm(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
+  if (m < kA16Avx2GemmMinM || w.n_in % 32 != 0 || !linear_has_onednn(DType::F32)) return false;
+  Kind kind;
+  switch (w.format) {
+    case WeightFormat::Int4: kind = Kind::Int4; break;
+    case WeightFormat::Int8: kind = Kind::Int8; break;
+    case WeightFormat::Fp8E4M3: kind = Kind::Fp8; break;
+    default: return false;
+  }
+  if (kind != Kind::Fp8 && (!w.g_idx.empty() || w.group_size % 32 != 0)) return false;
+  if (kind == Kind::Fp8 && w.block_out > 0) return false;
+  const int64_t n_in = w.n_in;
+  PackedWeight d;
+  d.format = WeightFormat::F32;
+  d.n_out = w.n_out;
+  d.n_in = n_in;
+  d.data = AlignedBytes(w.n_out * n_in * int64_t(sizeof(float)));
+  float* dd = reinterpret_cast<float*>(d.data.data());
+  const bool parallel = n_threads > 1 && worth_parallel(w.n_out * w.row_bytes());
+#pragma omp parallel num_threads(n_threads) if (parallel)
+  {
+    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t per = (w.n_out + nt - 1) / nt, r0 = std::min(w.n_out, t * per), r1 = std::min(w.n_out, r0 + per);
+    switch (kind) {
+      case Kind::Int4: dequant_rows<Kind::Int4>(w, r0, r1, dd); break;
+      case Kind::Int8: dequant_rows<Kind::Int8>(w, r0, r1, dd); break;
+      case Kind::Fp8: dequant_rows<Kind::Fp8>(w, r0, r1, dd); break;
+    }
+  }
+  const float* xin = x;
+  thread_local std::vector<float> xp;
+  if (kind == Kind::Int4) {
+    xp.resize(size_t(m * n_in));
+    for (int64_t i = 0; i < m; ++i) permute_x(x + i * n_in, n_in, xp.data() + i * n_in);
+    xin = xp.data();
+  }
+  const Weight dense(std::move(d));
+  linear(xin, m, dense, y);
+  return true;
+}
+
+}  // namespace tp::cpu::detail
