@@ -17,7 +17,7 @@ namespace tp::cpu::detail {
 namespace {
 
 // E4M3 fake quantization of n values on AVX2, bit for bit the scalar rule below (f32_to_fp8_e4m3 then
-// fp8_e4m3_to_f32, × s; finite x, s > 0): a = |x / s|; the E4M3 grid step of a's binade (binades below 2^-6
+// fp8_e4m3_to_f32, × s; s > 0; ±inf saturates to ±448, NaN stays NaN): a = |x / s|; the E4M3 grid step of a's binade (binades below 2^-6
 // share its step: subnormals) is 2^(max(⌊log2 a⌋, −6) − 3), a power of 2, so a / step and × step are exact and
 // the rounding is vroundps's nearest-even, as nearbyint's; a ≥ 448 gives 448 (min). Returns the values done.
 __attribute__((target("avx2,fma"))) int64_t fake_quantize_fp8_avx2(const float* x, int64_t n, float s, float* o) {
@@ -31,7 +31,7 @@ __attribute__((target("avx2,fma"))) int64_t fake_quantize_fp8_avx2(const float* 
     const __m256 step = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(3)), 23));
     const __m256 inv = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(254 + 3), e), 23));
     const __m256 r = _mm256_round_ps(_mm256_mul_ps(a, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m256 q = _mm256_min_ps(_mm256_mul_ps(r, step), qmax);
+    const __m256 q = _mm256_min_ps(qmax, _mm256_mul_ps(r, step));  // NaN stays NaN (minps returns its 2nd operand)
     _mm256_storeu_ps(o + c, _mm256_mul_ps(_mm256_or_ps(q, _mm256_and_ps(v, sign)), sv));
   }
   return c;
