@@ -1,7 +1,7 @@
 // Dequantize-in-register GEMV/GEMM for packed weights with F32 activations (packed_kernels.h): Int8 / Int4
 // (W8A16, W4A16 with groups, zero points, g_idx), Fp8E4M3 (A16, and W8A8-FP8 with emulated activations) and
 // MXFP4 / NVFP4. The kernel body is packed_a16.inc, compiled three times: portable, AVX2 + FMA, AVX-512;
-// decode (small m) on AVX2: gemm_a16_avx2.cpp where it takes the weight.
+// decode and prefill on AVX2: gemm_a16_avx2.cpp first, where it takes the weight (a16 below).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -46,10 +46,14 @@ namespace avx512 {
 
 namespace {
 
+// The A16 kernel at `isa`; on AVX2 first gemm_a16_avx2.cpp's decode / prefill where they take w and m (they refuse
+// FP4, g_idx, FP8 block scales and n_in not a multiple of 32).
 bool a16(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa) {
   switch (isa) {
     case PackedIsa::Avx512: return avx512::linear_a16(x, m, w, y, n_threads);
-    case PackedIsa::Avx2: return avx2::linear_a16(x, m, w, y, n_threads);
+    case PackedIsa::Avx2:
+      return a16_avx2_decode(x, m, w, y, n_threads) || a16_avx2_gemm(x, m, w, y, n_threads) ||
+             avx2::linear_a16(x, m, w, y, n_threads);
     case PackedIsa::Portable: return portable::linear_a16(x, m, w, y, n_threads);
   }
   return false;
@@ -69,25 +73,17 @@ PackedIsa packed_best_isa() {
 bool int_a16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa) {
   if ((w.format != WeightFormat::Int8 && w.format != WeightFormat::Int4) || w.act != ActQuant::None) return false;
   if (isa == PackedIsa::Avx512 && int4_bf16_linear(x, m, w, y, n_threads)) return true;
-  if (isa == PackedIsa::Avx2 && (a16_avx2_decode(x, m, w, y, n_threads) || a16_avx2_gemm(x, m, w, y, n_threads))) return true;
   return a16(x, m, w, y, n_threads, isa);
 }
 
 bool fp8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa) {
   if (w.format != WeightFormat::Fp8E4M3) return false;
   if (isa == PackedIsa::Avx512 && fp8_bf16_linear(x, m, w, y, n_threads)) return true;
-  if (w.act == ActQuant::None) {
-    if (isa == PackedIsa::Avx2 && (a16_avx2_decode(x, m, w, y, n_threads) || a16_avx2_gemm(x, m, w, y, n_threads)))
-      return true;
-    return a16(x, m, w, y, n_threads, isa);
-  }
+  if (w.act == ActQuant::None) return a16(x, m, w, y, n_threads, isa);
   // W8A8-FP8 (and int8 activations on FP8 weights): x rounded to its quantized values once, then A16.
   thread_local std::vector<float> xq;
   if (int64_t(xq.size()) < m * w.n_in) xq.resize(size_t(m * w.n_in));
   fake_quantize_activations(x, m, w.n_in, w.act, w.act_scale, w.act_group, xq.data());
-  if (isa == PackedIsa::Avx2 &&
-      (a16_avx2_decode(xq.data(), m, w, y, n_threads) || a16_avx2_gemm(xq.data(), m, w, y, n_threads)))
-    return true;
   return a16(xq.data(), m, w, y, n_threads, isa);
 }
 
