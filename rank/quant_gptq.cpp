@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "common/cpu_clock.h"
+#include "common/dtype.h"
 #include "common/error.h"
 #include "common/fp_formats.h"
 #include "kernels/cpu/linear.h"
@@ -223,7 +224,7 @@ QuantizedLinear quantize_gptq(const QuantSpec& s, const float* w_in, int64_t n_o
       for (int64_t k = 0; k < g; ++k) gbuf[size_t(k)] = src[size_t((c0 + k) * n_out + r)];
       const size_t rg = size_t(r * ng + gi);
       if (is_int) {
-        params[rg] = int_params(s, gbuf.data(), g);
+        params[rg] = int_params(s, gbuf.data(), g, o.bf16_scales);
         scales[rg] = params[rg].scale;
         if (!zeros.empty()) zeros[rg] = int8_t(params[rg].zero);
         continue;
@@ -232,6 +233,7 @@ QuantizedLinear quantize_gptq(const QuantSpec& s, const float* w_in, int64_t n_o
       for (float v : gbuf) amax = std::max(amax, std::fabs(v));
       if (s.kind == QuantKind::Fp8) {
         step[rg] = amax > 0 ? amax / kFp8E4M3Max : 1.0f;
+        if (o.bf16_scales) step[rg] = bf16_to_f32(f32_to_bf16(step[rg]));
         scales[rg] = step[rg];
       } else if (s.kind == QuantKind::Nvfp4) {
         const uint8_t s8 = f32_to_fp8_e4m3(amax / kE2M1Max * ql.global_scale);

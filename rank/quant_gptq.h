@@ -15,6 +15,10 @@
 //     weights when its first column is reached; static (static_groups, and always with Weight) — every
 //     group's params from the ORIGINAL weights up front, as RTN computes them (llm-compressor's memoryless
 //     min-max observer runs before its GPTQ sweep).
+//   Scales as stored (bf16_scales; tpserve quantize sets it for a BF16 output at 8 bits): Int / Fp8 scales
+//     rounded to BF16 — an asymmetric group's zero point computed from the rounded scale — before the sweep
+//     quantizes with them, so the error fed back is that of the weights the output holds (F32 scales rounded
+//     only when written leave an error GPTQ never saw: at 8 bits per channel as large as the grid's rounding).
 //   Damping: H += percdamp · mean(diag H) · I (raised ×10, at most 3 times, when H is not positive definite).
 //   U = the upper Cholesky factor of H⁻¹ (H⁻¹ = UᵀU).
 //   Columns i in blocks of `block` (128): q_i = Q(w_i) with its group's params, err_i = (w_i − q_i) / U_ii, the rest of the block
@@ -61,6 +65,9 @@ struct GptqOptions {
   bool static_groups = false;  // implied by ActOrder::Weight
   GptqTimes* times = nullptr;  // when set, the phases' CPU seconds are added to it
   float nvfp4_amax = 0;        // NVFP4: max|W| of the fused group the global scale comes from (quantize_rtn)
+  // Int and Fp8 scales rounded to BF16 before the sweep quantizes with them (int_params' bf16_scale): set when
+  // the output stores BF16 scales, so that the error fed back is the error of the weight as stored.
+  bool bf16_scales = false;
 };
 
 // W [n_out, n_in] F32 row-major; h: GptqHessian::hessian() of its inputs. Throws InputError for a spec that

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/dtype.h"
 #include "common/error.h"
 #include "common/fp_formats.h"
 
@@ -64,7 +65,7 @@ void check_quant_spec(const QuantSpec& s, int64_t n_in, const std::string& what)
   }
 }
 
-IntParams int_params(const QuantSpec& s, const float* v, int64_t n) {
+IntParams int_params(const QuantSpec& s, const float* v, int64_t n, bool bf16_scale) {
   float lo = 0, hi = 0;  // min(min, 0), max(max, 0)
   for (int64_t i = 0; i < n; ++i) {
     lo = std::min(lo, v[i]);
@@ -75,10 +76,12 @@ IntParams int_params(const QuantSpec& s, const float* v, int64_t n) {
   if (s.symmetric) {
     p.scale = std::max(-lo, hi) / (range / 2);
     if (!(p.scale > 0)) p.scale = 1.0f;
+    if (bf16_scale) p.scale = bf16_to_f32(f32_to_bf16(p.scale));
     return p;
   }
   p.scale = (hi - lo) / range;
   if (!(p.scale > 0)) p.scale = 1.0f;
+  if (bf16_scale) p.scale = bf16_to_f32(f32_to_bf16(p.scale));
   p.zero = std::clamp(qmin(s) - int(std::nearbyint(lo / p.scale)), qmin(s), qmax(s));
   return p;
 }

@@ -42,8 +42,9 @@ struct IntParams {
   float scale = 1.0f;
   int zero = 0;  // q units; 0 when symmetric
 };
-// The params of values v[0, n) (one group of one row).
-IntParams int_params(const QuantSpec& spec, const float* v, int64_t n);
+// The params of values v[0, n) (one group of one row). bf16_scale: the scale rounded to BF16 (as a BF16 output
+// stores it) and the zero point computed from the rounded scale, so that the grid quantized to is the one stored.
+IntParams int_params(const QuantSpec& spec, const float* v, int64_t n, bool bf16_scale = false);
 // q of one value, and its dequantized value.
 int int_quant(const QuantSpec& spec, const IntParams& p, float w);
 inline float int_dequant(const IntParams& p, int q) { return float(q - p.zero) * p.scale; }

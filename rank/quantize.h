@@ -47,7 +47,8 @@ struct QuantizeOptions {
   std::vector<int32_t> calib_tokens;           // needed by every method but rtn
   int64_t seq_len = 512;                       // calibration sequence length
   std::vector<std::string> ignore = {"lm_head"};  // HF module names (exact, or "re:" + regex from the start)
-  DType dtype = DType::BF16;                   // dense tensors and scales in the output
+  DType dtype = DType::BF16;                   // dense tensors and scales in the output (8-bit GPTQ quantizes
+                                               // with the scales rounded to it: GptqOptions::bf16_scales)
   // GPTQ damping (a fraction of the Hessian's mean diagonal). 0.1, not llm-compressor's 0.01: on SmolLM2 with
   // 7,639 GPL-3 calibration tokens, layer 0's down_proj at 0.01 had 0.30x RTN's output error on the calibration
   // rows but 1.10x on held-out Python-manual rows (over-fitted); 0.1 gave 0.34x and 0.81x, and q/k/v/o/gate
