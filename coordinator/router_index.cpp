@@ -72,4 +72,13 @@ int64_t PrefixIndex::n_holders(uint64_t hash) const {
   return it == holders_.end() ? 0 : int64_t(it->second.size());
 }
 
+int64_t PrefixIndex::n_held_or_expected(int replica) const {
+  int64_t n = n_blocks(replica);
+  const auto e = expected_.find(replica);
+  if (e == expected_.end()) return n;
+  const auto b = blocks_.find(replica);
+  for (const auto& [h, count] : e->second) n += b == blocks_.end() || !b->second.count(h);
+  return n;
+}
+
 }  // namespace tp

@@ -35,6 +35,7 @@ class PrefixIndex {
   int64_t n_blocks(int replica) const;    // blocks `replica` holds (stored, not expected)
   int64_t n_holders(uint64_t hash) const;  // replicas holding `hash`
   int64_t n_expected(int replica) const;  // distinct blocks expected on `replica`
+  int64_t n_held_or_expected(int replica) const;  // distinct blocks stored or expected on `replica`
 
  private:
   std::unordered_map<uint64_t, std::set<int>> holders_;            // hash -> replicas

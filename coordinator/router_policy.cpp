@@ -39,7 +39,9 @@ int RoutePolicyState::choose(const std::vector<ReplicaState>& replicas, int64_t 
   for (int i = 0; i < n; ++i) {
     if (!replicas[size_t(i)].up) continue;
     const double c = cost(replicas[size_t(i)], prompt_tokens, best_overlap);
-    if (best < 0 || c < best_cost) best = i, best_cost = c;
+    const bool smaller_cache = policy_ == RoutePolicy::PrefixAware &&
+                               replicas[size_t(i)].cached_blocks < replicas[size_t(best < 0 ? i : best)].cached_blocks;
+    if (best < 0 || c < best_cost || (c == best_cost && smaller_cache)) best = i, best_cost = c;
   }
   return best;
 }

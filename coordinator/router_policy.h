@@ -1,6 +1,8 @@
 // The router's choice of a replica for one request: the policies `round_robin`, `least_load` and
 // `prefix_aware` (the default) as a pure function of the replicas' state. Costs, in tokens (lowest wins, ties
-// to the lowest replica index; replicas down are never chosen; none up gives -1):
+// to the lowest replica index, but prefix_aware first to the replica whose cache holds fewer blocks — the room a
+// new conversation needs, as SGLang's router sends a request nobody caches to the worker with the smallest tree;
+// replicas down are never chosen; none up gives -1):
 //   load(r)          = waiting_tokens(r) + running_tokens(r) + kv_usage_tokens x kv_usage(r)
 //   least_load:   cost(r) = load(r)
 //   prefix_aware: cost(r) = load(r) + uncached(r) + duplicated(r)
@@ -34,6 +36,7 @@ struct ReplicaState {
   int64_t running_tokens = 0;  // tokens still to compute for its running requests
   double kv_usage = 0;
   int64_t overlap_blocks = 0;  // leading blocks of this request's prompt it holds (PrefixIndex::overlap)
+  int64_t cached_blocks = 0;   // blocks its cache holds or is computing (PrefixIndex::n_held_or_expected): ties
 };
 
 struct RouteCostParams {

@@ -103,6 +103,7 @@ RouteChoice RouterReplicas::choose(const std::vector<uint64_t>& chain, int64_t p
     s.running_tokens = r.v.in_flight_tokens - r.v.prefill_tokens;
     s.kv_usage = r.v.kv_usage;
     s.overlap_blocks = index_.overlap(r.v.id, chain);
+    s.cached_blocks = index_.n_held_or_expected(r.v.id);
     // A KV fetch reads blocks the holder has stored, not ones it is still computing.
     const int64_t stored = index_.overlap(r.v.id, chain, false);
     if (s.up && stored > c.holder_overlap) {

@@ -71,6 +71,9 @@ TEST(PrefixIndex, ExpectedBlocksAreNotStoredOnes) {
   EXPECT_EQ(idx.overlap(0, chain(1, 5), false), 2) << "stored only: what a KV fetch can read";
   EXPECT_EQ(idx.n_blocks(0), 2);
   EXPECT_EQ(idx.n_expected(0), 5);
+  EXPECT_EQ(idx.n_held_or_expected(0), 5);
+  idx.stored(0, chain(2, 3));
+  EXPECT_EQ(idx.n_held_or_expected(0), 8);
   EXPECT_EQ(idx.n_holders(1004), 0);
   idx.unexpect(0, chain(1, 5));
   EXPECT_EQ(idx.n_expected(0), 0);
@@ -106,6 +109,12 @@ TEST(RoutePolicy, TableOfChoices) {
       {"least_load: fewer tokens", "least_load", {{true, 100, 50, 0, 0}, {true, 10, 20, 0, 0}}, 64, 1},
       {"least_load: kv usage counts", "least_load", {{true, 0, 0, 0.5, 0}, {true, 100, 0, 0, 0}}, 64, 1},
       {"least_load: tie to the lowest index", "least_load", {idle, idle}, 64, 0},
+      {"least_load: a tie to the lowest index, whatever the caches", "least_load",
+       {{true, 0, 0, 0, 0, 9}, {true, 0, 0, 0, 0, 3}}, 64, 0},
+      {"prefix_aware: nobody holds it, idle: to the smaller cache", "prefix_aware",
+       {{true, 0, 0, 0, 0, 300}, {true, 0, 0, 0, 0, 200}}, 160, 1},
+      {"prefix_aware: the cost first, the cache size only on a tie", "prefix_aware",
+       {{true, 0, 0, 0, 0, 300}, {true, 1, 0, 0, 0, 200}}, 160, 0},
       {"least_load: down is skipped", "least_load", {{false, 0, 0, 0, 0}, {true, 999, 0, 0, 0}}, 64, 1},
       {"prefix_aware: the holder wins when loads are equal", "prefix_aware", {idle, {true, 0, 0, 0, 8}}, 160, 1},
       {"prefix_aware: overlap 8 blocks (128 tokens) beats 100 tokens of load", "prefix_aware",
