@@ -39,7 +39,11 @@ ap.add_argument("--policies", default="prefix_aware,prefix_aware+fetch,least_loa
 ap.add_argument("--arrival-rate", type=float, default=0,
                 help="requests/s of an open-loop Poisson arrival process (0: closed loop with --think)")
 ap.add_argument("--json")
+ap.add_argument("--trace", help="folder: per-request lines (POLICY-ROUND.requests.jsonl: user, turn, send time, TTFT, "
+                "prompt tokens) and the router's and replicas' stderr (POLICY-ROUND.router.log, .replica-N.log)")
 a = ap.parse_args()
+if a.trace:
+    os.makedirs(a.trace, exist_ok=True)
 MODEL = os.path.join(os.path.abspath(a.root), "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 tmp = tempfile.mkdtemp(prefix="router_bench_")
 cfg = os.path.join(tmp, "cfg.yaml")
@@ -62,8 +66,9 @@ def notes(u, t):
     return " ".join(rng.choice(WORDS) for _ in range(a.user_words))
 
 
-def start(args, marker):
-    p = subprocess.Popen([a.tpserve] + args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+def start(args, marker, log=None):
+    err = open(log, "w") if log else subprocess.DEVNULL
+    p = subprocess.Popen([a.tpserve] + args, stdout=subprocess.PIPE, stderr=err, text=True)
     while True:
         line = p.stdout.readline()
         if not line:
@@ -99,33 +104,39 @@ def metric(text, name):
 
 
 def turn(port, messages):
+    """(TTFT s, text, content chunks, prompt tokens: from the usage chunk with --trace, else None)"""
     t0 = time.time()
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
-    c.request("POST", "/v1/chat/completions", json.dumps({"messages": messages, "max_tokens": a.max_tokens,
-                                                         "temperature": 0, "stream": True}),
-              {"Content-Type": "application/json"})
+    body = {"messages": messages, "max_tokens": a.max_tokens, "temperature": 0, "stream": True}
+    if a.trace:
+        body["stream_options"] = {"include_usage": True}
+    c.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
     r = c.getresponse()
-    ttft, text, n = None, "", 0
+    ttft, text, n, prompt = None, "", 0, None
     for raw in r:
         line = raw.decode().strip()
         if not line.startswith("data: ") or line[6:] == "[DONE]":
             continue
         j = json.loads(line[6:])
+        if j.get("usage"):
+            prompt = j["usage"].get("prompt_tokens")
         for ch in j.get("choices", []):
             piece = ch.get("delta", {}).get("content", "")
             if piece:
                 ttft = ttft or time.time() - t0
                 text += piece
                 n += 1
-    return ttft if ttft is not None else time.time() - t0, text, n
+    return ttft if ttft is not None else time.time() - t0, text, n, prompt
 
 
-def run_policy(policy, seed):
-    reps = [start(["serve", "--config", cfg, "--port", "0"], "serving") for _ in range(2)]
+def run_policy(policy, seed, rnd):
+    tr = os.path.join(a.trace, f"{policy}-{rnd}") if a.trace else None
+    reps = [start(["serve", "--config", cfg, "--port", "0"], "serving", tr and f"{tr}.replica-{i}.log")
+            for i in range(2)]
     urls = ",".join(f"http://127.0.0.1:{p}" for _, p in reps)
     fetch = policy.endswith("+fetch")
     router, rp = start(["router", "--config", cfg, "--port", "0", "--policy", policy.removesuffix("+fetch"),
-                        "--replicas", urls] + (["--kv-fetch"] if fetch else []), "router at")
+                        "--replicas", urls] + (["--kv-fetch"] if fetch else []), "router at", tr and f"{tr}.router.log")
     time.sleep(0.5)
     ttfts, n_out, convs = [], [0], {}
     lock = threading.Lock()
@@ -140,7 +151,7 @@ def run_policy(policy, seed):
     for u in order:
         clock += rng.expovariate(a.arrival_rate) if a.arrival_rate > 0 else 0
         arrivals[u].append(clock)
-    lateness, gens = [], {}
+    lateness, gens, trace = [], {}, []
 
     def user(u):
         if a.arrival_rate <= 0:
@@ -155,10 +166,13 @@ def run_policy(policy, seed):
                 if wait > 0:
                     time.sleep(wait)
                 late = max(0.0, -wait)
-            ttft, text, n = turn(rp, msgs)
+            sent = time.time()
+            ttft, text, n, prompt = turn(rp, msgs)
             msgs.append({"role": "assistant", "content": text})
             gens.setdefault(u, []).append(n)
             with lock:
+                trace.append({"user": u, "turn": t, "sent_s": round(sent - t0, 3), "late_s": round(late, 3),
+                              "ttft_s": round(ttft, 3), "prompt_tokens": prompt, "output_chunks": n})
                 ttfts.append(ttft + late)
                 lateness.append(late)
                 n_out[0] += n
@@ -217,6 +231,9 @@ def run_policy(policy, seed):
         p.terminate()
     for p, _ in reps + [(router, 0)]:
         p.wait(30)
+    if tr:
+        with open(f"{tr}.requests.jsonl", "w") as f:
+            f.writelines(json.dumps(x) + "\n" for x in sorted(trace, key=lambda x: x["sent_s"]))
     ttfts.sort()
     blocks = metric(rm, "tpserve_router_prompt_blocks_total")
     return {"policy": policy, "requests": len(ttfts), "wall_s": wall, "output_tok_s": n_out[0] / wall,
@@ -238,7 +255,7 @@ results = []
 for rnd in range(a.rounds):
     order = policies if rnd % 2 == 0 else policies[::-1]
     for p in order:
-        r = run_policy(p, 1234)
+        r = run_policy(p, 1234, rnd)
         r["round"] = rnd
         results.append(r)
         print(json.dumps(r), flush=True)

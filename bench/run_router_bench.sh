@@ -38,6 +38,7 @@ fi
   echo "# Router policies: multi-turn chat with shared system prompts, 2 replicas x tp 1"
   echo
   echo "Command: \`bench/run_router_bench.sh $*\`  "
+  echo "Binary: \`$TPSERVE\` (checkout at $(git -C "$(dirname "$TPSERVE")" rev-parse --short HEAD 2>/dev/null || echo '?'), $(git -C "$(dirname "$TPSERVE")" rev-parse --abbrev-ref HEAD 2>/dev/null || echo '?'))  "
   echo "Date: $(date -u '+%Y-%m-%d %H:%M UTC')  "
   echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; flags: $(grep -o -w -E 'avx512f|avx512_bf16|avx512_vnni|amx_tile' /proc/cpuinfo | sort -u | tr '\n' ' ')  "
   echo "uptime before: \`$load_before\`  "

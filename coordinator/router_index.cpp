@@ -29,15 +29,37 @@ void PrefixIndex::cleared(int replica) {
   blocks_.erase(replica);
 }
 
-int64_t PrefixIndex::overlap(int replica, const std::vector<uint64_t>& chain) const {
+void PrefixIndex::expect(int replica, const std::vector<uint64_t>& chain) {
+  if (chain.empty()) return;
+  auto& e = expected_[replica];
+  for (const uint64_t h : chain) ++e[h];
+}
+
+void PrefixIndex::unexpect(int replica, const std::vector<uint64_t>& chain) {
+  auto e = expected_.find(replica);
+  if (e == expected_.end()) return;
+  for (const uint64_t h : chain) {
+    auto it = e->second.find(h);
+    if (it != e->second.end() && --it->second <= 0) e->second.erase(it);
+  }
+  if (e->second.empty()) expected_.erase(e);
+}
+
+int64_t PrefixIndex::overlap(int replica, const std::vector<uint64_t>& chain, bool expected) const {
   const auto b = blocks_.find(replica);
-  if (b == blocks_.end()) return 0;
+  const auto e = expected ? expected_.find(replica) : expected_.end();
   int64_t n = 0;
   for (const uint64_t h : chain) {
-    if (!b->second.count(h)) break;
+    const bool held = (b != blocks_.end() && b->second.count(h)) || (e != expected_.end() && e->second.count(h));
+    if (!held) break;
     ++n;
   }
   return n;
+}
+
+int64_t PrefixIndex::n_expected(int replica) const {
+  const auto e = expected_.find(replica);
+  return e == expected_.end() ? 0 : int64_t(e->second.size());
 }
 
 int64_t PrefixIndex::n_blocks(int replica) const {
@@ -48,6 +70,15 @@ int64_t PrefixIndex::n_blocks(int replica) const {
 int64_t PrefixIndex::n_holders(uint64_t hash) const {
   const auto it = holders_.find(hash);
   return it == holders_.end() ? 0 : int64_t(it->second.size());
+}
+
+int64_t PrefixIndex::n_held_or_expected(int replica) const {
+  int64_t n = n_blocks(replica);
+  const auto e = expected_.find(replica);
+  if (e == expected_.end()) return n;
+  const auto b = blocks_.find(replica);
+  for (const auto& [h, count] : e->second) n += b == blocks_.end() || !b->second.count(h);
+  return n;
 }
 
 }  // namespace tp

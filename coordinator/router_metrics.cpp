@@ -42,7 +42,7 @@ std::string RouterMetrics::text(const std::vector<ReplicaView>& replicas) const 
   s += "tpserve_router_replay_failures_total " + std::to_string(replay_failures_.load()) + "\n";
   counter("prompt_blocks_total", "Full prompt blocks of routed requests.");
   s += "tpserve_router_prompt_blocks_total " + std::to_string(prompt_blocks_.load()) + "\n";
-  counter("prefix_hit_blocks_total", "Prompt blocks the chosen replica held (prefix index).");
+  counter("prefix_hit_blocks_total", "Prompt blocks the chosen replica held or was computing (prefix index).");
   s += "tpserve_router_prefix_hit_blocks_total " + std::to_string(hit_blocks_.load()) + "\n";
   counter("kv_fetch_hints_total", "Requests forwarded with kv_transfer_params.fetch_from.");
   s += "tpserve_router_kv_fetch_hints_total " + std::to_string(fetch_hints_.load()) + "\n";

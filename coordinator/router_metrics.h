@@ -5,7 +5,8 @@
 //   replays_total{kind}         requests moved to another replica after theirs failed: kind = plain | stream
 //   replay_failures_total       requests that could not be replayed (no replica left, or not replayable)
 //   prompt_blocks_total         full prompt blocks of routed requests (sum over requests)
-//   prefix_hit_blocks_total     of those, blocks the chosen replica held per the prefix index
+//   prefix_hit_blocks_total     of those, blocks the chosen replica held per the prefix index (stored, or
+//                               expected: the prompt of a request in flight there, PrefixIndex::expect)
 //                               (prefix hit rate = prefix_hit_blocks_total / prompt_blocks_total)
 //   kv_fetch_hints_total        requests forwarded with kv_transfer_params.fetch_from
 //   kv_event_batches_total      KV event batches received; kv_event_gaps_total: batches after a lost one;

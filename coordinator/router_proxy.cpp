@@ -34,9 +34,8 @@ HttpClientRequest client_request(std::string method, std::string target, std::st
 // Releases a replica's load when the attempt ends, however it ends.
 struct Attempt {
   RouterReplicas& replicas;
-  int id;
-  int64_t tokens;
-  ~Attempt() { replicas.release(id, tokens); }
+  int64_t ticket;
+  ~Attempt() { replicas.release(ticket); }
 };
 
 }  // namespace
@@ -115,7 +114,7 @@ HttpResponse RouterApi::forward_any(const HttpRequest& req) {
   for (int attempt = 0; attempt <= cfg_.max_replays; ++attempt) {
     const RouteChoice c = replicas_.choose({}, 0, 0, exclude);
     if (c.replica < 0) break;
-    Attempt a{replicas_, c.replica, 0};
+    Attempt a{replicas_, c.ticket};
     try {
       const auto [host, port] = parse_base_url(c.url);
       HttpClientRequest q = client_request(req.method, req.target, req.body, pass_headers(req));
@@ -143,7 +142,7 @@ HttpResponse RouterApi::plain(const HttpRequest& req, const json& body, const Ro
   for (int attempt = 0; attempt <= cfg_.max_replays; ++attempt) {
     const RouteChoice c = replicas_.choose(info.chain, int64_t(info.prompt.size()), info.load_tokens, exclude);
     if (c.replica < 0) break;
-    Attempt a{replicas_, c.replica, c.load_tokens};
+    Attempt a{replicas_, c.ticket};
     const std::string fetch = fetch_from(c);
     metrics_.routed(c.replica, c.n_prompt_blocks, c.overlap_blocks, !fetch.empty());
     if (attempt > 0) metrics_.replayed(false);
@@ -189,7 +188,7 @@ HttpResponse RouterApi::stream(const HttpRequest& req, ResponseStream& out, cons
   for (int attempt = 0; attempt <= cfg_.max_replays;) {
     const RouteChoice c = replicas_.choose(info.chain, int64_t(info.prompt.size()), info.load_tokens, exclude);
     if (c.replica < 0) break;
-    Attempt a{replicas_, c.replica, c.load_tokens};
+    Attempt a{replicas_, c.ticket};
     const std::string fetch = resuming ? "" : fetch_from(c);
     metrics_.routed(c.replica, c.n_prompt_blocks, c.overlap_blocks, !fetch.empty());
     if (moved) metrics_.replayed(true);
@@ -197,6 +196,7 @@ HttpResponse RouterApi::stream(const HttpRequest& req, ResponseStream& out, cons
     const int32_t choice = resuming ? tracker.next_choice() : -1;
     if (resuming) tracker.continue_choice(choice);
     SseSplitter splitter;
+    const int64_t outputs_before = tracker.n_output_chunks();
     bool failed = false;
     HttpClientResponse head;
     std::string error_body;
@@ -226,6 +226,7 @@ HttpResponse RouterApi::stream(const HttpRequest& req, ResponseStream& out, cons
         }
         for (const std::string& data : splitter.feed(piece)) {
           const StreamEvent ev = tracker.on_event(data);
+          if (tracker.n_output_chunks() > outputs_before) replicas_.prefilled(c.ticket);  // its prompt is computed
           if (ev.kind == StreamEvent::Kind::Error) {
             failed = true;
             last_error = c.url + " ended the stream with an error: " + data.substr(0, 300);

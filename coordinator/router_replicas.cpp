@@ -99,13 +99,17 @@ RouteChoice RouterReplicas::choose(const std::vector<uint64_t>& chain, int64_t p
   for (const Replica& r : replicas_) {
     ReplicaState s;
     s.up = r.v.joined && r.v.up && !exclude.count(r.v.id);
-    s.waiting_tokens = r.v.in_flight_tokens;
+    s.waiting_tokens = r.v.prefill_tokens;
+    s.running_tokens = r.v.in_flight_tokens - r.v.prefill_tokens;
     s.kv_usage = r.v.kv_usage;
     s.overlap_blocks = index_.overlap(r.v.id, chain);
-    if (s.up && s.overlap_blocks > c.holder_overlap) {
+    s.cached_blocks = index_.n_held_or_expected(r.v.id);
+    // A KV fetch reads blocks the holder has stored, not ones it is still computing.
+    const int64_t stored = index_.overlap(r.v.id, chain, false);
+    if (s.up && stored > c.holder_overlap) {
       c.holder = r.v.id;
       c.holder_url = r.v.url;
-      c.holder_overlap = s.overlap_blocks;
+      c.holder_overlap = stored;
     }
     states.push_back(s);
   }
@@ -114,19 +118,42 @@ RouteChoice RouterReplicas::choose(const std::vector<uint64_t>& chain, int64_t p
   Replica& r = replicas_[size_t(c.replica)];
   c.url = r.v.url;
   c.overlap_blocks = states[size_t(c.replica)].overlap_blocks;
-  c.load_tokens = std::max<int64_t>(0, load_tokens - block_size_ * c.overlap_blocks);
+  const int64_t cached = block_size_ * c.overlap_blocks;
+  c.load_tokens = std::max<int64_t>(0, load_tokens - cached);
+  c.prefill_tokens = std::min(c.load_tokens, std::max<int64_t>(0, prompt_tokens - cached));
+  c.ticket = next_ticket_++;
   ++r.v.in_flight;
   ++r.v.n_routed;
   r.v.in_flight_tokens += c.load_tokens;
+  r.v.prefill_tokens += c.prefill_tokens;
+  index_.expect(c.replica, chain);
+  tickets_[c.ticket] = Ticket{c.replica, c.load_tokens, c.prefill_tokens, false, chain};
   return c;
 }
 
-void RouterReplicas::release(int id, int64_t load_tokens) {
+void RouterReplicas::prefilled(int64_t ticket) {
   std::lock_guard lk(mu_);
-  if (id < 0 || id >= int(replicas_.size())) return;
-  Replica& r = replicas_[size_t(id)];
+  const auto it = tickets_.find(ticket);
+  if (it == tickets_.end() || it->second.prefilled) return;
+  Ticket& t = it->second;
+  Replica& r = replicas_[size_t(t.replica)];
+  t.prefilled = true;
+  r.v.in_flight_tokens -= t.prefill;
+  r.v.prefill_tokens -= t.prefill;
+  t.load_left -= t.prefill;
+}
+
+void RouterReplicas::release(int64_t ticket) {
+  std::lock_guard lk(mu_);
+  const auto it = tickets_.find(ticket);
+  if (it == tickets_.end()) return;
+  const Ticket& t = it->second;
+  Replica& r = replicas_[size_t(t.replica)];
   --r.v.in_flight;
-  r.v.in_flight_tokens -= load_tokens;
+  r.v.in_flight_tokens -= t.load_left;
+  if (!t.prefilled) r.v.prefill_tokens -= t.prefill;
+  index_.unexpect(t.replica, t.chain);
+  tickets_.erase(it);
 }
 
 void RouterReplicas::apply(int id, int64_t generation, const KvEventBatch& batch) {

@@ -1,7 +1,11 @@
 // The router's live view of its replicas: the set (joining and leaving while it runs), each one's health (up /
 // down, from health checks and from failed proxied calls), the load the router itself put on it (requests in
 // flight and their tokens), the global prefix index fed by the replicas' KV events, and the routing choice
-// under the configured policy (coordinator/router_policy.h). Replica ids are stable: a replica that leaves
+// under the configured policy (coordinator/router_policy.h).
+// Load, per request in flight (a ticket from choose() until release()): its prompt tokens the chosen replica does
+// not hold (prefill, counted as waiting until its first token comes: prefilled()) + its max_tokens (decode,
+// counted as running until it ends). The prompt blocks of a request in flight count as held by its replica
+// (PrefixIndex::expect) until it ends, by which time the replica's KV events have said what it stored. Replica ids are stable: a replica that leaves
 // keeps its id (never chosen again); one that rejoins under the same URL gets its old id back.
 // Thread-safe: one mutex; every method may be called from any thread.
 #pragma once
@@ -9,6 +13,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "coordinator/router_index.h"
@@ -26,7 +31,9 @@ struct ReplicaView {
   int64_t generation = 0;      // times it came up: a new generation is a new process (a fresh KV cache)
   std::string events_endpoint; // its KV-event PUB endpoint ("" when it publishes none)
   int64_t in_flight = 0;       // requests the router has on it now
-  int64_t in_flight_tokens = 0;// their prompt + max_tokens, less the prompt tokens it held for each
+  int64_t in_flight_tokens = 0;// their prompt + max_tokens, less the prompt tokens it held for each, less the
+                               // prompt tokens of those whose first token came (prefilled)
+  int64_t prefill_tokens = 0;  // of which: prompt tokens of requests still before their first token
   double kv_usage = 0;         // its vllm:kv_cache_usage_perc at the last health check, [0, 1]
   int64_t n_routed = 0;        // requests sent to it
   int64_t n_blocks = 0;        // blocks the prefix index holds for it
@@ -44,8 +51,11 @@ struct RouteChoice {
   std::string holder_url;
   int64_t holder_overlap = 0;
   // The load choose() counted on the chosen replica: load_tokens less the prompt tokens its prefix cache holds
-  // (block_size x overlap_blocks) — the work it will do, as the policy's cost counts it. Give it to release().
+  // (block_size x overlap_blocks) — the work it will do, as the policy's cost counts it; prefill_tokens of it are
+  // the prompt's (until prefilled()).
   int64_t load_tokens = 0;
+  int64_t prefill_tokens = 0;
+  int64_t ticket = -1;         // give it to prefilled() and release(); -1: none up
 };
 
 class RouterReplicas {
@@ -69,10 +79,15 @@ class RouterReplicas {
 
   // Chooses a replica for a prompt with chained block hashes `chain` (block 0 first) and `prompt_tokens`
   // tokens, never one in `exclude`; counts the request on it (in flight, `load_tokens` less the prompt tokens it
-  // holds of load: RouteChoice::load_tokens) — call release(replica, RouteChoice::load_tokens) when it ends.
+  // holds of load: RouteChoice::load_tokens; its prompt blocks expected there) — call release(ticket) when it
+  // ends.
   RouteChoice choose(const std::vector<uint64_t>& chain, int64_t prompt_tokens, int64_t load_tokens,
                      const std::set<int>& exclude = {});
-  void release(int id, int64_t load_tokens);
+  // The request's first token came: its prompt is computed, its prefill_tokens leave the replica's load. Once per
+  // ticket (later calls, or after release, do nothing).
+  void prefilled(int64_t ticket);
+  // The request ended (however): the rest of its load and its expected blocks go. Unknown tickets are ignored.
+  void release(int64_t ticket);
 
   // KV events from replica `id` (generation `generation`: a batch from an older process is dropped).
   void apply(int id, int64_t generation, const KvEventBatch& batch);
@@ -82,9 +97,18 @@ class RouterReplicas {
     ReplicaView v;
     int64_t failures = 0;
   };
+  struct Ticket {
+    int replica = -1;
+    int64_t load_left = 0;       // tokens it still counts in the replica's in_flight_tokens
+    int64_t prefill = 0;         // of which prompt tokens, until prefilled
+    bool prefilled = false;
+    std::vector<uint64_t> chain; // expected on the replica
+  };
   mutable std::mutex mu_;
   std::vector<Replica> replicas_;
   PrefixIndex index_;
+  std::unordered_map<int64_t, Ticket> tickets_;
+  int64_t next_ticket_ = 0;
   const int64_t block_size_;
   RoutePolicyState policy_;
 };

@@ -127,15 +127,17 @@ StreamEvent StreamTracker::on_event(const std::string& data) {
     created_ = j.value("created", json());
     model_ = j.value("model", json());
   }
+  bool output = false;
   if (auto ch = j.find("choices"); ch != j.end() && ch->is_array()) {
     for (json& c : *ch) {
       if (!c.is_object()) continue;
       int64_t index = c.value("index", int64_t(0));
       if (current_ >= 0 && index == 0) c["index"] = index = current_;  // an n = 1 continuation of choice current_
-      if (index >= 0 && index < int64_t(choices_.size()) && !on_choice(choices_[size_t(index)], c)) return ev;
+      if (index >= 0 && index < int64_t(choices_.size()) && !on_choice(choices_[size_t(index)], c, output)) return ev;
       if (!keep_ids_) c.erase("token_ids");
     }
   }
+  n_output_chunks_ += output;
   if (current_ >= 0) {
     j["id"] = id_;
     j["created"] = created_;
@@ -145,12 +147,13 @@ StreamEvent StreamTracker::on_event(const std::string& data) {
   return ev;
 }
 
-bool StreamTracker::on_choice(Choice& ch, json& c) {
+bool StreamTracker::on_choice(Choice& ch, json& c, bool& output) {
   if (auto d = c.find("delta"); chat_ && d != c.end() && d->is_object() && d->contains("role")) {
     if (ch.role_sent) return false;  // the role chunk that opens a chat choice: once for the client
     ch.role_sent = true;
   }
   if (auto t = c.find("token_ids"); t != c.end() && t->is_array()) {
+    output = output || !t->empty();
     json kept = json::array();
     for (const json& id : *t) {
       ch.tokens.push_back(id.get<int32_t>());
@@ -193,8 +196,9 @@ bool StreamTracker::on_choice(Choice& ch, json& c) {
     const int64_t echo = std::min<int64_t>(ch.echo_left, int64_t(s.size()));
     ch.echo_left -= echo;
     ch.text_bytes += int64_t(s.size()) - echo;
+    output = output || int64_t(s.size()) > echo;
   }
-  if (auto f = c.find("finish_reason"); f != c.end() && !f->is_null()) ch.finished = true;
+  if (auto f = c.find("finish_reason"); f != c.end() && !f->is_null()) ch.finished = output = true;
   return true;
 }
 

@@ -73,6 +73,9 @@ class StreamTracker {
   bool done() const { return done_; }                  // [DONE] sent to the client
   bool segment_done() const { return segment_done_; }  // the current replica's response ended with [DONE]
   int64_t n_chunks() const { return n_chunks_; }
+  // Chunks that carried generated output (a choice's token ids, text past the echo, or its finish_reason): the
+  // first one says the replica has computed the prompt.
+  int64_t n_output_chunks() const { return n_output_chunks_; }
 
  private:
   struct Choice {
@@ -88,13 +91,15 @@ class StreamTracker {
     int64_t skip_lp = 0;           // continuation logprobs entries the client already has
   };
   // Tracks and rewrites one choice object of a chunk; false: drop the chunk (a role chunk the client has).
-  bool on_choice(Choice& ch, nlohmann::json& c);
+  // `output`: set when it carried generated output (token ids, text past the echo, a finish_reason).
+  bool on_choice(Choice& ch, nlohmann::json& c, bool& output);
 
   const bool chat_, keep_ids_;
   std::vector<Choice> choices_;
   bool done_ = false, segment_done_ = false;
   int32_t current_ = -1;           // the choice a continuation is of; -1: the original response
   int64_t n_chunks_ = 0;
+  int64_t n_output_chunks_ = 0;
   // The original response's identity, taken from its first chunk.
   nlohmann::json id_, created_, model_;
 };

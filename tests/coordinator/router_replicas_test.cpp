@@ -80,7 +80,7 @@ TEST(RouterReplicas, EventBatchesInChoiceOut) {
     const RouteChoice ch = rs.choose({1, 2, 3}, 12, 20);
     EXPECT_EQ(ch.replica, c.want) << c.name;
     EXPECT_EQ(ch.overlap_blocks, c.overlap) << c.name;
-    rs.release(ch.replica, 20);
+    rs.release(ch.ticket);
   }
 }
 
@@ -94,16 +94,18 @@ TEST(RouterReplicas, DownRejoinAndStaleGenerations) {
   rs.health(1, true, "", "", 0, 2);
   EXPECT_EQ(rs.n_up(), 2);
   rs.apply(1, 1, stored({9}));
-  EXPECT_EQ(rs.choose({9}, 4, 4).replica, 1);
-  rs.release(1, 4);
+  RouteChoice c = rs.choose({9}, 4, 4);
+  EXPECT_EQ(c.replica, 1);
+  rs.release(c.ticket);
   // One failed check is not enough (unhealthy_after 2); two are; the entries go with it.
   rs.health(1, false, "timeout", "", 0, 2);
   EXPECT_EQ(rs.n_up(), 2);
   rs.health(1, false, "timeout", "", 0, 2);
   EXPECT_EQ(rs.n_up(), 1);
   EXPECT_EQ(rs.snapshot()[1].down_reason, "timeout");
-  EXPECT_EQ(rs.choose({9}, 4, 4).replica, 0);
-  rs.release(0, 4);
+  c = rs.choose({9}, 4, 4);
+  EXPECT_EQ(c.replica, 0);
+  rs.release(c.ticket);
   // Back up as generation 2: a batch of generation 1 (the dead process) is dropped.
   rs.health(1, true, "", "tcp://new", 0, 2);
   EXPECT_EQ(rs.snapshot()[1].generation, 2);
@@ -113,8 +115,9 @@ TEST(RouterReplicas, DownRejoinAndStaleGenerations) {
   rs.apply(1, 2, stored({9}));
   EXPECT_EQ(rs.snapshot()[1].n_blocks, 1);
   // Excluded (a replay), marked down (a failed call), left: never chosen.
-  EXPECT_EQ(rs.choose({9}, 4, 4, {1}).replica, 0);
-  rs.release(0, 4);
+  c = rs.choose({9}, 4, 4, {1});
+  EXPECT_EQ(c.replica, 0);
+  rs.release(c.ticket);
   rs.mark_down(0, "connection refused");
   EXPECT_EQ(rs.choose({9}, 4, 4, {1}).replica, -1);
   EXPECT_TRUE(rs.leave("http://b:2"));
@@ -142,16 +145,74 @@ TEST(RouterReplicas, LoadCountsAndKvFetchHolder) {
   EXPECT_EQ(c.holder_overlap, 2);
   EXPECT_EQ(c.overlap_blocks, 0);
   EXPECT_EQ(rs.snapshot()[0].in_flight, 1);
-  rs.release(0, c0.load_tokens);
-  rs.release(1, c.load_tokens);
+  rs.release(c0.ticket);
+  rs.release(c.ticket);
   EXPECT_EQ(rs.snapshot()[0].in_flight_tokens, 0);
+}
+
+// A request in flight: its load counts on its replica (prefill until its first token, then decode) and its prompt
+// blocks count as held there before any KV event says so, until it ends; a KV fetch holder is a replica that has
+// stored the blocks, not one still computing them.
+TEST(RouterReplicas, RequestsInFlightCountTheirLoadAndExpectedBlocks) {
+  RouterReplicas rs(RoutePolicy::PrefixAware, {4, 0});
+  rs.join("http://a:1");
+  rs.join("http://b:2");
+  rs.health(0, true, "", "", 0, 2);
+  rs.health(1, true, "", "", 0, 2);
+  const RouteChoice c1 = rs.choose({1, 2, 3}, 12, 14);  // 12 prompt tokens + 2 to generate
+  EXPECT_EQ(c1.replica, 0);
+  EXPECT_EQ(c1.load_tokens, 14);
+  EXPECT_EQ(c1.prefill_tokens, 12);
+  // The same prefix before any event: replica 0 is computing it. 14 + 4 vs 0 + 16 + 12.
+  const RouteChoice c2 = rs.choose({1, 2, 3, 4}, 16, 18);
+  EXPECT_EQ(c2.replica, 0);
+  EXPECT_EQ(c2.overlap_blocks, 3);
+  EXPECT_EQ(c2.holder, -1) << "nothing is stored yet: nothing to fetch";
+  EXPECT_EQ(c2.load_tokens, 6);
+  EXPECT_EQ(c2.prefill_tokens, 4);
+  EXPECT_NE(c1.ticket, c2.ticket);
+  ReplicaView v = rs.snapshot()[0];
+  EXPECT_EQ(v.in_flight, 2);
+  EXPECT_EQ(v.in_flight_tokens, 20);
+  EXPECT_EQ(v.prefill_tokens, 16);
+  rs.prefilled(c1.ticket);  // c1's first token: its 12 prompt tokens are done
+  rs.prefilled(c1.ticket);  // once
+  v = rs.snapshot()[0];
+  EXPECT_EQ(v.in_flight_tokens, 8);
+  EXPECT_EQ(v.prefill_tokens, 4);
+  rs.release(c1.ticket);
+  rs.release(c1.ticket);  // once
+  v = rs.snapshot()[0];
+  EXPECT_EQ(v.in_flight, 1);
+  EXPECT_EQ(v.in_flight_tokens, 6);
+  EXPECT_EQ(v.prefill_tokens, 4);
+  RouteChoice c = rs.choose({1, 2, 3}, 12, 12);
+  EXPECT_EQ(c.overlap_blocks, 3) << "c2 still runs: its prompt stays expected";
+  rs.release(c.ticket);
+  rs.release(c2.ticket);  // ended before its first token
+  v = rs.snapshot()[0];
+  EXPECT_EQ(v.in_flight, 0);
+  EXPECT_EQ(v.in_flight_tokens, 0);
+  EXPECT_EQ(v.prefill_tokens, 0);
+  c = rs.choose({1, 2, 3}, 12, 12);
+  EXPECT_EQ(c.overlap_blocks, 0) << "no request left and no event came: nothing expected";
+  rs.release(c.ticket);
+  // Stored on replica 1 (its events): it holds them and is named for a fetch.
+  rs.apply(1, 1, stored({1, 2}));
+  c = rs.choose({1, 2, 3}, 12, 12);
+  EXPECT_EQ(c.replica, 1);
+  EXPECT_EQ(c.holder, 1);
+  EXPECT_EQ(c.holder_overlap, 2);
+  rs.release(c.ticket);
+  rs.release(12345);  // unknown: ignored
+  EXPECT_EQ(rs.snapshot()[1].in_flight, 0);
 }
 
 // Under KV pressure (the replicas' pools full, evicting LRU, tail blocks first): a conversation stays on the
 // replica that still holds its history whatever that replica's KV usage (router.kv_usage_tokens 0, the
 // default), follows what is left of it after evictions, spills to the other replica only when the holder's load
-// outweighs the part it still holds (then the holder is named for a KV fetch), and goes by load once its history
-// is gone. With kv_usage_tokens > 0 a full holder loses even a long history to an emptier replica.
+// outweighs twice the part it still holds (recomputed and duplicated; then the holder is named for a KV fetch),
+// and goes by load once its history is gone. With kv_usage_tokens > 0 a full holder loses even a long history to an emptier replica.
 TEST(RouterReplicas, KvPressureKeepsConversationsWhereTheirHistoryIs) {
   struct Case {
     std::string name;
@@ -169,7 +230,9 @@ TEST(RouterReplicas, KvPressureKeepsConversationsWhereTheirHistoryIs) {
       {"holder full, usage not counted: stays", 0, 1.0, 0.2, {}, 0, 0, 10, 10},
       {"holder busy (30 tokens in flight) but holds 40 of 48: stays", 0, 1.0, 0.2, {}, 30, 0, 10, 10},
       {"tail evicted: what is left (5 blocks) still keeps it", 0, 1.0, 0.2, tail, 0, 0, 5, 5},
-      {"tail evicted and 30 tokens in flight: spills, holder named for a fetch", 0, 1.0, 0.2, tail, 30, 1, 0, 5},
+      // 30 + 28 vs 0 + 48 + 20 (the 5 blocks replica 0 holds would be cached a second time): stays
+      {"tail evicted and 30 tokens in flight: what is left still keeps it", 0, 1.0, 0.2, tail, 30, 0, 5, 5},
+      {"tail evicted and 60 tokens in flight: spills, holder named for a fetch", 0, 1.0, 0.2, tail, 60, 1, 0, 5},
       {"all evicted: by load (the lowest id on a tie)", 0, 1.0, 0.2, a, 0, 0, 0, 0},
       {"kv_usage_tokens 4096: a full holder loses 40 cached tokens to an emptier replica", 4096, 1.0, 0.2, {}, 0, 1,
        0, 10},
@@ -331,7 +394,9 @@ TEST(RouterStream, TracksTokensStripsThemAndRewritesAReplay) {
   };
   StreamEvent e = t.on_event(chat_chunk("chatcmpl-1", {{"role", "assistant"}, {"content", ""}}, {}));
   EXPECT_NE(e.out.find("assistant"), std::string::npos) << "the role chunk, once";
+  EXPECT_EQ(t.n_output_chunks(), 0) << "a role chunk is no output (a replica sends it before the prefill)";
   e = t.on_event(chat_chunk("chatcmpl-1", {{"content", "Hi"}}, {7, 8}));
+  EXPECT_EQ(t.n_output_chunks(), 1);
   EXPECT_EQ(e.kind, StreamEvent::Kind::Chunk);
   EXPECT_EQ(e.out.find("token_ids"), std::string::npos) << "the client did not ask for them";
   EXPECT_EQ(t.resume_tokens(), (std::vector<int32_t>{7, 8}));
@@ -352,6 +417,7 @@ TEST(RouterStream, TracksTokensStripsThemAndRewritesAReplay) {
   EXPECT_EQ(out["created"], 1);
   EXPECT_EQ(out["choices"][0]["delta"]["content"], " there");
   EXPECT_TRUE(t.finished());
+  EXPECT_EQ(t.n_output_chunks(), 2);
   EXPECT_EQ(t.resume_tokens(), (std::vector<int32_t>{7, 8, 9}));
   EXPECT_EQ(t.on_event("[DONE]").kind, StreamEvent::Kind::Done);
   EXPECT_TRUE(t.done());
@@ -421,6 +487,21 @@ TEST(RouterStream, AReplayDropsTheLogprobsTheClientHas) {
 }
 
 // A replica that died before its first chunk: the client has no echo, so the replay is the request again.
+// Output chunks (what tells the router a replica has computed the prompt): generated ids, text past the echo, a
+// finish_reason; not the echo alone, nor a usage chunk.
+TEST(RouterStream, CountsChunksWithGeneratedOutput) {
+  StreamTracker t(false, true, 1, 3);
+  ClientView v;
+  take(t.on_event(chunk("pqr", {})), v);
+  EXPECT_EQ(t.n_output_chunks(), 0) << "the echo only";
+  take(t.on_event(chunk("", {'x'})), v);
+  EXPECT_EQ(t.n_output_chunks(), 1) << "an id";
+  take(t.on_event(chunk("x", {})), v);
+  EXPECT_EQ(t.n_output_chunks(), 2) << "text";
+  EXPECT_FALSE(t.on_event(json{{"choices", json::array()}, {"usage", {{"prompt_tokens", 3}}}}.dump()).out.empty());
+  EXPECT_EQ(t.n_output_chunks(), 2) << "usage";
+}
+
 TEST(RouterStream, AReplayBeforeTheEchoStartsOver) {
   StreamTracker t(false, true, 1, 3);
   t.begin_replay(byte_tokenizer(), false);

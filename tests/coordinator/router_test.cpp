@@ -22,7 +22,7 @@ std::vector<uint64_t> chain(uint64_t conv, int n) {
 
 TEST(PrefixIndex, EventsInOverlapOut) {
   struct Event {
-    char kind;  // 's' stored, 'r' removed, 'c' cleared (or replica down)
+    char kind;  // 's' stored, 'r' removed, 'c' cleared (or replica down), 'e' expected (a request in flight), 'u' unexpected (it ended)
     int replica;
     std::vector<uint64_t> hashes;
   };
@@ -41,6 +41,14 @@ TEST(PrefixIndex, EventsInOverlapOut) {
       {"both hold, one cleared (down)", {{'s', 0, chain(1, 3)}, {'s', 1, chain(1, 2)}, {'c', 0, {}}}, chain(1, 3), {0, 2}},
       {"other conversation", {{'s', 0, chain(2, 4)}}, chain(1, 4), {0, 0}},
       {"first block missing: nothing", {{'s', 0, {1001, 1002}}}, chain(1, 3), {0, 0}},
+      {"expected on 0 (a request in flight) counts", {{'e', 0, chain(1, 3)}}, chain(1, 4), {3, 0}},
+      {"stored head + expected tail", {{'s', 0, chain(1, 2)}, {'e', 0, chain(1, 4)}}, chain(1, 4), {4, 0}},
+      {"expected then ended: gone", {{'e', 0, chain(1, 3)}, {'u', 0, chain(1, 3)}}, chain(1, 3), {0, 0}},
+      {"two requests expect it, one ends: still expected",
+       {{'e', 0, chain(1, 3)}, {'e', 0, chain(1, 2)}, {'u', 0, chain(1, 3)}}, chain(1, 3), {2, 0}},
+      {"cleared keeps what requests in flight expect", {{'s', 0, chain(1, 2)}, {'e', 0, chain(1, 3)}, {'c', 0, {}}},
+       chain(1, 3), {3, 0}},
+      {"an end without a start is ignored", {{'u', 1, chain(1, 3)}, {'s', 1, chain(1, 2)}}, chain(1, 3), {0, 2}},
   };
   for (const Case& c : cases) {
     PrefixIndex idx;
@@ -48,9 +56,28 @@ TEST(PrefixIndex, EventsInOverlapOut) {
       if (e.kind == 's') idx.stored(e.replica, e.hashes);
       if (e.kind == 'r') idx.removed(e.replica, e.hashes);
       if (e.kind == 'c') idx.cleared(e.replica);
+      if (e.kind == 'e') idx.expect(e.replica, e.hashes);
+      if (e.kind == 'u') idx.unexpect(e.replica, e.hashes);
     }
     for (int r = 0; r < 2; ++r) EXPECT_EQ(idx.overlap(r, c.query), c.overlap[size_t(r)]) << c.name << " replica " << r;
   }
+}
+
+TEST(PrefixIndex, ExpectedBlocksAreNotStoredOnes) {
+  PrefixIndex idx;
+  idx.stored(0, chain(1, 2));
+  idx.expect(0, chain(1, 5));
+  EXPECT_EQ(idx.overlap(0, chain(1, 5)), 5);
+  EXPECT_EQ(idx.overlap(0, chain(1, 5), false), 2) << "stored only: what a KV fetch can read";
+  EXPECT_EQ(idx.n_blocks(0), 2);
+  EXPECT_EQ(idx.n_expected(0), 5);
+  EXPECT_EQ(idx.n_held_or_expected(0), 5);
+  idx.stored(0, chain(2, 3));
+  EXPECT_EQ(idx.n_held_or_expected(0), 8);
+  EXPECT_EQ(idx.n_holders(1004), 0);
+  idx.unexpect(0, chain(1, 5));
+  EXPECT_EQ(idx.n_expected(0), 0);
+  EXPECT_EQ(idx.overlap(0, chain(1, 5)), 2);
 }
 
 TEST(PrefixIndex, CountsFollowTheEvents) {
@@ -82,14 +109,35 @@ TEST(RoutePolicy, TableOfChoices) {
       {"least_load: fewer tokens", "least_load", {{true, 100, 50, 0, 0}, {true, 10, 20, 0, 0}}, 64, 1},
       {"least_load: kv usage counts", "least_load", {{true, 0, 0, 0.5, 0}, {true, 100, 0, 0, 0}}, 64, 1},
       {"least_load: tie to the lowest index", "least_load", {idle, idle}, 64, 0},
+      {"least_load: a tie to the lowest index, whatever the caches", "least_load",
+       {{true, 0, 0, 0, 0, 9}, {true, 0, 0, 0, 0, 3}}, 64, 0},
+      {"prefix_aware: nobody holds it, idle: to the smaller cache", "prefix_aware",
+       {{true, 0, 0, 0, 0, 300}, {true, 0, 0, 0, 0, 200}}, 160, 1},
+      {"prefix_aware: the cost first, the cache size only on a tie", "prefix_aware",
+       {{true, 0, 0, 0, 0, 300}, {true, 1, 0, 0, 0, 200}}, 160, 0},
       {"least_load: down is skipped", "least_load", {{false, 0, 0, 0, 0}, {true, 999, 0, 0, 0}}, 64, 1},
       {"prefix_aware: the holder wins when loads are equal", "prefix_aware", {idle, {true, 0, 0, 0, 8}}, 160, 1},
       {"prefix_aware: overlap 8 blocks (128 tokens) beats 100 tokens of load", "prefix_aware",
        {{true, 0, 0, 0, 0}, {true, 100, 0, 0, 8}}, 160, 1},
-      {"prefix_aware: 200 tokens of load outweigh 128 cached", "prefix_aware",
-       {{true, 0, 0, 0, 0}, {true, 200, 0, 0, 8}}, 160, 0},
-      // capped: 40 + 0 vs 0 + 32 (uncapped, replica 0 would cost 40 + 32 - 1600 and win)
-      {"prefix_aware: overlap capped at the prompt", "prefix_aware", {{true, 40, 0, 0, 100}, {true, 0, 0, 0, 0}}, 32, 1},
+      // 0 + 160 + 128 (recomputed, and cached a second time) vs 200 + 32
+      {"prefix_aware: 200 tokens of load do not outweigh 128 cached, counted twice", "prefix_aware",
+       {{true, 0, 0, 0, 0}, {true, 200, 0, 0, 8}}, 160, 1},
+      {"prefix_aware: 300 tokens of load outweigh 128 cached, counted twice", "prefix_aware",
+       {{true, 0, 0, 0, 0}, {true, 300, 0, 0, 8}}, 160, 0},
+      {"prefix_aware: waiting and running tokens both count", "prefix_aware",
+       {{true, 0, 0, 0, 0}, {true, 150, 150, 0, 8}}, 160, 0},
+      // both hold the first 4 blocks (a shared system prompt): only the 4 more that replica 1 holds are duplicated
+      // 0 + 96 + 64 = 160 vs 150 + 32 = 182, and vs 100 + 32 = 132
+      {"prefix_aware: only the part held elsewhere is duplicated (holder busy)", "prefix_aware",
+       {{true, 0, 0, 0, 4}, {true, 150, 0, 0, 8}}, 160, 0},
+      {"prefix_aware: only the part held elsewhere is duplicated (holder less busy)", "prefix_aware",
+       {{true, 0, 0, 0, 4}, {true, 100, 0, 0, 8}}, 160, 1},
+      {"prefix_aware: nobody holds it: by load", "prefix_aware", {{true, 100, 0, 0, 0}, {true, 99, 0, 0, 0}}, 160, 1},
+      // a down replica's blocks are no one's to duplicate: 50 + 160 vs 0 + 160
+      {"prefix_aware: what only a down replica holds is not duplicated", "prefix_aware",
+       {{true, 50, 0, 0, 0}, {true, 0, 0, 0, 0}, {false, 0, 0, 0, 8}}, 160, 1},
+      // capped: 70 + 0 vs 0 + 32 + 32 (uncapped, replica 0 would cost 70 + 32 - 1600 and win)
+      {"prefix_aware: overlap capped at the prompt", "prefix_aware", {{true, 70, 0, 0, 100}, {true, 0, 0, 0, 0}}, 32, 1},
       {"prefix_aware: holder down", "prefix_aware", {{true, 50, 0, 0, 0}, {false, 0, 0, 0, 8}}, 160, 0},
       {"none up", "prefix_aware", {{false, 0, 0, 0, 0}, {false, 0, 0, 0, 0}}, 16, -1},
       {"none up (round_robin)", "round_robin", {{false, 0, 0, 0, 0}}, 16, -1},
@@ -99,6 +147,18 @@ TEST(RoutePolicy, TableOfChoices) {
     RoutePolicyState p(parse_route_policy(c.policy, "router.policy"), cost);
     EXPECT_EQ(p.choose(c.replicas, c.prompt_tokens), c.expect) << c.name;
   }
+}
+
+TEST(RoutePolicy, CostIsStatedInTokens) {
+  const ReplicaState r{true, 10, 20, 0.5, 4};  // 30 tokens of load, holds 4 blocks (64 tokens)
+  const RouteCostParams cost{16, 100};
+  EXPECT_DOUBLE_EQ(RoutePolicyState(RoutePolicy::PrefixAware, cost).cost(r, 160, 8), 30 + 50 + 96 + 64);
+  EXPECT_DOUBLE_EQ(RoutePolicyState(RoutePolicy::PrefixAware, cost).cost(r, 160, 2), 30 + 50 + 96)
+      << "it is the best holder itself: nothing duplicated";
+  EXPECT_DOUBLE_EQ(RoutePolicyState(RoutePolicy::PrefixAware, cost).cost(r, 160, 20), 30 + 50 + 96 + 96)
+      << "the duplicate is capped at the prompt";
+  EXPECT_DOUBLE_EQ(RoutePolicyState(RoutePolicy::LeastLoad, cost).cost(r, 160, 8), 30 + 50);
+  EXPECT_DOUBLE_EQ(RoutePolicyState(RoutePolicy::RoundRobin, cost).cost(r, 160, 8), 0);
 }
 
 TEST(RoutePolicy, RoundRobinCyclesOverReplicasUp) {

@@ -4,7 +4,8 @@ two real SmolLM2 replicas (tp 1, one thread each, KV events over ZeroMQ, KV bloc
   1. A long prompt P goes through the router to replica A (a tie goes to the first), then again: a prefix hit on A
      (the reference text). The router's index learns A's blocks from its KV events.
   2. A is loaded: a long request sharing P's prefix (routed to A, its holder) keeps it busy, so for P the stated
-     cost (in-flight tokens + prompt - block_size x overlap) favours B.
+     cost (coordinator/router_policy.h: in-flight tokens + prompt - block_size x overlap + the prefix B would cache a
+     second time) favours B: ~1000 tokens in flight on A vs ~2 x 300 for B.
   3. P again: the router sends it to B with kv_transfer_params.fetch_from = A; B fetches P's blocks from A over
      UCX and answers with A's greedy text. Asserted through /metrics: B ran one fetch of the prompt's whole blocks
      (but the last token's) with no failure and computed at most the rest; A exported once and released its pin;
@@ -88,7 +89,7 @@ try:
 
     def load():
         load_done["r"] = call(rp, "POST", "/v1/completions",
-                              {"prompt": P + " and then", "max_tokens": 600, "temperature": 0, "ignore_eos": True})
+                              {"prompt": P + " and then", "max_tokens": 1000, "temperature": 0, "ignore_eos": True})
 
     t = threading.Thread(target=load)
     t.start()
