@@ -11,6 +11,9 @@
 // (--quantized keep) or dequantized to --dtype. The last column, bytes/token, is the weight bytes a decode step
 // streams: every linear slice and the lm_head (resident bytes less the mapped embedding rows, of which one row
 // a token is read).
+// TP_BENCH_CPU=1 also prints to stderr, per repetition (warm-up included), the tg rate in this thread's CPU time
+// beside the wall-clock one: on a machine shared with other jobs the wall rate counts the time the scheduler gave
+// away (at 1 thread the forward runs in this thread, so the CPU-time rate is the step's own cost).
 // The KV budget is 256 MiB or 64 KiB a token of D + max(P, G), whichever is more (cache.dtype bf16).
 //   [mpirun -np T] decode_bench --model PATH [--dtype bf16|f32] [--quantized keep|dequantize] [--device cpu|cuda]
 //                               [--threads N]
@@ -21,6 +24,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <ctime>
 #include <exception>
 #include <random>
 #include <sstream>
@@ -159,8 +164,16 @@ int run(int argc, char** argv) {
     const tp::ForwardTimes after_pp = times;
     times = {};
     auto t2 = clock::now();
+    timespec c2, c3;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c2);
     for (int64_t i = 0; i < tg; ++i) feed({prompt[size_t(i % pp)]}, depth + i);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c3);
     auto t3 = clock::now();
+    if (std::getenv("TP_BENCH_CPU") != nullptr) {
+      const double cpu_s = double(c3.tv_sec - c2.tv_sec) + 1e-9 * double(c3.tv_nsec - c2.tv_nsec);
+      std::fprintf(stderr, "tg%lld cpu %.2f tok/s wall %.2f tok/s\n", (long long)tg, double(tg) / cpu_s,
+                   double(tg) / std::chrono::duration<double>(t3 - t2).count());
+    }
     if (r < 0) continue;
     pp_rates.push_back(double(pp) / std::chrono::duration<double>(t1 - t0).count());
     tg_rates.push_back(double(tg) / std::chrono::duration<double>(t3 - t2).count());

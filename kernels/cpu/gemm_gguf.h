@@ -69,7 +69,8 @@ struct GgufActs {
   // two 64-byte loads: for h = 0, 1: x[128h + 0..31], x[128h + 64..95] (the low nibbles), then
   // x[128h + 32..63], x[128h + 96..127] (the high nibbles).
   std::vector<int8_t> k4_x;         // [m, n_in]
-  int64_t n_blocks() const { return n_in / (type == GgufActType::Q8_K ? 256 : 32); }
+  // (A shift, not a division: the kernels ask for it per chunk of rows. n_in ≥ 0 and a multiple of the block.)
+  int64_t n_blocks() const { return n_in >> (type == GgufActType::Q8_K ? 8 : 5); }
 };
 void quantize_gguf_acts(const float* x, int64_t m, int64_t n_in, GgufActType type, GgufActs* out);
 
