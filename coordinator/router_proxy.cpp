@@ -178,7 +178,8 @@ HttpResponse RouterApi::plain(const HttpRequest& req, const json& body, const Ro
 }
 
 HttpResponse RouterApi::stream(const HttpRequest& req, ResponseStream& out, const json& body, const RouteInfo& info) {
-  StreamTracker tracker(info.chat, info.client_wants_token_ids, info.n_choices, info.echo_bytes, info.echo_logprobs);
+  StreamTracker tracker(info.chat, info.client_wants_token_ids, info.n_choices, info.echo_bytes, info.echo_logprobs,
+                        info.include_usage, int64_t(info.prompt.size()));
   std::set<int> exclude;
   std::string last_error;
   bool started = false, client_gone = false, resuming = false, moved = false;
@@ -249,7 +250,7 @@ HttpResponse RouterApi::stream(const HttpRequest& req, ResponseStream& out, cons
       break;
     }
     if (!failed && head.status == 200 && tracker.finished()) {  // ended without [DONE]: finish it for the client
-      out.write(sse_event("[DONE]"));
+      out.write(tracker.close());
       return log_only;
     }
     if (resuming && !failed && head.status == 200 && tracker.choice_finished(choice)) continue;  // the next choice
@@ -259,6 +260,10 @@ HttpResponse RouterApi::stream(const HttpRequest& req, ResponseStream& out, cons
     else if (!failed) last_error = c.url + " ended the stream early";
     replicas_.mark_down(c.replica, last_error);
     exclude.insert(c.replica);
+    if (started && tracker.finished()) {  // it died after the last finish_reason: nothing to replay
+      out.write(tracker.close());
+      return log_only;
+    }
     if (started) {
       if (!info.replayable) {
         last_error = "a stream with " + info.not_replayable + " cannot resume on another replica; " + last_error;

@@ -39,7 +39,6 @@ RouteInfo route_info(const json& body, bool chat, const Tokenizer& tok, const Ch
     // The first feature a resumption (one prompt + the tokens already sent, one continuation) cannot carry.
     const std::pair<bool, const char*> blockers[] = {
         {job.prompts.size() != 1, "several prompts"},
-        {job.params.n > 1 && job.params.include_usage, "n > 1 and stream_options.include_usage"},
         {job.params.constraint.active(), "an output constraint (response_format or guided decoding)"},
         {bool(job.tool_syntax), "tools"},
         {bool(job.params.prompt_logprobs), "prompt_logprobs"},
@@ -49,6 +48,7 @@ RouteInfo route_info(const json& body, bool chat, const Tokenizer& tok, const Ch
       if (blocks && info.not_replayable.empty()) info.not_replayable = what;
     info.replayable = info.not_replayable.empty();
     info.n_choices = job.params.n;
+    info.include_usage = job.params.include_usage;
     info.ignore_eos = job.params.ignore_eos;
     info.echo_bytes = int64_t(job.prompts.at(0).echo.size());
     if (job.echo_logprobs >= 0) info.echo_logprobs = int64_t(info.prompt.size());

@@ -32,8 +32,9 @@ struct RouteInfo {
   bool chat = false;
   bool stream = false;
   bool tokenized = false;              // false: the body did not parse here (forwarded as it is, not replayable mid-stream)
-  bool replayable = false;             // one prompt, no prompt_logprobs, output constraint or tools (n > 1:
-                                       // no usage chunk): a stream can resume
+  bool replayable = false;             // one prompt, no prompt_logprobs, output constraint or tools: a
+                                       // stream can resume
+  bool include_usage = false;          // stream_options.include_usage
   int32_t n_choices = 1;               // n
   // Why a stream of this request cannot resume on another replica, as the error its client gets names it
   // ("n > 1", "logprobs", ...); "" when replayable.

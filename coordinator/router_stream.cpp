@@ -55,8 +55,12 @@ void drop_logprob_entries(json& lp, int64_t n) {
 }  // namespace
 
 StreamTracker::StreamTracker(bool chat, bool client_wants_token_ids, int32_t n_choices, int64_t echo_bytes,
-                             int64_t echo_logprobs)
-    : chat_(chat), keep_ids_(client_wants_token_ids), choices_(size_t(std::max(n_choices, 1))) {
+                             int64_t echo_logprobs, bool include_usage, int64_t n_prompt_tokens)
+    : chat_(chat),
+      keep_ids_(client_wants_token_ids),
+      choices_(size_t(std::max(n_choices, 1))),
+      include_usage_(include_usage),
+      n_prompt_tokens_(n_prompt_tokens) {
   for (Choice& c : choices_) {
     c.echo_left = echo_bytes;
     c.echo_lp_left = echo_logprobs;
@@ -105,9 +109,11 @@ StreamEvent StreamTracker::on_event(const std::string& data) {
   if (data == "[DONE]") {
     segment_done_ = true;
     ev.kind = StreamEvent::Kind::Done;
-    if (current_ < 0 || finished()) {  // a continuation's [DONE] while other choices still owe text: not yet
+    if (current_ < 0) {
       done_ = true;
       ev.out = sse_event("[DONE]");
+    } else if (finished()) {  // a continuation's [DONE] while other choices still owe text: not yet
+      ev.out = close();
     }
     return ev;
   }
@@ -122,6 +128,8 @@ StreamEvent StreamTracker::on_event(const std::string& data) {
     return ev;
   }
   ++n_chunks_;
+  if (auto ch = j.find("choices"); ch != j.end() && ch->is_array() && ch->empty() && j.contains("usage"))
+    return on_usage(j);
   if (current_ < 0 && id_.is_null()) {
     id_ = j.value("id", json());
     created_ = j.value("created", json());
@@ -145,6 +153,43 @@ StreamEvent StreamTracker::on_event(const std::string& data) {
   }
   ev.out = sse_event(j.dump());
   return ev;
+}
+
+StreamEvent StreamTracker::on_usage(json& j) {
+  StreamEvent ev;
+  if (current_ < 0) {  // the unbroken response's own
+    usage_sent_ = true;
+    ev.out = sse_event(j.dump());
+    return ev;
+  }
+  const json& u = j["usage"];
+  if (u.is_object()) {
+    if (auto p = u.find("prompt_tokens"); p != u.end() && p->is_number_integer()) usage_prompt_ = p->get<int64_t>();
+    if (auto c = u.find("completion_tokens"); c != u.end() && c->is_number_integer())
+      choices_.at(size_t(current_)).usage_completion = c->get<int64_t>();
+  }
+  return ev;  // one usage chunk for all the choices, at the end (close())
+}
+
+std::string StreamTracker::close() {
+  std::string out;
+  if (include_usage_ && !usage_sent_) {
+    int64_t completion = 0;
+    for (const Choice& ch : choices_)
+      completion += ch.usage_completion >= 0 ? ch.usage_completion : int64_t(ch.tokens.size());
+    const int64_t prompt = usage_prompt_ >= 0 ? usage_prompt_ : n_prompt_tokens_;
+    const json u = {{"id", id_},
+                    {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
+                    {"created", created_},
+                    {"model", model_},
+                    {"choices", json::array()},
+                    {"usage", {{"prompt_tokens", prompt}, {"completion_tokens", completion},
+                               {"total_tokens", prompt + completion}}}};
+    out = sse_event(u.dump());
+    usage_sent_ = true;
+  }
+  done_ = true;
+  return out + sse_event("[DONE]");
 }
 
 bool StreamTracker::on_choice(Choice& ch, json& c, bool& output) {

@@ -11,6 +11,11 @@
 // nothing left pending; before an end-of-generation token); the tokens after it are generated again (greedy or seeded: the same ones), and the
 // router drops from the continuation what the client already has — the first `skip` text bytes (the sent part
 // of a token whose text was cut), the ids and the logprobs entries it was already sent.
+// Usage (stream_options.include_usage): after a replay the continuations' usage chunks are not passed on; the
+// client gets ONE usage chunk before [DONE], as the unfailed run's: prompt tokens once (a continuation's
+// prompt_tokens, which excludes its continued output; else the router's count), completion tokens summed over
+// the choices (a choice's continuation's completion_tokens, which include its continued output; else the ids
+// it received).
 // One stream, one thread.
 #pragma once
 #include <cstdint>
@@ -45,8 +50,10 @@ class StreamTracker {
   // n_choices: the response's choices (n), indices [0, n). echo_bytes: the size of the completions echo (the
   // prompt's text) that leads each choice's text; 0: none. echo_logprobs: the prompt's entries leading each
   // choice's logprobs (completions echo + logprobs); 0: none.
+  // include_usage: the client asked for a usage chunk; n_prompt_tokens: the router's count of the prompt (used
+  // only when no continuation reported one).
   StreamTracker(bool chat, bool client_wants_token_ids, int32_t n_choices = 1, int64_t echo_bytes = 0,
-                int64_t echo_logprobs = 0);
+                int64_t echo_logprobs = 0, bool include_usage = false, int64_t n_prompt_tokens = 0);
 
   // One event's data from the replica. After continue_choice(i), the events are an n = 1 continuation of
   // choice i: its index 0 becomes i, its chunks get the original response's identity, and its [DONE] goes to
@@ -69,6 +76,9 @@ class StreamTracker {
   // Choice i's text the client got (echo excluded).
   int64_t text_bytes(int32_t i = 0) const { return choices_.at(size_t(i)).text_bytes; }
   bool finished() const { return next_choice() < 0; }  // every choice got its finish_reason
+  // Every choice finished but the stream did not close (no [DONE]; after a replay, or the replica died before
+  // it): the usage chunk the client is owed, if any, and [DONE]. Marks done().
+  std::string close();
   bool choice_finished(int32_t i) const { return choices_.at(size_t(i)).finished; }
   bool done() const { return done_; }                  // [DONE] sent to the client
   bool segment_done() const { return segment_done_; }  // the current replica's response ended with [DONE]
@@ -89,7 +99,10 @@ class StreamTracker {
     int64_t skip_ids = 0;          // continuation ids the client already has
     int64_t lp_sent = 0;           // output logprobs entries the client got (echo's excluded)
     int64_t skip_lp = 0;           // continuation logprobs entries the client already has
+    int64_t usage_completion = -1; // completion_tokens of its continuation's usage chunk; -1: none came
   };
+  // Takes a usage chunk `j` (choices []): passed on from the original response, kept from a continuation.
+  StreamEvent on_usage(nlohmann::json& j);
   // Tracks and rewrites one choice object of a chunk; false: drop the chunk (a role chunk the client has).
   // `output`: set when it carried generated output (token ids, text past the echo, a finish_reason).
   bool on_choice(Choice& ch, nlohmann::json& c, bool& output);
@@ -100,6 +113,10 @@ class StreamTracker {
   int32_t current_ = -1;           // the choice a continuation is of; -1: the original response
   int64_t n_chunks_ = 0;
   int64_t n_output_chunks_ = 0;
+  const bool include_usage_;
+  const int64_t n_prompt_tokens_;
+  bool usage_sent_ = false;        // the client has a usage chunk
+  int64_t usage_prompt_ = -1;      // prompt_tokens of a continuation's usage chunk; -1: none came
   // The original response's identity, taken from its first chunk.
   nlohmann::json id_, created_, model_;
 };

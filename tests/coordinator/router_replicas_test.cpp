@@ -525,7 +525,7 @@ TEST(RouterRequest, WhyAStreamCannotResume) {
       {json::object(), ""},
       {{{"temperature", 0.7}, {"seed", 3}}, ""},
       {{{"n", 2}}, ""},
-      {{{"n", 2}, {"stream_options", {{"include_usage", true}}}}, "n > 1 and stream_options.include_usage"},
+      {{{"n", 2}, {"stream_options", {{"include_usage", true}}}}, ""},
       {{{"logprobs", 2}}, ""},
       {{{"echo", true}, {"logprobs", 0}}, ""},
       {{{"prompt_logprobs", 1}}, "prompt_logprobs"},
@@ -633,6 +633,64 @@ TEST(RouterStream, ChoicesOfAnNRequestContinueOneAtATime) {
   EXPECT_EQ(v[1].ids, (std::vector<int32_t>{y, ab, x}));
   EXPECT_EQ(v[2].text, "zy");
   EXPECT_EQ(v[2].ids, (std::vector<int32_t>{z, y}));
+}
+
+// n = 2 with a usage chunk: the continuations' own usage chunks are not passed on; one chunk at the end counts
+// the prompt once and the completion tokens of every choice (a continuation's count includes its continued
+// output; a choice finished before the replay counts its ids), with the original response's identity.
+TEST(RouterStream, AReplayOfNChoicesSendsOneUsageChunk) {
+  const Tokenizer& tok = byte_tokenizer();
+  const int32_t x = 'x', y = 'y', z = 'z';
+  StreamTracker t(false, true, 2, 0, 0, /*include_usage=*/true, /*n_prompt_tokens=*/9);
+  const auto indexed = [](int index, const std::string& text, const std::vector<int32_t>& ids, const char* finish) {
+    json j = json::parse(chunk(text, ids, finish));
+    j["choices"][0]["index"] = index;
+    return j.dump();
+  };
+  const auto usage = [](const char* id, int64_t prompt, int64_t completion) {
+    return json{{"id", id}, {"object", "text_completion"}, {"created", 5}, {"model", "m"}, {"choices", json::array()},
+                {"usage", {{"prompt_tokens", prompt}, {"completion_tokens", completion},
+                           {"total_tokens", prompt + completion}}}}
+        .dump();
+  };
+  EXPECT_FALSE(t.on_event(indexed(0, "xy", {x, y}, nullptr)).out.empty());
+  EXPECT_FALSE(t.on_event(indexed(0, "", {}, "length")).out.empty());
+  EXPECT_FALSE(t.on_event(indexed(1, "z", {z}, nullptr)).out.empty());
+  t.begin_replay(tok, false);
+  ASSERT_EQ(t.next_choice(), 1);
+  t.continue_choice(1);
+  EXPECT_FALSE(t.on_event(indexed(0, "zz", {z, z}, "length")).out.empty());
+  EXPECT_TRUE(t.on_event(usage("cmpl-7", 4, 3)).out.empty()) << "choice 1's own usage: not for the client";
+  const StreamEvent e = t.on_event("[DONE]");
+  EXPECT_TRUE(t.done());
+  const std::string first = e.out.substr(0, e.out.find("\n\n") + 2);
+  ASSERT_EQ(first.rfind("data: ", 0), 0u) << e.out;
+  const json u = json::parse(first.substr(6));
+  EXPECT_EQ(u["id"], "cmpl-1") << "the original response's identity";
+  EXPECT_EQ(u["created"], 1);
+  EXPECT_EQ(u["choices"], json::array());
+  EXPECT_EQ(u["usage"], json({{"prompt_tokens", 4}, {"completion_tokens", 2 + 3}, {"total_tokens", 9}}))
+      << "the replica's prompt count once; choice 0's 2 ids + choice 1's continuation's 3";
+  EXPECT_EQ(e.out.substr(first.size()), sse_event("[DONE]"));
+
+  // Every choice finished before the replica died (no usage chunk, no [DONE] came): close() owes both, the
+  // prompt as the router counted it.
+  StreamTracker a(false, true, 1, 0, 0, true, 9);
+  a.on_event(chunk("xy", {x, y}, "stop"));
+  ASSERT_TRUE(a.finished());
+  const std::string closed = a.close();
+  const json ua = json::parse(closed.substr(6, closed.find("\n\n") - 6));
+  EXPECT_EQ(ua["usage"], json({{"prompt_tokens", 9}, {"completion_tokens", 2}, {"total_tokens", 11}}));
+  EXPECT_TRUE(a.done());
+  // The unbroken response's own usage chunk is passed on, and not sent twice.
+  StreamTracker b(false, true, 1, 0, 0, true, 9);
+  b.on_event(chunk("xy", {x, y}, "stop"));
+  EXPECT_FALSE(b.on_event(usage("cmpl-1", 9, 2)).out.empty());
+  EXPECT_EQ(b.close(), sse_event("[DONE]"));
+  // Without include_usage, no usage chunk is made up.
+  StreamTracker c(false, true, 1);
+  c.on_event(chunk("xy", {x, y}, "stop"));
+  EXPECT_EQ(c.close(), sse_event("[DONE]"));
 }
 
 }  // namespace

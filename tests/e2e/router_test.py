@@ -16,7 +16,8 @@
     whose stop string is the rest of its own output (so A holds back every character after token 12 when it
     dies), and a seeded temperature-0.8 chat stream with logprobs, top_logprobs 2 and a usage chunk — all resume
     on B with the unfailed run's token ids, text, logprobs (text offsets included; values within 2e-3) and usage. A streamed n = 2
-    seeded request on A at the kill resumes too: each choice equals the unfailed run's.
+    seeded request with a usage chunk on A at the kill resumes too: each choice equals the unfailed run's, and its
+    one usage chunk too.
 usage: router_test.py TPSERVE_BINARY REPO_ROOT"""
 import http.client, json, os, signal, subprocess, sys, tempfile, threading, time
 
@@ -65,7 +66,7 @@ def stream(port, body, timeout=120, r=None, path="/v1/completions"):
     arrives. `path`: /v1/completions or /v1/chat/completions."""
     r = r if r is not None else {}
     r.update({"status": 0, "token_ids": [], "text": "", "finish": None, "done": False, "error": None, "marks": {},
-              "lp": [], "roles": 0, "by_index": {}, "usage": None})
+              "lp": [], "roles": 0, "by_index": {}, "usage": None, "n_usage": 0})
     try:
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
         c.request("POST", path, json.dumps(dict(body, stream=True, return_token_ids=True)),
@@ -84,6 +85,7 @@ def stream(port, body, timeout=120, r=None, path="/v1/completions"):
                 r["error"] = j["error"]
                 continue
             r["usage"] = j.get("usage") or r["usage"]
+            r["n_usage"] += bool(j.get("usage"))
             for ch in j.get("choices", []):
                 r["token_ids"] += ch.get("token_ids", [])
                 mine = r["by_index"].setdefault(ch.get("index", 0), {"token_ids": [], "text": "", "finish": None})
@@ -294,7 +296,8 @@ try:
             "max_tokens": n5, "temperature": 0.8, "seed": 99, "logprobs": True, "top_logprobs": 2, "ignore_eos": True,
             "stream_options": {"include_usage": True}}
     CHAT = "/v1/chat/completions"
-    two_body = dict(sampled, n=2)  # n = 2, seeded: choice i samples with seed + i
+    # n = 2, seeded (choice i samples with seed + i), with a usage chunk (one for both choices after a replay)
+    two_body = dict(sampled, n=2, stream_options={"include_usage": True})
     # the unfailed references, run concurrently (a batched run equals each request alone)
     ref5, two_ref = [{}, {}, {}], {}
     rts = [threading.Thread(target=stream, args=(rp, b, 180, r, p)) for b, r, p in
@@ -351,13 +354,17 @@ try:
                "lp_diff": [(i, x, y) for i, (x, y) in enumerate(zip(r.get("lp", []), ref_r["lp"])) if x != y][:5]})
     ref_two = [two_ref["by_index"].get(i, {}) for i in range(2)]
     got_two = [two.get("by_index", {}).get(i, {}) for i in range(2)]
-    check(f"references: an n = 2 seeded stream, two different choices of {n5} ids",
+    check(f"references: an n = 2 seeded stream, two different choices of {n5} ids, usage {2 * n5} completion tokens",
           two_ref["done"] and all(len(c.get("token_ids", [])) == n5 for c in ref_two) and
-          ref_two[0]["token_ids"] != ref_two[1]["token_ids"], [len(c.get("token_ids", [])) for c in ref_two])
-    check("a streamed n = 2 seeded request on A resumes too: each choice (continued as n = 1 with seed + i) has the "
-          "unfailed run's token ids and text, one [DONE] at the end",
-          two.get("done") and not two.get("error") and all(g == r for g, r in zip(got_two, ref_two)),
-          {"error": two.get("error"), "done": two.get("done"),
+          ref_two[0]["token_ids"] != ref_two[1]["token_ids"] and
+          (two_ref["usage"] or {}).get("completion_tokens") == 2 * n5 and two_ref["n_usage"] == 1,
+          [len(c.get("token_ids", [])) for c in ref_two] + [two_ref["usage"]])
+    check("a streamed n = 2 seeded request with include_usage on A resumes too: each choice (continued as n = 1 "
+          "with seed + i) has the unfailed run's token ids and text, one usage chunk equal to the unfailed run's, "
+          "one [DONE] at the end",
+          two.get("done") and not two.get("error") and all(g == r for g, r in zip(got_two, ref_two)) and
+          two.get("usage") == two_ref["usage"] and two.get("n_usage") == 1,
+          {"error": two.get("error"), "done": two.get("done"), "usage": (two.get("usage"), two.get("n_usage")),
            "n": [len(c.get("token_ids", [])) for c in got_two],
            "first_diff": [next((k for k, (a, b) in enumerate(zip(g.get("token_ids", []), r["token_ids"])) if a != b), None)
                           for g, r in zip(got_two, ref_two)]})
