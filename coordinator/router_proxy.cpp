@@ -179,7 +179,7 @@ HttpResponse RouterApi::plain(const HttpRequest& req, const json& body, const Ro
 
 HttpResponse RouterApi::stream(const HttpRequest& req, ResponseStream& out, const json& body, const RouteInfo& info) {
   StreamTracker tracker(info.chat, info.client_wants_token_ids, info.n_choices, info.echo_bytes, info.echo_logprobs,
-                        info.include_usage, int64_t(info.prompt.size()));
+                        info.include_usage, int64_t(info.prompt.size()), info.prompt_logprobs);
   std::set<int> exclude;
   std::string last_error;
   bool started = false, client_gone = false, resuming = false, moved = false;

@@ -41,7 +41,6 @@ RouteInfo route_info(const json& body, bool chat, const Tokenizer& tok, const Ch
         {job.prompts.size() != 1, "several prompts"},
         {job.params.constraint.active(), "an output constraint (response_format or guided decoding)"},
         {bool(job.tool_syntax), "tools"},
-        {bool(job.params.prompt_logprobs), "prompt_logprobs"},
         {job.params.continuation || job.params.resumed_output_tokens > 0, "its own continuation"},
     };
     for (const auto& [blocks, what] : blockers)
@@ -49,6 +48,7 @@ RouteInfo route_info(const json& body, bool chat, const Tokenizer& tok, const Ch
     info.replayable = info.not_replayable.empty();
     info.n_choices = job.params.n;
     info.include_usage = job.params.include_usage;
+    info.prompt_logprobs = job.params.prompt_logprobs.has_value();
     info.ignore_eos = job.params.ignore_eos;
     info.echo_bytes = int64_t(job.prompts.at(0).echo.size());
     if (job.echo_logprobs >= 0) info.echo_logprobs = int64_t(info.prompt.size());
@@ -84,7 +84,10 @@ std::string forward_body(json body, const RouteInfo& info, const std::string& fe
 std::string replay_body(const json& original, const RouteInfo& info, int32_t choice, const std::vector<int32_t>& output,
                         bool from_start) {
   json b = forwarded(original, info, "");
-  if (!from_start) b["tpserve_continuation"] = output;
+  if (!from_start) {
+    b["tpserve_continuation"] = output;
+    b.erase("prompt_logprobs");  // the client has them (router_stream.h: else the replay is from the start)
+  }
   if (info.n_choices > 1) {  // choice i alone, sampled as the engine samples choice i of n: seed + i
     b.erase("n");
     b.erase("best_of");

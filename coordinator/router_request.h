@@ -10,7 +10,8 @@
 //                fields, same seed) plus tpserve_continuation = the choice's tokens already output (router_stream.h
 //                says which), which the replica takes as output already sent (openai_request.h): prompt + those
 //                tokens re-prefilled, counted by max_tokens, the penalties and usage, only what follows streamed —
-//                in the original response's shape, logprobs included. Choice i of an n > 1 request continues as
+//                in the original response's shape, logprobs included; without prompt_logprobs (the client has
+//                them from the choice's first chunk). Choice i of an n > 1 request continues as
 //                an n = 1 request with seed + i: the engine samples choice i with seed + i (request.h), each
 //                choice on its own (its own history, the draw at its own positions).
 // A body the router cannot tokenize (a bad field, an unknown model) is still forwarded: the replica answers with
@@ -32,9 +33,9 @@ struct RouteInfo {
   bool chat = false;
   bool stream = false;
   bool tokenized = false;              // false: the body did not parse here (forwarded as it is, not replayable mid-stream)
-  bool replayable = false;             // one prompt, no prompt_logprobs, output constraint or tools: a
-                                       // stream can resume
+  bool replayable = false;             // one prompt, no output constraint or tools: a stream can resume
   bool include_usage = false;          // stream_options.include_usage
+  bool prompt_logprobs = false;        // prompt_logprobs asked for
   int32_t n_choices = 1;               // n
   // Why a stream of this request cannot resume on another replica, as the error its client gets names it
   // ("n > 1", "logprobs", ...); "" when replayable.

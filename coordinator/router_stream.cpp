@@ -55,11 +55,13 @@ void drop_logprob_entries(json& lp, int64_t n) {
 }  // namespace
 
 StreamTracker::StreamTracker(bool chat, bool client_wants_token_ids, int32_t n_choices, int64_t echo_bytes,
-                             int64_t echo_logprobs, bool include_usage, int64_t n_prompt_tokens)
+                             int64_t echo_logprobs, bool include_usage, int64_t n_prompt_tokens,
+                             bool prompt_logprobs)
     : chat_(chat),
       keep_ids_(client_wants_token_ids),
       choices_(size_t(std::max(n_choices, 1))),
       include_usage_(include_usage),
+      prompt_logprobs_(prompt_logprobs),
       n_prompt_tokens_(n_prompt_tokens) {
   for (Choice& c : choices_) {
     c.echo_left = echo_bytes;
@@ -136,12 +138,17 @@ StreamEvent StreamTracker::on_event(const std::string& data) {
     model_ = j.value("model", json());
   }
   bool output = false;
+  const auto top_lp = j.find("prompt_logprobs");  // chat's, beside the choice's first output
+  const bool chat_prompt_lp = top_lp != j.end() && !top_lp->is_null();
   if (auto ch = j.find("choices"); ch != j.end() && ch->is_array()) {
     for (json& c : *ch) {
       if (!c.is_object()) continue;
       int64_t index = c.value("index", int64_t(0));
       if (current_ >= 0 && index == 0) c["index"] = index = current_;  // an n = 1 continuation of choice current_
-      if (index >= 0 && index < int64_t(choices_.size()) && !on_choice(choices_[size_t(index)], c, output)) return ev;
+      if (index >= 0 && index < int64_t(choices_.size())) {
+        if (chat_prompt_lp) choices_[size_t(index)].prompt_lp_sent = true;
+        if (!on_choice(choices_[size_t(index)], c, output)) return ev;
+      }
       if (!keep_ids_) c.erase("token_ids");
     }
   }
@@ -211,6 +218,7 @@ bool StreamTracker::on_choice(Choice& ch, json& c, bool& output) {
     }
     *t = std::move(kept);
   }
+  if (auto p = c.find("prompt_logprobs"); p != c.end() && !p->is_null()) ch.prompt_lp_sent = true;  // completions'
   if (auto lp = c.find("logprobs"); lp != c.end() && lp->is_object()) {
     // The prompt's entries lead a stream's first chunk (echo); a continuation's first ones the client may
     // have already. Never both: a replay that still owes the echo starts over (replay_from_start).

@@ -51,9 +51,11 @@ class StreamTracker {
   // prompt's text) that leads each choice's text; 0: none. echo_logprobs: the prompt's entries leading each
   // choice's logprobs (completions echo + logprobs); 0: none.
   // include_usage: the client asked for a usage chunk; n_prompt_tokens: the router's count of the prompt (used
-  // only when no continuation reported one).
+  // only when no continuation reported one). prompt_logprobs: the client asked for them (they come with each
+  // choice's first output chunk; a continuation is sent without the field, router_request.h).
   StreamTracker(bool chat, bool client_wants_token_ids, int32_t n_choices = 1, int64_t echo_bytes = 0,
-                int64_t echo_logprobs = 0, bool include_usage = false, int64_t n_prompt_tokens = 0);
+                int64_t echo_logprobs = 0, bool include_usage = false, int64_t n_prompt_tokens = 0,
+                bool prompt_logprobs = false);
 
   // One event's data from the replica. After continue_choice(i), the events are an n = 1 continuation of
   // choice i: its index 0 becomes i, its chunks get the original response's identity, and its [DONE] goes to
@@ -66,9 +68,12 @@ class StreamTracker {
   int32_t next_choice() const;
   // The next events are a continuation of choice i alone (begin_replay() came first).
   void continue_choice(int32_t i);
-  // Choice i's client has no part of its echo yet (no chunk came): its replay is the request again (it echoes),
-  // not a continuation.
-  bool replay_from_start(int32_t i = 0) const { return choices_.at(size_t(i)).echo_left > 0; }
+  // Choice i's client has no part of its echo, or not its prompt_logprobs, yet (no output chunk came): its replay
+  // is the request again (it echoes, it computes them), not a continuation.
+  bool replay_from_start(int32_t i = 0) const {
+    const Choice& ch = choices_.at(size_t(i));
+    return ch.echo_left > 0 || (prompt_logprobs_ && !ch.prompt_lp_sent);
+  }
 
   // Choice i's generated ids a continuation starts after: all received so far, or after begin_replay() the
   // resumption point plus the continuation's ids.
@@ -92,6 +97,7 @@ class StreamTracker {
     int64_t echo_left = 0;         // echo bytes still to come in its text
     int64_t echo_lp_left = 0;      // echo logprobs entries still to come in its logprobs
     bool finished = false, role_sent = false;
+    bool prompt_lp_sent = false;   // a chunk carried its prompt_logprobs
     std::vector<int32_t> tokens;
     int64_t text_bytes = 0;        // text bytes the client got, echo excluded
     int64_t ids_sent = 0;          // token ids the client got
@@ -113,7 +119,7 @@ class StreamTracker {
   int32_t current_ = -1;           // the choice a continuation is of; -1: the original response
   int64_t n_chunks_ = 0;
   int64_t n_output_chunks_ = 0;
-  const bool include_usage_;
+  const bool include_usage_, prompt_logprobs_;
   const int64_t n_prompt_tokens_;
   bool usage_sent_ = false;        // the client has a usage chunk
   int64_t usage_prompt_ = -1;      // prompt_tokens of a continuation's usage chunk; -1: none came

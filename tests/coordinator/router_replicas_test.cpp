@@ -528,7 +528,7 @@ TEST(RouterRequest, WhyAStreamCannotResume) {
       {{{"n", 2}, {"stream_options", {{"include_usage", true}}}}, ""},
       {{{"logprobs", 2}}, ""},
       {{{"echo", true}, {"logprobs", 0}}, ""},
-      {{{"prompt_logprobs", 1}}, "prompt_logprobs"},
+      {{{"prompt_logprobs", 1}}, ""},
       {{{"prompt", json::array({"ab", "bc"})}}, "several prompts"},
       {{{"n", 2}, {"logprobs", 1}}, ""},
       {{{"max_tokens", "many"}}, "a body the router could not parse"},
@@ -584,6 +584,12 @@ TEST(RouterRequest, ReplayBodyContinuesAfterTheSentTokens) {
   EXPECT_FALSE(b2.contains("n"));
   EXPECT_EQ(b2["seed"], 6);
   EXPECT_EQ(b2["tpserve_continuation"], json({40}));
+  // prompt_logprobs: the client has them from the choice's first chunk, so the continuation asks none (a
+  // replica refuses them with tpserve_continuation); a replay from the start asks them again.
+  json plp = original;
+  plp["prompt_logprobs"] = 1;
+  EXPECT_FALSE(json::parse(replay_body(plp, info, 0, {40})).contains("prompt_logprobs"));
+  EXPECT_EQ(json::parse(replay_body(plp, info, 0, {}, true))["prompt_logprobs"], 1);
   three["seed"] = -1;
   EXPECT_EQ(json::parse(replay_body(three, info, 2, {40}))["seed"], 1) << "the seed's bits, as the replica reads them";
 }
@@ -691,6 +697,37 @@ TEST(RouterStream, AReplayOfNChoicesSendsOneUsageChunk) {
   StreamTracker c(false, true, 1);
   c.on_event(chunk("xy", {x, y}, "stop"));
   EXPECT_EQ(c.close(), sse_event("[DONE]"));
+}
+
+// prompt_logprobs come with each choice's first output chunk (completions: in the choice; chat: beside it): a
+// choice whose client has them continues; one whose client has not starts over (the replay computes them).
+TEST(RouterStream, AChoiceWithoutItsPromptLogprobsStartsOver) {
+  const int32_t x = 'x', y = 'y';
+  StreamTracker t(false, true, 2, 0, 0, false, 3, /*prompt_logprobs=*/true);
+  EXPECT_TRUE(t.replay_from_start(0));
+  json c0 = json::parse(chunk("x", {x}, nullptr));
+  c0["choices"][0]["prompt_logprobs"] = json::array({nullptr, {{"97", {{"logprob", -1.0}}}}});
+  t.on_event(c0.dump());
+  EXPECT_FALSE(t.replay_from_start(0));
+  EXPECT_TRUE(t.replay_from_start(1)) << "choice 1's first chunk did not come";
+  t.begin_replay(byte_tokenizer(), false);
+  EXPECT_EQ(t.resume_tokens(0), std::vector<int32_t>{x});
+
+  StreamTracker ct(true, false, 1, 0, 0, false, 3, true);
+  EXPECT_TRUE(ct.replay_from_start(0));
+  const json role = {{"id", "c"}, {"object", "chat.completion.chunk"}, {"created", 1}, {"model", "m"},
+                     {"choices", {{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"finish_reason", nullptr}}}}};
+  ct.on_event(role.dump());
+  EXPECT_TRUE(ct.replay_from_start(0)) << "the role chunk carries no prompt_logprobs";
+  json first = role;
+  first["choices"][0]["delta"] = {{"content", "y"}};
+  first["choices"][0]["token_ids"] = {y};
+  first["prompt_logprobs"] = json::array({nullptr});
+  ct.on_event(first.dump());
+  EXPECT_FALSE(ct.replay_from_start(0));
+  // Without prompt_logprobs asked for, only the echo decides.
+  StreamTracker p(false, true, 1, 0, 0, false, 3, false);
+  EXPECT_FALSE(p.replay_from_start(0));
 }
 
 }  // namespace

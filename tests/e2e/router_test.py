@@ -14,7 +14,8 @@
     resumes with tpserve_continuation), three streams on replica A (B made to leave, then rejoin), A SIGKILLed
     mid-stream: a seeded temperature-0.8 stream with frequency/presence penalties, a greedy one with logprobs
     whose stop string is the rest of its own output (so A holds back every character after token 12 when it
-    dies), and a seeded temperature-0.8 chat stream with logprobs, top_logprobs 2 and a usage chunk — all resume
+    dies) and prompt_logprobs, and a seeded temperature-0.8 chat stream with logprobs, top_logprobs 2,
+    prompt_logprobs and a usage chunk — all resume
     on B with the unfailed run's token ids, text, logprobs (text offsets included; values within 2e-3) and usage. A streamed n = 2
     seeded request with a usage chunk on A at the kill resumes too: each choice equals the unfailed run's, and its
     one usage chunk too.
@@ -66,7 +67,8 @@ def stream(port, body, timeout=120, r=None, path="/v1/completions"):
     arrives. `path`: /v1/completions or /v1/chat/completions."""
     r = r if r is not None else {}
     r.update({"status": 0, "token_ids": [], "text": "", "finish": None, "done": False, "error": None, "marks": {},
-              "lp": [], "roles": 0, "by_index": {}, "usage": None, "n_usage": 0})
+              "lp": [], "roles": 0, "by_index": {}, "usage": None, "n_usage": 0,
+              "plp": []})
     try:
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
         c.request("POST", path, json.dumps(dict(body, stream=True, return_token_ids=True)),
@@ -86,6 +88,8 @@ def stream(port, body, timeout=120, r=None, path="/v1/completions"):
                 continue
             r["usage"] = j.get("usage") or r["usage"]
             r["n_usage"] += bool(j.get("usage"))
+            if j.get("prompt_logprobs"):  # chat: beside the choice
+                r["plp"].append(j["prompt_logprobs"])
             for ch in j.get("choices", []):
                 r["token_ids"] += ch.get("token_ids", [])
                 mine = r["by_index"].setdefault(ch.get("index", 0), {"token_ids": [], "text": "", "finish": None})
@@ -96,6 +100,8 @@ def stream(port, body, timeout=120, r=None, path="/v1/completions"):
                 r["roles"] += "role" in delta
                 r["text"] += ch.get("text", "") + (delta.get("content") or "")
                 r["finish"] = ch.get("finish_reason") or r["finish"]
+                if ch.get("prompt_logprobs"):  # completions: in the choice
+                    r["plp"].append(ch["prompt_logprobs"])
                 lp = ch.get("logprobs") or {}
                 for e in lp.get("content") or []:  # chat
                     r["lp"].append((e["token"], e["logprob"], [t["token"] for t in e["top_logprobs"]]))
@@ -291,10 +297,11 @@ try:
     cut = 12  # from token 12's text on, the output is a prefix of the stop string until the end
     held_from = len(free["marks"].get(cut, ""))
     greedy["stop"] = [free["text"][held_from:] + "\u2603"]
+    greedy["prompt_logprobs"] = 1  # sent in the first chunk; the continuation needs none
     # a chat stream, seeded temperature 0.8, with logprobs and the top 2
     chat = {"messages": [{"role": "user", "content": "Tell me a long story about a lighthouse keeper."}],
             "max_tokens": n5, "temperature": 0.8, "seed": 99, "logprobs": True, "top_logprobs": 2, "ignore_eos": True,
-            "stream_options": {"include_usage": True}}
+            "stream_options": {"include_usage": True}, "prompt_logprobs": 0}
     CHAT = "/v1/chat/completions"
     # n = 2, seeded (choice i samples with seed + i), with a usage chunk (one for both choices after a replay)
     two_body = dict(sampled, n=2, stream_options={"include_usage": True})
@@ -309,6 +316,7 @@ try:
           all(r["done"] and len(r["token_ids"]) == n5 for r in ref5) and held_from > 0 and
           ref5[1]["token_ids"] == free["token_ids"] and ref5[1]["text"] == free["text"] and
           len(ref5[1]["lp"]) == n5 and len(ref5[2]["lp"]) == n5 and ref5[2]["roles"] == 1 and
+          len(ref5[1]["plp"]) == 1 and len(ref5[2]["plp"]) == 1 and
           (ref5[2]["usage"] or {}).get("completion_tokens") == n5,
           [(r["done"], len(r["token_ids"]), len(r["lp"]), r["error"]) for r in ref5] + [held_from])
     # (c) the four streams on A, B back, A killed
@@ -338,18 +346,26 @@ try:
           all(cut < n < n5 for n, _ in at_kill) and len(at_kill[1][1]) <= held_from and 0 < two_at_kill < 2 * n5,
           (at_kill, two_at_kill))
 
+    def same_prompt_logprobs(a, b):  # one list per choice: [None, {token id: {logprob, rank, decoded_token}}, ...]
+        def same_entry(x, y):
+            return (x is None and y is None) or (x is not None and y is not None and x.keys() == y.keys() and all(
+                x[k]["rank"] == y[k]["rank"] and abs(x[k]["logprob"] - y[k]["logprob"]) < 2e-3 for k in x))
+        return len(a) == len(b) == 1 and len(a[0]) == len(b[0]) > 1 and all(map(same_entry, a[0], b[0]))
+
     def same_logprobs(a, b):  # tokens, offsets / top tokens exact; values from a prefill vs a decode step
         return len(a) == len(b) and all(x[0] == y[0] and x[2] == y[2] and abs(x[1] - y[1]) < 2e-3 for x, y in zip(a, b))
 
     for name, r, ref_r in zip(["seeded temperature-0.8 stream with penalties",
-                               "greedy stream with held-back text and logprobs (text offsets included)",
-                               "seeded temperature-0.8 chat stream with logprobs and the top 2"], live, ref5):
-        check(f"{name}: resumed on B with the unfailed run's {n5} token ids, text, logprobs and usage",
+                               "greedy stream with held-back text, logprobs (text offsets included), prompt_logprobs",
+                               "seeded temperature-0.8 chat stream with logprobs, the top 2 and prompt_logprobs"],
+                              live, ref5):
+        check(f"{name}: resumed on B with the unfailed run's {n5} token ids, text, logprobs, prompt_logprobs "
+              "(once, as sent before the kill) and usage",
               r["done"] and r["finish"] == "length" and not r["error"] and r["token_ids"] == ref_r["token_ids"]
               and r["text"] == ref_r["text"] and same_logprobs(r["lp"], ref_r["lp"]) and r["roles"] == ref_r["roles"]
-              and r["usage"] == ref_r["usage"],
+              and r["usage"] == ref_r["usage"] and (not ref_r["plp"] or same_prompt_logprobs(r["plp"], ref_r["plp"])),
               {"done": r.get("done"), "error": r.get("error"), "n": len(r.get("token_ids", [])),
-               "usage": (r.get("usage"), ref_r["usage"]),
+               "usage": (r.get("usage"), ref_r["usage"]), "plp": (r.get("plp"), ref_r["plp"]),
                "n_lp": len(r.get("lp", [])), "roles": r.get("roles"), "text": r.get("text"), "ref": ref_r["text"],
                "lp_diff": [(i, x, y) for i, (x, y) in enumerate(zip(r.get("lp", []), ref_r["lp"])) if x != y][:5]})
     ref_two = [two_ref["by_index"].get(i, {}) for i in range(2)]
