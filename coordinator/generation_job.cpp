@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "common/token_ids.h"
 #include "coordinator/openai_logprobs.h"
+#include "coordinator/structured_output.h"
 
 namespace tp {
 namespace {
@@ -36,7 +37,6 @@ void apply_continuation(GenerationJob& job, const Tokenizer& tok, int64_t max_co
       {job.prompts.size() != 1, "several prompts"},
       {job.params.n != 1, "n > 1"},
       {job.params.prompt_logprobs.has_value(), "prompt_logprobs"},
-      {job.params.constraint.active(), "an output constraint"},
       {job.tool_syntax.has_value(), "tools"},
   };
   for (const auto& [conflict, what] : conflicts)
@@ -87,6 +87,9 @@ Request GenerationJob::engine_request(size_t j, uint64_t seed, int64_t max_conte
   r.prompt_logprobs = engine_prompt_logprobs();
   r.logit_bias = params.logit_bias;
   r.grammar = grammar;
+  if (grammar && n_continued > 0 && j == 0)  // the matcher goes on from after the continued output
+    r.grammar = resume_constraint(grammar, std::vector<int32_t>(r.prompt.end() - n_continued, r.prompt.end()),
+                                  "tpserve_continuation", params.constraint.param);
   return r;
 }
 

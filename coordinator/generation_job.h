@@ -49,13 +49,15 @@ struct GenerationJob {
   // The k the engine computes prompt logprobs with: the larger of echo_logprobs and prompt_logprobs.
   int32_t engine_prompt_logprobs() const;
   // The engine request for prompt j (its sampling seed given); max_tokens defaults to the rest of the context.
+  // With a continuation and a grammar: the grammar resumed after the continued output (resume_constraint;
+  // FieldError "tpserve_continuation[i]" naming the first token it does not allow).
   Request engine_request(size_t j, uint64_t seed, int64_t max_context) const;
 };
 
 // Throws FieldError: a token id outside the vocabulary ("prompt[3]", "prompt[1][3]", "logit_bias[0]"), a
 // prompt that encodes to nothing or leaves no room in max_context ("context_length_exceeded").
 // With params.continuation (both kinds of job; FieldError "tpserve_continuation" when it is not consistent: with
-// several prompts, n > 1, prompt_logprobs, an output constraint or tools; an id outside the vocabulary; an
+// several prompts, n > 1, prompt_logprobs or tools; an id outside the vocabulary; an
 // end-of-generation token (without ignore_eos); text ending inside a UTF-8 character; more tokens than
 // max_tokens; no room left in the context): its ids are appended to the prompt as resumed output
 // (resumed_output_tokens), max_tokens is reduced by their number, echo and the prompt's logprobs are dropped

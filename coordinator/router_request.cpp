@@ -39,7 +39,6 @@ RouteInfo route_info(const json& body, bool chat, const Tokenizer& tok, const Ch
     // The first feature a resumption (one prompt + the tokens already sent, one continuation) cannot carry.
     const std::pair<bool, const char*> blockers[] = {
         {job.prompts.size() != 1, "several prompts"},
-        {job.params.constraint.active(), "an output constraint (response_format or guided decoding)"},
         {bool(job.tool_syntax), "tools"},
         {job.params.continuation || job.params.resumed_output_tokens > 0, "its own continuation"},
     };

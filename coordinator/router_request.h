@@ -33,7 +33,7 @@ struct RouteInfo {
   bool chat = false;
   bool stream = false;
   bool tokenized = false;              // false: the body did not parse here (forwarded as it is, not replayable mid-stream)
-  bool replayable = false;             // one prompt, no output constraint or tools: a stream can resume
+  bool replayable = false;             // one prompt, no tools: a stream can resume
   bool include_usage = false;          // stream_options.include_usage
   bool prompt_logprobs = false;        // prompt_logprobs asked for
   int32_t n_choices = 1;               // n

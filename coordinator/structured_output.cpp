@@ -14,9 +14,11 @@ namespace tp {
 
 class CompiledConstraint {
  public:
-  CompiledConstraint(xgrammar::CompiledGrammar g, int64_t n_words) : grammar(std::move(g)), n_mask_words(n_words) {}
+  CompiledConstraint(xgrammar::CompiledGrammar g, int64_t n_words, std::vector<int32_t> p = {})
+      : grammar(std::move(g)), n_mask_words(n_words), prefix(std::move(p)) {}
   xgrammar::CompiledGrammar grammar;
   int64_t n_mask_words;
+  std::vector<int32_t> prefix;  // output a matcher has accepted before it starts (resume_constraint)
 };
 
 struct ConstraintMatcher::Impl {
@@ -27,7 +29,33 @@ struct ConstraintMatcher::Impl {
 ConstraintMatcher::ConstraintMatcher(std::shared_ptr<const CompiledConstraint> grammar) {
   if (!grammar) throw Error("ConstraintMatcher: no compiled grammar");
   xgrammar::GrammarMatcher m(grammar->grammar);
+  for (const int32_t t : grammar->prefix)  // checked by resume_constraint
+    if (!m.AcceptToken(t)) throw Error("ConstraintMatcher: the grammar's resumed prefix does not match it");
   impl_ = std::make_unique<Impl>(Impl{std::move(grammar), std::move(m)});
+}
+
+std::shared_ptr<const CompiledConstraint> resume_constraint(std::shared_ptr<const CompiledConstraint> grammar,
+                                                            const std::vector<int32_t>& prefix,
+                                                            const std::string& param, const std::string& what) {
+  if (!grammar) throw Error("resume_constraint: no compiled grammar");
+  if (prefix.empty()) return grammar;
+  std::vector<int32_t> all = grammar->prefix;
+  all.insert(all.end(), prefix.begin(), prefix.end());
+  xgrammar::GrammarMatcher m(grammar->grammar);
+  for (const int32_t t : grammar->prefix)
+    if (!m.AcceptToken(t)) throw Error("resume_constraint: the grammar's resumed prefix does not match it");
+  for (size_t i = 0; i < prefix.size(); ++i) {
+    if (m.IsTerminated())
+      throw FieldError(param, param + " continues after the output constraint (" + what + ") is complete (at " +
+                                  param + "[" + std::to_string(i) + "])");
+    if (!m.AcceptToken(prefix[i]))
+      throw FieldError(param + "[" + std::to_string(i) + "]",
+                       param + "[" + std::to_string(i) + "] (token " + std::to_string(prefix[i]) +
+                           ") is not allowed there by the output constraint (" + what + ")");
+  }
+  if (m.IsTerminated())
+    throw FieldError(param, param + " ends the output the constraint (" + what + ") allows: nothing may follow");
+  return std::make_shared<const CompiledConstraint>(grammar->grammar, grammar->n_mask_words, std::move(all));
 }
 
 ConstraintMatcher::~ConstraintMatcher() = default;

@@ -33,6 +33,7 @@ class CompiledConstraint;
 
 class ConstraintMatcher {
  public:
+  // Starts where the grammar starts, or after its resumed prefix (resume_constraint).
   explicit ConstraintMatcher(std::shared_ptr<const CompiledConstraint> grammar);
   ~ConstraintMatcher();
   ConstraintMatcher(const ConstraintMatcher&) = delete;
@@ -50,6 +51,14 @@ class ConstraintMatcher {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// `grammar` resumed after `prefix`, output already generated and sent (a stream's continuation,
+// generation_job.h): every matcher made from the result has accepted `prefix` first. Throws FieldError(param)
+// naming the first token of `prefix` the grammar does not allow (`what` names the constraint, e.g.
+// "response_format.json_schema"), or when the grammar is complete after it (nothing may follow).
+std::shared_ptr<const CompiledConstraint> resume_constraint(std::shared_ptr<const CompiledConstraint> grammar,
+                                                            const std::vector<int32_t>& prefix,
+                                                            const std::string& param, const std::string& what);
 
 class StructuredOutputCompiler {
  public:

@@ -15,6 +15,7 @@
 #include "coordinator/choice_stream.h"
 #include "coordinator/generation_job.h"
 #include "coordinator/openai_response.h"
+#include "coordinator/structured_output.h"
 #include "rank/model_file.h"
 
 namespace tp {
@@ -142,7 +143,6 @@ TEST(GenerationJob, RefusesAContinuationThatIsNotConsistent) {
       {{{"n", 2}}, "tpserve_continuation", "n > 1"},
       {{{"prompt", {"a", "b"}}}, "tpserve_continuation", "several prompts"},
       {{{"prompt_logprobs", 1}}, "tpserve_continuation", "prompt_logprobs"},
-      {{{"response_format", {{"type", "json_object"}}}}, "tpserve_continuation", "output constraint"},
       {{{"tpserve_continuation", {w, 49152}}}, "tpserve_continuation[1]", "outside the vocabulary"},
       {{{"tpserve_continuation", {w, tok().eos_id()}}}, "tpserve_continuation", "end-of-generation"},
       {{{"tpserve_continuation", {w, emoji[0]}}}, "tpserve_continuation", "inside a UTF-8 character"},
@@ -157,6 +157,37 @@ TEST(GenerationJob, RefusesAContinuationThatIsNotConsistent) {
     EXPECT_EQ(e.field, c.field) << body.dump();
     EXPECT_NE(std::string(e.what()).find(c.message_part), std::string::npos) << e.what();
   }
+}
+
+// A continuation under an output constraint: the engine request's grammar goes on from after the continued
+// output; a continuation the grammar does not allow is refused naming its first such token.
+TEST(GenerationJob, AConstrainedContinuationResumesItsGrammar) {
+  StructuredOutputCompiler compiler(tok(), tok().vocab_size());
+  const std::vector<int32_t> yes = tok().encode("yes", false, false);
+  const json choice = {"yes please", "no thanks"};
+  const std::vector<int32_t> please = tok().encode(" please", false, false);
+  GenerationJob job = completion_job(
+      parse_completion_request({{"prompt", "ab"}, {"guided_choice", choice}, {"tpserve_continuation", yes}}), tok(), 2048);
+  job.grammar = compiler.compile(job.params.constraint);
+  const Request r = job.engine_request(0, 7, 2048);
+  ASSERT_TRUE(r.grammar);
+  EXPECT_NE(r.grammar, job.grammar);
+  ConstraintMatcher m(r.grammar);
+  for (const int32_t t : please) EXPECT_TRUE(m.accept(t)) << "\" please\" follows \"yes\"";
+  GenerationJob wrong = completion_job(
+      parse_completion_request({{"prompt", "ab"}, {"guided_choice", choice}, {"tpserve_continuation", please}}), tok(),
+      2048);
+  wrong.grammar = job.grammar;
+  try {
+    wrong.engine_request(0, 7, 2048);
+    ADD_FAILURE() << "accepted";
+  } catch (const FieldError& e) {
+    EXPECT_EQ(e.field, "tpserve_continuation[0]");
+    EXPECT_NE(std::string(e.what()).find("guided_choice"), std::string::npos) << e.what();
+  }
+  GenerationJob plain = job;  // no continuation: the compiled grammar as it is
+  plain.n_continued = 0;
+  EXPECT_EQ(plain.engine_request(0, 7, 2048).grammar, job.grammar);
 }
 
 RequestOutput output(int32_t index, std::vector<int32_t> tokens, int64_t n_generated, FinishReason finish = FinishReason::None) {

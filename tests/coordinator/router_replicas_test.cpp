@@ -529,6 +529,7 @@ TEST(RouterRequest, WhyAStreamCannotResume) {
       {{{"logprobs", 2}}, ""},
       {{{"echo", true}, {"logprobs", 0}}, ""},
       {{{"prompt_logprobs", 1}}, ""},
+      {{{"guided_choice", {"ab", "bc"}}}, ""},
       {{{"prompt", json::array({"ab", "bc"})}}, "several prompts"},
       {{{"n", 2}, {"logprobs", 1}}, ""},
       {{{"max_tokens", "many"}}, "a body the router could not parse"},

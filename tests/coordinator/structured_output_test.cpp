@@ -177,6 +177,48 @@ TEST(StructuredOutputCompiler, ChoiceAllowsOnlyItsPrefixesThenEos) {
   EXPECT_TRUE(m.is_terminated());
 }
 
+// A continuation's matcher starts after the output already sent; a prefix the grammar refuses is a FieldError
+// naming the first token it does not allow; one that completes the grammar (an end of generation accepted)
+// leaves nothing to continue.
+TEST(StructuredOutputCompiler, AResumedGrammarStartsAfterItsPrefix) {
+  const Tokenizer tok(byte_vocab());
+  StructuredOutputCompiler c(tok, tok.vocab_size());
+  OutputConstraint oc;
+  oc.kind = Kind::Choice;
+  oc.choices = {"yes", "yak", "no"};
+  oc.param = "guided_choice";
+  const auto g = c.compile(oc);
+  const auto ye = resume_constraint(g, {'y', 'e'}, "tpserve_continuation", oc.param);
+  ConstraintMatcher m(ye);
+  EXPECT_EQ(allowed(m, tok.vocab_size()), (std::vector<int32_t>{'s'}));
+  EXPECT_EQ(resume_constraint(g, {}, "tpserve_continuation", oc.param), g) << "nothing continued: the grammar itself";
+  ConstraintMatcher y(resume_constraint(resume_constraint(g, {'y'}, "p", oc.param), {'a'}, "p", oc.param));
+  EXPECT_EQ(allowed(y, tok.vocab_size()), (std::vector<int32_t>{'k'})) << "a resumed grammar resumed again";
+  ConstraintMatcher whole(resume_constraint(g, {'y', 'e', 's'}, "tpserve_continuation", oc.param));
+  EXPECT_EQ(allowed(whole, tok.vocab_size()), (std::vector<int32_t>{kEos}));
+  ConstraintMatcher fresh(g);
+  EXPECT_EQ(allowed(fresh, tok.vocab_size()), (std::vector<int32_t>{'n', 'y'})) << "the compiled grammar unchanged";
+  struct Bad {
+    std::vector<int32_t> prefix;
+    std::string field, part;
+  };
+  const std::vector<Bad> bad = {
+      {{'x'}, "tpserve_continuation[0]", "(token 120) is not allowed there by the output constraint (guided_choice)"},
+      {{'y', 'e', 'x'}, "tpserve_continuation[2]", "not allowed"},
+      {{'n', 'o', kEos}, "tpserve_continuation", "nothing may follow"},
+      {{'n', 'o', kEos, 'x'}, "tpserve_continuation", "is complete (at tpserve_continuation[3])"},
+  };
+  for (const Bad& b : bad) {
+    try {
+      resume_constraint(g, b.prefix, "tpserve_continuation", oc.param);
+      ADD_FAILURE() << b.field;
+    } catch (const FieldError& e) {
+      EXPECT_EQ(e.field, b.field);
+      EXPECT_NE(std::string(e.what()).find(b.part), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(StructuredOutputCompiler, JsonSchemaWalkProducesValidOneLineJson) {
   const Tokenizer tok(byte_vocab());
   StructuredOutputCompiler c(tok, tok.vocab_size());

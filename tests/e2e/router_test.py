@@ -18,7 +18,9 @@
     prompt_logprobs and a usage chunk — all resume
     on B with the unfailed run's token ids, text, logprobs (text offsets included; values within 2e-3) and usage. A streamed n = 2
     seeded request with a usage chunk on A at the kill resumes too: each choice equals the unfailed run's, and its
-    one usage chunk too.
+    one usage chunk too. A seeded chat stream under a JSON schema (response_format) on A at the kill resumes on B
+    under its grammar (the replica advances it through the continued output) with the unfailed run's ids and text.
+    A continuation the schema does not allow is refused (400 naming tpserve_continuation[0]).
 usage: router_test.py TPSERVE_BINARY REPO_ROOT"""
 import http.client, json, os, signal, subprocess, sys, tempfile, threading, time
 
@@ -303,13 +305,21 @@ try:
             "max_tokens": n5, "temperature": 0.8, "seed": 99, "logprobs": True, "top_logprobs": 2, "ignore_eos": True,
             "stream_options": {"include_usage": True}, "prompt_logprobs": 0}
     CHAT = "/v1/chat/completions"
+    # a chat stream under a JSON schema (response_format), seeded temperature 0.8: the continuation's grammar goes
+    # on from where the sent output left it
+    story_len = 300
+    constrained = {"messages": [{"role": "user", "content": "Reply with a JSON object holding a story about a storm."}],
+                   "max_tokens": n5, "temperature": 0.8, "seed": 7,
+                   "response_format": {"type": "json_schema", "json_schema": {"name": "story", "schema": {
+                       "type": "object", "required": ["story"], "properties": {
+                           "story": {"type": "string", "minLength": story_len, "maxLength": story_len}}}}}}
     # n = 2, seeded (choice i samples with seed + i), with a usage chunk (one for both choices after a replay)
     two_body = dict(sampled, n=2, stream_options={"include_usage": True})
     # the unfailed references, run concurrently (a batched run equals each request alone)
-    ref5, two_ref = [{}, {}, {}], {}
+    ref5, two_ref, json_ref = [{}, {}, {}], {}, {}
     rts = [threading.Thread(target=stream, args=(rp, b, 180, r, p)) for b, r, p in
            [(sampled, ref5[0], "/v1/completions"), (greedy, ref5[1], "/v1/completions"), (chat, ref5[2], CHAT),
-            (two_body, two_ref, "/v1/completions")]]
+            (two_body, two_ref, "/v1/completions"), (constrained, json_ref, CHAT)]]
     [t.start() for t in rts]
     [t.join() for t in rts]
     check("references: the stop string holds the text back but does not change the output; logprobs for every token",
@@ -324,8 +334,9 @@ try:
     live = [{}, {}, {}]
     ts = [threading.Thread(target=stream, args=(rp, b, 180, live[i], p))
           for i, (b, p) in enumerate([(sampled, "/v1/completions"), (greedy, "/v1/completions"), (chat, CHAT)])]
-    two = {}
+    two, json_live = {}, {}
     ts.append(threading.Thread(target=stream, args=(rp, two_body, 180, two)))
+    ts.append(threading.Thread(target=stream, args=(rp, constrained, 180, json_live, CHAT)))
     [t.start() for t in ts]
     call(rp, "POST", "/router/replicas", {"url": b_url})
     deadline = time.time() + 60
@@ -333,11 +344,12 @@ try:
         ups = {r["url"]: r["up"] for r in get_json(rp, "/router/replicas")[1]["replicas"]}
         n_ids = [len(l.get("token_ids", [])) for l in live]
         if ups.get(b_url) and n_ids[0] >= 20 and n_ids[1] >= cut + 8 and n_ids[2] >= 20 and \
-                len(two.get("token_ids", [])) >= 4:
+                len(two.get("token_ids", [])) >= 4 and len(json_live.get("token_ids", [])) >= 8:
             break
         time.sleep(0.005)
     at_kill = [(len(l["token_ids"]), l["text"]) for l in live]
     two_at_kill = len(two.get("token_ids", []))
+    json_at_kill = len(json_live.get("token_ids", []))
     proc_of[a_url].kill()
     [t.join(180) for t in ts]
     check(f"the kill landed mid-stream on all four ({', '.join(str(n) for n, _ in at_kill)} of {n5} ids out, "
@@ -368,6 +380,23 @@ try:
                "usage": (r.get("usage"), ref_r["usage"]), "plp": (r.get("plp"), ref_r["plp"]),
                "n_lp": len(r.get("lp", [])), "roles": r.get("roles"), "text": r.get("text"), "ref": ref_r["text"],
                "lp_diff": [(i, x, y) for i, (x, y) in enumerate(zip(r.get("lp", []), ref_r["lp"])) if x != y][:5]})
+    json_ok = json_ref.get("done") and not json_ref.get("error") and \
+        len(json.loads(json_ref["text"]).get("story", "")) == story_len
+    check(f"reference: the JSON-schema stream is a JSON object with a {story_len}-character story "
+          f"({len(json_ref.get('token_ids', []))} ids, finish {json_ref.get('finish')})", json_ok,
+          {k: json_ref.get(k) for k in ("done", "error", "text", "finish")})
+    check(f"a JSON-schema (response_format) chat stream killed mid-stream ({json_at_kill} of "
+          f"{len(json_ref.get('token_ids', []))} ids out) resumes on B under its grammar with the unfailed run's "
+          "token ids, text and finish_reason",
+          0 < json_at_kill < len(json_ref.get("token_ids", [])) and json_live.get("done") and
+          not json_live.get("error") and json_live.get("token_ids") == json_ref.get("token_ids") and
+          json_live.get("text") == json_ref.get("text") and json_live.get("finish") == json_ref.get("finish"),
+          {"error": json_live.get("error"), "done": json_live.get("done"), "n": len(json_live.get("token_ids", [])),
+           "text": json_live.get("text"), "ref": json_ref.get("text")})
+    x_ids = json.loads(call(pb, "POST", "/tokenize", {"prompt": "x"})[1])["tokens"]
+    s, d, _ = call(pb, "POST", CHAT, dict(constrained, tpserve_continuation=x_ids[-1:]))
+    check("a continuation the JSON schema does not allow: 400 naming tpserve_continuation[0]",
+          s == 400 and json.loads(d)["error"]["param"] == "tpserve_continuation[0]", (s, d[:300]))
     ref_two = [two_ref["by_index"].get(i, {}) for i in range(2)]
     got_two = [two.get("by_index", {}).get(i, {}) for i in range(2)]
     check(f"references: an n = 2 seeded stream, two different choices of {n5} ids, usage {2 * n5} completion tokens",
