@@ -178,8 +178,11 @@ HttpResponse RouterApi::plain(const HttpRequest& req, const json& body, const Ro
 }
 
 HttpResponse RouterApi::stream(const HttpRequest& req, ResponseStream& out, const json& body, const RouteInfo& info) {
-  StreamTracker tracker(info.chat, info.client_wants_token_ids, info.n_choices, info.echo_bytes, info.echo_logprobs,
-                        info.include_usage, int64_t(info.prompt.size()), info.prompt_logprobs);
+  int64_t n_prompt_tokens = 0;
+  for (const int64_t n : info.prompt_sizes) n_prompt_tokens += n;
+  StreamTracker tracker(info.chat, info.client_wants_token_ids, info.n_choices * info.n_prompts, info.echo_bytes,
+                        info.echo_logprobs, info.include_usage, n_prompt_tokens, info.prompt_logprobs);
+  if (info.n_prompts > 1) tracker.set_prompts(info.n_choices, info.prompt_echo_bytes, info.prompt_echo_logprobs);
   std::set<int> exclude;
   std::string last_error;
   bool started = false, client_gone = false, resuming = false, moved = false;

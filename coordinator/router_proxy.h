@@ -9,8 +9,8 @@
 //        sampling, penalties and logprobs included, continue as the unfailed run would; with n > 1 the
 //        unfinished choices continue one after the other, choice i as an n = 1 request with seed + i, and one
 //        usage chunk sums them (router_stream.h); an output constraint goes on from where the continued
-//        output left its grammar. A stream that cannot resume (several prompts, tools) ends with an error
-//        event + [DONE]. Other replica errors
+//        output left its grammar. Several prompts' choices continue one by one, each as its
+//        own prompt. A stream that cannot resume (tools) ends with an error event + [DONE]. Other replica errors
 //        (400, 404, 429, ...) go to the client as they are. A plain response names the replica that produced it
 //        in the header X-Tpserve-Replica (its base URL).
 //   GET /v1/models, POST /tokenize, /detokenize   forwarded to a replica that is up.

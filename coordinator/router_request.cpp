@@ -38,7 +38,6 @@ RouteInfo route_info(const json& body, bool chat, const Tokenizer& tok, const Ch
     if (job.params.max_tokens) info.max_tokens = *job.params.max_tokens;
     // The first feature a resumption (one prompt + the tokens already sent, one continuation) cannot carry.
     const std::pair<bool, const char*> blockers[] = {
-        {job.prompts.size() != 1, "several prompts"},
         {bool(job.tool_syntax), "tools"},
         {job.params.continuation || job.params.resumed_output_tokens > 0, "its own continuation"},
     };
@@ -46,6 +45,12 @@ RouteInfo route_info(const json& body, bool chat, const Tokenizer& tok, const Ch
       if (blocks && info.not_replayable.empty()) info.not_replayable = what;
     info.replayable = info.not_replayable.empty();
     info.n_choices = job.params.n;
+    info.n_prompts = int32_t(job.prompts.size());
+    for (const JobPrompt& jp : job.prompts) {
+      info.prompt_sizes.push_back(int64_t(jp.tokens.size()));
+      info.prompt_echo_bytes.push_back(int64_t(jp.echo.size()));
+      info.prompt_echo_logprobs.push_back(job.echo_logprobs >= 0 ? int64_t(jp.tokens.size()) : 0);
+    }
     info.include_usage = job.params.include_usage;
     info.prompt_logprobs = job.params.prompt_logprobs.has_value();
     info.ignore_eos = job.params.ignore_eos;
@@ -87,7 +92,12 @@ std::string replay_body(const json& original, const RouteInfo& info, int32_t cho
     b["tpserve_continuation"] = output;
     b.erase("prompt_logprobs");  // the client has them (router_stream.h: else the replay is from the start)
   }
-  if (info.n_choices > 1) {  // choice i alone, sampled as the engine samples choice i of n: seed + i
+  if (info.n_prompts > 1) {  // prompt j alone
+    const json& prompts = original.at("prompt");
+    b["prompt"] = prompts.at(size_t(choice / std::max(info.n_choices, 1)));
+  }
+  if (info.n_choices > 1 || info.n_prompts > 1) {  // choice i alone, sampled as the engine samples choice i of n: seed + i
+    choice %= std::max(info.n_choices, 1);
     b.erase("n");
     b.erase("best_of");
     if (auto s = b.find("seed"); s != b.end() && s->is_number()) {  // route_info parsed it: an integer

@@ -13,7 +13,9 @@
 //                in the original response's shape, logprobs included; without prompt_logprobs (the client has
 //                them from the choice's first chunk). Choice i of an n > 1 request continues as
 //                an n = 1 request with seed + i: the engine samples choice i with seed + i (request.h), each
-//                choice on its own (its own history, the draw at its own positions).
+//                choice on its own (its own history, the draw at its own positions). With several prompts
+//                (completions), choice j * n + i continues as prompt j alone (the client's own element of
+//                "prompt"), n = 1, seed + i (every prompt's choice i samples with seed + i).
 // A body the router cannot tokenize (a bad field, an unknown model) is still forwarded: the replica answers with
 // its own error JSON, so clients see the same errors as from `tpserve serve`.
 #pragma once
@@ -33,10 +35,14 @@ struct RouteInfo {
   bool chat = false;
   bool stream = false;
   bool tokenized = false;              // false: the body did not parse here (forwarded as it is, not replayable mid-stream)
-  bool replayable = false;             // one prompt, no tools: a stream can resume
+  bool replayable = false;             // no tools: a stream can resume
   bool include_usage = false;          // stream_options.include_usage
   bool prompt_logprobs = false;        // prompt_logprobs asked for
-  int32_t n_choices = 1;               // n
+  int32_t n_choices = 1;               // n (per prompt)
+  int32_t n_prompts = 1;               // completions' prompts; prompt j's choice i has index j * n + i
+  // [n_prompts] each prompt's token count, completions echo bytes and echo logprobs entries (as echo_bytes and
+  // echo_logprobs below, which are prompt 0's).
+  std::vector<int64_t> prompt_sizes, prompt_echo_bytes, prompt_echo_logprobs;
   // Why a stream of this request cannot resume on another replica, as the error its client gets names it
   // ("n > 1", "logprobs", ...); "" when replayable.
   std::string not_replayable;
@@ -63,7 +69,7 @@ std::vector<uint64_t> block_chain(const std::vector<int32_t>& tokens, int64_t bl
 // fetch_from: a base URL, or empty for none.
 std::string forward_body(nlohmann::json body, const RouteInfo& info, const std::string& fetch_from);
 
-// The resumption of choice `choice` of `original` after `output`, the generated tokens it continues after
+// The resumption of choice `choice` (prompt choice / n's choice choice % n) of `original` after `output`, the generated tokens it continues after
 // (route_info(original).replayable must hold; `output` may be empty: the client has the echo, if any, and
 // nothing else). from_start: the client has nothing of the choice, not even its echo: no continuation.
 std::string replay_body(const nlohmann::json& original, const RouteInfo& info, int32_t choice,

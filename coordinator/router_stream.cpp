@@ -95,6 +95,16 @@ void StreamTracker::begin_replay(const Tokenizer& tok, bool ignore_eos) {
   }
 }
 
+void StreamTracker::set_prompts(int32_t n_per_prompt, const std::vector<int64_t>& echo_bytes,
+                                const std::vector<int64_t>& echo_logprobs) {
+  several_prompts_ = echo_bytes.size() > 1;
+  for (size_t k = 0; k < choices_.size(); ++k) {
+    const size_t j = k / size_t(std::max(n_per_prompt, 1));
+    if (j < echo_bytes.size()) choices_[k].echo_left = echo_bytes[j];
+    if (j < echo_logprobs.size()) choices_[k].echo_lp_left = echo_logprobs[j];
+  }
+}
+
 int32_t StreamTracker::next_choice() const {
   for (size_t i = 0; i < choices_.size(); ++i)
     if (!choices_[i].finished) return int32_t(i);
@@ -184,7 +194,7 @@ std::string StreamTracker::close() {
     int64_t completion = 0;
     for (const Choice& ch : choices_)
       completion += ch.usage_completion >= 0 ? ch.usage_completion : int64_t(ch.tokens.size());
-    const int64_t prompt = usage_prompt_ >= 0 ? usage_prompt_ : n_prompt_tokens_;
+    const int64_t prompt = usage_prompt_ >= 0 && !several_prompts_ ? usage_prompt_ : n_prompt_tokens_;
     const json u = {{"id", id_},
                     {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
                     {"created", created_},

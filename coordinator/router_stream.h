@@ -64,6 +64,11 @@ class StreamTracker {
   // The next events come from replays on other replicas: cuts each unfinished choice's resume_tokens() back to
   // what the client has as text (see above). `tok` must be the replicas' tokenizer.
   void begin_replay(const Tokenizer& tok, bool ignore_eos);
+  // Several prompts (completions): choice k is prompt k / n_per_prompt's, led by that prompt's echo (bytes, and
+  // logprobs entries) [prompt]; the usage chunk counts the prompt tokens as the constructor's n_prompt_tokens
+  // (every prompt's), not as a continuation's (its one prompt).
+  void set_prompts(int32_t n_per_prompt, const std::vector<int64_t>& echo_bytes,
+                   const std::vector<int64_t>& echo_logprobs);
   // The first choice without its finish_reason; -1 when all have one.
   int32_t next_choice() const;
   // The next events are a continuation of choice i alone (begin_replay() came first).
@@ -122,6 +127,7 @@ class StreamTracker {
   const bool include_usage_, prompt_logprobs_;
   const int64_t n_prompt_tokens_;
   bool usage_sent_ = false;        // the client has a usage chunk
+  bool several_prompts_ = false;
   int64_t usage_prompt_ = -1;      // prompt_tokens of a continuation's usage chunk; -1: none came
   // The original response's identity, taken from its first chunk.
   nlohmann::json id_, created_, model_;

@@ -530,7 +530,7 @@ TEST(RouterRequest, WhyAStreamCannotResume) {
       {{{"echo", true}, {"logprobs", 0}}, ""},
       {{{"prompt_logprobs", 1}}, ""},
       {{{"guided_choice", {"ab", "bc"}}}, ""},
-      {{{"prompt", json::array({"ab", "bc"})}}, "several prompts"},
+      {{{"prompt", json::array({"ab", "bc"})}}, ""},
       {{{"n", 2}, {"logprobs", 1}}, ""},
       {{{"max_tokens", "many"}}, "a body the router could not parse"},
       {{{"tpserve_continuation", {97}}}, "its own continuation"},
@@ -729,6 +729,55 @@ TEST(RouterStream, AChoiceWithoutItsPromptLogprobsStartsOver) {
   // Without prompt_logprobs asked for, only the echo decides.
   StreamTracker p(false, true, 1, 0, 0, false, 3, false);
   EXPECT_FALSE(p.replay_from_start(0));
+}
+
+// Several prompts (completions, n = 2): choice j * 2 + i continues as prompt j alone (the client's element),
+// n = 1, seed + i; each choice is led by its own prompt's echo; the usage counts every prompt's tokens.
+TEST(RouterRequest, SeveralPromptsContinueOneChoiceAtATime) {
+  const ChatTemplate tmpl(ChatStyle::ChatML, "", "<eos>");
+  const json body = {{"prompt", {"ab", "abc"}}, {"n", 2}, {"seed", 10}, {"echo", true},
+                     {"max_tokens", 8}, {"stream", true}, {"stream_options", {{"include_usage", true}}}};
+  const RouteInfo info = route_info(body, false, byte_tokenizer(), tmpl, 64, 4);
+  ASSERT_TRUE(info.replayable) << info.not_replayable;
+  EXPECT_EQ(info.n_prompts, 2);
+  EXPECT_EQ(info.prompt_sizes, (std::vector<int64_t>{1, 2})) << "\"ab\" is one merged token";
+  EXPECT_EQ(info.prompt_echo_bytes, (std::vector<int64_t>{2, 3}));
+  const json b3 = json::parse(replay_body(body, info, 3, {120}));
+  EXPECT_EQ(b3["prompt"], "abc") << "choice 3 = prompt 1's choice 1";
+  EXPECT_EQ(b3["seed"], 11);
+  EXPECT_FALSE(b3.contains("n"));
+  EXPECT_EQ(b3["tpserve_continuation"], json::array({120}));
+  const json b0 = json::parse(replay_body(body, info, 0, {}, true));
+  EXPECT_EQ(b0["prompt"], "ab");
+  EXPECT_EQ(b0["seed"], 10);
+
+  StreamTracker t(false, true, 4, 2, 0, true, 3);
+  t.set_prompts(2, info.prompt_echo_bytes, info.prompt_echo_logprobs);
+  const auto indexed = [](int index, const std::string& text, const std::vector<int32_t>& ids, const char* finish) {
+    json j = json::parse(chunk(text, ids, finish));
+    j["choices"][0]["index"] = index;
+    return j.dump();
+  };
+  t.on_event(indexed(0, "abx", {'x'}, "length"));
+  t.on_event(indexed(1, "abx", {'x'}, "length"));
+  t.on_event(indexed(2, "abcy", {'y'}, nullptr));
+  EXPECT_EQ(t.text_bytes(2), 1) << "prompt 1's echo is 3 bytes";
+  EXPECT_TRUE(t.replay_from_start(3)) << "no chunk of choice 3: its echo is owed";
+  t.begin_replay(byte_tokenizer(), false);
+  ASSERT_EQ(t.next_choice(), 2);
+  t.continue_choice(2);
+  t.on_event(indexed(0, "z", {'z'}, "length"));
+  t.on_event(json{{"id", "c"}, {"object", "text_completion"}, {"created", 1}, {"model", "m"}, {"choices", json::array()},
+                  {"usage", {{"prompt_tokens", 2}, {"completion_tokens", 2}, {"total_tokens", 4}}}}.dump());
+  EXPECT_TRUE(t.on_event("[DONE]").out.empty()) << "choice 3 still owes its text";
+  ASSERT_EQ(t.next_choice(), 3);
+  t.continue_choice(3);
+  t.on_event(indexed(0, "abcw", {'w'}, "length"));
+  const StreamEvent e = t.on_event("[DONE]");
+  const json u = json::parse(e.out.substr(6, e.out.find("\n\n") - 6));
+  EXPECT_EQ(u["usage"]["prompt_tokens"], 3) << "both prompts (1 + 2), not the continuation's one (its 2 came)";
+  EXPECT_EQ(u["usage"]["completion_tokens"], 1 + 1 + 2 + 1);
+  EXPECT_TRUE(t.done());
 }
 
 }  // namespace

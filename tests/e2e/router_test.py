@@ -21,6 +21,7 @@
     one usage chunk too. A seeded chat stream under a JSON schema (response_format) on A at the kill resumes on B
     under its grammar (the replica advances it through the continued output) with the unfailed run's ids and text.
     A continuation the schema does not allow is refused (400 naming tpserve_continuation[0]).
+    A stream of two prompts (echo, usage) on A at the kill resumes each prompt's choice as that prompt alone.
 usage: router_test.py TPSERVE_BINARY REPO_ROOT"""
 import http.client, json, os, signal, subprocess, sys, tempfile, threading, time
 
@@ -316,10 +317,15 @@ try:
     # n = 2, seeded (choice i samples with seed + i), with a usage chunk (one for both choices after a replay)
     two_body = dict(sampled, n=2, stream_options={"include_usage": True})
     # the unfailed references, run concurrently (a batched run equals each request alone)
-    ref5, two_ref, json_ref = [{}, {}, {}], {}, {}
+    # two prompts in one completions request (echo, a usage chunk): choice j continues as prompt j alone
+    multi_body = {"prompt": ["The lighthouse keeper said", "In the old harbor town, the fishermen"], "max_tokens": n5,
+                  "temperature": 0.8, "seed": 5, "ignore_eos": True, "echo": True,
+                  "stream_options": {"include_usage": True}}
+    ref5, two_ref, json_ref, multi_ref = [{}, {}, {}], {}, {}, {}
     rts = [threading.Thread(target=stream, args=(rp, b, 180, r, p)) for b, r, p in
            [(sampled, ref5[0], "/v1/completions"), (greedy, ref5[1], "/v1/completions"), (chat, ref5[2], CHAT),
-            (two_body, two_ref, "/v1/completions"), (constrained, json_ref, CHAT)]]
+            (two_body, two_ref, "/v1/completions"), (constrained, json_ref, CHAT),
+            (multi_body, multi_ref, "/v1/completions")]]
     [t.start() for t in rts]
     [t.join() for t in rts]
     check("references: the stop string holds the text back but does not change the output; logprobs for every token",
@@ -337,6 +343,8 @@ try:
     two, json_live = {}, {}
     ts.append(threading.Thread(target=stream, args=(rp, two_body, 180, two)))
     ts.append(threading.Thread(target=stream, args=(rp, constrained, 180, json_live, CHAT)))
+    multi = {}
+    ts.append(threading.Thread(target=stream, args=(rp, multi_body, 180, multi)))
     [t.start() for t in ts]
     call(rp, "POST", "/router/replicas", {"url": b_url})
     deadline = time.time() + 60
@@ -344,12 +352,14 @@ try:
         ups = {r["url"]: r["up"] for r in get_json(rp, "/router/replicas")[1]["replicas"]}
         n_ids = [len(l.get("token_ids", [])) for l in live]
         if ups.get(b_url) and n_ids[0] >= 20 and n_ids[1] >= cut + 8 and n_ids[2] >= 20 and \
-                len(two.get("token_ids", [])) >= 4 and len(json_live.get("token_ids", [])) >= 8:
+                len(two.get("token_ids", [])) >= 4 and len(json_live.get("token_ids", [])) >= 8 \
+                and len(multi.get("token_ids", [])) >= 4:
             break
         time.sleep(0.005)
     at_kill = [(len(l["token_ids"]), l["text"]) for l in live]
     two_at_kill = len(two.get("token_ids", []))
     json_at_kill = len(json_live.get("token_ids", []))
+    multi_at_kill = len(multi.get("token_ids", []))
     proc_of[a_url].kill()
     [t.join(180) for t in ts]
     check(f"the kill landed mid-stream on all four ({', '.join(str(n) for n, _ in at_kill)} of {n5} ids out, "
@@ -397,6 +407,18 @@ try:
     s, d, _ = call(pb, "POST", CHAT, dict(constrained, tpserve_continuation=x_ids[-1:]))
     check("a continuation the JSON schema does not allow: 400 naming tpserve_continuation[0]",
           s == 400 and json.loads(d)["error"]["param"] == "tpserve_continuation[0]", (s, d[:300]))
+    ref_multi = [multi_ref.get("by_index", {}).get(i, {}) for i in range(2)]
+    check(f"reference: two prompts in one stream, {n5} ids each, usage {2 * n5} completion tokens",
+          multi_ref.get("done") and all(len(c.get("token_ids", [])) == n5 for c in ref_multi) and
+          (multi_ref.get("usage") or {}).get("completion_tokens") == 2 * n5,
+          [len(c.get("token_ids", [])) for c in ref_multi] + [multi_ref.get("usage")])
+    check(f"a stream of two prompts (echo, usage) on A at the kill ({multi_at_kill} of 2 x {n5} ids out) resumes: "
+          "each prompt's choice has the unfailed run's ids and text (echo included), one usage chunk equal to it",
+          0 < multi_at_kill < 2 * n5 and multi.get("done") and not multi.get("error") and
+          [multi.get("by_index", {}).get(i) for i in range(2)] == ref_multi and
+          multi.get("usage") == multi_ref.get("usage") and multi.get("n_usage") == 1,
+          {"error": multi.get("error"), "done": multi.get("done"), "usage": (multi.get("usage"), multi_ref.get("usage")),
+           "n": [len(multi.get("by_index", {}).get(i, {}).get("token_ids", [])) for i in range(2)]})
     ref_two = [two_ref["by_index"].get(i, {}) for i in range(2)]
     got_two = [two.get("by_index", {}).get(i, {}) for i in range(2)]
     check(f"references: an n = 2 seeded stream, two different choices of {n5} ids, usage {2 * n5} completion tokens",
