@@ -50,7 +50,7 @@ namespace {
 // FP4, g_idx, FP8 block scales and n_in not a multiple of 32).
 bool a16(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa) {
   switch (isa) {
-    case PackedIsa::Avx512: return avx512::linear_a16(x, m, w, y, n_threads);
+    case PackedIsa::Avx512: return a16_avx512_decode(x, m, w, y, n_threads) || avx512::linear_a16(x, m, w, y, n_threads);
     case PackedIsa::Avx2:
       return a16_avx2_decode(x, m, w, y, n_threads) || a16_avx2_gemm(x, m, w, y, n_threads) ||
              avx2::linear_a16(x, m, w, y, n_threads);

@@ -68,6 +68,12 @@ bool a16_avx2_decode(const float* x, int64_t m, const PackedWeight& w, float* y,
 inline constexpr int64_t kA16Avx2GemmMinM = 32;
 bool a16_avx2_gemm(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 
+// W8A16 decode on AVX-512 (gemm_a16_avx512.cpp: a16_avx512_decode): Int8 weights without g_idx (n_in and groups
+// multiples of 32), F32 x, m < kA16Avx512MaxM: gemm_a16_avx2.cpp's 4-row blocks at 16 lanes. Returns false (nothing
+// written) for weights or m it does not take, or without AVX-512.
+inline constexpr int64_t kA16Avx512MaxM = 4;
+bool a16_avx512_decode(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
+
 // W8A8 / W4A8 on AVX2 without VNNI (gemm_int_w8a8_avx2.cpp): y [m, n_out] from x quantized to int8 (xq [m, n_in],
 // scales xs [m, n_seg], Σ qx xsum [m, n_seg] — read only with zero points) over segments of seg columns (wg:
 // columns a weight scale group). Exact int32 sums a segment, folded as the portable loop folds them (the same bits

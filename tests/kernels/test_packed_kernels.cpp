@@ -349,6 +349,44 @@ TEST(PackedKernels, Bf16KernelsBatchRowsEqualRowsAlone) {
   }
 }
 
+// W8A16 decode on AVX-512 (gemm_a16_avx512.cpp, m < kA16Avx512MaxM): the kernel runs (not the generic AVX-512
+// path behind it) for Int8 weights with groups of 32 / 64 / 128 or per channel, with and without zero points, row
+// counts that leave 1..3 rows past the last 4-row block; the suite's bound against the reference; a row of x in a
+// batch (m 2, 3) gives the bits it gives alone, at 1 and 2 threads.
+TEST(PackedKernels, A16Avx512DecodeMatchesReferenceAndRowsAlone) {
+  if (packed_best_isa() != PackedIsa::Avx512) GTEST_SKIP() << "no AVX-512 here";
+  using F = WeightFormat;
+  const std::vector<Case> cs = {
+      {"int8_g32_zeros", F::Int8, 37, 256, 32, 0, true},   {"int8_g64", F::Int8, 70, 576, 64},
+      {"int8_g128_zeros", F::Int8, 21, 384, 128, 0, true}, {"int8_channel_576", F::Int8, 96, 576},
+      {"int8_channel_zeros_1536", F::Int8, 39, 1536, 0, 0, true},
+  };
+  for (const Case& c : cs) {
+    const PackedWeight w = make(c, 23);
+    const int64_t m_max = kA16Avx512MaxM - 1;
+    std::mt19937 rng{3};
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> x(size_t(m_max * c.n_in));
+    for (float& v : x) v = nd(rng);
+    std::vector<float> ref(size_t(m_max * c.n_out));
+    packed_linear_reference(x.data(), m_max, w, ref.data(), 1);
+    for (int threads : {1, 2}) {
+      std::vector<float> alone(ref.size(), -1e30f);
+      for (int64_t i = 0; i < m_max; ++i)
+        ASSERT_TRUE(a16_avx512_decode(x.data() + i * c.n_in, 1, w, alone.data() + i * c.n_out, threads)) << c.name;
+      EXPECT_LE(nmse_of(alone, ref), kMaxNmse) << c.name << " threads " << threads;
+      for (int64_t m = 2; m <= m_max; ++m) {
+        std::vector<float> y(size_t(m * c.n_out), -1e30f);
+        ASSERT_TRUE(a16_avx512_decode(x.data(), m, w, y.data(), threads));
+        for (int64_t k = 0; k < m * c.n_out; ++k)
+          ASSERT_EQ(y[size_t(k)], alone[size_t(k)]) << c.name << " m " << m << " row " << k / c.n_out;
+      }
+    }
+    std::vector<float> y(size_t(kA16Avx512MaxM * c.n_out));
+    EXPECT_FALSE(a16_avx512_decode(x.data(), kA16Avx512MaxM, w, y.data(), 1)) << "m past the decode kernel's";
+  }
+}
+
 // W8A8 with a row long enough that the VNNI kernel's unsigned-offset sum Σ (w + 128)·qx passes 2³¹ (w = 127,
 // qx = 127 everywhere, 70 000 columns) while Σ w·qx still fits: the wrapping correction must give it exactly.
 TEST(PackedKernels, W8a8LongRowOffsetSumWraps) {
