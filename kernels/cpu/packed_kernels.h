@@ -63,7 +63,8 @@ bool onednn_s8_gemm(const int8_t* xq, int64_t m, const int8_t* w, int64_t n_out,
 inline constexpr int64_t kA16Avx2MaxM = 4;
 bool a16_avx2_decode(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 // The same weights for m ≥ kA16Avx2GemmMinM (prefill): W decoded once a call to F32 (value × scale) and the dense
-// F32 linear() (oneDNN sgemm; its thread count is linear's, set_num_threads). Returns false (nothing written) for
+// F32 linear() (oneDNN sgemm; its thread count is linear's, set_num_threads). Int4 / Int8 on AVX-512 too (1.5x /
+// 2.3x the AVX512-BF16 and 16-lane tiles at m = 512 on Zen 4: bench/results/a16-avx512-zen4-*). Returns false (nothing written) for
 // weights or m it does not take, or without oneDNN F32.
 inline constexpr int64_t kA16Avx2GemmMinM = 32;
 bool a16_avx2_gemm(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
