@@ -211,7 +211,7 @@ TEST_P(PackedKernelsPrefill, OnednnInt8GemmMatchesReference) {
   if (packed_best_isa() == PackedIsa::Avx512) isas.push_back(PackedIsa::Avx512);
   if (isas.empty()) GTEST_SKIP() << "no AVX2 here: the prefill path is not taken";
   double worst = 0;
-  for (int64_t m : {kW8a8OnednnMinM, int64_t(37), int64_t(64)}) {
+  for (int64_t m : {kW8a8OnednnMinM, int64_t(37), int64_t(64), kA16Avx512GemmMinM}) {
     std::mt19937 rng{uint32_t(m)};
     std::normal_distribution<float> nd(0.0f, 1.0f);
     std::vector<float> x(size_t(m * c.n_in));
@@ -232,7 +232,7 @@ TEST_P(PackedKernelsPrefill, OnednnInt8GemmMatchesReference) {
         EXPECT_LE(nmse, kMaxNmse) << c.name << " m " << m << " isa " << int(isa) << " threads " << threads;
       }
   }
-  std::printf("[packed-kernels-prefill] %-24s max NMSE %.2g over m 16..64\n", c.name.c_str(), worst);
+  std::printf("[packed-kernels-prefill] %-24s max NMSE %.2g over m 16..256\n", c.name.c_str(), worst);
 }
 
 std::vector<Case> prefill_cases() {
@@ -253,7 +253,7 @@ INSTANTIATE_TEST_SUITE_P(W8a8, PackedKernelsPrefill, ::testing::ValuesIn(prefill
 
 // A16 prefill on AVX2 and AVX-512 (m ≥ kA16Avx2GemmMinM: gemm_a16_avx2.cpp decodes W to F32 once a call, Int4
 // columns and x permuted alike, then the dense F32 linear(); FP8 on AVX512-BF16 stays in gemm_fp8_bf16.cpp): the same
-// suite and bound, m 16 (below: the A16 tiles), 37, 64.
+// suite and bound, m 16 (below: the A16 tiles), 37, 64, and 256 (the AVX-512 threshold, kA16Avx512GemmMinM).
 std::vector<Case> a16_prefill_cases() {
   using F = WeightFormat;
   return {
@@ -313,7 +313,7 @@ TEST(PackedKernels, W8a8BatchRowsEqualRowsAlone) {
 
 // W4A16 and FP8 on AVX512-BF16 (gemm_int4_bf16.cpp, gemm_fp8_bf16.cpp): a row of x in a batch gives the bits it
 // gives alone (m = 1: W4A16's 4-row pass; tiles of 1..4 rows of x, blocks of weight rows), on W4A16's fast path (n_in
-// and groups multiples of 64) and its masked one, FP8 with F32 and FP8 activations. W4A16 up to m < kA16Avx2GemmMinM:
+// and groups multiples of 64) and its masked one, FP8 with F32 and FP8 activations. W4A16 up to m < kA16Avx512GemmMinM:
 // from there on AVX-512 too runs gemm_a16_avx2.cpp's prefill (W decoded to F32 once a call, oneDNN sgemm; tested
 // against the reference in the A16 prefill suite above), which sums in another order.
 TEST(PackedKernels, Bf16KernelsBatchRowsEqualRowsAlone) {
@@ -342,7 +342,6 @@ TEST(PackedKernels, Bf16KernelsBatchRowsEqualRowsAlone) {
       for (int64_t i = 0; i < m_max; ++i)
         ASSERT_TRUE(packed_linear_isa(x.data() + i * c.n_in, 1, w, alone.data() + i * c.n_out, threads, PackedIsa::Avx512));
       for (int64_t m : {2, 3, 4, 5, 8, 9, 16, 31, 37}) {
-        if (c.format == F::Int4 && m >= kA16Avx2GemmMinM) continue;  // prefill: W to F32 and sgemm (no such claim)
         std::vector<float> y(size_t(m * c.n_out), -1e30f);
         packed_linear_isa(x.data(), m, w, y.data(), threads, PackedIsa::Avx512);
         for (int64_t k = 0; k < m * c.n_out; ++k)
