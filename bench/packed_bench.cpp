@@ -8,6 +8,7 @@
 // disturbed on a shared machine) and the median, in CPU seconds of the process (cpu_now below), not wall time.
 // Usage: packed_bench [--threads N] [--reps N] [--m M] [--only w8a8|w8a16|w4a16|fp8] [--isa portable|avx2|avx512]
 //                     [--no-decode | --no-prefill] (one pass of the other: under `perf stat`, cycles of one kind)
+//                     [--layers N] (30: the model; 1: 3.5 MiB of int8, in L3 — the kernel's compute ceiling)
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -65,7 +66,7 @@ double cpu_now() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int threads = 1, reps = 5;
+  int threads = 1, reps = 5, layers = 30;
   int64_t pm = 512;
   std::string only, isa_name;
   bool decode = true, prefill = true;
@@ -76,10 +77,11 @@ int main(int argc, char** argv) {
     else if (a == "--m" && i + 1 < argc) pm = std::atoll(argv[++i]);
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else if (a == "--isa" && i + 1 < argc) isa_name = argv[++i];
+    else if (a == "--layers" && i + 1 < argc) layers = std::atoi(argv[++i]);
     else if (a == "--no-decode") decode = false;
     else if (a == "--no-prefill") prefill = false;
     else {
-      std::fprintf(stderr, "usage: packed_bench [--threads N] [--reps N] [--m M] [--only NAME] [--isa NAME]\n");
+      std::fprintf(stderr, "usage: packed_bench [--threads N] [--reps N] [--m M] [--only NAME] [--isa NAME] [--layers N]\n");
       return 2;
     }
   }
@@ -94,7 +96,7 @@ int main(int argc, char** argv) {
       {"fp8", WeightFormat::Fp8E4M3, 0, ActQuant::Fp8Dynamic},
   };
   const int64_t shapes[4][2] = {{960, 576}, {576, 576}, {3072, 576}, {576, 1536}};
-  constexpr int kLayers = 30, kPrefillLayers = 2;
+  const int kLayers = layers, kPrefillLayers = std::min(2, layers);
   std::printf("packed_bench: threads %d, isa %d, reps %d (best / median)\n", threads, int(isa), reps);
   for (const Fmt& f : fmts) {
     if (!only.empty() && only != f.name) continue;

@@ -12,6 +12,8 @@
 // tile: a row of a batch has the bits of that row alone.
 // A chunk shorter than 64 columns (groups of 32, the row's end) has its lanes past the group masked to 0; an
 // odd n_in's last high nibble meets x's zero padding.
+// At m = 1 (decode) on the fast path, kRowsX1 weight rows a pass share each chunk's x loads (rows_int4_64_x1), with
+// the operations of one row alone: the same bits.
 // W is software-prefetched kPrefetchBytes ahead (gemv.cpp: the hardware prefetcher alone leaves Zen 4's DRAM
 // bandwidth unused).
 #include <algorithm>
@@ -37,6 +39,7 @@ constexpr int kTileM = 4;  // rows of x sharing one decoded chunk
 // Weight rows a block: every tile of x rows meets the block's rows (in L1 / L2) before the next block, so a
 // prefill's x (m rows, more than L2) is read once a block, not once a weight row.
 constexpr int64_t kBlockRows = 16;
+constexpr int kRowsX1 = 4;  // weight rows a pass at m = 1 (rows_int4_64_x1)
 
 // x is held as kParts BF16 parts (p0 = bf16(x), p1 = bf16(x − p0): 16 significant bits, relative error ≤ 2⁻¹⁷),
 // each product with a weight value (an integer of at most 5 bits) exact in F32. One part (x rounded to BF16)
@@ -228,6 +231,85 @@ TP_BF16 inline void row_int4_64(const PackedWeight& w, int64_t r, int64_t ng, co
   for (int i = 0; i < MT; ++i) y[i * w.n_out] = _mm512_reduce_add_ps(_mm512_add_ps(t0[i], t1[i]));
 }
 
+// m = 1 on the fast path: RW weight rows a pass against the one row of x, each 64-column chunk's x parts loaded once
+// for the RW rows (at m = 1 the x loads, 4 a chunk, were as many as the vdpbf16ps). Every row gets row_int4_64<1>'s
+// operations in its order (chunk64: (a + b) × scale into t0 and t1 in turn), so a row's bits are row_int4_64<1>'s.
+template <int RW, int TT>
+TP_BF16 __attribute__((always_inline)) inline void chunk64_rows(const uint8_t* row0, int64_t rb, int64_t c,
+                                                                const __m512i (&table)[RW], const __m512 (&s)[RW],
+                                                                const uint16_t* xe, const uint16_t* xo, int64_t half,
+                                                                const char*& pf, bool prefetch, __m512 (&t)[RW][2]) {
+  if (prefetch) {
+    for (int64_t b = 0; b < RW * 32; b += 64) _mm_prefetch(pf + b, _MM_HINT_T0);
+    pf += RW * 32;
+  }
+  const __m512bh e0 = (__m512bh)_mm512_loadu_si512(xe + c / 2), e1 = (__m512bh)_mm512_loadu_si512(xe + half + c / 2);
+  const __m512bh o0 = (__m512bh)_mm512_loadu_si512(xo + c / 2), o1 = (__m512bh)_mm512_loadu_si512(xo + half + c / 2);
+#pragma GCC unroll 4
+  for (int j = 0; j < RW; ++j) {
+    const __m512i wd = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row0 + j * rb + c / 2)));
+    const __m512bh lo = (__m512bh)_mm512_permutexvar_epi16(wd, table[j]);
+    const __m512bh hi = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(wd, 4), table[j]);
+    const __m512 a = _mm512_dpbf16_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), lo, e0), lo, e1);
+    const __m512 b = _mm512_dpbf16_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), hi, o0), hi, o1);
+    t[j][TT] = _mm512_fmadd_ps(_mm512_add_ps(a, b), s[j], t[j][TT]);
+  }
+}
+
+// Group g's nibble table (zero points) and scale of each of RW rows (scales / zero points ng apart).
+template <int RW>
+TP_BF16 __attribute__((always_inline)) inline void group_consts(const float* sc, const int8_t* zp, int64_t ng, int64_t g,
+                                                                __m512i table0, __m512i (&table)[RW], __m512 (&s)[RW]) {
+#pragma GCC unroll 4
+  for (int j = 0; j < RW; ++j) {
+    table[j] = zp ? nibble_table(float(zp[j * ng + g])) : table0;
+    s[j] = _mm512_set1_ps(sc[j * ng + g]);
+  }
+}
+
+template <int RW>
+TP_BF16 inline void rows_int4_64_x1(const PackedWeight& w, int64_t r, int64_t ng, const uint16_t* xe,
+                                    const uint16_t* xo, int64_t half, float* y, bool prefetch) {
+  static_assert(kParts == 2, "the x loads below are two parts");
+  const int64_t n_in = w.n_in, gs = ng > 1 ? w.group_size : n_in, rb = w.row_bytes();
+  const uint8_t* row0 = w.data.data() + r * rb;
+  const char* pf = reinterpret_cast<const char*>(row0) + RW * rb + kPrefetchBytes;
+  const float* sc = w.scales.data() + r * ng;
+  const int8_t* zp = w.zeros.empty() ? nullptr : w.zeros.data() + r * ng;
+  const __m512i table0 = nibble_table(0.0f);
+  __m512 t[RW][2];
+  __m512i table[RW];
+  __m512 s[RW];
+#pragma GCC unroll 4
+  for (int j = 0; j < RW; ++j) t[j][0] = t[j][1] = _mm512_setzero_ps();
+  if (gs == 64) {  // one chunk a group: groups in pairs
+    int64_t g = 0;
+    for (; g + 2 <= ng; g += 2) {
+      group_consts<RW>(sc, zp, ng, g, table0, table, s);
+      chunk64_rows<RW, 0>(row0, rb, g * 64, table, s, xe, xo, half, pf, prefetch, t);
+      group_consts<RW>(sc, zp, ng, g + 1, table0, table, s);
+      chunk64_rows<RW, 1>(row0, rb, g * 64 + 64, table, s, xe, xo, half, pf, prefetch, t);
+    }
+    if (g < ng) {
+      group_consts<RW>(sc, zp, ng, g, table0, table, s);
+      chunk64_rows<RW, 0>(row0, rb, g * 64, table, s, xe, xo, half, pf, prefetch, t);
+    }
+  } else {
+    for (int64_t g = 0; g < ng; ++g) {
+      group_consts<RW>(sc, zp, ng, g, table0, table, s);
+      const int64_t c1 = g * gs + gs;
+      int64_t c = g * gs;
+      for (; c + 128 <= c1; c += 128) {
+        chunk64_rows<RW, 0>(row0, rb, c, table, s, xe, xo, half, pf, prefetch, t);
+        chunk64_rows<RW, 1>(row0, rb, c + 64, table, s, xe, xo, half, pf, prefetch, t);
+      }
+      if (c < c1) chunk64_rows<RW, 0>(row0, rb, c, table, s, xe, xo, half, pf, prefetch, t);
+    }
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < RW; ++j) y[j] = _mm512_reduce_add_ps(_mm512_add_ps(t[j][0], t[j][1]));
+}
+
 TP_BF16 void rows_int4(const PackedWeight& w, int64_t r0, int64_t r1, int64_t m, const uint16_t* xe,
                        const uint16_t* xo, int64_t half, float* y) {
   const int64_t ng = w.n_groups();
@@ -236,6 +318,12 @@ TP_BF16 void rows_int4(const PackedWeight& w, int64_t r0, int64_t r1, int64_t m,
     const char* p = reinterpret_cast<const char*>(w.data.data() + r0 * w.row_bytes());
     const int64_t n = std::min(kPrefetchBytes, (r1 - r0) * w.row_bytes());
     for (int64_t b = 0; b < n; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
+  }
+  if (fast && m == 1) {
+    int64_t r = r0;
+    for (; r + kRowsX1 <= r1; r += kRowsX1) rows_int4_64_x1<kRowsX1>(w, r, ng, xe, xo, half, y + r, true);
+    for (; r < r1; ++r) rows_int4_64_x1<1>(w, r, ng, xe, xo, half, y + r, true);
+    return;
   }
   for (int64_t rb = r0; rb < r1; rb += kBlockRows)
     for (int64_t i0 = 0; i0 < m; i0 += kTileM)

@@ -47,10 +47,10 @@ namespace avx512 {
 namespace {
 
 // The A16 kernel at `isa`; on AVX2 first gemm_a16_avx2.cpp's decode / prefill where they take w and m (they refuse
-// FP4, g_idx, FP8 block scales and n_in not a multiple of 32).
+// FP4, g_idx, FP8 block scales and n_in not a multiple of 32); on AVX-512 first gemm_a16_avx512.cpp's Int8 decode.
 bool a16(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa) {
   switch (isa) {
-    case PackedIsa::Avx512: return avx512::linear_a16(x, m, w, y, n_threads);
+    case PackedIsa::Avx512: return a16_avx512_decode(x, m, w, y, n_threads) || avx512::linear_a16(x, m, w, y, n_threads);
     case PackedIsa::Avx2:
       return a16_avx2_decode(x, m, w, y, n_threads) || a16_avx2_gemm(x, m, w, y, n_threads) ||
              avx2::linear_a16(x, m, w, y, n_threads);
@@ -72,7 +72,10 @@ PackedIsa packed_best_isa() {
 
 bool int_a16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa) {
   if ((w.format != WeightFormat::Int8 && w.format != WeightFormat::Int4) || w.act != ActQuant::None) return false;
-  if (isa == PackedIsa::Avx512 && int4_bf16_linear(x, m, w, y, n_threads)) return true;
+  // AVX-512: prefill (m ≥ kA16Avx512GemmMinM) as on AVX2, W to F32 once and oneDNN's sgemm; else Int4 on AVX512-BF16.
+  if (isa == PackedIsa::Avx512 && ((m >= kA16Avx512GemmMinM && a16_avx2_gemm(x, m, w, y, n_threads)) ||
+                                   int4_bf16_linear(x, m, w, y, n_threads)))
+    return true;
   return a16(x, m, w, y, n_threads, isa);
 }
 

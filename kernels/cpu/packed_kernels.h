@@ -63,10 +63,20 @@ bool onednn_s8_gemm(const int8_t* xq, int64_t m, const int8_t* w, int64_t n_out,
 inline constexpr int64_t kA16Avx2MaxM = 4;
 bool a16_avx2_decode(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 // The same weights for m ≥ kA16Avx2GemmMinM (prefill): W decoded once a call to F32 (value × scale) and the dense
-// F32 linear() (oneDNN sgemm; its thread count is linear's, set_num_threads). Returns false (nothing written) for
+// F32 linear() (oneDNN sgemm; its thread count is linear's, set_num_threads). Int4 / Int8 on AVX-512 too from
+// m ≥ kA16Avx512GemmMinM: on Zen 4 1.5x / 2.3x the AVX512-BF16 and 16-lane tiles at m = 512 and 1.2x / 1.1x at 256 / 128,
+// but 0.85x (Int4, m = 128) and 0.35x (Int8, m = 32) below, where the per-call F32 copy (fresh pages, oneDNN's
+// reorder) is not paid back (bench/results/a16-avx512-zen4-*). Returns false (nothing written) for
 // weights or m it does not take, or without oneDNN F32.
 inline constexpr int64_t kA16Avx2GemmMinM = 32;
+inline constexpr int64_t kA16Avx512GemmMinM = 256;
 bool a16_avx2_gemm(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
+
+// W8A16 decode on AVX-512 (gemm_a16_avx512.cpp: a16_avx512_decode): Int8 weights without g_idx (n_in and groups
+// multiples of 32), F32 x, m < kA16Avx512MaxM: gemm_a16_avx2.cpp's 4-row blocks at 16 lanes. Returns false (nothing
+// written) for weights or m it does not take, or without AVX-512.
+inline constexpr int64_t kA16Avx512MaxM = 4;
+bool a16_avx512_decode(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 
 // W8A8 / W4A8 on AVX2 without VNNI (gemm_int_w8a8_avx2.cpp): y [m, n_out] from x quantized to int8 (xq [m, n_in],
 // scales xs [m, n_seg], Σ qx xsum [m, n_seg] — read only with zero points) over segments of seg columns (wg:

@@ -211,7 +211,7 @@ TEST_P(PackedKernelsPrefill, OnednnInt8GemmMatchesReference) {
   if (packed_best_isa() == PackedIsa::Avx512) isas.push_back(PackedIsa::Avx512);
   if (isas.empty()) GTEST_SKIP() << "no AVX2 here: the prefill path is not taken";
   double worst = 0;
-  for (int64_t m : {kW8a8OnednnMinM, int64_t(37), int64_t(64)}) {
+  for (int64_t m : {kW8a8OnednnMinM, int64_t(37), int64_t(64), kA16Avx512GemmMinM}) {
     std::mt19937 rng{uint32_t(m)};
     std::normal_distribution<float> nd(0.0f, 1.0f);
     std::vector<float> x(size_t(m * c.n_in));
@@ -232,7 +232,7 @@ TEST_P(PackedKernelsPrefill, OnednnInt8GemmMatchesReference) {
         EXPECT_LE(nmse, kMaxNmse) << c.name << " m " << m << " isa " << int(isa) << " threads " << threads;
       }
   }
-  std::printf("[packed-kernels-prefill] %-24s max NMSE %.2g over m 16..64\n", c.name.c_str(), worst);
+  std::printf("[packed-kernels-prefill] %-24s max NMSE %.2g over m 16..256\n", c.name.c_str(), worst);
 }
 
 std::vector<Case> prefill_cases() {
@@ -251,8 +251,9 @@ std::vector<Case> prefill_cases() {
 INSTANTIATE_TEST_SUITE_P(W8a8, PackedKernelsPrefill, ::testing::ValuesIn(prefill_cases()),
                          [](const auto& info) { return info.param.name; });
 
-// A16 prefill on AVX2 (m ≥ kA16Avx2GemmMinM: gemm_a16_avx2.cpp decodes W to F32 once a call, Int4 columns and x
-// permuted alike, then the dense F32 linear()): the same suite and bound, m 16 (below: the A16 tiles), 37, 64.
+// A16 prefill on AVX2 and AVX-512 (m ≥ kA16Avx2GemmMinM: gemm_a16_avx2.cpp decodes W to F32 once a call, Int4
+// columns and x permuted alike, then the dense F32 linear(); FP8 on AVX512-BF16 stays in gemm_fp8_bf16.cpp): the same
+// suite and bound, m 16 (below: the A16 tiles), 37, 64, and 256 (the AVX-512 threshold, kA16Avx512GemmMinM).
 std::vector<Case> a16_prefill_cases() {
   using F = WeightFormat;
   return {
@@ -311,8 +312,10 @@ TEST(PackedKernels, W8a8BatchRowsEqualRowsAlone) {
 }
 
 // W4A16 and FP8 on AVX512-BF16 (gemm_int4_bf16.cpp, gemm_fp8_bf16.cpp): a row of x in a batch gives the bits it
-// gives alone (tiles of 1..4 rows of x, blocks of weight rows), on W4A16's fast path (n_in and groups multiples
-// of 64) and its masked one, FP8 with F32 and FP8 activations.
+// gives alone (m = 1: W4A16's 4-row pass; tiles of 1..4 rows of x, blocks of weight rows), on W4A16's fast path (n_in
+// and groups multiples of 64) and its masked one, FP8 with F32 and FP8 activations. W4A16 up to m < kA16Avx512GemmMinM:
+// from there on AVX-512 too runs gemm_a16_avx2.cpp's prefill (W decoded to F32 once a call, oneDNN sgemm; tested
+// against the reference in the A16 prefill suite above), which sums in another order.
 TEST(PackedKernels, Bf16KernelsBatchRowsEqualRowsAlone) {
   if (packed_best_isa() != PackedIsa::Avx512 || !cpu_has_avx512bf16()) GTEST_SKIP() << "no AVX512-BF16 here";
   using F = WeightFormat;
@@ -338,7 +341,7 @@ TEST(PackedKernels, Bf16KernelsBatchRowsEqualRowsAlone) {
       std::vector<float> alone(size_t(m_max * c.n_out));
       for (int64_t i = 0; i < m_max; ++i)
         ASSERT_TRUE(packed_linear_isa(x.data() + i * c.n_in, 1, w, alone.data() + i * c.n_out, threads, PackedIsa::Avx512));
-      for (int64_t m : {2, 3, 4, 5, 8, 9, 16, 37}) {
+      for (int64_t m : {2, 3, 4, 5, 8, 9, 16, 31, 37}) {
         std::vector<float> y(size_t(m * c.n_out), -1e30f);
         packed_linear_isa(x.data(), m, w, y.data(), threads, PackedIsa::Avx512);
         for (int64_t k = 0; k < m * c.n_out; ++k)
@@ -346,6 +349,44 @@ TEST(PackedKernels, Bf16KernelsBatchRowsEqualRowsAlone) {
                                                      << threads;
       }
     }
+  }
+}
+
+// W8A16 decode on AVX-512 (gemm_a16_avx512.cpp, m < kA16Avx512MaxM): the kernel runs (not the generic AVX-512
+// path behind it) for Int8 weights with groups of 32 / 64 / 128 or per channel, with and without zero points, row
+// counts that leave 1..3 rows past the last 4-row block; the suite's bound against the reference; a row of x in a
+// batch (m 2, 3) gives the bits it gives alone, at 1 and 2 threads.
+TEST(PackedKernels, A16Avx512DecodeMatchesReferenceAndRowsAlone) {
+  if (packed_best_isa() != PackedIsa::Avx512) GTEST_SKIP() << "no AVX-512 here";
+  using F = WeightFormat;
+  const std::vector<Case> cs = {
+      {"int8_g32_zeros", F::Int8, 37, 256, 32, 0, true},   {"int8_g64", F::Int8, 70, 576, 64},
+      {"int8_g128_zeros", F::Int8, 21, 384, 128, 0, true}, {"int8_channel_576", F::Int8, 96, 576},
+      {"int8_channel_zeros_1536", F::Int8, 39, 1536, 0, 0, true},
+  };
+  for (const Case& c : cs) {
+    const PackedWeight w = make(c, 23);
+    const int64_t m_max = kA16Avx512MaxM - 1;
+    std::mt19937 rng{3};
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> x(size_t(m_max * c.n_in));
+    for (float& v : x) v = nd(rng);
+    std::vector<float> ref(size_t(m_max * c.n_out));
+    packed_linear_reference(x.data(), m_max, w, ref.data(), 1);
+    for (int threads : {1, 2}) {
+      std::vector<float> alone(ref.size(), -1e30f);
+      for (int64_t i = 0; i < m_max; ++i)
+        ASSERT_TRUE(a16_avx512_decode(x.data() + i * c.n_in, 1, w, alone.data() + i * c.n_out, threads)) << c.name;
+      EXPECT_LE(nmse_of(alone, ref), kMaxNmse) << c.name << " threads " << threads;
+      for (int64_t m = 2; m <= m_max; ++m) {
+        std::vector<float> y(size_t(m * c.n_out), -1e30f);
+        ASSERT_TRUE(a16_avx512_decode(x.data(), m, w, y.data(), threads));
+        for (int64_t k = 0; k < m * c.n_out; ++k)
+          ASSERT_EQ(y[size_t(k)], alone[size_t(k)]) << c.name << " m " << m << " row " << k / c.n_out;
+      }
+    }
+    std::vector<float> y(size_t(kA16Avx512MaxM * c.n_out));
+    EXPECT_FALSE(a16_avx512_decode(x.data(), kA16Avx512MaxM, w, y.data(), 1)) << "m past the decode kernel's";
   }
 }
 
