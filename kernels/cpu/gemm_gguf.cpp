@@ -327,12 +327,13 @@ void prepare_gguf_k4(GgufActs* a) {
 }
 
 void prepare_gguf_weight(PackedWeight* w) {
-  // Measured on Zen 4 (bench/results/gguf-vnni-zen4-20261203-0000.md): the 16-block groups win prefill and
-  // decode where a row is whole groups; a last group of a few blocks (576 inputs = 16 + 2) costs nearly a whole
-  // one, so those rows keep the file layout (Q4_0, Q8_0) or take Q5_0Quads (Q5_0: decode even, prefill ~1.3x).
+  // Measured on a loaded Zen 4 (bench/results/gguf-vnni-zen4-20261203-0030.md, gemm_gguf_bench): Q8_0Groups
+  // where a row is whole groups: prefill ~1.9x, decode 1.4x from cache and even-to-mixed from DRAM; a last
+  // group of a few blocks (576 inputs = 16 + 2) costs nearly a whole one, so those rows keep the file layout.
+  // Q4_0Groups: prefill 1.75x but decode 0.7-0.95x, so not chosen (the file layout's quad tile runs).
+  // Q5_0Quads: decode even to 1.1x, prefill 1.15-1.4x.
   const bool whole_groups = w->n_in % 512 == 0;
-  const GgufLayout to = w->format == WeightFormat::GgufQ4_0   ? (whole_groups ? GgufLayout::Q4_0Groups : GgufLayout::File)
-                        : w->format == WeightFormat::GgufQ8_0 ? (whole_groups ? GgufLayout::Q8_0Groups : GgufLayout::File)
+  const GgufLayout to = w->format == WeightFormat::GgufQ8_0   ? (whole_groups ? GgufLayout::Q8_0Groups : GgufLayout::File)
                         : w->format == WeightFormat::GgufQ5_0 ? GgufLayout::Q5_0Quads
                                                               : GgufLayout::File;
   if (to == GgufLayout::File || w->gguf_layout != GgufLayout::File || !gguf_kernel_available(GgufKernel::Avx512Vnni)) return;

@@ -16,8 +16,8 @@
 //
 // Kernels: AVX-512 VNNI + VBMI (Q4_1 / Q5_0 and Q8_0 in the file layout: two blocks a 512-bit vpdpbusd, the
 // offsets exact in the integer sums; Q4_0, Q8_0Quads and Q5_0Quads (common/gguf_layout.h): four blocks a pair
-// of vpdpbusd; Q4_0 / Q8_0 / Q5_0 *Groups (made at load by prepare_gguf_weight where a row is whole 16-block
-// groups): 16 blocks, one a lane, 8 chained vpdpbusd; K-quants: vpmaddubsw + vpdpwssd on 512-bit vectors
+// of vpdpbusd; Q4_0 / Q8_0 / Q5_0 *Groups (Q8_0Groups made at load by prepare_gguf_weight where a row is
+// whole 16-block groups): 16 blocks, one a lane, 8 chained vpdpbusd; K-quants: vpmaddubsw + vpdpwssd on 512-bit vectors
 // with the sub-block scales as int16), AVX2 (vpmaddubsw + vpmaddwd: the same integers), portable C++. Threads (OpenMP) split the output rows. Decode (m = 1) takes 4 weight rows a tile
 // (2 for the K-quants): one activation load feeds several rows and the accumulator chains run side by side;
 // for m > 1 each block of weights read is used for up to 4 rows of x while it is in registers. The AVX2
@@ -102,8 +102,9 @@ void prepare_gguf_groups(WeightFormat f, GgufActs* a);
 void prepare_gguf_k4(GgufActs* a);
 
 // Regroups w's rows, in place, into the layout the AVX-512 VNNI kernel reads fastest (common/gguf_layout.h),
-// when that kernel runs here and w is in the file layout: Q4_0 / Q8_0 rows of whole 16-block groups (n_in a
-// multiple of 512) into Q4_0Groups / Q8_0Groups, Q5_0 into Q5_0Quads; anything else is left as it is. The same
+// when that kernel runs here and w is in the file layout: Q8_0 rows of whole 16-block groups (n_in a multiple
+// of 512) into Q8_0Groups, Q5_0 into Q5_0Quads; anything else (Q4_0 too: Q4_0Groups decodes slower) is left
+// as it is. The same
 // bytes, so the resident size does not change; dequantize_rows and every kernel read every layout. Called by
 // cpu::Weight's constructor (at load). Q8_0Quads is never chosen: 2x slower decode from DRAM on Zen 4.
 void prepare_gguf_weight(PackedWeight* w);
