@@ -32,7 +32,7 @@ struct Fmt {
   WeightFormat format;
   int64_t group = 0;  // Int: columns a group (0: per channel)
   ActQuant act = ActQuant::None;
-  GgufLayout layout = GgufLayout::File;  // Q8_0 / Q5_0 rows regrouped into Q8_0Quads / Q5_0Quads (common/gguf_layout.h)
+  GgufLayout layout = GgufLayout::File;  // GGUF rows regrouped (common/gguf_layout.h); File: kept as the file's
 };
 
 PackedWeight make(const Fmt& f, int64_t n_out, int64_t n_in, std::mt19937& rng) {
@@ -70,10 +70,7 @@ PackedWeight make(const Fmt& f, int64_t n_out, int64_t n_in, std::mt19937& rng) 
     std::vector<uint8_t> row(static_cast<size_t>(w.row_bytes()));
     for (int64_t r = 0; r < n_out; ++r) {
       std::memcpy(row.data(), w.data.data() + r * w.row_bytes(), row.size());
-      if (f.layout == GgufLayout::Q8_0Quads)
-        q8_0_row_to_quads(row.data(), n_in, w.data.data() + r * w.row_bytes());
-      else
-        q5_0_row_to_quads(row.data(), n_in, w.data.data() + r * w.row_bytes());
+      gguf_row_from_file_layout(f.layout, row.data(), n_in, w.data.data() + r * w.row_bytes());
     }
     w.gguf_layout = f.layout;
   }
@@ -149,9 +146,12 @@ int main(int argc, char** argv) {
       {"q8_0", F::GgufQ8_0},
       {"q8_0_quads", F::GgufQ8_0, 0, ActQuant::None, GgufLayout::Q8_0Quads},
       {"q4_0", F::GgufQ4_0},
+      {"q4_0_groups", F::GgufQ4_0, 0, ActQuant::None, GgufLayout::Q4_0Groups},
+      {"q8_0_groups", F::GgufQ8_0, 0, ActQuant::None, GgufLayout::Q8_0Groups},
       {"q4_1", F::GgufQ4_1},
       {"q5_0", F::GgufQ5_0},
       {"q5_0_quads", F::GgufQ5_0, 0, ActQuant::None, GgufLayout::Q5_0Quads},
+      {"q5_0_groups", F::GgufQ5_0, 0, ActQuant::None, GgufLayout::Q5_0Groups},
       {"q4_k", F::GgufQ4_K},
       {"q6_k", F::GgufQ6_K},
       {"w8a16", F::Int8},
@@ -172,11 +172,11 @@ int main(int argc, char** argv) {
     for (size_t f = 0; f < fmts.size(); ++f) {
       if (!only.empty() && only.find("," + fmts[f].name + ",") == std::string::npos) continue;
       if (is_gguf_format(fmts[f].format) && n_in % dtype_block_elems(gguf_block_dtype(fmts[f].format)) != 0) continue;
-      ws[f].emplace_back(make(fmts[f], n_out, n_in, rng));
+      ws[f].emplace_back(make(fmts[f], n_out, n_in, rng), false);  // the layout as made
       const int64_t bytes = ws[f][0].n_bytes();
       // GEMM_BENCH_HOT=1: one copy (cache-resident for the small shapes: the kernels' compute ceiling).
       const int64_t copies = std::getenv("GEMM_BENCH_HOT") ? 1 : std::max<int64_t>(2, (int64_t(192) << 20) / bytes);
-      while (int64_t(ws[f].size()) < copies) ws[f].emplace_back(clone(ws[f][0].packed()));
+      while (int64_t(ws[f].size()) < copies) ws[f].emplace_back(clone(ws[f][0].packed()), false);
     }
     std::vector<float> x(size_t(std::max<int64_t>(m_prefill, 1) * n_in)), y(size_t(std::max<int64_t>(m_prefill, 1) * n_out));
     for (float& v : x) v = float(int(rng() % 2001) - 1000) / 1000.0f;

@@ -11,6 +11,9 @@ const char* gguf_layout_name(GgufLayout l) {
     case GgufLayout::File: return "file";
     case GgufLayout::Q8_0Quads: return "q8_0_quads";
     case GgufLayout::Q5_0Quads: return "q5_0_quads";
+    case GgufLayout::Q4_0Groups: return "q4_0_groups";
+    case GgufLayout::Q8_0Groups: return "q8_0_groups";
+    case GgufLayout::Q5_0Groups: return "q5_0_groups";
   }
   return "?";
 }
@@ -96,10 +99,96 @@ void q5_0_row_from_quads(const uint8_t* in, int64_t n_in, uint8_t* out) {
   }
 }
 
+namespace {
+
+// The block bytes of a *Groups layout's format.
+int64_t group_block_bytes(GgufLayout l) { return l == GgufLayout::Q4_0Groups ? 18 : l == GgufLayout::Q8_0Groups ? 34 : 22; }
+
+// Block b of a file row <-> its place in the groups row (to_groups: file -> groups; else back).
+void group_block(GgufLayout l, const uint8_t* in, int64_t nb, int64_t b, uint8_t* out, bool to_groups) {
+  const int64_t B = group_block_bytes(l), G = b / 16, j = b % 16, k = std::min<int64_t>(16, nb - 16 * G);
+  uint8_t* grp = nullptr;
+  const uint8_t* cgrp = nullptr;
+  if (to_groups)
+    grp = out + 16 * B * G;
+  else
+    cgrp = in + 16 * B * G;
+  const uint8_t* fblk = to_groups ? in + B * b : nullptr;
+  uint8_t* oblk = to_groups ? nullptr : out + B * b;
+  // scale
+  if (to_groups)
+    std::memcpy(grp + 2 * j, fblk, 2);
+  else
+    std::memcpy(oblk, cgrp + 2 * j, 2);
+  if (l == GgufLayout::Q8_0Groups) {
+    for (int t = 0; t < 8; ++t)
+      for (int i = 0; i < 4; ++i) {
+        if (to_groups)
+          grp[2 * k + 4 * k * t + 4 * j + i] = uint8_t(fblk[2 + 4 * t + i] ^ 0x80);
+        else
+          oblk[2 + 4 * t + i] = uint8_t(cgrp[2 * k + 4 * k * t + 4 * j + i] ^ 0x80);
+      }
+    return;
+  }
+  const int64_t qs_file = l == GgufLayout::Q4_0Groups ? 2 : 6, codes = l == GgufLayout::Q4_0Groups ? 2 * k : 6 * k;
+  for (int v = 0; v < 4; ++v) {
+    if (to_groups)
+      std::memcpy(grp + codes + 4 * k * v + 4 * j, fblk + qs_file + 4 * v, 4);
+    else
+      std::memcpy(oblk + qs_file + 4 * v, cgrp + codes + 4 * k * v + 4 * j, 4);
+  }
+  if (l == GgufLayout::Q5_0Groups) {
+    uint32_t qh = 0;
+    if (to_groups) std::memcpy(&qh, fblk + 2, 4);
+    for (int t = 0; t < 8; ++t)
+      for (int i = 0; i < 4; ++i) {
+        const int64_t bit = 4 * k * t + 4 * j + i;
+        uint8_t* byte = to_groups ? grp + 2 * k + bit / 8 : nullptr;
+        if (to_groups) {
+          if ((qh >> (4 * t + i)) & 1u) *byte = uint8_t(*byte | (1u << (bit % 8)));
+        } else if ((cgrp[2 * k + bit / 8] >> (bit % 8)) & 1u) {
+          qh |= 1u << (4 * t + i);
+        }
+      }
+    if (!to_groups) std::memcpy(oblk + 2, &qh, 4);
+  }
+}
+
+}  // namespace
+
+void gguf_row_to_groups(GgufLayout l, const uint8_t* in, int64_t n_in, uint8_t* out) {
+  const int64_t nb = n_in / 32;
+  if (l == GgufLayout::Q5_0Groups)  // the fifth-bit masks are OR-ed in
+    for (int64_t G = 0; 16 * G < nb; ++G) {
+      const int64_t k = std::min<int64_t>(16, nb - 16 * G);
+      std::memset(out + 16 * 22 * G + 2 * k, 0, size_t(4 * k));
+    }
+  for (int64_t b = 0; b < nb; ++b) group_block(l, in, nb, b, out, true);
+}
+
+void gguf_row_from_groups(GgufLayout l, const uint8_t* in, int64_t n_in, uint8_t* out) {
+  const int64_t nb = n_in / 32;
+  for (int64_t b = 0; b < nb; ++b) group_block(l, in, nb, b, out, false);
+}
+
 void gguf_row_to_file_layout(GgufLayout l, const uint8_t* in, int64_t n_in, uint8_t* out) {
   switch (l) {
     case GgufLayout::Q8_0Quads: q8_0_row_from_quads(in, n_in, out); return;
     case GgufLayout::Q5_0Quads: q5_0_row_from_quads(in, n_in, out); return;
+    case GgufLayout::Q4_0Groups:
+    case GgufLayout::Q8_0Groups:
+    case GgufLayout::Q5_0Groups: gguf_row_from_groups(l, in, n_in, out); return;
+    case GgufLayout::File: break;
+  }
+}
+
+void gguf_row_from_file_layout(GgufLayout l, const uint8_t* in, int64_t n_in, uint8_t* out) {
+  switch (l) {
+    case GgufLayout::Q8_0Quads: q8_0_row_to_quads(in, n_in, out); return;
+    case GgufLayout::Q5_0Quads: q5_0_row_to_quads(in, n_in, out); return;
+    case GgufLayout::Q4_0Groups:
+    case GgufLayout::Q8_0Groups:
+    case GgufLayout::Q5_0Groups: gguf_row_to_groups(l, in, n_in, out); return;
     case GgufLayout::File: break;
   }
 }

@@ -201,7 +201,10 @@ void check_packed_weight(const PackedWeight& w) {
   need(w.act_group >= 0 && (w.act_group == 0 || w.act == ActQuant::Int8Dynamic || w.act == ActQuant::Fp8Dynamic),
        "act_group " + num(w.act_group) + " is for dynamic activation quantization");
   need(w.gguf_layout == GgufLayout::File || (w.gguf_layout == GgufLayout::Q8_0Quads && w.format == WeightFormat::GgufQ8_0) ||
-           (w.gguf_layout == GgufLayout::Q5_0Quads && w.format == WeightFormat::GgufQ5_0),
+           (w.gguf_layout == GgufLayout::Q5_0Quads && w.format == WeightFormat::GgufQ5_0) ||
+           (w.gguf_layout == GgufLayout::Q4_0Groups && w.format == WeightFormat::GgufQ4_0) ||
+           (w.gguf_layout == GgufLayout::Q8_0Groups && w.format == WeightFormat::GgufQ8_0) ||
+           (w.gguf_layout == GgufLayout::Q5_0Groups && w.format == WeightFormat::GgufQ5_0),
        std::string("row layout ") + gguf_layout_name(w.gguf_layout) + " is not one of this format's");
   need(w.g_idx_groups >= 0 && (w.g_idx_groups == 0 || !w.g_idx.empty()), "g_idx_groups without g_idx");
   need((w.act != ActQuant::Int8Static && w.act != ActQuant::Fp8Static) || (std::isfinite(w.act_scale) && w.act_scale > 0),

@@ -289,6 +289,30 @@ void prepare_gguf_quads(WeightFormat f, GgufActs* a) {
     }
 }
 
+void prepare_gguf_groups(WeightFormat f, GgufActs* a) {
+  const int k = f == WeightFormat::GgufQ8_0 ? 128 : f == WeightFormat::GgufQ5_0 ? 16 : 8;
+  const int64_t nb = a->n_blocks(), ng = (nb + 15) / 16, n = a->m * ng;
+  a->grp_x.resize(size_t(n * 512));
+  a->grp_d.resize(size_t(n * 16));
+  a->grp_bias.resize(size_t(n * 16));
+  if (nb % 16 != 0)  // the last group's lanes past the row's end stay zero
+    for (int64_t g = 0; g < a->m; ++g) {
+      const int64_t o = g * ng + ng - 1;
+      std::memset(a->grp_x.data() + o * 512, 0, 512);
+      std::fill(a->grp_d.begin() + o * 16, a->grp_d.begin() + o * 16 + 16, 0.0f);
+      std::fill(a->grp_bias.begin() + o * 16, a->grp_bias.begin() + o * 16 + 16, 0);
+    }
+  for (int64_t g = 0; g < a->m; ++g)
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t o = g * ng + b / 16, j = b % 16;
+      const int8_t* xb = a->q.data() + g * a->n_in + b * 32;
+      int8_t* dst = a->grp_x.data() + o * 512 + 4 * j;
+      for (int t = 0; t < 8; ++t) std::memcpy(dst + 64 * t, xb + 4 * t, 4);
+      a->grp_d[size_t(o * 16 + j)] = a->d[size_t(g * nb + b)];
+      a->grp_bias[size_t(o * 16 + j)] = -k * a->qsum[size_t(g * nb + b)];
+    }
+}
+
 void prepare_gguf_k4(GgufActs* a) {
   a->k4_x.resize(a->q.size());
   for (int64_t b = 0; b < int64_t(a->q.size()) / 256; ++b)
@@ -303,19 +327,24 @@ void prepare_gguf_k4(GgufActs* a) {
 }
 
 void prepare_gguf_weight(PackedWeight* w) {
-  const bool q8 = w->format == WeightFormat::GgufQ8_0, q5 = w->format == WeightFormat::GgufQ5_0;
-  if (!(q8 || q5) || w->gguf_layout != GgufLayout::File || !gguf_kernel_available(GgufKernel::Avx512Vnni)) return;
+  // Measured on a loaded Zen 4 (bench/results/gguf-vnni-zen4-20261203-0030.md, gemm_gguf_bench): Q8_0Groups
+  // where a row is whole groups: prefill ~1.9x, decode 1.4x from cache and even-to-mixed from DRAM; a last
+  // group of a few blocks (576 inputs = 16 + 2) costs nearly a whole one, so those rows keep the file layout.
+  // Q4_0Groups: prefill 1.75x but decode 0.7-0.95x, so not chosen (the file layout's quad tile runs).
+  // Q5_0Quads: decode even to 1.1x, prefill 1.15-1.4x.
+  const bool whole_groups = w->n_in % 512 == 0;
+  const GgufLayout to = w->format == WeightFormat::GgufQ8_0   ? (whole_groups ? GgufLayout::Q8_0Groups : GgufLayout::File)
+                        : w->format == WeightFormat::GgufQ5_0 ? GgufLayout::Q5_0Quads
+                                                              : GgufLayout::File;
+  if (to == GgufLayout::File || w->gguf_layout != GgufLayout::File || !gguf_kernel_available(GgufKernel::Avx512Vnni)) return;
   const int64_t rb = w->row_bytes();
   std::vector<uint8_t> row(static_cast<size_t>(rb));
   for (int64_t r = 0; r < w->n_out; ++r) {
     uint8_t* p = w->data.data() + r * rb;
     std::memcpy(row.data(), p, size_t(rb));
-    if (q8)
-      q8_0_row_to_quads(row.data(), w->n_in, p);
-    else
-      q5_0_row_to_quads(row.data(), w->n_in, p);
+    gguf_row_from_file_layout(to, row.data(), w->n_in, p);
   }
-  w->gguf_layout = q8 ? GgufLayout::Q8_0Quads : GgufLayout::Q5_0Quads;
+  w->gguf_layout = to;
 }
 
 namespace {
@@ -354,6 +383,10 @@ void gemm_gguf(const float* x, int64_t m, const PackedWeight& w, float* y, int n
   thread_local GgufActs a;
   quantize_gguf_acts(x, m, w.n_in, act, &a);
   if (kernel == GgufKernel::Avx512Vnni &&
+      (w.gguf_layout == GgufLayout::Q4_0Groups || w.gguf_layout == GgufLayout::Q8_0Groups ||
+       w.gguf_layout == GgufLayout::Q5_0Groups))
+    prepare_gguf_groups(w.format, &a);
+  else if (kernel == GgufKernel::Avx512Vnni &&
       (w.format == WeightFormat::GgufQ4_0 || w.gguf_layout != GgufLayout::File))
     prepare_gguf_quads(w.format, &a);
   else if (kernel == GgufKernel::Avx512Vnni && w.format == WeightFormat::GgufQ4_K)

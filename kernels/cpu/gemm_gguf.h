@@ -15,8 +15,9 @@
 // (tests/kernels/test_gemm_gguf.cpp states the bounds).
 //
 // Kernels: AVX-512 VNNI + VBMI (Q4_1 / Q5_0 and Q8_0 in the file layout: two blocks a 512-bit vpdpbusd, the
-// offsets exact in the integer sums; Q4_0, and Q8_0 regrouped at load into Q8_0Quads (prepare_gguf_weight,
-// common/gguf_layout.h): four blocks a pair of vpdpbusd; K-quants: vpmaddubsw + vpdpwssd on 512-bit vectors
+// offsets exact in the integer sums; Q4_0, Q8_0Quads and Q5_0Quads (common/gguf_layout.h): four blocks a pair
+// of vpdpbusd; Q4_0 / Q8_0 / Q5_0 *Groups (Q8_0Groups made at load by prepare_gguf_weight where a row is
+// whole 16-block groups): 16 blocks, one a lane, 8 chained vpdpbusd; K-quants: vpmaddubsw + vpdpwssd on 512-bit vectors
 // with the sub-block scales as int16), AVX2 (vpmaddubsw + vpmaddwd: the same integers), portable C++. Threads (OpenMP) split the output rows. Decode (m = 1) takes 4 weight rows a tile
 // (2 for the K-quants): one activation load feeds several rows and the accumulator chains run side by side;
 // for m > 1 each block of weights read is used for up to 4 rows of x while it is in registers. The AVX2
@@ -65,6 +66,11 @@ struct GgufActs {
   std::vector<int8_t> quad_x;       // [m, n_quads, 128]: x[0..15] of the 4 blocks, then x[16..31] of the 4
   std::vector<float> quad_d;        // [m, n_quads, 16]: d of the lane's block
   std::vector<int32_t> quad_bias;   // [m, n_quads, 16]: lane 4j: −k · Σq of block 4q+j (k: the weights' offset), other lanes 0
+  // The *Groups layouts (common/gguf_layout.h) on AVX-512 VNNI take 16 blocks a step (prepare_gguf_groups;
+  // n_groups = ceil(blocks / 16), zero past the row's last block): lane j of every vector is block 16G + j.
+  std::vector<int8_t> grp_x;        // [m, n_groups, 8, 64]: vector t, bytes 4j..4j+3 = x[4t .. 4t+3] of block 16G+j
+  std::vector<float> grp_d;         // [m, n_groups, 16]: d of block 16G+j
+  std::vector<int32_t> grp_bias;    // [m, n_groups, 16]: −k · Σq of block 16G+j (k: the weights' offset 8 / 128 / 16)
   // Q4_K on AVX-512 VNNI (prepare_gguf_k4): x of each 256-block in the order the code nibbles come out of
   // two 64-byte loads: for h = 0, 1: x[128h + 0..31], x[128h + 64..95] (the low nibbles), then
   // x[128h + 32..63], x[128h + 96..127] (the high nibbles).
@@ -89,18 +95,18 @@ void prepare_gguf_pairs(WeightFormat f, GgufActs* a);
 // their codes are held as q + 128) or Q5_0 weights in the Q5_0Quads layout (k = 16).
 void prepare_gguf_quads(WeightFormat f, GgufActs* a);
 
+// Fills a's group arrays (above) for Q4_0 / Q8_0 / Q5_0 weights in a *Groups layout (k = 8 / 128 / 16).
+void prepare_gguf_groups(WeightFormat f, GgufActs* a);
+
 // Fills a's k4_x (above) from its Q8_K q.
 void prepare_gguf_k4(GgufActs* a);
 
-// Regroups w's rows, in place, into Q8_0Quads / Q5_0Quads (common/gguf_layout.h) when w is Q8_0 / Q5_0 and
-// the AVX-512 VNNI kernel runs here; anything else is left as it is. The same bytes, so the resident size does
-// not change; dequantize_rows and every kernel read either layout. NOT called at load (cpu::Weight keeps the file
-// layout): on Zen 4 the quad tile is 1.3-1.6x faster than the file-layout tile from cache but measured ~10%
-// slower from DRAM on the loaded machine (bench/results/decode-quant-zen4-20261202-0745.md); flip it on in
-// Weight's constructor once a quiet-machine run (gemm_gguf_bench FORMATS=q8_0,q8_0_quads) says otherwise.
-// Q5_0Quads (the Q5_0 half of Q4_K_M's bytes on SmolLM2): its tile (~13 vector ops a 128 weights a row vs
-// ~28 for the file-layout pair tile) is written and unit-tested on AVX-512 VNNI CPUs only, not yet measured:
-// measure with FORMATS=q5_0,q5_0_quads before flipping it on.
+// Regroups w's rows, in place, into the layout the AVX-512 VNNI kernel reads fastest (common/gguf_layout.h),
+// when that kernel runs here and w is in the file layout: Q8_0 rows of whole 16-block groups (n_in a multiple
+// of 512) into Q8_0Groups, Q5_0 into Q5_0Quads; anything else (Q4_0 too: Q4_0Groups decodes slower) is left
+// as it is. The same
+// bytes, so the resident size does not change; dequantize_rows and every kernel read every layout. Called by
+// cpu::Weight's constructor (at load). Q8_0Quads is never chosen: 2x slower decode from DRAM on Zen 4.
 void prepare_gguf_weight(PackedWeight* w);
 
 // y[m, n_out] = x[m, n_in] · Wᵀ, W a GGUF block format. Throws tp::Error for another format or a kernel this

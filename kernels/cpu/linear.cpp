@@ -1,5 +1,7 @@
 #include "kernels/cpu/linear.h"
 
+#include "kernels/cpu/gemm_gguf.h"
+
 #include <omp.h>
 #include <sys/mman.h>
 
@@ -136,8 +138,9 @@ void gemv(const float* x, int64_t m, const Weight& w, float* y, LinearImpl best)
 }  // namespace
 
 // ------------------------------------------------------------------------------------------------ Weight
-Weight::Weight(PackedWeight w) : w_(std::move(w)) {
+Weight::Weight(PackedWeight w, bool regroup_gguf) : w_(std::move(w)) {
   check_packed_weight(w_);
+  if (regroup_gguf) detail::prepare_gguf_weight(&w_);
   back_with_huge_pages(w_.data.data(), w_.data.size());
 }
 

@@ -336,6 +336,64 @@ TEST(GgufLayout, Q5_0QuadsRoundTripsAndDequantizesAsTheFile) {
   EXPECT_THROW(check_packed_weight(q8), Error);
 }
 
+// The *Groups layouts (16 blocks a step; common/gguf_layout.h), forced on every Q4_0 / Q8_0 / Q5_0 row width
+// (prepare_gguf_weight picks them only for whole groups): to and back gives the file's bytes, dequantize_rows
+// reads them to the file's values, the layout is refused on another format, and on AVX-512 VNNI the groups
+// kernel (its ymm / xmm last groups included) matches the portable kernel within kKernelRel and gives a batch
+// row the bits of that row alone. Rows of 1, 3, 5, 9, 16, 18, 19 and 35 blocks: last groups of every vector
+// width and whole groups.
+TEST(GgufLayout, GroupsRoundTripDequantizeAndComputeAsTheFile) {
+  const struct {
+    DType t;
+    GgufLayout l;
+  } cases[] = {{DType::Q4_0, GgufLayout::Q4_0Groups}, {DType::Q8_0, GgufLayout::Q8_0Groups}, {DType::Q5_0, GgufLayout::Q5_0Groups}};
+  for (const auto& c : cases)
+    for (int64_t nb : {1, 3, 5, 9, 16, 18, 19, 35}) {
+      const int64_t n_in = 32 * nb, n_out = 37;
+      const PackedWeight file = make_weight(c.t, n_out, n_in, uint32_t(80 + nb));
+      const int64_t rb = file.row_bytes();
+      PackedWeight g = prepared(file);
+      if (g.gguf_layout != c.l) {
+        std::memcpy(g.data.data(), file.data.data(), size_t(file.data.size()));
+        for (int64_t r = 0; r < n_out; ++r) gguf_row_from_file_layout(c.l, file.data.data() + r * rb, n_in, g.data.data() + r * rb);
+        g.gguf_layout = c.l;
+      }
+      check_packed_weight(g);
+      std::vector<uint8_t> back(static_cast<size_t>(rb));
+      for (int64_t r = 0; r < n_out; ++r) {
+        gguf_row_to_file_layout(c.l, g.data.data() + r * rb, n_in, back.data());
+        ASSERT_EQ(std::memcmp(back.data(), file.data.data() + r * rb, size_t(rb)), 0) << gguf_layout_name(c.l) << " row " << r << " blocks " << nb;
+      }
+      // Block 0's scale is the group's first 2 bytes (the layout's header), not where the file has it only.
+      ASSERT_EQ(std::memcmp(g.data.data(), file.data.data(), 2), 0);
+      std::vector<float> a(size_t(n_out * n_in)), b(size_t(n_out * n_in));
+      dequantize_rows(file, 0, n_out, a.data());
+      dequantize_rows(g, 0, n_out, b.data());
+      ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << gguf_layout_name(c.l) << " blocks " << nb;
+      if (!gguf_kernel_available(GgufKernel::Avx512Vnni)) continue;
+      constexpr int64_t kM = 17;
+      const auto x = make_x(kM, n_in, uint32_t(90 + nb));
+      std::vector<float> portable(size_t(kM * n_out)), y(size_t(kM * n_out), NAN);
+      gemm_gguf(x.data(), kM, file, portable.data(), 1, GgufKernel::Portable);
+      gemm_gguf(x.data(), kM, g, y.data(), 2, GgufKernel::Avx512Vnni);
+      expect_close(y, portable, abs_sums(x, kM, file), std::string(gguf_layout_name(c.l)) + " vs portable, blocks " + std::to_string(nb));
+      for (int threads : {1, 2}) {
+        std::vector<float> alone(size_t(kM * n_out));
+        for (int64_t i = 0; i < kM; ++i) gemm_gguf(x.data() + i * n_in, 1, g, alone.data() + i * n_out, threads, GgufKernel::Avx512Vnni);
+        for (int64_t m : {2, 3, 4, 5, 9, 17}) {
+          std::vector<float> yb(size_t(m * n_out), NAN);
+          gemm_gguf(x.data(), m, g, yb.data(), threads, GgufKernel::Avx512Vnni);
+          for (int64_t i = 0; i < m * n_out; ++i)
+            ASSERT_EQ(std::memcmp(&yb[size_t(i)], &alone[size_t(i)], sizeof(float)), 0)
+                << gguf_layout_name(c.l) << " threads " << threads << " m " << m << " blocks " << nb << " output " << i;
+        }
+      }
+    }
+  PackedWeight q4 = make_weight(DType::Q4_0, 2, 64, 1);
+  q4.gguf_layout = GgufLayout::Q8_0Groups;
+  EXPECT_THROW(check_packed_weight(q4), Error);
+}
+
 // The AVX-512 element loops of the activation quantizers give the scalar definition's bits (llama.cpp's:
 // q = round half to even of x · (127 / amax), Q8_K: of x · (−127 / v), v the first value of largest magnitude,
 // capped at 127): blocks of outliers, an all-zero block, and a block holding both +v and −v (the first wins).
