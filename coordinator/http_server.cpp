@@ -101,7 +101,7 @@ struct HttpServer::Connection {
   net::steady_timer timer;    // the deadline of the wait or read in progress
   uint64_t timer_gen = 0;     // bumped whenever the deadline changes: a stale expiry does nothing
   bool timed_out = false;     // the read in progress was cut by its deadline
-  Phase phase = Phase::Waiting;  // the I/O thread's view (it sets all three)
+  std::atomic<Phase> phase{Phase::Waiting};  // the I/O thread's view (it sets all three; others may read it)
   Clock::time_point waiting_since{};  // when it began waiting for a request (eviction: oldest first)
   Clock::time_point request_start{};  // the first byte of the request being read or handled
   bool reserve = false;       // accepted past max_connections: may only ask GET /health
@@ -400,6 +400,14 @@ int HttpServer::n_served_connections(int* n_reserve) {
   int n = 0, r = 0;
   for (const auto& c : conns_) (c->reserve ? r : n) += 1;
   if (n_reserve) *n_reserve = r;
+  return n;
+}
+
+int HttpServer::n_waiting_connections() {
+  std::lock_guard lk(mu_);
+  int n = 0;
+  for (const auto& c : conns_)
+    n += !c->reserve && !c->done.load() && c->phase.load() == Connection::Phase::Waiting;
   return n;
 }
 

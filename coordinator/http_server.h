@@ -156,6 +156,9 @@ class HttpServer {
   uint16_t port() const { return port_; }
   void stop_accepting();
   int n_active_requests() const { return n_active_.load(); }
+  // Connections in the cap waiting for a request (idle keep-alive, or connected but silent: the ones a new
+  // connection past the cap may evict). Any thread.
+  int n_waiting_connections();
   void stop();
 
  private:

@@ -234,7 +234,12 @@ TEST_F(HttpServerUnit, CapFullOfIdleConnectionsStillAnswersHealth) {
       ASSERT_EQ(status_of(idle.back()->read_one()), 200);
     }
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the silent ones are accepted
+  // Every one of them accepted and waiting (the two served ones handed back by their handler threads): a fixed
+  // sleep here failed on a machine at load 13, where a hand-back took longer than 100 ms.
+  const auto t0 = Clock::now();
+  while (server_->n_waiting_connections() < 4 && since(t0) < 10.0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(server_->n_waiting_connections(), 4);
   const std::string r = [&] {
     Client c(port_);
     c.send(get("/health", true));
