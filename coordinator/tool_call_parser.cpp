@@ -234,6 +234,12 @@ std::string ToolCallStreamFilter::push(std::string_view delta) {
   return out;
 }
 
+void ToolCallStreamFilter::prime(std::string_view sent) {
+  text_ = sent;
+  sent_ = text_.size();  // content already: Llama3Json's plain text stays plain (sent_ > 0)
+  holding_ = false;      // the client has it all: no call had begun in it
+}
+
 ToolCallStreamFilter::End ToolCallStreamFilter::finish() {
   ToolCallParse p = parse_tool_calls(syntax_, text_, tools_);
   End e;

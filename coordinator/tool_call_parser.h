@@ -53,6 +53,10 @@ class ToolCallStreamFilter {
   ToolCallStreamFilter(ToolCallSyntax syntax, nlohmann::ordered_json tools);
   // The new text; returns what may be sent now as content.
   std::string push(std::string_view delta);
+  // A resumed stream (the router's tpserve_continuation): `sent` is the choice's text so far, all of it already
+  // with the client as content (the router resumes after the text it forwarded), so it is never sent again; the
+  // filter goes on as the one that streamed it (finish() parses it with what follows). Before any push.
+  void prime(std::string_view sent);
   struct End {
     std::vector<ParsedToolCall> calls;
     std::string content;  // content not sent yet (held text when no call was found; else any text before calls)

@@ -144,6 +144,31 @@ TEST(ToolCallStreamFilter, Llama3HoldsJsonStreamsProse) {
   EXPECT_TRUE(k2.empty());
 }
 
+// A resumed stream: the filter primed with the text the client has goes on as the one that streamed it —
+// nothing of it sent again, the calls parsed from the whole text, plain Llama 3 prose stays plain.
+TEST(ToolCallStreamFilter, PrimedWithTheContinuedTextGoesOnAsTheUnbrokenOne) {
+  const std::vector<std::string> rest = {"<tool", "_call>\n{\"name\": \"get_time\", ",
+                                         "\"arguments\": {\"tz\": \"UTC\"}}\n</tool_call>"};
+  std::vector<std::string> all = {"Let me check.\n"};
+  all.insert(all.end(), rest.begin(), rest.end());
+  const auto unbroken = stream(ToolCallSyntax::Hermes, all);
+  ToolCallStreamFilter f(ToolCallSyntax::Hermes, kTools);
+  f.prime("Let me check.\n");
+  std::string out;
+  for (const auto& p : rest) out += f.push(p);
+  const auto end = f.finish();
+  EXPECT_EQ(out + end.content, "") << "the client has the content";
+  EXPECT_EQ(end.calls, unbroken.second);
+  ToolCallStreamFilter g(ToolCallSyntax::Llama3Json, kTools);
+  g.prime("Hi");
+  EXPECT_EQ(g.push(" {\"name\": \"get_time\", \"parameters\": {}}"), " {\"name\": \"get_time\", \"parameters\": {}}")
+      << "prose began: it stays prose";
+  ToolCallStreamFilter h(ToolCallSyntax::Llama3Json, kTools);
+  h.prime("");
+  EXPECT_EQ(h.push("{\"name\": \"get_time\", \"parameters\": {}}"), "");
+  EXPECT_EQ(h.finish().calls, (std::vector<ParsedToolCall>{{"get_time", "{}"}}));
+}
+
 TEST(ToolCallStreamFilter, Mistral) {
   const auto [content, calls] =
       stream(ToolCallSyntax::Mistral, {"[TOOL", "_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}]"});
