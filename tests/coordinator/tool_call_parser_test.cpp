@@ -167,6 +167,25 @@ TEST(ToolCallStreamFilter, PrimedWithTheContinuedTextGoesOnAsTheUnbrokenOne) {
   h.prime("");
   EXPECT_EQ(h.push("{\"name\": \"get_time\", \"parameters\": {}}"), "");
   EXPECT_EQ(h.finish().calls, (std::vector<ParsedToolCall>{{"get_time", "{}"}}));
+  // Primed with part of a call (held when it was streamed): still held, parsed at the end.
+  ToolCallStreamFilter m(ToolCallSyntax::Llama3Json, kTools);
+  m.prime("{\"name\": \"get_");
+  EXPECT_EQ(m.push("time\", \"parameters\": {}}"), "");
+  const auto m_end = m.finish();
+  EXPECT_EQ(m_end.content, "");
+  EXPECT_EQ(m_end.calls, (std::vector<ParsedToolCall>{{"get_time", "{}"}}));
+  ToolCallStreamFilter hc(ToolCallSyntax::Hermes, kTools);
+  hc.prime("Let me check.\n<tool");
+  std::string hc_out;
+  for (size_t i = 1; i < rest.size(); ++i) hc_out += hc.push(rest[i]);
+  const auto hc_end = hc.finish();
+  EXPECT_EQ(hc_out + hc_end.content, "");
+  EXPECT_EQ(hc_end.calls, unbroken.second);
+  // A partial marker the client got once the next text showed it was none: not sent again.
+  ToolCallStreamFilter pm(ToolCallSyntax::Hermes, kTools);
+  pm.prime("Hello <to");
+  EXPECT_EQ(pm.push("day>"), "day>");
+  EXPECT_EQ(pm.finish().content, "");
 }
 
 TEST(ToolCallStreamFilter, Mistral) {

@@ -24,7 +24,8 @@
     A stream of two prompts (echo, usage) on A at the kill resumes each prompt's choice as that prompt alone.
     A greedy chat stream with a forced tool call (tool_choice naming a function; the call's JSON is held back until
     the end) on A at the kill resumes on B: the reassembled call (name, arguments) equals the unfailed run's, one
-    header per call, finish_reason "tool_calls" once.
+    header per call, finish_reason "tool_calls" once; on one replica, the same call continued from part of its
+    JSON (tpserve_continuation) gives the rest of its ids and the same call.
 usage: router_test.py TPSERVE_BINARY REPO_ROOT"""
 import http.client, json, os, signal, subprocess, sys, tempfile, threading, time
 
@@ -455,6 +456,21 @@ try:
           tool_live.get("finish") == "tool_calls" and tool_live.get("n_finish") == 1 and
           tool_live.get("text") == tool_ref.get("text"),
           {k: tool_live.get(k) for k in ("done", "error", "finish", "n_finish", "calls", "text")})
+    # On one replica: the forced call continued from 20 of its ids (part of the call's JSON, held as it was
+    # streamed) gives the rest of the ids and the same call, no content
+    ref_ids = tool_ref.get("token_ids", [])
+    k, tool_cont = 20, {}
+    while k > 10:  # a cut inside a UTF-8 character is refused (400): cut before it
+        tool_cont = stream(pb, dict(tool_body, tpserve_continuation=ref_ids[:k]), path=CHAT)
+        if tool_cont["status"] != 400:
+            break
+        k -= 1
+    check(f"a replica continues the forced tool call from {k} of its ids (part of the call's JSON): the rest of the "
+          "ids, the same call, no content",
+          tool_cont.get("done") and not tool_cont.get("error") and tool_cont.get("token_ids") == ref_ids[k:] and
+          [(c["name"], c["arguments"]) for _, c in sorted(tool_cont.get("calls", {}).items())] == ref_calls and
+          tool_cont.get("text") == "" and tool_cont.get("finish") == "tool_calls",
+          {x: tool_cont.get(x) for x in ("status", "done", "error", "finish", "calls", "text")})
     ref_two = [two_ref["by_index"].get(i, {}) for i in range(2)]
     got_two = [two.get("by_index", {}).get(i, {}) for i in range(2)]
     check(f"references: an n = 2 seeded stream, two different choices of {n5} ids, usage {2 * n5} completion tokens",
