@@ -272,6 +272,7 @@ HttpResponse ApiHandlers::generate(const GenerationJob& job, ResponseStream& out
   const ToolCallIdFn new_call_id = [] { return "call_" + random_hex(24); };
   std::optional<ToolCallStreams> tool_streams;  // tools with tool_choice auto: calls parsed from the output
   if (job.tool_syntax && p.stream) tool_streams.emplace(*job.tool_syntax, job.tools, choices.size(), new_call_id);
+  if (tool_streams && job.n_continued > 0) tool_streams->prime(0, job.continued_text);  // a resumed stream (n = 1)
   bool client_gone = false;
   if (p.stream) {
     client_gone = !sse.start();

@@ -37,7 +37,7 @@ void apply_continuation(GenerationJob& job, const Tokenizer& tok, int64_t max_co
       {job.prompts.size() != 1, "several prompts"},
       {job.params.n != 1, "n > 1"},
       {job.params.prompt_logprobs.has_value(), "prompt_logprobs"},
-      {job.tool_syntax.has_value(), "tools"},
+      {job.tool_syntax.has_value() && !job.params.stream, "tools unless streamed"},
   };
   for (const auto& [conflict, what] : conflicts)
     if (conflict) refuse(std::string("cannot be combined with ") + what);
@@ -67,6 +67,7 @@ void apply_continuation(GenerationJob& job, const Tokenizer& tok, int64_t max_co
   job.params.resumed_output_tokens = k;
   if (job.params.max_tokens) *job.params.max_tokens -= k;
   job.n_continued = k;
+  job.continued_text = std::move(text);
 }
 
 }  // namespace

@@ -44,6 +44,9 @@ struct GenerationJob {
   // Output tokens continued from an earlier run (params.continuation, already appended to prompt 0 and counted
   // in params.resumed_output_tokens and max_tokens): usage counts them as completion tokens, not prompt.
   int64_t n_continued = 0;
+  // Their text (the choice's output the client already has; a stream with tools primes its call parser with it,
+  // tool_call_response.h).
+  std::string continued_text;
 
   int32_t n_choices() const { return int32_t(prompts.size()) * params.n; }
   // The k the engine computes prompt logprobs with: the larger of echo_logprobs and prompt_logprobs.
@@ -57,7 +60,8 @@ struct GenerationJob {
 // Throws FieldError: a token id outside the vocabulary ("prompt[3]", "prompt[1][3]", "logit_bias[0]"), a
 // prompt that encodes to nothing or leaves no room in max_context ("context_length_exceeded").
 // With params.continuation (both kinds of job; FieldError "tpserve_continuation" when it is not consistent: with
-// several prompts, n > 1, prompt_logprobs or tools; an id outside the vocabulary; an
+// several prompts, n > 1, prompt_logprobs, or tools on a response that is not streamed (its calls would be
+// parsed from the continuation's text alone); an id outside the vocabulary; an
 // end-of-generation token (without ignore_eos); text ending inside a UTF-8 character; more tokens than
 // max_tokens; no room left in the context): its ids are appended to the prompt as resumed output
 // (resumed_output_tokens), max_tokens is reduced by their number, echo and the prompt's logprobs are dropped

@@ -10,7 +10,10 @@
 //        unfinished choices continue one after the other, choice i as an n = 1 request with seed + i, and one
 //        usage chunk sums them (router_stream.h); an output constraint goes on from where the continued
 //        output left its grammar. Several prompts' choices continue one by one, each as its
-//        own prompt. A stream that cannot resume (tools) ends with an error event + [DONE]. Other replica errors
+//        own prompt. A chat stream with tools resumes too: the replica parses calls from the continued text
+//        and what follows, and the router drops the tool-call headers and argument bytes the client has, so each
+//        call keeps the id the client saw (router_stream.h). A stream that cannot resume (a request that is a
+//        continuation itself) ends with an error event + [DONE]. Other replica errors
 //        (400, 404, 429, ...) go to the client as they are. A plain response names the replica that produced it
 //        in the header X-Tpserve-Replica (its base URL).
 //   GET /v1/models, POST /tokenize, /detokenize   forwarded to a replica that is up.

@@ -38,7 +38,6 @@ RouteInfo route_info(const json& body, bool chat, const Tokenizer& tok, const Ch
     if (job.params.max_tokens) info.max_tokens = *job.params.max_tokens;
     // The first feature a resumption (one prompt + the tokens already sent, one continuation) cannot carry.
     const std::pair<bool, const char*> blockers[] = {
-        {bool(job.tool_syntax), "tools"},
         {job.params.continuation || job.params.resumed_output_tokens > 0, "its own continuation"},
     };
     for (const auto& [blocks, what] : blockers)

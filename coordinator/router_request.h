@@ -35,7 +35,7 @@ struct RouteInfo {
   bool chat = false;
   bool stream = false;
   bool tokenized = false;              // false: the body did not parse here (forwarded as it is, not replayable mid-stream)
-  bool replayable = false;             // no tools: a stream can resume
+  bool replayable = false;             // a stream can resume (not a continuation itself)
   bool include_usage = false;          // stream_options.include_usage
   bool prompt_logprobs = false;        // prompt_logprobs asked for
   int32_t n_choices = 1;               // n (per prompt)
@@ -44,7 +44,7 @@ struct RouteInfo {
   // echo_logprobs below, which are prompt 0's).
   std::vector<int64_t> prompt_sizes, prompt_echo_bytes, prompt_echo_logprobs;
   // Why a stream of this request cannot resume on another replica, as the error its client gets names it
-  // ("n > 1", "logprobs", ...); "" when replayable.
+  // ("its own continuation", ...); "" when replayable.
   std::string not_replayable;
   bool client_wants_token_ids = false; // the client asked for return_token_ids itself
   std::vector<int32_t> prompt;         // token ids of the (first) prompt

@@ -92,6 +92,7 @@ void StreamTracker::begin_replay(const Tokenizer& tok, bool ignore_eos) {
     ch.skip_bytes = ch.text_bytes - len_k;
     ch.skip_ids = ch.ids_sent - int64_t(k);
     ch.skip_lp = std::max<int64_t>(0, ch.lp_sent - lp_k);  // 0 when no logprobs were asked for
+    ch.tool_skip = ch.tool_args;  // the continuation sends every call again: the client has these
   }
 }
 
@@ -262,6 +263,60 @@ bool StreamTracker::on_choice(Choice& ch, json& c, bool& output) {
     output = output || int64_t(s.size()) > echo;
   }
   if (auto f = c.find("finish_reason"); f != c.end() && !f->is_null()) ch.finished = output = true;
+  if (auto d = c.find("delta"); chat_ && d != c.end() && d->is_object() && on_tool_calls(ch, *d)) {
+    output = true;
+    // A chunk of calls the client has entirely: nothing to send.
+    const auto ids = c.find("token_ids");
+    if (!d->contains("tool_calls") && !d->contains("role") && !text && c.value("finish_reason", json()).is_null() &&
+        (ids == c.end() || !ids->is_array() || ids->empty()))
+      return false;
+  }
+  return true;
+}
+
+bool StreamTracker::on_tool_calls(Choice& ch, json& delta) {
+  const auto tc = delta.find("tool_calls");
+  if (tc == delta.end() || !tc->is_array()) return false;
+  json kept = json::array();
+  for (json& call : *tc) {
+    const auto idx = call.is_object() ? call.find("index") : call.end();
+    if (!call.is_object() || idx == call.end() || !idx->is_number_unsigned() || idx->get<uint64_t>() > 4096) {
+      kept.push_back(std::move(call));  // not a replica's shape: not ours to judge
+      continue;
+    }
+    const size_t k = idx->get<size_t>();
+    const bool seen = k < ch.tool_skip.size();  // the client has its header (from before a replay)
+    bool stripped = false;
+    json* fn = nullptr;
+    if (auto f = call.find("function"); f != call.end() && f->is_object()) fn = &*f;
+    if (call.contains("id") || (fn && fn->contains("name"))) {  // the header
+      if (seen) {
+        call.erase("id");
+        call.erase("type");
+        if (fn) fn->erase("name");
+        stripped = true;
+      } else if (k >= ch.tool_args.size()) {
+        ch.tool_args.resize(k + 1, 0);
+      }
+    }
+    if (auto a = fn ? fn->find("arguments") : call.end(); fn && a != fn->end() && a->is_string()) {
+      std::string s = a->get<std::string>();
+      if (seen && ch.tool_skip[k] > 0) {
+        const int64_t drop = std::min<int64_t>(ch.tool_skip[k], int64_t(s.size()));
+        s.erase(0, size_t(drop));
+        ch.tool_skip[k] -= drop;
+        *a = s;
+        stripped = true;
+      }
+      if (k < ch.tool_args.size()) ch.tool_args[k] += int64_t(s.size());
+    }
+    // What is left of a call the client has: its arguments' new bytes, if any.
+    const auto a = fn ? fn->find("arguments") : call.end();
+    if (stripped && (!fn || a == fn->end() || (a->is_string() && a->get_ref<const std::string&>().empty()))) continue;
+    kept.push_back(std::move(call));
+  }
+  if (kept.empty()) delta.erase("tool_calls");
+  else *tc = std::move(kept);
   return true;
 }
 

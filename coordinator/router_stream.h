@@ -16,6 +16,13 @@
 // prompt_tokens, which excludes its continued output; else the router's count), completion tokens summed over
 // the choices (a choice's continuation's completion_tokens, which include its continued output; else the ids
 // it received).
+// Tool calls (a chat stream with tools): a replica holds back the text that may be a call and sends the calls
+// when the choice ends (tool_call_response.h): per call a header chunk (index k, id, type, function.name) then
+// its arguments in fragments, then finish_reason "tool_calls". That text is not content the client has, so a
+// replay resumes before it, and the continuation (its parser primed with the continued text) sends every call
+// again; the router drops the headers the client has (so each call keeps the id the client saw: no id to
+// rewrite, nothing to tell the replica) and, per call, the argument bytes it has; a chunk left with nothing is
+// not sent.
 // One stream, one thread.
 #pragma once
 #include <cstdint>
@@ -85,6 +92,8 @@ class StreamTracker {
   const std::vector<int32_t>& resume_tokens(int32_t i = 0) const { return choices_.at(size_t(i)).tokens; }
   // Choice i's text the client got (echo excluded).
   int64_t text_bytes(int32_t i = 0) const { return choices_.at(size_t(i)).text_bytes; }
+  // Choice i's tool calls whose header the client got: the argument bytes it got of each.
+  const std::vector<int64_t>& tool_call_bytes(int32_t i = 0) const { return choices_.at(size_t(i)).tool_args; }
   bool finished() const { return next_choice() < 0; }  // every choice got its finish_reason
   // Every choice finished but the stream did not close (no [DONE]; after a replay, or the replica died before
   // it): the usage chunk the client is owed, if any, and [DONE]. Marks done().
@@ -111,7 +120,12 @@ class StreamTracker {
     int64_t lp_sent = 0;           // output logprobs entries the client got (echo's excluded)
     int64_t skip_lp = 0;           // continuation logprobs entries the client already has
     int64_t usage_completion = -1; // completion_tokens of its continuation's usage chunk; -1: none came
+    std::vector<int64_t> tool_args;  // [k] for each tool call whose header the client has: its argument bytes sent
+    std::vector<int64_t> tool_skip;  // after begin_replay: [k] argument bytes of the continuation's call k the
+                                     // client has; its size: the calls whose header the client has
   };
+  // Tracks and rewrites a chat delta's tool_calls; true when it carried some (the chunk is output).
+  static bool on_tool_calls(Choice& ch, nlohmann::json& delta);
   // Takes a usage chunk `j` (choices []): passed on from the original response, kept from a continuation.
   StreamEvent on_usage(nlohmann::json& j);
   // Tracks and rewrites one choice object of a chunk; false: drop the chunk (a role chunk the client has).

@@ -229,16 +229,26 @@ std::string ToolCallStreamFilter::push(std::string_view delta) {
       n_send = pending.size() - partial_marker_suffix(pending, marker);
     }
   }
-  std::string out(pending.substr(0, n_send));
+  const size_t from = sent_;
   sent_ += n_send;
-  return out;
+  return clipped(from, sent_);
+}
+
+std::string ToolCallStreamFilter::clipped(size_t from, size_t to) const {
+  from = std::max(from, primed_);  // the client has the primed text
+  return from < to ? text_.substr(from, to - from) : std::string();
+}
+
+void ToolCallStreamFilter::prime(std::string_view sent) {
+  push(sent);              // the state of the filter that streamed it (a call begun in it is held: parsed at the end)
+  primed_ = text_.size();  // none of it is content to send again
 }
 
 ToolCallStreamFilter::End ToolCallStreamFilter::finish() {
   ToolCallParse p = parse_tool_calls(syntax_, text_, tools_);
   End e;
   if (p.calls.empty()) {
-    e.content = text_.substr(sent_);
+    e.content = clipped(sent_, text_.size());
   } else {
     e.calls = std::move(p.calls);
     // Content before the calls was streamed already (as it came, untrimmed); Llama3Json has none.

@@ -53,6 +53,11 @@ class ToolCallStreamFilter {
   ToolCallStreamFilter(ToolCallSyntax syntax, nlohmann::ordered_json tools);
   // The new text; returns what may be sent now as content.
   std::string push(std::string_view delta);
+  // A resumed stream (the router's tpserve_continuation): `sent` is the choice's text so far, output the client
+  // already has (the router resumes after the content it forwarded). The filter takes it as the one that
+  // streamed it did (a call begun in it is held; finish() parses it with what follows) but never sends any of
+  // it as content. Before any push.
+  void prime(std::string_view sent);
   struct End {
     std::vector<ParsedToolCall> calls;
     std::string content;  // content not sent yet (held text when no call was found; else any text before calls)
@@ -65,6 +70,9 @@ class ToolCallStreamFilter {
   std::string text_;     // everything pushed
   size_t sent_ = 0;      // bytes of text_ already returned as content
   bool holding_ = false; // a call may have started: hold everything from sent_
+  size_t primed_ = 0;    // bytes of text_ from prime(): the client has them, never returned
+  // text_[from, to) less what the client has from prime().
+  std::string clipped(size_t from, size_t to) const;
 };
 
 }  // namespace tp

@@ -8,10 +8,14 @@
 //   "function": {"name", "arguments": ""}}]}} then chunks of argument fragments {"tool_calls": [{"index": k,
 //   "function": {"arguments": "..."}}]}, then the finish chunk with finish_reason "tool_calls". Held text that
 //   turned out to be no call is sent as content before the finish chunk.
+//   A resumed stream (tpserve_continuation) primes its choice with the continued text (prime): its calls are
+//   parsed from the whole text, and what the client has is not sent again. The router drops from the
+//   continuation the tool-call headers and argument bytes its client already has (router_stream.h).
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -39,6 +43,8 @@ class ToolCallStreams {
   ToolCallStreams(ToolCallSyntax syntax, const nlohmann::ordered_json& tools, size_t n_choices, ToolCallIdFn new_id);
   // Sends choice `index`'s delta through its filter (in place of sse.delta); false once the client is gone.
   bool delta(SseWriter& sse, int32_t index, const ChoiceDelta& d);
+  // A resumed stream: choice `index`'s text already with the client as content (ToolCallStreamFilter::prime).
+  void prime(int32_t index, std::string_view sent) { filters_.at(size_t(index)).prime(sent); }
 
  private:
   std::vector<ToolCallStreamFilter> filters_;  // [choice]

@@ -130,6 +130,31 @@ TEST(GenerationJob, AContinuationIsOutputAlreadySent) {
                                  tok(), 2048));
 }
 
+// A chat stream with tools continues too: the job keeps the continued text (the stream's call parser is primed
+// with it, tool_call_response.h); not streamed, its calls would be parsed from the new text alone: refused.
+TEST(GenerationJob, AToolStreamContinuationKeepsItsText) {
+  const std::vector<int32_t> said = tok().encode("Let me check.", false, false);
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "get_time", "parameters": {}}}])");
+  const json body = {{"messages", {{{"role", "user"}, {"content", "Time?"}}}}, {"tools", tools},
+                     {"tpserve_continuation", said}, {"stream", true}};
+  const ChatTemplate chatml = ChatTemplate::resolve(  // a Jinja template: the fall-back renders no tools
+      "", "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+          "<|im_start|>assistant\n", "", "");
+  const GenerationJob job = chat_job(parse_chat_completion_request(body), tok(), chatml, 2048);
+  ASSERT_EQ(job.tool_syntax, ToolCallSyntax::Hermes);
+  EXPECT_EQ(job.continued_text, "Let me check.");
+  EXPECT_EQ(job.n_continued, int64_t(said.size()));
+  json plain = body;
+  plain.erase("stream");
+  try {
+    chat_job(parse_chat_completion_request(plain), tok(), chatml, 2048);
+    ADD_FAILURE() << "no error";
+  } catch (const FieldError& e) {
+    EXPECT_EQ(e.field, "tpserve_continuation");
+    EXPECT_NE(std::string(e.what()).find("tools unless streamed"), std::string::npos) << e.what();
+  }
+}
+
 TEST(GenerationJob, RefusesAContinuationThatIsNotConsistent) {
   // A character whose UTF-8 bytes span several tokens: its first token alone leaves bytes pending.
   const std::vector<int32_t> emoji = tok().encode("\xF0\x9F\x8C\x8A", false, false);  // U+1F30A

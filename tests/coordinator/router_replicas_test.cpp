@@ -6,7 +6,7 @@
 // a token whose text was cut, an incomplete UTF-8 character; on a byte-level BPE vocabulary) and what of the
 // continuation the client already has (text, ids, logprobs entries); the choices of an n > 1 stream continued
 // one at a time; the replay body is the request again with the output tokens as tpserve_continuation, with the
-// seed (seed + i for choice i of n).
+// seed (seed + i for choice i of n); a chat stream of tool calls cut before, in and between its calls.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -23,6 +23,7 @@
 #include "coordinator/router_stream.h"
 #include "common/unicode_bytes.h"
 #include "coordinator/tokenizer.h"
+#include "coordinator/tool_call_response.h"
 #include "kvstore/block_manager.h"
 
 namespace tp {
@@ -778,6 +779,160 @@ TEST(RouterRequest, SeveralPromptsContinueOneChoiceAtATime) {
   EXPECT_EQ(u["usage"]["prompt_tokens"], 3) << "both prompts (1 + 2), not the continuation's one (its 2 came)";
   EXPECT_EQ(u["usage"]["completion_tokens"], 1 + 1 + 2 + 1);
   EXPECT_TRUE(t.done());
+}
+
+// A chat stream with tools, as a replica streams it (tool_call_response.h): content, then the held text's ids
+// (empty deltas), then at the end per call a header chunk and argument fragments, then finish_reason
+// "tool_calls". `ids` names the calls ("call_A0", ...), so a replica's fresh ids show where they came from.
+std::vector<std::string> tool_stream(const std::string& ids, bool continuation) {
+  const auto chunk_of = [](json choice) {
+    return json{{"id", "chatcmpl-x"}, {"object", "chat.completion.chunk"}, {"created", 2}, {"model", "m"},
+                {"choices", {std::move(choice)}}}
+        .dump();
+  };
+  const auto delta = [&](json d, std::vector<int32_t> tids, json finish = nullptr) {
+    return chunk_of({{"index", 0}, {"delta", std::move(d)}, {"logprobs", nullptr}, {"finish_reason", finish},
+                     {"token_ids", tids}});
+  };
+  const auto call = [&](json tc) {
+    return chunk_of({{"index", 0}, {"delta", {{"tool_calls", json::array({std::move(tc)})}}}, {"logprobs", nullptr},
+                     {"finish_reason", nullptr}});
+  };
+  std::vector<std::string> out = {delta({{"role", "assistant"}, {"content", ""}}, {})};
+  if (!continuation) out.push_back(delta({{"content", "Hi "}}, {'H', 'i', ' '}));
+  for (const int32_t t : {int32_t('<'), int32_t('x'), int32_t(258)}) out.push_back(delta(json::object(), {t}));
+  const std::vector<std::pair<std::string, std::string>> calls = {
+      {"get_time", R"({"tz":"Europe/Oslo","format":"24h"})"}, {"get_weather", R"({"city":"Zürich","days":3})"}};
+  for (size_t k = 0; k < calls.size(); ++k) {
+    out.push_back(call({{"index", k}, {"id", ids + std::to_string(k)}, {"type", "function"},
+                        {"function", {{"name", calls[k].first}, {"arguments", ""}}}}));
+    for (const std::string& f : argument_fragments(calls[k].second, 8))
+      out.push_back(call({{"index", k}, {"function", {{"arguments", f}}}}));
+  }
+  out.push_back(delta(json::object(), {}, "tool_calls"));
+  out.push_back("[DONE]");
+  return out;
+}
+
+struct ToolClientView {
+  std::string content;
+  std::vector<int32_t> ids;
+  std::vector<json> calls;  // [index] {"id", "name", "arguments", "headers": how many header chunks}
+  int n_finish = 0, n_roles = 0, n_done = 0;
+  json finish;
+};
+
+void take_tool(const StreamEvent& e, ToolClientView& v) {
+  if (e.out.empty()) return;
+  ASSERT_EQ(e.out.rfind("data: ", 0), 0u);
+  if (e.out == sse_event("[DONE]")) {
+    ++v.n_done;
+    return;
+  }
+  const json j = json::parse(e.out.substr(6));
+  EXPECT_EQ(j["id"], "chatcmpl-x");
+  const json& c = j["choices"][0];
+  EXPECT_EQ(c["index"], 0);
+  const json& d = c["delta"];
+  v.n_roles += d.contains("role");
+  if (d.contains("content")) v.content += d["content"].get<std::string>();
+  for (const json& id : c.value("token_ids", json::array())) v.ids.push_back(id.get<int32_t>());
+  for (const json& tc : d.value("tool_calls", json::array())) {
+    const size_t k = tc["index"].get<size_t>();
+    if (v.calls.size() <= k) v.calls.resize(k + 1, json{{"headers", 0}, {"arguments", ""}});
+    json& mine = v.calls[k];
+    if (tc.contains("id")) {
+      mine["id"] = tc["id"];
+      mine["name"] = tc["function"]["name"];
+      mine["headers"] = mine["headers"].get<int>() + 1;
+    }
+    EXPECT_TRUE(tc.contains("id") || tc["function"]["arguments"] != "") << "a chunk with nothing new: " << tc;
+    mine["arguments"] = mine["arguments"].get<std::string>() + tc["function"]["arguments"].get<std::string>();
+  }
+  if (!c["finish_reason"].is_null()) {
+    ++v.n_finish;
+    v.finish = c["finish_reason"];
+  }
+}
+
+// The replica dies at each point of a tool-call stream (before the calls, after a header, in the arguments,
+// between the two calls, before the finish chunk); the continuation (the replica's calls again, with fresh ids)
+// gives the client the unbroken run's calls: each header once with the id it saw first, the argument bytes once,
+// finish_reason "tool_calls" once. A second cut in the continuation too.
+TEST(RouterStream, AToolCallStreamResumesWithoutRepeatingItsCalls) {
+  const Tokenizer& tok = byte_tokenizer();
+  const std::vector<std::string> original = tool_stream("call_A", false);
+  ToolClientView unbroken;
+  {
+    StreamTracker t(true, true);
+    for (const std::string& ev : original) take_tool(t.on_event(ev), unbroken);
+    ASSERT_EQ(unbroken.calls.size(), 2u);
+    EXPECT_EQ(unbroken.calls[0]["arguments"], R"({"tz":"Europe/Oslo","format":"24h"})");
+    EXPECT_EQ(unbroken.calls[1]["arguments"], R"({"city":"Zürich","days":3})");
+  }
+  const auto header_at = [&](const std::vector<std::string>& evs, size_t k) {  // the event index of call k's header
+    for (size_t i = 0; i < evs.size(); ++i)
+      if (evs[i].find("\"id\":\"call_A" + std::to_string(k) + "\"") != std::string::npos) return i;
+    ADD_FAILURE() << "no header " << k;
+    return evs.size();
+  };
+  const size_t h0 = header_at(original, 0), h1 = header_at(original, 1), fin = original.size() - 2;
+  struct Case {
+    const char* name;
+    size_t cut;                // events the client got before the replica died
+    size_t cut2 = 0;           // > 0: the first continuation dies too after this many events
+    std::vector<int32_t> resume;
+  };
+  const std::vector<int32_t> hi = {'H', 'i', ' '};
+  const std::vector<Case> cases = {
+      {"mid-held text, before any call", 3, 0, hi},
+      {"every id out, before the first header", h0, 0, hi},
+      {"after call 0's header", h0 + 1, 0, hi},
+      {"in call 0's arguments", h0 + 3, 0, hi},
+      {"between the two calls", h1, 0, hi},
+      {"after call 1's header", h1 + 1, 0, hi},
+      {"in call 1's arguments", h1 + 2, 0, hi},
+      {"every argument out, before the finish chunk", fin, 0, hi},
+      {"in call 0's arguments, then the continuation dies in call 1's", h0 + 2, h1 - 1 + 2, hi},
+      {"after call 0's header, then the continuation dies before any of its calls", h0 + 1, 3, hi},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.name);
+    StreamTracker t(true, true);
+    ToolClientView v;
+    for (size_t i = 0; i < k.cut; ++i) take_tool(t.on_event(original[i]), v);
+    t.begin_replay(tok, false);
+    EXPECT_EQ(t.resume_tokens(), k.resume) << "the held text is not the client's: generated again";
+    std::vector<std::string> cont = tool_stream("call_B", true);
+    if (k.cut2 > 0) {
+      t.continue_choice(t.next_choice());
+      for (size_t i = 0; i < k.cut2; ++i) take_tool(t.on_event(cont[i]), v);
+      t.begin_replay(tok, false);
+      EXPECT_EQ(t.resume_tokens(), k.resume);
+      cont = tool_stream("call_C", true);
+    }
+    t.continue_choice(t.next_choice());
+    for (const std::string& ev : cont) take_tool(t.on_event(ev), v);
+    EXPECT_TRUE(t.done());
+    EXPECT_EQ(v.n_done, 1);
+    EXPECT_EQ(v.n_roles, 1);
+    EXPECT_EQ(v.n_finish, 1);
+    EXPECT_EQ(v.finish, "tool_calls");
+    EXPECT_EQ(v.content, "Hi ");
+    EXPECT_EQ(v.ids, unbroken.ids);
+    ASSERT_EQ(v.calls.size(), 2u);
+    for (size_t c = 0; c < 2; ++c) {
+      EXPECT_EQ(v.calls[c]["headers"], 1) << c;
+      EXPECT_EQ(v.calls[c]["name"], unbroken.calls[c]["name"]) << c;
+      EXPECT_EQ(v.calls[c]["arguments"], unbroken.calls[c]["arguments"]) << c;
+      // The id a call keeps: that of the first replica whose header for it the client got.
+      const size_t h = c == 0 ? h0 : h1;  // its header's event index; one less in a continuation (no "Hi ")
+      const std::string from = k.cut > h ? "A" : k.cut2 == 0 || k.cut2 > h - 1 ? "B" : "C";
+      EXPECT_EQ(v.calls[c]["id"], "call_" + from + std::to_string(c)) << c;
+    }
+    EXPECT_EQ(t.tool_call_bytes(), (std::vector<int64_t>{int64_t(unbroken.calls[0]["arguments"].get<std::string>().size()),
+                                                          int64_t(unbroken.calls[1]["arguments"].get<std::string>().size())}));
+  }
 }
 
 }  // namespace

@@ -144,6 +144,50 @@ TEST(ToolCallStreamFilter, Llama3HoldsJsonStreamsProse) {
   EXPECT_TRUE(k2.empty());
 }
 
+// A resumed stream: the filter primed with the text the client has goes on as the one that streamed it —
+// nothing of it sent again, the calls parsed from the whole text, plain Llama 3 prose stays plain.
+TEST(ToolCallStreamFilter, PrimedWithTheContinuedTextGoesOnAsTheUnbrokenOne) {
+  const std::vector<std::string> rest = {"<tool", "_call>\n{\"name\": \"get_time\", ",
+                                         "\"arguments\": {\"tz\": \"UTC\"}}\n</tool_call>"};
+  std::vector<std::string> all = {"Let me check.\n"};
+  all.insert(all.end(), rest.begin(), rest.end());
+  const auto unbroken = stream(ToolCallSyntax::Hermes, all);
+  ToolCallStreamFilter f(ToolCallSyntax::Hermes, kTools);
+  f.prime("Let me check.\n");
+  std::string out;
+  for (const auto& p : rest) out += f.push(p);
+  const auto end = f.finish();
+  EXPECT_EQ(out + end.content, "") << "the client has the content";
+  EXPECT_EQ(end.calls, unbroken.second);
+  ToolCallStreamFilter g(ToolCallSyntax::Llama3Json, kTools);
+  g.prime("Hi");
+  EXPECT_EQ(g.push(" {\"name\": \"get_time\", \"parameters\": {}}"), " {\"name\": \"get_time\", \"parameters\": {}}")
+      << "prose began: it stays prose";
+  ToolCallStreamFilter h(ToolCallSyntax::Llama3Json, kTools);
+  h.prime("");
+  EXPECT_EQ(h.push("{\"name\": \"get_time\", \"parameters\": {}}"), "");
+  EXPECT_EQ(h.finish().calls, (std::vector<ParsedToolCall>{{"get_time", "{}"}}));
+  // Primed with part of a call (held when it was streamed): still held, parsed at the end.
+  ToolCallStreamFilter m(ToolCallSyntax::Llama3Json, kTools);
+  m.prime("{\"name\": \"get_");
+  EXPECT_EQ(m.push("time\", \"parameters\": {}}"), "");
+  const auto m_end = m.finish();
+  EXPECT_EQ(m_end.content, "");
+  EXPECT_EQ(m_end.calls, (std::vector<ParsedToolCall>{{"get_time", "{}"}}));
+  ToolCallStreamFilter hc(ToolCallSyntax::Hermes, kTools);
+  hc.prime("Let me check.\n<tool");
+  std::string hc_out;
+  for (size_t i = 1; i < rest.size(); ++i) hc_out += hc.push(rest[i]);
+  const auto hc_end = hc.finish();
+  EXPECT_EQ(hc_out + hc_end.content, "");
+  EXPECT_EQ(hc_end.calls, unbroken.second);
+  // A partial marker the client got once the next text showed it was none: not sent again.
+  ToolCallStreamFilter pm(ToolCallSyntax::Hermes, kTools);
+  pm.prime("Hello <to");
+  EXPECT_EQ(pm.push("day>"), "day>");
+  EXPECT_EQ(pm.finish().content, "");
+}
+
 TEST(ToolCallStreamFilter, Mistral) {
   const auto [content, calls] =
       stream(ToolCallSyntax::Mistral, {"[TOOL", "_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}]"});

@@ -22,6 +22,10 @@
     under its grammar (the replica advances it through the continued output) with the unfailed run's ids and text.
     A continuation the schema does not allow is refused (400 naming tpserve_continuation[0]).
     A stream of two prompts (echo, usage) on A at the kill resumes each prompt's choice as that prompt alone.
+    A greedy chat stream with a forced tool call (tool_choice naming a function; the call's JSON is held back until
+    the end) on A at the kill resumes on B: the reassembled call (name, arguments) equals the unfailed run's, one
+    header per call, finish_reason "tool_calls" once; on one replica, the same call continued from part of its
+    JSON (tpserve_continuation) gives the rest of its ids and the same call.
 usage: router_test.py TPSERVE_BINARY REPO_ROOT"""
 import http.client, json, os, signal, subprocess, sys, tempfile, threading, time
 
@@ -71,7 +75,7 @@ def stream(port, body, timeout=120, r=None, path="/v1/completions"):
     r = r if r is not None else {}
     r.update({"status": 0, "token_ids": [], "text": "", "finish": None, "done": False, "error": None, "marks": {},
               "lp": [], "roles": 0, "by_index": {}, "usage": None, "n_usage": 0,
-              "plp": []})
+              "plp": [], "calls": {}, "n_finish": 0})
     try:
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
         c.request("POST", path, json.dumps(dict(body, stream=True, return_token_ids=True)),
@@ -103,6 +107,12 @@ def stream(port, body, timeout=120, r=None, path="/v1/completions"):
                 r["roles"] += "role" in delta
                 r["text"] += ch.get("text", "") + (delta.get("content") or "")
                 r["finish"] = ch.get("finish_reason") or r["finish"]
+                r["n_finish"] += bool(ch.get("finish_reason"))
+                for tc in delta.get("tool_calls") or []:  # {index: {"id", "name", "arguments", "headers"}}
+                    c = r["calls"].setdefault(tc["index"], {"id": None, "name": None, "arguments": "", "headers": 0})
+                    if "id" in tc:
+                        c.update(id=tc["id"], name=tc["function"]["name"], headers=c["headers"] + 1)
+                    c["arguments"] += tc["function"].get("arguments", "")
                 if ch.get("prompt_logprobs"):  # completions: in the choice
                     r["plp"].append(ch["prompt_logprobs"])
                 lp = ch.get("logprobs") or {}
@@ -321,11 +331,18 @@ try:
     multi_body = {"prompt": ["The lighthouse keeper said", "In the old harbor town, the fishermen"], "max_tokens": n5,
                   "temperature": 0.8, "seed": 5, "ignore_eos": True, "echo": True,
                   "stream_options": {"include_usage": True}}
-    ref5, two_ref, json_ref, multi_ref = [{}, {}, {}], {}, {}, {}
+    # a greedy chat stream forced to call a function (tool_choice names it): its JSON is held back until the end
+    tool_body = {"messages": [{"role": "user", "content": "Log a long note about the harbor at dawn."}],
+                 "max_tokens": n5, "temperature": 0,
+                 "tools": [{"type": "function", "function": {"name": "log_note", "parameters": {
+                     "type": "object", "required": ["note"], "properties": {
+                         "note": {"type": "string", "minLength": story_len, "maxLength": story_len}}}}}],
+                 "tool_choice": {"type": "function", "function": {"name": "log_note"}}}
+    ref5, two_ref, json_ref, multi_ref, tool_ref = [{}, {}, {}], {}, {}, {}, {}
     rts = [threading.Thread(target=stream, args=(rp, b, 180, r, p)) for b, r, p in
            [(sampled, ref5[0], "/v1/completions"), (greedy, ref5[1], "/v1/completions"), (chat, ref5[2], CHAT),
             (two_body, two_ref, "/v1/completions"), (constrained, json_ref, CHAT),
-            (multi_body, multi_ref, "/v1/completions")]]
+            (multi_body, multi_ref, "/v1/completions"), (tool_body, tool_ref, CHAT)]]
     [t.start() for t in rts]
     [t.join() for t in rts]
     check("references: the stop string holds the text back but does not change the output; logprobs for every token",
@@ -343,8 +360,9 @@ try:
     two, json_live = {}, {}
     ts.append(threading.Thread(target=stream, args=(rp, two_body, 180, two)))
     ts.append(threading.Thread(target=stream, args=(rp, constrained, 180, json_live, CHAT)))
-    multi = {}
+    multi, tool_live = {}, {}
     ts.append(threading.Thread(target=stream, args=(rp, multi_body, 180, multi)))
+    ts.append(threading.Thread(target=stream, args=(rp, tool_body, 180, tool_live, CHAT)))
     [t.start() for t in ts]
     call(rp, "POST", "/router/replicas", {"url": b_url})
     deadline = time.time() + 60
@@ -353,13 +371,14 @@ try:
         n_ids = [len(l.get("token_ids", [])) for l in live]
         if ups.get(b_url) and n_ids[0] >= 20 and n_ids[1] >= cut + 8 and n_ids[2] >= 20 and \
                 len(two.get("token_ids", [])) >= 4 and len(json_live.get("token_ids", [])) >= 8 \
-                and len(multi.get("token_ids", [])) >= 4:
+                and len(multi.get("token_ids", [])) >= 4 and len(tool_live.get("token_ids", [])) >= 8:
             break
         time.sleep(0.005)
     at_kill = [(len(l["token_ids"]), l["text"]) for l in live]
     two_at_kill = len(two.get("token_ids", []))
     json_at_kill = len(json_live.get("token_ids", []))
     multi_at_kill = len(multi.get("token_ids", []))
+    tool_at_kill = len(tool_live.get("token_ids", []))
     proc_of[a_url].kill()
     [t.join(180) for t in ts]
     check(f"the kill landed mid-stream on all four ({', '.join(str(n) for n, _ in at_kill)} of {n5} ids out, "
@@ -419,6 +438,39 @@ try:
           multi.get("usage") == multi_ref.get("usage") and multi.get("n_usage") == 1,
           {"error": multi.get("error"), "done": multi.get("done"), "usage": (multi.get("usage"), multi_ref.get("usage")),
            "n": [len(multi.get("by_index", {}).get(i, {}).get("token_ids", [])) for i in range(2)]})
+    ref_calls = [(c["name"], c["arguments"]) for _, c in sorted(tool_ref.get("calls", {}).items())]
+    check(f"reference: the forced tool call streams one call of log_note with a {story_len}-character note "
+          f"({len(tool_ref.get('token_ids', []))} ids), finish_reason tool_calls",
+          tool_ref.get("done") and not tool_ref.get("error") and tool_ref.get("finish") == "tool_calls" and
+          len(ref_calls) == 1 and ref_calls[0][0] == "log_note" and
+          len(json.loads(ref_calls[0][1]).get("note", "")) == story_len,
+          {k: tool_ref.get(k) for k in ("done", "error", "finish", "calls", "text")})
+    live_calls = tool_live.get("calls", {})
+    check(f"a forced tool-call chat stream killed mid-stream ({tool_at_kill} of {len(tool_ref.get('token_ids', []))} "
+          "ids out) resumes on B: the unfailed run's ids and call (name, arguments), one header per call with an id, "
+          "finish_reason tool_calls once",
+          0 < tool_at_kill < len(tool_ref.get("token_ids", [])) and tool_live.get("done") and
+          not tool_live.get("error") and tool_live.get("token_ids") == tool_ref.get("token_ids") and
+          [(c["name"], c["arguments"]) for _, c in sorted(live_calls.items())] == ref_calls and
+          all(c["headers"] == 1 and (c["id"] or "").startswith("call_") for c in live_calls.values()) and
+          tool_live.get("finish") == "tool_calls" and tool_live.get("n_finish") == 1 and
+          tool_live.get("text") == tool_ref.get("text"),
+          {k: tool_live.get(k) for k in ("done", "error", "finish", "n_finish", "calls", "text")})
+    # On one replica: the forced call continued from 20 of its ids (part of the call's JSON, held as it was
+    # streamed) gives the rest of the ids and the same call, no content
+    ref_ids = tool_ref.get("token_ids", [])
+    k, tool_cont = 20, {}
+    while k > 10:  # a cut inside a UTF-8 character is refused (400): cut before it
+        tool_cont = stream(pb, dict(tool_body, tpserve_continuation=ref_ids[:k]), path=CHAT)
+        if tool_cont["status"] != 400:
+            break
+        k -= 1
+    check(f"a replica continues the forced tool call from {k} of its ids (part of the call's JSON): the rest of the "
+          "ids, the same call, no content",
+          tool_cont.get("done") and not tool_cont.get("error") and tool_cont.get("token_ids") == ref_ids[k:] and
+          [(c["name"], c["arguments"]) for _, c in sorted(tool_cont.get("calls", {}).items())] == ref_calls and
+          tool_cont.get("text") == "" and tool_cont.get("finish") == "tool_calls",
+          {x: tool_cont.get(x) for x in ("status", "done", "error", "finish", "calls", "text")})
     ref_two = [two_ref["by_index"].get(i, {}) for i in range(2)]
     got_two = [two.get("by_index", {}).get(i, {}) for i in range(2)]
     check(f"references: an n = 2 seeded stream, two different choices of {n5} ids, usage {2 * n5} completion tokens",
