@@ -217,6 +217,11 @@ void linear(const float* x, int64_t m, const Weight& w, float* y, LinearImpl imp
     return;
   }
   if (!w.dense()) {
+    if (is_gguf_format(w.format()) && impl != LinearImpl::Auto) {  // GGUF: the int8 tile or dequant + oneDNN
+      detail::gemm_gguf(x, m, w.packed(), y, num_threads(),
+                        impl == LinearImpl::Onednn ? detail::GgufKernel::DequantBf16 : detail::gguf_best_tile());
+      return;
+    }
     detail::packed_linear(x, m, w.packed(), y, num_threads());
     return;
   }

@@ -64,6 +64,9 @@ void linear(const float* x, int64_t m, const Weight& w, float* y);
 //   Gemv: our best GEMV (AVX-512 when the CPU has it, else AVX2, else portable); GemvAvx2: the AVX2 tiles
 //   (throws Error without AVX2 + FMA); GemvPortable: the portable loop; Onednn: oneDNN matmul (throws Error
 //   when oneDNN has none for the dtype here). For tests and benchmarks; results agree up to F32 summation order.
+//   GGUF weights: Auto as packed_linear (int8 tiles, W dequantized to BF16 + oneDNN from
+//   gemm_gguf_bf16.h's gguf_bf16_min_m() on); Onednn forces the BF16 path, the Gemv* values the best int8
+//   tile (other numerics: the activations int8-quantized per block). Other packed formats ignore impl.
 enum class LinearImpl : uint8_t { Auto, Gemv, GemvAvx2, GemvPortable, Onednn };
 void linear(const float* x, int64_t m, const Weight& w, float* y, LinearImpl impl);
 // Smallest m that linear() sends to oneDNN for weights of this dtype (depends on the CPU: 1 for BF16 when
