@@ -11,7 +11,7 @@
 // (--quantized keep) or dequantized to --dtype. The last column, bytes/token, is the weight bytes a decode step
 // streams: every linear slice and the lm_head (resident bytes less the mapped embedding rows, of which one row
 // a token is read).
-// TP_BENCH_CPU=1 also prints to stderr, per repetition (warm-up included), the tg rate in this thread's CPU time
+// TP_BENCH_CPU=1 also prints to stderr, per repetition (warm-up included), the pp and tg rates in this thread's CPU time
 // beside the wall-clock one: on a machine shared with other jobs the wall rate counts the time the scheduler gave
 // away (at 1 thread the forward runs in this thread, so the CPU-time rate is the step's own cost).
 // The KV budget is 256 MiB or 64 KiB a token of D + max(P, G), whichever is more (cache.dtype bf16).
@@ -159,7 +159,10 @@ int run(int argc, char** argv) {
   for (int r = -1; r < reps; ++r) {  // r = -1: warm-up
     times = {};
     auto t0 = clock::now();
+    timespec c0, c1;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
     feed(prompt, depth);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
     auto t1 = clock::now();
     const tp::ForwardTimes after_pp = times;
     times = {};
@@ -171,6 +174,9 @@ int run(int argc, char** argv) {
     auto t3 = clock::now();
     if (std::getenv("TP_BENCH_CPU") != nullptr) {
       const double cpu_s = double(c3.tv_sec - c2.tv_sec) + 1e-9 * double(c3.tv_nsec - c2.tv_nsec);
+      const double pp_cpu_s = double(c1.tv_sec - c0.tv_sec) + 1e-9 * double(c1.tv_nsec - c0.tv_nsec);
+      std::fprintf(stderr, "pp%lld cpu %.2f tok/s wall %.2f tok/s\n", (long long)pp, double(pp) / pp_cpu_s,
+                   double(pp) / std::chrono::duration<double>(t1 - t0).count());
       std::fprintf(stderr, "tg%lld cpu %.2f tok/s wall %.2f tok/s\n", (long long)tg, double(tg) / cpu_s,
                    double(tg) / std::chrono::duration<double>(t3 - t2).count());
     }
