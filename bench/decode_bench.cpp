@@ -16,7 +16,7 @@
 // away (at 1 thread the forward runs in this thread, so the CPU-time rate is the step's own cost).
 // The KV budget is 256 MiB or 64 KiB a token of D + max(P, G), whichever is more (cache.dtype bf16).
 //   [mpirun -np T] decode_bench --model PATH [--dtype bf16|f32] [--quantized keep|dequantize] [--device cpu|cuda]
-//                               [--threads N]
+//                               [--threads N] [--gguf-prefill int8|bf16]
 //                               [--pp 512] [--tg 128] [--depth 0 | -d 0] [--reps 3] [--batch 1]
 //                               [--gpu-memory-utilization 0.9]
 //   decode_bench --model PATH [--device cuda] --first-logits FILE --ids "ID ..."   (the logits after a prompt)
@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/linear.h"
 #include "launch/cli_args.h"
 #include "launch/model_group.h"
 #include "rank/sequence_runner.h"
@@ -76,6 +77,9 @@ int run(int argc, char** argv) {
                               OptionSpec::value("device", "cpu|cuda", "cpu", "where the forward runs"),
                               OptionSpec::value("batch", "B", "1", "also decode B sequences a step (B > 1)"),
                               OptionSpec::value("threads", "N", "1", "compute threads per rank"),
+                              OptionSpec::value("gguf-prefill", "int8|bf16", "int8",
+                                                "GGUF kept quantized, calls of >= 64 rows: int8 tiles, or W "
+                                                "dequantized to BF16 + oneDNN (cpu::set_gguf_prefill_bf16)"),
                               OptionSpec::value("pp", "P", "512", "prompt tokens of the prefill step"),
                               OptionSpec::value("tg", "G", "128", "single-token decode steps"),
                               OptionSpec::value("depth", "D", "0", "context tokens before pp and tg (alias -d)"),
@@ -98,6 +102,12 @@ int run(int argc, char** argv) {
   cfg.model.dtype = *a.str("dtype");
   cfg.model.quantized = *a.str("quantized");
   cfg.model.device = *a.str("device");
+  const std::string gguf_prefill = *a.str("gguf-prefill");
+  if (gguf_prefill != "int8" && gguf_prefill != "bf16") {
+    std::fprintf(stderr, "decode_bench: --gguf-prefill must be int8 or bf16, got '%s'\n", gguf_prefill.c_str());
+    return 2;
+  }
+  tp::cpu::set_gguf_prefill_bf16(gguf_prefill == "bf16");
   cfg.cache.gpu_memory_utilization = a.real("gpu-memory-utilization", 0.01, 1.0);
   const int64_t batch = a.integer("batch", 1, 4096);
   const int64_t pp = a.integer("pp", 1, 1 << 20), tg = a.integer("tg", 1, 1 << 20);

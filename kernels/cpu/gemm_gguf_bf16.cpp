@@ -9,6 +9,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -173,8 +174,15 @@ bool gguf_bf16_available() {
   return has;
 }
 
+namespace {
+std::atomic<bool> g_enabled{false};
+}  // namespace
+
+void set_gguf_bf16_enabled(bool on) { g_enabled.store(on, std::memory_order_relaxed); }
+bool gguf_bf16_enabled() { return g_enabled.load(std::memory_order_relaxed); }
+
 int64_t gguf_bf16_min_m() {
-  return gguf_bf16_available() ? kMinMAvx512Bf16 : std::numeric_limits<int64_t>::max();
+  return gguf_bf16_available() && gguf_bf16_enabled() ? kMinMAvx512Bf16 : std::numeric_limits<int64_t>::max();
 }
 
 bool gguf_bf16_preferred(const PackedWeight& w, int64_t m) {

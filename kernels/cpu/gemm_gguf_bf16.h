@@ -3,9 +3,9 @@
 // of gemm_gguf.h. llama.cpp's CUDA backend does the same above a batch size (dequantize to F16 + cuBLAS).
 //
 // Where: CPUs with AVX-512 BF16 (Zen 4, Cooper Lake, Sapphire Rapids and later) where oneDNN has a BF16
-// matmul; gemm_gguf(kernel = Best) takes this path where gguf_bf16_preferred (m ≥ gguf_bf16_min_m() = 64)
-// and the int8 tiles below it (decode, m = 1, keeps its bits). Elsewhere gguf_bf16_min_m() is INT64_MAX and
-// nothing changes.
+// matmul, when enabled (set_gguf_bf16_enabled; off by default, see there); gemm_gguf(kernel = Best) then takes
+// this path where gguf_bf16_preferred (m ≥ gguf_bf16_min_m() = 64) and the int8 tiles below it (decode,
+// m = 1, keeps its bits). Elsewhere gguf_bf16_min_m() is INT64_MAX and nothing changes.
 //
 // How: the rows of W are dequantized (dequantize_rows: every GGUF format and row layout) a slab of
 // `slab_rows` output rows at a time into a per-thread BF16 scratch [slab_rows, n_in], and each slab is
@@ -32,7 +32,14 @@ namespace tp::cpu::detail {
 // Whether this CPU has the path (avx512f/bw/vl + avx512_bf16, and oneDNN's BF16 matmul).
 bool gguf_bf16_available();
 
-// Smallest m gemm_gguf(kernel = Best) sends here; INT64_MAX where the path is not available.
+// Process-wide, off by default (cpu::set_gguf_prefill_bf16 in linear.h): whether Best may take this path.
+// Off, because it breaks DESIGN §5's batched == alone for GGUF models kept quantized: a row's numerics then
+// depend on the size of the call it is in (a decode row batched into a step of ≥ 64 rows gets BF16 numerics,
+// alone it gets the int8 tile's), and EngineReal.*BatchedEqualsAlone* diverge at non-ties (gaps 0.05-0.28).
+void set_gguf_bf16_enabled(bool on);
+bool gguf_bf16_enabled();
+
+// Smallest m gemm_gguf(kernel = Best) sends here; INT64_MAX where the path is not available or not enabled.
 int64_t gguf_bf16_min_m();
 
 // Whether gemm_gguf(kernel = Best) takes this path for w at m rows: m ≥ gguf_bf16_min_m(), and w not in the

@@ -8,6 +8,7 @@
 //   vs the F32 reference: x and W each rounded to BF16 (relative ≤ 2^-9 each), F32 sums:
 //     every output |y − ref| ≤ (2^-8 + 2^-17 + 1e-5) · Σ_k |x_k · w_k|  (the two roundings, their product, the
 //     F32 summation); NMSE over each shape's outputs ≤ 1e-4 (measured 4e-6 .. 3.3e-5, the worst on 7 × 256).
+//   off by default: gemm_gguf(Best) is the int8 tile at every m. Switched on,
 //   below gguf_bf16_min_m(): gemm_gguf(Best) has exactly the bits of the best int8 tile (decode unchanged);
 //   from it on, exactly those of gemm_gguf(DequantBf16) (Q8_0Groups rows: the tile's at every m).
 #include <gtest/gtest.h>
@@ -211,7 +212,25 @@ INSTANTIATE_TEST_SUITE_P(
 
 // gemm_gguf(Best) below the threshold: the bits of the int8 tile (what decode ran before this path existed);
 // from it on: the bits of this path.
+TEST(GemmGgufBf16, OffByDefaultBestIsTheInt8Tile) {
+  ASSERT_FALSE(gguf_bf16_enabled());
+  ASSERT_EQ(gguf_bf16_min_m(), std::numeric_limits<int64_t>::max());
+  const PackedWeight w = make_weight(DType::Q4_0, 19, 64, 5);
+  const auto x = make_x(130, 64, 6);
+  std::vector<float> best(size_t(130 * 19)), tile(size_t(130 * 19));
+  gemm_gguf(x.data(), 130, w, best.data(), 1, GgufKernel::Best);
+  gemm_gguf(x.data(), 130, w, tile.data(), 1, gguf_best_tile());
+  EXPECT_EQ(std::memcmp(best.data(), tile.data(), best.size() * sizeof(float)), 0);
+}
+
+// Switched on for the test below, off again whatever happens.
+struct EnableBf16 {
+  EnableBf16() { set_gguf_bf16_enabled(true); }
+  ~EnableBf16() { set_gguf_bf16_enabled(false); }
+};
+
 TEST(GemmGgufBf16, BestKeepsTheInt8TileBelowTheThreshold) {
+  const EnableBf16 on;
   const int64_t min_m = gguf_bf16_min_m();
   if (min_m == std::numeric_limits<int64_t>::max())
     std::printf("[gemm_gguf_bf16] not available here: Best is the int8 tile at every m\n");
