@@ -11,12 +11,12 @@
 // (--quantized keep) or dequantized to --dtype. The last column, bytes/token, is the weight bytes a decode step
 // streams: every linear slice and the lm_head (resident bytes less the mapped embedding rows, of which one row
 // a token is read).
-// TP_BENCH_CPU=1 also prints to stderr, per repetition (warm-up included), the tg rate in this thread's CPU time
+// TP_BENCH_CPU=1 also prints to stderr, per repetition (warm-up included), the pp and tg rates in this thread's CPU time
 // beside the wall-clock one: on a machine shared with other jobs the wall rate counts the time the scheduler gave
 // away (at 1 thread the forward runs in this thread, so the CPU-time rate is the step's own cost).
 // The KV budget is 256 MiB or 64 KiB a token of D + max(P, G), whichever is more (cache.dtype bf16).
 //   [mpirun -np T] decode_bench --model PATH [--dtype bf16|f32] [--quantized keep|dequantize] [--device cpu|cuda]
-//                               [--threads N]
+//                               [--threads N] [--gguf-prefill int8|bf16]
 //                               [--pp 512] [--tg 128] [--depth 0 | -d 0] [--reps 3] [--batch 1]
 //                               [--gpu-memory-utilization 0.9]
 //   decode_bench --model PATH [--device cuda] --first-logits FILE --ids "ID ..."   (the logits after a prompt)
@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/linear.h"
 #include "launch/cli_args.h"
 #include "launch/model_group.h"
 #include "rank/sequence_runner.h"
@@ -76,6 +77,9 @@ int run(int argc, char** argv) {
                               OptionSpec::value("device", "cpu|cuda", "cpu", "where the forward runs"),
                               OptionSpec::value("batch", "B", "1", "also decode B sequences a step (B > 1)"),
                               OptionSpec::value("threads", "N", "1", "compute threads per rank"),
+                              OptionSpec::value("gguf-prefill", "int8|bf16", "int8",
+                                                "GGUF kept quantized, calls of >= 64 rows: int8 tiles, or W "
+                                                "dequantized to BF16 + oneDNN (cpu::set_gguf_prefill_bf16)"),
                               OptionSpec::value("pp", "P", "512", "prompt tokens of the prefill step"),
                               OptionSpec::value("tg", "G", "128", "single-token decode steps"),
                               OptionSpec::value("depth", "D", "0", "context tokens before pp and tg (alias -d)"),
@@ -98,6 +102,12 @@ int run(int argc, char** argv) {
   cfg.model.dtype = *a.str("dtype");
   cfg.model.quantized = *a.str("quantized");
   cfg.model.device = *a.str("device");
+  const std::string gguf_prefill = *a.str("gguf-prefill");
+  if (gguf_prefill != "int8" && gguf_prefill != "bf16") {
+    std::fprintf(stderr, "decode_bench: --gguf-prefill must be int8 or bf16, got '%s'\n", gguf_prefill.c_str());
+    return 2;
+  }
+  tp::cpu::set_gguf_prefill_bf16(gguf_prefill == "bf16");
   cfg.cache.gpu_memory_utilization = a.real("gpu-memory-utilization", 0.01, 1.0);
   const int64_t batch = a.integer("batch", 1, 4096);
   const int64_t pp = a.integer("pp", 1, 1 << 20), tg = a.integer("tg", 1, 1 << 20);
@@ -159,7 +169,10 @@ int run(int argc, char** argv) {
   for (int r = -1; r < reps; ++r) {  // r = -1: warm-up
     times = {};
     auto t0 = clock::now();
+    timespec c0, c1;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
     feed(prompt, depth);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
     auto t1 = clock::now();
     const tp::ForwardTimes after_pp = times;
     times = {};
@@ -171,6 +184,9 @@ int run(int argc, char** argv) {
     auto t3 = clock::now();
     if (std::getenv("TP_BENCH_CPU") != nullptr) {
       const double cpu_s = double(c3.tv_sec - c2.tv_sec) + 1e-9 * double(c3.tv_nsec - c2.tv_nsec);
+      const double pp_cpu_s = double(c1.tv_sec - c0.tv_sec) + 1e-9 * double(c1.tv_nsec - c0.tv_nsec);
+      std::fprintf(stderr, "pp%lld cpu %.2f tok/s wall %.2f tok/s\n", (long long)pp, double(pp) / pp_cpu_s,
+                   double(pp) / std::chrono::duration<double>(t1 - t0).count());
       std::fprintf(stderr, "tg%lld cpu %.2f tok/s wall %.2f tok/s\n", (long long)tg, double(tg) / cpu_s,
                    double(tg) / std::chrono::duration<double>(t3 - t2).count());
     }

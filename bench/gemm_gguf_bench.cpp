@@ -8,7 +8,11 @@
 // call cycles over enough copies of W (≥ 192 MiB) that none is still in cache. Prefill (m = M_PREFILL):
 // GMAC/s (m · n_out · n_in ÷ seconds) and × BF16 on the same shape (one copy: compute-bound).
 // 1 thread: timed in this thread's CPU time (see now()); more: wall time. Each figure is the median of 5 timed rounds (each ≥ 0.1 s), the formats alternating within a round.
-//   gemm_gguf_bench [THREADS=1] [BW_GBS=27] [M_PREFILL=512 (0: none)] [FORMATS=all | bf16,q8_0,...]
+//   gemm_gguf_bench [THREADS=1] [BW_GBS=27] [M_PREFILL=512 | 32,64,... (0: none)] [FORMATS=all | bf16,q8_0,...]
+// A GGUF format name may carry a path suffix (linear()'s LinearImpl; kernels/cpu/gemm_gguf_bf16.h):
+// NAME+tile the int8 tile at every m, NAME+bf16 W dequantized to BF16 in slabs of 256 rows + oneDNN,
+// NAME+bf16w the same with all of W dequantized at once, NAME+bf16sN slabs of N rows; NAME alone: linear()'s
+// choice. Several M_PREFILL values: one prefill column each.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -21,6 +25,7 @@
 
 #include "common/dtype.h"
 #include "common/gguf_layout.h"
+#include "kernels/cpu/gemm_gguf_bf16.h"
 #include "kernels/cpu/linear.h"
 
 namespace {
@@ -33,6 +38,8 @@ struct Fmt {
   int64_t group = 0;  // Int: columns a group (0: per channel)
   ActQuant act = ActQuant::None;
   GgufLayout layout = GgufLayout::File;  // GGUF rows regrouped (common/gguf_layout.h); File: kept as the file's
+  cpu::LinearImpl impl = cpu::LinearImpl::Auto;
+  int64_t slab = 0;  // > 0: detail::gemm_gguf_bf16 with slabs of this many rows
 };
 
 PackedWeight make(const Fmt& f, int64_t n_out, int64_t n_in, std::mt19937& rng) {
@@ -114,13 +121,20 @@ double now() {
 }
 
 // Seconds a call: `calls` calls cycling over the copies, repeated until ≥ 0.1 s.
-double time_calls(const cpu::Weight* ws, size_t n_ws, const std::vector<float>& x, int64_t m, std::vector<float>& y) {
+double time_calls(const Fmt& f, const cpu::Weight* ws, size_t n_ws, const std::vector<float>& x, int64_t m,
+                  std::vector<float>& y) {
   size_t k = 0;
   int64_t n = 0;
   const double t0 = now();
   double t = t0;
   while (t - t0 < 0.1) {
-    for (int i = 0; i < 8; ++i, ++n) cpu::linear(x.data(), m, ws[k++ % n_ws], y.data());
+    for (int i = 0; i < 8; ++i, ++n) {
+      const cpu::Weight& w = ws[k++ % n_ws];
+      if (f.slab > 0)
+        cpu::detail::gemm_gguf_bf16(x.data(), m, w.packed(), y.data(), cpu::num_threads(), f.slab);
+      else
+        cpu::linear(x.data(), m, w, y.data(), f.impl);
+    }
     t = now();
   }
   return (t - t0) / double(n);
@@ -136,12 +150,19 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 1;
   const double bw = argc > 2 ? std::atof(argv[2]) : 27.0;
-  const int64_t m_prefill = argc > 3 ? std::atoll(argv[3]) : 512;
+  std::vector<int64_t> m_list;
+  for (std::string ms = argc > 3 ? argv[3] : "512"; !ms.empty();) {
+    const size_t c = ms.find(',');
+    const int64_t v = std::atoll(ms.substr(0, c).c_str());
+    if (v > 1) m_list.push_back(v);
+    ms = c == std::string::npos ? "" : ms.substr(c + 1);
+  }
+  const int64_t m_prefill = m_list.empty() ? 0 : *std::max_element(m_list.begin(), m_list.end());
   const std::string only = argc > 4 ? std::string(",") + argv[4] + "," : "";  // e.g. "bf16,q8_0": these formats
   cpu::set_num_threads(threads);
   g_cpu_clock = threads == 1;
   using F = WeightFormat;
-  const std::vector<Fmt> fmts = {
+  std::vector<Fmt> fmts = {
       {"bf16", F::BF16},
       {"q8_0", F::GgufQ8_0},
       {"q8_0_quads", F::GgufQ8_0, 0, ActQuant::None, GgufLayout::Q8_0Quads},
@@ -160,10 +181,31 @@ int main(int argc, char** argv) {
       {"fp8_weight", F::Fp8E4M3},
       {"fp8_dynamic", F::Fp8E4M3, 0, ActQuant::Fp8Dynamic},
   };
+  // NAME+suffix variants asked for (see the top).
+  for (std::string rest = only; rest.size() > 1;) {
+    const size_t c = rest.find(',', 1);
+    const std::string name = rest.substr(1, c - 1);
+    rest = c == std::string::npos ? "" : rest.substr(c);
+    const size_t plus = name.find('+');
+    if (plus == std::string::npos) continue;
+    const std::string base = name.substr(0, plus), how = name.substr(plus + 1);
+    for (size_t i = 0; i < fmts.size(); ++i) {
+      if (fmts[i].name != base) continue;
+      Fmt v = fmts[i];
+      v.name = name;
+      if (how == "tile") v.impl = cpu::LinearImpl::Gemv;
+      else if (how == "bf16") v.impl = cpu::LinearImpl::Onednn;
+      else if (how == "bf16w") v.slab = int64_t(1) << 40;
+      else if (how.rfind("bf16s", 0) == 0) v.slab = std::atoll(how.c_str() + 5);
+      else { std::fprintf(stderr, "unknown suffix %s\n", name.c_str()); return 2; }
+      fmts.push_back(v);
+      break;
+    }
+  }
   const int64_t shapes[][2] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}};  // {n_out, n_in}
   std::printf("gemm_gguf_bench | threads %d (%s) | roofline %.1f GB/s | decode m=1: GB/s of weight bytes (%% roofline); "
-              "prefill m=%lld: GMAC/s (x bf16)\n",
-              threads, g_cpu_clock ? "thread CPU time" : "wall time", bw, (long long)m_prefill);
+              "prefill m=M: GMAC/s (x bf16)\n",
+              threads, g_cpu_clock ? "thread CPU time" : "wall time", bw);
   std::mt19937 rng(1);
   for (const auto& sh : shapes) {
     const int64_t n_out = sh[0], n_in = sh[1];
@@ -180,25 +222,28 @@ int main(int argc, char** argv) {
     }
     std::vector<float> x(size_t(std::max<int64_t>(m_prefill, 1) * n_in)), y(size_t(std::max<int64_t>(m_prefill, 1) * n_out));
     for (float& v : x) v = float(int(rng() % 2001) - 1000) / 1000.0f;
-    std::vector<std::vector<double>> dec(fmts.size()), pre(fmts.size());
+    std::vector<std::vector<double>> dec(fmts.size());
+    std::vector<std::vector<std::vector<double>>> pre(fmts.size(), std::vector<std::vector<double>>(m_list.size()));
     const bool do_prefill = m_prefill > 1 && n_out * n_in <= 1536 * 576;
     for (int round = 0; round < 5; ++round)
       for (size_t f = 0; f < fmts.size(); ++f) {
         if (ws[f].empty()) continue;  // K-quants need n_in % 256 == 0 (llama-quantize falls back to Q5_0 etc.)
-        dec[f].push_back(time_calls(ws[f].data(), ws[f].size(), x, 1, y));
-        if (do_prefill) pre[f].push_back(time_calls(ws[f].data(), 1, x, m_prefill, y));
+        dec[f].push_back(time_calls(fmts[f], ws[f].data(), ws[f].size(), x, 1, y));
+        if (do_prefill)
+          for (size_t j = 0; j < m_list.size(); ++j) pre[f][j].push_back(time_calls(fmts[f], ws[f].data(), 1, x, m_list[j], y));
       }
-    const double pre_bf16 = do_prefill && !pre[0].empty() ? median(pre[0]) : 0;
+
     for (size_t f = 0; f < fmts.size(); ++f) {
       if (ws[f].empty()) continue;
       const double s = median(dec[f]), gbs = double(ws[f][0].n_bytes()) / s / 1e9;
       std::printf("%-12s [%5lld x %4lld] %6.2f MiB | m=1 %8.1f us %6.2f GB/s %4.0f%% roofline", fmts[f].name.c_str(),
                   (long long)n_out, (long long)n_in, double(ws[f][0].n_bytes()) / 1048576.0, s * 1e6, gbs, 100 * gbs / bw);
-      if (do_prefill) {
-        const double p = median(pre[f]);
-        std::printf(" | m=%lld %8.2f ms %6.1f GMAC/s x%.2f bf16", (long long)m_prefill, p * 1e3,
-                    double(m_prefill * n_out * n_in) / p / 1e9, pre_bf16 / p);
-      }
+      if (do_prefill)
+        for (size_t j = 0; j < m_list.size(); ++j) {
+          const double p = median(pre[f][j]), pre_bf16 = pre[0][j].empty() ? 0 : median(pre[0][j]);
+          std::printf(" | m=%lld %8.3f ms %6.1f GMAC/s x%.2f bf16", (long long)m_list[j], p * 1e3,
+                      double(m_list[j] * n_out * n_in) / p / 1e9, pre_bf16 / p);
+        }
       std::printf("\n");
     }
   }

@@ -10,6 +10,7 @@
 #include "common/dtype.h"
 #include "common/error.h"
 #include "common/gguf_layout.h"
+#include "kernels/cpu/gemm_gguf_bf16.h"
 #include "kernels/cpu/gemv.h"
 
 namespace tp::cpu::detail {
@@ -203,6 +204,7 @@ const char* gguf_kernel_name(GgufKernel k) {
     case GgufKernel::Avx512Vnni: return "avx512_vnni";
     case GgufKernel::Avx2: return "avx2";
     case GgufKernel::Portable: return "portable";
+    case GgufKernel::DequantBf16: return "dequant_bf16";
   }
   return "?";
 }
@@ -214,6 +216,7 @@ bool gguf_kernel_available(GgufKernel k) {
   switch (k) {
     case GgufKernel::Avx512Vnni: return vnni;
     case GgufKernel::Avx2: return avx2;
+    case GgufKernel::DequantBf16: return gguf_bf16_available();
     default: return true;
   }
 }
@@ -363,14 +366,21 @@ PackedWeight file_layout_copy(const PackedWeight& w) {
 
 }  // namespace
 
+GgufKernel gguf_best_tile() {
+  return gguf_kernel_available(GgufKernel::Avx512Vnni) ? GgufKernel::Avx512Vnni
+         : gguf_kernel_available(GgufKernel::Avx2)     ? GgufKernel::Avx2
+                                                       : GgufKernel::Portable;
+}
+
 void gemm_gguf(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, GgufKernel kernel) {
   const GgufActType act = gguf_act_type(w.format);
-  if (kernel == GgufKernel::Best)
-    kernel = gguf_kernel_available(GgufKernel::Avx512Vnni) ? GgufKernel::Avx512Vnni
-             : gguf_kernel_available(GgufKernel::Avx2)     ? GgufKernel::Avx2
-                                                           : GgufKernel::Portable;
+  if (kernel == GgufKernel::Best) kernel = gguf_bf16_preferred(w, m) ? GgufKernel::DequantBf16 : gguf_best_tile();
   if (!gguf_kernel_available(kernel))
     throw Error(std::string("gemm_gguf: this CPU has no ") + gguf_kernel_name(kernel) + " kernel");
+  if (kernel == GgufKernel::DequantBf16) {
+    gemm_gguf_bf16(x, m, w, y, n_threads);
+    return;
+  }
   if (w.gguf_layout != GgufLayout::File && kernel != GgufKernel::Avx512Vnni) {
     // Tests and the reference paths only: the regrouped rows are made where the VNNI kernel runs.
     const PackedWeight f = file_layout_copy(w);

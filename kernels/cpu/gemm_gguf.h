@@ -37,11 +37,16 @@
 
 namespace tp::cpu::detail {
 
-enum class GgufKernel : uint8_t { Best, Avx512Vnni, Avx2, Portable };
+// DequantBf16: not an int8 tile — W dequantized to BF16 and oneDNN's BF16 matmul (gemm_gguf_bf16.h; other
+// numerics). Best: DequantBf16 where gguf_bf16_preferred(w, m) (when enabled, off by default: prefill, m ≥ 64
+// on CPUs with AVX-512 BF16), else the best int8 tile (gguf_best_tile()).
+enum class GgufKernel : uint8_t { Best, Avx512Vnni, Avx2, Portable, DequantBf16 };
 const char* gguf_kernel_name(GgufKernel k);
 // Whether this CPU runs the kernel (Best and Portable: always; Avx2: avx2 + fma + f16c; Avx512Vnni: the
-// above + avx512f/bw/vl + avx512_vnni + avx512_vbmi).
+// above + avx512f/bw/vl + avx512_vnni + avx512_vbmi; DequantBf16: gguf_bf16_available()).
 bool gguf_kernel_available(GgufKernel k);
+// The best int8 tile this CPU runs (Avx512Vnni, else Avx2, else Portable).
+GgufKernel gguf_best_tile();
 
 // The activation type llama.cpp pairs with a GGUF weight format (see above).
 enum class GgufActType : uint8_t { Q8_0, Q8_1, Q8_K };

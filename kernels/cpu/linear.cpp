@@ -1,6 +1,7 @@
 #include "kernels/cpu/linear.h"
 
 #include "kernels/cpu/gemm_gguf.h"
+#include "kernels/cpu/gemm_gguf_bf16.h"
 
 #include <omp.h>
 #include <sys/mman.h>
@@ -217,6 +218,11 @@ void linear(const float* x, int64_t m, const Weight& w, float* y, LinearImpl imp
     return;
   }
   if (!w.dense()) {
+    if (is_gguf_format(w.format()) && impl != LinearImpl::Auto) {  // GGUF: the int8 tile or dequant + oneDNN
+      detail::gemm_gguf(x, m, w.packed(), y, num_threads(),
+                        impl == LinearImpl::Onednn ? detail::GgufKernel::DequantBf16 : detail::gguf_best_tile());
+      return;
+    }
     detail::packed_linear(x, m, w.packed(), y, num_threads());
     return;
   }
@@ -226,6 +232,9 @@ void linear(const float* x, int64_t m, const Weight& w, float* y, LinearImpl imp
   else
     gemv(x, m, w, y, impl);
 }
+
+void set_gguf_prefill_bf16(bool on) { detail::set_gguf_bf16_enabled(on); }
+bool gguf_prefill_bf16() { return detail::gguf_bf16_enabled(); }
 
 void set_num_threads(int n) {
   if (n < 1) n = 1;

@@ -64,6 +64,9 @@ void linear(const float* x, int64_t m, const Weight& w, float* y);
 //   Gemv: our best GEMV (AVX-512 when the CPU has it, else AVX2, else portable); GemvAvx2: the AVX2 tiles
 //   (throws Error without AVX2 + FMA); GemvPortable: the portable loop; Onednn: oneDNN matmul (throws Error
 //   when oneDNN has none for the dtype here). For tests and benchmarks; results agree up to F32 summation order.
+//   GGUF weights: Auto as packed_linear (int8 tiles; with set_gguf_prefill_bf16(true), W dequantized to
+//   BF16 + oneDNN from m = 64 on); Onednn forces the BF16 path, the Gemv* values the best int8
+//   tile (other numerics: the activations int8-quantized per block). Other packed formats ignore impl.
 enum class LinearImpl : uint8_t { Auto, Gemv, GemvAvx2, GemvPortable, Onednn };
 void linear(const float* x, int64_t m, const Weight& w, float* y, LinearImpl impl);
 // Smallest m that linear() sends to oneDNN for weights of this dtype (depends on the CPU: 1 for BF16 when
@@ -74,6 +77,13 @@ bool gemv_has_avx512(DType weight_dtype);
 bool gemv_has_avx2();  // avx2 + fma
 // Whether oneDNN has a matmul for weights of this dtype on this CPU (BF16: only with AVX-512).
 bool linear_has_onednn(DType weight_dtype);
+
+// GGUF weights kept quantized, calls of m ≥ 64 rows (prefill): W dequantized to BF16 + oneDNN's BF16 matmul
+// instead of the int8 tiles, where the CPU has AVX-512 BF16 (kernels/cpu/gemm_gguf_bf16.h; 1.7-2.8x faster
+// GEMM at m = 512 on Zen 4, pp512 1.7-1.9x). Process-wide, off by default: on, a row's numerics depend on the
+// size of the call it is in, which breaks batched == alone (DESIGN §5) for GGUF models kept quantized.
+void set_gguf_prefill_bf16(bool on);
+bool gguf_prefill_bf16();
 
 // Number of compute threads for every CPU kernel and oneDNN (OpenMP). Process-wide: every kernel applies it
 // to the calling thread's OpenMP pool before a parallel region, whichever thread calls.

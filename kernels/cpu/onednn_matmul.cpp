@@ -38,6 +38,7 @@ namespace {
 struct Key {
   int64_t m, n_out, n_in;
   DType dtype;
+  int64_t ldy = 0;  // onednn_matmul_bf16: y's row stride, W plain; 0: onednn_linear (W's layout "any")
   bool operator==(const Key&) const = default;
 };
 
@@ -47,6 +48,7 @@ struct KeyHash {
     h ^= uint64_t(k.n_out) + 0x632BE59BD9B4E019ull + (h << 6) + (h >> 2);
     h ^= uint64_t(k.n_in) + 0x85EBCA77C2B2AE63ull + (h << 6) + (h >> 2);
     h ^= uint64_t(k.dtype) + (h << 6) + (h >> 2);
+    h ^= uint64_t(k.ldy) + 0x27D4EB2F165667C5ull + (h << 6) + (h >> 2);
     return size_t(h);
   }
 };
@@ -78,8 +80,10 @@ Prim& primitive(Context& ctx, const Key& key) {
   using tag = dnnl::memory::format_tag;
   const dt in_type = key.dtype == DType::BF16 ? dt::bf16 : dt::f32;
   const dnnl::memory::desc src_md({key.m, key.n_in}, in_type, tag::ab);
-  const dnnl::memory::desc wei_md({key.n_in, key.n_out}, in_type, tag::any);
-  const dnnl::memory::desc dst_md({key.m, key.n_out}, dt::f32, tag::ab);
+  const dnnl::memory::desc wei_md = key.ldy > 0 ? dnnl::memory::desc({key.n_in, key.n_out}, in_type, tag::ba)
+                                                 : dnnl::memory::desc({key.n_in, key.n_out}, in_type, tag::any);
+  const dnnl::memory::desc dst_md = key.ldy > 0 ? dnnl::memory::desc({key.m, key.n_out}, dt::f32, {key.ldy, 1})
+                                                 : dnnl::memory::desc({key.m, key.n_out}, dt::f32, tag::ab);
   const dnnl::matmul::desc desc(src_md, wei_md, dst_md);
   const dnnl::matmul::primitive_desc pd(desc, ctx.engine);
   if (ctx.primitives.size() >= kMaxCachedPrimitives) ctx.primitives.clear();
@@ -132,6 +136,21 @@ void onednn_linear(const float* x, int64_t m, const Weight& w, float* y, int n_t
   dnnl::memory src_mem({{m, n_in}, in_type, tag::ab}, ctx.engine, src);
   dnnl::memory wei_mem = weights_in(ctx, w, prim.weights);
   dnnl::memory dst_mem({{m, n_out}, dt::f32, tag::ab}, ctx.engine, y);
+  prim.matmul.execute(ctx.stream, {{DNNL_ARG_SRC, src_mem}, {DNNL_ARG_WEIGHTS, wei_mem}, {DNNL_ARG_DST, dst_mem}});
+  ctx.stream.wait();
+}
+
+void onednn_matmul_bf16(const uint16_t* x, int64_t m, int64_t n_in, const uint16_t* w, int64_t n_out, float* y,
+                        int64_t ldy, int n_threads) {
+  if (!onednn_supports(DType::BF16)) throw Error("oneDNN has no bf16 matmul on this CPU (BF16 needs AVX-512)");
+  Context& ctx = context();
+  Prim& prim = primitive(ctx, Key{m, n_out, n_in, DType::BF16, ldy});
+  if (omp_get_max_threads() != n_threads) omp_set_num_threads(n_threads);
+  using dt = dnnl::memory::data_type;
+  using tag = dnnl::memory::format_tag;
+  dnnl::memory src_mem({{m, n_in}, dt::bf16, tag::ab}, ctx.engine, const_cast<uint16_t*>(x));
+  dnnl::memory wei_mem(prim.weights, ctx.engine, const_cast<uint16_t*>(w));
+  dnnl::memory dst_mem({{m, n_out}, dt::f32, {ldy, 1}}, ctx.engine, y);
   prim.matmul.execute(ctx.stream, {{DNNL_ARG_SRC, src_mem}, {DNNL_ARG_WEIGHTS, wei_mem}, {DNNL_ARG_DST, dst_mem}});
   ctx.stream.wait();
 }

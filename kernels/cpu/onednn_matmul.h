@@ -17,6 +17,12 @@ namespace tp::cpu::detail {
 // y[m, n_out] = x[m, n_in] · Wᵀ. BF16 weights: x rounded to BF16 into a thread-local buffer first.
 void onednn_linear(const float* x, int64_t m, const Weight& w, float* y, int n_threads);
 
+// y[m, n_out] (rows ldy floats apart) = x[m, n_in] · Wᵀ with x and W already BF16, W plain row-major
+// [n_out, n_in] (a scratch the caller filled: read as it is, no reordered copy kept). F32 accumulation. The
+// primitive is cached per calling thread by (m, n_out, n_in, ldy), like onednn_linear's.
+void onednn_matmul_bf16(const uint16_t* x, int64_t m, int64_t n_in, const uint16_t* w, int64_t n_out, float* y,
+                        int64_t ldy, int n_threads);
+
 // Bytes of the reordered copies w holds for oneDNN.
 int64_t gemm_cache_bytes(const Weight& w);
 
