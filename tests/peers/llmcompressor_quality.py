@@ -9,7 +9,7 @@ usage: llmcompressor_quality.py BASE_HF_DIR CALIB_IDS_JSON SEQ_LEN OUT_ROOT CASE
   CASE            lc-w4a16-g64-gptq | lc-w4a16-g64-gptq-noact | lc-w4a16-g64-rtn | lc-w8a16-rtn |
                   lc-w8a8-sq-gptq | lc-w3a16-g64-gptq | lc-w3a16-g64-rtn | lc-w4a16-asym-g64-gptq |
                   lc-w4a16-asym-g64-rtn | lc-w8a16-gptq | lc-fp8-dynamic | lc-nvfp4a16-rtn | lc-mxfp4a16-rtn |
-                  lc-w4a16-g64-awq | lc-w8a8-rtn | lc-fp8-weight-rtn
+                  lc-w4a16-g64-awq | lc-w4a16-asym-g64-awq | lc-w8a8-rtn | lc-fp8-weight-rtn
 Writes OUT_ROOT/<case>/ (config.json + model.safetensors as llm-compressor saves them, save_compressed=True) and
 OUT_ROOT/<case>/.row: "name|scheme|method|wall seconds|cpu seconds" of the oneshot call (loading and saving
 excluded). llm-compressor's defaults otherwise: GPTQ dampening 0.01, block 128, actorder "static" (= "weight":
@@ -83,6 +83,11 @@ CASES = {
     "lc-w4a16-g64-awq": ("w4a16", "llm-compressor awq (duo scaling, n_grid 20) + rtn",
                          lambda: [AWQModifier(),
                                   QuantizationModifier(ignore=IGNORE, config_groups=w(4, "group", group_size=64))]),
+    # AWQ's usual scheme (llm-compressor's AWQ examples use W4A16_ASYM; group 64 here, as for every grouped row)
+    "lc-w4a16-asym-g64-awq": ("w4a16-asym", "llm-compressor awq (duo scaling, n_grid 20) + rtn",
+                              lambda: [AWQModifier(),
+                                       QuantizationModifier(ignore=IGNORE, config_groups=w(4, "group", group_size=64,
+                                                                                           symmetric=False))]),
     "lc-w8a8-rtn": ("w8a8-int8", "llm-compressor rtn (W8A8)",
                     lambda: [QuantizationModifier(ignore=IGNORE, targets=["Linear"], scheme="W8A8")]),
     "lc-fp8-weight-rtn": ("fp8-weight", "llm-compressor rtn (FP8 per channel, weights only)",
