@@ -6,9 +6,11 @@
 // a token whose text was cut, an incomplete UTF-8 character; on a byte-level BPE vocabulary) and what of the
 // continuation the client already has (text, ids, logprobs entries); the choices of an n > 1 stream continued
 // one at a time; the replay body is the request again with the output tokens as tpserve_continuation, with the
-// seed (seed + i for choice i of n); a chat stream of tool calls cut before, in and between its calls.
+// seed (seed + i for choice i of n); a chat stream of tool calls cut before, in and between its calls, and two
+// choices' tool-call streams cut after every event.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <span>
@@ -784,18 +786,19 @@ TEST(RouterRequest, SeveralPromptsContinueOneChoiceAtATime) {
 // A chat stream with tools, as a replica streams it (tool_call_response.h): content, then the held text's ids
 // (empty deltas), then at the end per call a header chunk and argument fragments, then finish_reason
 // "tool_calls". `ids` names the calls ("call_A0", ...), so a replica's fresh ids show where they came from.
-std::vector<std::string> tool_stream(const std::string& ids, bool continuation) {
+// `index`: the choice index its chunks carry (an n > 1 response interleaves its choices' streams).
+std::vector<std::string> tool_stream(const std::string& ids, bool continuation, int index = 0) {
   const auto chunk_of = [](json choice) {
     return json{{"id", "chatcmpl-x"}, {"object", "chat.completion.chunk"}, {"created", 2}, {"model", "m"},
                 {"choices", {std::move(choice)}}}
         .dump();
   };
   const auto delta = [&](json d, std::vector<int32_t> tids, json finish = nullptr) {
-    return chunk_of({{"index", 0}, {"delta", std::move(d)}, {"logprobs", nullptr}, {"finish_reason", finish},
+    return chunk_of({{"index", index}, {"delta", std::move(d)}, {"logprobs", nullptr}, {"finish_reason", finish},
                      {"token_ids", tids}});
   };
   const auto call = [&](json tc) {
-    return chunk_of({{"index", 0}, {"delta", {{"tool_calls", json::array({std::move(tc)})}}}, {"logprobs", nullptr},
+    return chunk_of({{"index", index}, {"delta", {{"tool_calls", json::array({std::move(tc)})}}}, {"logprobs", nullptr},
                      {"finish_reason", nullptr}});
   };
   std::vector<std::string> out = {delta({{"role", "assistant"}, {"content", ""}}, {})};
@@ -822,17 +825,20 @@ struct ToolClientView {
   json finish;
 };
 
-void take_tool(const StreamEvent& e, ToolClientView& v) {
+// One event as the client gets it, into the view of the choice it carries (views[index]; [DONE] counts in
+// views[0]).
+void take_tool(const StreamEvent& e, std::vector<ToolClientView>& views) {
   if (e.out.empty()) return;
   ASSERT_EQ(e.out.rfind("data: ", 0), 0u);
   if (e.out == sse_event("[DONE]")) {
-    ++v.n_done;
+    ++views.at(0).n_done;
     return;
   }
   const json j = json::parse(e.out.substr(6));
   EXPECT_EQ(j["id"], "chatcmpl-x");
   const json& c = j["choices"][0];
-  EXPECT_EQ(c["index"], 0);
+  ASSERT_LT(c["index"].get<size_t>(), views.size()) << c;
+  ToolClientView& v = views[c["index"].get<size_t>()];
   const json& d = c["delta"];
   v.n_roles += d.contains("role");
   if (d.contains("content")) v.content += d["content"].get<std::string>();
@@ -853,6 +859,13 @@ void take_tool(const StreamEvent& e, ToolClientView& v) {
     ++v.n_finish;
     v.finish = c["finish_reason"];
   }
+}
+
+void take_tool(const StreamEvent& e, ToolClientView& v) {
+  std::vector<ToolClientView> one(1);
+  std::swap(one[0], v);
+  take_tool(e, one);
+  std::swap(one[0], v);
 }
 
 // The replica dies at each point of a tool-call stream (before the calls, after a header, in the arguments,
@@ -932,6 +945,78 @@ TEST(RouterStream, AToolCallStreamResumesWithoutRepeatingItsCalls) {
     }
     EXPECT_EQ(t.tool_call_bytes(), (std::vector<int64_t>{int64_t(unbroken.calls[0]["arguments"].get<std::string>().size()),
                                                           int64_t(unbroken.calls[1]["arguments"].get<std::string>().size())}));
+  }
+}
+
+// n = 2 tool-call streams, the two choices' chunks interleaved as a replica sends them, and the replica dies
+// after every event in turn: each unfinished choice resumes on its own continuation (n = 1, index 0, fresh ids),
+// one after another; per choice the client gets each call's header once (with the id it saw first), its argument
+// bytes once, finish_reason "tool_calls" once; one role chunk per choice and one [DONE].
+TEST(RouterStream, ToolCallStreamsOfTwoChoicesResumeAtEveryCut) {
+  const Tokenizer& tok = byte_tokenizer();
+  std::vector<std::string> original;
+  {
+    std::vector<std::string> a = tool_stream("call_A0_", false, 0), b = tool_stream("call_A1_", false, 1);
+    a.pop_back();  // their [DONE]: one at the end of the response
+    b.pop_back();
+    for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+      if (i < a.size()) original.push_back(a[i]);
+      if (i < b.size()) original.push_back(b[i]);
+    }
+    original.push_back("[DONE]");
+  }
+  std::vector<ToolClientView> unbroken(2);
+  {
+    StreamTracker t(true, true, 2);
+    for (const std::string& ev : original) take_tool(t.on_event(ev), unbroken);
+    ASSERT_TRUE(t.done());
+    for (int c = 0; c < 2; ++c) ASSERT_EQ(unbroken[size_t(c)].calls.size(), 2u) << c;
+  }
+  // The event index of choice c's call k's header in the original stream.
+  const auto header_at = [&](int c, size_t k) {
+    const std::string id = "\"id\":\"call_A" + std::to_string(c) + "_" + std::to_string(k) + "\"";
+    for (size_t i = 0; i < original.size(); ++i)
+      if (original[i].find(id) != std::string::npos) return i;
+    ADD_FAILURE() << "no header " << c << " " << k;
+    return original.size();
+  };
+  for (size_t cut = 1; cut + 1 < original.size(); ++cut) {
+    SCOPED_TRACE("cut after event " + std::to_string(cut));
+    StreamTracker t(true, true, 2);
+    std::vector<ToolClientView> v(2);
+    for (size_t i = 0; i < cut; ++i) take_tool(t.on_event(original[i]), v);
+    t.begin_replay(tok, false);
+    int resumed = 0;
+    for (int32_t c = t.next_choice(); c >= 0; c = t.next_choice()) {
+      ASSERT_LT(resumed++, 2) << "a choice resumed twice";
+      EXPECT_TRUE(v[size_t(c)].content.empty() || v[size_t(c)].content == "Hi ");
+      // What the choice's client has as text: nothing, or "Hi " (the held ids after it are generated again).
+      const std::vector<int32_t>& from = t.resume_tokens(c);
+      EXPECT_TRUE(from.empty() || from == (std::vector<int32_t>{'H', 'i', ' '}));
+      t.continue_choice(c);
+      for (const std::string& ev : tool_stream("call_B" + std::to_string(c) + "_", !from.empty()))
+        take_tool(t.on_event(ev), v);
+    }
+    EXPECT_TRUE(t.done());
+    EXPECT_EQ(v[0].n_done, 1);
+    for (int c = 0; c < 2; ++c) {
+      SCOPED_TRACE("choice " + std::to_string(c));
+      const ToolClientView& got = v[size_t(c)];
+      const ToolClientView& want = unbroken[size_t(c)];
+      EXPECT_EQ(got.n_roles, 1);
+      EXPECT_EQ(got.n_finish, 1);
+      EXPECT_EQ(got.finish, "tool_calls");
+      EXPECT_EQ(got.content, "Hi ");
+      EXPECT_EQ(got.ids, want.ids);
+      ASSERT_EQ(got.calls.size(), 2u);
+      for (size_t k = 0; k < 2; ++k) {
+        EXPECT_EQ(got.calls[k]["headers"], 1) << k;
+        EXPECT_EQ(got.calls[k]["name"], want.calls[k]["name"]) << k;
+        EXPECT_EQ(got.calls[k]["arguments"], want.calls[k]["arguments"]) << k;
+        const std::string from = cut > header_at(c, k) ? "A" : "B";
+        EXPECT_EQ(got.calls[k]["id"], "call_" + from + std::to_string(c) + "_" + std::to_string(k)) << k;
+      }
+    }
   }
 }
 
