@@ -208,8 +208,7 @@ bool a16_avx2_gemm(const float* x, int64_t m, const PackedWeight& w, float* y, i
   const bool parallel = n_threads > 1 && worth_parallel(w.n_out * w.row_bytes());
 #pragma omp parallel num_threads(n_threads) if (parallel)
   {
-    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t per = (w.n_out + nt - 1) / nt, r0 = std::min(w.n_out, t * per), r1 = std::min(w.n_out, r0 + per);
+    const auto [r0, r1] = thread_rows(w.n_out, 1, omp_get_thread_num(), omp_get_num_threads());
     switch (kind) {
       case Kind::Int4: dequant_rows<Kind::Int4>(w, r0, r1, dd); break;
       case Kind::Int8: dequant_rows<Kind::Int8>(w, r0, r1, dd); break;
