@@ -25,6 +25,7 @@
 
 #include "common/dtype.h"
 #include "common/gguf_layout.h"
+#include "common/packed_weight.h"
 #include "kernels/cpu/gemm_gguf_bf16.h"
 #include "kernels/cpu/linear.h"
 
@@ -83,29 +84,6 @@ PackedWeight make(const Fmt& f, int64_t n_out, int64_t n_in, std::mt19937& rng) 
   }
   check_packed_weight(w);
   return w;
-}
-
-// A copy of w (PackedWeight holds move-only bytes).
-PackedWeight clone(const PackedWeight& w) {
-  PackedWeight c;
-  c.format = w.format;
-  c.n_out = w.n_out;
-  c.n_in = w.n_in;
-  c.group_size = w.group_size;
-  c.block_out = w.block_out;
-  c.data = AlignedBytes(w.data.size());
-  std::memcpy(c.data.data(), w.data.data(), size_t(w.data.size()));
-  c.scales = w.scales;
-  c.gguf_layout = w.gguf_layout;
-  c.zeros = w.zeros;
-  c.g_idx = w.g_idx;
-  c.scale_bytes = w.scale_bytes;
-  c.global_scale = w.global_scale;
-  c.act = w.act;
-  c.act_scale = w.act_scale;
-  c.act_group = w.act_group;
-  c.g_idx_groups = w.g_idx_groups;
-  return c;
 }
 
 // The clock: with 1 thread, this thread's CPU time (a shared, loaded machine deschedules us; CPU time does not
@@ -218,7 +196,7 @@ int main(int argc, char** argv) {
       const int64_t bytes = ws[f][0].n_bytes();
       // GEMM_BENCH_HOT=1: one copy (cache-resident for the small shapes: the kernels' compute ceiling).
       const int64_t copies = std::getenv("GEMM_BENCH_HOT") ? 1 : std::max<int64_t>(2, (int64_t(192) << 20) / bytes);
-      while (int64_t(ws[f].size()) < copies) ws[f].emplace_back(clone(ws[f][0].packed()), false);
+      while (int64_t(ws[f].size()) < copies) ws[f].emplace_back(copy_packed_weight(ws[f][0].packed()), false);
     }
     std::vector<float> x(size_t(std::max<int64_t>(m_prefill, 1) * n_in)), y(size_t(std::max<int64_t>(m_prefill, 1) * n_out));
     for (float& v : x) v = float(int(rng() % 2001) - 1000) / 1000.0f;

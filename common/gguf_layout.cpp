@@ -171,26 +171,28 @@ void gguf_row_from_groups(GgufLayout l, const uint8_t* in, int64_t n_in, uint8_t
   for (int64_t b = 0; b < nb; ++b) group_block(l, in, nb, b, out, false);
 }
 
-void gguf_row_to_file_layout(GgufLayout l, const uint8_t* in, int64_t n_in, uint8_t* out) {
+namespace {
+
+// One row between the file layout and l, either way (to_file: from l to the file's; File: nothing to do).
+void convert_row(GgufLayout l, bool to_file, const uint8_t* in, int64_t n_in, uint8_t* out) {
   switch (l) {
-    case GgufLayout::Q8_0Quads: q8_0_row_from_quads(in, n_in, out); return;
-    case GgufLayout::Q5_0Quads: q5_0_row_from_quads(in, n_in, out); return;
+    case GgufLayout::Q8_0Quads: (to_file ? q8_0_row_from_quads : q8_0_row_to_quads)(in, n_in, out); return;
+    case GgufLayout::Q5_0Quads: (to_file ? q5_0_row_from_quads : q5_0_row_to_quads)(in, n_in, out); return;
     case GgufLayout::Q4_0Groups:
     case GgufLayout::Q8_0Groups:
-    case GgufLayout::Q5_0Groups: gguf_row_from_groups(l, in, n_in, out); return;
+    case GgufLayout::Q5_0Groups: (to_file ? gguf_row_from_groups : gguf_row_to_groups)(l, in, n_in, out); return;
     case GgufLayout::File: break;
   }
 }
 
+}  // namespace
+
+void gguf_row_to_file_layout(GgufLayout l, const uint8_t* in, int64_t n_in, uint8_t* out) {
+  convert_row(l, true, in, n_in, out);
+}
+
 void gguf_row_from_file_layout(GgufLayout l, const uint8_t* in, int64_t n_in, uint8_t* out) {
-  switch (l) {
-    case GgufLayout::Q8_0Quads: q8_0_row_to_quads(in, n_in, out); return;
-    case GgufLayout::Q5_0Quads: q5_0_row_to_quads(in, n_in, out); return;
-    case GgufLayout::Q4_0Groups:
-    case GgufLayout::Q8_0Groups:
-    case GgufLayout::Q5_0Groups: gguf_row_to_groups(l, in, n_in, out); return;
-    case GgufLayout::File: break;
-  }
+  convert_row(l, false, in, n_in, out);
 }
 
 }  // namespace tp

@@ -284,4 +284,26 @@ PackedWeight pack_dense(WeightFormat f, int64_t n_out, int64_t n_in, const float
   return w;
 }
 
+PackedWeight copy_packed_weight(const PackedWeight& w) {
+  PackedWeight c;
+  c.format = w.format;
+  c.n_out = w.n_out;
+  c.n_in = w.n_in;
+  c.group_size = w.group_size;
+  c.block_out = w.block_out;
+  c.data = AlignedBytes(w.data.size());
+  if (w.data.size() > 0) std::memcpy(c.data.data(), w.data.data(), size_t(w.data.size()));
+  c.scales = w.scales;
+  c.zeros = w.zeros;
+  c.g_idx = w.g_idx;
+  c.scale_bytes = w.scale_bytes;
+  c.global_scale = w.global_scale;
+  c.act = w.act;
+  c.act_scale = w.act_scale;
+  c.act_group = w.act_group;
+  c.g_idx_groups = w.g_idx_groups;
+  c.gguf_layout = w.gguf_layout;
+  return c;
+}
+
 }  // namespace tp

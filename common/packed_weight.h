@@ -123,4 +123,7 @@ void dequantize_rows(const PackedWeight& w, int64_t r0, int64_t r1, float* out);
 // A dense weight: F32 or BF16 rows of `src` (F32), converted.
 PackedWeight pack_dense(WeightFormat f, int64_t n_out, int64_t n_in, const float* src);
 
+// A copy of w, every field, its bytes in a buffer of their own (PackedWeight itself is move-only).
+PackedWeight copy_packed_weight(const PackedWeight& w);
+
 }  // namespace tp

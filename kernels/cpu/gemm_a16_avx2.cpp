@@ -125,13 +125,10 @@ __attribute__((target("avx2,fma,f16c"))) void rows_a16(const PackedWeight& w, in
 template <Kind K>
 void run(const PackedWeight& w, int64_t ng, int64_t gs, const float* xp, int64_t m, float* y, int n_threads) {
   const int64_t n_in = w.n_in;
-  const int64_t n_blocks = (w.n_out + kRw - 1) / kRw;
   const bool parallel = n_threads > 1 && worth_parallel(w.n_out * w.row_bytes() * m);
 #pragma omp parallel num_threads(n_threads) if (parallel)
   {
-    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t per = (n_blocks + nt - 1) / nt;
-    const int64_t r0 = std::min(w.n_out, t * per * kRw), r1 = std::min(w.n_out, r0 + per * kRw);
+    const auto [r0, r1] = thread_rows(w.n_out, kRw, omp_get_thread_num(), omp_get_num_threads());
     int64_t r = r0;
     for (; r + kRw <= r1; r += kRw)
       for (int64_t i = 0; i < m; ++i) rows_a16<K, kRw>(w, ng, gs, r, xp + i * n_in, y + i * w.n_out, i == 0);
@@ -211,8 +208,7 @@ bool a16_avx2_gemm(const float* x, int64_t m, const PackedWeight& w, float* y, i
   const bool parallel = n_threads > 1 && worth_parallel(w.n_out * w.row_bytes());
 #pragma omp parallel num_threads(n_threads) if (parallel)
   {
-    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t per = (w.n_out + nt - 1) / nt, r0 = std::min(w.n_out, t * per), r1 = std::min(w.n_out, r0 + per);
+    const auto [r0, r1] = thread_rows(w.n_out, 1, omp_get_thread_num(), omp_get_num_threads());
     switch (kind) {
       case Kind::Int4: dequant_rows<Kind::Int4>(w, r0, r1, dd); break;
       case Kind::Int8: dequant_rows<Kind::Int8>(w, r0, r1, dd); break;

@@ -74,13 +74,10 @@ TP_AVX512 void rows_int8(const PackedWeight& w, int64_t ng, int64_t gs, int64_t 
 template <bool kZeros>
 void run_int8(const PackedWeight& w, const float* x, int64_t m, float* y, int n_threads) {
   const int64_t n_in = w.n_in, ng = w.n_groups(), gs = w.group_size;
-  const int64_t n_blocks = (w.n_out + kRw - 1) / kRw;
   const bool parallel = n_threads > 1 && worth_parallel(w.n_out * w.row_bytes() * m);
 #pragma omp parallel num_threads(n_threads) if (parallel)
   {
-    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t per = (n_blocks + nt - 1) / nt;
-    const int64_t r0 = std::min(w.n_out, t * per * kRw), r1 = std::min(w.n_out, r0 + per * kRw);
+    const auto [r0, r1] = thread_rows(w.n_out, kRw, omp_get_thread_num(), omp_get_num_threads());
     {  // the first kPrefetchBytes of the range, which the running prefetch (that far ahead) does not cover
       const char* p = reinterpret_cast<const char*>(w.data.data() + r0 * w.row_bytes());
       const int64_t n = std::min(kPrefetchBytes, (r1 - r0) * w.row_bytes());

@@ -366,8 +366,7 @@ bool int4_bf16_linear(const float* x, int64_t m, const PackedWeight& w, float* y
   const uint16_t* o = xo.data();
 #pragma omp parallel num_threads(n_threads) if (parallel)
   {
-    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t per = (w.n_out + nt - 1) / nt, r0 = std::min(w.n_out, t * per), r1 = std::min(w.n_out, r0 + per);
+    const auto [r0, r1] = thread_rows(w.n_out, 1, omp_get_thread_num(), omp_get_num_threads());
     rows_int4(w, r0, r1, m, e, o, half, y);
   }
   return true;

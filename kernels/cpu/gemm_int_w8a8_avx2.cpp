@@ -253,13 +253,10 @@ bool w8a8_avx2_rows(const PackedWeight& w, int64_t m, const int8_t* xq, const fl
   // wg: columns a weight group (n_in per channel); ng: scale groups a row (per channel: 1).
   const Args args{w, seg, n_seg, wg, w.n_groups(), xq, xs, xsum, y};
   const bool parallel = n_threads > 1 && worth_parallel(w.n_out * w.row_bytes() * m);
-  const int64_t n_blocks = (w.n_out + kRw - 1) / kRw;
   if (m < kW8a8Avx2TileM) {
 #pragma omp parallel num_threads(n_threads) if (parallel)
     {
-      const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-      const int64_t per = (n_blocks + nt - 1) / nt;
-      const int64_t r0 = std::min(w.n_out, t * per * kRw), r1 = std::min(w.n_out, r0 + per * kRw);
+      const auto [r0, r1] = thread_rows(w.n_out, kRw, omp_get_thread_num(), omp_get_num_threads());
       if (int4)
         run_small<true>(args, r0, r1, m);
       else
@@ -279,9 +276,7 @@ bool w8a8_avx2_rows(const PackedWeight& w, int64_t m, const int8_t* xq, const fl
   const int16_t* xd = x16.data();
 #pragma omp parallel num_threads(n_threads) if (parallel)
   {
-    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t per = (n_blocks + nt - 1) / nt;
-    const int64_t r0 = std::min(w.n_out, t * per * kRw), r1 = std::min(w.n_out, r0 + per * kRw);
+    const auto [r0, r1] = thread_rows(w.n_out, kRw, omp_get_thread_num(), omp_get_num_threads());
     run_tiles(args, r0, r1, m, xd, n_pad);
   }
   return true;

@@ -4,6 +4,7 @@
 // x_stride >= round_up(n_in, 32) and zeros in [n_in, x_stride). Rows of W are split across n_threads OpenMP
 // threads.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 
 namespace tp::cpu::detail {
@@ -30,5 +31,16 @@ void gemv_bf16_portable(const uint16_t* xb, int64_t x_stride, int64_t m, const u
 
 // Whether a parallel region over `bytes` of weight traffic is worth its fork/join (~ a few µs).
 inline bool worth_parallel(int64_t bytes) { return bytes >= (int64_t(1) << 16); }
+
+// Thread t of nt's rows [begin, end) of n_rows, split in whole blocks of `block` rows: ceil(n_blocks / nt)
+// blocks a thread, in thread order (the last threads' ranges may be short or empty).
+struct RowRange {
+  int64_t begin, end;
+};
+inline RowRange thread_rows(int64_t n_rows, int64_t block, int t, int nt) {
+  const int64_t n_blocks = (n_rows + block - 1) / block, per = (n_blocks + nt - 1) / nt;
+  const int64_t begin = std::min(n_rows, t * per * block);
+  return {begin, std::min(n_rows, begin + per * block)};
+}
 
 }  // namespace tp::cpu::detail

@@ -208,6 +208,49 @@ TEST(PackedWeight, ActOrderSliceGroups) {
   EXPECT_EQ(d, (std::vector<float>{0.75f, -1.0f}));
 }
 
+// copy_packed_weight: every field equal, the bytes equal in a buffer of their own.
+TEST(PackedWeight, CopyHasEveryFieldAndItsOwnBytes) {
+  PackedWeight w;
+  w.format = WeightFormat::Int4;
+  w.n_out = 2;
+  w.n_in = 4;
+  w.group_size = 2;
+  w.block_out = 3;
+  w.data = AlignedBytes(4);
+  for (int i = 0; i < 4; ++i) w.data.data()[i] = uint8_t(17 * i + 1);
+  w.scales = {0.5f, 2.0f, 1.0f, 0.25f, 4.0f, 8.0f};
+  w.zeros = {1, 0, -1, 2, 3, 4};
+  w.g_idx = {2, 0, 1, 1};
+  w.g_idx_groups = 3;
+  w.scale_bytes = {7, 9};
+  w.global_scale = 0.125f;
+  w.act = ActQuant::Int8Static;
+  w.act_scale = 0.03f;
+  w.act_group = 2;
+  w.gguf_layout = GgufLayout::Q8_0Quads;
+  const PackedWeight c = copy_packed_weight(w);
+  EXPECT_EQ(c.format, w.format);
+  EXPECT_EQ(c.n_out, w.n_out);
+  EXPECT_EQ(c.n_in, w.n_in);
+  EXPECT_EQ(c.group_size, w.group_size);
+  EXPECT_EQ(c.block_out, w.block_out);
+  ASSERT_EQ(c.data.size(), w.data.size());
+  EXPECT_NE(c.data.data(), w.data.data());
+  EXPECT_EQ(std::memcmp(c.data.data(), w.data.data(), 4), 0);
+  EXPECT_EQ(c.scales, w.scales);
+  EXPECT_EQ(c.zeros, w.zeros);
+  EXPECT_EQ(c.g_idx, w.g_idx);
+  EXPECT_EQ(c.g_idx_groups, w.g_idx_groups);
+  EXPECT_EQ(c.scale_bytes, w.scale_bytes);
+  EXPECT_EQ(c.global_scale, w.global_scale);
+  EXPECT_EQ(c.act, w.act);
+  EXPECT_EQ(c.act_scale, w.act_scale);
+  EXPECT_EQ(c.act_group, w.act_group);
+  EXPECT_EQ(c.gguf_layout, w.gguf_layout);
+  const PackedWeight e = copy_packed_weight(PackedWeight{});  // no bytes: nothing to copy
+  EXPECT_EQ(e.data.size(), 0);
+}
+
 TEST(PackedWeight, NamesBitsAndAlignment) {
   EXPECT_EQ(weight_format_name(WeightFormat::Nvfp4), "nvfp4");
   EXPECT_EQ(act_quant_name(ActQuant::Fp8Dynamic), "fp8_dynamic");

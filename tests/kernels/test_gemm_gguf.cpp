@@ -29,7 +29,7 @@
 #include "kernels/cpu/gemm_gguf.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/packed_linear.h"
-#include "tests/kernels/fixtures.h"
+#include "tests/kernels/gguf_fixtures.h"
 
 namespace tp::cpu::detail {
 namespace {
@@ -38,50 +38,13 @@ constexpr double kNmseVsF32 = 1e-3;      // Q8_0 / Q8_1 activations
 constexpr double kNmseVsF32Q8K = 3e-3;  // Q8_K activations
 constexpr double kKernelRel = 1e-5;
 
-PackedWeight make_weight(DType t, int64_t n_out, int64_t n_in, uint32_t seed) {
-  const auto rows = test::make_typed_rows(t, n_out, n_in, seed);
-  PackedWeight w;
-  w.format = gguf_weight_format(t);
-  w.n_out = n_out;
-  w.n_in = n_in;
-  w.data = AlignedBytes(n_out * w.row_bytes());
-  for (int64_t r = 0; r < n_out; ++r)
-    std::memcpy(w.data.data() + r * w.row_bytes(), rows.bytes.data() + r * rows.stride, size_t(w.row_bytes()));
-  check_packed_weight(w);
-  return w;
-}
-
 // A copy of w in the row layout the best kernel reads (prepare_gguf_weight: Q8_0 / Q5_0 regrouped into
 // Q8_0Quads / Q5_0Quads on a CPU with AVX-512 VNNI; unchanged otherwise).
 PackedWeight prepared(const PackedWeight& w) {
-  PackedWeight c;
-  c.format = w.format;
-  c.n_out = w.n_out;
-  c.n_in = w.n_in;
-  c.data = AlignedBytes(w.data.size());
-  std::memcpy(c.data.data(), w.data.data(), size_t(w.data.size()));
+  PackedWeight c = copy_packed_weight(w);
   prepare_gguf_weight(&c);
   check_packed_weight(c);
   return c;
-}
-
-// Columns [c0, c1) of w (block-aligned).
-PackedWeight slice_cols(const PackedWeight& w, int64_t c0, int64_t c1) {
-  PackedWeight s;
-  s.format = w.format;
-  s.n_out = w.n_out;
-  s.n_in = c1 - c0;
-  s.data = AlignedBytes(s.n_out * s.row_bytes());
-  const int64_t off = dtype_row_bytes(gguf_block_dtype(w.format), c0);
-  for (int64_t r = 0; r < w.n_out; ++r)
-    std::memcpy(s.data.data() + r * s.row_bytes(), w.data.data() + r * w.row_bytes() + off, size_t(s.row_bytes()));
-  return s;
-}
-
-std::vector<float> make_x(int64_t m, int64_t n_in, uint32_t seed) {
-  auto x = test::random_floats(size_t(m * n_in), seed);
-  for (size_t i = 0; i < x.size(); i += 97) x[i] *= 8;  // outliers: blocks with a large max
-  return x;
 }
 
 double nmse(const std::vector<float>& y, const std::vector<float>& ref) {
@@ -91,20 +54,6 @@ double nmse(const std::vector<float>& y, const std::vector<float>& ref) {
     s += double(ref[i]) * ref[i];
   }
   return s > 0 ? e / s : e;
-}
-
-// Σ_k |x_k · w_k| for every output: the scale of F32 summation-order differences.
-std::vector<double> abs_sums(const std::vector<float>& x, int64_t m, const PackedWeight& w) {
-  std::vector<float> wd(size_t(w.n_out * w.n_in));
-  dequantize_rows(w, 0, w.n_out, wd.data());
-  std::vector<double> out(size_t(m * w.n_out));
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t r = 0; r < w.n_out; ++r) {
-      double s = 0;
-      for (int64_t k = 0; k < w.n_in; ++k) s += std::fabs(double(x[size_t(i * w.n_in + k)]) * wd[size_t(r * w.n_in + k)]);
-      out[size_t(i * w.n_out + r)] = s;
-    }
-  return out;
 }
 
 double g_worst_kernel_rel = 0;
@@ -118,15 +67,13 @@ void expect_close(const std::vector<float>& a, const std::vector<float>& b, cons
   }
 }
 
-using Shape = std::tuple<DType, int64_t /*m*/, int64_t /*n_out*/, int64_t /*blocks in a row*/>;
-
-class GemmGguf : public ::testing::TestWithParam<Shape> {};
+class GemmGguf : public ::testing::TestWithParam<test::GgufShape> {};
 
 TEST_P(GemmGguf, MatchesTheF32ReferenceOnEveryKernel) {
   const auto [t, m, n_out, n_blocks] = GetParam();
   const int64_t n_in = n_blocks * dtype_block_elems(t);
-  const PackedWeight w = make_weight(t, n_out, n_in, uint32_t(7 + m + n_out));
-  const auto x = make_x(m, n_in, uint32_t(100 + m));
+  const PackedWeight w = test::make_gguf_weight(t, n_out, n_in, uint32_t(7 + m + n_out));
+  const auto x = test::make_gguf_x(m, n_in, uint32_t(100 + m));
   std::vector<float> ref(size_t(m * n_out));
   packed_linear_reference(x.data(), m, w, ref.data(), 2);
 
@@ -134,7 +81,7 @@ TEST_P(GemmGguf, MatchesTheF32ReferenceOnEveryKernel) {
   gemm_gguf(x.data(), m, w, portable.data(), 2, GgufKernel::Portable);
   const double e = nmse(portable, ref);
   EXPECT_LE(e, gguf_act_type(w.format) == GgufActType::Q8_K ? kNmseVsF32Q8K : kNmseVsF32) << "portable vs F32 reference";
-  const auto scale = abs_sums(x, m, w);
+  const auto scale = test::abs_sums(x.data(), m, w);
   {
     GgufActs a;
     quantize_gguf_acts(x.data(), m, n_in, gguf_act_type(w.format), &a);
@@ -175,7 +122,7 @@ TEST_P(GemmGguf, MatchesTheF32ReferenceOnEveryKernel) {
               std::string(dtype_name(t)).c_str(), (long long)m, (long long)n_out, (long long)n_in, e, g_worst_kernel_rel);
 
   // linear() on a cpu::Weight takes the best kernel.
-  const Weight cw(make_weight(t, n_out, n_in, uint32_t(7 + m + n_out)));
+  const Weight cw(test::make_gguf_weight(t, n_out, n_in, uint32_t(7 + m + n_out)));
   std::vector<float> via_linear(size_t(m * n_out), NAN), best(size_t(m * n_out), NAN);
   linear(x.data(), m, cw, via_linear.data());
   gemm_gguf(x.data(), m, w, best.data(), num_threads(), GgufKernel::Best);
@@ -186,34 +133,31 @@ TEST_P(GemmGguf, ColumnSlicesSumToTheWhole) {
   const auto [t, m, n_out, n_blocks_param] = GetParam();
   const int64_t n_blocks = std::max<int64_t>(n_blocks_param, 6);  // three slices of whole blocks
   const int64_t blk = dtype_block_elems(t), n_in = n_blocks * blk;
-  const PackedWeight w = make_weight(t, n_out, n_in, 11);
-  const auto x = make_x(m, n_in, 12);
+  const PackedWeight w = test::make_gguf_weight(t, n_out, n_in, 11);
+  const auto x = test::make_gguf_x(m, n_in, 12);
   std::vector<float> whole(size_t(m * n_out));
   gemm_gguf(x.data(), m, w, whole.data(), 1);
   // Three ranks' column ranges, on block boundaries.
   const int64_t cuts[4] = {0, blk * (n_blocks / 3), blk * (2 * n_blocks / 3), n_in};
   std::vector<float> sum(size_t(m * n_out), 0.0f), part(size_t(m * n_out));
   for (int k = 0; k < 3; ++k) {
-    const PackedWeight s = slice_cols(w, cuts[k], cuts[k + 1]);
+    const PackedWeight s = test::slice_gguf_weight(w, 0, w.n_out, cuts[k], cuts[k + 1]);
     std::vector<float> xs(size_t(m * s.n_in));
     for (int64_t i = 0; i < m; ++i)
       std::memcpy(xs.data() + i * s.n_in, x.data() + i * n_in + cuts[k], size_t(s.n_in) * sizeof(float));
     gemm_gguf(xs.data(), m, s, part.data(), 1);
     for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
   }
-  expect_close(sum, whole, abs_sums(x, m, w), "sum of column slices vs whole");
+  expect_close(sum, whole, test::abs_sums(x.data(), m, w), "sum of column slices vs whole");
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, GemmGguf,
-    ::testing::Combine(::testing::Values(DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q4_K, DType::Q6_K),
+    ::testing::Combine(::testing::ValuesIn(test::kGgufTypes),
                        ::testing::Values(1, 2, 3, 7, 16, 33),
                        ::testing::Values(1, 7, 34),  // odd row counts, a pair remainder
                        ::testing::Values(1, 6)),     // blocks a row: 32 / 192 (256 / 1536 for the K types)
-    [](const auto& info) {
-      return std::string(dtype_name(std::get<0>(info.param))) + "_m" + std::to_string(std::get<1>(info.param)) +
-             "_out" + std::to_string(std::get<2>(info.param)) + "_b" + std::to_string(std::get<3>(info.param));
-    });
+    [](const auto& info) { return test::gguf_shape_name(info.param); });
 
 // A row of x computed in a batch gives the bits it gives alone (DESIGN §5: batched == alone). Every kernel
 // must do, for each output (row of W, row of x), the same float operations whatever m is and whatever the
@@ -224,14 +168,14 @@ INSTANTIATE_TEST_SUITE_P(
 // from 4 on, 8-row chunks with a 5-row tail at n_out = 37), odd row counts, rows of 1, 3 and 19 blocks (an odd block pair; more
 // than one 16-block chunk), 1 and 2 threads, every GGUF type and kernel this CPU runs.
 TEST(GemmGgufBatch, EveryRowOfABatchHasTheBitsOfThatRowAlone) {
-  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q4_K, DType::Q6_K})
+  for (DType t : test::kGgufTypes)
     for (int64_t n_blocks : {1, 3, 19}) {
       const bool k_type = dtype_block_elems(t) == 256;
       if (k_type && n_blocks == 19) continue;  // 4864 inputs: slow on the portable kernel, nothing new
       const int64_t n_in = n_blocks * dtype_block_elems(t), n_out = 37;
-      const PackedWeight file = make_weight(t, n_out, n_in, uint32_t(3 + n_blocks)), regrouped = prepared(file);
+      const PackedWeight file = test::make_gguf_weight(t, n_out, n_in, uint32_t(3 + n_blocks)), regrouped = prepared(file);
       constexpr int64_t kM = 17;
-      const auto x = make_x(kM, n_in, uint32_t(40 + n_blocks));
+      const auto x = test::make_gguf_x(kM, n_in, uint32_t(40 + n_blocks));
       for (const PackedWeight* wl : {&file, &regrouped})
       for (GgufKernel k : {GgufKernel::Portable, GgufKernel::Avx2, GgufKernel::Avx512Vnni}) {
         const PackedWeight& w = *wl;
@@ -263,7 +207,7 @@ TEST(GemmGgufBatch, EveryRowOfABatchHasTheBitsOfThatRowAlone) {
 TEST(GgufLayout, Q8_0QuadsRoundTripsAndDequantizesAsTheFile) {
   for (int64_t nb = 1; nb <= 9; ++nb) {
     const int64_t n_in = 32 * nb;
-    const PackedWeight file = make_weight(DType::Q8_0, 5, n_in, uint32_t(60 + nb));
+    const PackedWeight file = test::make_gguf_weight(DType::Q8_0, 5, n_in, uint32_t(60 + nb));
     const int64_t rb = file.row_bytes();
     PackedWeight quads = prepared(file);
     if (quads.gguf_layout == GgufLayout::File) {  // no VNNI here: regroup by hand
@@ -292,7 +236,7 @@ TEST(GgufLayout, Q8_0QuadsRoundTripsAndDequantizesAsTheFile) {
     dequantize_rows(quads, 0, 5, b.data());
     ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "blocks " << nb;
   }
-  PackedWeight q4 = make_weight(DType::Q4_0, 2, 64, 1);
+  PackedWeight q4 = test::make_gguf_weight(DType::Q4_0, 2, 64, 1);
   q4.gguf_layout = GgufLayout::Q8_0Quads;
   EXPECT_THROW(check_packed_weight(q4), Error);
 }
@@ -303,7 +247,7 @@ TEST(GgufLayout, Q8_0QuadsRoundTripsAndDequantizesAsTheFile) {
 TEST(GgufLayout, Q5_0QuadsRoundTripsAndDequantizesAsTheFile) {
   for (int64_t nb = 1; nb <= 9; ++nb) {
     const int64_t n_in = 32 * nb;
-    const PackedWeight file = make_weight(DType::Q5_0, 5, n_in, uint32_t(70 + nb));
+    const PackedWeight file = test::make_gguf_weight(DType::Q5_0, 5, n_in, uint32_t(70 + nb));
     const int64_t rb = file.row_bytes();
     PackedWeight quads = prepared(file);
     if (quads.gguf_layout == GgufLayout::File) {  // no VNNI here: regroup by hand
@@ -331,7 +275,7 @@ TEST(GgufLayout, Q5_0QuadsRoundTripsAndDequantizesAsTheFile) {
     dequantize_rows(quads, 0, 5, b.data());
     ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "blocks " << nb;
   }
-  PackedWeight q8 = make_weight(DType::Q8_0, 2, 64, 1);
+  PackedWeight q8 = test::make_gguf_weight(DType::Q8_0, 2, 64, 1);
   q8.gguf_layout = GgufLayout::Q5_0Quads;
   EXPECT_THROW(check_packed_weight(q8), Error);
 }
@@ -350,7 +294,7 @@ TEST(GgufLayout, GroupsRoundTripDequantizeAndComputeAsTheFile) {
   for (const auto& c : cases)
     for (int64_t nb : {1, 3, 5, 9, 16, 18, 19, 35}) {
       const int64_t n_in = 32 * nb, n_out = 37;
-      const PackedWeight file = make_weight(c.t, n_out, n_in, uint32_t(80 + nb));
+      const PackedWeight file = test::make_gguf_weight(c.t, n_out, n_in, uint32_t(80 + nb));
       const int64_t rb = file.row_bytes();
       PackedWeight g = prepared(file);
       if (g.gguf_layout != c.l) {
@@ -372,11 +316,11 @@ TEST(GgufLayout, GroupsRoundTripDequantizeAndComputeAsTheFile) {
       ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << gguf_layout_name(c.l) << " blocks " << nb;
       if (!gguf_kernel_available(GgufKernel::Avx512Vnni)) continue;
       constexpr int64_t kM = 17;
-      const auto x = make_x(kM, n_in, uint32_t(90 + nb));
+      const auto x = test::make_gguf_x(kM, n_in, uint32_t(90 + nb));
       std::vector<float> portable(size_t(kM * n_out)), y(size_t(kM * n_out), NAN);
       gemm_gguf(x.data(), kM, file, portable.data(), 1, GgufKernel::Portable);
       gemm_gguf(x.data(), kM, g, y.data(), 2, GgufKernel::Avx512Vnni);
-      expect_close(y, portable, abs_sums(x, kM, file), std::string(gguf_layout_name(c.l)) + " vs portable, blocks " + std::to_string(nb));
+      expect_close(y, portable, test::abs_sums(x.data(), kM, file), std::string(gguf_layout_name(c.l)) + " vs portable, blocks " + std::to_string(nb));
       for (int threads : {1, 2}) {
         std::vector<float> alone(size_t(kM * n_out));
         for (int64_t i = 0; i < kM; ++i) gemm_gguf(x.data() + i * n_in, 1, g, alone.data() + i * n_out, threads, GgufKernel::Avx512Vnni);
@@ -389,7 +333,7 @@ TEST(GgufLayout, GroupsRoundTripDequantizeAndComputeAsTheFile) {
         }
       }
     }
-  PackedWeight q4 = make_weight(DType::Q4_0, 2, 64, 1);
+  PackedWeight q4 = test::make_gguf_weight(DType::Q4_0, 2, 64, 1);
   q4.gguf_layout = GgufLayout::Q8_0Groups;
   EXPECT_THROW(check_packed_weight(q4), Error);
 }
@@ -401,7 +345,7 @@ TEST(GgufActs, Avx512QuantizersGiveTheScalarBits) {
   if (!gguf_kernel_available(GgufKernel::Avx512Vnni)) {
     GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
   }
-  auto x = make_x(1, 1024, 9);
+  auto x = test::make_gguf_x(1, 1024, 9);
   for (int j = 256; j < 512; ++j) x[size_t(j)] = 0.0f;  // block 1 (Q8_K), blocks 8-15 (32-blocks): zero
   x[600] = 9.5f;  // above every outlier (≤ 8)
   x[700] = -9.5f;  // block 2: ±9.5, +9.5 first
@@ -452,7 +396,7 @@ TEST(GgufActs, Avx512QuantizersGiveTheScalarBits) {
 // Q8_K (llama.cpp's quantize_row_q8_K_ref): the value of largest magnitude maps to ∓127, every q·d is within
 // d/2 of x, and bsums are the 16-sums.
 TEST(GgufActs, Q8KAndQ8_0AsLlamaCpp) {
-  const auto x = make_x(2, 512, 5);
+  const auto x = test::make_gguf_x(2, 512, 5);
   GgufActs a;
   quantize_gguf_acts(x.data(), 2, 512, GgufActType::Q8_K, &a);
   for (int64_t b = 0; b < 4; ++b) {

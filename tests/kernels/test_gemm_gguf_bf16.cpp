@@ -3,7 +3,7 @@
 // shapes: every GGUF type, odd m, n_out across slab boundaries, the row layouts the VNNI kernel reads, TP
 // slices of rows and of columns. Skipped (and says so) on a CPU without AVX-512 BF16.
 //
-// Bounds (x as in test_gemm_gguf.cpp: uniform in [-1, 1], every 97th element ×8):
+// Bounds (x from make_gguf_x, tests/kernels/gguf_fixtures.h: uniform in [-1, 1], every 97th element ×8):
 //   dequantization: dequantize_gguf_bf16 gives exactly f32_to_bf16 of dequantize_rows, element by element.
 //   vs the F32 reference: x and W each rounded to BF16 (relative ≤ 2^-9 each), F32 sums:
 //     every output |y − ref| ≤ (2^-8 + 2^-17 + 1e-5) · Σ_k |x_k · w_k|  (the two roundings, their product, the
@@ -28,7 +28,7 @@
 #include "kernels/cpu/gemm_gguf_bf16.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/packed_linear.h"
-#include "tests/kernels/fixtures.h"
+#include "tests/kernels/gguf_fixtures.h"
 
 namespace tp::cpu::detail {
 namespace {
@@ -36,70 +36,13 @@ namespace {
 constexpr double kNmse = 1e-4;
 constexpr double kRel = 1.0 / 256 + 1.0 / 131072 + 1e-5;
 
-PackedWeight make_weight(DType t, int64_t n_out, int64_t n_in, uint32_t seed) {
-  const auto rows = test::make_typed_rows(t, n_out, n_in, seed);
-  PackedWeight w;
-  w.format = gguf_weight_format(t);
-  w.n_out = n_out;
-  w.n_in = n_in;
-  w.data = AlignedBytes(n_out * w.row_bytes());
-  for (int64_t r = 0; r < n_out; ++r)
-    std::memcpy(w.data.data() + r * w.row_bytes(), rows.bytes.data() + r * rows.stride, size_t(w.row_bytes()));
-  check_packed_weight(w);
-  return w;
-}
-
-PackedWeight copy_of(const PackedWeight& w) {
-  PackedWeight c;
-  c.format = w.format;
-  c.n_out = w.n_out;
-  c.n_in = w.n_in;
-  c.gguf_layout = w.gguf_layout;
-  c.data = AlignedBytes(w.data.size());
-  std::memcpy(c.data.data(), w.data.data(), size_t(w.data.size()));
-  return c;
-}
-
 // w's rows in `layout` (a GGUF regrouping; common/gguf_layout.h).
 PackedWeight in_layout(const PackedWeight& w, GgufLayout layout) {
-  PackedWeight c = copy_of(w);
+  PackedWeight c = copy_packed_weight(w);
   const int64_t rb = w.row_bytes();
   for (int64_t r = 0; r < w.n_out; ++r) gguf_row_from_file_layout(layout, w.data.data() + r * rb, w.n_in, c.data.data() + r * rb);
   c.gguf_layout = layout;
   return c;
-}
-
-// Rows [r0, r1) or columns [c0, c1) (block-aligned) of w.
-PackedWeight slice(const PackedWeight& w, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-  PackedWeight s;
-  s.format = w.format;
-  s.n_out = r1 - r0;
-  s.n_in = c1 - c0;
-  s.data = AlignedBytes(s.n_out * s.row_bytes());
-  const int64_t off = dtype_row_bytes(gguf_block_dtype(w.format), c0);
-  for (int64_t r = r0; r < r1; ++r)
-    std::memcpy(s.data.data() + (r - r0) * s.row_bytes(), w.data.data() + r * w.row_bytes() + off, size_t(s.row_bytes()));
-  return s;
-}
-
-std::vector<float> make_x(int64_t m, int64_t n_in, uint32_t seed) {
-  auto x = test::random_floats(size_t(m * n_in), seed);
-  for (size_t i = 0; i < x.size(); i += 97) x[i] *= 8;
-  return x;
-}
-
-// Σ_k |x_k · w_k| for every output.
-std::vector<double> abs_sums(const float* x, int64_t m, const PackedWeight& w) {
-  std::vector<float> wd(size_t(w.n_out * w.n_in));
-  dequantize_rows(w, 0, w.n_out, wd.data());
-  std::vector<double> out(size_t(m * w.n_out));
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t r = 0; r < w.n_out; ++r) {
-      double s = 0;
-      for (int64_t k = 0; k < w.n_in; ++k) s += std::fabs(double(x[i * w.n_in + k]) * wd[size_t(r * w.n_in + k)]);
-      out[size_t(i * w.n_out + r)] = s;
-    }
-  return out;
 }
 
 // y vs ref: every output within kRel · Σ|x·w|, NMSE ≤ kNmse. Returns the NMSE.
@@ -118,8 +61,6 @@ double check(const std::vector<float>& y, const std::vector<float>& ref, const s
   return nmse;
 }
 
-const DType kTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q4_K, DType::Q6_K};
-
 // The layouts a weight of type t can be held in (the file's, and the VNNI kernel's regroupings).
 std::vector<GgufLayout> layouts_of(DType t) {
   if (t == DType::Q8_0) return {GgufLayout::File, GgufLayout::Q8_0Quads, GgufLayout::Q8_0Groups};
@@ -130,14 +71,14 @@ std::vector<GgufLayout> layouts_of(DType t) {
 
 TEST(GemmGgufBf16, DequantizationIsTheF32DequantizationRoundedToBf16) {
   if (!gguf_bf16_available()) GTEST_SKIP() << "no AVX-512 BF16 (or no oneDNN BF16 matmul) on this CPU";
-  for (DType t : kTypes)
+  for (DType t : test::kGgufTypes)
     for (int64_t n_blocks : {1, 3, 19}) {
       const int64_t n_in = n_blocks * dtype_block_elems(t), n_out = 5;
-      const PackedWeight file = make_weight(t, n_out, n_in, uint32_t(9 + n_blocks));
+      const PackedWeight file = test::make_gguf_weight(t, n_out, n_in, uint32_t(9 + n_blocks));
       std::vector<float> f32(size_t(n_out * n_in));
       dequantize_rows(file, 0, n_out, f32.data());
       for (GgufLayout l : layouts_of(t)) {
-        const PackedWeight w = l == GgufLayout::File ? copy_of(file) : in_layout(file, l);
+        const PackedWeight w = l == GgufLayout::File ? copy_packed_weight(file) : in_layout(file, l);
         std::vector<uint16_t> got(size_t(n_out * n_in));
         dequantize_gguf_bf16(w, 0, n_out, got.data());
         for (size_t i = 0; i < got.size(); ++i)
@@ -147,21 +88,20 @@ TEST(GemmGgufBf16, DequantizationIsTheF32DequantizationRoundedToBf16) {
     }
 }
 
-using Shape = std::tuple<DType, int64_t /*m*/, int64_t /*n_out*/, int64_t /*blocks in a row*/>;
-class GemmGgufBf16P : public ::testing::TestWithParam<Shape> {};
+class GemmGgufBf16P : public ::testing::TestWithParam<test::GgufShape> {};
 
 TEST_P(GemmGgufBf16P, MatchesTheF32Reference) {
   if (!gguf_bf16_available()) GTEST_SKIP() << "no AVX-512 BF16 (or no oneDNN BF16 matmul) on this CPU";
   const auto [t, m, n_out, n_blocks] = GetParam();
   const int64_t n_in = n_blocks * dtype_block_elems(t);
-  const PackedWeight w = make_weight(t, n_out, n_in, uint32_t(17 + m + n_out));
-  const auto x = make_x(m, n_in, uint32_t(200 + m));
+  const PackedWeight w = test::make_gguf_weight(t, n_out, n_in, uint32_t(17 + m + n_out));
+  const auto x = test::make_gguf_x(m, n_in, uint32_t(200 + m));
   std::vector<float> ref(size_t(m * n_out));
   packed_linear_reference(x.data(), m, w, ref.data(), 2);
-  const auto scale = abs_sums(x.data(), m, w);
+  const auto scale = test::abs_sums(x.data(), m, w);
   double worst = 0;
   for (GgufLayout l : layouts_of(t)) {
-    const PackedWeight wl = l == GgufLayout::File ? copy_of(w) : in_layout(w, l);
+    const PackedWeight wl = l == GgufLayout::File ? copy_packed_weight(w) : in_layout(w, l);
     for (int threads : {1, 2})
       for (int64_t slab : {int64_t(0), int64_t(16), int64_t(1) << 40}) {
         std::vector<float> y(size_t(m * n_out), NAN);
@@ -176,7 +116,7 @@ TEST_P(GemmGgufBf16P, MatchesTheF32Reference) {
     std::vector<float> y(size_t(m * n_out));
     for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, cut}, {cut, n_out}}) {
       if (r0 == r1) continue;
-      const PackedWeight s = slice(w, r0, r1, 0, n_in);
+      const PackedWeight s = test::slice_gguf_weight(w, r0, r1, 0, n_in);
       std::vector<float> part(size_t(m * s.n_out));
       gemm_gguf_bf16(x.data(), m, s, part.data(), 1);
       for (int64_t i = 0; i < m; ++i)
@@ -188,7 +128,7 @@ TEST_P(GemmGgufBf16P, MatchesTheF32Reference) {
     const int64_t blk = dtype_block_elems(t), cut = blk * (n_blocks / 2);
     std::vector<float> y(size_t(m * n_out), 0.0f);
     for (auto [c0, c1] : {std::pair<int64_t, int64_t>{0, cut}, {cut, n_in}}) {
-      const PackedWeight s = slice(w, 0, n_out, c0, c1);
+      const PackedWeight s = test::slice_gguf_weight(w, 0, n_out, c0, c1);
       std::vector<float> xs(size_t(m * s.n_in)), part(size_t(m * n_out));
       for (int64_t i = 0; i < m; ++i) std::memcpy(xs.data() + i * s.n_in, x.data() + i * n_in + c0, size_t(s.n_in) * sizeof(float));
       gemm_gguf_bf16(xs.data(), m, s, part.data(), 1);
@@ -202,21 +142,18 @@ TEST_P(GemmGgufBf16P, MatchesTheF32Reference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, GemmGgufBf16P,
-    ::testing::Combine(::testing::ValuesIn(kTypes), ::testing::Values(1, 3, 65, 130),
+    ::testing::Combine(::testing::ValuesIn(test::kGgufTypes), ::testing::Values(1, 3, 65, 130),
                        ::testing::Values(7, 34, 300),  // odd, a slab remainder, two slabs of 256
                        ::testing::Values(1, 6)),       // blocks a row: 32 / 192 (256 / 1536 for the K types)
-    [](const auto& info) {
-      return std::string(dtype_name(std::get<0>(info.param))) + "_m" + std::to_string(std::get<1>(info.param)) +
-             "_out" + std::to_string(std::get<2>(info.param)) + "_b" + std::to_string(std::get<3>(info.param));
-    });
+    [](const auto& info) { return test::gguf_shape_name(info.param); });
 
 // gemm_gguf(Best) below the threshold: the bits of the int8 tile (what decode ran before this path existed);
 // from it on: the bits of this path.
 TEST(GemmGgufBf16, OffByDefaultBestIsTheInt8Tile) {
   ASSERT_FALSE(gguf_bf16_enabled());
   ASSERT_EQ(gguf_bf16_min_m(), std::numeric_limits<int64_t>::max());
-  const PackedWeight w = make_weight(DType::Q4_0, 19, 64, 5);
-  const auto x = make_x(130, 64, 6);
+  const PackedWeight w = test::make_gguf_weight(DType::Q4_0, 19, 64, 5);
+  const auto x = test::make_gguf_x(130, 64, 6);
   std::vector<float> best(size_t(130 * 19)), tile(size_t(130 * 19));
   gemm_gguf(x.data(), 130, w, best.data(), 1, GgufKernel::Best);
   gemm_gguf(x.data(), 130, w, tile.data(), 1, gguf_best_tile());
@@ -234,11 +171,11 @@ TEST(GemmGgufBf16, BestKeepsTheInt8TileBelowTheThreshold) {
   const int64_t min_m = gguf_bf16_min_m();
   if (min_m == std::numeric_limits<int64_t>::max())
     std::printf("[gemm_gguf_bf16] not available here: Best is the int8 tile at every m\n");
-  for (DType t : kTypes) {
+  for (DType t : test::kGgufTypes) {
     const int64_t n_in = 2 * dtype_block_elems(t), n_out = 19;
-    const PackedWeight w = make_weight(t, n_out, n_in, 5);
+    const PackedWeight w = test::make_gguf_weight(t, n_out, n_in, 5);
     const int64_t top = min_m == std::numeric_limits<int64_t>::max() ? 70 : min_m;
-    const auto x = make_x(top + 1, n_in, 6);
+    const auto x = test::make_gguf_x(top + 1, n_in, 6);
     for (int64_t m : {int64_t(1), int64_t(2), top - 1, top}) {
       std::vector<float> best(size_t(m * n_out), NAN), want(size_t(m * n_out), NAN);
       gemm_gguf(x.data(), m, w, best.data(), 1, GgufKernel::Best);
@@ -248,9 +185,9 @@ TEST(GemmGgufBf16, BestKeepsTheInt8TileBelowTheThreshold) {
   }
   // Q8_0 rows of whole 16-block groups are regrouped at load (Q8_0Groups), and keep the int8 tile at every m.
   if (gguf_kernel_available(GgufKernel::Avx512Vnni)) {
-    const PackedWeight file = make_weight(DType::Q8_0, 19, 512, 5), g = in_layout(file, GgufLayout::Q8_0Groups);
+    const PackedWeight file = test::make_gguf_weight(DType::Q8_0, 19, 512, 5), g = in_layout(file, GgufLayout::Q8_0Groups);
     const int64_t m = min_m == std::numeric_limits<int64_t>::max() ? 70 : min_m;
-    const auto x = make_x(m, 512, 6);
+    const auto x = test::make_gguf_x(m, 512, 6);
     std::vector<float> best(size_t(m * 19)), tile(size_t(m * 19));
     gemm_gguf(x.data(), m, g, best.data(), 1, GgufKernel::Best);
     gemm_gguf(x.data(), m, g, tile.data(), 1, GgufKernel::Avx512Vnni);
@@ -267,8 +204,8 @@ TEST(GemmGgufBf16, ARowHasTheSameBitsInCallsOfDifferentSizes) {
   if (!gguf_bf16_available()) GTEST_SKIP() << "no AVX-512 BF16 (or no oneDNN BF16 matmul) on this CPU";
   for (DType t : {DType::Q8_0, DType::Q4_K}) {
     const int64_t n_in = 6 * dtype_block_elems(t), n_out = 300;
-    const PackedWeight w = make_weight(t, n_out, n_in, 8);
-    const auto x = make_x(130, n_in, 9);
+    const PackedWeight w = test::make_gguf_weight(t, n_out, n_in, 8);
+    const auto x = test::make_gguf_x(130, n_in, 9);
     std::vector<float> big(size_t(130 * n_out));
     gemm_gguf_bf16(x.data(), 130, w, big.data(), 1);
     for (int64_t m : {7, 64, 65, 129}) {
