@@ -20,7 +20,14 @@
 // whole 16-block groups): 16 blocks, one a lane, 8 chained vpdpbusd; K-quants: vpmaddubsw + vpdpwssd on 512-bit vectors
 // with the sub-block scales as int16), AVX2 (vpmaddubsw + vpmaddwd: the same integers), portable C++. Threads (OpenMP) split the output rows. Decode (m = 1) takes 4 weight rows a tile
 // (2 for the K-quants): one activation load feeds several rows and the accumulator chains run side by side;
-// for m > 1 each block of weights read is used for up to 4 rows of x while it is in registers. The AVX2
+// for 1 < m < 16 each block of weights read is used for up to 4 rows of x while it is in registers. Prefill on
+// AVX-512 VNNI (m ≥ 16; gemm_gguf_prefill.inc; the 32-block formats — the K-quants keep the tiles above): x is
+// taken in blocks of up to 128 rows (its activation arrays ≤ 256 KiB, L2-resident); per block, each 4 weight
+// rows of Q4_0 / Q4_1 / Q5_0 / Q8_0 (file layout) and Q8_0Quads / Q5_0Quads are decoded once into an L1 panel
+// (the codes and scale vectors the decode tiles make in registers) and every 4 rows of x of the block pass
+// over it in a 4 × 4 register tile (Q4_1: 4 × 2), x's bytes and scales loaded once a step for the 4 weight
+// rows (the decode tiles: 2 rows × 4, x streamed from L2 / L3 again for every pair of rows); the *Groups
+// layouts run their decode tile as 4 weight rows × 2 rows of x over the same blocks of x. The AVX2
 // kernel of the 32-blocks (gemm_gguf_avx2_blocks.inc) works on chunks of 8 weight rows, one F32 chain per
 // output (the block's whole integer sum, then one fma) kept as a lane of a vector of 8 rows; from m = 4 on it
 // unpacks the chunk's codes once into an L1 panel and passes every row of x over it (prefill).
