@@ -445,12 +445,9 @@ void gemm_gguf(const float* x, int64_t m, const PackedWeight& w, float* y, int n
   thread_local GgufActs a;
   const GgufPrep prep = gguf_prep(kernel, w);
   size_gguf_acts(m, w.n_in, act, w.format, prep, &a);
-  // The activation rows are quantized and regrouped independently of each other (the same bits whatever the
-  // split): from m = 16 on, split over the threads, as the kernel's rows are (it was serial before the kernel).
-  const int64_t n_prep = n_threads > 1 && m >= 16 ? std::min<int64_t>(n_threads, m / 8) : 1;
-  GgufActs* ap = &a;
-#pragma omp parallel for schedule(static, 1) num_threads(int(n_prep)) if (n_prep > 1)
-  for (int64_t t = 0; t < n_prep; ++t) fill_gguf_acts(x, m * t / n_prep, m * (t + 1) / n_prep, w.format, prep, ap);
+  // Serial: split over the threads (fill_gguf_acts takes row ranges) it was slower — pp512 Q4_0 on 2 threads
+  // with a third process on one of the 2 cores 126 vs 160-179 tok/s: a second parallel region per GEMM.
+  fill_gguf_acts(x, 0, m, w.format, prep, &a);
   // Chunks of 8 rows (the SIMD kernels take rows in pairs), split statically over the threads: each thread
   // gets one contiguous run of whole chunks and makes one rows() call for it (a call per chunk cost ~3-5% of a
   // Q4_0 decode step on Zen 3 in per-call set-up: row_bytes(), the block counts' divisions). A run starts on a
