@@ -33,9 +33,10 @@
 // unpacks the chunk's codes once into an L1 panel and passes every row of x over it (prefill).
 // Batch invariance: on every kernel, each output (row of W, row of x) gets the same float operations in the
 // same order whatever m and the tiling are, so row i of a batch has the bits of row i computed alone (DESIGN
-// §5: batched == alone; tests/kernels/test_gemm_gguf.cpp GemmGgufBatch asserts it). Keep it so: a different
-// order at m = 1 once made EngineReal.BatchedEqualsAlone* diverge (the next layer's 8-bit activation rounding
-// turns a last-bit difference into another token).
+// §5: batched == alone; tests/kernels/test_gemm_gguf.cpp GemmGgufBatch and, for m ≥ 16,
+// test_gemm_gguf_prefill.cpp assert it). Keep it so: a different order at m = 1 once made
+// EngineReal.BatchedEqualsAlone* diverge (the next layer's 8-bit activation rounding turns a last-bit
+// difference into another token).
 #pragma once
 #include <cstdint>
 #include <vector>
