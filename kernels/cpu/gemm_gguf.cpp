@@ -233,79 +233,96 @@ GgufActType gguf_act_type(WeightFormat f) {
   }
 }
 
-void quantize_gguf_acts(const float* x, int64_t m, int64_t n_in, GgufActType type, GgufActs* out) {
-  out->type = type;
-  out->m = m;
-  out->n_in = n_in;
-  const int64_t nb = out->n_blocks();
-  out->q.resize(size_t(m * n_in));
-  out->d.resize(size_t(m * nb));
+void size_gguf_acts(int64_t m, int64_t n_in, GgufActType type, WeightFormat f, GgufPrep prep, GgufActs* a) {
+  a->type = type;
+  a->m = m;
+  a->n_in = n_in;
+  const int64_t nb = a->n_blocks();
+  a->q.resize(size_t(m * n_in));
+  a->d.resize(size_t(m * nb));
   if (type == GgufActType::Q8_K) {
-    out->bsums.resize(size_t(m * n_in / 16));
-    for (int64_t g = 0; g < m; ++g)
-      quantize_row_q8_k(x + g * n_in, n_in, out->q.data() + g * n_in, out->d.data() + g * nb,
-                        out->bsums.data() + g * (n_in / 16));
+    a->bsums.resize(size_t(m * n_in / 16));
   } else {
-    out->s.resize(size_t(m * nb));
-    out->qsum.resize(size_t(m * nb));
-    for (int64_t g = 0; g < m; ++g)
-      quantize_row_q8_32(x + g * n_in, n_in, type == GgufActType::Q8_1, out->q.data() + g * n_in,
-                         out->d.data() + g * nb, out->s.data() + g * nb, out->qsum.data() + g * nb);
+    a->s.resize(size_t(m * nb));
+    a->qsum.resize(size_t(m * nb));
+  }
+  switch (prep) {
+    case GgufPrep::None: break;
+    case GgufPrep::Pairs: {
+      const size_t n = size_t(m * ((nb + 1) / 2) * 16);
+      a->pair_d.resize(n);
+      a->pair_bias.resize(n);
+      a->pair_s.resize(f == WeightFormat::GgufQ4_1 ? n : 0);
+      break;
+    }
+    case GgufPrep::Quads: {
+      const size_t n = size_t(m * ((nb + 3) / 4));
+      a->quad_x.resize(n * 128);
+      a->quad_d.resize(n * 16);
+      a->quad_bias.resize(n * 16);
+      break;
+    }
+    case GgufPrep::Groups: {
+      const size_t n = size_t(m * ((nb + 15) / 16));
+      a->grp_x.resize(n * 512);
+      a->grp_d.resize(n * 16);
+      a->grp_bias.resize(n * 16);
+      break;
+    }
+    case GgufPrep::K4: a->k4_x.resize(a->q.size()); break;
   }
 }
 
-void prepare_gguf_pairs(WeightFormat f, GgufActs* a) {
-  const int64_t nb = a->n_blocks(), np = (nb + 1) / 2, n = a->m * np * 16;
-  const int k = f == WeightFormat::GgufQ8_0 ? 128 : f == WeightFormat::GgufQ4_0 ? 8 : f == WeightFormat::GgufQ5_0 ? 16 : 0;
-  a->pair_d.assign(size_t(n), 0.0f);
-  a->pair_bias.assign(size_t(n), 0);
-  a->pair_s.assign(f == WeightFormat::GgufQ4_1 ? size_t(n) : 0, 0.0f);
-  for (int64_t g = 0; g < a->m; ++g)
+namespace {
+
+// The weights' offset k of the −k · Σx bias (Q8_0 codes held as q + 128, Q5_0's 16, Q4_0's 8; none for Q4_1).
+int bias_k(WeightFormat f) {
+  return f == WeightFormat::GgufQ8_0 ? 128 : f == WeightFormat::GgufQ4_0 ? 8 : f == WeightFormat::GgufQ5_0 ? 16 : 0;
+}
+
+void pairs_rows(WeightFormat f, int64_t g0, int64_t g1, GgufActs* a) {
+  const int64_t nb = a->n_blocks(), np = (nb + 1) / 2;
+  const int k = bias_k(f);
+  std::fill(a->pair_d.begin() + g0 * np * 16, a->pair_d.begin() + g1 * np * 16, 0.0f);
+  std::fill(a->pair_bias.begin() + g0 * np * 16, a->pair_bias.begin() + g1 * np * 16, 0);
+  if (f == WeightFormat::GgufQ4_1) std::fill(a->pair_s.begin() + g0 * np * 16, a->pair_s.begin() + g1 * np * 16, 0.0f);
+  for (int64_t g = g0; g < g1; ++g)
     for (int64_t b = 0; b < nb; ++b) {
       const size_t o = size_t((g * np + b / 2) * 16 + (b % 2) * 8);
       std::fill(a->pair_d.begin() + o, a->pair_d.begin() + o + 8, a->d[size_t(g * nb + b)]);
-      if (k != 0) {
-        int sum = 0;
-        for (int j = 0; j < 32; ++j) sum += a->q[size_t(g * a->n_in + b * 32 + j)];
-        a->pair_bias[o] = -k * sum;
-      }
+      if (k != 0) a->pair_bias[o] = -k * a->qsum[size_t(g * nb + b)];
       if (f == WeightFormat::GgufQ4_1) a->pair_s[o] = a->s[size_t(g * nb + b)];
     }
 }
 
-void prepare_gguf_quads(WeightFormat f, GgufActs* a) {
-  const int k = f == WeightFormat::GgufQ8_0 ? 128 : f == WeightFormat::GgufQ5_0 ? 16 : 8;
-  const int64_t nb = a->n_blocks(), nq = (nb + 3) / 4, n = a->m * nq;
-  a->quad_x.assign(size_t(n * 128), 0);
-  a->quad_d.assign(size_t(n * 16), 0.0f);
-  a->quad_bias.assign(size_t(n * 16), 0);
-  for (int64_t g = 0; g < a->m; ++g)
+void quads_rows(WeightFormat f, int64_t g0, int64_t g1, GgufActs* a) {
+  const int k = bias_k(f);
+  const int64_t nb = a->n_blocks(), nq = (nb + 3) / 4;
+  std::fill(a->quad_x.begin() + g0 * nq * 128, a->quad_x.begin() + g1 * nq * 128, int8_t(0));
+  std::fill(a->quad_d.begin() + g0 * nq * 16, a->quad_d.begin() + g1 * nq * 16, 0.0f);
+  std::fill(a->quad_bias.begin() + g0 * nq * 16, a->quad_bias.begin() + g1 * nq * 16, 0);
+  for (int64_t g = g0; g < g1; ++g)
     for (int64_t b = 0; b < nb; ++b) {
       const int64_t q = g * nq + b / 4, j = b % 4;
       const int8_t* xb = a->q.data() + g * a->n_in + b * 32;
       std::memcpy(a->quad_x.data() + q * 128 + 16 * j, xb, 16);
       std::memcpy(a->quad_x.data() + q * 128 + 64 + 16 * j, xb + 16, 16);
       std::fill(a->quad_d.begin() + q * 16 + 4 * j, a->quad_d.begin() + q * 16 + 4 * j + 4, a->d[size_t(g * nb + b)]);
-      int sum = 0;
-      for (int k = 0; k < 32; ++k) sum += xb[k];
-      a->quad_bias[size_t(q * 16 + 4 * j)] = -k * sum;
+      a->quad_bias[size_t(q * 16 + 4 * j)] = -k * a->qsum[size_t(g * nb + b)];
     }
 }
 
-void prepare_gguf_groups(WeightFormat f, GgufActs* a) {
-  const int k = f == WeightFormat::GgufQ8_0 ? 128 : f == WeightFormat::GgufQ5_0 ? 16 : 8;
-  const int64_t nb = a->n_blocks(), ng = (nb + 15) / 16, n = a->m * ng;
-  a->grp_x.resize(size_t(n * 512));
-  a->grp_d.resize(size_t(n * 16));
-  a->grp_bias.resize(size_t(n * 16));
+void groups_rows(WeightFormat f, int64_t g0, int64_t g1, GgufActs* a) {
+  const int k = bias_k(f);
+  const int64_t nb = a->n_blocks(), ng = (nb + 15) / 16;
   if (nb % 16 != 0)  // the last group's lanes past the row's end stay zero
-    for (int64_t g = 0; g < a->m; ++g) {
+    for (int64_t g = g0; g < g1; ++g) {
       const int64_t o = g * ng + ng - 1;
       std::memset(a->grp_x.data() + o * 512, 0, 512);
       std::fill(a->grp_d.begin() + o * 16, a->grp_d.begin() + o * 16 + 16, 0.0f);
       std::fill(a->grp_bias.begin() + o * 16, a->grp_bias.begin() + o * 16 + 16, 0);
     }
-  for (int64_t g = 0; g < a->m; ++g)
+  for (int64_t g = g0; g < g1; ++g)
     for (int64_t b = 0; b < nb; ++b) {
       const int64_t o = g * ng + b / 16, j = b % 16;
       const int8_t* xb = a->q.data() + g * a->n_in + b * 32;
@@ -316,9 +333,9 @@ void prepare_gguf_groups(WeightFormat f, GgufActs* a) {
     }
 }
 
-void prepare_gguf_k4(GgufActs* a) {
-  a->k4_x.resize(a->q.size());
-  for (int64_t b = 0; b < int64_t(a->q.size()) / 256; ++b)
+void k4_rows(int64_t g0, int64_t g1, GgufActs* a) {
+  const int64_t nb = a->n_blocks();
+  for (int64_t b = g0 * nb; b < g1 * nb; ++b)
     for (int h = 0; h < 2; ++h) {
       const int8_t* src = a->q.data() + 256 * b + 128 * h;
       int8_t* dst = a->k4_x.data() + 256 * b + 128 * h;
@@ -327,6 +344,41 @@ void prepare_gguf_k4(GgufActs* a) {
       std::memcpy(dst + 64, src + 32, 32);
       std::memcpy(dst + 96, src + 96, 32);
     }
+}
+
+}  // namespace
+
+void fill_gguf_acts(const float* x, int64_t g0, int64_t g1, WeightFormat f, GgufPrep prep, GgufActs* a) {
+  const int64_t nb = a->n_blocks(), n_in = a->n_in;
+  for (int64_t g = g0; g < g1; ++g) {
+    if (a->type == GgufActType::Q8_K)
+      quantize_row_q8_k(x + g * n_in, n_in, a->q.data() + g * n_in, a->d.data() + g * nb, a->bsums.data() + g * (n_in / 16));
+    else
+      quantize_row_q8_32(x + g * n_in, n_in, a->type == GgufActType::Q8_1, a->q.data() + g * n_in, a->d.data() + g * nb,
+                         a->s.data() + g * nb, a->qsum.data() + g * nb);
+  }
+  switch (prep) {
+    case GgufPrep::None: break;
+    case GgufPrep::Pairs: pairs_rows(f, g0, g1, a); break;
+    case GgufPrep::Quads: quads_rows(f, g0, g1, a); break;
+    case GgufPrep::Groups: groups_rows(f, g0, g1, a); break;
+    case GgufPrep::K4: k4_rows(g0, g1, a); break;
+  }
+}
+
+void quantize_gguf_acts(const float* x, int64_t m, int64_t n_in, GgufActType type, GgufActs* out) {
+  size_gguf_acts(m, n_in, type, WeightFormat::GgufQ8_0, GgufPrep::None, out);
+  fill_gguf_acts(x, 0, m, WeightFormat::GgufQ8_0, GgufPrep::None, out);
+}
+
+GgufPrep gguf_prep(GgufKernel k, const PackedWeight& w) {
+  if (k != GgufKernel::Avx512Vnni) return GgufPrep::None;
+  if (w.gguf_layout == GgufLayout::Q4_0Groups || w.gguf_layout == GgufLayout::Q8_0Groups || w.gguf_layout == GgufLayout::Q5_0Groups)
+    return GgufPrep::Groups;
+  if (w.format == WeightFormat::GgufQ4_0 || w.gguf_layout != GgufLayout::File) return GgufPrep::Quads;
+  if (w.format == WeightFormat::GgufQ4_K) return GgufPrep::K4;
+  if (gguf_act_type(w.format) != GgufActType::Q8_K) return GgufPrep::Pairs;
+  return GgufPrep::None;
 }
 
 void prepare_gguf_weight(PackedWeight* w) {
@@ -391,18 +443,11 @@ void gemm_gguf(const float* x, int64_t m, const PackedWeight& w, float* y, int n
                           : kernel == GgufKernel::Avx2     ? gguf_rows_avx2
                                                            : gguf_rows_portable;
   thread_local GgufActs a;
-  quantize_gguf_acts(x, m, w.n_in, act, &a);
-  if (kernel == GgufKernel::Avx512Vnni &&
-      (w.gguf_layout == GgufLayout::Q4_0Groups || w.gguf_layout == GgufLayout::Q8_0Groups ||
-       w.gguf_layout == GgufLayout::Q5_0Groups))
-    prepare_gguf_groups(w.format, &a);
-  else if (kernel == GgufKernel::Avx512Vnni &&
-      (w.format == WeightFormat::GgufQ4_0 || w.gguf_layout != GgufLayout::File))
-    prepare_gguf_quads(w.format, &a);
-  else if (kernel == GgufKernel::Avx512Vnni && w.format == WeightFormat::GgufQ4_K)
-    prepare_gguf_k4(&a);
-  else if (kernel == GgufKernel::Avx512Vnni && act != GgufActType::Q8_K)
-    prepare_gguf_pairs(w.format, &a);
+  const GgufPrep prep = gguf_prep(kernel, w);
+  size_gguf_acts(m, w.n_in, act, w.format, prep, &a);
+  // Serial: split over the threads (fill_gguf_acts takes row ranges) it was slower — pp512 Q4_0 on 2 threads
+  // with a third process on one of the 2 cores 126 vs 160-179 tok/s: a second parallel region per GEMM.
+  fill_gguf_acts(x, 0, m, w.format, prep, &a);
   // Chunks of 8 rows (the SIMD kernels take rows in pairs), split statically over the threads: each thread
   // gets one contiguous run of whole chunks and makes one rows() call for it (a call per chunk cost ~3-5% of a
   // Q4_0 decode step on Zen 3 in per-call set-up: row_bytes(), the block counts' divisions). A run starts on a

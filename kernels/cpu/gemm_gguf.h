@@ -20,15 +20,23 @@
 // whole 16-block groups): 16 blocks, one a lane, 8 chained vpdpbusd; K-quants: vpmaddubsw + vpdpwssd on 512-bit vectors
 // with the sub-block scales as int16), AVX2 (vpmaddubsw + vpmaddwd: the same integers), portable C++. Threads (OpenMP) split the output rows. Decode (m = 1) takes 4 weight rows a tile
 // (2 for the K-quants): one activation load feeds several rows and the accumulator chains run side by side;
-// for m > 1 each block of weights read is used for up to 4 rows of x while it is in registers. The AVX2
+// for 1 < m < 16 each block of weights read is used for up to 4 rows of x while it is in registers. Prefill on
+// AVX-512 VNNI (m ≥ 16; gemm_gguf_prefill.inc; the 32-block formats — the K-quants keep the tiles above): x is
+// taken in blocks of up to 128 rows (its activation arrays ≤ 256 KiB, L2-resident); per block, each 4 weight
+// rows of Q4_0 / Q4_1 / Q5_0 / Q8_0 (file layout) and Q8_0Quads / Q5_0Quads are decoded once into an L1 panel
+// (the codes and scale vectors the decode tiles make in registers) and every 4 rows of x of the block pass
+// over it in a 4 × 4 register tile (Q4_1: 4 × 2), x's bytes and scales loaded once a step for the 4 weight
+// rows (the decode tiles: 2 rows × 4, x streamed from L2 / L3 again for every pair of rows); the *Groups
+// layouts run their decode tile as 4 weight rows × 2 rows of x over the same blocks of x. The AVX2
 // kernel of the 32-blocks (gemm_gguf_avx2_blocks.inc) works on chunks of 8 weight rows, one F32 chain per
 // output (the block's whole integer sum, then one fma) kept as a lane of a vector of 8 rows; from m = 4 on it
 // unpacks the chunk's codes once into an L1 panel and passes every row of x over it (prefill).
 // Batch invariance: on every kernel, each output (row of W, row of x) gets the same float operations in the
 // same order whatever m and the tiling are, so row i of a batch has the bits of row i computed alone (DESIGN
-// §5: batched == alone; tests/kernels/test_gemm_gguf.cpp GemmGgufBatch asserts it). Keep it so: a different
-// order at m = 1 once made EngineReal.BatchedEqualsAlone* diverge (the next layer's 8-bit activation rounding
-// turns a last-bit difference into another token).
+// §5: batched == alone; tests/kernels/test_gemm_gguf.cpp GemmGgufBatch and, for m ≥ 16,
+// test_gemm_gguf_prefill.cpp assert it). Keep it so: a different order at m = 1 once made
+// EngineReal.BatchedEqualsAlone* diverge (the next layer's 8-bit activation rounding turns a last-bit
+// difference into another token).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -61,22 +69,22 @@ struct GgufActs {
   std::vector<float> s;       // Q8_0: d · Σq of each 32-block; Q8_1: F16(d_unrounded · Σq) (llama.cpp's s)
   std::vector<int16_t> bsums; // Q8_K: [m, n_in / 16] Σq of each 16
   std::vector<int32_t> qsum;   // Q8_0 / Q8_1: [m, n_in / 32] Σq of each 32-block
-  // The AVX-512 VNNI kernels' view of Q8_0 / Q8_1 acts by pairs of blocks (prepare_gguf_pairs; n_pairs =
+  // The AVX-512 VNNI kernels' view of Q8_0 / Q8_1 acts by pairs of blocks (GgufPrep::Pairs; n_pairs =
   // ceil(blocks / 2), lanes 0-7 for block 2p and 8-15 for 2p+1, zero past the row's last block):
   std::vector<float> pair_d;        // [m, n_pairs, 16]: d of the lane's block
   std::vector<int32_t> pair_bias;   // [m, n_pairs, 16]: lanes 0 and 8: −k · Σq of the block (k: the weights' offset)
   std::vector<float> pair_s;        // [m, n_pairs, 16]: lanes 0 and 8: s of the block (Q4_1's min term)
-  // Q4_0 on AVX-512 VNNI takes 4 blocks a step (prepare_gguf_quads; n_quads = ceil(blocks / 4), zero past the
+  // Q4_0 on AVX-512 VNNI takes 4 blocks a step (GgufPrep::Quads; n_quads = ceil(blocks / 4), zero past the
   // row's last block): x regrouped as the nibbles come out of 64 code bytes, lanes 4j..4j+3 for block 4q+j.
   std::vector<int8_t> quad_x;       // [m, n_quads, 128]: x[0..15] of the 4 blocks, then x[16..31] of the 4
   std::vector<float> quad_d;        // [m, n_quads, 16]: d of the lane's block
   std::vector<int32_t> quad_bias;   // [m, n_quads, 16]: lane 4j: −k · Σq of block 4q+j (k: the weights' offset), other lanes 0
-  // The *Groups layouts (common/gguf_layout.h) on AVX-512 VNNI take 16 blocks a step (prepare_gguf_groups;
+  // The *Groups layouts (common/gguf_layout.h) on AVX-512 VNNI take 16 blocks a step (GgufPrep::Groups;
   // n_groups = ceil(blocks / 16), zero past the row's last block): lane j of every vector is block 16G + j.
   std::vector<int8_t> grp_x;        // [m, n_groups, 8, 64]: vector t, bytes 4j..4j+3 = x[4t .. 4t+3] of block 16G+j
   std::vector<float> grp_d;         // [m, n_groups, 16]: d of block 16G+j
   std::vector<int32_t> grp_bias;    // [m, n_groups, 16]: −k · Σq of block 16G+j (k: the weights' offset 8 / 128 / 16)
-  // Q4_K on AVX-512 VNNI (prepare_gguf_k4): x of each 256-block in the order the code nibbles come out of
+  // Q4_K on AVX-512 VNNI (GgufPrep::K4): x of each 256-block in the order the code nibbles come out of
   // two 64-byte loads: for h = 0, 1: x[128h + 0..31], x[128h + 64..95] (the low nibbles), then
   // x[128h + 32..63], x[128h + 96..127] (the high nibbles).
   std::vector<int8_t> k4_x;         // [m, n_in]
@@ -93,18 +101,18 @@ void quantize_gguf_acts(const float* x, int64_t m, int64_t n_in, GgufActType typ
 void quantize_q8_32_elems_avx512(const float* x, int64_t n, int8_t* q, float* amax, int* sum);
 void quantize_q8_k_elems_avx512(const float* x, int64_t n, int8_t* q, float* vmax, int16_t* bsums);
 
-// Fills a's pair arrays (above) for weights of format f (a 32-block format: k = 128 Q8_0, 8 Q4_0, 16 Q5_0,
-// none for Q4_1, which gets pair_s instead).
-void prepare_gguf_pairs(WeightFormat f, GgufActs* a);
-// Fills a's quad arrays (above) for Q4_0 weights (k = 8), Q8_0 weights in the Q8_0Quads layout (k = 128:
-// their codes are held as q + 128) or Q5_0 weights in the Q5_0Quads layout (k = 16).
-void prepare_gguf_quads(WeightFormat f, GgufActs* a);
-
-// Fills a's group arrays (above) for Q4_0 / Q8_0 / Q5_0 weights in a *Groups layout (k = 8 / 128 / 16).
-void prepare_gguf_groups(WeightFormat f, GgufActs* a);
-
-// Fills a's k4_x (above) from its Q8_K q.
-void prepare_gguf_k4(GgufActs* a);
+// The arrays the AVX-512 VNNI kernel reads besides q / d / s / qsum / bsums (GgufActs above): Pairs for Q8_0 /
+// Q4_0 / Q4_1 / Q5_0 rows in the file layout (k = 128 Q8_0, 8 Q4_0, 16 Q5_0, none for Q4_1, which gets pair_s
+// instead), Quads for Q4_0 and the *Quads layouts (k = 8 Q4_0, 128 Q8_0Quads: codes held as q + 128, 16
+// Q5_0Quads), Groups for the *Groups layouts (k = 8 / 128 / 16), K4 for Q4_K; None on the other kernels.
+enum class GgufPrep : uint8_t { None, Pairs, Quads, Groups, K4 };
+GgufPrep gguf_prep(GgufKernel k, const PackedWeight& w);
+// Sizes a for m rows of n_in inputs quantized as `type` plus prep's arrays for weights of format f (contents
+// undefined until fill_gguf_acts has filled every row).
+void size_gguf_acts(int64_t m, int64_t n_in, GgufActType type, WeightFormat f, GgufPrep prep, GgufActs* a);
+// Quantizes rows [g0, g1) of x [m, n_in] into a (sized by size_gguf_acts) and fills their prep arrays. Rows are
+// independent: disjoint row ranges may be filled by different threads.
+void fill_gguf_acts(const float* x, int64_t g0, int64_t g1, WeightFormat f, GgufPrep prep, GgufActs* a);
 
 // Regroups w's rows, in place, into the layout the AVX-512 VNNI kernel reads fastest (common/gguf_layout.h),
 // when that kernel runs here and w is in the file layout: Q8_0 rows of whole 16-block groups (n_in a multiple

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "kernels/cpu/gemm_gguf.h"
