@@ -11,7 +11,7 @@ usage: llmcompressor_quality.py BASE_HF_DIR CALIB_IDS_JSON SEQ_LEN OUT_ROOT CASE
                   lc-w4a16-asym-g64-rtn | lc-w8a16-gptq | lc-fp8-dynamic | lc-nvfp4a16-rtn | lc-mxfp4a16-rtn |
                   lc-w4a16-g64-awq | lc-w4a16-asym-g64-awq | lc-w8a8-rtn | lc-fp8-weight-rtn |
                   lc-w8a8-gptq | lc-nvfp4a16-gptq | lc-mxfp4a16-gptq | lc-fp8-weight-gptq | lc-fp8-dynamic-gptq |
-                  lc-nvfp4a16-gptq-noact | lc-w8a16-awq | lc-w3a16-g64-awq
+                  lc-nvfp4a16-gptq-noact | lc-mxfp4a16-gptq-noact | lc-w8a16-awq | lc-w3a16-g64-awq
 Writes OUT_ROOT/<case>/ (config.json + model.safetensors as llm-compressor saves them, save_compressed=True) and
 OUT_ROOT/<case>/.row: "name|scheme|method|wall seconds|cpu seconds" of the oneshot call (loading and saving
 excluded). llm-compressor's defaults otherwise: GPTQ dampening 0.01, block 128, actorder "static" (= "weight":
@@ -108,6 +108,9 @@ CASES = {
                                                      actorder=None)]),
     "lc-mxfp4a16-gptq": ("mxfp4", "llm-compressor gptq (MXFP4A16, actorder static)",
                          lambda: [GPTQModifier(ignore=IGNORE, targets=["Linear"], scheme="MXFP4A16")]),
+    "lc-mxfp4a16-gptq-noact": ("mxfp4", "llm-compressor gptq (MXFP4A16, actorder none)",
+                               lambda: [GPTQModifier(ignore=IGNORE, targets=["Linear"], scheme="MXFP4A16",
+                                                     actorder=None)]),
     "lc-fp8-weight-gptq": ("fp8-weight", "llm-compressor gptq (FP8 per channel, weights only, actorder static)",
                            lambda: [GPTQModifier(ignore=IGNORE, config_groups=w(8, "channel", type="float"))]),
     "lc-fp8-dynamic-gptq": ("fp8-dynamic", "llm-compressor gptq (FP8_DYNAMIC, actorder static)",
