@@ -9,7 +9,9 @@ usage: llmcompressor_quality.py BASE_HF_DIR CALIB_IDS_JSON SEQ_LEN OUT_ROOT CASE
   CASE            lc-w4a16-g64-gptq | lc-w4a16-g64-gptq-noact | lc-w4a16-g64-rtn | lc-w8a16-rtn |
                   lc-w8a8-sq-gptq | lc-w3a16-g64-gptq | lc-w3a16-g64-rtn | lc-w4a16-asym-g64-gptq |
                   lc-w4a16-asym-g64-rtn | lc-w8a16-gptq | lc-fp8-dynamic | lc-nvfp4a16-rtn | lc-mxfp4a16-rtn |
-                  lc-w4a16-g64-awq | lc-w4a16-asym-g64-awq | lc-w8a8-rtn | lc-fp8-weight-rtn
+                  lc-w4a16-g64-awq | lc-w4a16-asym-g64-awq | lc-w8a8-rtn | lc-fp8-weight-rtn |
+                  lc-w8a8-gptq | lc-nvfp4a16-gptq | lc-mxfp4a16-gptq | lc-fp8-weight-gptq | lc-fp8-dynamic-gptq |
+                  lc-nvfp4a16-gptq-noact | lc-mxfp4a16-gptq-noact | lc-w8a16-awq | lc-w3a16-g64-awq
 Writes OUT_ROOT/<case>/ (config.json + model.safetensors as llm-compressor saves them, save_compressed=True) and
 OUT_ROOT/<case>/.row: "name|scheme|method|wall seconds|cpu seconds" of the oneshot call (loading and saving
 excluded). llm-compressor's defaults otherwise: GPTQ dampening 0.01, block 128, actorder "static" (= "weight":
@@ -17,7 +19,9 @@ columns visited by decreasing Hessian diagonal, groups contiguous, scales from t
 memoryless min-max observer); SmoothQuant strength 0.5; AWQ (the transform AWQModifier before RTN's
 QuantizationModifier, llm-compressor 0.14's API) with its default mappings for Llama (input_layernorm -> q|k|v,
 v -> o, post_attention_layernorm -> gate|up, up -> down), duo_scaling True, n_grid 20; the sequential pipeline
-propagating quantized outputs.
+propagating quantized outputs. GPTQ's actorder "static" applies to every strategy but per-tensor (channel, group,
+tensor_group), so the fp4 / fp8 / W8A8 GPTQ cases carry it too (their config.json says "actorder": "static"; ours
+writes null there: `tpserve quantize` has no act-order for fp schemes and keeps it out of the config for channel).
 """
 import json
 import os
@@ -92,6 +96,31 @@ CASES = {
                     lambda: [QuantizationModifier(ignore=IGNORE, targets=["Linear"], scheme="W8A8")]),
     "lc-fp8-weight-rtn": ("fp8-weight", "llm-compressor rtn (FP8 per channel, weights only)",
                           lambda: [QuantizationModifier(ignore=IGNORE, config_groups=w(8, "channel", type="float"))]),
+    # GPTQ on the schemes ours has GPTQ rows for and llm-compressor had only RTN rows (each matches the config.json
+    # quantization_config `tpserve quantize --scheme S` writes, but for the actorder field, see above)
+    "lc-w8a8-gptq": ("w8a8-int8", "llm-compressor gptq (W8A8, no smoothing, actorder static)",
+                     lambda: [GPTQModifier(ignore=IGNORE, targets=["Linear"], scheme="W8A8")]),
+    "lc-nvfp4a16-gptq": ("nvfp4", "llm-compressor gptq (NVFP4A16, actorder static)",
+                         lambda: [GPTQModifier(ignore=IGNORE, targets=["Linear"], scheme="NVFP4A16")]),
+    # as ours: `tpserve quantize` has no act-order for fp schemes (its columns in order)
+    "lc-nvfp4a16-gptq-noact": ("nvfp4", "llm-compressor gptq (NVFP4A16, actorder none)",
+                               lambda: [GPTQModifier(ignore=IGNORE, targets=["Linear"], scheme="NVFP4A16",
+                                                     actorder=None)]),
+    "lc-mxfp4a16-gptq": ("mxfp4", "llm-compressor gptq (MXFP4A16, actorder static)",
+                         lambda: [GPTQModifier(ignore=IGNORE, targets=["Linear"], scheme="MXFP4A16")]),
+    "lc-mxfp4a16-gptq-noact": ("mxfp4", "llm-compressor gptq (MXFP4A16, actorder none)",
+                               lambda: [GPTQModifier(ignore=IGNORE, targets=["Linear"], scheme="MXFP4A16",
+                                                     actorder=None)]),
+    "lc-fp8-weight-gptq": ("fp8-weight", "llm-compressor gptq (FP8 per channel, weights only, actorder static)",
+                           lambda: [GPTQModifier(ignore=IGNORE, config_groups=w(8, "channel", type="float"))]),
+    "lc-fp8-dynamic-gptq": ("fp8-dynamic", "llm-compressor gptq (FP8_DYNAMIC, actorder static)",
+                            lambda: [GPTQModifier(ignore=IGNORE, targets=["Linear"], scheme="FP8_DYNAMIC")]),
+    # AWQ (scale search against the scheme of the QuantizationModifier after it, then RTN) on more weight-only schemes
+    "lc-w8a16-awq": ("w8a16", "llm-compressor awq (duo scaling, n_grid 20) + rtn",
+                     lambda: [AWQModifier(), QuantizationModifier(ignore=IGNORE, config_groups=w(8, "channel"))]),
+    "lc-w3a16-g64-awq": ("w3a16", "llm-compressor awq (duo scaling, n_grid 20) + rtn",
+                         lambda: [AWQModifier(),
+                                  QuantizationModifier(ignore=IGNORE, config_groups=w(3, "group", group_size=64))]),
     "lc-w8a8-sq-gptq": ("w8a8-int8", "llm-compressor smoothquant+gptq",
                         lambda: [SmoothQuantModifier(smoothing_strength=0.5),
                                  GPTQModifier(ignore=IGNORE, targets=["Linear"], scheme="W8A8")]),

@@ -11,7 +11,9 @@
 # Environment (defaults = bench/run_quality_table.sh's): TPSERVE (build/launch/tpserve), BASE
 # (models/SmolLM2-135M-Instruct.F32.gguf), CALIB (/usr/share/common-licenses/GPL-3), CALIB_TOKENS (4096), SEQ_LEN
 # (512, tpserve quantize's --calib-seq-len default), THREADS (2), OUT_ROOT
-# (/tmp/tpserve-peer-llmcompressor), CASES (lc-w4a16-g64-gptq lc-w4a16-g64-rtn lc-w8a16-rtn lc-w8a8-sq-gptq).
+# (/tmp/tpserve-peer-llmcompressor), CASES (lc-w4a16-g64-gptq lc-w4a16-g64-rtn lc-w8a16-rtn lc-w8a8-sq-gptq; every
+# case is listed in llmcompressor_quality.py: RTN and GPTQ for every scheme, SmoothQuant+GPTQ for W8A8,
+# AWQ for w4a16 / w4a16-asym / w8a16 / w3a16).
 # The virtualenv is tests/peers/make_ct_fixtures.sh's (third_party/ct_venv); CI never runs this.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
