@@ -33,7 +33,7 @@ const CommandSpec& quantize_spec() {
           OptionSpec::flag("act-order",
                            "GPTQ visits columns by decreasing Hessian diagonal; groups stay contiguous, their "
                            "scales static (compressed-tensors actorder \"weight\", llm-compressor's default); the "
-                           "default for gptq / smoothquant+gptq with an integer scheme"),
+                           "default for gptq / smoothquant+gptq"),
           OptionSpec::flag("no-act-order", "GPTQ visits columns in order (no activation ordering)"),
           OptionSpec::value("gptq-groups", "static|dynamic", "dynamic",
                             "GPTQ group scales from the original weights up front (static, as llm-compressor) or "
@@ -58,14 +58,13 @@ int run_quantize(const CliArgs& a) {
   o.scheme = parse_quant_scheme(a.required("scheme"));
   o.method = parse_quant_method(*a.str("method"));
   o.group_size = a.integer("group-size", -1, 0, 1 << 20);
-  // Act-order "weight" by default where it applies: on SmolLM2 w4a16 g64 it took GPTQ from perplexity 29.05
-  // (in order, dynamic group scales) to 25.47, below RTN's 26.73 and llm-compressor's GPTQ's 25.88
-  // (bench/results/quality-llmcompressor-*.md).
+  // Act-order "weight" by default for GPTQ: on SmolLM2 w4a16 g64 it took GPTQ from perplexity 29.05 (in order,
+  // dynamic group scales) to 25.47, below RTN's 26.73 and llm-compressor's GPTQ's 25.88
+  // (bench/results/quality-llmcompressor-*.md); on the float schemes (10 x 512 windows) nvfp4 21.60 -> 20.98 and
+  // mxfp4 25.24 -> 23.04, past llm-compressor's 21.31 / 23.89 (bench/results/quality-20261202-1727.md, addendum 7).
   if (a.flag("act-order") && a.flag("no-act-order")) throw UsageError("--act-order and --no-act-order exclude each other");
   const bool gptq = o.method == QuantMethod::Gptq || o.method == QuantMethod::SmoothQuantGptq;
-  const bool int_scheme = scheme_weight_spec(o.scheme, o.group_size).kind == QuantKind::Int;
-  o.act_order = a.flag("act-order") || (gptq && int_scheme && !a.flag("no-act-order")) ? ActOrder::Weight
-                                                                                        : ActOrder::None;
+  o.act_order = a.flag("act-order") || (gptq && !a.flag("no-act-order")) ? ActOrder::Weight : ActOrder::None;
   const std::string groups = *a.str("gptq-groups");
   if (groups != "static" && groups != "dynamic")
     throw UsageError("--gptq-groups must be static or dynamic, not '" + groups + "'");

@@ -146,7 +146,8 @@ struct CtWriter::Impl {
 CtWriter::CtWriter(QuantScheme scheme, QuantSpec spec, ActOrder act_order, std::vector<std::string> ignore, DType dtype)
     : p_(std::make_unique<Impl>()) {
   if (dtype != DType::F32 && dtype != DType::BF16) throw UsageError("quantize: --dtype must be bf16 or f32");
-  if (act_order != ActOrder::None && spec.kind != QuantKind::Int) throw UsageError("--act-order applies to integer schemes only");
+  if (act_order == ActOrder::Group && spec.kind != QuantKind::Int)
+    throw UsageError("act-order \"group\" (a g_idx) applies to integer schemes only");
   p_->scheme = scheme;
   p_->spec = spec;
   p_->act_order = act_order;
@@ -228,10 +229,13 @@ std::string CtWriter::quantization_config_json() const {
   const Impl& p = *p_;
   const Scheme& info = scheme_info(p.scheme);
   json weights, input = nullptr;
+  const json actorder = p.act_order == ActOrder::Group    ? json("group")
+                        : p.act_order == ActOrder::Weight ? json("weight")
+                                                          : json(nullptr);
   switch (p.scheme) {
     case QuantScheme::W8A16:
     case QuantScheme::W8A8Int8:
-      weights = quant_args(8, "int", true, "channel", nullptr, false, nullptr, "memoryless_minmax", nullptr, nullptr);
+      weights = quant_args(8, "int", true, "channel", nullptr, false, actorder, "memoryless_minmax", nullptr, nullptr);
       if (p.scheme == QuantScheme::W8A8Int8)
         input = quant_args(8, "int", true, "token", nullptr, true, nullptr, nullptr, nullptr, nullptr);
       break;
@@ -241,25 +245,22 @@ std::string CtWriter::quantization_config_json() const {
       const bool group = p.spec.group_size > 0;
       weights = quant_args(p.spec.bits, "int", p.spec.symmetric, group ? "group" : "channel",
                            group ? json(p.spec.group_size) : json(nullptr), false,
-                           p.act_order == ActOrder::Group    ? json("group")
-                           : p.act_order == ActOrder::Weight ? json("weight")
-                                                             : json(nullptr),
-                           "memoryless_minmax", nullptr,
+                           actorder, "memoryless_minmax", nullptr,
                            p.spec.symmetric ? json(nullptr) : json("torch.int8"));
       break;
     }
     case QuantScheme::Fp8Dynamic:
     case QuantScheme::Fp8Weight:
-      weights = quant_args(8, "float", true, "channel", nullptr, false, nullptr, "memoryless_minmax", nullptr, nullptr);
+      weights = quant_args(8, "float", true, "channel", nullptr, false, actorder, "memoryless_minmax", nullptr, nullptr);
       if (p.scheme == QuantScheme::Fp8Dynamic)
         input = quant_args(8, "float", true, "token", nullptr, true, nullptr, nullptr, nullptr, nullptr);
       break;
     case QuantScheme::Nvfp4:
-      weights = quant_args(4, "float", true, "tensor_group", 16, false, nullptr, "memoryless_minmax",
+      weights = quant_args(4, "float", true, "tensor_group", 16, false, actorder, "memoryless_minmax",
                            "torch.float8_e4m3fn", nullptr);
       break;
     case QuantScheme::Mxfp4:
-      weights = quant_args(4, "float", true, "group", 32, false, nullptr, "memoryless_minmax", "torch.uint8", nullptr);
+      weights = quant_args(4, "float", true, "group", 32, false, actorder, "memoryless_minmax", "torch.uint8", nullptr);
       break;
   }
   json group = json::object();

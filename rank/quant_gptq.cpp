@@ -150,7 +150,10 @@ QuantizedLinear quantize_gptq(const QuantSpec& s, const float* w_in, int64_t n_o
   check_quant_spec(s, n_in, "weight");
   const bool act_order = o.act_order != ActOrder::None;
   const bool static_groups = o.static_groups || o.act_order == ActOrder::Weight;
-  if (act_order && s.kind != QuantKind::Int) throw InputError("GPTQ act-order needs an integer scheme");
+  // Act-order "group" (a g_idx per input column) exists only for integer weights; "weight" (static groups, the
+  // order of the visit only) applies to every format.
+  if (o.act_order == ActOrder::Group && s.kind != QuantKind::Int)
+    throw InputError("GPTQ act-order \"group\" needs an integer scheme");
   if (int64_t(h_in.size()) != n_in * n_in) throw Error("quantize_gptq: Hessian size does not match the weight");
   const int64_t n = n_in;
   // Column-major working copy: wc[j] = column j [n_out] (in visiting order); w0: the original columns
@@ -309,7 +312,7 @@ QuantizedLinear quantize_gptq(const QuantSpec& s, const float* w_in, int64_t n_o
   } else {
     ql.codes.resize(size_t(n_out * n));
     for (int64_t c = 0; c < n; ++c)
-      for (int64_t r = 0; r < n_out; ++r) ql.codes[size_t(r * n + c)] = codes[size_t(c * n_out + r)];
+      for (int64_t r = 0; r < n_out; ++r) ql.codes[size_t(r * n + perm[size_t(c)])] = codes[size_t(c * n_out + r)];
   }
   ql.scales = std::move(scales);
   ql.zeros = std::move(zeros);

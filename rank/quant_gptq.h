@@ -24,8 +24,8 @@
 //   Columns i in blocks of `block` (128): q_i = Q(w_i) with its group's params, err_i = (w_i − q_i) / U_ii, the rest of the block
 //     w_j −= err_i · U_ij at once, and the columns after the block updated lazily with the block's errors.
 // Kinds: Int (any group), Fp8 per channel (params from the whole row at column 0), Mxfp4 / Nvfp4 (block
-// params at each block's first column, or static; Nvfp4's global scale from the whole weight). Act-order needs
-// Int.
+// params at each block's first column, or static; Nvfp4's global scale from the whole weight). Act-order Weight
+// applies to every kind (the codes come back in the original column order); Group needs Int (InputError).
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -140,23 +140,36 @@ TEST(QuantGptq, BeatsRtnOnOutlierInputs) {
   }
 }
 
-// Per channel 8-bit and the float formats: GPTQ no worse than RTN on the same outlier layer.
+// Per channel 8-bit and the float formats: GPTQ no worse than RTN on the same outlier layer, in column order and
+// with act-order "weight" (visit by decreasing Hessian diagonal, static groups: llm-compressor's default for every
+// scheme; the float formats' codes must come back in the original column order). Act-order "group" (a g_idx)
+// is refused for the float formats.
 TEST(QuantGptq, NoWorseThanRtnOtherKinds) {
   const int64_t n_out = 64, n_in = 256, n_tok = 512;
   const std::vector<float> w = normal(n_out * n_in, 0.05f, 5);
   const std::vector<float> x = outlier_inputs(n_tok, n_in, 8, 6);
   GptqHessian h(n_in);
   h.add(x.data(), n_tok);
-  QuantSpec specs[4] = {int_spec(8, 0), int_spec(3, 32, false), {}, {}};
+  QuantSpec specs[5] = {int_spec(8, 0), int_spec(3, 32, false), {}, {}, {}};
   specs[2].kind = QuantKind::Mxfp4, specs[2].bits = 4, specs[2].group_size = 32;
   specs[3].kind = QuantKind::Nvfp4, specs[3].bits = 4, specs[3].group_size = 16;
+  specs[4].kind = QuantKind::Fp8, specs[4].bits = 8, specs[4].group_size = 0;
   for (const QuantSpec& s : specs) {
     const double e_rtn =
         relative_output_error(x.data(), n_tok, w.data(), quantize_rtn(s, w.data(), n_out, n_in).dequantize().data(), n_out, n_in);
     const double e = relative_output_error(
         x.data(), n_tok, w.data(), quantize_gptq(s, w.data(), n_out, n_in, h.hessian()).dequantize().data(), n_out, n_in);
-    std::printf("kind %d bits %d: rtn %.4g gptq %.4g\n", int(s.kind), s.bits, e_rtn, e);
+    GptqOptions o;
+    o.act_order = ActOrder::Weight;
+    const double e_ao = relative_output_error(
+        x.data(), n_tok, w.data(), quantize_gptq(s, w.data(), n_out, n_in, h.hessian(), o).dequantize().data(), n_out, n_in);
+    std::printf("kind %d bits %d: rtn %.4g gptq %.4g gptq act-order weight %.4g\n", int(s.kind), s.bits, e_rtn, e, e_ao);
     EXPECT_LT(e, e_rtn);
+    EXPECT_LT(e_ao, e_rtn);
+    if (s.kind != QuantKind::Int) {
+      o.act_order = ActOrder::Group;
+      EXPECT_THROW(quantize_gptq(s, w.data(), n_out, n_in, h.hessian(), o), InputError);
+    }
   }
 }
 
