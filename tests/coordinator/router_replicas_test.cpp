@@ -868,6 +868,25 @@ void take_tool(const StreamEvent& e, ToolClientView& v) {
   std::swap(one[0], v);
 }
 
+// A resumed choice as the client sees it equals the unbroken run's: one role chunk, finish_reason "tool_calls"
+// once, content "Hi ", the same ids, and its two calls each with one header, the same name and argument bytes
+// and the id `id_of(k)` (that of the first replica whose header for call k the client got).
+template <typename IdOf>
+void expect_resumed_tool_choice(const ToolClientView& got, const ToolClientView& want, IdOf id_of) {
+  EXPECT_EQ(got.n_roles, 1);
+  EXPECT_EQ(got.n_finish, 1);
+  EXPECT_EQ(got.finish, "tool_calls");
+  EXPECT_EQ(got.content, "Hi ");
+  EXPECT_EQ(got.ids, want.ids);
+  ASSERT_EQ(got.calls.size(), 2u);
+  for (size_t k = 0; k < 2; ++k) {
+    EXPECT_EQ(got.calls[k]["headers"], 1) << k;
+    EXPECT_EQ(got.calls[k]["name"], want.calls[k]["name"]) << k;
+    EXPECT_EQ(got.calls[k]["arguments"], want.calls[k]["arguments"]) << k;
+    EXPECT_EQ(got.calls[k]["id"], id_of(k)) << k;
+  }
+}
+
 // The replica dies at each point of a tool-call stream (before the calls, after a header, in the arguments,
 // between the two calls, before the finish chunk); the continuation (the replica's calls again, with fresh ids)
 // gives the client the unbroken run's calls: each header once with the id it saw first, the argument bytes once,
@@ -928,21 +947,11 @@ TEST(RouterStream, AToolCallStreamResumesWithoutRepeatingItsCalls) {
     for (const std::string& ev : cont) take_tool(t.on_event(ev), v);
     EXPECT_TRUE(t.done());
     EXPECT_EQ(v.n_done, 1);
-    EXPECT_EQ(v.n_roles, 1);
-    EXPECT_EQ(v.n_finish, 1);
-    EXPECT_EQ(v.finish, "tool_calls");
-    EXPECT_EQ(v.content, "Hi ");
-    EXPECT_EQ(v.ids, unbroken.ids);
-    ASSERT_EQ(v.calls.size(), 2u);
-    for (size_t c = 0; c < 2; ++c) {
-      EXPECT_EQ(v.calls[c]["headers"], 1) << c;
-      EXPECT_EQ(v.calls[c]["name"], unbroken.calls[c]["name"]) << c;
-      EXPECT_EQ(v.calls[c]["arguments"], unbroken.calls[c]["arguments"]) << c;
-      // The id a call keeps: that of the first replica whose header for it the client got.
+    expect_resumed_tool_choice(v, unbroken, [&](size_t c) {
       const size_t h = c == 0 ? h0 : h1;  // its header's event index; one less in a continuation (no "Hi ")
       const std::string from = k.cut > h ? "A" : k.cut2 == 0 || k.cut2 > h - 1 ? "B" : "C";
-      EXPECT_EQ(v.calls[c]["id"], "call_" + from + std::to_string(c)) << c;
-    }
+      return "call_" + from + std::to_string(c);
+    });
     EXPECT_EQ(t.tool_call_bytes(), (std::vector<int64_t>{int64_t(unbroken.calls[0]["arguments"].get<std::string>().size()),
                                                           int64_t(unbroken.calls[1]["arguments"].get<std::string>().size())}));
   }
@@ -1001,21 +1010,10 @@ TEST(RouterStream, ToolCallStreamsOfTwoChoicesResumeAtEveryCut) {
     EXPECT_EQ(v[0].n_done, 1);
     for (int c = 0; c < 2; ++c) {
       SCOPED_TRACE("choice " + std::to_string(c));
-      const ToolClientView& got = v[size_t(c)];
-      const ToolClientView& want = unbroken[size_t(c)];
-      EXPECT_EQ(got.n_roles, 1);
-      EXPECT_EQ(got.n_finish, 1);
-      EXPECT_EQ(got.finish, "tool_calls");
-      EXPECT_EQ(got.content, "Hi ");
-      EXPECT_EQ(got.ids, want.ids);
-      ASSERT_EQ(got.calls.size(), 2u);
-      for (size_t k = 0; k < 2; ++k) {
-        EXPECT_EQ(got.calls[k]["headers"], 1) << k;
-        EXPECT_EQ(got.calls[k]["name"], want.calls[k]["name"]) << k;
-        EXPECT_EQ(got.calls[k]["arguments"], want.calls[k]["arguments"]) << k;
+      expect_resumed_tool_choice(v[size_t(c)], unbroken[size_t(c)], [&](size_t k) {
         const std::string from = cut > header_at(c, k) ? "A" : "B";
-        EXPECT_EQ(got.calls[k]["id"], "call_" + from + std::to_string(c) + "_" + std::to_string(k)) << k;
-      }
+        return "call_" + from + std::to_string(c) + "_" + std::to_string(k);
+      });
     }
   }
 }
