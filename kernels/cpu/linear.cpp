@@ -28,20 +28,19 @@ namespace tp::cpu {
 
 namespace {
 
-// GEMV → oneDNN crossover (bench/gemv_bench.cpp). Without AMX (Zen 4, older Xeons) oneDNN's avx512 brgemm
-// only pays off once M ≈ 16 and streams W at ~57% of DRAM at M = 1 (DESIGN §4). With AMX-BF16 and W kept in
-// oneDNN's blocked layout (Weight::gemm_cache_bytes) it beat our GEMV even at M = 1 on the dev Xeon
-// (1 thread: 14.3 vs 8.0 GB/s cold, 54.6 vs 34.5 hot), so BF16 goes to oneDNN for every M there.
+// GEMV → oneDNN crossover (bench/gemv_bench.cpp --sweep / --shapes). oneDNN's avx512 brgemm (Zen 4, older
+// Xeons) only pays off once M ≈ 16 and streams W at ~57% of DRAM at M = 1 (DESIGN §4). With AMX-BF16 the same
+// M holds: on a Xeon with AMX (2026-12-03, 1 thread) our AVX-512-BF16 GEMV streamed SmolLM2's decode shapes at
+// 10.7-14.8 GB/s p50 vs oneDNN's 10.4-10.9 (1.0-1.4x), and at 2 threads 19-30 vs 9-11 GB/s (2.0-2.7x: oneDNN
+// runs M < 16 on one thread); M sweep (1536x576, GFLOP/s, gemv/oneDNN): 1 thread m=4 55/39, m=8 74/86,
+// m=16 85/165; 2 threads m=8 142/85, m=16 162/167. One crossover for every thread count keeps a row's kernel,
+// and so its bits, independent of the threads.
 constexpr int64_t kGemmMinM = 16;
-constexpr int64_t kGemmMinMAmx = 1;
 
 // Without a oneDNN matmul for the dtype (BF16 on AVX2-only CPUs) every M takes our tiles (gemv_avx2.cpp).
 constexpr int64_t kNoGemm = std::numeric_limits<int64_t>::max();
 
-int64_t gemm_min_m(DType dtype) {
-  if (!detail::onednn_supports(dtype)) return kNoGemm;
-  return dtype == DType::BF16 && detail::onednn_uses_amx() ? kGemmMinMAmx : kGemmMinM;
-}
+int64_t gemm_min_m(DType dtype) { return detail::onednn_supports(dtype) ? kGemmMinM : kNoGemm; }
 
 std::atomic<int> g_num_threads{0};  // 0: not set yet, use OpenMP's default
 

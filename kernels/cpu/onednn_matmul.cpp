@@ -182,12 +182,4 @@ bool onednn_supports(DType weight_dtype) {
   return weight_dtype == DType::BF16 ? bf16 : weight_dtype == DType::F32 ? f32 : false;
 }
 
-bool onednn_uses_amx() {
-  static const bool amx = [] {
-    const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
-    return isa == dnnl::cpu_isa::avx512_core_amx;
-  }();
-  return amx;
-}
-
 }  // namespace tp::cpu::detail

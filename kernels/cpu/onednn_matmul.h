@@ -30,7 +30,4 @@ int64_t gemm_cache_bytes(const Weight& w);
 // such as AMD Zen 2/3). Probed once per dtype by creating a small primitive.
 bool onednn_supports(DType weight_dtype);
 
-// Whether oneDNN runs BF16 matmul on AMX tiles here (then it beats our GEMV from m = 2 on).
-bool onednn_uses_amx();
-
 }  // namespace tp::cpu::detail
