@@ -19,9 +19,15 @@ constexpr int kRows = 4;  // weight rows per tile
 constexpr int kCols = 4;  // activation rows per inner group
 // BF16 tiles software-prefetch W this many bytes ahead of the tile being read (one 4-row tile of a 576-column
 // matrix is 4.6 KB). On Zen 4 (2 cores, shared machine, bench/gemv_bench --shapes, m = 1, cold, best of the
-// alternated calls) it took the 960x576 GEMV from 11.7 to 25.7 GB/s and 3072x576 from 10.5 to 22.6 (read 26-31):
-// the hardware prefetcher does not ramp up on the four interleaved 1.1 KB row streams of a tile.
-constexpr int64_t kPrefetchBytes = 4096;
+// alternated calls) 4096 took the 960x576 GEMV from 11.7 to 25.7 GB/s and 3072x576 from 10.5 to 22.6 (read
+// 26-31): the hardware prefetcher does not ramp up on the four interleaved 1.1 KB row streams of a tile.
+// On a Xeon with AMX (2026-12-03, same bench, 1 thread, p50 over read p50) 2048 is best: gemv/read 0.88-1.03
+// vs 0.81-0.89 at 4096 (1024: 0.87-0.97, 3072: 0.84-0.97, 8192: 0.82-0.85); SmolLM2 BF16 tg64 +6-12% at 1
+// thread, +2% at 2. Intel CPUs take 2048, the others (AMD: measured on Zen 4) 4096; read once.
+int64_t prefetch_bytes() {
+  static const int64_t bytes = __builtin_cpu_is("intel") ? 2048 : 4096;
+  return bytes;
+}
 }  // namespace
 
 bool cpu_has_avx512f() {
@@ -136,6 +142,7 @@ void run_tiles(const TileFn<T, X>* const* table, const X* x, int64_t x_stride, i
   const int64_t n_tiles = (n_out + kRows - 1) / kRows;
   const bool parallel = n_threads > 1 && worth_parallel(n_out * n_in * int64_t(sizeof(T)));
   const char* w_end = reinterpret_cast<const char*>(w + n_out * n_in);
+  const int64_t pf_bytes = prefetch_bytes();
 #pragma omp parallel for schedule(static) num_threads(n_threads) if (parallel)
   for (int64_t t = 0; t < n_tiles; ++t) {
     const int64_t r0 = t * kRows;
@@ -143,7 +150,7 @@ void run_tiles(const TileFn<T, X>* const* table, const X* x, int64_t x_stride, i
     const char* tile = reinterpret_cast<const char*>(w + r0 * n_in);
     for (int64_t g0 = 0; g0 < m; g0 += kCols) {
       const int cols = int(m - g0 < kCols ? m - g0 : kCols);
-      const char* pf = g0 == 0 ? tile + kPrefetchBytes : nullptr;
+      const char* pf = g0 == 0 ? tile + pf_bytes : nullptr;
       table[rows - 1][cols - 1](w + r0 * n_in, n_in, x + g0 * x_stride, x_stride, y + g0 * n_out + r0, n_out, pf,
                                 w_end);
     }
@@ -152,12 +159,12 @@ void run_tiles(const TileFn<T, X>* const* table, const X* x, int64_t x_stride, i
 
 // m = 1: rows [r_begin, r_end) one after the other, so W is read in memory order as one stream (the 4-row tiles
 // read four interleaved streams), four accumulators over the columns of a row, and a software prefetch
-// kPrefetchBytes ahead of the read position for every 64 bytes read.
+// pf_bytes (prefetch_bytes()) ahead of the read position for every 64 bytes read.
 TP_AVX512BF16 void rows_bf16_m1(const uint16_t* x, const uint16_t* w, int64_t n_in, int64_t r_begin, int64_t r_end,
-                                float* y, const char* w_end) {
+                                float* y, const char* w_end, int64_t pf_bytes) {
   for (int64_t r = r_begin; r < r_end; ++r) {
     const uint16_t* wr = w + r * n_in;
-    const char* pf = reinterpret_cast<const char*>(wr) + kPrefetchBytes;
+    const char* pf = reinterpret_cast<const char*>(wr) + pf_bytes;
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     int64_t k = 0;
     for (; k + 128 <= n_in; k += 128, pf += 256) {
@@ -196,10 +203,11 @@ void gemv_bf16_avx512(const uint16_t* xb, int64_t x_stride, int64_t m, const uin
   if (m == 1) {
     const char* w_end = reinterpret_cast<const char*>(w + n_out * n_in);
     const int nt = n_threads > 1 && worth_parallel(n_out * n_in * 2) ? n_threads : 1;
+    const int64_t pf_bytes = prefetch_bytes();
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
       const int t = omp_get_thread_num(), n = omp_get_num_threads();
-      rows_bf16_m1(xb, w, n_in, n_out * t / n, n_out * (t + 1) / n, y, w_end);
+      rows_bf16_m1(xb, w, n_in, n_out * t / n, n_out * (t + 1) / n, y, w_end, pf_bytes);
     }
     return;
   }
