@@ -24,6 +24,7 @@
 
 #include "common/fp_formats.h"
 #include "kernels/cpu/gemv.h"
+#include "kernels/cpu/onednn_matmul.h"
 #include "kernels/cpu/packed_kernels.h"
 
 namespace tp::cpu::detail {
@@ -159,14 +160,58 @@ TP_BF16 void fp8_act_row(const float* x, int64_t n, float s, uint16_t* out) {
   }
 }
 
+// A weight row's n_in E4M3 codes -> n_in BF16 (exact) at out.
+TP_BF16 void decode_row(const uint8_t* row, int64_t n_in, __m512i subtable, uint16_t* out) {
+  for (int64_t c = 0; c < n_in; c += 32) {
+    const int64_t n = std::min<int64_t>(32, n_in - c);
+    _mm512_mask_storeu_epi16(out + c, __mmask32(_bzhi_u32(~0u, unsigned(n))), (__m512i)decode(row + c, n, subtable));
+  }
+}
+
+// Prefill (m ≥ kFp8OnednnMinM): x's BF16 rows xk [m, np · ps] (np = 1: q = E4M3(x / s); 2: F32 x's two parts
+// side by side; each part zero-padded from n_in to ps) against W decoded to BF16 kFp8SlabRows rows at a time
+// (each row [w, 0…] once a part) by oneDNN's BF16 matmul, F32 accumulation; then y × weight scale (× x's scale),
+// as the tiles.
+constexpr int64_t kFp8SlabRows = 256;
+TP_BF16 void fp8_prefill(const uint16_t* xk, int64_t m, int64_t ps, int np, const PackedWeight& w, const float* xs,
+                         float* y, int n_threads) {
+  const __m512 sub = _mm512_setr_ps(0, 0x1p-9f, 0x2p-9f, 0x3p-9f, 0x4p-9f, 0x5p-9f, 0x6p-9f, 0x7p-9f, 0, 0, 0, 0, 0,
+                                    0, 0, 0);
+  const __m512i subtable = (__m512i)_mm512_cvtne2ps_pbh(sub, sub);
+  const int64_t n_in = w.n_in, n_out = w.n_out, k = np * ps, slab_rows = std::min(kFp8SlabRows, n_out);
+  thread_local std::vector<uint16_t> wb;
+  if (int64_t(wb.size()) < slab_rows * k) wb.resize(size_t(slab_rows * k));
+  uint16_t* const slab = wb.data();  // (thread_local: the pool's threads must use the caller's buffer)
+  for (int64_t s0 = 0; s0 < n_out; s0 += slab_rows) {
+    const int64_t rows = std::min(n_out, s0 + slab_rows) - s0;
+#pragma omp parallel for schedule(static) num_threads(n_threads) if (n_threads > 1)
+    for (int64_t r = 0; r < rows; ++r) {
+      uint16_t* out = slab + r * k;
+      decode_row(w.data.data() + (s0 + r) * w.row_bytes(), n_in, subtable, out);
+      std::fill(out + n_in, out + ps, uint16_t(0));
+      for (int p = 1; p < np; ++p) std::memcpy(out + p * ps, out, size_t(ps) * 2);
+    }
+    onednn_matmul_bf16(xk, m, k, slab, rows, y + s0, n_out, n_threads);
+  }
+#pragma omp parallel for schedule(static) num_threads(n_threads) if (n_threads > 1)
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t r = 0; r < n_out; ++r) {
+      const float s = y[i * n_out + r] * (w.scales.size() == 1 ? w.scales[0] : w.scales[size_t(r)]);
+      y[i * n_out + r] = xs ? s * xs[i] : s;
+    }
+}
+
 }  // namespace
 
 bool fp8_bf16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
   if (w.format != WeightFormat::Fp8E4M3 || w.block_out > 0 || !cpu_has_avx512bf16()) return false;
   const bool fp8_act = w.act == ActQuant::Fp8Dynamic || w.act == ActQuant::Fp8Static;
   if (w.act != ActQuant::None && !(fp8_act && (w.act == ActQuant::Fp8Static || w.act_group == 0))) return false;
-  const int64_t n_in = w.n_in, ps = n_in + 32;
   const int np = fp8_act ? 1 : 2;
+  // Each part of a row of x zero-padded to ps columns: the tiles read past n_in; the prefill matmul takes the
+  // row's parts side by side as one row of np · ps.
+  const bool prefill = m >= kFp8OnednnMinM && onednn_supports(DType::BF16);
+  const int64_t n_in = w.n_in, ps = prefill ? (n_in + 31) / 32 * 32 : n_in + 32;
   thread_local std::vector<uint16_t> xb;
   thread_local std::vector<float> xs;
   xb.resize(size_t(m * np * ps));
@@ -183,9 +228,13 @@ bool fp8_bf16_linear(const float* x, int64_t m, const PackedWeight& w, float* y,
   } else {
     split2(x, m, n_in, ps, xb.data());
   }
-  const bool parallel = n_threads > 1 && worth_parallel(w.n_out * w.row_bytes() * m);
   const uint16_t* xd = xb.data();
   const float* xsd = fp8_act ? xs.data() : nullptr;
+  if (prefill) {
+    fp8_prefill(xd, m, ps, np, w, xsd, y, n_threads);
+    return true;
+  }
+  const bool parallel = n_threads > 1 && worth_parallel(w.n_out * w.row_bytes() * m);
 #pragma omp parallel num_threads(n_threads) if (parallel)
   {
     const auto [r0, r1] = thread_rows(w.n_out, 1, omp_get_thread_num(), omp_get_num_threads());

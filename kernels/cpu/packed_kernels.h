@@ -40,6 +40,11 @@ bool int4_bf16_linear(const float* x, int64_t m, const PackedWeight& w, float* y
 // FP8 E4M3 weights on AVX-512 BF16 (gemm_fp8_bf16.cpp): per-tensor / per-channel scales, F32 activations (as two
 // BF16 parts) or FP8 ones per token / static (E4M3(x / s), exact in BF16); fp8_linear's AVX-512 path where the
 // CPU has AVX512-BF16. Returns false (nothing written) for weights it does not take.
+// From m ≥ kFp8OnednnMinM (prefill) W is decoded to BF16 256 rows at a time and multiplied by oneDNN's BF16
+// matmul (AMX tiles where the CPU has them) instead of the tiles: the same exact products, summed in F32 in
+// oneDNN's order (so a row's bits there differ from the tiles' in the last places). On a Xeon with AMX
+// (2026-12-03, gemm_gguf_bench, 1 thread, m = 512) the tiles ran fp8_dynamic at 26-29 GMAC/s, 0.07-0.11x BF16.
+inline constexpr int64_t kFp8OnednnMinM = 64;
 bool fp8_bf16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 
 bool int_a16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa);

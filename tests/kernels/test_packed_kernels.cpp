@@ -252,8 +252,9 @@ INSTANTIATE_TEST_SUITE_P(W8a8, PackedKernelsPrefill, ::testing::ValuesIn(prefill
                          [](const auto& info) { return info.param.name; });
 
 // A16 prefill on AVX2 and AVX-512 (m ≥ kA16Avx2GemmMinM: gemm_a16_avx2.cpp decodes W to F32 once a call, Int4
-// columns and x permuted alike, then the dense F32 linear(); FP8 on AVX512-BF16 stays in gemm_fp8_bf16.cpp): the same
-// suite and bound, m 16 (below: the A16 tiles), 37, 64, and 256 (the AVX-512 threshold, kA16Avx512GemmMinM).
+// columns and x permuted alike, then the dense F32 linear(); FP8 on AVX512-BF16 stays in gemm_fp8_bf16.cpp: its tiles
+// below kFp8OnednnMinM = 64, from there W decoded to BF16 and oneDNN's BF16 matmul): the same suite and bound, m 16
+// (below: the A16 tiles), 37, 64, and 256 (the AVX-512 threshold, kA16Avx512GemmMinM).
 std::vector<Case> a16_prefill_cases() {
   using F = WeightFormat;
   return {
@@ -315,7 +316,8 @@ TEST(PackedKernels, W8a8BatchRowsEqualRowsAlone) {
 // gives alone (m = 1: W4A16's 4-row pass; tiles of 1..4 rows of x, blocks of weight rows), on W4A16's fast path (n_in
 // and groups multiples of 64) and its masked one, FP8 with F32 and FP8 activations. W4A16 up to m < kA16Avx512GemmMinM:
 // from there on AVX-512 too runs gemm_a16_avx2.cpp's prefill (W decoded to F32 once a call, oneDNN sgemm; tested
-// against the reference in the A16 prefill suite above), which sums in another order.
+// against the reference in the A16 prefill suite above), which sums in another order; FP8 likewise up to
+// m < kFp8OnednnMinM (its oneDNN prefill path, also in that suite).
 TEST(PackedKernels, Bf16KernelsBatchRowsEqualRowsAlone) {
   if (packed_best_isa() != PackedIsa::Avx512 || !cpu_has_avx512bf16()) GTEST_SKIP() << "no AVX512-BF16 here";
   using F = WeightFormat;
