@@ -115,23 +115,6 @@ TP_BF16 void rows_fp8(const PackedWeight& w, int64_t r0, int64_t r1, int64_t m, 
       }
 }
 
-// 16 F32 -> BF16 (round to nearest even).
-TP_BF16 inline __m256i bf16_of(__m512 v) { return (__m256i)_mm512_cvtneps_pbh(v); }
-TP_BF16 inline __m512 f32_of(__m256i b) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)); }
-
-// F32 x -> two BF16 parts a row (part p at out + (i · 2 + p) · ps), zero-padded.
-TP_BF16 void split2(const float* x, int64_t m, int64_t n_in, int64_t ps, uint16_t* out) {
-  std::memset(out, 0, size_t(m * 2 * ps) * 2);
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t c = 0; c < n_in; c += 16) {
-      const __mmask16 k = __mmask16(_bzhi_u32(~0u, unsigned(std::min<int64_t>(16, n_in - c))));
-      const __m512 v = _mm512_maskz_loadu_ps(k, x + i * n_in + c);
-      const __m256i p0 = bf16_of(v);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (i * 2) * ps + c), p0);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (i * 2 + 1) * ps + c), bf16_of(_mm512_sub_ps(v, f32_of(p0))));
-    }
-}
-
 TP_BF16 float amax16(const float* x, int64_t n) {
   __m512 a = _mm512_setzero_ps();
   for (int64_t c = 0; c < n; c += 16)
@@ -160,45 +143,16 @@ TP_BF16 void fp8_act_row(const float* x, int64_t n, float s, uint16_t* out) {
   }
 }
 
-// A weight row's n_in E4M3 codes -> n_in BF16 (exact) at out.
-TP_BF16 void decode_row(const uint8_t* row, int64_t n_in, __m512i subtable, uint16_t* out) {
-  for (int64_t c = 0; c < n_in; c += 32) {
-    const int64_t n = std::min<int64_t>(32, n_in - c);
-    _mm512_mask_storeu_epi16(out + c, __mmask32(_bzhi_u32(~0u, unsigned(n))), (__m512i)decode(row + c, n, subtable));
-  }
-}
-
-// Prefill (m ≥ kFp8OnednnMinM): x's BF16 rows xk [m, np · ps] (np = 1: q = E4M3(x / s); 2: F32 x's two parts
-// side by side; each part zero-padded from n_in to ps) against W decoded to BF16 kFp8SlabRows rows at a time
-// (each row [w, 0…] once a part) by oneDNN's BF16 matmul, F32 accumulation; then y × weight scale (× x's scale),
-// as the tiles.
-constexpr int64_t kFp8SlabRows = 256;
-TP_BF16 void fp8_prefill(const uint16_t* xk, int64_t m, int64_t ps, int np, const PackedWeight& w, const float* xs,
-                         float* y, int n_threads) {
+// Weight row r's n_in E4M3 codes -> n_in BF16 (exact) at out (bf16_slab_gemm's decoder).
+TP_BF16 void decode_row(const PackedWeight& w, int64_t r, uint16_t* out) {
   const __m512 sub = _mm512_setr_ps(0, 0x1p-9f, 0x2p-9f, 0x3p-9f, 0x4p-9f, 0x5p-9f, 0x6p-9f, 0x7p-9f, 0, 0, 0, 0, 0,
                                     0, 0, 0);
   const __m512i subtable = (__m512i)_mm512_cvtne2ps_pbh(sub, sub);
-  const int64_t n_in = w.n_in, n_out = w.n_out, k = np * ps, slab_rows = std::min(kFp8SlabRows, n_out);
-  thread_local std::vector<uint16_t> wb;
-  if (int64_t(wb.size()) < slab_rows * k) wb.resize(size_t(slab_rows * k));
-  uint16_t* const slab = wb.data();  // (thread_local: the pool's threads must use the caller's buffer)
-  for (int64_t s0 = 0; s0 < n_out; s0 += slab_rows) {
-    const int64_t rows = std::min(n_out, s0 + slab_rows) - s0;
-#pragma omp parallel for schedule(static) num_threads(n_threads) if (n_threads > 1)
-    for (int64_t r = 0; r < rows; ++r) {
-      uint16_t* out = slab + r * k;
-      decode_row(w.data.data() + (s0 + r) * w.row_bytes(), n_in, subtable, out);
-      std::fill(out + n_in, out + ps, uint16_t(0));
-      for (int p = 1; p < np; ++p) std::memcpy(out + p * ps, out, size_t(ps) * 2);
-    }
-    onednn_matmul_bf16(xk, m, k, slab, rows, y + s0, n_out, n_threads);
+  const uint8_t* row = w.data.data() + r * w.row_bytes();
+  for (int64_t c = 0; c < w.n_in; c += 32) {
+    const int64_t n = std::min<int64_t>(32, w.n_in - c);
+    _mm512_mask_storeu_epi16(out + c, __mmask32(_bzhi_u32(~0u, unsigned(n))), (__m512i)decode(row + c, n, subtable));
   }
-#pragma omp parallel for schedule(static) num_threads(n_threads) if (n_threads > 1)
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t r = 0; r < n_out; ++r) {
-      const float s = y[i * n_out + r] * (w.scales.size() == 1 ? w.scales[0] : w.scales[size_t(r)]);
-      y[i * n_out + r] = xs ? s * xs[i] : s;
-    }
 }
 
 }  // namespace
@@ -226,12 +180,12 @@ bool fp8_bf16_linear(const float* x, int64_t m, const PackedWeight& w, float* y,
       if (s != 0.0f) fp8_act_row(xr, n_in, s, xb.data() + i * ps);
     }
   } else {
-    split2(x, m, n_in, ps, xb.data());
+    split_bf16_parts(x, m, n_in, ps, xb.data());
   }
   const uint16_t* xd = xb.data();
   const float* xsd = fp8_act ? xs.data() : nullptr;
   if (prefill) {
-    fp8_prefill(xd, m, ps, np, w, xsd, y, n_threads);
+    bf16_slab_gemm(xd, m, ps, np, w, decode_row, xsd, y, n_threads);
     return true;
   }
   const bool parallel = n_threads > 1 && worth_parallel(w.n_out * w.row_bytes() * m);

@@ -47,6 +47,22 @@ bool int4_bf16_linear(const float* x, int64_t m, const PackedWeight& w, float* y
 inline constexpr int64_t kFp8OnednnMinM = 64;
 bool fp8_bf16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 
+// Prefill through oneDNN's BF16 matmul for weights whose rows decode exactly to BF16 with one scale a row
+// (gemm_bf16_slabs.cpp; AVX512-BF16 and oneDNN's BF16 matmul needed). xk [m, np · ps]: np BF16 parts of each row
+// of x side by side, each zero-padded from n_in to ps (a multiple of 32); decode(w, r, out) writes row r's n_in
+// BF16 values; y [m, n_out] = (Σ over parts xk · Wᵀ) × w's row scale (scales[0] when it has one) × xs[i] (when given).
+using Bf16RowDecode = void (*)(const PackedWeight& w, int64_t r, uint16_t* out);
+void bf16_slab_gemm(const uint16_t* xk, int64_t m, int64_t ps, int np, const PackedWeight& w, Bf16RowDecode decode,
+                    const float* xs, float* y, int n_threads);
+// F32 x [m, n_in] -> two BF16 parts a row, hi = bf16(x), lo = bf16(x − hi) (part p at out + (2i + p) · ps), zero-padded.
+void split_bf16_parts(const float* x, int64_t m, int64_t n_in, int64_t ps, uint16_t* out);
+// W8A16 per channel (Int8, one scale group a row, zero points or not, no g_idx) for m ≥ kA16Bf16MinM: x's two
+// BF16 parts against the codes − zero (exact in BF16) in bf16_slab_gemm — on a Xeon with AMX (2026-12-03) the
+// F32-sgemm prefill below ran W8A16 at 54-75 GMAC/s, 0.18-0.20x the BF16 model's. Returns false (nothing written)
+// for weights or m it does not take.
+inline constexpr int64_t kA16Bf16MinM = 64;
+bool a16_int8_bf16_prefill(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
+
 bool int_a16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa);
 bool int_w8a8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa);
 bool fp8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa);

@@ -253,8 +253,9 @@ INSTANTIATE_TEST_SUITE_P(W8a8, PackedKernelsPrefill, ::testing::ValuesIn(prefill
 
 // A16 prefill on AVX2 and AVX-512 (m ≥ kA16Avx2GemmMinM: gemm_a16_avx2.cpp decodes W to F32 once a call, Int4
 // columns and x permuted alike, then the dense F32 linear(); FP8 on AVX512-BF16 stays in gemm_fp8_bf16.cpp: its tiles
-// below kFp8OnednnMinM = 64, from there W decoded to BF16 and oneDNN's BF16 matmul): the same suite and bound, m 16
-// (below: the A16 tiles), 37, 64, and 256 (the AVX-512 threshold, kA16Avx512GemmMinM).
+// below kFp8OnednnMinM = 64, from there W decoded to BF16 and oneDNN's BF16 matmul, as Int8 per channel from
+// kA16Bf16MinM = 64 on AVX512-BF16: gemm_bf16_slabs.cpp): the same suite and bound, m 16 (below: the A16 tiles),
+// 37, 64, and 256 (the AVX-512 threshold, kA16Avx512GemmMinM).
 std::vector<Case> a16_prefill_cases() {
   using F = WeightFormat;
   return {
@@ -263,6 +264,7 @@ std::vector<Case> a16_prefill_cases() {
       {"int4_g32_zeros", F::Int4, 19, 224, 32, 0, true},
       {"int8_g128_zeros", F::Int8, 21, 384, 128, 0, true},
       {"int8_channel", F::Int8, 40, 320},
+      {"int8_channel_zeros_odd", F::Int8, 37, 203, 0, 0, true},
       {"fp8_channel", F::Fp8E4M3, 40, 576},
       {"fp8_tensor", F::Fp8E4M3, 13, 160, 0, 0, false, false, true},
       {"fp8_dynamic_act", F::Fp8E4M3, 21, 576, 0, 0, false, false, false, ActQuant::Fp8Dynamic},
