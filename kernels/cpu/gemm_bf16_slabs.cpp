@@ -45,9 +45,10 @@ TP_BF16 void int8_row(const PackedWeight& w, int64_t r, uint16_t* out) {
 
 }  // namespace
 
-TP_BF16 void split_bf16_parts(const float* x, int64_t m, int64_t n_in, int64_t ps, uint16_t* out) {
-  std::memset(out, 0, size_t(m * 2 * ps) * 2);
-  for (int64_t i = 0; i < m; ++i)
+TP_BF16 void split_bf16_parts(const float* x, int64_t m, int64_t n_in, int64_t ps, uint16_t* out, int n_threads) {
+#pragma omp parallel for schedule(static) num_threads(n_threads) if (n_threads > 1)
+  for (int64_t i = 0; i < m; ++i) {
+    std::memset(out + i * 2 * ps, 0, size_t(2 * ps) * 2);
     for (int64_t c = 0; c < n_in; c += 16) {
       const __mmask16 k = __mmask16(_bzhi_u32(~0u, unsigned(std::min<int64_t>(16, n_in - c))));
       const __m512 v = _mm512_maskz_loadu_ps(k, x + i * n_in + c);
@@ -55,6 +56,7 @@ TP_BF16 void split_bf16_parts(const float* x, int64_t m, int64_t n_in, int64_t p
       _mm256_mask_storeu_epi16(out + (i * 2) * ps + c, k, p0);
       _mm256_mask_storeu_epi16(out + (i * 2 + 1) * ps + c, k, bf16_of(_mm512_sub_ps(v, f32_of(p0))));
     }
+  }
 }
 
 void bf16_slab_gemm(const uint16_t* xk, int64_t m, int64_t ps, int np, const PackedWeight& w, Bf16RowDecode decode,
@@ -89,7 +91,7 @@ bool a16_int8_bf16_prefill(const float* x, int64_t m, const PackedWeight& w, flo
   const int64_t ps = (w.n_in + 31) / 32 * 32;
   thread_local std::vector<uint16_t> xb;
   xb.resize(size_t(m * 2 * ps));
-  split_bf16_parts(x, m, w.n_in, ps, xb.data());
+  split_bf16_parts(x, m, w.n_in, ps, xb.data(), n_threads);
   bf16_slab_gemm(xb.data(), m, ps, 2, w, int8_row, nullptr, y, n_threads);
   return true;
 }

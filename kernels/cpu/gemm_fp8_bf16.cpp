@@ -169,20 +169,26 @@ bool fp8_bf16_linear(const float* x, int64_t m, const PackedWeight& w, float* y,
   thread_local std::vector<uint16_t> xb;
   thread_local std::vector<float> xs;
   xb.resize(size_t(m * np * ps));
+  // x's rows are prepared in parallel at prefill sizes (per row the same operations: the bits do not depend on it).
+  // thread_local: the pool's threads write the caller's buffers, through these pointers.
+  const int prep_threads = prefill ? n_threads : 1;
+  uint16_t* const xbd = xb.data();
   if (fp8_act) {  // q = E4M3(x / s) (the reference's rule: fake_quantize_activations), kept as BF16 (exact)
     xs.resize(size_t(m));
-    std::fill(xb.begin(), xb.end(), uint16_t(0));
+    float* const xsw = xs.data();
+#pragma omp parallel for schedule(static) num_threads(prep_threads) if (prep_threads > 1)
     for (int64_t i = 0; i < m; ++i) {
       const float* xr = x + i * n_in;
       float s = w.act_scale;
       if (w.act == ActQuant::Fp8Dynamic) s = amax16(xr, n_in) / kFp8E4M3Max;
-      xs[size_t(i)] = s;
-      if (s != 0.0f) fp8_act_row(xr, n_in, s, xb.data() + i * ps);
+      xsw[i] = s;
+      std::fill(xbd + i * ps, xbd + (i + 1) * ps, uint16_t(0));
+      if (s != 0.0f) fp8_act_row(xr, n_in, s, xbd + i * ps);
     }
   } else {
-    split_bf16_parts(x, m, n_in, ps, xb.data());
+    split_bf16_parts(x, m, n_in, ps, xbd, prep_threads);
   }
-  const uint16_t* xd = xb.data();
+  const uint16_t* xd = xbd;
   const float* xsd = fp8_act ? xs.data() : nullptr;
   if (prefill) {
     bf16_slab_gemm(xd, m, ps, np, w, decode_row, xsd, y, n_threads);

@@ -54,8 +54,9 @@ bool fp8_bf16_linear(const float* x, int64_t m, const PackedWeight& w, float* y,
 using Bf16RowDecode = void (*)(const PackedWeight& w, int64_t r, uint16_t* out);
 void bf16_slab_gemm(const uint16_t* xk, int64_t m, int64_t ps, int np, const PackedWeight& w, Bf16RowDecode decode,
                     const float* xs, float* y, int n_threads);
-// F32 x [m, n_in] -> two BF16 parts a row, hi = bf16(x), lo = bf16(x − hi) (part p at out + (2i + p) · ps), zero-padded.
-void split_bf16_parts(const float* x, int64_t m, int64_t n_in, int64_t ps, uint16_t* out);
+// F32 x [m, n_in] -> two BF16 parts a row, hi = bf16(x), lo = bf16(x − hi) (part p at out + (2i + p) · ps), zero-padded;
+// rows over n_threads.
+void split_bf16_parts(const float* x, int64_t m, int64_t n_in, int64_t ps, uint16_t* out, int n_threads);
 // W8A16 per channel (Int8, one scale group a row, zero points or not, no g_idx) for m ≥ kA16Bf16MinM: x's two
 // BF16 parts against the codes − zero (exact in BF16) in bf16_slab_gemm — on a Xeon with AMX (2026-12-03) the
 // F32-sgemm prefill below ran W8A16 at 54-75 GMAC/s, 0.18-0.20x the BF16 model's. Returns false (nothing written)
