@@ -37,6 +37,13 @@ constexpr int64_t kPrefetchBytes = 8192;
 constexpr int kTileM = 4;             // rows of x sharing one decoded chunk
 constexpr int64_t kBlockRows = 16;    // weight rows a block (every tile of x meets them before the next block)
 
+// decode()'s table: the BF16 of the 8 subnormal E4M3 magnitudes (code 0-7: code · 2^-9).
+TP_BF16 inline __m512i fp8_subtable() {
+  const __m512 sub = _mm512_setr_ps(0, 0x1p-9f, 0x2p-9f, 0x3p-9f, 0x4p-9f, 0x5p-9f, 0x6p-9f, 0x7p-9f, 0, 0, 0, 0, 0,
+                                    0, 0, 0);
+  return (__m512i)_mm512_cvtne2ps_pbh(sub, sub);
+}
+
 // The weight's 32 E4M3 bytes at p (n of them; the rest read as 0) -> 32 BF16 lanes.
 TP_BF16 __attribute__((always_inline)) inline __m512bh decode(const uint8_t* p, int64_t n, __m512i subtable) {
   const __m256i raw = n >= 32 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
@@ -88,9 +95,7 @@ TP_BF16 inline void row_fp8(const uint8_t* row, int64_t n_in, const uint16_t* x,
 template <int NP>
 TP_BF16 void rows_fp8(const PackedWeight& w, int64_t r0, int64_t r1, int64_t m, const uint16_t* x, int64_t ps,
                       const float* xs, float* y) {
-  const __m512 sub = _mm512_setr_ps(0, 0x1p-9f, 0x2p-9f, 0x3p-9f, 0x4p-9f, 0x5p-9f, 0x6p-9f, 0x7p-9f, 0, 0, 0, 0, 0,
-                                    0, 0, 0);
-  const __m512i subtable = (__m512i)_mm512_cvtne2ps_pbh(sub, sub);
+  const __m512i subtable = fp8_subtable();
   {  // the first kPrefetchBytes of the range, which the running prefetch (that far ahead) does not cover
     const char* p = reinterpret_cast<const char*>(w.data.data() + r0 * w.row_bytes());
     const int64_t n = std::min(kPrefetchBytes, (r1 - r0) * w.row_bytes());
@@ -145,9 +150,7 @@ TP_BF16 void fp8_act_row(const float* x, int64_t n, float s, uint16_t* out) {
 
 // Weight row r's n_in E4M3 codes -> n_in BF16 (exact) at out (bf16_slab_gemm's decoder).
 TP_BF16 void decode_row(const PackedWeight& w, int64_t r, uint16_t* out) {
-  const __m512 sub = _mm512_setr_ps(0, 0x1p-9f, 0x2p-9f, 0x3p-9f, 0x4p-9f, 0x5p-9f, 0x6p-9f, 0x7p-9f, 0, 0, 0, 0, 0,
-                                    0, 0, 0);
-  const __m512i subtable = (__m512i)_mm512_cvtne2ps_pbh(sub, sub);
+  const __m512i subtable = fp8_subtable();
   const uint8_t* row = w.data.data() + r * w.row_bytes();
   for (int64_t c = 0; c < w.n_in; c += 32) {
     const int64_t n = std::min<int64_t>(32, w.n_in - c);

@@ -391,9 +391,8 @@ void prepare_gguf_weight(PackedWeight* w) {
   // Q8_0Quads is the fastest Q8_0 layout at every shape, where Zen 4 decoded it 2x slower from DRAM: decode
   // 576x576 37 / 37 / 28, 1536x576 95-100 / 100-102 / 77-78, 576x1536 98-102 / 78 / 76, 49152x576 2352-2408 /
   // 3100-3128 / 2046-2060; prefill m = 512 (ms) 3.1 / 3.0 / 2.1, 8.0-8.3 / 7.5-8.2 / 5.2-5.5, 8.1 / 4.3-4.5 / 4.5.
-  static const bool intel = __builtin_cpu_is("intel");
   const bool whole_groups = w->n_in % 512 == 0;
-  const GgufLayout q8_0 = intel ? GgufLayout::Q8_0Quads : whole_groups ? GgufLayout::Q8_0Groups : GgufLayout::File;
+  const GgufLayout q8_0 = cpu_is_intel() ? GgufLayout::Q8_0Quads : whole_groups ? GgufLayout::Q8_0Groups : GgufLayout::File;
   const GgufLayout to = w->format == WeightFormat::GgufQ8_0   ? q8_0
                         : w->format == WeightFormat::GgufQ5_0 ? GgufLayout::Q5_0Quads
                                                               : GgufLayout::File;

@@ -12,6 +12,7 @@ namespace tp::cpu::detail {
 bool cpu_has_avx512f();     // avx512f + avx512bw + avx512vl
 bool cpu_has_avx512bf16();  // the above + avx512_bf16
 bool cpu_has_avx2();        // avx2 + fma (gemv_avx2.cpp)
+bool cpu_is_intel();        // the vendor: some tuning differs between Intel and AMD (gemv.cpp, gemm_gguf.cpp)
 
 inline constexpr int64_t kGemvXAlign = 32;  // BF16 elements: x rows padded to a multiple of this
 
