@@ -1,6 +1,6 @@
 // Elementwise and row-wise ops. Numerics follow llama.cpp's CPU backend where we compare logits with it:
 // rmsnorm sums squares in double and applies (x * scale) * weight; rope builds its angles by repeated
-// multiplication with theta_scale = base^(-2/head_dim) (ggml_rope_cache_init); silu = x / (1 + e^-x).
+// multiplication with theta_scale = base^(-2/head_dim) (ggml_rope_cache_init); silu_mul: silu.cpp.
 #include "kernels/cpu/ops.h"
 
 #include <cmath>
@@ -88,16 +88,6 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const i
         }
       }
     }
-  }
-}
-
-void silu_mul(const float* gate_up, int64_t n, int64_t dim, float* out) {
-#pragma omp parallel for schedule(static) num_threads(num_threads()) if (n * dim >= kParallelMinFloats)
-  for (int64_t r = 0; r < n; ++r) {
-    const float* g = gate_up + r * 2 * dim;
-    const float* u = g + dim;
-    float* o = out + r * dim;
-    for (int64_t i = 0; i < dim; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
   }
 }
 

@@ -11,6 +11,7 @@
 
 #include "common/dtype.h"
 #include "kernels/cpu/kv_write.h"
+#include "kernels/cpu/simd_exp.h"
 
 #define TP_KV_TARGET __attribute__((target("avx2,fma,f16c")))
 #include "kernels/cpu/paged_attention_impl.h"
@@ -60,24 +61,6 @@ TP_KV_TARGET inline float load1(const uint8_t* row, int64_t i) {
   } else {
     return float(int8_t(row[i]));
   }
-}
-
-// exp(x) for x <= 0 (NaN stays NaN).
-TP_KV_TARGET inline __m256 exp8(__m256 x) {
-  x = _mm256_max_ps(_mm256_set1_ps(-87.0f), x);
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  x = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  x = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), x);
-  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
-  y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 
 struct Avx2Ops {

@@ -27,6 +27,7 @@
 
 #include "common/dtype.h"
 #include "kernels/cpu/kv_write.h"
+#include "kernels/cpu/simd_exp.h"
 
 #define TP_KV_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 #include "kernels/cpu/paged_attention_impl.h"
@@ -82,24 +83,6 @@ TP_KV_TARGET inline float hsum(__m512 v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
   const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
-}
-
-// exp(x) for x <= 0 (NaN stays NaN): Cephes' expf as in paged_attention_avx2.cpp, 16 lanes.
-TP_KV_TARGET inline __m512 exp16(__m512 x) {
-  x = _mm512_max_ps(_mm512_set1_ps(-87.0f), x);
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  x = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  x = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), x);
-  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
-  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507e-3f));
-  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073e-3f));
-  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894e-2f));
-  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459e-1f));
-  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201e-1f));
-  y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
-  const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-  return _mm512_mul_ps(y, _mm512_castsi512_ps(e));
 }
 
 struct Avx512Ops {

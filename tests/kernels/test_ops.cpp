@@ -150,6 +150,44 @@ TEST(SiluMul, MatchesReference) {
   }
 }
 
+// Saturating inputs: e^-g overflows F32 for g < -88 (silu → -0 from below), and -|g| below exp's -87 clamp.
+TEST(SiluMul, LargeInputsStayFinite) {
+  const std::vector<float> g = {-1000.0f, -200.0f, -89.0f, -87.5f, -30.0f, -0.0f, 0.0f, 1e-30f, 30.0f, 89.0f, 1000.0f};
+  const int64_t dim = int64_t(g.size());
+  std::vector<float> gu(g);
+  gu.insert(gu.end(), g.size(), 2.0f);
+  std::vector<float> out(g.size());
+  silu_mul(gu.data(), 1, dim, out.data());
+  for (int64_t i = 0; i < dim; ++i) {
+    const double x = g[size_t(i)];
+    const double want = x / (1.0 + std::exp(-x)) * 2.0;
+    ASSERT_TRUE(std::isfinite(out[size_t(i)])) << g[size_t(i)];
+    ASSERT_NEAR(out[size_t(i)], want, 1e-6 * std::fabs(want) + 1e-30) << g[size_t(i)];
+  }
+}
+
+// An element's bits do not depend on where it sits: a row's tail (masked or padded) against the same values in
+// the middle of a longer row, and a row of a batch against that row alone.
+TEST(SiluMul, ElementBitsIndependentOfPositionAndBatch) {
+  const int64_t dim = 37, wide = 64, n = 3;
+  const auto gu = random_floats(size_t(n * 2 * dim), 21, -12.0f, 12.0f);
+  std::vector<float> out(size_t(n * dim));
+  silu_mul(gu.data(), n, dim, out.data());
+  for (int64_t r = 0; r < n; ++r) {
+    std::vector<float> one(static_cast<size_t>(dim));
+    silu_mul(gu.data() + r * 2 * dim, 1, dim, one.data());
+    for (int64_t i = 0; i < dim; ++i) ASSERT_EQ(one[size_t(i)], out[size_t(r * dim + i)]) << r << "," << i;
+    // The row's elements at offset 5 of a 64-wide row: a whole vector for every one of them.
+    std::vector<float> w(static_cast<size_t>(2 * wide), 1.0f), wo(static_cast<size_t>(wide));
+    for (int64_t i = 0; i < dim; ++i) {
+      w[size_t(5 + i)] = gu[size_t(r * 2 * dim + i)];
+      w[size_t(wide + 5 + i)] = gu[size_t(r * 2 * dim + dim + i)];
+    }
+    silu_mul(w.data(), 1, wide, wo.data());
+    for (int64_t i = 0; i < dim; ++i) ASSERT_EQ(wo[size_t(5 + i)], out[size_t(r * dim + i)]) << r << "," << i;
+  }
+}
+
 // --------------------------------------------------------------------------------------------- embedding
 class EmbeddingTest : public ::testing::TestWithParam<DType> {};
 
