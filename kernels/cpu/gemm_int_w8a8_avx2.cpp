@@ -236,9 +236,20 @@ __attribute__((target("avx2,fma"))) void quantize_avx2(const float* x, int64_t n
     return;
   }
   const __m256 sv = _mm256_set1_ps(s), lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+  const bool fast = std::fabs(s) >= kQuotientMinScale && std::fabs(s) <= kQuotientMaxScale;
+  const __m256 rv = _mm256_set1_ps(1.0f / s), inf = _mm256_set1_ps(INFINITY), sign = _mm256_set1_ps(-0.0f);
   int64_t c = 0;
   for (; c + 8 <= n; c += 8) {
-    __m256 v = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(x + c), sv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 xv = _mm256_loadu_ps(x + c);
+    __m256 d;
+    if (fast) {  // x / s exactly, without a division (packed_kernels.h: kQuotientMinScale)
+      const __m256 q = _mm256_mul_ps(xv, rv);
+      const __m256 q1 = _mm256_fmadd_ps(_mm256_fnmadd_ps(q, sv, xv), rv, q);
+      d = _mm256_blendv_ps(q, q1, _mm256_cmp_ps(_mm256_andnot_ps(sign, q), inf, _CMP_LT_OQ));
+    } else {
+      d = _mm256_div_ps(xv, sv);
+    }
+    __m256 v = _mm256_round_ps(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
     const __m256i i32 = _mm256_cvtps_epi32(v);
     const __m128i i16 = _mm_packs_epi32(_mm256_castsi256_si128(i32), _mm256_extracti128_si256(i32, 1));

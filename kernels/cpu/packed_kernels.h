@@ -64,6 +64,18 @@ void split_bf16_parts(const float* x, int64_t m, int64_t n_in, int64_t ps, uint1
 inline constexpr int64_t kA16Bf16MinM = 64;
 bool a16_int8_bf16_prefill(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 
+// x / s without a division for scales in [kQuotientMinScale, kQuotientMaxScale] (1 / s then normal and
+// correctly rounded): q = RN(x · RN(1/s)) is within 1 ulp of x / s, so RN(q + RN(x − q·s) · RN(1/s)) is RN(x / s)
+// exactly (Markstein's theorem; the residual is exact by FMA) — the same bits as the division, at 3 vector ops
+// instead of one vdivps (~10-16 cycles a 512-bit vector: 0.27 ms of a 512 × 1536 call, more than the int8 GEMM's
+// half, on the AMX Xeon: bench/results/xeon-amx-kernels-20261203.md §8). A quotient that overflows (q = ±inf:
+// static scales only) keeps q, as the division gives ±inf; tiny quotients round to 0 either way.
+inline constexpr float kQuotientMinScale = 1e-37f, kQuotientMaxScale = 1e37f;
+
+// The W8A8 kernels' activation quantization of one row segment: q[c] = clamp(nearbyint(x[c] / s), ±127) (0 for
+// s = 0), at `isa` (AVX-512, AVX2 or the scalar rule) — the same bits on each.
+void quantize_s8(const float* x, int64_t n, float s, int8_t* q, PackedIsa isa);
+
 bool int_a16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa);
 bool int_w8a8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa);
 bool fp8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa);

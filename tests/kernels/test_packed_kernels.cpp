@@ -408,6 +408,37 @@ TEST(PackedKernels, W8a8LongRowOffsetSumWraps) {
   }
 }
 
+// Int8 activation quantization (packed_kernels.h: quantize_s8) on every ISA here gives the scalar rule's bits,
+// clamp(nearbyint(x / s), ±127): the vector paths' division-free quotient (Markstein) over wide exponent ranges,
+// exact halves and their neighbours (where a 1-ulp quotient error would flip the rounding), ±0, ±inf, quotients
+// that overflow, and scales inside and outside the division-free range.
+TEST(PackedKernels, Int8ActivationQuantizationMatchesScalarRule) {
+  std::vector<PackedIsa> isas{PackedIsa::Portable};
+  if (cpu_has_avx2()) isas.push_back(PackedIsa::Avx2);
+  if (packed_best_isa() == PackedIsa::Avx512) isas.push_back(PackedIsa::Avx512);
+  std::mt19937 rng(23);
+  std::uniform_real_distribution<float> expo(-40.0f, 40.0f), unit(-1.0f, 1.0f);
+  for (float s : {1.0f, 0.37f, 3.0e-3f, 0.0123456f, 7.7f, 1.5e-37f, 1e-38f, 5e36f, 1e38f}) {
+    std::vector<float> x;
+    for (int i = 0; i < 20000; ++i) x.push_back((i % 2 ? -1.0f : 1.0f) * std::exp2(expo(rng)));
+    for (int i = 0; i < 20000; ++i) x.push_back(unit(rng) * 127.0f * s);
+    for (int k = -130; k <= 130; ++k) {
+      const float t = (float(k) + 0.5f) * s;
+      x.insert(x.end(), {t, std::nextafter(t, INFINITY), std::nextafter(t, -INFINITY), float(k) * s});
+    }
+    x.insert(x.end(), {0.0f, -0.0f, INFINITY, -INFINITY, 3e38f, -3e38f, 1e-45f});
+    x.resize(x.size() + 5, 0.5f * s);  // a tail of 5 after the whole vectors
+    std::vector<int8_t> want(x.size()), got(x.size());
+    for (size_t i = 0; i < x.size(); ++i) want[i] = int8_t(std::clamp(std::nearbyint(x[i] / s), -127.0f, 127.0f));
+    for (PackedIsa isa : isas) {
+      std::fill(got.begin(), got.end(), int8_t(99));
+      quantize_s8(x.data(), int64_t(x.size()), s, got.data(), isa);
+      for (size_t i = 0; i < x.size(); ++i)
+        ASSERT_EQ(int(got[i]), int(want[i])) << "x " << x[i] << " s " << s << " isa " << int(isa);
+    }
+  }
+}
+
 // FP8 activation fake quantization (packed_linear.h; on AVX2 a vector path) gives the scalar rule's bits:
 // E4M3(x / s) decoded × s, over values from the subnormal range to past 448 (saturating), both signs, and zeros.
 TEST(PackedKernels, Fp8ActivationQuantizationMatchesScalarRule) {
