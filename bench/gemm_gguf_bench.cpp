@@ -71,8 +71,8 @@ PackedWeight make(const Fmt& f, int64_t n_out, int64_t n_in, std::mt19937& rng) 
     for (int64_t i = 0; i < w.data.size(); ++i)
       if ((w.data.data()[i] & 0x7f) == 0x7f) w.data.data()[i] &= 0xfe;  // no NaN codes
     w.scales.assign(size_t(n_out), 0.001f);
-  } else {
-    w.scales.assign(size_t(n_out * w.n_groups()), 0.001f);
+  } else {  // BF16 scales, as checkpoints of BF16 models ship them (a16_bf16_prefill's exact BF16 parts need them)
+    w.scales.assign(size_t(n_out * w.n_groups()), bf16_to_f32(f32_to_bf16(0.001f)));
   }
   if (f.layout != GgufLayout::File) {
     std::vector<uint8_t> row(static_cast<size_t>(w.row_bytes()));

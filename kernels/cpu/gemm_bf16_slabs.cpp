@@ -8,6 +8,8 @@
 // part, so the matmul sums hi·w + lo·w. Every product is exact in F32; only the order of the sums differs from
 // the tiles (a row's last bits differ between the tiles and this path, as BF16 GEMV vs oneDNN do).
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -32,36 +34,103 @@ constexpr int64_t kSlabRows = 256;  // rows of W decoded at a time (256 × 1152 
 TP_BF16 inline __m256i bf16_of(__m512 v) { return (__m256i)_mm512_cvtneps_pbh(v); }
 TP_BF16 inline __m512 f32_of(__m256i b) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)); }
 
-// Int8 row r: n_in values q − zero as BF16 (exact: |q − zero| ≤ 255).
-TP_BF16 void int8_row(const PackedWeight& w, int64_t r, uint16_t* out) {
-  const auto* p = reinterpret_cast<const int8_t*>(w.data.data() + r * w.row_bytes());
+// Row r's codes of columns [c, c + n) (n ≤ 16; lanes ≥ n zero) as int32: Int8 q, Int4 u − 8 (column 2j the
+// low nibble of byte j; c even).
+TP_BF16 inline __m512i codes16(const PackedWeight& w, int64_t r, int64_t c, int64_t n) {
+  const uint8_t* row = w.data.data() + r * w.row_bytes();
+  const __mmask16 k = __mmask16(_bzhi_u32(~0u, unsigned(n)));
+  if (w.format == WeightFormat::Int8)
+    return _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(k, reinterpret_cast<const int8_t*>(row) + c));
+  const __m128i b = _mm_maskz_loadu_epi8(__mmask16(_bzhi_u32(~0u, unsigned((n + 1) / 2))), row + c / 2);
+  const __m128i lo = _mm_and_si128(b, _mm_set1_epi8(15)), hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(15));
+  return _mm512_maskz_sub_epi32(k, _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)), _mm512_set1_epi32(8));
+}
+
+// One scale group a row (per channel, no g_idx): row r's n_in values q − zero as BF16 (exact: |q − zero| ≤ 255).
+TP_BF16 void channel_row(const PackedWeight& w, int64_t r, uint16_t* out, int64_t) {
   const __m512i z = _mm512_set1_epi32(w.zeros.empty() ? 0 : int(w.zeros[size_t(r)]));
   for (int64_t c = 0; c < w.n_in; c += 16) {
-    const __mmask16 k = __mmask16(_bzhi_u32(~0u, unsigned(std::min<int64_t>(16, w.n_in - c))));
-    const __m512i q = _mm512_sub_epi32(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(k, p + c)), z);
-    _mm256_mask_storeu_epi16(out + c, k, bf16_of(_mm512_cvtepi32_ps(q)));
+    const int64_t n = std::min<int64_t>(16, w.n_in - c);
+    const __mmask16 k = __mmask16(_bzhi_u32(~0u, unsigned(n)));
+    _mm256_mask_storeu_epi16(out + c, k, bf16_of(_mm512_cvtepi32_ps(_mm512_sub_epi32(codes16(w, r, c, n), z))));
   }
+}
+
+// Scale groups (group_size columns, or g_idx): row r's n_in values (q − zero) · scale as two BF16 parts, hi at
+// out and lo = the rest at out + stride — exact when the group scale's significant bits + the codes' fit 16
+// (grouped_exact; hi + lo then holds all of them: hi the top 8 after rounding to nearest, lo ≤ 8 more).
+TP_BF16 void grouped_row(const PackedWeight& w, int64_t r, uint16_t* out, int64_t stride) {
+  const int64_t ng = w.n_groups(), gs = w.group_size;
+  const float* srow = w.scales.data() + r * ng;
+  thread_local std::vector<int32_t> zrow;  // the row's zero points as int32 (gathered by group)
+  const bool zeros = !w.zeros.empty();
+  if (zeros) {
+    zrow.resize(size_t(ng));
+    for (int64_t g = 0; g < ng; ++g) zrow[size_t(g)] = w.zeros[size_t(r * ng + g)];
+  }
+  alignas(64) int32_t lane_group[16];
+  for (int64_t c = 0; c < w.n_in; c += 16) {
+    const int64_t n = std::min<int64_t>(16, w.n_in - c);
+    const __mmask16 k = __mmask16(_bzhi_u32(~0u, unsigned(n)));
+    __m512i g;
+    if (!w.g_idx.empty()) {
+      g = _mm512_maskz_loadu_epi32(k, w.g_idx.data() + c);
+    } else if (gs % 16 == 0) {
+      g = _mm512_set1_epi32(int32_t(c / gs));
+    } else {
+      for (int64_t i = 0; i < 16; ++i) lane_group[i] = i < n ? int32_t((c + i) / gs) : 0;
+      g = _mm512_load_si512(lane_group);
+    }
+    __m512i q = codes16(w, r, c, n);
+    if (zeros) q = _mm512_sub_epi32(q, _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), k, g, zrow.data(), 4));
+    const __m512 p = _mm512_mul_ps(_mm512_cvtepi32_ps(q), _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, g, srow, 4));
+    const __m256i hi = bf16_of(p);
+    _mm256_mask_storeu_epi16(out + c, k, hi);
+    _mm256_mask_storeu_epi16(out + stride + c, k, bf16_of(_mm512_sub_ps(p, f32_of(hi))));
+  }
+}
+
+// Significant bits of |v| (normal floats; 0 for 0).
+int significant_bits(float v) {
+  const uint32_t b = std::bit_cast<uint32_t>(v) & 0x7FFFFFu;
+  return v == 0.0f ? 0 : 24 - std::countr_zero(b | 0x800000u);
+}
+
+// Whether every (q − zero) · scale of w is hi + lo exactly (grouped_row): each scale normal (≥ 2^-100, no
+// subnormal lo part) with at most 16 − code bits significant bits (Int4 |q − zero| ≤ 15: 4 bits, so F16 and
+// BF16 scales pass; Int8 ≤ 255: 8 bits, BF16 scales pass, F16 ones do not). F32 scales with long mantissas fail:
+// those weights keep the F32 path.
+bool grouped_exact(const PackedWeight& w) {
+  const int code_bits = w.format == WeightFormat::Int4 ? 4 : 8;
+  for (float s : w.scales)
+    if (!(s == 0.0f || (std::fabs(s) >= 0x1p-100f && std::fabs(s) <= 0x1p100f && significant_bits(s) <= 16 - code_bits)))
+      return false;
+  return true;
 }
 
 }  // namespace
 
-TP_BF16 void split_bf16_parts(const float* x, int64_t m, int64_t n_in, int64_t ps, uint16_t* out, int n_threads) {
+TP_BF16 void split_bf16_parts(const float* x, int64_t m, int64_t n_in, int64_t ps, uint16_t* out, int n_threads,
+                              int reps) {
 #pragma omp parallel for schedule(static) num_threads(n_threads) if (n_threads > 1)
   for (int64_t i = 0; i < m; ++i) {
-    std::memset(out + i * 2 * ps, 0, size_t(2 * ps) * 2);
+    uint16_t* row = out + i * 2 * reps * ps;
+    std::memset(row, 0, size_t(2 * ps) * 2);
     for (int64_t c = 0; c < n_in; c += 16) {
       const __mmask16 k = __mmask16(_bzhi_u32(~0u, unsigned(std::min<int64_t>(16, n_in - c))));
       const __m512 v = _mm512_maskz_loadu_ps(k, x + i * n_in + c);
       const __m256i p0 = bf16_of(v);
-      _mm256_mask_storeu_epi16(out + (i * 2) * ps + c, k, p0);
-      _mm256_mask_storeu_epi16(out + (i * 2 + 1) * ps + c, k, bf16_of(_mm512_sub_ps(v, f32_of(p0))));
+      _mm256_mask_storeu_epi16(row + c, k, p0);
+      _mm256_mask_storeu_epi16(row + ps + c, k, bf16_of(_mm512_sub_ps(v, f32_of(p0))));
     }
+    for (int r = 1; r < reps; ++r) std::memcpy(row + r * 2 * ps, row, size_t(2 * ps) * 2);
   }
 }
 
 void bf16_slab_gemm(const uint16_t* xk, int64_t m, int64_t ps, int np, const PackedWeight& w, Bf16RowDecode decode,
-                    const float* xs, float* y, int n_threads) {
+                    const float* xs, float* y, int n_threads, int w_parts, bool row_scales) {
   const int64_t n_in = w.n_in, n_out = w.n_out, k = np * ps, slab_rows = std::min(kSlabRows, n_out);
+  const int copies = np / w_parts;  // each decoded part side by side this many times
   thread_local std::vector<uint16_t> wb;
   if (int64_t(wb.size()) < slab_rows * k) wb.resize(size_t(slab_rows * k));
   uint16_t* const slab = wb.data();  // (thread_local: the pool's threads must use the caller's buffer)
@@ -70,12 +139,16 @@ void bf16_slab_gemm(const uint16_t* xk, int64_t m, int64_t ps, int np, const Pac
 #pragma omp parallel for schedule(static) num_threads(n_threads) if (n_threads > 1)
     for (int64_t r = 0; r < rows; ++r) {
       uint16_t* out = slab + r * k;
-      decode(w, s0 + r, out);
-      std::fill(out + n_in, out + ps, uint16_t(0));
-      for (int p = 1; p < np; ++p) std::memcpy(out + p * ps, out, size_t(ps) * 2);
+      decode(w, s0 + r, out, copies * ps);
+      for (int q = w_parts - 1; q >= 0; --q) {
+        uint16_t* part = out + q * copies * ps;
+        std::fill(part + n_in, part + ps, uint16_t(0));
+        for (int p = 1; p < copies; ++p) std::memcpy(part + p * ps, part, size_t(ps) * 2);
+      }
     }
     onednn_matmul_bf16(xk, m, k, slab, rows, y + s0, n_out, n_threads);
   }
+  if (!row_scales) return;
 #pragma omp parallel for schedule(static) num_threads(n_threads) if (n_threads > 1)
   for (int64_t i = 0; i < m; ++i)
     for (int64_t r = 0; r < n_out; ++r) {
@@ -84,15 +157,22 @@ void bf16_slab_gemm(const uint16_t* xk, int64_t m, int64_t ps, int np, const Pac
     }
 }
 
-bool a16_int8_bf16_prefill(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
-  if (w.format != WeightFormat::Int8 || w.act != ActQuant::None || !w.g_idx.empty() || w.n_groups() != 1 ||
+bool a16_bf16_prefill(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
+  if ((w.format != WeightFormat::Int8 && w.format != WeightFormat::Int4) || w.act != ActQuant::None ||
       m < kA16Bf16MinM || !cpu_has_avx512bf16() || !onednn_supports(DType::BF16))
     return false;
+  const bool channel = w.g_idx.empty() && w.n_groups() == 1;
+  if (!channel && !grouped_exact(w)) return false;
   const int64_t ps = (w.n_in + 31) / 32 * 32;
+  const int np = channel ? 2 : 4;  // x's (hi, lo) once; grouped: twice, against W's hi and lo parts
   thread_local std::vector<uint16_t> xb;
-  xb.resize(size_t(m * 2 * ps));
-  split_bf16_parts(x, m, w.n_in, ps, xb.data(), n_threads);
-  bf16_slab_gemm(xb.data(), m, ps, 2, w, int8_row, nullptr, y, n_threads);
+  xb.resize(size_t(m * np * ps));
+  split_bf16_parts(x, m, w.n_in, ps, xb.data(), n_threads, np / 2);
+  if (channel) {
+    bf16_slab_gemm(xb.data(), m, ps, np, w, channel_row, nullptr, y, n_threads);
+    return true;
+  }
+  bf16_slab_gemm(xb.data(), m, ps, np, w, grouped_row, nullptr, y, n_threads, 2, false);
   return true;
 }
 

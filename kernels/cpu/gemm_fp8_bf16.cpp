@@ -149,7 +149,7 @@ TP_BF16 void fp8_act_row(const float* x, int64_t n, float s, uint16_t* out) {
 }
 
 // Weight row r's n_in E4M3 codes -> n_in BF16 (exact) at out (bf16_slab_gemm's decoder).
-TP_BF16 void decode_row(const PackedWeight& w, int64_t r, uint16_t* out) {
+TP_BF16 void decode_row(const PackedWeight& w, int64_t r, uint16_t* out, int64_t) {
   const __m512i subtable = fp8_subtable();
   const uint8_t* row = w.data.data() + r * w.row_bytes();
   for (int64_t c = 0; c < w.n_in; c += 32) {

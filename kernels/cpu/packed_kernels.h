@@ -47,22 +47,28 @@ bool int4_bf16_linear(const float* x, int64_t m, const PackedWeight& w, float* y
 inline constexpr int64_t kFp8OnednnMinM = 64;
 bool fp8_bf16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 
-// Prefill through oneDNN's BF16 matmul for weights whose rows decode exactly to BF16 with one scale a row
-// (gemm_bf16_slabs.cpp; AVX512-BF16 and oneDNN's BF16 matmul needed). xk [m, np · ps]: np BF16 parts of each row
-// of x side by side, each zero-padded from n_in to ps (a multiple of 32); decode(w, r, out) writes row r's n_in
-// BF16 values; y [m, n_out] = (Σ over parts xk · Wᵀ) × w's row scale (scales[0] when it has one) × xs[i] (when given).
-using Bf16RowDecode = void (*)(const PackedWeight& w, int64_t r, uint16_t* out);
+// Prefill through oneDNN's BF16 matmul for weights whose rows decode exactly to BF16 parts (gemm_bf16_slabs.cpp;
+// AVX512-BF16 and oneDNN's BF16 matmul needed). xk [m, np · ps]: np BF16 parts of each row of x side by side,
+// each zero-padded from n_in to ps (a multiple of 32); decode(w, r, out, stride) writes row r's w_parts parts of
+// n_in BF16 values, part p at out + p · stride; each is repeated np / w_parts times side by side (x's parts must
+// pair with them: W [hi, hi, lo, lo] against x [hi, lo, hi, lo]). y [m, n_out] = Σ over parts xk · Wᵀ, then with
+// row_scales × w's row scale (scales[0] when it has one) × xs[i] (when given).
+using Bf16RowDecode = void (*)(const PackedWeight& w, int64_t r, uint16_t* out, int64_t stride);
 void bf16_slab_gemm(const uint16_t* xk, int64_t m, int64_t ps, int np, const PackedWeight& w, Bf16RowDecode decode,
-                    const float* xs, float* y, int n_threads);
-// F32 x [m, n_in] -> two BF16 parts a row, hi = bf16(x), lo = bf16(x − hi) (part p at out + (2i + p) · ps), zero-padded;
-// rows over n_threads.
-void split_bf16_parts(const float* x, int64_t m, int64_t n_in, int64_t ps, uint16_t* out, int n_threads);
-// W8A16 per channel (Int8, one scale group a row, zero points or not, no g_idx) for m ≥ kA16Bf16MinM: x's two
-// BF16 parts against the codes − zero (exact in BF16) in bf16_slab_gemm — on a Xeon with AMX (2026-12-03) the
-// F32-sgemm prefill below ran W8A16 at 54-75 GMAC/s, 0.18-0.20x the BF16 model's. Returns false (nothing written)
-// for weights or m it does not take.
+                    const float* xs, float* y, int n_threads, int w_parts = 1, bool row_scales = true);
+// F32 x [m, n_in] -> two BF16 parts a row, hi = bf16(x), lo = bf16(x − hi), zero-padded to ps, the pair written
+// reps times (row i at out + 2 · reps · ps · i: hi, lo, hi, lo, …); rows over n_threads.
+void split_bf16_parts(const float* x, int64_t m, int64_t n_in, int64_t ps, uint16_t* out, int n_threads, int reps = 1);
+// W8A16 / W4A16 (Int8 / Int4, zero points or not) for m ≥ kA16Bf16MinM through bf16_slab_gemm. Per channel: x's
+// two BF16 parts against the codes − zero (exact in BF16), the row scale after. Scale groups (group_size or
+// g_idx): the weight (q − zero) · scale itself as two BF16 parts hi + lo, exact while the scale's significant bits
+// + the codes' (Int4 4, Int8 8) are ≤ 16 — BF16 and F16 scales for Int4, BF16 ones for Int8 (what checkpoints
+// ship) — against x's two parts twice: 4 products a weight, every one exact in F32, so only the order of the sums
+// differs from the tiles. Other scales, weights or m: false (nothing written; the F32 paths below run). On a Xeon
+// with AMX (2026-12-03) the F32-sgemm prefill ran W8A16 at 54-75 GMAC/s and W4A16 g64 at ~51, 0.18-0.23x the BF16
+// model's.
 inline constexpr int64_t kA16Bf16MinM = 64;
-bool a16_int8_bf16_prefill(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
+bool a16_bf16_prefill(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 
 // x / s without a division for scales in [kQuotientMinScale, kQuotientMaxScale] (1 / s then normal and
 // correctly rounded): q = RN(x · RN(1/s)) is within 1 ulp of x / s, so RN(q + RN(x − q·s) · RN(1/s)) is RN(x / s)

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "common/dtype.h"
 #include "common/fp_formats.h"
 #include "common/packed_weight.h"
 #include "kernels/cpu/gemv.h"
@@ -273,6 +274,61 @@ std::vector<Case> a16_prefill_cases() {
 
 INSTANTIATE_TEST_SUITE_P(A16, PackedKernelsPrefill, ::testing::ValuesIn(a16_prefill_cases()),
                          [](const auto& info) { return info.param.name; });
+
+// Grouped Int4 / Int8 prefill on oneDNN's BF16 matmul (packed_kernels.h: a16_bf16_prefill): with scales as
+// checkpoints ship them (BF16; F16 for Int4) the weight (q − zero) · scale is two exact BF16 parts, so the path
+// runs (asserted) and meets the suite's bound at m = 64 and 256, with groups of 32 / 64 / 128 and 48 (not a
+// multiple of 16), zero points, g_idx (act-order) and odd widths. Scales with long F32 mantissas, or F16 ones
+// on Int8, are refused (the F32 paths run).
+TEST(PackedKernels, A16GroupedBf16PrefillMatchesReference) {
+  if (packed_best_isa() != PackedIsa::Avx512 || !cpu_has_avx512bf16()) GTEST_SKIP() << "no AVX512-BF16 here";
+  using F = WeightFormat;
+  const auto bf16 = [](float v) { return bf16_to_f32(f32_to_bf16(v)); };
+  const auto f16 = [](float v) { return f16_to_f32(f32_to_f16(v)); };
+  struct G {
+    Case c;
+    bool f16_scales;
+  };
+  const std::vector<G> cs = {
+      {{"int4_g64_576", F::Int4, 70, 576, 64}, false},
+      {{"int4_g128_zeros_f16", F::Int4, 33, 384, 128, 0, true}, true},
+      {{"int4_g32_zeros_gidx", F::Int4, 19, 224, 32, 0, true, true}, false},
+      {{"int4_g48_odd", F::Int4, 23, 240, 48}, true},
+      {{"int8_g128_zeros", F::Int8, 21, 384, 128, 0, true}, false},
+      {{"int8_g64_gidx_odd", F::Int8, 17, 203, 64, 0, false, true}, false},
+  };
+  for (const G& g : cs) {
+    PackedWeight w = make(g.c, 29);
+    for (float& s : w.scales) s = g.f16_scales ? f16(s) : bf16(s);
+    for (int64_t m : {kA16Bf16MinM, kA16Avx512GemmMinM}) {
+      std::mt19937 rng{uint32_t(m)};
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      std::vector<float> x(size_t(m * g.c.n_in));
+      for (float& v : x) v = nd(rng);
+      std::vector<float> ref(size_t(m * g.c.n_out));
+      packed_linear_reference(x.data(), m, w, ref.data(), 2);
+      for (int threads : {1, 2}) {
+        std::vector<float> y(ref.size(), -1e30f);
+        ASSERT_TRUE(a16_bf16_prefill(x.data(), m, w, y.data(), threads)) << g.c.name;
+        double num = 0, den = 0;
+        for (size_t i = 0; i < y.size(); ++i) {
+          num += (double(y[i]) - ref[i]) * (double(y[i]) - ref[i]);
+          den += double(ref[i]) * ref[i];
+        }
+        EXPECT_LE(num / std::max(den, 1e-30), kMaxNmse) << g.c.name << " m " << m << " threads " << threads;
+      }
+    }
+  }
+  // Refused: F32 scales with long mantissas; F16 scales on Int8 (8 + 11 bits > 16).
+  PackedWeight w4 = make({"int4_g64", F::Int4, 8, 128, 64}, 3);
+  w4.scales[3] = 0.0123456789f;
+  PackedWeight w8 = make({"int8_g64", F::Int8, 8, 128, 64}, 3);
+  for (float& s : w8.scales) s = f16(s);
+  w8.scales[0] = f16(0.0123456789f);
+  std::vector<float> x(size_t(64 * 128), 0.5f), y(size_t(64 * 8));
+  EXPECT_FALSE(a16_bf16_prefill(x.data(), 64, w4, y.data(), 1));
+  EXPECT_FALSE(a16_bf16_prefill(x.data(), 64, w8, y.data(), 1));
+}
 
 // W8A8 / W4A8: a row of x in a batch gives the bits it gives alone, for every m (the small-m tiles of 1..4 rows
 // of x, their remainders, and the oneDNN GEMM from kW8a8OnednnMinM on), every ISA and 1 or 2 threads: every
