@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/fp_formats.h"
 #include "common/gguf_layout.h"
 #include "common/packed_weight.h"
 #include "kernels/cpu/gemm_gguf_bf16.h"
@@ -71,6 +72,10 @@ PackedWeight make(const Fmt& f, int64_t n_out, int64_t n_in, std::mt19937& rng) 
     for (int64_t i = 0; i < w.data.size(); ++i)
       if ((w.data.data()[i] & 0x7f) == 0x7f) w.data.data()[i] &= 0xfe;  // no NaN codes
     w.scales.assign(size_t(n_out), 0.001f);
+  } else if (f.format == WeightFormat::Mxfp4 || f.format == WeightFormat::Nvfp4) {  // 2^-7 / E4M3 0.5 block scales
+    const bool mx = f.format == WeightFormat::Mxfp4;
+    w.scale_bytes.assign(size_t(n_out * n_in / (mx ? 32 : 16)), mx ? uint8_t(120) : f32_to_fp8_e4m3(0.5f));
+    w.global_scale = mx ? 1.0f : 0.01f;
   } else {  // BF16 scales, as checkpoints of BF16 models ship them (a16_bf16_prefill's exact BF16 parts need them)
     w.scales.assign(size_t(n_out * w.n_groups()), bf16_to_f32(f32_to_bf16(0.001f)));
   }
@@ -158,6 +163,8 @@ int main(int argc, char** argv) {
       {"w8a8_int8", F::Int8, 0, ActQuant::Int8Dynamic},
       {"fp8_weight", F::Fp8E4M3},
       {"fp8_dynamic", F::Fp8E4M3, 0, ActQuant::Fp8Dynamic},
+      {"mxfp4", F::Mxfp4},
+      {"nvfp4", F::Nvfp4},
   };
   // NAME+suffix variants asked for (see the top).
   for (std::string rest = only; rest.size() > 1;) {

@@ -18,6 +18,7 @@
 #include <immintrin.h>
 #include <omp.h>
 
+#include "common/fp_formats.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/onednn_matmul.h"
 #include "kernels/cpu/packed_kernels.h"
@@ -108,6 +109,37 @@ bool grouped_exact(const PackedWeight& w) {
   return true;
 }
 
+// MXFP4 / NVFP4 row r: n_in values e2m1 · block scale (2^(e − 127), or the E4M3 scale) as BF16 — exact: E2M1 has
+// ≤ 2 significant bits, E4M3 ≤ 4, a power of two none (fp4_exact keeps the products normal). NVFP4's global scale
+// is applied after the matmul. n_in is a multiple of the block (16 or 32 columns), so 16 columns share one scale.
+TP_BF16 void fp4_row(const PackedWeight& w, int64_t r, uint16_t* out, int64_t) {
+  const bool mx = w.format == WeightFormat::Mxfp4;
+  const int64_t blk = mx ? 32 : 16, nb = w.n_in / blk;
+  const uint8_t* row = w.data.data() + r * w.row_bytes();
+  const uint8_t* sb = w.scale_bytes.data() + r * nb;
+  alignas(64) float table[16];
+  for (int i = 0; i < 16; ++i) table[i] = e2m1_to_f32(uint8_t(i));
+  const __m512 values = _mm512_load_ps(table);
+  for (int64_t c = 0; c + 16 <= w.n_in; c += 16) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + c / 2));
+    const __m128i lo = _mm_and_si128(b, _mm_set1_epi8(15)), hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(15));
+    const __m512 e2m1 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)), values);
+    const uint8_t s = sb[c / blk];
+    const float scale = mx ? e8m0_to_f32(s) : fp8_e4m3_to_f32(s);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c), bf16_of(_mm512_mul_ps(e2m1, _mm512_set1_ps(scale))));
+  }
+}
+
+// Whether fp4_row is exact for w: E8M0 exponents in [2, 254] (products ≥ 2^-126: no subnormal that the matmul
+// would flush; 255 is NaN), E4M3 scales not NaN.
+bool fp4_exact(const PackedWeight& w) {
+  const bool mx = w.format == WeightFormat::Mxfp4;
+  if (w.n_in % (mx ? 32 : 16) != 0) return false;
+  for (uint8_t s : w.scale_bytes)
+    if (mx ? (s < 2 || s > 254) : (s & 0x7F) == 0x7F) return false;
+  return true;
+}
+
 }  // namespace
 
 TP_BF16 void split_bf16_parts(const float* x, int64_t m, int64_t n_in, int64_t ps, uint16_t* out, int n_threads,
@@ -173,6 +205,24 @@ bool a16_bf16_prefill(const float* x, int64_t m, const PackedWeight& w, float* y
     return true;
   }
   bf16_slab_gemm(xb.data(), m, ps, np, w, grouped_row, nullptr, y, n_threads, 2, false);
+  return true;
+}
+
+bool fp4_bf16_prefill(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
+  if ((w.format != WeightFormat::Mxfp4 && w.format != WeightFormat::Nvfp4) || w.act != ActQuant::None ||
+      m < kA16Bf16MinM || !cpu_has_avx512bf16() || !onednn_supports(DType::BF16) || !fp4_exact(w))
+    return false;
+  const int64_t ps = (w.n_in + 31) / 32 * 32;
+  thread_local std::vector<uint16_t> xb;
+  xb.resize(size_t(m * 2 * ps));
+  split_bf16_parts(x, m, w.n_in, ps, xb.data(), n_threads);
+  bf16_slab_gemm(xb.data(), m, ps, 2, w, fp4_row, nullptr, y, n_threads, 1, false);
+  const float g = w.format == WeightFormat::Nvfp4 ? w.global_scale : 1.0f;
+  if (g != 1.0f) {
+    const int64_t n = m * w.n_out;
+#pragma omp parallel for schedule(static) num_threads(n_threads) if (n_threads > 1)
+    for (int64_t i = 0; i < n; ++i) y[i] *= g;
+  }
   return true;
 }
 

@@ -69,6 +69,10 @@ void split_bf16_parts(const float* x, int64_t m, int64_t n_in, int64_t ps, uint1
 // model's.
 inline constexpr int64_t kA16Bf16MinM = 64;
 bool a16_bf16_prefill(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
+// MXFP4 / NVFP4 for m ≥ kA16Bf16MinM through bf16_slab_gemm: e2m1 · block scale is exact in BF16 (≤ 6 significant
+// bits), x's two parts against it, NVFP4's global scale after — 2 exact products a weight, as W8A16 per channel.
+// Scale bytes that would give subnormal or NaN products: false (nothing written; the A16 tiles run).
+bool fp4_bf16_prefill(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 
 // x / s without a division for scales in [kQuotientMinScale, kQuotientMaxScale] (1 / s then normal and
 // correctly rounded): q = RN(x · RN(1/s)) is within 1 ulp of x / s, so RN(q + RN(x − q·s) · RN(1/s)) is RN(x / s)

@@ -330,6 +330,40 @@ TEST(PackedKernels, A16GroupedBf16PrefillMatchesReference) {
   EXPECT_FALSE(a16_bf16_prefill(x.data(), 64, w8, y.data(), 1));
 }
 
+// MXFP4 / NVFP4 prefill on oneDNN's BF16 matmul (packed_kernels.h: fp4_bf16_prefill): e2m1 · block scale exact
+// in BF16, NVFP4's global scale after; the path runs (asserted) within the suite's bound at m = 64 and 256, and
+// refuses scale bytes whose products would be subnormal (E8M0 < 2) or NaN.
+TEST(PackedKernels, Fp4Bf16PrefillMatchesReference) {
+  if (packed_best_isa() != PackedIsa::Avx512 || !cpu_has_avx512bf16()) GTEST_SKIP() << "no AVX512-BF16 here";
+  using F = WeightFormat;
+  for (const Case& c : {Case{"mxfp4", F::Mxfp4, 35, 256}, Case{"nvfp4", F::Nvfp4, 37, 208}}) {
+    PackedWeight w = make(c, 31);
+    if (c.format == F::Nvfp4) w.global_scale = 0.37f;
+    for (int64_t m : {kA16Bf16MinM, kA16Avx512GemmMinM}) {
+      std::mt19937 rng{uint32_t(m)};
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      std::vector<float> x(size_t(m * c.n_in));
+      for (float& v : x) v = nd(rng);
+      std::vector<float> ref(size_t(m * c.n_out));
+      packed_linear_reference(x.data(), m, w, ref.data(), 2);
+      for (int threads : {1, 2}) {
+        std::vector<float> y(ref.size(), -1e30f);
+        ASSERT_TRUE(fp4_bf16_prefill(x.data(), m, w, y.data(), threads)) << c.name;
+        double num = 0, den = 0;
+        for (size_t i = 0; i < y.size(); ++i) {
+          num += (double(y[i]) - ref[i]) * (double(y[i]) - ref[i]);
+          den += double(ref[i]) * ref[i];
+        }
+        EXPECT_LE(num / std::max(den, 1e-30), kMaxNmse) << c.name << " m " << m << " threads " << threads;
+      }
+    }
+    PackedWeight bad = copy_packed_weight(w);
+    bad.scale_bytes[5] = c.format == F::Mxfp4 ? 1 : 0x7F;
+    std::vector<float> x(size_t(64 * c.n_in), 0.5f), y(size_t(64 * c.n_out));
+    EXPECT_FALSE(fp4_bf16_prefill(x.data(), 64, bad, y.data(), 1)) << c.name;
+  }
+}
+
 // W8A8 / W4A8: a row of x in a batch gives the bits it gives alone, for every m (the small-m tiles of 1..4 rows
 // of x, their remainders, and the oneDNN GEMM from kW8a8OnednnMinM on), every ISA and 1 or 2 threads: every
 // path sums each segment exactly in int32 and applies the scales in one order.
