@@ -27,7 +27,9 @@ namespace {
 #define TP_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
 
 constexpr int kRw = 4;                    // weight rows a block
-constexpr int64_t kPrefetchBytes = 4096;  // how far ahead of the block being read W is prefetched
+// How far ahead of the block being read W is prefetched: 4096 (Zen 4); 2048 on Intel (the AMX Xeon of
+// bench/results/xeon-amx-kernels-20261203.md §11: CT-W8A16 tg64 +4%).
+const int64_t kPrefetchBytes = cpu_is_intel() ? 2048 : 4096;
 
 // Rows [r, r + RW) against one row of x: y[r + j] for j < RW.
 template <int RW, bool kZeros>

@@ -124,7 +124,8 @@ using Dot4Fn = int32_t (*)(const uint8_t*, const int8_t*, int64_t);
 // integer as the other paths, so y has the same bits for every m and every tile. The row is read in memory order
 // with a software prefetch kPrefetchBytes ahead (one 64-byte line a line read): as for the BF16 GEMV
 // (kernels/cpu/gemv.cpp), the hardware prefetcher alone leaves DRAM bandwidth unused on Zen 4.
-constexpr int64_t kPrefetchBytes = 16384;
+// Intel (the AMX Xeon of bench/results/xeon-amx-kernels-20261203.md §11): 2048 — CT-W8A8 tg64 +6-10% over 16384.
+const int64_t kPrefetchBytes = cpu_is_intel() ? 2048 : 16384;
 
 template <int MT>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,bmi2"), always_inline)) inline void row_s8_vnni(
