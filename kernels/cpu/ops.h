@@ -18,6 +18,9 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const i
 
 // out[n, dim] = silu(gate) * up, where gate_up is [n, 2*dim] = [gate | up] per row.
 void silu_mul(const float* gate_up, int64_t n, int64_t dim, float* out);
+// silu_mul on one code path (silu.cpp; tests: each path where this CPU has it, else false and nothing written).
+enum class SiluPath { Portable, Avx2, Avx512 };
+bool silu_mul_path(const float* gate_up, int64_t n, int64_t dim, float* out, SiluPath path);
 
 // out[n, hidden] = rows ids[n] of table [vocab, hidden] (type F32/F16/BF16/Q8_0/Q4_0/Q4_1), as F32.
 // row_stride = bytes between rows of table.

@@ -61,13 +61,25 @@ void row_portable(const float* g, const float* u, int64_t dim, float* o) {
   for (int64_t i = 0; i < dim; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
 }
 
+using RowFn = void (*)(const float*, const float*, int64_t, float*);
+
+void rows(RowFn row, const float* gate_up, int64_t n, int64_t dim, float* out) {
+#pragma omp parallel for schedule(static) num_threads(num_threads()) if (n * dim >= kParallelMinFloats)
+  for (int64_t r = 0; r < n; ++r) row(gate_up + r * 2 * dim, gate_up + r * 2 * dim + dim, dim, out + r * dim);
+}
+
 }  // namespace
 
 void silu_mul(const float* gate_up, int64_t n, int64_t dim, float* out) {
-  using RowFn = void (*)(const float*, const float*, int64_t, float*);
   static const RowFn row = detail::cpu_has_avx512f() ? row_avx512 : detail::cpu_has_avx2() ? row_avx2 : row_portable;
-#pragma omp parallel for schedule(static) num_threads(num_threads()) if (n * dim >= kParallelMinFloats)
-  for (int64_t r = 0; r < n; ++r) row(gate_up + r * 2 * dim, gate_up + r * 2 * dim + dim, dim, out + r * dim);
+  rows(row, gate_up, n, dim, out);
+}
+
+bool silu_mul_path(const float* gate_up, int64_t n, int64_t dim, float* out, SiluPath path) {
+  if ((path == SiluPath::Avx512 && !detail::cpu_has_avx512f()) || (path == SiluPath::Avx2 && !detail::cpu_has_avx2()))
+    return false;
+  rows(path == SiluPath::Avx512 ? row_avx512 : path == SiluPath::Avx2 ? row_avx2 : row_portable, gate_up, n, dim, out);
+  return true;
 }
 
 }  // namespace tp::cpu

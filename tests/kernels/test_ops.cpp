@@ -135,19 +135,31 @@ TEST(Rope, ManyTokensParallelMatchesOneByOne) {
 }
 
 // ---------------------------------------------------------------------------------------------- silu_mul
-// Tolerance 1e-6 relative: expf vs exp and two F32 roundings.
+// Every code path this CPU has (silu.cpp: AVX-512, AVX2 + FMA, the scalar loop), and the dispatched one.
+std::vector<SiluPath> silu_paths() {
+  std::vector<SiluPath> v;
+  float probe_in[2] = {1.0f, 1.0f}, probe_out[1];
+  for (SiluPath p : {SiluPath::Portable, SiluPath::Avx2, SiluPath::Avx512})
+    if (silu_mul_path(probe_in, 1, 1, probe_out, p)) v.push_back(p);
+  return v;
+}
+
+// Tolerance 1e-6 relative: expf vs exp (or the vector exp, ~1 ulp) and two F32 roundings.
 TEST(SiluMul, MatchesReference) {
-  for (auto [n, dim] : {std::pair<int64_t, int64_t>{1, 1536}, {5, 13}, {40, 1536}}) {
-    const auto gu = random_floats(size_t(n * 2 * dim), 12, -8.0f, 8.0f);
-    std::vector<float> out(size_t(n * dim));
-    silu_mul(gu.data(), n, dim, out.data());
-    for (int64_t r = 0; r < n; ++r)
-      for (int64_t i = 0; i < dim; ++i) {
-        const double g = gu[size_t(r * 2 * dim + i)], u = gu[size_t(r * 2 * dim + dim + i)];
-        const double want = g / (1.0 + std::exp(-g)) * u;
-        ASSERT_NEAR(out[size_t(r * dim + i)], want, 1e-6 * std::fabs(want) + 1e-30) << r << "," << i;
-      }
-  }
+  for (SiluPath p : silu_paths())
+    for (auto [n, dim] : {std::pair<int64_t, int64_t>{1, 1536}, {5, 13}, {40, 1536}}) {
+      const auto gu = random_floats(size_t(n * 2 * dim), 12, -8.0f, 8.0f);
+      std::vector<float> out(size_t(n * dim)), dispatched(out.size());
+      ASSERT_TRUE(silu_mul_path(gu.data(), n, dim, out.data(), p));
+      silu_mul(gu.data(), n, dim, dispatched.data());
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t i = 0; i < dim; ++i) {
+          const double g = gu[size_t(r * 2 * dim + i)], u = gu[size_t(r * 2 * dim + dim + i)];
+          const double want = g / (1.0 + std::exp(-g)) * u;
+          ASSERT_NEAR(out[size_t(r * dim + i)], want, 1e-6 * std::fabs(want) + 1e-30) << int(p) << " " << r << "," << i;
+          ASSERT_NEAR(dispatched[size_t(r * dim + i)], want, 1e-6 * std::fabs(want) + 1e-30) << r << "," << i;
+        }
+    }
 }
 
 // Saturating inputs: e^-g overflows F32 for g < -88 (silu → -0 from below), and -|g| below exp's -87 clamp.
@@ -156,35 +168,39 @@ TEST(SiluMul, LargeInputsStayFinite) {
   const int64_t dim = int64_t(g.size());
   std::vector<float> gu(g);
   gu.insert(gu.end(), g.size(), 2.0f);
-  std::vector<float> out(g.size());
-  silu_mul(gu.data(), 1, dim, out.data());
-  for (int64_t i = 0; i < dim; ++i) {
-    const double x = g[size_t(i)];
-    const double want = x / (1.0 + std::exp(-x)) * 2.0;
-    ASSERT_TRUE(std::isfinite(out[size_t(i)])) << g[size_t(i)];
-    ASSERT_NEAR(out[size_t(i)], want, 1e-6 * std::fabs(want) + 1e-30) << g[size_t(i)];
+  for (SiluPath p : silu_paths()) {
+    std::vector<float> out(g.size());
+    ASSERT_TRUE(silu_mul_path(gu.data(), 1, dim, out.data(), p));
+    for (int64_t i = 0; i < dim; ++i) {
+      const double x = g[size_t(i)];
+      const double want = x / (1.0 + std::exp(-x)) * 2.0;
+      ASSERT_TRUE(std::isfinite(out[size_t(i)])) << int(p) << " " << g[size_t(i)];
+      ASSERT_NEAR(out[size_t(i)], want, 1e-6 * std::fabs(want) + 1e-30) << int(p) << " " << g[size_t(i)];
+    }
   }
 }
 
 // An element's bits do not depend on where it sits: a row's tail (masked or padded) against the same values in
-// the middle of a longer row, and a row of a batch against that row alone.
+// the middle of a longer row, and a row of a batch against that row alone — on every path.
 TEST(SiluMul, ElementBitsIndependentOfPositionAndBatch) {
   const int64_t dim = 37, wide = 64, n = 3;
   const auto gu = random_floats(size_t(n * 2 * dim), 21, -12.0f, 12.0f);
-  std::vector<float> out(size_t(n * dim));
-  silu_mul(gu.data(), n, dim, out.data());
-  for (int64_t r = 0; r < n; ++r) {
-    std::vector<float> one(static_cast<size_t>(dim));
-    silu_mul(gu.data() + r * 2 * dim, 1, dim, one.data());
-    for (int64_t i = 0; i < dim; ++i) ASSERT_EQ(one[size_t(i)], out[size_t(r * dim + i)]) << r << "," << i;
-    // The row's elements at offset 5 of a 64-wide row: a whole vector for every one of them.
-    std::vector<float> w(static_cast<size_t>(2 * wide), 1.0f), wo(static_cast<size_t>(wide));
-    for (int64_t i = 0; i < dim; ++i) {
-      w[size_t(5 + i)] = gu[size_t(r * 2 * dim + i)];
-      w[size_t(wide + 5 + i)] = gu[size_t(r * 2 * dim + dim + i)];
+  for (SiluPath p : silu_paths()) {
+    std::vector<float> out(size_t(n * dim));
+    ASSERT_TRUE(silu_mul_path(gu.data(), n, dim, out.data(), p));
+    for (int64_t r = 0; r < n; ++r) {
+      std::vector<float> one(static_cast<size_t>(dim));
+      silu_mul_path(gu.data() + r * 2 * dim, 1, dim, one.data(), p);
+      for (int64_t i = 0; i < dim; ++i) ASSERT_EQ(one[size_t(i)], out[size_t(r * dim + i)]) << int(p) << " " << r << "," << i;
+      // The row's elements at offset 5 of a 64-wide row: a whole vector for every one of them.
+      std::vector<float> w(static_cast<size_t>(2 * wide), 1.0f), wo(static_cast<size_t>(wide));
+      for (int64_t i = 0; i < dim; ++i) {
+        w[size_t(5 + i)] = gu[size_t(r * 2 * dim + i)];
+        w[size_t(wide + 5 + i)] = gu[size_t(r * 2 * dim + dim + i)];
+      }
+      silu_mul_path(w.data(), 1, wide, wo.data(), p);
+      for (int64_t i = 0; i < dim; ++i) ASSERT_EQ(wo[size_t(5 + i)], out[size_t(r * dim + i)]) << int(p) << " " << r << "," << i;
     }
-    silu_mul(w.data(), 1, wide, wo.data());
-    for (int64_t i = 0; i < dim; ++i) ASSERT_EQ(wo[size_t(5 + i)], out[size_t(r * dim + i)]) << r << "," << i;
   }
 }
 
