@@ -161,6 +161,15 @@ double nmse_of(const std::vector<float>& y, const std::vector<float>& ref) {
   return num / std::max(den, 1e-30);
 }
 
+// m rows of n values from N(0, 1), seeded by m (the prefill tests' x).
+std::vector<float> normal_rows(int64_t m, int64_t n) {
+  std::mt19937 rng{uint32_t(m)};
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(size_t(m * n));
+  for (float& v : x) v = nd(rng);
+  return x;
+}
+
 class PackedKernels : public ::testing::TestWithParam<Case> {};
 
 TEST_P(PackedKernels, MatchReferenceOnEveryIsa) {
@@ -223,12 +232,7 @@ TEST_P(PackedKernelsPrefill, OnednnInt8GemmMatchesReference) {
       for (int threads : {1, 2}) {
         std::vector<float> y(ref.size(), -1e30f);
         EXPECT_TRUE(packed_linear_isa(x.data(), m, w, y.data(), threads, isa));
-        double num = 0, den = 0;
-        for (size_t i = 0; i < y.size(); ++i) {
-          num += (double(y[i]) - ref[i]) * (double(y[i]) - ref[i]);
-          den += double(ref[i]) * ref[i];
-        }
-        const double nmse = num / std::max(den, 1e-30);
+        const double nmse = nmse_of(y, ref);
         worst = std::max(worst, nmse);
         EXPECT_LE(nmse, kMaxNmse) << c.name << " m " << m << " isa " << int(isa) << " threads " << threads;
       }
@@ -301,21 +305,13 @@ TEST(PackedKernels, A16GroupedBf16PrefillMatchesReference) {
     PackedWeight w = make(g.c, 29);
     for (float& s : w.scales) s = g.f16_scales ? f16(s) : bf16(s);
     for (int64_t m : {kA16Bf16MinM, kA16Avx512GemmMinM}) {
-      std::mt19937 rng{uint32_t(m)};
-      std::normal_distribution<float> nd(0.0f, 1.0f);
-      std::vector<float> x(size_t(m * g.c.n_in));
-      for (float& v : x) v = nd(rng);
+      const std::vector<float> x = normal_rows(m, g.c.n_in);
       std::vector<float> ref(size_t(m * g.c.n_out));
       packed_linear_reference(x.data(), m, w, ref.data(), 2);
       for (int threads : {1, 2}) {
         std::vector<float> y(ref.size(), -1e30f);
         ASSERT_TRUE(a16_bf16_prefill(x.data(), m, w, y.data(), threads)) << g.c.name;
-        double num = 0, den = 0;
-        for (size_t i = 0; i < y.size(); ++i) {
-          num += (double(y[i]) - ref[i]) * (double(y[i]) - ref[i]);
-          den += double(ref[i]) * ref[i];
-        }
-        EXPECT_LE(num / std::max(den, 1e-30), kMaxNmse) << g.c.name << " m " << m << " threads " << threads;
+        EXPECT_LE(nmse_of(y, ref), kMaxNmse) << g.c.name << " m " << m << " threads " << threads;
       }
     }
   }
@@ -340,21 +336,13 @@ TEST(PackedKernels, Fp4Bf16PrefillMatchesReference) {
     PackedWeight w = make(c, 31);
     if (c.format == F::Nvfp4) w.global_scale = 0.37f;
     for (int64_t m : {kA16Bf16MinM, kA16Avx512GemmMinM}) {
-      std::mt19937 rng{uint32_t(m)};
-      std::normal_distribution<float> nd(0.0f, 1.0f);
-      std::vector<float> x(size_t(m * c.n_in));
-      for (float& v : x) v = nd(rng);
+      const std::vector<float> x = normal_rows(m, c.n_in);
       std::vector<float> ref(size_t(m * c.n_out));
       packed_linear_reference(x.data(), m, w, ref.data(), 2);
       for (int threads : {1, 2}) {
         std::vector<float> y(ref.size(), -1e30f);
         ASSERT_TRUE(fp4_bf16_prefill(x.data(), m, w, y.data(), threads)) << c.name;
-        double num = 0, den = 0;
-        for (size_t i = 0; i < y.size(); ++i) {
-          num += (double(y[i]) - ref[i]) * (double(y[i]) - ref[i]);
-          den += double(ref[i]) * ref[i];
-        }
-        EXPECT_LE(num / std::max(den, 1e-30), kMaxNmse) << c.name << " m " << m << " threads " << threads;
+        EXPECT_LE(nmse_of(y, ref), kMaxNmse) << c.name << " m " << m << " threads " << threads;
       }
     }
     PackedWeight bad = copy_packed_weight(w);
