@@ -1,13 +1,16 @@
-// Prefill of packed weights whose rows decode exactly to BF16 with one scale a row (packed_kernels.h:
-// bf16_slab_gemm): FP8 E4M3 with tensor / channel scales (gemm_fp8_bf16.cpp) and Int8 per channel (codes − zero,
-// |·| ≤ 255: 8 significant bits, exact in BF16; a16_int8_bf16_prefill below). W is decoded a slab of kSlabRows
-// rows at a time into a per-thread BF16 scratch and multiplied by every row of x with oneDNN's BF16 matmul (AMX
-// tiles where the CPU has them), F32 accumulation; then y × the row's scale (× x's row scale). x comes as BF16
-// parts side by side: one part where x is already exact in BF16 (E4M3 activations), two for F32 x (x ≈ hi + lo,
-// 16 significant bits: the BF16 tiles' rule), each part zero-padded to ps columns; W's row is repeated once a
-// part, so the matmul sums hi·w + lo·w. Every product is exact in F32; only the order of the sums differs from
+// Prefill of packed weights whose rows decode exactly to BF16 parts (packed_kernels.h: bf16_slab_gemm): FP8 E4M3
+// with tensor / channel scales (gemm_fp8_bf16.cpp); Int8 / Int4 per channel (codes − zero, ≤ 8 significant bits,
+// the row scale after) and with scale groups ((q − zero) · scale as hi + lo, exact for BF16 / F16 checkpoint
+// scales) — a16_bf16_prefill below; MXFP4 / NVFP4 (e2m1 · block scale, ≤ 6 bits, the global scale after) —
+// fp4_bf16_prefill below. W is decoded a slab of kSlabRows rows at a time into a per-thread BF16 scratch and
+// multiplied by every row of x with oneDNN's BF16 matmul (AMX tiles where the CPU has them), F32 accumulation;
+// then, where the decode left them out, y × the row's scale (× x's row scale). x comes as BF16 parts side by side:
+// one part where x is already exact in BF16 (E4M3 activations), two for F32 x (x ≈ hi + lo, 16 significant bits:
+// the BF16 tiles' rule), each part zero-padded to ps columns; each weight part is repeated so that the matmul sums
+// every x part against every weight part. Every product is exact in F32; only the order of the sums differs from
 // the tiles (a row's last bits differ between the tiles and this path, as BF16 GEMV vs oneDNN do).
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -35,16 +38,21 @@ constexpr int64_t kSlabRows = 256;  // rows of W decoded at a time (256 × 1152 
 TP_BF16 inline __m256i bf16_of(__m512 v) { return (__m256i)_mm512_cvtneps_pbh(v); }
 TP_BF16 inline __m512 f32_of(__m256i b) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)); }
 
-// Row r's codes of columns [c, c + n) (n ≤ 16; lanes ≥ n zero) as int32: Int8 q, Int4 u − 8 (column 2j the
-// low nibble of byte j; c even).
+// The 4-bit values of `bytes` (≤ 8) bytes at p as 16 int32 lanes in column order (byte j: the low nibble is
+// column 2j, the high one 2j + 1); lanes past 2 · bytes are 0.
+TP_BF16 inline __m512i nibbles16(const uint8_t* p, unsigned bytes) {
+  const __m128i b = _mm_maskz_loadu_epi8(__mmask16(_bzhi_u32(~0u, bytes)), p);
+  const __m128i lo = _mm_and_si128(b, _mm_set1_epi8(15)), hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(15));
+  return _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));
+}
+
+// Row r's codes of columns [c, c + n) (n ≤ 16; lanes ≥ n zero) as int32: Int8 q, Int4 u − 8 (c even).
 TP_BF16 inline __m512i codes16(const PackedWeight& w, int64_t r, int64_t c, int64_t n) {
   const uint8_t* row = w.data.data() + r * w.row_bytes();
   const __mmask16 k = __mmask16(_bzhi_u32(~0u, unsigned(n)));
   if (w.format == WeightFormat::Int8)
     return _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(k, reinterpret_cast<const int8_t*>(row) + c));
-  const __m128i b = _mm_maskz_loadu_epi8(__mmask16(_bzhi_u32(~0u, unsigned((n + 1) / 2))), row + c / 2);
-  const __m128i lo = _mm_and_si128(b, _mm_set1_epi8(15)), hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(15));
-  return _mm512_maskz_sub_epi32(k, _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)), _mm512_set1_epi32(8));
+  return _mm512_maskz_sub_epi32(k, nibbles16(row + c / 2, unsigned((n + 1) / 2)), _mm512_set1_epi32(8));
 }
 
 // One scale group a row (per channel, no g_idx): row r's n_in values q − zero as BF16 (exact: |q − zero| ≤ 255).
@@ -117,13 +125,14 @@ TP_BF16 void fp4_row(const PackedWeight& w, int64_t r, uint16_t* out, int64_t) {
   const int64_t blk = mx ? 32 : 16, nb = w.n_in / blk;
   const uint8_t* row = w.data.data() + r * w.row_bytes();
   const uint8_t* sb = w.scale_bytes.data() + r * nb;
-  alignas(64) float table[16];
-  for (int i = 0; i < 16; ++i) table[i] = e2m1_to_f32(uint8_t(i));
-  const __m512 values = _mm512_load_ps(table);
+  static const std::array<float, 16> table = [] {  // E2M1 code -> value
+    std::array<float, 16> t{};
+    for (int i = 0; i < 16; ++i) t[size_t(i)] = e2m1_to_f32(uint8_t(i));
+    return t;
+  }();
+  const __m512 values = _mm512_loadu_ps(table.data());
   for (int64_t c = 0; c + 16 <= w.n_in; c += 16) {
-    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + c / 2));
-    const __m128i lo = _mm_and_si128(b, _mm_set1_epi8(15)), hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(15));
-    const __m512 e2m1 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)), values);
+    const __m512 e2m1 = _mm512_permutexvar_ps(nibbles16(row + c / 2, 8), values);
     const uint8_t s = sb[c / blk];
     const float scale = mx ? e8m0_to_f32(s) : fp8_e4m3_to_f32(s);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c), bf16_of(_mm512_mul_ps(e2m1, _mm512_set1_ps(scale))));
