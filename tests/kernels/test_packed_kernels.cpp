@@ -146,10 +146,12 @@ std::vector<Case> cases() {
   return v;
 }
 
-// Whether packed_linear_isa runs the W4A16 AVX512-BF16 kernel (gemm_int4_bf16.cpp) for this case at isa.
+// Whether packed_linear_isa runs the W4A16 AVX512-BF16 kernel (gemm_int4_bf16.cpp) for this case at isa: what the
+// VNNI kernel (gemm_int4_vnni.cpp: n_in and groups multiples of 64) does not take.
 bool bf16_a16(const Case& c, PackedIsa isa) {
+  const bool vnni = cpu_has_avx512vnni() && c.n_in % 64 == 0 && c.group % 64 == 0;
   return isa == PackedIsa::Avx512 && cpu_has_avx512bf16() && c.format == WeightFormat::Int4 &&
-         c.act == ActQuant::None && !c.g_idx && (c.group == 0 || c.group % 32 == 0);
+         c.act == ActQuant::None && !c.g_idx && (c.group == 0 || c.group % 32 == 0) && !vnni;
 }
 
 double nmse_of(const std::vector<float>& y, const std::vector<float>& ref) {
@@ -469,6 +471,69 @@ TEST(PackedKernels, A16Avx512DecodeMatchesReferenceAndRowsAlone) {
     }
     std::vector<float> y(size_t(kA16Avx512MaxM * c.n_out));
     EXPECT_FALSE(a16_avx512_decode(x.data(), kA16Avx512MaxM, w, y.data(), 1)) << "m past the decode kernel's";
+  }
+}
+
+// W4A16 on VNNI (gemm_int4_vnni.cpp: x as three int8 levels): the kernel takes Int4 with groups of 64 / 128 or
+// per channel (n_in a multiple of 64), with and without zero points, and declines groups of 32, g_idx and n_in not
+// a multiple of 64; the suite's bound against the reference, also for a row whose largest value is 10⁴ × the rest
+// (the levels' error is relative to max|x|) and rows at both ends of the exponent range; a zero row gives 0, a row
+// with a NaN or an infinity gives NaN and leaves the other rows alone; a row of x in a batch (m 2..37) gives the
+// bits it gives alone, at 1 and 2 threads.
+TEST(PackedKernels, Int4VnniMatchesReferenceAndRowsAlone) {
+  if (packed_best_isa() != PackedIsa::Avx512 || !cpu_has_avx512vnni()) GTEST_SKIP() << "no AVX-512 VNNI here";
+  using F = WeightFormat;
+  const std::vector<Case> cs = {
+      {"int4_g64_576", F::Int4, 70, 576, 64},           {"int4_g128_zeros", F::Int4, 37, 384, 128, 0, true},
+      {"int4_channel_1536", F::Int4, 21, 1536},         {"int4_channel_zeros_320", F::Int4, 9, 320, 0, 0, true},
+      {"int4_g64_zeros_odd_rows", F::Int4, 5, 128, 64, 0, true},
+  };
+  for (const Case& c : cs) {
+    const PackedWeight w = make(c, 31);
+    const int64_t m_max = 37;
+    std::vector<float> x = normal_rows(m_max, c.n_in);
+    x[size_t(3 * c.n_in + 7)] = 1e4f;                                        // row 3: one outlier
+    for (int64_t k = 0; k < c.n_in; ++k) x[size_t(5 * c.n_in + k)] *= 1e-30f;  // row 5: tiny (subnormal products)
+    for (int64_t k = 0; k < c.n_in; ++k) x[size_t(6 * c.n_in + k)] *= 1e30f;   // row 6: huge
+    std::vector<float> ref(size_t(m_max * c.n_out));
+    packed_linear_reference(x.data(), m_max, w, ref.data(), 1);
+    for (int threads : {1, 2}) {
+      std::vector<float> alone(ref.size(), -1e30f);
+      for (int64_t i = 0; i < m_max; ++i)
+        ASSERT_TRUE(int4_vnni_linear(x.data() + i * c.n_in, 1, w, alone.data() + i * c.n_out, threads)) << c.name;
+      for (int64_t i = 0; i < m_max; ++i) {  // each row on its own: the outlier / tiny / huge rows have their own scale
+        const std::vector<float> yi(alone.begin() + i * c.n_out, alone.begin() + (i + 1) * c.n_out);
+        const std::vector<float> ri(ref.begin() + i * c.n_out, ref.begin() + (i + 1) * c.n_out);
+        EXPECT_LE(nmse_of(yi, ri), kMaxNmse) << c.name << " row " << i << " threads " << threads;
+      }
+      for (int64_t m : {2, 3, 4, 5, 8, 9, 16, 31, 37}) {
+        std::vector<float> y(size_t(m * c.n_out), -1e30f);
+        ASSERT_TRUE(int4_vnni_linear(x.data(), m, w, y.data(), threads));
+        for (int64_t k = 0; k < m * c.n_out; ++k)
+          ASSERT_EQ(y[size_t(k)], alone[size_t(k)]) << c.name << " m " << m << " row " << k / c.n_out;
+      }
+    }
+    // Zero, NaN and infinity rows between ordinary ones.
+    std::vector<float> z(size_t(4 * c.n_in));
+    std::copy(x.begin(), x.begin() + 4 * c.n_in, z.begin());
+    std::fill(z.begin() + c.n_in, z.begin() + 2 * c.n_in, 0.0f);
+    z[size_t(2 * c.n_in + 1)] = std::numeric_limits<float>::quiet_NaN();
+    z[size_t(3 * c.n_in + c.n_in - 1)] = -std::numeric_limits<float>::infinity();
+    std::vector<float> y(size_t(4 * c.n_out), -1e30f), row0(size_t(c.n_out));
+    ASSERT_TRUE(int4_vnni_linear(z.data(), 4, w, y.data(), 1));
+    ASSERT_TRUE(int4_vnni_linear(z.data(), 1, w, row0.data(), 1));
+    for (int64_t r = 0; r < c.n_out; ++r) {
+      EXPECT_EQ(y[size_t(r)], row0[size_t(r)]) << c.name;
+      EXPECT_EQ(y[size_t(c.n_out + r)], 0.0f) << c.name;
+      EXPECT_TRUE(std::isnan(y[size_t(2 * c.n_out + r)])) << c.name;
+      EXPECT_TRUE(std::isnan(y[size_t(3 * c.n_out + r)])) << c.name;
+    }
+  }
+  for (const Case& c : {Case{"int4_g32", F::Int4, 8, 256, 32}, Case{"int4_g64_gidx", F::Int4, 8, 256, 64, 0, false, true},
+                        Case{"int4_channel_odd", F::Int4, 8, 203}, Case{"int4_channel_96", F::Int4, 8, 96}}) {
+    const PackedWeight w = make(c, 5);
+    std::vector<float> x = normal_rows(1, c.n_in), y(size_t(c.n_out));
+    EXPECT_FALSE(int4_vnni_linear(x.data(), 1, w, y.data(), 1)) << c.name;
   }
 }
 
