@@ -74,10 +74,10 @@ bool int_a16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, 
   if ((w.format != WeightFormat::Int8 && w.format != WeightFormat::Int4) || w.act != ActQuant::None) return false;
   // AVX-512: from m ≥ kA16Bf16MinM through oneDNN's BF16 matmul where the weight decodes exactly
   // (a16_bf16_prefill); other prefill (m ≥ kA16Avx512GemmMinM) as on AVX2, W to F32 once and oneDNN's sgemm; else
-  // Int4 on VNNI (x as int8 levels), else on AVX512-BF16.
+  // Int8 / Int4 on VNNI (x as int8 levels), else Int4 on AVX512-BF16.
   if (isa == PackedIsa::Avx512 && (a16_bf16_prefill(x, m, w, y, n_threads) ||
                                    (m >= kA16Avx512GemmMinM && a16_avx2_gemm(x, m, w, y, n_threads)) ||
-                                   int4_vnni_linear(x, m, w, y, n_threads) || int4_bf16_linear(x, m, w, y, n_threads)))
+                                   a16_vnni_linear(x, m, w, y, n_threads) || int4_bf16_linear(x, m, w, y, n_threads)))
     return true;
   return a16(x, m, w, y, n_threads, isa);
 }

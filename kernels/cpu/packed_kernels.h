@@ -3,8 +3,9 @@
 //   gemm_int_a16.cpp   Int8 / Int4 weights (groups, zero points, g_idx), F32 activations: weights
 //                      dequantized in registers ((q - zero) as F32, FMA with x, × scale once a group);
 //                      AVX2 decode / prefill of Int8, Int4 and FP8: gemm_a16_avx2.cpp;
-//                      Int4 on AVX-512 VNNI: gemm_int4_vnni.cpp (x as 3 int8 levels, vpdpbusd); on AVX512-BF16 (what
-//                      that does not take): gemm_int4_bf16.cpp (nibbles to BF16 by vpermw, x as 2 BF16 parts)
+//                      Int8 / Int4 on AVX-512 VNNI: gemm_a16_vnni.cpp (x as 3 int8 levels, vpdpbusd); Int4 on
+//                      AVX512-BF16 (what that does not take): gemm_int4_bf16.cpp (nibbles to BF16 by vpermw, x as 2
+//                      BF16 parts)
 //   gemm_int_w8a8.cpp  Int8 / Int4 weights with int8 activations (W8A8, W4A8): x quantized per token / per
 //                      group / with the static scale, int8 × int8 dot products in int32 (AVX2 maddubs with the
 //                      sign trick, AVX-512 VNNI vpdpbusd), × weight scale × activation scale once a group;
@@ -38,12 +39,13 @@ bool cpu_has_avx512vnni();
 // Returns false (nothing written) for weights it does not take or without AVX512-BF16.
 bool int4_bf16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 
-// W4A16 on AVX-512 VNNI (gemm_int4_vnni.cpp): Int4 weights without g_idx, n_in and groups multiples of 64 columns,
-// against x as three int8 levels a row (x = s · (q1 + q2 · 2⁻⁷ + q3 · 2⁻¹⁴) within max|x| · 2⁻²¹, s a power of two),
-// vpdpbusd sums exact in int32, × the group scale in F32; int_a16_linear's AVX-512 path below kA16Bf16MinM where the
-// CPU has VNNI, ahead of int4_bf16_linear (vdpbf16ps issues once every 2 cycles on the AMX Xeon, vpdpbusd twice a
-// cycle: W4A16 decode ran compute-bound there). Returns false (nothing written) for weights it does not take.
-bool int4_vnni_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
+// W8A16 / W4A16 on AVX-512 VNNI (gemm_a16_vnni.cpp): Int8 / Int4 weights without g_idx, n_in and groups multiples
+// of 64 columns, against x as three int8 levels a row (x = s · (q1 + q2 · 2⁻⁷ + q3 · 2⁻¹⁴) within max|x| · 2⁻²¹, s a
+// power of two), vpdpbusd sums exact in int32, × the group scale in F32; int_a16_linear's AVX-512 path below
+// kA16Bf16MinM where the CPU has VNNI, ahead of int4_bf16_linear and a16_avx512_decode (vdpbf16ps issues once every
+// 2 cycles on the AMX Xeon, vpdpbusd twice a cycle: W4A16 decode ran compute-bound there). Returns false (nothing
+// written) for weights it does not take.
+bool a16_vnni_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 
 // FP8 E4M3 weights on AVX-512 BF16 (gemm_fp8_bf16.cpp): per-tensor / per-channel scales, F32 activations (as two
 // BF16 parts) or FP8 ones per token / static (E4M3(x / s), exact in BF16); fp8_linear's AVX-512 path where the

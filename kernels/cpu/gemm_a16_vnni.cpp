@@ -1,0 +1,249 @@
+// W8A16 / W4A16 decode on AVX-512 VNNI (packed_kernels.h: a16_vnni_linear): Int8 and Int4 weights (groups a
+// multiple of 64 columns or per channel, n_in a multiple of 64, symmetric or with zero points, no g_idx) against x
+// held as three int8 levels.
+//
+// Why: vdpbf16ps, which gemm_int4_bf16.cpp's W4A16 kernel is built on, issues one every 2 cycles on the AMX Xeon
+// (family 6 model 167) while vpdpbusd issues 2 a cycle (a dependent-free loop of each, 2026-12-03): that kernel
+// spent ~12 cycles a 64-column chunk and ran W4A16 decode at 8.4 GB/s from cache, below one core's DRAM read; the
+// F32 W8A16 decode (gemm_a16_avx512.cpp) needs 6 vector ops a 32 bytes.
+//
+// x, one row at a time: s = 2^k, the power of two with max|x| / s in (63.5, 127] (so x / s is exact), then
+// q1 = round(x / s), q2 = round((x / s − q1) · 2⁷), q3 = round(((x / s − q1) · 2⁷ − q2) · 2⁷) — every step exact,
+// |q1| ≤ 127, |q2|, |q3| ≤ 64 — and x = s · 2⁻¹⁴ · (q1 · 2¹⁴ + q2 · 2⁷ + q3) + e with |e| ≤ s · 2⁻¹⁵ ≤ max|x| · 2⁻²¹
+// (F32-like against the row's largest value; two BF16 parts: 2⁻¹⁷ of each value). A row with max|x| below 2⁻¹⁰⁰
+// counts as zero (y = 0); a row with a NaN or infinity gets y = NaN.
+// A 64-column chunk of a weight row becomes 64 u8 codes u in column order, the value being u − o − z (o the
+// format's offset): Int4 (32 bytes, column 2j in byte j's low nibble, 2j + 1 in its high one) by vpmovzxbw, then
+// (v | v << 4) & 0x0f0f, o = 8; Int8 (64 bytes) by flipping the sign bit, o = 128. vpdpbusd against q1, the int32
+// lanes × 2⁷, + the codes · q2, × 2⁷, + the codes · q3 gives each lane Σ over its 4 columns of u · X
+// (X = q1 · 2¹⁴ + q2 · 2⁷ + q3; |lane| ≤ 4 · 255 · (127 · 2¹⁴ + 64 · 2⁷ + 64) < 2³¹); − (o + z) · ΣX (ΣX: a lane's 4
+// columns of X, made once a row of x) leaves Σ (u − o − z) · X exactly (int32, wrapping in between where it must);
+// that to F32 × the chunk's group scale into the row's total (two running totals, chunks in turn), y = the total's
+// lane sum × s · 2⁻¹⁴.
+// Every row of x gets the same operations whatever m: a row of a batch has the bits of that row alone. Weight rows
+// kRw a pass share each chunk's x loads; with m > 1 the pass runs once a row of x (the weight rows then from L1).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#include <omp.h>
+
+#include "kernels/cpu/gemv.h"
+#include "kernels/cpu/packed_kernels.h"
+
+namespace tp::cpu::detail {
+
+namespace {
+
+#define TP_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+
+constexpr int kRw = 4;  // weight rows a pass
+// How far ahead of the pass W is software-prefetched (as gemm_a16_avx512.cpp: 2048 on Intel, 4096 on AMD).
+const int64_t kPrefetchBytes = cpu_is_intel() ? 2048 : 4096;
+
+// One row of x as levels: q[3][n_in] int8 (q1, q2, q3), sx[n_in / 4] int32 (ΣX over each 4 columns) and y's factor
+// s · 2⁻¹⁴ (0: a zero row; NaN: a row with a NaN or infinity).
+struct XLevels {
+  const int8_t* q[3];
+  const int32_t* sx;
+  float scale;
+  int32_t sl[3][16];  // per lane, Σ over the row's chunks of the lane's 4 columns of q1, q2, q3 (the channel path)
+};
+
+// x row (n_in a multiple of 64) -> its levels into q (3 · n_in), sx (n_in / 4) and sl; returns s · 2⁻¹⁴ (0 for a
+// zero row, NaN for a row with a NaN or infinity; the levels are then all 0).
+TP_VNNI float x_levels(const float* x, int64_t n_in, int8_t* q, int32_t* sx, int32_t (&sl)[3][16]) {
+  __m512 mx = _mm512_setzero_ps();
+  for (int64_t c = 0; c < n_in; c += 16) mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_loadu_ps(x + c)));
+  const float amax = _mm512_reduce_max_ps(mx);  // NaN lanes: max_ps keeps the second operand, so check below
+  bool finite = std::isfinite(amax);
+  for (int64_t c = 0; finite && c < n_in; c += 16)
+    finite = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + c), _mm512_loadu_ps(x + c), _CMP_ORD_Q) == 0xffff;
+  if (!finite || amax < 0x1p-100f) {
+    std::memset(q, 0, size_t(3 * n_in));
+    std::memset(sx, 0, size_t(n_in / 4) * 4);
+    std::memset(sl, 0, sizeof(sl));
+    return finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+  }
+  int k = std::ilogb(amax) - 6;  // amax / 2^k in [64, 128)
+  if (std::ldexp(amax, -k) > 127.0f) ++k;
+  const __m512 inv = _mm512_set1_ps(std::ldexp(1.0f, -k)), f7 = _mm512_set1_ps(128.0f);
+  int8_t* q1 = q;
+  int8_t* q2 = q + n_in;
+  int8_t* q3 = q + 2 * n_in;
+  const __m512i ones = _mm512_set1_epi8(1);
+  __m512i s1 = _mm512_setzero_si512(), s2 = s1, s3 = s1;
+  for (int64_t c = 0; c < n_in; c += 64) {
+    for (int64_t h = c; h < c + 64; h += 16) {
+      const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + h), inv);
+      const __m512 r1 = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      const __m512 v2 = _mm512_mul_ps(_mm512_sub_ps(v, r1), f7);
+      const __m512 r2 = _mm512_roundscale_ps(v2, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      const __m512 r3 = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_sub_ps(v2, r2), f7),
+                                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q1 + h), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(r1)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q2 + h), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(r2)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q3 + h), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(r3)));
+    }
+    // ΣX of each 4 columns: the chunk loop's combination with codes all 1; and the levels' lane sums.
+    const __m512i l1 = _mm512_loadu_si512(q1 + c), l2 = _mm512_loadu_si512(q2 + c), l3 = _mm512_loadu_si512(q3 + c);
+    __m512i a = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, l1);
+    a = _mm512_dpbusd_epi32(_mm512_slli_epi32(a, 7), ones, l2);
+    a = _mm512_dpbusd_epi32(_mm512_slli_epi32(a, 7), ones, l3);
+    _mm512_storeu_si512(sx + c / 4, a);
+    s1 = _mm512_dpbusd_epi32(s1, ones, l1);
+    s2 = _mm512_dpbusd_epi32(s2, ones, l2);
+    s3 = _mm512_dpbusd_epi32(s3, ones, l3);
+  }
+  _mm512_storeu_si512(sl[0], s1);
+  _mm512_storeu_si512(sl[1], s2);
+  _mm512_storeu_si512(sl[2], s3);
+  return std::ldexp(1.0f, k - 14);
+}
+
+// The 64 u8 codes of columns [c, c + 64) of a row, in column order.
+template <bool kInt8>
+TP_VNNI __attribute__((always_inline)) inline __m512i codes(const uint8_t* row, int64_t c) {
+  if constexpr (kInt8) {
+    return _mm512_xor_si512(_mm512_loadu_si512(row + c), _mm512_set1_epi8(char(0x80)));  // q + 128
+  } else {
+    const __m512i wd = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + c / 2)));
+    return _mm512_ternarylogic_epi32(wd, _mm512_slli_epi16(wd, 4), _mm512_set1_epi16(0x0f0f), 0xa8);  // (a | b) & c
+  }
+}
+
+// Chunk c (64 columns) of rows [row0, row0 + RW · rb) against one row of x's levels: Σ u · X by lanes, − (o + z) · ΣX,
+// to F32 × the group's scale, into t[j][TT].
+template <bool kInt8, int RW, bool kZeros, int TT>
+TP_VNNI __attribute__((always_inline)) inline void chunk(const uint8_t* row0, int64_t rb, int64_t c, int64_t g, int64_t ng,
+                                                         const float* sc, const int8_t* zp, const XLevels& xl,
+                                                         const char*& pf, bool prefetch, __m512 (&t)[RW][2]) {
+  constexpr int kOffset = kInt8 ? 128 : 8, kBytes = kInt8 ? 64 : 32;  // the codes' offset o; bytes a chunk
+  if (prefetch) {
+    for (int64_t b = 0; b < RW * kBytes; b += 64) _mm_prefetch(pf + b, _MM_HINT_T0);
+    pf += RW * kBytes;
+  }
+  const __m512i x1 = _mm512_loadu_si512(xl.q[0] + c), x2 = _mm512_loadu_si512(xl.q[1] + c);
+  const __m512i x3 = _mm512_loadu_si512(xl.q[2] + c), sx = _mm512_loadu_si512(xl.sx + c / 4);
+  const __m512i corr = _mm512_slli_epi32(sx, kInt8 ? 7 : 3);  // o · ΣX
+#pragma GCC unroll 4
+  for (int j = 0; j < RW; ++j) {
+    const __m512i u = codes<kInt8>(row0 + j * rb, c);
+    __m512i a = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, x1);
+    a = _mm512_dpbusd_epi32(_mm512_slli_epi32(a, 7), u, x2);
+    a = _mm512_dpbusd_epi32(_mm512_slli_epi32(a, 7), u, x3);
+    if constexpr (kZeros) a = _mm512_sub_epi32(a, _mm512_mullo_epi32(sx, _mm512_set1_epi32(kOffset + zp[j * ng + g])));
+    else a = _mm512_sub_epi32(a, corr);
+    t[j][TT] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_set1_ps(sc[j * ng + g]), t[j][TT]);
+  }
+}
+
+// Rows [r, r + RW) against one row of x's levels: y[j] for j < RW (chunks into t[j][0] and t[j][1] in turn).
+template <bool kInt8, int RW, bool kZeros>
+TP_VNNI void rows(const PackedWeight& w, int64_t ng, int64_t gs, int64_t r, const XLevels& xl, float* y,
+                       bool prefetch) {
+  const int64_t n_in = w.n_in, rb = w.row_bytes();
+  const uint8_t* row0 = w.data.data() + r * rb;
+  const char* pf = reinterpret_cast<const char*>(row0) + RW * rb + kPrefetchBytes;
+  const float* sc = w.scales.data() + r * ng;
+  const int8_t* zp = kZeros ? w.zeros.data() + r * ng : nullptr;
+  __m512 t[RW][2];
+  for (int j = 0; j < RW; ++j) t[j][0] = t[j][1] = _mm512_setzero_ps();
+  // Chunk k's group is k / (gs / 64), counted along (no division a chunk).
+  const int64_t per_group = gs / 64;
+  int64_t c = 0, g = 0, left = per_group;
+  const auto next = [&] {
+    if (--left == 0) ++g, left = per_group;
+  };
+  for (; c + 128 <= n_in; c += 128) {
+    chunk<kInt8, RW, kZeros, 0>(row0, rb, c, g, ng, sc, zp, xl, pf, prefetch, t);
+    next();
+    chunk<kInt8, RW, kZeros, 1>(row0, rb, c + 64, g, ng, sc, zp, xl, pf, prefetch, t);
+    next();
+  }
+  if (c < n_in) chunk<kInt8, RW, kZeros, 0>(row0, rb, c, g, ng, sc, zp, xl, pf, prefetch, t);
+  for (int j = 0; j < RW; ++j) y[j] = _mm512_reduce_add_ps(_mm512_add_ps(t[j][0], t[j][1])) * xl.scale;
+}
+
+// Per channel (one scale a row): row r against one row of x's levels, the three levels' sums kept apart over the
+// whole row (|lane| ≤ 4 · 255 · 127 a chunk: no int32 overflow below ~10⁶ columns) — 3 vpdpbusd a chunk and no
+// shift, conversion or scale a chunk. At the row's end, per lane Bk = Ak − (o + z) · (lane sum of qk) (exact),
+// F = (B1 · 2⁷ + B2) · 2⁷ + B3 in F32 (in that order), y = Σ lanes × scale × s · 2⁻¹⁴.
+template <bool kInt8, bool kZeros>
+TP_VNNI void row_channel(const PackedWeight& w, int64_t r, const XLevels& xl, float* y, bool prefetch) {
+  constexpr int kOffset = kInt8 ? 128 : 8, kBytes = kInt8 ? 64 : 32;
+  const int64_t n_in = w.n_in, rb = w.row_bytes();
+  const uint8_t* row = w.data.data() + r * rb;
+  const char* pf = reinterpret_cast<const char*>(row) + kPrefetchBytes;
+  __m512i a1 = _mm512_setzero_si512(), a2 = a1, a3 = a1;
+  for (int64_t c = 0; c < n_in; c += 64, pf += kBytes) {
+    if (prefetch && (kInt8 || c % 128 == 0)) _mm_prefetch(pf, _MM_HINT_T0);
+    const __m512i u = codes<kInt8>(row, c);
+    a1 = _mm512_dpbusd_epi32(a1, u, _mm512_loadu_si512(xl.q[0] + c));
+    a2 = _mm512_dpbusd_epi32(a2, u, _mm512_loadu_si512(xl.q[1] + c));
+    a3 = _mm512_dpbusd_epi32(a3, u, _mm512_loadu_si512(xl.q[2] + c));
+  }
+  const __m512i o = _mm512_set1_epi32(kOffset + (kZeros ? int32_t(w.zeros[size_t(r)]) : 0));
+  const __m512 b1 = _mm512_cvtepi32_ps(_mm512_sub_epi32(a1, _mm512_mullo_epi32(o, _mm512_loadu_si512(xl.sl[0]))));
+  const __m512 b2 = _mm512_cvtepi32_ps(_mm512_sub_epi32(a2, _mm512_mullo_epi32(o, _mm512_loadu_si512(xl.sl[1]))));
+  const __m512 b3 = _mm512_cvtepi32_ps(_mm512_sub_epi32(a3, _mm512_mullo_epi32(o, _mm512_loadu_si512(xl.sl[2]))));
+  const __m512 f7 = _mm512_set1_ps(128.0f);
+  const __m512 f = _mm512_fmadd_ps(_mm512_fmadd_ps(b1, f7, b2), f7, b3);
+  *y = _mm512_reduce_add_ps(f) * w.scales[size_t(r)] * xl.scale;
+}
+
+template <bool kInt8, bool kZeros>
+void run(const PackedWeight& w, const std::vector<XLevels>& xs, float* y, int n_threads) {
+  const int64_t ng = w.n_groups(), gs = ng > 1 ? w.group_size : w.n_in, m = int64_t(xs.size());
+  const bool parallel = n_threads > 1 && worth_parallel(w.n_out * w.row_bytes() * m);
+#pragma omp parallel num_threads(n_threads) if (parallel)
+  {
+    const auto [r0, r1] = thread_rows(w.n_out, kRw, omp_get_thread_num(), omp_get_num_threads());
+    {  // the first kPrefetchBytes of the range, which the running prefetch (that far ahead) does not cover
+      const char* p = reinterpret_cast<const char*>(w.data.data() + r0 * w.row_bytes());
+      const int64_t n = std::min(kPrefetchBytes, (r1 - r0) * w.row_bytes());
+      for (int64_t b = 0; b < n; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
+    }
+    int64_t r = r0;
+    if (ng == 1) {  // per channel: one row at a time, in memory order
+      for (; r < r1; ++r)
+        for (int64_t i = 0; i < m; ++i) row_channel<kInt8, kZeros>(w, r, xs[size_t(i)], y + i * w.n_out + r, i == 0);
+    }
+    for (; r + kRw <= r1; r += kRw)
+      for (int64_t i = 0; i < m; ++i) rows<kInt8, kRw, kZeros>(w, ng, gs, r, xs[size_t(i)], y + i * w.n_out + r, i == 0);
+    for (; r < r1; ++r)
+      for (int64_t i = 0; i < m; ++i) rows<kInt8, 1, kZeros>(w, ng, gs, r, xs[size_t(i)], y + i * w.n_out + r, false);
+  }
+}
+
+}  // namespace
+
+bool a16_vnni_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
+  if ((w.format != WeightFormat::Int4 && w.format != WeightFormat::Int8) || w.act != ActQuant::None || !w.g_idx.empty() || w.n_in % 64 != 0 ||
+      (w.n_groups() > 1 && w.group_size % 64 != 0) || !cpu_has_avx512vnni())
+    return false;
+  const int64_t n_in = w.n_in;
+  thread_local std::vector<int8_t> q;
+  thread_local std::vector<int32_t> sx;
+  q.resize(size_t(m * 3 * n_in));
+  sx.resize(size_t(m * n_in / 4));
+  std::vector<XLevels> xs(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) {
+    int8_t* qi = q.data() + i * 3 * n_in;
+    int32_t* si = sx.data() + i * n_in / 4;
+    XLevels& l = xs[size_t(i)];
+    l.scale = x_levels(x + i * n_in, n_in, qi, si, l.sl);
+    l.q[0] = qi, l.q[1] = qi + n_in, l.q[2] = qi + 2 * n_in, l.sx = si;
+  }
+  const bool int8 = w.format == WeightFormat::Int8, zeros = !w.zeros.empty();
+  if (int8) zeros ? run<true, true>(w, xs, y, n_threads) : run<true, false>(w, xs, y, n_threads);
+  else zeros ? run<false, true>(w, xs, y, n_threads) : run<false, false>(w, xs, y, n_threads);
+  return true;
+}
+
+}  // namespace tp::cpu::detail
