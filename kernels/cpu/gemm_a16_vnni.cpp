@@ -1,6 +1,6 @@
-// W8A16 / W4A16 decode on AVX-512 VNNI (packed_kernels.h: a16_vnni_linear): Int8 and Int4 weights (groups a
-// multiple of 64 columns or per channel, n_in a multiple of 64, symmetric or with zero points, no g_idx) against x
-// held as three int8 levels.
+// A16 decode on AVX-512 VNNI (packed_kernels.h: a16_vnni_linear): Int8 and Int4 weights (groups a multiple of 64
+// columns or per channel, symmetric or with zero points, no g_idx) and MXFP4 / NVFP4 ones, n_in a multiple of 64,
+// against x held as three int8 levels.
 //
 // Why: vdpbf16ps, which gemm_int4_bf16.cpp's W4A16 kernel is built on, issues one every 2 cycles on the AMX Xeon
 // (family 6 model 167) while vpdpbusd issues 2 a cycle (a dependent-free loop of each, 2026-12-03): that kernel
@@ -19,7 +19,11 @@
 // (X = q1 · 2¹⁴ + q2 · 2⁷ + q3; |lane| ≤ 4 · 255 · (127 · 2¹⁴ + 64 · 2⁷ + 64) < 2³¹); − (o + z) · ΣX (ΣX: a lane's 4
 // columns of X, made once a row of x) leaves Σ (u − o − z) · X exactly (int32, wrapping in between where it must);
 // that to F32 × the chunk's group scale into the row's total (two running totals, chunks in turn), y = the total's
-// lane sum × s · 2⁻¹⁴.
+// lane sum × s · 2⁻¹⁴. Int8 / Int4 per channel (one scale a row): a row at a time in memory order, each level's
+// sum kept apart over the whole row and combined at its end (row_channel) — 3 vpdpbusd a chunk and nothing else.
+// MXFP4 / NVFP4: u = 2 · e2m1 + 12 (vpshufb from the nibble, 0 .. 24), o = 12, and each lane's 4 columns lie in one
+// block, so the chunk's ints to F32 × a vector of the lanes' block scales (the row's scale bytes converted to F32 once
+// a pass: E8M0 exactly, E4M3 × 2⁻⁸ exactly by F16), y's factor × ½ (× 2⁸ × the NVFP4 global scale).
 // Every row of x gets the same operations whatever m: a row of a batch has the bits of that row alone. Weight rows
 // kRw a pass share each chunk's x loads; with m > 1 the pass runs once a row of x (the weight rows then from L1).
 #include <algorithm>
@@ -40,7 +44,15 @@ namespace tp::cpu::detail {
 
 namespace {
 
-#define TP_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+#define TP_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,bmi2,f16c")))
+
+// What a weight byte holds: Int8 codes, two Int4 codes, two E2M1 (MXFP4 / NVFP4) values.
+enum class Codes { Int8, Int4, Fp4 };
+// The offset o of the u8 codes (value = u − o − z; FP4: 2 · e2m1 = u − 12) and the weight bytes of a 64-column chunk.
+template <Codes C>
+constexpr int kOffset = C == Codes::Int8 ? 128 : C == Codes::Int4 ? 8 : 12;
+template <Codes C>
+constexpr int kChunkBytes = C == Codes::Int8 ? 64 : 32;
 
 constexpr int kRw = 4;  // weight rows a pass
 // How far ahead of the pass W is software-prefetched (as gemm_a16_avx512.cpp: 2048 on Intel, 4096 on AMD).
@@ -107,51 +119,99 @@ TP_VNNI float x_levels(const float* x, int64_t n_in, int8_t* q, int32_t* sx, int
 }
 
 // The 64 u8 codes of columns [c, c + 64) of a row, in column order.
-template <bool kInt8>
+template <Codes C>
 TP_VNNI __attribute__((always_inline)) inline __m512i codes(const uint8_t* row, int64_t c) {
-  if constexpr (kInt8) {
+  if constexpr (C == Codes::Int8) {
     return _mm512_xor_si512(_mm512_loadu_si512(row + c), _mm512_set1_epi8(char(0x80)));  // q + 128
   } else {
     const __m512i wd = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + c / 2)));
-    return _mm512_ternarylogic_epi32(wd, _mm512_slli_epi16(wd, 4), _mm512_set1_epi16(0x0f0f), 0xa8);  // (a | b) & c
+    const __m512i u = _mm512_ternarylogic_epi32(wd, _mm512_slli_epi16(wd, 4), _mm512_set1_epi16(0x0f0f), 0xa8);  // (a | b) & c
+    if constexpr (C == Codes::Int4) return u;
+    // E2M1 code -> 2 · value + 12 (0 .. 24): 0, ±1, ±2, ±3, ±4, ±6, ±8, ±12 (code 8 is −0).
+    const __m512i table = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    return _mm512_shuffle_epi8(table, u);
+  }
+}
+
+// FP4 block scales of one row (nb bytes) -> F32 in out: MXFP4's E8M0 exactly (0: 2⁻¹²⁷, 255: NaN); NVFP4's E4M3
+// × 2⁻⁸ exactly (the byte's bits moved into an F16, vcvtph2ps; 0x7f / 0xff: NaN) — the 2⁸ goes into y's factor.
+TP_VNNI void fp4_scales(const uint8_t* sb, int64_t nb, bool mx, float* out) {
+  for (int64_t k = 0; k < nb; k += 16) {
+    const __mmask16 lanes = __mmask16(_bzhi_u32(~0u, unsigned(std::min<int64_t>(16, nb - k))));
+    const __m128i b = _mm_maskz_loadu_epi8(lanes, sb + k);
+    __m512 v;
+    if (mx) {
+      const __m512i e = _mm512_cvtepu8_epi32(b);
+      __m512i bits = _mm512_slli_epi32(e, 23);
+      bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()), _mm512_set1_epi32(0x00400000));
+      bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(255)), _mm512_set1_epi32(0x7fc00000));
+      v = _mm512_castsi512_ps(bits);
+    } else {
+      const __m256i ws = _mm256_cvtepi8_epi16(b);  // sign-extended: << 7 puts the sign in bits 14 and 15
+      __m256i h = _mm256_and_si256(_mm256_slli_epi16(ws, 7), _mm256_set1_epi16(short(0xbfff)));
+      const __mmask16 nan = _mm256_cmpeq_epi16_mask(_mm256_and_si256(ws, _mm256_set1_epi16(0x7f)), _mm256_set1_epi16(0x7f));
+      h = _mm256_mask_mov_epi16(h, nan, _mm256_set1_epi16(0x7e00));
+      v = _mm512_cvtph_ps(h);
+    }
+    _mm512_mask_storeu_ps(out + k, lanes, v);
   }
 }
 
 // Chunk c (64 columns) of rows [row0, row0 + RW · rb) against one row of x's levels: Σ u · X by lanes, − (o + z) · ΣX,
-// to F32 × the group's scale, into t[j][TT].
-template <bool kInt8, int RW, bool kZeros, int TT>
+// to F32 × the scale into t[j][TT]: Int8 / Int4 the group's (sc[j · ng + g]), FP4 each lane's block's (sc: the rows'
+// F32 block scales, ng a row).
+template <Codes C, int RW, bool kZeros, int TT>
 TP_VNNI __attribute__((always_inline)) inline void chunk(const uint8_t* row0, int64_t rb, int64_t c, int64_t g, int64_t ng,
                                                          const float* sc, const int8_t* zp, const XLevels& xl,
-                                                         const char*& pf, bool prefetch, __m512 (&t)[RW][2]) {
-  constexpr int kOffset = kInt8 ? 128 : 8, kBytes = kInt8 ? 64 : 32;  // the codes' offset o; bytes a chunk
+                                                         const char*& pf, bool prefetch, bool mx, __m512 (&t)[RW][2]) {
   if (prefetch) {
-    for (int64_t b = 0; b < RW * kBytes; b += 64) _mm_prefetch(pf + b, _MM_HINT_T0);
-    pf += RW * kBytes;
+    for (int64_t b = 0; b < RW * kChunkBytes<C>; b += 64) _mm_prefetch(pf + b, _MM_HINT_T0);
+    pf += RW * kChunkBytes<C>;
   }
   const __m512i x1 = _mm512_loadu_si512(xl.q[0] + c), x2 = _mm512_loadu_si512(xl.q[1] + c);
   const __m512i x3 = _mm512_loadu_si512(xl.q[2] + c), sx = _mm512_loadu_si512(xl.sx + c / 4);
-  const __m512i corr = _mm512_slli_epi32(sx, kInt8 ? 7 : 3);  // o · ΣX
+  const __m512i corr = _mm512_mullo_epi32(sx, _mm512_set1_epi32(kOffset<C>));  // o · ΣX
 #pragma GCC unroll 4
   for (int j = 0; j < RW; ++j) {
-    const __m512i u = codes<kInt8>(row0 + j * rb, c);
+    const __m512i u = codes<C>(row0 + j * rb, c);
     __m512i a = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, x1);
     a = _mm512_dpbusd_epi32(_mm512_slli_epi32(a, 7), u, x2);
     a = _mm512_dpbusd_epi32(_mm512_slli_epi32(a, 7), u, x3);
-    if constexpr (kZeros) a = _mm512_sub_epi32(a, _mm512_mullo_epi32(sx, _mm512_set1_epi32(kOffset + zp[j * ng + g])));
+    if constexpr (kZeros) a = _mm512_sub_epi32(a, _mm512_mullo_epi32(sx, _mm512_set1_epi32(kOffset<C> + zp[j * ng + g])));
     else a = _mm512_sub_epi32(a, corr);
-    t[j][TT] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_set1_ps(sc[j * ng + g]), t[j][TT]);
+    __m512 s;
+    if constexpr (C != Codes::Fp4) {
+      s = _mm512_set1_ps(sc[j * ng + g]);
+    } else if (mx) {  // MXFP4: 2 blocks of 32 columns, 8 lanes each
+      const __m128 two = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(sc + j * ng + c / 32)));
+      s = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), _mm512_castps128_ps512(two));
+    } else {  // NVFP4: 4 blocks of 16 columns, 4 lanes each
+      const __m128 four = _mm_loadu_ps(sc + j * ng + c / 16);
+      s = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3), _mm512_castps128_ps512(four));
+    }
+    t[j][TT] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), s, t[j][TT]);
   }
 }
 
 // Rows [r, r + RW) against one row of x's levels: y[j] for j < RW (chunks into t[j][0] and t[j][1] in turn).
-template <bool kInt8, int RW, bool kZeros>
+template <Codes C, int RW, bool kZeros>
 TP_VNNI void rows(const PackedWeight& w, int64_t ng, int64_t gs, int64_t r, const XLevels& xl, float* y,
-                       bool prefetch) {
+                  bool prefetch) {
   const int64_t n_in = w.n_in, rb = w.row_bytes();
   const uint8_t* row0 = w.data.data() + r * rb;
   const char* pf = reinterpret_cast<const char*>(row0) + RW * rb + kPrefetchBytes;
-  const float* sc = w.scales.data() + r * ng;
+  const float* sc = C == Codes::Fp4 ? nullptr : w.scales.data() + r * ng;
   const int8_t* zp = kZeros ? w.zeros.data() + r * ng : nullptr;
+  float post = xl.scale;  // y's factor after the lane sum
+  const bool mx = w.format == WeightFormat::Mxfp4;
+  if constexpr (C == Codes::Fp4) {  // the RW rows' block scales to F32, ng = blocks a row
+    ng = n_in / (mx ? 32 : 16);
+    thread_local std::vector<float> fs;
+    fs.resize(size_t(RW * ng));
+    for (int j = 0; j < RW; ++j) fp4_scales(w.scale_bytes.data() + (r + j) * ng, ng, mx, fs.data() + j * ng);
+    sc = fs.data();
+    post *= mx ? 0.5f : 0.5f * 256.0f * w.global_scale;  // u − 12 is 2 · e2m1; NVFP4's scales came × 2⁻⁸
+  }
   __m512 t[RW][2];
   for (int j = 0; j < RW; ++j) t[j][0] = t[j][1] = _mm512_setzero_ps();
   // Chunk k's group is k / (gs / 64), counted along (no division a chunk).
@@ -161,34 +221,33 @@ TP_VNNI void rows(const PackedWeight& w, int64_t ng, int64_t gs, int64_t r, cons
     if (--left == 0) ++g, left = per_group;
   };
   for (; c + 128 <= n_in; c += 128) {
-    chunk<kInt8, RW, kZeros, 0>(row0, rb, c, g, ng, sc, zp, xl, pf, prefetch, t);
+    chunk<C, RW, kZeros, 0>(row0, rb, c, g, ng, sc, zp, xl, pf, prefetch, mx, t);
     next();
-    chunk<kInt8, RW, kZeros, 1>(row0, rb, c + 64, g, ng, sc, zp, xl, pf, prefetch, t);
+    chunk<C, RW, kZeros, 1>(row0, rb, c + 64, g, ng, sc, zp, xl, pf, prefetch, mx, t);
     next();
   }
-  if (c < n_in) chunk<kInt8, RW, kZeros, 0>(row0, rb, c, g, ng, sc, zp, xl, pf, prefetch, t);
-  for (int j = 0; j < RW; ++j) y[j] = _mm512_reduce_add_ps(_mm512_add_ps(t[j][0], t[j][1])) * xl.scale;
+  if (c < n_in) chunk<C, RW, kZeros, 0>(row0, rb, c, g, ng, sc, zp, xl, pf, prefetch, mx, t);
+  for (int j = 0; j < RW; ++j) y[j] = _mm512_reduce_add_ps(_mm512_add_ps(t[j][0], t[j][1])) * post;
 }
 
 // Per channel (one scale a row): row r against one row of x's levels, the three levels' sums kept apart over the
 // whole row (|lane| ≤ 4 · 255 · 127 a chunk: no int32 overflow below ~10⁶ columns) — 3 vpdpbusd a chunk and no
 // shift, conversion or scale a chunk. At the row's end, per lane Bk = Ak − (o + z) · (lane sum of qk) (exact),
 // F = (B1 · 2⁷ + B2) · 2⁷ + B3 in F32 (in that order), y = Σ lanes × scale × s · 2⁻¹⁴.
-template <bool kInt8, bool kZeros>
+template <Codes C, bool kZeros>
 TP_VNNI void row_channel(const PackedWeight& w, int64_t r, const XLevels& xl, float* y, bool prefetch) {
-  constexpr int kOffset = kInt8 ? 128 : 8, kBytes = kInt8 ? 64 : 32;
   const int64_t n_in = w.n_in, rb = w.row_bytes();
   const uint8_t* row = w.data.data() + r * rb;
   const char* pf = reinterpret_cast<const char*>(row) + kPrefetchBytes;
   __m512i a1 = _mm512_setzero_si512(), a2 = a1, a3 = a1;
-  for (int64_t c = 0; c < n_in; c += 64, pf += kBytes) {
-    if (prefetch && (kInt8 || c % 128 == 0)) _mm_prefetch(pf, _MM_HINT_T0);
-    const __m512i u = codes<kInt8>(row, c);
+  for (int64_t c = 0; c < n_in; c += 64, pf += kChunkBytes<C>) {
+    if (prefetch && (C == Codes::Int8 || c % 128 == 0)) _mm_prefetch(pf, _MM_HINT_T0);
+    const __m512i u = codes<C>(row, c);
     a1 = _mm512_dpbusd_epi32(a1, u, _mm512_loadu_si512(xl.q[0] + c));
     a2 = _mm512_dpbusd_epi32(a2, u, _mm512_loadu_si512(xl.q[1] + c));
     a3 = _mm512_dpbusd_epi32(a3, u, _mm512_loadu_si512(xl.q[2] + c));
   }
-  const __m512i o = _mm512_set1_epi32(kOffset + (kZeros ? int32_t(w.zeros[size_t(r)]) : 0));
+  const __m512i o = _mm512_set1_epi32(kOffset<C> + (kZeros ? int32_t(w.zeros[size_t(r)]) : 0));
   const __m512 b1 = _mm512_cvtepi32_ps(_mm512_sub_epi32(a1, _mm512_mullo_epi32(o, _mm512_loadu_si512(xl.sl[0]))));
   const __m512 b2 = _mm512_cvtepi32_ps(_mm512_sub_epi32(a2, _mm512_mullo_epi32(o, _mm512_loadu_si512(xl.sl[1]))));
   const __m512 b3 = _mm512_cvtepi32_ps(_mm512_sub_epi32(a3, _mm512_mullo_epi32(o, _mm512_loadu_si512(xl.sl[2]))));
@@ -197,7 +256,7 @@ TP_VNNI void row_channel(const PackedWeight& w, int64_t r, const XLevels& xl, fl
   *y = _mm512_reduce_add_ps(f) * w.scales[size_t(r)] * xl.scale;
 }
 
-template <bool kInt8, bool kZeros>
+template <Codes C, bool kZeros>
 void run(const PackedWeight& w, const std::vector<XLevels>& xs, float* y, int n_threads) {
   const int64_t ng = w.n_groups(), gs = ng > 1 ? w.group_size : w.n_in, m = int64_t(xs.size());
   const bool parallel = n_threads > 1 && worth_parallel(w.n_out * w.row_bytes() * m);
@@ -210,22 +269,24 @@ void run(const PackedWeight& w, const std::vector<XLevels>& xs, float* y, int n_
       for (int64_t b = 0; b < n; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
     }
     int64_t r = r0;
-    if (ng == 1) {  // per channel: one row at a time, in memory order
+    if (C != Codes::Fp4 && ng == 1) {  // per channel: one row at a time, in memory order
       for (; r < r1; ++r)
-        for (int64_t i = 0; i < m; ++i) row_channel<kInt8, kZeros>(w, r, xs[size_t(i)], y + i * w.n_out + r, i == 0);
+        for (int64_t i = 0; i < m; ++i) row_channel<C, kZeros>(w, r, xs[size_t(i)], y + i * w.n_out + r, i == 0);
     }
     for (; r + kRw <= r1; r += kRw)
-      for (int64_t i = 0; i < m; ++i) rows<kInt8, kRw, kZeros>(w, ng, gs, r, xs[size_t(i)], y + i * w.n_out + r, i == 0);
+      for (int64_t i = 0; i < m; ++i) rows<C, kRw, kZeros>(w, ng, gs, r, xs[size_t(i)], y + i * w.n_out + r, i == 0);
     for (; r < r1; ++r)
-      for (int64_t i = 0; i < m; ++i) rows<kInt8, 1, kZeros>(w, ng, gs, r, xs[size_t(i)], y + i * w.n_out + r, false);
+      for (int64_t i = 0; i < m; ++i) rows<C, 1, kZeros>(w, ng, gs, r, xs[size_t(i)], y + i * w.n_out + r, false);
   }
 }
 
 }  // namespace
 
 bool a16_vnni_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
-  if ((w.format != WeightFormat::Int4 && w.format != WeightFormat::Int8) || w.act != ActQuant::None || !w.g_idx.empty() || w.n_in % 64 != 0 ||
-      (w.n_groups() > 1 && w.group_size % 64 != 0) || !cpu_has_avx512vnni())
+  const bool fp4 = w.format == WeightFormat::Mxfp4 || w.format == WeightFormat::Nvfp4;
+  if ((w.format != WeightFormat::Int4 && w.format != WeightFormat::Int8 && !fp4) || w.act != ActQuant::None ||
+      !w.g_idx.empty() || w.n_in % 64 != 0 || (!fp4 && w.n_groups() > 1 && w.group_size % 64 != 0) ||
+      !cpu_has_avx512vnni())
     return false;
   const int64_t n_in = w.n_in;
   thread_local std::vector<int8_t> q;
@@ -240,9 +301,10 @@ bool a16_vnni_linear(const float* x, int64_t m, const PackedWeight& w, float* y,
     l.scale = x_levels(x + i * n_in, n_in, qi, si, l.sl);
     l.q[0] = qi, l.q[1] = qi + n_in, l.q[2] = qi + 2 * n_in, l.sx = si;
   }
-  const bool int8 = w.format == WeightFormat::Int8, zeros = !w.zeros.empty();
-  if (int8) zeros ? run<true, true>(w, xs, y, n_threads) : run<true, false>(w, xs, y, n_threads);
-  else zeros ? run<false, true>(w, xs, y, n_threads) : run<false, false>(w, xs, y, n_threads);
+  const bool zeros = !w.zeros.empty();
+  if (fp4) run<Codes::Fp4, false>(w, xs, y, n_threads);
+  else if (w.format == WeightFormat::Int8) zeros ? run<Codes::Int8, true>(w, xs, y, n_threads) : run<Codes::Int8, false>(w, xs, y, n_threads);
+  else zeros ? run<Codes::Int4, true>(w, xs, y, n_threads) : run<Codes::Int4, false>(w, xs, y, n_threads);
   return true;
 }
 

@@ -95,7 +95,8 @@ bool fp8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int 
 
 bool fp4_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa) {
   if ((w.format != WeightFormat::Mxfp4 && w.format != WeightFormat::Nvfp4) || w.act != ActQuant::None) return false;
-  if (isa == PackedIsa::Avx512 && fp4_bf16_prefill(x, m, w, y, n_threads)) return true;
+  if (isa == PackedIsa::Avx512 && (fp4_bf16_prefill(x, m, w, y, n_threads) || a16_vnni_linear(x, m, w, y, n_threads)))
+    return true;
   return a16(x, m, w, y, n_threads, isa);
 }
 

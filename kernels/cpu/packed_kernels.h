@@ -15,7 +15,7 @@
 //                      activations (W8A8-FP8) are emulated: x is rounded to its E4M3 values (still F32) once a
 //                      call, then the same kernel (what an FP8 tensor core computes, up to summation order)
 //   gemm_fp4.cpp       MXFP4 / NVFP4 weights: E2M1 nibbles through an 8-entry table in a register, × the
-//                      block's E8M0 or E4M3 scale (× the NVFP4 global scale)
+//                      block's E8M0 or E4M3 scale (× the NVFP4 global scale); on AVX-512 VNNI gemm_a16_vnni.cpp
 // Each computes y[m, n_out] = x[m, n_in] · Wᵀ (x, y F32 row-major contiguous), splitting W's rows over
 // n_threads OpenMP threads, and returns false when it has no kernel for this weight (its caller then uses
 // packed_linear_reference): a group size that is not a multiple of the vector width, for instance.
@@ -39,11 +39,12 @@ bool cpu_has_avx512vnni();
 // Returns false (nothing written) for weights it does not take or without AVX512-BF16.
 bool int4_bf16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 
-// W8A16 / W4A16 on AVX-512 VNNI (gemm_a16_vnni.cpp): Int8 / Int4 weights without g_idx, n_in and groups multiples
-// of 64 columns, against x as three int8 levels a row (x = s · (q1 + q2 · 2⁻⁷ + q3 · 2⁻¹⁴) within max|x| · 2⁻²¹, s a
+// W8A16 / W4A16 / FP4 on AVX-512 VNNI (gemm_a16_vnni.cpp): Int8 / Int4 weights without g_idx, groups multiples of 64
+// columns, and MXFP4 / NVFP4 ones (2 · e2m1 an integer, the block scale per lane in F32), n_in a multiple of 64,
+// against x as three int8 levels a row (x = s · (q1 + q2 · 2⁻⁷ + q3 · 2⁻¹⁴) within max|x| · 2⁻²¹, s a
 // power of two), vpdpbusd sums exact in int32, × the group scale in F32; int_a16_linear's AVX-512 path below
 // kA16Bf16MinM where the CPU has VNNI, ahead of int4_bf16_linear and a16_avx512_decode (vdpbf16ps issues once every
-// 2 cycles on the AMX Xeon, vpdpbusd twice a cycle: W4A16 decode ran compute-bound there). Returns false (nothing
+// 2 cycles on the AMX Xeon, vpdpbusd twice a cycle: W4A16 decode ran compute-bound there), and fp4_linear's. Returns false (nothing
 // written) for weights it does not take.
 bool a16_vnni_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 

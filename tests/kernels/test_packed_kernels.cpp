@@ -490,6 +490,8 @@ TEST(PackedKernels, A16VnniMatchesReferenceAndRowsAlone) {
       {"int4_g64_zeros_odd_rows", F::Int4, 5, 128, 64, 0, true},
       {"int8_channel_576", F::Int8, 70, 576},           {"int8_channel_zeros_1536", F::Int8, 21, 1536, 0, 0, true},
       {"int8_g64_zeros", F::Int8, 37, 384, 64, 0, true}, {"int8_g128", F::Int8, 9, 256, 128},
+      {"mxfp4_576", F::Mxfp4, 35, 576},                 {"nvfp4_1536", F::Nvfp4, 19, 1536},
+      {"nvfp4_128", F::Nvfp4, 6, 128},
   };
   for (const Case& c : cs) {
     const PackedWeight w = make(c, 31);
@@ -549,10 +551,43 @@ TEST(PackedKernels, A16VnniMatchesReferenceAndRowsAlone) {
   }
   for (const Case& c : {Case{"int4_g32", F::Int4, 8, 256, 32}, Case{"int4_g64_gidx", F::Int4, 8, 256, 64, 0, false, true},
                         Case{"int4_channel_odd", F::Int4, 8, 203}, Case{"int4_channel_96", F::Int4, 8, 96},
-                        Case{"int8_g32", F::Int8, 8, 256, 32}, Case{"int8_channel_odd", F::Int8, 8, 101}}) {
+                        Case{"int8_g32", F::Int8, 8, 256, 32}, Case{"int8_channel_odd", F::Int8, 8, 101},
+                        Case{"nvfp4_48", F::Nvfp4, 8, 48}, Case{"mxfp4_96", F::Mxfp4, 8, 96}}) {
     const PackedWeight w = make(c, 5);
     std::vector<float> x = normal_rows(1, c.n_in), y(size_t(c.n_out));
     EXPECT_FALSE(a16_vnni_linear(x.data(), 1, w, y.data(), 1)) << c.name;
+  }
+}
+
+// FP4 block scales at their edges on the VNNI kernel: MXFP4's E8M0 0 (2⁻¹²⁷) and 255 (NaN), NVFP4's E4M3 subnormals,
+// 0 and NaN (0x7f, 0xff) — each row's output NaN where the reference's is, else within the suite's bound.
+TEST(PackedKernels, A16VnniFp4ScaleEdges) {
+  if (packed_best_isa() != PackedIsa::Avx512 || !cpu_has_avx512vnni()) GTEST_SKIP() << "no AVX-512 VNNI here";
+  using F = WeightFormat;
+  for (const Case& c : {Case{"mxfp4", F::Mxfp4, 8, 256}, Case{"nvfp4", F::Nvfp4, 8, 256}}) {
+    PackedWeight w = make(c, 17);
+    const int64_t nb = c.n_in / (c.format == F::Mxfp4 ? 32 : 16);
+    const std::vector<uint8_t> edges = c.format == F::Mxfp4 ? std::vector<uint8_t>{0, 255, 1, 254}
+                                                            : std::vector<uint8_t>{0x01, 0x07, 0x00, 0x7f, 0xff, 0x87};
+    for (size_t k = 0; k < edges.size(); ++k) w.scale_bytes[size_t(int64_t(k) * nb + 1)] = edges[k];  // row k, block 1
+    if (c.format == F::Mxfp4)  // row 3: every block 2^-127 .. 2^-126 against huge x (normal products)
+      for (int64_t b = 0; b < nb; ++b) w.scale_bytes[size_t(3 * nb + b)] = uint8_t(b % 2);
+    std::vector<float> x = normal_rows(3, c.n_in), ref(size_t(3 * c.n_out)), y(ref.size(), -1e30f);
+    for (int64_t k = 0; k < c.n_in; ++k) x[size_t(2 * c.n_in + k)] *= 1e30f;
+    packed_linear_reference(x.data(), 3, w, ref.data(), 1);
+    ASSERT_TRUE(a16_vnni_linear(x.data(), 3, w, y.data(), 1)) << c.name;
+    for (int64_t i = 0; i < 3; ++i) {  // per row of x (row 2's outputs are ~1e30)
+      std::vector<float> yf, rf;
+      for (int64_t r = 0; r < c.n_out; ++r) {
+        const size_t k = size_t(i * c.n_out + r);
+        ASSERT_EQ(std::isnan(y[k]), std::isnan(ref[k])) << c.name << " x row " << i << " output " << r;
+        if (!std::isnan(ref[k])) yf.push_back(y[k]), rf.push_back(ref[k]);
+      }
+      EXPECT_LE(nmse_of(yf, rf), kMaxNmse) << c.name << " x row " << i;
+      if (c.format == F::Mxfp4) {  // the 2^-127 row on its own
+        EXPECT_LE(nmse_of({y[size_t(i * c.n_out + 3)]}, {ref[size_t(i * c.n_out + 3)]}), kMaxNmse) << c.name << " x row " << i;
+      }
+    }
   }
 }
 
