@@ -12,6 +12,8 @@
 // Each product (a 4-bit-significand weight by an 8-bit one) is exact in F32. Every row of x gets the same
 // operations whatever m or tile: a row of a batch has the bits of that row alone. Columns past n_in are masked
 // to 0 on load against x's zero padding. W is software-prefetched kPrefetchBytes ahead.
+// On Intel, decode sizes (m < kFp8OnednnMinM) run gemm_fp8_f16.cpp instead (vdpbf16ps issues once every 2 cycles
+// there); this file's tiles serve AMD and the oneDNN prefill everywhere.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -120,7 +122,19 @@ TP_BF16 void rows_fp8(const PackedWeight& w, int64_t r0, int64_t r1, int64_t m, 
       }
 }
 
-TP_BF16 float amax16(const float* x, int64_t n) {
+// Weight row r's n_in E4M3 codes -> n_in BF16 (exact) at out (bf16_slab_gemm's decoder).
+TP_BF16 void decode_row(const PackedWeight& w, int64_t r, uint16_t* out, int64_t) {
+  const __m512i subtable = fp8_subtable();
+  const uint8_t* row = w.data.data() + r * w.row_bytes();
+  for (int64_t c = 0; c < w.n_in; c += 32) {
+    const int64_t n = std::min<int64_t>(32, w.n_in - c);
+    _mm512_mask_storeu_epi16(out + c, __mmask32(_bzhi_u32(~0u, unsigned(n))), (__m512i)decode(row + c, n, subtable));
+  }
+}
+
+}  // namespace
+
+TP_BF16 float fp8_amax(const float* x, int64_t n) {
   __m512 a = _mm512_setzero_ps();
   for (int64_t c = 0; c < n; c += 16)
     a = _mm512_max_ps(a, _mm512_abs_ps(_mm512_maskz_loadu_ps(__mmask16(_bzhi_u32(~0u, unsigned(std::min<int64_t>(16, n - c)))), x + c)));
@@ -130,7 +144,7 @@ TP_BF16 float amax16(const float* x, int64_t n) {
 // A row's q = E4M3(x / s) as BF16, 16 at a time, as f32_to_fp8_e4m3 (common/fp_formats.h) rounds: |v| ≥ 448
 // saturates to 448; else v on the grid of its binade (step 2^(max(⌊log2 |v|⌋, −6) − 3): the subnormal range
 // shares exponent −6's) to nearest even. q has at most 4 significant bits: its BF16 is its F32's top half.
-TP_BF16 void fp8_act_row(const float* x, int64_t n, float s, uint16_t* out) {
+TP_BF16 void fp8_act_row_bf16(const float* x, int64_t n, float s, uint16_t* out) {
   const __m512 sv = _mm512_set1_ps(s), vmax = _mm512_set1_ps(kFp8E4M3Max), lo = _mm512_set1_ps(-6.0f),
                three = _mm512_set1_ps(3.0f);
   for (int64_t c = 0; c < n; c += 16) {
@@ -147,18 +161,6 @@ TP_BF16 void fp8_act_row(const float* x, int64_t n, float s, uint16_t* out) {
     _mm256_mask_storeu_epi16(out + c, k, _mm512_cvtepi32_epi16(_mm512_srli_epi32(bits, 16)));
   }
 }
-
-// Weight row r's n_in E4M3 codes -> n_in BF16 (exact) at out (bf16_slab_gemm's decoder).
-TP_BF16 void decode_row(const PackedWeight& w, int64_t r, uint16_t* out, int64_t) {
-  const __m512i subtable = fp8_subtable();
-  const uint8_t* row = w.data.data() + r * w.row_bytes();
-  for (int64_t c = 0; c < w.n_in; c += 32) {
-    const int64_t n = std::min<int64_t>(32, w.n_in - c);
-    _mm512_mask_storeu_epi16(out + c, __mmask32(_bzhi_u32(~0u, unsigned(n))), (__m512i)decode(row + c, n, subtable));
-  }
-}
-
-}  // namespace
 
 bool fp8_bf16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
   if (w.format != WeightFormat::Fp8E4M3 || w.block_out > 0 || !cpu_has_avx512bf16()) return false;
@@ -183,10 +185,10 @@ bool fp8_bf16_linear(const float* x, int64_t m, const PackedWeight& w, float* y,
     for (int64_t i = 0; i < m; ++i) {
       const float* xr = x + i * n_in;
       float s = w.act_scale;
-      if (w.act == ActQuant::Fp8Dynamic) s = amax16(xr, n_in) / kFp8E4M3Max;
+      if (w.act == ActQuant::Fp8Dynamic) s = fp8_amax(xr, n_in) / kFp8E4M3Max;
       xsw[i] = s;
       std::fill(xbd + i * ps, xbd + (i + 1) * ps, uint16_t(0));
-      if (s != 0.0f) fp8_act_row(xr, n_in, s, xbd + i * ps);
+      if (s != 0.0f) fp8_act_row_bf16(xr, n_in, s, xbd + i * ps);
     }
   } else {
     split_bf16_parts(x, m, n_in, ps, xbd, prep_threads);

@@ -591,6 +591,43 @@ TEST(PackedKernels, A16VnniFp4ScaleEdges) {
   }
 }
 
+// FP8 decode on Intel (gemm_fp8_f16.cpp: E4M3 bytes moved into F16s, vcvtph2ps, F32 FMAs): it runs for tensor /
+// channel scales, F32 and FP8 activations (dynamic, static), every m below kFp8OnednnMinM, odd column counts; the
+// suite's bound against the reference; a row of x in a batch gives the bits it gives alone; declines block scales
+// and prefill sizes.
+TEST(PackedKernels, Fp8F16DecodeMatchesReferenceAndRowsAlone) {
+  if (packed_best_isa() != PackedIsa::Avx512 || !cpu_is_intel() || !cpu_has_avx512bf16())
+    GTEST_SKIP() << "not an Intel CPU with AVX-512 BF16: the kernel is Intel's";
+  using F = WeightFormat;
+  const std::vector<Case> cs = {
+      {"fp8_channel_576", F::Fp8E4M3, 40, 576},
+      {"fp8_tensor_odd_cols", F::Fp8E4M3, 13, 203, 0, 0, false, false, true},
+      {"fp8_dynamic_act", F::Fp8E4M3, 21, 1536, 0, 0, false, false, false, ActQuant::Fp8Dynamic},
+      {"fp8_static_act_odd", F::Fp8E4M3, 21, 101, 0, 0, false, false, true, ActQuant::Fp8Static},
+  };
+  for (const Case& c : cs) {
+    const PackedWeight w = make(c, 29);
+    const int64_t m_max = kFp8OnednnMinM - 1;
+    const std::vector<float> x = normal_rows(m_max, c.n_in);
+    std::vector<float> ref(size_t(m_max * c.n_out)), alone(ref.size(), -1e30f);
+    packed_linear_reference(x.data(), m_max, w, ref.data(), 1);
+    for (int64_t i = 0; i < m_max; ++i)
+      ASSERT_TRUE(fp8_f16_decode(x.data() + i * c.n_in, 1, w, alone.data() + i * c.n_out, 2)) << c.name;
+    EXPECT_LE(nmse_of(alone, ref), kMaxNmse) << c.name;
+    for (int64_t m : {int64_t(2), int64_t(5), int64_t(17), m_max}) {
+      std::vector<float> y(size_t(m * c.n_out), -1e30f);
+      ASSERT_TRUE(fp8_f16_decode(x.data(), m, w, y.data(), 1)) << c.name;
+      for (int64_t k = 0; k < m * c.n_out; ++k)
+        ASSERT_EQ(y[size_t(k)], alone[size_t(k)]) << c.name << " m " << m << " row " << k / c.n_out;
+    }
+    std::vector<float> big(size_t(kFp8OnednnMinM * c.n_in)), yb(size_t(kFp8OnednnMinM * c.n_out));
+    EXPECT_FALSE(fp8_f16_decode(big.data(), kFp8OnednnMinM, w, yb.data(), 1)) << c.name << ": prefill sizes";
+  }
+  const PackedWeight blocks = make({"fp8_block128", F::Fp8E4M3, 130, 256, 128, 128}, 3);
+  std::vector<float> x = normal_rows(1, 256), y(130);
+  EXPECT_FALSE(fp8_f16_decode(x.data(), 1, blocks, y.data(), 1));
+}
+
 // W8A8 with a row long enough that the VNNI kernel's unsigned-offset sum Σ (w + 128)·qx passes 2³¹ (w = 127,
 // qx = 127 everywhere, 70 000 columns) while Σ w·qx still fits: the wrapping correction must give it exactly.
 TEST(PackedKernels, W8a8LongRowOffsetSumWraps) {
