@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Decode (batch 1, optionally batch B) and prefill tok/s of tpserve on SmolLM2-135M-Instruct in BF16, with GGUF
 # blocks kept quantized (Q8_0, Q4_0, Q4_1, Q4_K_M) and with compressed-tensors checkpoints made by
-# `tpserve quantize --method rtn` (W8A16, W4A16 g64, W8A8-INT8, FP8 dynamic), beside llama.cpp's llama-bench
+# `tpserve quantize --method rtn` (W8A16, W4A16 g64, W8A8-INT8, FP8 dynamic, NVFP4, MXFP4), beside llama.cpp's llama-bench
 # on the same GGUF files and threads, in one run: every configuration is run REPEATS times, alternating
 # (ours and the peer in turn, thread counts interleaved), and the tables report the median of the runs.
 # Also: the measured DRAM read bandwidth and each decode figure as a fraction of the roofline (roofline tok/s
@@ -32,7 +32,7 @@ B=build/bench_models
 mkdir -p $B
 Q40=$B/SmolLM2-135M-Instruct.Q4_0.gguf
 [[ -f $Q40 ]] || build/launch/tpserve convert --in $M.Q4_1.gguf --out $Q40 --to gguf-q4_0 >/dev/null
-for s in w8a16 w4a16 w8a8-int8 fp8-dynamic; do
+for s in w8a16 w4a16 w8a8-int8 fp8-dynamic nvfp4 mxfp4; do
   [[ -f $B/ct-$s/config.json ]] || build/launch/tpserve quantize --in $M-hf --out $B/ct-$s --scheme $s --method rtn $([[ $s == w4a16 ]] && echo --group-size 64) >/dev/null
 done
 LLAMA_BENCH=third_party/llama.cpp-build/bin/llama-bench
@@ -52,6 +52,8 @@ CONFIGS=(
   "CT-W4A16-g64 $B/ct-w4a16 -"
   "CT-W8A8-INT8 $B/ct-w8a8-int8 -"
   "CT-FP8-dynamic $B/ct-fp8-dynamic -"
+  "CT-NVFP4 $B/ct-nvfp4 -"
+  "CT-MXFP4 $B/ct-mxfp4 -"
 )
 want() { [[ -z "${MODELS:-}" ]] || [[ " $MODELS " == *" $1 "* ]]; }
 
