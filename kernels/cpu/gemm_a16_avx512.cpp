@@ -80,11 +80,7 @@ void run_int8(const PackedWeight& w, const float* x, int64_t m, float* y, int n_
 #pragma omp parallel num_threads(n_threads) if (parallel)
   {
     const auto [r0, r1] = thread_rows(w.n_out, kRw, omp_get_thread_num(), omp_get_num_threads());
-    {  // the first kPrefetchBytes of the range, which the running prefetch (that far ahead) does not cover
-      const char* p = reinterpret_cast<const char*>(w.data.data() + r0 * w.row_bytes());
-      const int64_t n = std::min(kPrefetchBytes, (r1 - r0) * w.row_bytes());
-      for (int64_t b = 0; b < n; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
-    }
+    prefetch_range_start(w.data.data() + r0 * w.row_bytes(), kPrefetchBytes, (r1 - r0) * w.row_bytes());
     int64_t r = r0;
     for (; r + kRw <= r1; r += kRw)
       for (int64_t i = 0; i < m; ++i) rows_int8<kRw, kZeros>(w, ng, gs, r, x + i * n_in, y + i * w.n_out, i == 0);

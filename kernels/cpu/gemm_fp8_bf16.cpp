@@ -98,11 +98,7 @@ template <int NP>
 TP_BF16 void rows_fp8(const PackedWeight& w, int64_t r0, int64_t r1, int64_t m, const uint16_t* x, int64_t ps,
                       const float* xs, float* y) {
   const __m512i subtable = fp8_subtable();
-  {  // the first kPrefetchBytes of the range, which the running prefetch (that far ahead) does not cover
-    const char* p = reinterpret_cast<const char*>(w.data.data() + r0 * w.row_bytes());
-    const int64_t n = std::min(kPrefetchBytes, (r1 - r0) * w.row_bytes());
-    for (int64_t b = 0; b < n; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
-  }
+  prefetch_range_start(w.data.data() + r0 * w.row_bytes(), kPrefetchBytes, (r1 - r0) * w.row_bytes());
   const int64_t n_in = w.n_in;
   for (int64_t rb = r0; rb < r1; rb += kBlockRows)
     for (int64_t i0 = 0; i0 < m; i0 += kTileM)

@@ -99,11 +99,7 @@ TP_F16 bool fp8_f16_decode(const float* x, int64_t m, const PackedWeight& w, flo
 #pragma omp parallel num_threads(n_threads) if (parallel)
   {
     const auto [r0, r1] = thread_rows(w.n_out, 1, omp_get_thread_num(), omp_get_num_threads());
-    {  // the first kPrefetchBytes of the range, which the running prefetch (that far ahead) does not cover
-      const char* p = reinterpret_cast<const char*>(w.data.data() + r0 * w.row_bytes());
-      const int64_t n = std::min(kPrefetchBytes, (r1 - r0) * w.row_bytes());
-      for (int64_t b = 0; b < n; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
-    }
+    prefetch_range_start(w.data.data() + r0 * w.row_bytes(), kPrefetchBytes, (r1 - r0) * w.row_bytes());
     for (int64_t r = r0; r < r1; ++r) {
       const uint8_t* row = w.data.data() + r * w.row_bytes();
       const float ws = (w.scales.size() == 1 ? w.scales[0] : w.scales[size_t(r)]) * 256.0f;

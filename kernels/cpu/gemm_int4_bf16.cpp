@@ -314,11 +314,7 @@ TP_BF16 void rows_int4(const PackedWeight& w, int64_t r0, int64_t r1, int64_t m,
                        const uint16_t* xo, int64_t half, float* y) {
   const int64_t ng = w.n_groups();
   const bool fast = w.n_in % 64 == 0 && (ng == 1 || w.group_size % 64 == 0);
-  {  // the first kPrefetchBytes of the range, which the running prefetch (that far ahead) does not cover
-    const char* p = reinterpret_cast<const char*>(w.data.data() + r0 * w.row_bytes());
-    const int64_t n = std::min(kPrefetchBytes, (r1 - r0) * w.row_bytes());
-    for (int64_t b = 0; b < n; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
-  }
+  prefetch_range_start(w.data.data() + r0 * w.row_bytes(), kPrefetchBytes, (r1 - r0) * w.row_bytes());
   if (fast && m == 1) {
     int64_t r = r0;
     for (; r + kRowsX1 <= r1; r += kRowsX1) rows_int4_64_x1<kRowsX1>(w, r, ng, xe, xo, half, y + r, true);

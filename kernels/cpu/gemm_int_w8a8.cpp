@@ -176,11 +176,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,bmi2"))) void rows_s
     const PackedWeight& w, int64_t r0, int64_t r1, int64_t m, int64_t seg, int64_t n_seg, int64_t wg,
     const int8_t* xq, const float* xs, const int32_t* xsum, float* y) {
   const int64_t n_in = w.n_in, n_out = w.n_out, ng = w.n_groups();
-  {  // the first kPrefetchBytes of the range, which the running prefetch (that far ahead) does not cover
-    const char* p = reinterpret_cast<const char*>(w.data.data() + r0 * w.row_bytes());
-    const int64_t n = std::min(kPrefetchBytes, (r1 - r0) * w.row_bytes());
-    for (int64_t b = 0; b < n; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
-  }
+  prefetch_range_start(w.data.data() + r0 * w.row_bytes(), kPrefetchBytes, (r1 - r0) * w.row_bytes());
   for (int64_t r = r0; r < r1; ++r) {
     const int8_t* row = reinterpret_cast<const int8_t*>(w.data.data() + r * w.row_bytes());
     const float* sw = w.scales.data() + r * ng;

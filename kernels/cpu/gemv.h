@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include <xmmintrin.h>
+
 namespace tp::cpu::detail {
 
 bool cpu_has_avx512f();     // avx512f + avx512bw + avx512vl
@@ -42,6 +44,13 @@ inline RowRange thread_rows(int64_t n_rows, int64_t block, int t, int nt) {
   const int64_t n_blocks = (n_rows + block - 1) / block, per = (n_blocks + nt - 1) / nt;
   const int64_t begin = std::min(n_rows, t * per * block);
   return {begin, std::min(n_rows, begin + per * block)};
+}
+
+// A decode kernel's running software prefetch reads `ahead` bytes past its position, so it never covers the first
+// `ahead` bytes of a thread's range: prefetch those (of the `total` the range holds) before the loop.
+inline void prefetch_range_start(const uint8_t* p, int64_t ahead, int64_t total) {
+  const int64_t n = std::min(ahead, total);
+  for (int64_t b = 0; b < n; b += 64) _mm_prefetch(reinterpret_cast<const char*>(p + b), _MM_HINT_T0);
 }
 
 }  // namespace tp::cpu::detail
