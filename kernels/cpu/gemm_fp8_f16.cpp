@@ -10,7 +10,8 @@
 // weights have none) — and vcvtph2ps widens 16 of them to F32; F32 FMAs against x then, exact products rounded
 // once a sum as every A16 kernel. x: F32 as it is, or its E4M3 values q = E4M3(x / s) (exact in F32; the
 // scale s after). A row is read 32 columns a step, in memory order one row after another (the W8A8 decode's
-// order), software-prefetched kPrefetchBytes ahead; four accumulator chains a row, summed in one order.
+// order), software-prefetched kPrefetchBytes ahead; four accumulator chains a row, summed in one order; with
+// m > 1 each widened step serves up to 4 rows of x.
 // y = Σ × the weight scale × 2⁸ (× s). Every row of x gets the same operations whatever m: a row of a batch has
 // the bits of that row alone.
 #include <algorithm>
@@ -34,6 +35,7 @@ namespace {
 #define TP_F16 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c,bmi2")))
 
 constexpr int64_t kPrefetchBytes = 2048;  // as the other decode rows on Intel (gemv.cpp, gemm_int_w8a8.cpp)
+constexpr int64_t kBlockRows = 16;        // weight rows a block (m > 4: every tile of x rows meets the block in L1)
 
 // 32 weight bytes (the first n: the rest read as 0) -> two F32 vectors of value · 2⁻⁸ (columns 0-15, 16-31).
 TP_F16 __attribute__((always_inline)) inline void widen(const uint8_t* p, int64_t n, __m512& lo, __m512& hi) {
@@ -44,26 +46,48 @@ TP_F16 __attribute__((always_inline)) inline void widen(const uint8_t* p, int64_
   hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
 }
 
-// One weight row (n_in bytes) against one row of x (F32, zero-padded to a multiple of 32): Σ w · x / 2⁸.
-TP_F16 float row_fp8(const uint8_t* row, int64_t n_in, const float* x, bool prefetch) {
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, lo, hi;
+// One weight row (n_in bytes) against G rows of x (F32, zero-padded to a multiple of 32, ps apart): out[g] =
+// Σ w · x / 2⁸. Each 32-column step is widened once for the G rows; every row of x gets the operations it gets at
+// G = 1, in the same order.
+template <int G>
+TP_F16 void row_fp8(const uint8_t* row, int64_t n_in, const float* x, int64_t ps, bool prefetch, float (&out)[G]) {
+  __m512 a0[G], a1[G], a2[G], a3[G], lo, hi;
+  for (int g = 0; g < G; ++g) a0[g] = a1[g] = a2[g] = a3[g] = _mm512_setzero_ps();
   const char* pf = reinterpret_cast<const char*>(row) + kPrefetchBytes;
   int64_t c = 0;
   for (; c + 64 <= n_in; c += 64, pf += 64) {
     if (prefetch) _mm_prefetch(pf, _MM_HINT_T0);
     widen(row + c, 32, lo, hi);
-    a0 = _mm512_fmadd_ps(lo, _mm512_loadu_ps(x + c), a0);
-    a1 = _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + c + 16), a1);
+    for (int g = 0; g < G; ++g) {
+      a0[g] = _mm512_fmadd_ps(lo, _mm512_loadu_ps(x + g * ps + c), a0[g]);
+      a1[g] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + g * ps + c + 16), a1[g]);
+    }
     widen(row + c + 32, 32, lo, hi);
-    a2 = _mm512_fmadd_ps(lo, _mm512_loadu_ps(x + c + 32), a2);
-    a3 = _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + c + 48), a3);
+    for (int g = 0; g < G; ++g) {
+      a2[g] = _mm512_fmadd_ps(lo, _mm512_loadu_ps(x + g * ps + c + 32), a2[g]);
+      a3[g] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + g * ps + c + 48), a3[g]);
+    }
   }
   for (; c < n_in; c += 32) {  // the last (maybe short) steps: x is zero-padded past n_in
     widen(row + c, std::min<int64_t>(32, n_in - c), lo, hi);
-    a0 = _mm512_fmadd_ps(lo, _mm512_loadu_ps(x + c), a0);
-    a1 = _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + c + 16), a1);
+    for (int g = 0; g < G; ++g) {
+      a0[g] = _mm512_fmadd_ps(lo, _mm512_loadu_ps(x + g * ps + c), a0[g]);
+      a1[g] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + g * ps + c + 16), a1[g]);
+    }
   }
-  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+  for (int g = 0; g < G; ++g)
+    out[g] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0[g], a1[g]), _mm512_add_ps(a2[g], a3[g])));
+}
+
+// Row r of W against rows [i0, i0 + G) of x: y[i · n_out + r].
+template <int G>
+TP_F16 void rows_of_x(const PackedWeight& w, int64_t r, const float* xd, int64_t ps, const float* xs, int64_t i0,
+                      float* y) {
+  const uint8_t* row = w.data.data() + r * w.row_bytes();
+  const float ws = (w.scales.size() == 1 ? w.scales[0] : w.scales[size_t(r)]) * 256.0f;
+  float out[G];
+  row_fp8<G>(row, w.n_in, xd + i0 * ps, ps, i0 == 0, out);
+  for (int g = 0; g < G; ++g) y[(i0 + g) * w.n_out + r] = out[g] * ws * xs[i0 + g];
 }
 
 }  // namespace
@@ -95,15 +119,24 @@ TP_F16 bool fp8_f16_decode(const float* x, int64_t m, const PackedWeight& w, flo
     for (int64_t c = 0; c < n_in; ++c) out[c] = bf16_to_f32(xb[size_t(c)]);
   }
   const float* xd = xf.data();
+  const float* xsd = xs.data();
   const bool parallel = n_threads > 1 && worth_parallel(w.n_out * w.row_bytes() * m);
 #pragma omp parallel num_threads(n_threads) if (parallel)
   {
     const auto [r0, r1] = thread_rows(w.n_out, 1, omp_get_thread_num(), omp_get_num_threads());
     prefetch_range_start(w.data.data() + r0 * w.row_bytes(), kPrefetchBytes, (r1 - r0) * w.row_bytes());
-    for (int64_t r = r0; r < r1; ++r) {
-      const uint8_t* row = w.data.data() + r * w.row_bytes();
-      const float ws = (w.scales.size() == 1 ? w.scales[0] : w.scales[size_t(r)]) * 256.0f;
-      for (int64_t i = 0; i < m; ++i) y[i * w.n_out + r] = row_fp8(row, n_in, xd + i * ps, i == 0) * ws * xs[size_t(i)];
+    // Blocks of kBlockRows weight rows: each tile of 4 rows of x meets the whole block while it is in L1.
+    for (int64_t rb = r0; rb < r1; rb += kBlockRows) {
+      const int64_t re = std::min(r1, rb + kBlockRows);
+      int64_t i = 0;
+      for (; i + 4 <= m; i += 4)
+        for (int64_t r = rb; r < re; ++r) rows_of_x<4>(w, r, xd, ps, xsd, i, y);
+      for (int64_t r = rb; r < re; ++r) switch (m - i) {
+          case 1: rows_of_x<1>(w, r, xd, ps, xsd, i, y); break;
+          case 2: rows_of_x<2>(w, r, xd, ps, xsd, i, y); break;
+          case 3: rows_of_x<3>(w, r, xd, ps, xsd, i, y); break;
+          default: break;
+        }
     }
   }
   return true;
