@@ -23,7 +23,7 @@
 // sum kept apart over the whole row and combined at its end (row_channel) — 3 vpdpbusd a chunk and nothing else.
 // MXFP4 / NVFP4: u = 2 · e2m1 + 12 (vpshufb from the nibble, 0 .. 24), o = 12, and each lane's 4 columns lie in one
 // block, so the chunk's ints to F32 × a vector of the lanes' block scales (the row's scale bytes converted to F32 once
-// a pass: E8M0 exactly, E4M3 × 2⁻⁸ exactly by F16), y's factor × ½ (× 2⁸ × the NVFP4 global scale).
+// a pass of rows: E8M0 exactly, E4M3 × 2⁻⁸ exactly by F16), y's factor × ½ (× 2⁸ × the NVFP4 global scale).
 // Every row of x gets the same operations whatever m: a row of a batch has the bits of that row alone. Weight rows
 // kRw a pass share each chunk's x loads; with m > 1 the pass runs once a row of x (the weight rows then from L1).
 #include <algorithm>
@@ -71,11 +71,14 @@ struct XLevels {
 // zero row, NaN for a row with a NaN or infinity; the levels are then all 0).
 TP_VNNI float x_levels(const float* x, int64_t n_in, int8_t* q, int32_t* sx, int32_t (&sl)[3][16]) {
   __m512 mx = _mm512_setzero_ps();
-  for (int64_t c = 0; c < n_in; c += 16) mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_loadu_ps(x + c)));
-  const float amax = _mm512_reduce_max_ps(mx);  // NaN lanes: max_ps keeps the second operand, so check below
-  bool finite = std::isfinite(amax);
-  for (int64_t c = 0; finite && c < n_in; c += 16)
-    finite = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + c), _mm512_loadu_ps(x + c), _CMP_ORD_Q) == 0xffff;
+  __mmask16 ordered = 0xffff;  // max_ps drops NaN lanes (it keeps the second operand), so NaNs are looked for apart
+  for (int64_t c = 0; c < n_in; c += 16) {
+    const __m512 v = _mm512_loadu_ps(x + c);
+    mx = _mm512_max_ps(mx, _mm512_abs_ps(v));
+    ordered &= _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
+  }
+  const float amax = _mm512_reduce_max_ps(mx);
+  const bool finite = ordered == 0xffff && std::isfinite(amax);
   if (!finite || amax < 0x1p-100f) {
     std::memset(q, 0, size_t(3 * n_in));
     std::memset(sx, 0, size_t(n_in / 4) * 4);
@@ -193,25 +196,18 @@ TP_VNNI __attribute__((always_inline)) inline void chunk(const uint8_t* row0, in
   }
 }
 
-// Rows [r, r + RW) against one row of x's levels: y[j] for j < RW (chunks into t[j][0] and t[j][1] in turn).
+// Rows [r, r + RW) against one row of x's levels: y[j] for j < RW (chunks into t[j][0] and t[j][1] in turn). sc: the
+// rows' scales, ng a row (Int8 / Int4: the groups' from w; FP4: the blocks' in F32, from fp4_scales); post: y's
+// factor after the lane sum besides x's.
 template <Codes C, int RW, bool kZeros>
-TP_VNNI void rows(const PackedWeight& w, int64_t ng, int64_t gs, int64_t r, const XLevels& xl, float* y,
-                  bool prefetch) {
+TP_VNNI void rows(const PackedWeight& w, int64_t ng, int64_t gs, const float* sc, float post, int64_t r,
+                  const XLevels& xl, float* y, bool prefetch) {
   const int64_t n_in = w.n_in, rb = w.row_bytes();
   const uint8_t* row0 = w.data.data() + r * rb;
   const char* pf = reinterpret_cast<const char*>(row0) + RW * rb + kPrefetchBytes;
-  const float* sc = C == Codes::Fp4 ? nullptr : w.scales.data() + r * ng;
   const int8_t* zp = kZeros ? w.zeros.data() + r * ng : nullptr;
-  float post = xl.scale;  // y's factor after the lane sum
+  post *= xl.scale;
   const bool mx = w.format == WeightFormat::Mxfp4;
-  if constexpr (C == Codes::Fp4) {  // the RW rows' block scales to F32, ng = blocks a row
-    ng = n_in / (mx ? 32 : 16);
-    thread_local std::vector<float> fs;
-    fs.resize(size_t(RW * ng));
-    for (int j = 0; j < RW; ++j) fp4_scales(w.scale_bytes.data() + (r + j) * ng, ng, mx, fs.data() + j * ng);
-    sc = fs.data();
-    post *= mx ? 0.5f : 0.5f * 256.0f * w.global_scale;  // u − 12 is 2 · e2m1; NVFP4's scales came × 2⁻⁸
-  }
   __m512 t[RW][2];
   for (int j = 0; j < RW; ++j) t[j][0] = t[j][1] = _mm512_setzero_ps();
   // Chunk k's group is k / (gs / 64), counted along (no division a chunk).
@@ -258,7 +254,12 @@ TP_VNNI void row_channel(const PackedWeight& w, int64_t r, const XLevels& xl, fl
 
 template <Codes C, bool kZeros>
 void run(const PackedWeight& w, const std::vector<XLevels>& xs, float* y, int n_threads) {
-  const int64_t ng = w.n_groups(), gs = ng > 1 ? w.group_size : w.n_in, m = int64_t(xs.size());
+  const int64_t m = int64_t(xs.size());
+  const bool mx = w.format == WeightFormat::Mxfp4;
+  // FP4: ng = blocks a row (their F32 scales made once a pass of rows, for every row of x); y × ½ (u − 12 is
+  // 2 · e2m1), NVFP4's × 2⁸ (its scales came × 2⁻⁸) × the global scale.
+  const int64_t ng = C == Codes::Fp4 ? w.n_in / (mx ? 32 : 16) : w.n_groups(), gs = ng > 1 ? w.group_size : w.n_in;
+  const float post = C != Codes::Fp4 ? 1.0f : mx ? 0.5f : 0.5f * 256.0f * w.global_scale;
   const bool parallel = n_threads > 1 && worth_parallel(w.n_out * w.row_bytes() * m);
 #pragma omp parallel num_threads(n_threads) if (parallel)
   {
@@ -269,10 +270,23 @@ void run(const PackedWeight& w, const std::vector<XLevels>& xs, float* y, int n_
       for (; r < r1; ++r)
         for (int64_t i = 0; i < m; ++i) row_channel<C, kZeros>(w, r, xs[size_t(i)], y + i * w.n_out + r, i == 0);
     }
-    for (; r + kRw <= r1; r += kRw)
-      for (int64_t i = 0; i < m; ++i) rows<C, kRw, kZeros>(w, ng, gs, r, xs[size_t(i)], y + i * w.n_out + r, i == 0);
-    for (; r < r1; ++r)
-      for (int64_t i = 0; i < m; ++i) rows<C, 1, kZeros>(w, ng, gs, r, xs[size_t(i)], y + i * w.n_out + r, false);
+    thread_local std::vector<float> fs;  // FP4: the pass's rows' block scales in F32
+    if (C == Codes::Fp4) fs.resize(size_t(kRw * ng));
+    // The pass's scales: rows [r, r + rows) of w's, or of the FP4 blocks' converted.
+    const auto scales = [&](int64_t r, int rows) -> const float* {
+      if (C != Codes::Fp4) return w.scales.data() + r * ng;
+      for (int j = 0; j < rows; ++j) fp4_scales(w.scale_bytes.data() + (r + j) * ng, ng, mx, fs.data() + j * ng);
+      return fs.data();
+    };
+    for (; r + kRw <= r1; r += kRw) {
+      const float* sc = scales(r, kRw);
+      for (int64_t i = 0; i < m; ++i)
+        rows<C, kRw, kZeros>(w, ng, gs, sc, post, r, xs[size_t(i)], y + i * w.n_out + r, i == 0);
+    }
+    for (; r < r1; ++r) {
+      const float* sc = scales(r, 1);
+      for (int64_t i = 0; i < m; ++i) rows<C, 1, kZeros>(w, ng, gs, sc, post, r, xs[size_t(i)], y + i * w.n_out + r, false);
+    }
   }
 }
 
@@ -289,7 +303,8 @@ bool a16_vnni_linear(const float* x, int64_t m, const PackedWeight& w, float* y,
   thread_local std::vector<int32_t> sx;
   q.resize(size_t(m * 3 * n_in));
   sx.resize(size_t(m * n_in / 4));
-  std::vector<XLevels> xs(static_cast<size_t>(m));
+  thread_local std::vector<XLevels> xs;
+  xs.resize(size_t(m));
   for (int64_t i = 0; i < m; ++i) {
     int8_t* qi = q.data() + i * 3 * n_in;
     int32_t* si = sx.data() + i * n_in / 4;

@@ -100,11 +100,13 @@ TP_F16 bool fp8_f16_decode(const float* x, int64_t m, const PackedWeight& w, flo
   if (w.act != ActQuant::None && !(fp8_act && (w.act == ActQuant::Fp8Static || w.act_group == 0))) return false;
   if (fp8_act && !cpu_has_avx512bf16()) return false;  // fp8_act_row_bf16
   const int64_t n_in = w.n_in, ps = (n_in + 31) / 32 * 32;
-  thread_local std::vector<float> xf;
+  thread_local std::vector<float> xf, xs;
   thread_local std::vector<uint16_t> xb;
-  xf.assign(size_t(m * ps), 0.0f);
-  std::vector<float> xs(size_t(m), 1.0f);
-  for (int64_t i = 0; i < m; ++i) {
+  xs.assign(size_t(m), 1.0f);
+  // F32 x whose rows are whole 32-column steps is read where it is; else rows zero-padded to ps (or x's E4M3 values).
+  const bool in_place = !fp8_act && ps == n_in;
+  if (!in_place) xf.assign(size_t(m * ps), 0.0f);
+  for (int64_t i = 0; i < m && !in_place; ++i) {
     const float* xr = x + i * n_in;
     float* out = xf.data() + i * ps;
     if (!fp8_act) {
@@ -118,7 +120,7 @@ TP_F16 bool fp8_f16_decode(const float* x, int64_t m, const PackedWeight& w, flo
     fp8_act_row_bf16(xr, n_in, s, xb.data());
     for (int64_t c = 0; c < n_in; ++c) out[c] = bf16_to_f32(xb[size_t(c)]);
   }
-  const float* xd = xf.data();
+  const float* xd = in_place ? x : xf.data();
   const float* xsd = xs.data();
   const bool parallel = n_threads > 1 && worth_parallel(w.n_out * w.row_bytes() * m);
 #pragma omp parallel num_threads(n_threads) if (parallel)

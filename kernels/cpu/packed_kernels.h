@@ -36,7 +36,8 @@ bool cpu_has_avx512vnni();
 
 // W4A16 on AVX-512 BF16 (gemm_int4_bf16.cpp): Int4 weights without g_idx, groups a multiple of 32 columns,
 // against x as two BF16 parts (16 significant bits; vdpbf16ps, F32 sums); int_a16_linear's AVX-512 path where
-// the CPU has AVX512-BF16.
+// the CPU has AVX512-BF16, for what a16_vnni_linear (below) does not take (no VNNI, groups of 32, n_in not a
+// multiple of 64).
 // Returns false (nothing written) for weights it does not take or without AVX512-BF16.
 bool int4_bf16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 
