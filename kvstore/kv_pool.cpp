@@ -9,6 +9,10 @@
 
 #include "common/error.h"
 
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
+
 namespace tp {
 namespace {
 
@@ -22,17 +26,28 @@ void check_scales(const std::vector<float>& scales, int64_t n_layers, const char
                        std::to_string(scales[l]) + "; scales must be finite and > 0");
 }
 
+// Host pools of 2 MiB or more sit on 2 MiB pages where the kernel gives them (transparent huge pages asked for
+// with MADV_HUGEPAGE before the first touch; best effort). Decode attention reads a sequence's blocks scattered
+// over the pool, a few lines of each (one KV head's rows): on 4 KiB pages nearly every block costs TLB misses
+// (SmolLM2 BF16, depth 8192, 1 thread, Xeon with AMX, alternated 3 times: tg32 18.2 -> 18.5 tok/s; pp512 unchanged).
+constexpr size_t kHugePage = size_t(2) << 20;
+
 class HostKvMemory final : public KvMemory {
  public:
   void* allocate_zeroed(int64_t bytes) override {
     if (bytes <= 0) return nullptr;
-    void* p = ::operator new(size_t(bytes), std::align_val_t(64));
+    const bool huge = size_t(bytes) >= kHugePage;
+    const size_t align = huge ? kHugePage : 64, n = (size_t(bytes) + align - 1) / align * align;
+    void* p = std::aligned_alloc(align, n);
+    if (p == nullptr)
+      throw Error("KvPool: cannot allocate " + std::to_string(bytes) + " bytes of host memory for the KV cache");
+#ifdef __linux__
+    if (huge) madvise(p, n, MADV_HUGEPAGE);
+#endif
     std::memset(p, 0, size_t(bytes));
     return p;
   }
-  void deallocate(void* p) noexcept override {
-    if (p) ::operator delete(p, std::align_val_t(64));
-  }
+  void deallocate(void* p) noexcept override { std::free(p); }
   void copy(void* dst, const void* src, int64_t bytes) override {
     if (bytes > 0) std::memcpy(dst, src, size_t(bytes));
   }

@@ -115,6 +115,29 @@ TEST(KvPool, EmptyPoolIsValid) {
   EXPECT_EQ(pool.n_bytes(), 0);
 }
 
+// Host memory: pools of 2 MiB and more start on a 2 MiB boundary (so they can sit on huge pages), zero-filled;
+// smaller ones on 64 bytes; a size the machine cannot give is a tp::Error naming the KV cache, not a crash.
+TEST(KvPool, HostMemoryAlignsLargePoolsForHugePagesAndRefusesImpossibleSizes) {
+  const auto mem = host_kv_memory();
+  for (const int64_t bytes : {int64_t(100), int64_t(64) << 10, (int64_t(2) << 20) + 17, int64_t(5) << 20}) {
+    auto* p = static_cast<uint8_t*>(mem->allocate_zeroed(bytes));
+    ASSERT_NE(p, nullptr) << bytes;
+    const uintptr_t align = bytes >= (int64_t(2) << 20) ? uintptr_t(2) << 20 : 64;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % align, 0u) << bytes;
+    EXPECT_TRUE(std::all_of(p, p + bytes, [](uint8_t b) { return b == 0; })) << bytes;
+    p[bytes - 1] = 1;  // the whole range is writable
+    mem->deallocate(p);
+  }
+  EXPECT_EQ(mem->allocate_zeroed(0), nullptr);
+  mem->deallocate(nullptr);
+  try {
+    mem->allocate_zeroed(int64_t(1) << 62);
+    FAIL() << "a 4 EiB pool was allocated";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("KV cache"), std::string::npos) << e.what();
+  }
+}
+
 TEST(KvPool, RejectsInvalidShape) {
   EXPECT_THROW(KvPool(KvPoolShape{.n_layers = 1, .n_blocks = 4, .block_size = 0, .n_kv_heads = 1, .head_dim = 8}),
                InputError);
