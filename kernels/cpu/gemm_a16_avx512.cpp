@@ -51,7 +51,7 @@ TP_AVX512 void rows_int8(const PackedWeight& w, int64_t ng, int64_t gs, int64_t 
     }
     for (int64_t c = c0; c < c1; c += 32) {
       if (prefetch) {
-        for (int64_t k = 0; k < RW * 32; k += 64) _mm_prefetch(pf + k, _MM_HINT_T0);
+        for (int64_t k = 0; k < RW * 32; k += 64) prefetch_weights(pf + k);
         pf += RW * 32;
       }
       const __m512 x0 = _mm512_loadu_ps(x + c), x1 = _mm512_loadu_ps(x + c + 16);

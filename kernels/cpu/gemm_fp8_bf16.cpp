@@ -74,7 +74,7 @@ TP_BF16 inline void row_fp8(const uint8_t* row, int64_t n_in, const uint16_t* x,
   for (int i = 0; i < MT; ++i) a0[i] = a1[i] = _mm512_setzero_ps();
   int64_t c = 0;
   for (; c + 64 <= n_in; c += 64) {
-    if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(row + c) + kPrefetchBytes, _MM_HINT_T0);
+    if (prefetch) prefetch_weights(reinterpret_cast<const char*>(row + c) + kPrefetchBytes);
     const __m512bh w0 = decode(row + c, 32, subtable), w1 = decode(row + c + 32, 32, subtable);
 #pragma GCC unroll 4
     for (int i = 0; i < MT; ++i) {

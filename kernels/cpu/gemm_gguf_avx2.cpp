@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "kernels/cpu/gemm_gguf.h"
+#include "kernels/cpu/gemv.h"
 
 #define TP_GGUF_VNNI 0
 #define TP_GGUF_NS avx2

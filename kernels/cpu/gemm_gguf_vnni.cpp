@@ -15,6 +15,7 @@
 
 #include "common/error.h"
 #include "kernels/cpu/gemm_gguf.h"
+#include "kernels/cpu/gemv.h"
 
 #define TP_GGUF_VNNI 1
 #define TP_GGUF_NS vnni

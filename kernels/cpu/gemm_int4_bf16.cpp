@@ -98,7 +98,7 @@ TP_BF16 void split_x(const float* x, int64_t m, int64_t n_in, int64_t ps, uint16
 TP_BF16 __attribute__((always_inline)) inline void decode(const uint8_t* row, int64_t c, int64_t c1, __m512i table,
                                                           bool prefetch, __m512bh& lo, __m512bh& hi) {
   const uint8_t* p = row + c / 2;
-  if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
+  if (prefetch) prefetch_weights(reinterpret_cast<const char*>(p) + kPrefetchBytes);
   if (c + 64 <= c1) {
     const __m512i wd = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     lo = (__m512bh)_mm512_permutexvar_epi16(wd, table);
@@ -182,7 +182,7 @@ TP_BF16 __attribute__((always_inline)) inline void chunk64(const uint8_t* row, i
                                                            const uint16_t* xe, const uint16_t* xo, int64_t half,
                                                            bool prefetch, __m512 (&t)[MT]) {
   const uint8_t* p = row + c / 2;
-  if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
+  if (prefetch) prefetch_weights(reinterpret_cast<const char*>(p) + kPrefetchBytes);
   const __m512i wd = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   const __m512bh lo = (__m512bh)_mm512_permutexvar_epi16(wd, table);
   const __m512bh hi = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(wd, 4), table);
@@ -240,7 +240,7 @@ TP_BF16 __attribute__((always_inline)) inline void chunk64_rows(const uint8_t* r
                                                                 const uint16_t* xe, const uint16_t* xo, int64_t half,
                                                                 const char*& pf, bool prefetch, __m512 (&t)[RW][2]) {
   if (prefetch) {
-    for (int64_t b = 0; b < RW * 32; b += 64) _mm_prefetch(pf + b, _MM_HINT_T0);
+    for (int64_t b = 0; b < RW * 32; b += 64) prefetch_weights(pf + b);
     pf += RW * 32;
   }
   const __m512bh e0 = (__m512bh)_mm512_loadu_si512(xe + c / 2), e1 = (__m512bh)_mm512_loadu_si512(xe + half + c / 2);

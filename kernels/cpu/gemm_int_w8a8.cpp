@@ -124,8 +124,9 @@ using Dot4Fn = int32_t (*)(const uint8_t*, const int8_t*, int64_t);
 // integer as the other paths, so y has the same bits for every m and every tile. The row is read in memory order
 // with a software prefetch kPrefetchBytes ahead (one 64-byte line a line read): as for the BF16 GEMV
 // (kernels/cpu/gemv.cpp), the hardware prefetcher alone leaves DRAM bandwidth unused on Zen 4.
-// Intel (the AMX Xeon of bench/results/xeon-amx-kernels-20261203.md §11): 2048 — CT-W8A8 tg64 +6-10% over 16384.
-const int64_t kPrefetchBytes = cpu_is_intel() ? 2048 : 16384;
+// Intel (the AMX Xeon of bench/results/xeon-amx-kernels-20261203.md §11): 2048 — CT-W8A8 tg64 +6-10% over 16384;
+// with the prefetch into L2 there (gemv.h prefetch_weights) 6144: tg128 82.0 (L1, 2048) / 81.7 (L2, 2048) / 87.7.
+const int64_t kPrefetchBytes = cpu_is_intel() ? 6144 : 16384;
 
 template <int MT>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,bmi2"), always_inline)) inline void row_s8_vnni(
@@ -143,13 +144,13 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,bmi2"), always_inlin
     int64_t c = c0;
     for (; c + 64 * NA <= c1; c += 64 * NA)
       for (int a = 0; a < NA; ++a) {  // NA chunks, one a chain
-        if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(row + c + 64 * a) + kPrefetchBytes, _MM_HINT_T0);
+        if (prefetch) prefetch_weights(reinterpret_cast<const char*>(row + c + 64 * a) + kPrefetchBytes);
         const __m512i wv = _mm512_xor_si512(_mm512_loadu_si512(row + c + 64 * a), flip);
         for (int i = 0; i < MT; ++i)
           acc[i][a] = _mm512_dpbusd_epi32(acc[i][a], wv, _mm512_loadu_si512(xq + i * n_in + c + 64 * a));
       }
     for (; c + 64 <= c1; c += 64) {
-      if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(row + c) + kPrefetchBytes, _MM_HINT_T0);
+      if (prefetch) prefetch_weights(reinterpret_cast<const char*>(row + c) + kPrefetchBytes);
       const __m512i wv = _mm512_xor_si512(_mm512_loadu_si512(row + c), flip);
       for (int i = 0; i < MT; ++i) acc[i][0] = _mm512_dpbusd_epi32(acc[i][0], wv, _mm512_loadu_si512(xq + i * n_in + c));
     }

@@ -28,23 +28,6 @@ int64_t prefetch_bytes() {
   static const int64_t bytes = cpu_is_intel() ? 2048 : 4096;
   return bytes;
 }
-// The m = 1 rows' prefetch goes to L2 (prefetcht1) on Intel and to L1 (prefetcht0) elsewhere. On the Xeon with AMX
-// (2026-12-03, 1 thread, SmolLM2 BF16 decode_bench tg128, alternated 3 times) t1 took tg 57.3 -> 59.0 tok/s and
-// 107.4 -> 110.9 at 2 threads, the cold GEMVs' p50 / read 0.96-1.05 -> 1.00-1.10 (bench/gemv_bench --shapes):
-// an L2 prefetch holds a superqueue entry, not one of L1's few fill buffers, so more lines are in flight while
-// the loads are served. A pure read (bench/mem_bandwidth) does not gain from it (17.2-17.5 vs 18.7-18.8 GB/s),
-// so the roofline stays the t0 figure. Unmeasured on AMD: it keeps t0.
-bool prefetch_to_l2() {
-  static const bool l2 = cpu_is_intel();
-  return l2;
-}
-template <bool kL2>
-inline void prefetch_line(const char* p) {
-  if constexpr (kL2)
-    _mm_prefetch(p, _MM_HINT_T1);
-  else
-    _mm_prefetch(p, _MM_HINT_T0);
-}
 }  // namespace
 
 bool cpu_has_avx512f() {
@@ -57,6 +40,8 @@ bool cpu_is_intel() {
   static const bool intel = __builtin_cpu_is("intel");
   return intel;
 }
+
+const bool g_prefetch_weights_to_l2 = cpu_is_intel();
 
 bool cpu_has_avx512bf16() {
   static const bool has = cpu_has_avx512f() && __builtin_cpu_supports("avx512bf16");
@@ -182,7 +167,6 @@ void run_tiles(const TileFn<T, X>* const* table, const X* x, int64_t x_stride, i
 // m = 1: rows [r_begin, r_end) one after the other, so W is read in memory order as one stream (the 4-row tiles
 // read four interleaved streams), four accumulators over the columns of a row, and a software prefetch
 // pf_bytes (prefetch_bytes()) ahead of the read position for every 64 bytes read.
-template <bool kL2>  // prefetch_to_l2()
 TP_AVX512BF16 void rows_bf16_m1(const uint16_t* x, const uint16_t* w, int64_t n_in, int64_t r_begin, int64_t r_end,
                                 float* y, const char* w_end, int64_t pf_bytes) {
   for (int64_t r = r_begin; r < r_end; ++r) {
@@ -192,10 +176,10 @@ TP_AVX512BF16 void rows_bf16_m1(const uint16_t* x, const uint16_t* w, int64_t n_
     int64_t k = 0;
     for (; k + 128 <= n_in; k += 128, pf += 256) {
       if (pf + 256 <= w_end) {
-        prefetch_line<kL2>(pf);
-        prefetch_line<kL2>(pf + 64);
-        prefetch_line<kL2>(pf + 128);
-        prefetch_line<kL2>(pf + 192);
+        prefetch_weights(pf);
+        prefetch_weights(pf + 64);
+        prefetch_weights(pf + 128);
+        prefetch_weights(pf + 192);
       }
       a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(wr + k), (__m512bh)_mm512_loadu_si512(x + k));
       a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(wr + k + 32), (__m512bh)_mm512_loadu_si512(x + k + 32));
@@ -203,7 +187,7 @@ TP_AVX512BF16 void rows_bf16_m1(const uint16_t* x, const uint16_t* w, int64_t n_
       a3 = _mm512_dpbf16_ps(a3, (__m512bh)_mm512_loadu_si512(wr + k + 96), (__m512bh)_mm512_loadu_si512(x + k + 96));
     }
     for (; k + 32 <= n_in; k += 32, pf += 64) {
-      if (pf + 64 <= w_end) prefetch_line<kL2>(pf);
+      if (pf + 64 <= w_end) prefetch_weights(pf);
       a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(wr + k), (__m512bh)_mm512_loadu_si512(x + k));
     }
     if (k < n_in) {  // x is zero-padded to a multiple of 32, so only w needs a mask
@@ -231,10 +215,7 @@ void gemv_bf16_avx512(const uint16_t* xb, int64_t x_stride, int64_t m, const uin
     {
       const int t = omp_get_thread_num(), n = omp_get_num_threads();
       const int64_t r0 = n_out * t / n, r1 = n_out * (t + 1) / n;
-      if (prefetch_to_l2())
-        rows_bf16_m1<true>(xb, w, n_in, r0, r1, y, w_end, pf_bytes);
-      else
-        rows_bf16_m1<false>(xb, w, n_in, r0, r1, y, w_end, pf_bytes);
+      rows_bf16_m1(xb, w, n_in, r0, r1, y, w_end, pf_bytes);
     }
     return;
   }
