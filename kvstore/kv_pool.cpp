@@ -28,8 +28,9 @@ void check_scales(const std::vector<float>& scales, int64_t n_layers, const char
 
 // Host pools of 2 MiB or more sit on 2 MiB pages where the kernel gives them (transparent huge pages asked for
 // with MADV_HUGEPAGE before the first touch; best effort). Decode attention reads a sequence's blocks scattered
-// over the pool, a few lines of each (one KV head's rows): on 4 KiB pages nearly every block costs TLB misses
-// (SmolLM2 BF16, depth 8192, 1 thread, Xeon with AMX, alternated 3 times: tg32 18.2 -> 18.5 tok/s; pp512 unchanged).
+// over the pool, a few lines of each (one KV head's rows), so on 4 KiB pages its reads walk many more pages
+// (SmolLM2 BF16, depth 8192, 1 thread, Xeon with AMX, alternated 3 times: tg32 18.2 -> 18.5 tok/s; pp512 unchanged —
+// a small gain: that kernel is bound by its own arithmetic, bench/results/xeon-amx-kernels-20261203.md §16).
 constexpr size_t kHugePage = size_t(2) << 20;
 
 class HostKvMemory final : public KvMemory {

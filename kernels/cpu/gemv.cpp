@@ -214,8 +214,7 @@ void gemv_bf16_avx512(const uint16_t* xb, int64_t x_stride, int64_t m, const uin
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
       const int t = omp_get_thread_num(), n = omp_get_num_threads();
-      const int64_t r0 = n_out * t / n, r1 = n_out * (t + 1) / n;
-      rows_bf16_m1(xb, w, n_in, r0, r1, y, w_end, pf_bytes);
+      rows_bf16_m1(xb, w, n_in, n_out * t / n, n_out * (t + 1) / n, y, w_end, pf_bytes);
     }
     return;
   }
