@@ -1,7 +1,8 @@
 // Paged attention per KV dtype and kernel: N query tokens (SmolLM2's 9 heads, 3 KV heads, head_dim 64) at the
 // end of a context of C positions (N = 1: decode at depth C - 1; N > 1: a prefill chunk of N tokens at depth
 // C - N) in blocks of 16 through a shuffled block table, on the AVX-512, AVX2 and portable paths, with the tiled
-// kernel (paged_attention, the model's: on AVX-512 the lane kernels; there also the row kernel with split-K, "tiled rows") and the naive one (paged_attention_naive). Reports µs per call (one
+// kernel (paged_attention, the model's: on AVX-512 the lane kernels; there also the row kernel with split-K, "tiled rows";
+// with AMX and bf16 pools also the AMX tile kernel, "tiled+amx", the model's there) and the naive one (paged_attention_naive). Reports µs per call (one
 // layer), the KV bytes of the context (C x 2 x 3 x 64 x dtype bytes + block scales; each read once by an ideal
 // kernel) and the rate they imply (bytes / time), and the speedup tiled / naive (naive time / tiled time, same
 // dtype and path). --layers L keeps L copies of the pool (the model's layers) and times one call on each in
@@ -129,12 +130,15 @@ int run(int argc, char** argv) {
         if (impl == cpu::AttentionImpl::Avx2 && !cpu::attention_has_avx2()) continue;
         if (impl == cpu::AttentionImpl::Avx512 && !cpu::attention_has_avx512()) continue;
         double naive_best = 0;
-        // kernel 0: naive, 1: tiled (the model's: on AVX-512 the lane kernels, AttentionTiling::lanes), 2: on
-        // AVX-512, tiled with the row kernel and split-K (lanes off, what AVX2 and portable run)
-        for (int kernel = 0; kernel < (impl == cpu::AttentionImpl::Avx512 ? 3 : 2); ++kernel) {
+        // kernel 0: naive, 1: tiled (on AVX-512 the lane kernels, AttentionTiling::lanes, without AMX), 2: on
+        // AVX-512, tiled with the row kernel and split-K (lanes off, what AVX2 and portable run), 3: on CPUs with
+        // AMX and bf16 pools, the AMX tile kernel (the model's there, AttentionTiling::amx)
+        const bool amx = impl == cpu::AttentionImpl::Avx512 && dt == KvDType::BF16 && cpu::attention_has_amx();
+        for (int kernel = 0; kernel < (impl == cpu::AttentionImpl::Avx512 ? (amx ? 4 : 3) : 2); ++kernel) {
           const bool tiled = kernel > 0;
           cpu::AttentionTiling tiling;
-          tiling.lanes = kernel == 1;
+          tiling.lanes = kernel == 1 || kernel == 3;
+          tiling.amx = kernel == 3;
           tiling.split_blocks = split_blocks;
           tiling.q_tokens = q_tokens;
           double best = 1e30, best_cpu = 1e30;
@@ -159,7 +163,7 @@ int run(int argc, char** argv) {
           if (tiled) std::snprintf(speedup, sizeof speedup, "%.2fx", naive_best / best_cpu);
           std::printf("| %lld | %s | %s | %s | %.1f | %.1f | %lld | %.1f | %s |\n", (long long)ctx,
                       std::string(kv_dtype_name(dt)).c_str(), cpu::attention_impl_name(impl),
-                      kernel == 2 ? "tiled rows" : kernel == 1 && impl == cpu::AttentionImpl::Avx512 ? "tiled+lanes" : tiled ? "tiled" : "naive", best * 1e6, best_cpu * 1e6, (long long)bytes, double(bytes) / best / 1e9, speedup);
+                      kernel == 3 ? "tiled+amx" : kernel == 2 ? "tiled rows" : kernel == 1 && impl == cpu::AttentionImpl::Avx512 ? "tiled+lanes" : tiled ? "tiled" : "naive", best * 1e6, best_cpu * 1e6, (long long)bytes, double(bytes) / best / 1e9, speedup);
           std::fflush(stdout);
         }
       }

@@ -61,8 +61,11 @@ peer_rate() {
   simd_paths=avx2
   [[ " $flags " == *" avx512f "* && " $flags " == *" avx512bw "* && " $flags " == *" avx512vl "* &&
      " $flags " == *" avx512dq "* ]] && simd_paths=avx512,avx2
-  echo "- tpserve attention: the tiled flash-style kernel (kernels/cpu/paged_attention_tiled.cpp), ${simd_paths%%,*}" \
-       "rows (runtime dispatch: the widest this CPU has); KV cache bf16 (cache.dtype default), blocks of 16;" \
+  attn_rows="${simd_paths%%,*} rows"
+  [[ $simd_paths == avx512* && " $flags " == *" amx_tile "* && " $flags " == *" amx_bf16 "* ]] &&
+    attn_rows="AMX tiles (kernels/cpu/paged_attention_amx.cpp, AttentionTiling::amx; bf16 KV)"
+  echo "- tpserve attention: the tiled flash-style kernel (kernels/cpu/paged_attention_tiled.cpp), $attn_rows" \
+       "(runtime dispatch: the widest this CPU has); KV cache bf16 (cache.dtype default), blocks of 16;" \
        "weights BF16; $THREADS thread(s)"
   [[ $SKIP_PEER == 1 ]] || echo "- llama.cpp: $(cat "$(dirname "$LLAMA_BENCH")/../../llama_cpp_version.txt" 2>/dev/null || echo "$LLAMA_BENCH")"
   echo

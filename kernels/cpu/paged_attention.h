@@ -34,6 +34,13 @@ struct AttentionTiling {
   // (the engine's "batched equals alone" invariant). False: the row kernel everywhere, split-K as set above
   // (what AVX2 and portable rows always run), prefill tiles unsplit.
   bool lanes = true;
+  // With lanes, on CPUs with AMX (amx_tile + amx_bf16, attention_has_amx()), BF16 pools and head_dim % 32 == 0:
+  // every tile, prefill and decode alike, runs on AMX tiles (paged_attention_amx.cpp) — S^T = K · Q^T and
+  // P · V as BF16 tile products with q and P split exactly into three BF16 parts each, so the scores and the
+  // weighted sums are the F32 ones up to summation order; the online softmax is the lane kernels'. Per query row
+  // the operations do not depend on the tile, so prefill equals decode bit for bit here too (not the lane
+  // kernels' bits). False: the lane kernels.
+  bool amx = true;
 };
 
 // Causal attention for one sequence. q: [n_tokens, n_heads, head_dim] F32, token i at position start_pos + i,
@@ -75,6 +82,9 @@ void paged_attention_naive(const float* q, int64_t n_tokens, int64_t start_pos, 
 
 bool attention_has_avx2();    // avx2 + fma + f16c
 bool attention_has_avx512();  // avx512f + avx512bw + avx512vl + avx512dq, and attention_has_avx2()
+// attention_has_avx512() + avx512_bf16 + amx_tile + amx_bf16, and Linux granted the process the AMX tile state
+// (arch_prctl ARCH_REQ_XCOMP_PERM, asked once here).
+bool attention_has_amx();
 const char* attention_impl_name(AttentionImpl impl);  // auto, avx512, avx2, portable
 
 }  // namespace tp::cpu

@@ -32,6 +32,7 @@
 #define TP_KV_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 #include "kernels/cpu/paged_attention_impl.h"
 #include "kernels/cpu/paged_attention_tiled_impl.h"
+#include "kernels/cpu/paged_attention_lanes.h"
 
 namespace tp::cpu::detail {
 namespace {
@@ -193,26 +194,7 @@ TP_KV_TARGET inline void chunk_rows(const float* kw, const float* vw, int64_t hd
     #pragma GCC unroll 16
     for (int j = 0; j < kLanes; ++j) s[j] = _mm512_fmadd_ps(_mm512_set1_ps(kd[j * hd]), qv, s[j]);
   }
-  const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
-  const __m512 m_old = _mm512_loadu_ps(m);
-  __m512 mx = m_old;
-  #pragma GCC unroll 16
-  for (int j = 0; j < kLanes; ++j) {
-    s[j] = _mm512_mask_blend_ps(visible[j], neg_inf, s[j]);
-    mx = _mm512_max_ps(mx, s[j]);
-  }
-  // Lanes that have seen nothing yet keep max -inf; subtract 0 there instead (their weights are masked to 0).
-  const __m512 sub = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mx, neg_inf, _CMP_EQ_OQ), mx, _mm512_setzero_ps());
-  const __m512 c = exp16(_mm512_sub_ps(m_old, sub));  // m_old = -inf: ~1e-38 × (l = 0, acc = 0)
-  __m512 lsum = _mm512_mul_ps(_mm512_loadu_ps(l), c);
-  #pragma GCC unroll 16
-  for (int j = 0; j < kLanes; ++j) {
-    const __m512 p = _mm512_maskz_mov_ps(visible[j], exp16(_mm512_sub_ps(s[j], sub)));
-    lsum = _mm512_add_ps(lsum, p);
-    _mm512_storeu_ps(pt + j * kLanes, p);
-  }
-  _mm512_storeu_ps(m, mx);
-  _mm512_storeu_ps(l, lsum);
+  const __m512 c = chunk_softmax(s, visible, pt, m, l);
   int n_vis = 0;  // positions some lane sees: a prefix of the chunk
   while (n_vis < kLanes && visible[n_vis]) ++n_vis;
   for (int64_t d0 = 0; d0 < hd; d0 += kLanes) {
@@ -305,33 +287,6 @@ TP_KV_TARGET void attend_tile_lanes(const TileArgs& a, int64_t kv_head, int64_t 
     m[r] = mm[r];
     l[r] = ll[r];
     for (int64_t d = 0; d < hd; ++d) acc[r * hd + d] = at[d * W + r];
-  }
-}
-
-// 16x16 F32 transpose in registers: r[i] lane j <- r[j] lane i.
-TP_KV_TARGET inline void transpose16(__m512* r) {
-  __m512 t[kLanes], u[kLanes];
-  for (int i = 0; i < 8; ++i) {  // 32-bit pairs within 128-bit lanes
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {  // 64-bit pairs: u[4i + c] holds column 4k + c of rows 4i..4i+3 in lane k
-    u[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-    u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
-    u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-    u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
-  }
-  for (int c = 0; c < 4; ++c) {  // 128-bit lanes: gather column c (+4, +8, +12) of the four row groups
-    t[c] = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
-    t[4 + c] = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
-    t[8 + c] = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
-    t[12 + c] = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
-  }
-  for (int c = 0; c < 4; ++c) {
-    r[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);
-    r[8 + c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xDD);
-    r[4 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88);
-    r[12 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xDD);
   }
 }
 

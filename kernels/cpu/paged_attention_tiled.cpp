@@ -102,10 +102,13 @@ void paged_attention_batch(const float* q, const AttentionSeqArgs* seqs, int64_t
   const KvBlockLayout& kl = k_pool.layout;
   const int64_t n_kv = kl.n_kv_heads, hd = kl.head_dim, bs = kl.block_size;
   const int64_t group = n_heads / n_kv;
-  const detail::TileFn tile = rows == AttentionImpl::Avx512 ? detail::tile_avx512(kl.dtype)
-                              : rows == AttentionImpl::Avx2 ? detail::tile_avx2(kl.dtype)
-                                                            : detail::tile_portable(kl.dtype);
   const bool lanes = tiling.lanes && rows == AttentionImpl::Avx512 && hd % 16 == 0;
+  // AMX tiles (AttentionTiling::amx): cut as the lane kernels are (they keep the lanes' cuts and softmax).
+  const bool amx = lanes && tiling.amx && kl.dtype == KvDType::BF16 && hd % 32 == 0 && attention_has_amx();
+  const detail::TileFn tile = amx                             ? detail::tile_amx(kl.dtype)
+                              : rows == AttentionImpl::Avx512 ? detail::tile_avx512(kl.dtype)
+                              : rows == AttentionImpl::Avx2   ? detail::tile_avx2(kl.dtype)
+                                                              : detail::tile_portable(kl.dtype);
 
   std::vector<SeqCut> cuts;
   cuts.reserve(size_t(n_seqs));

@@ -53,6 +53,7 @@ using TileFn = void (*)(const TileArgs& a, int64_t kv_head, int64_t t0, int64_t 
 TileFn tile_avx512(KvDType d);    // paged_attention_avx512.cpp
 TileFn tile_avx2(KvDType d);      // paged_attention_avx2.cpp
 TileFn tile_portable(KvDType d);  // paged_attention.cpp
+TileFn tile_amx(KvDType d);       // paged_attention_amx.cpp: BF16 pools only (else nullptr)
 
 namespace {
 

@@ -109,9 +109,10 @@ TEST_P(TiledAttentionTest, MatchesNaive) {
   paged_attention_naive(q.data(), n_tokens, start_pos, n_heads, f.k.view, f.v.view, f.table.data(), scale, ref.data(),
                         impl);
   // Split-K: default partitions, one block per split, never; small query tiles too (several tiles, ragged last).
-  // The AVX-512 lane kernels (AttentionTiling::lanes, the default) too, on default tiles and small ones.
+  // The AVX-512 lane kernels (AttentionTiling::lanes, the default) too, on default tiles and small ones, with the
+  // AMX tile kernel where it runs (bf16 pools, head_dim % 32 == 0, a CPU with AMX) and without.
   const AttentionTiling tilings[] = {{0, 0, false}, {0, 1, false}, {0, -1, false}, {3, 1, false}, {0, 0, true},
-                                     {3, 1, true}};
+                                     {3, 1, true}, {0, 0, true, false}, {3, 1, true, false}};
   double worst = 0;
   for (int threads : {1, 2}) {
     set_num_threads(threads);
@@ -121,7 +122,7 @@ TEST_P(TiledAttentionTest, MatchesNaive) {
                       impl, t);
       const double d = max_abs_diff(out, ref);
       EXPECT_LE(d, kTol) << test::dtype_label(var.dtype, var.tensor_scales) << " threads " << threads << " q_tokens "
-                         << t.q_tokens << " split_blocks " << t.split_blocks << " lanes " << t.lanes;
+                         << t.q_tokens << " split_blocks " << t.split_blocks << " lanes " << t.lanes << " amx " << t.amx;
       worst = std::max(worst, d);
     }
   }
@@ -206,7 +207,9 @@ TEST(TiledAttention, SplitKThreadCountInvariant) {
 // was cut: one prefill of the whole context, token-by-token decode, ragged chunks (1..100 tokens, starting
 // mid-block and mid-chunk), small query tiles, 1 and 2 threads — over every KV dtype, GQA 1/3/4, head_dim 64/128,
 // block sizes 16/32/5 (chunks of 16 positions end mid-block or are cut by the block), without split-K and with
-// 3-block split-K segments (decode: segments in parallel, then folded; prefill: folded in turn). The row kernel (lanes off)
+// 3-block split-K segments (decode: segments in parallel, then folded; prefill: folded in turn); for bf16 on a CPU
+// with AMX also the AMX tile kernel (AttentionTiling::amx), whose decode (few rows) takes the softmax row by row and
+// whose prefill takes it across the lanes. The row kernel (lanes off)
 // does differ between decode (split-K past 128 positions) and prefill on the same data, which shows the
 // comparison can fail.
 TEST(TiledAttention, LanesPrefillEqualsDecodeBitForBit) {
@@ -239,8 +242,10 @@ TEST(TiledAttention, LanesPrefillEqualsDecodeBitForBit) {
             return out;
           };
           // Split-K: the default (512 positions: none here) and segments of 3 blocks (15..96 positions).
-          for (const int64_t split : {0, 3}) {
-            const AttentionTiling lanes{0, split, true}, small_tiles{3, split, true};
+          // The AMX tile kernel where it runs (bf16 pools on a CPU with AMX), and the lane kernels.
+          for (const auto& [split, amx] : {std::pair<int64_t, bool>{0, true}, {3, true}, {0, false}, {3, false}}) {
+            if (amx && !(var.dtype == KvDType::BF16 && attention_has_amx())) continue;
+            const AttentionTiling lanes{0, split, true, amx}, small_tiles{3, split, true, amx};
             set_num_threads(1);
             const std::vector<float> whole = run(lanes, {kCtx});
             ASSERT_TRUE(std::all_of(whole.begin(), whole.end(), [](float x) { return std::isfinite(x); })) << what;
@@ -254,7 +259,7 @@ TEST(TiledAttention, LanesPrefillEqualsDecodeBitForBit) {
                    run(small_tiles, std::vector<int64_t>(std::begin(chunks) + 2, std::end(chunks)))}};
               for (const auto& [name, out] : cuts)
                 EXPECT_EQ(std::memcmp(out.data(), whole.data(), whole.size() * sizeof(float)), 0)
-                    << what << ": " << name << ", threads " << threads << ", split_blocks " << split;
+                    << what << ": " << name << ", threads " << threads << ", split_blocks " << split << ", amx " << amx;
             }
           }
           set_num_threads(1);
@@ -309,6 +314,38 @@ TEST(TiledAttention, LanesSplitKDecodeEqualsPrefillAtDepth) {
       }
       set_num_threads(1);
     }
+}
+
+// The AMX tile kernel (AttentionTiling::amx; bf16 pools, head_dim % 32 == 0, CPUs with AMX) does run: within kTol
+// of the naive kernel for decode and prefill, head_dim 64 and 96 (an odd count of 32-wide slices), blocks of 16
+// and 5, GQA 3 and 1 — and its bits differ from the lane kernels' on the same inputs (another summation order).
+TEST(TiledAttention, AmxTilesMatchNaiveAndAreNotTheLaneKernels) {
+  if (!attention_has_amx()) GTEST_SKIP() << "no AMX (amx_tile + amx_bf16, granted by the OS) on this CPU";
+  const Variant var{KvDType::BF16, false, 1.0f};
+  bool differs = false;
+  for (const int64_t hd : {64, 96})
+    for (const int64_t bs : {16, 5})
+      for (const auto& [n_heads, n_kv] : {std::pair<int64_t, int64_t>{9, 3}, std::pair<int64_t, int64_t>{4, 4}})
+        for (const auto& [start, n_tok] : {std::pair<int64_t, int64_t>{700, 1}, std::pair<int64_t, int64_t>{30, 77}}) {
+          const int64_t n_ctx = start + n_tok;
+          const Fixture f(var, n_kv, hd, bs, n_ctx, uint32_t(hd + bs + n_tok));
+          const auto q = random_floats(size_t(n_tok * n_heads * hd), 91);
+          const float scale = 1.0f / std::sqrt(float(hd));
+          std::vector<float> ref(q.size()), amx(q.size(), NAN), lanes(q.size(), NAN);
+          set_num_threads(1);
+          paged_attention_naive(q.data(), n_tok, start, n_heads, f.k.view, f.v.view, f.table.data(), scale, ref.data(),
+                                AttentionImpl::Portable);
+          paged_attention(q.data(), n_tok, start, n_heads, f.k.view, f.v.view, f.table.data(), scale, amx.data(),
+                          AttentionImpl::Avx512, AttentionTiling{0, 0, true, true});
+          paged_attention(q.data(), n_tok, start, n_heads, f.k.view, f.v.view, f.table.data(), scale, lanes.data(),
+                          AttentionImpl::Avx512, AttentionTiling{0, 0, true, false});
+          const std::string what = "d" + std::to_string(hd) + " bs" + std::to_string(bs) + " h" +
+                                   std::to_string(n_heads) + " n" + std::to_string(n_tok);
+          EXPECT_LE(max_abs_diff(amx, ref), kTol) << what;
+          EXPECT_LE(max_abs_diff(lanes, ref), kTol) << what;
+          differs |= std::memcmp(amx.data(), lanes.data(), amx.size() * sizeof(float)) != 0;
+        }
+  EXPECT_TRUE(differs);
 }
 
 // A step's batch — decodes short and long (split-K), a prefill chunk mid-block, a sequence with no tokens, GQA 3
