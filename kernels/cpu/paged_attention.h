@@ -17,7 +17,7 @@ struct AttentionTiling {
   // Query tokens per tile (a tile = these tokens × the query heads of one KV head). Default: max(1, 32 / group),
   // with the lane kernels max(1, 96 / group): each K/V chunk widened once serves up to 6 vectors of 16 rows
   // instead of 2 (a 512-token chunk at depth 16384, 1 thread, Zen 4 under load: 171 ms CPU a layer against 252-270
-  // with 32 / group; bench/kv_attention_bench --tokens 512 --q-tokens).
+  // with 32 / group; bench/kv_attention_bench --tokens 512 --q-tokens), with the AMX tiles max(1, 192 / group).
   int64_t q_tokens = 0;
   // Split-K: when the sequence's query tokens fit one tile (decode, short chunks), its context is cut into
   // partitions of this many KV blocks from block 0, attended in parallel and combined exactly (max-rescaled sums,
