@@ -76,6 +76,11 @@ SeqCut cut_sequence(const AttentionSeqArgs& s, int64_t group, int64_t bs, const 
   return c;
 }
 
+// v holds at least n elements (grown, never shrunk: the contents are scratch).
+void grow(std::vector<float>& v, int64_t n) {
+  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+}
+
 // One row's running (M, L, A [hd]) and a segment's partial (m, l, a) of it: fold the partial in (see the top of
 // this file). A partial that saw no position (m = -inf) leaves the row as it is. Not inlined, and this file is
 // built with -ffp-contract=off: the decode combine and the prefill tiles run the very same instructions.
@@ -160,16 +165,24 @@ void paged_attention_batch(const float* q, const AttentionSeqArgs* seqs, int64_t
   const auto through = [](const std::vector<size_t>& v, size_t i) { return v[i]; };
 
   // Split partials: per split sequence [n_kv, n_splits, max_rows] m and l, [..., hd] acc.
-  std::vector<float> part_m(static_cast<size_t>(n_part_rows)), part_l(part_m.size()),
-      part_acc(static_cast<size_t>(n_part_rows * hd));
+  // Buffers kept by each thread from call to call (a decode step calls this once a layer: allocating and zeroing
+  // them every time cost more than the attention itself at short contexts). Every kernel writes what it reads.
+  // (The split partials are the calling thread's, shared with the team through these pointers: a thread_local name
+  // inside the parallel region would be each thread's own.)
+  static thread_local std::vector<float> part_m_buf, part_l_buf, part_acc_buf;
+  grow(part_m_buf, n_part_rows);
+  grow(part_l_buf, n_part_rows);
+  grow(part_acc_buf, n_part_rows * hd);
+  float *const part_m = part_m_buf.data(), *const part_l = part_l_buf.data(), *const part_acc = part_acc_buf.data();
   const int64_t row_len = n_heads * hd;
 #pragma omp parallel num_threads(num_threads()) if (n_items > 1 && work >= (int64_t(1) << 16))
   {
-    detail::TileScratch scratch;
+    static thread_local detail::TileScratch scratch;
     scratch.reserve(max_rows, hd, bs);
     // m, l, acc: one tile's (or segment's) rows; fm, fl, facc: the rows' fold over segments.
-    std::vector<float> m(static_cast<size_t>(max_rows)), l(m.size()), acc(static_cast<size_t>(max_rows * hd)),
-        fm(m.size()), fl(m.size()), facc(acc.size());
+    static thread_local std::vector<float> m, l, acc, fm, fl, facc;
+    for (auto* v : {&m, &l, &fm, &fl}) grow(*v, max_rows);
+    for (auto* v : {&acc, &facc}) grow(*v, max_rows * hd);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t g = 0; g < n_items; ++g) {
       const SeqCut& c = cuts[owner(g, &SeqCut::item0, cuts, identity)];
@@ -182,8 +195,7 @@ void paged_attention_batch(const float* q, const AttentionSeqArgs* seqs, int64_t
                                &v_pool,            s.block_table, scale, tiling.lanes};
       if (c.n_splits > 1) {
         const size_t at = size_t(c.part0 + (kvh * c.n_splits + sp) * c.max_rows);
-        tile(a, kvh, t0, n_tok, b0, b1, scratch, part_m.data() + at, part_l.data() + at,
-             part_acc.data() + at * size_t(hd));
+        tile(a, kvh, t0, n_tok, b0, b1, scratch, part_m + at, part_l + at, part_acc + at * size_t(hd));
         continue;
       }
       const float *rl = l.data(), *racc = acc.data();
@@ -217,7 +229,7 @@ void paged_attention_batch(const float* q, const AttentionSeqArgs* seqs, int64_t
       float* A = facc.data();
       for (int64_t sp = 0; sp < c.n_splits; ++sp) {
         const size_t at = at0 + size_t(sp * c.max_rows);
-        fold_segment(M, L, A, part_m[at], part_l[at], part_acc.data() + at * size_t(hd), hd);
+        fold_segment(M, L, A, part_m[at], part_l[at], part_acc + at * size_t(hd), hd);
       }
       finish_row(A, L, hd, out + c.tok0 * row_len + ((r / group) * n_heads + kvh * group + r % group) * hd);
     }
