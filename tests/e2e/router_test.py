@@ -318,7 +318,12 @@ try:
     CHAT = "/v1/chat/completions"
     # a chat stream under a JSON schema (response_format), seeded temperature 0.8: the continuation's grammar goes
     # on from where the sent output left it
-    story_len = 300
+    # Strings of exactly story_len characters (the schemas' minLength = maxLength): a JSON string token adds at least
+    # one character, so 200 characters and the JSON around them (at most 47 more for the tool call) fit the n5 = 256
+    # ids even at a character a token, unless the model pads the JSON with whitespace (300 fitted only while the
+    # model picked longer tokens: after an attention change that kept every logit within the kernels' bounds, the
+    # forced tool call's greedy note became "_nh_nh…" and ran out of ids at 235 characters).
+    story_len = 200
     constrained = {"messages": [{"role": "user", "content": "Reply with a JSON object holding a story about a storm."}],
                    "max_tokens": n5, "temperature": 0.8, "seed": 7,
                    "response_format": {"type": "json_schema", "json_schema": {"name": "story", "schema": {
