@@ -319,7 +319,8 @@ TP_KV_TARGET void attend_tile_amx(const TileArgs& a, int64_t kv_head, int64_t t0
         _mm512_store_ps(cr, c);
         for (int64_t cs = 0; cs < 2 * n_half; ++cs) {
           __m512 p[kL];
-          for (int64_t j = 0; j < kL; ++j) p[j] = cs < nsub ? _mm512_load_ps(pt + (cs * kL + j) * kL) : _mm512_setzero_ps();
+          for (int64_t j = 0; j < kL; ++j)
+            p[j] = cs < nsub ? _mm512_load_ps(pt + (cs * kL + j) * kL) : _mm512_setzero_ps();
           transpose16(p);
           for (int64_t r = 0; r < kL; ++r) store_p(p[r], pa, r, cs);
         }
@@ -347,7 +348,8 @@ TP_KV_TARGET void attend_tile_amx(const TileArgs& a, int64_t kv_head, int64_t t0
           __m512 s[kSub];
           __m512 smax = neg_inf;
           for (int64_t cs = 0; cs < kSub; ++cs) {
-            s[cs] = cs < nsub ? _mm512_mask_blend_ps(vis[cs], neg_inf, _mm512_i32gather_ps(col, st + cs * kTileFloats + r, 4))
+            s[cs] = cs < nsub ? _mm512_mask_blend_ps(vis[cs], neg_inf,
+                                                     _mm512_i32gather_ps(col, st + cs * kTileFloats + r, 4))
                               : neg_inf;
             smax = _mm512_max_ps(smax, s[cs]);
           }

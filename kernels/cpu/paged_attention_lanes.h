@@ -1,7 +1,8 @@
-// Private to paged_attention_avx512.cpp and paged_attention_amx.cpp: the two pieces of the lane kernels' chunk
-// arithmetic both run, so that both give a query row the same operations in the same order. Include it after
-// defining TP_KV_TARGET (a target with at least avx512f/bw/vl/dq); everything here has internal linkage, compiled
-// for the including TU's target. Build the including TU with -ffp-contract=off (every FMA here is written out).
+// Private to paged_attention_avx512.cpp (the lane kernels: both pieces) and paged_attention_amx.cpp (transpose16;
+// its softmax over 64-position super-chunks takes chunk_softmax's steps per row, over more positions a step).
+// Include it after defining TP_KV_TARGET (a target with at least avx512f/bw/vl/dq); everything here has internal
+// linkage, compiled for the including TU's target. Build the including TU with -ffp-contract=off (every FMA here is
+// written out).
 #pragma once
 #include <immintrin.h>
 
