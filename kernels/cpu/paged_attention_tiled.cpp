@@ -76,11 +76,6 @@ SeqCut cut_sequence(const AttentionSeqArgs& s, int64_t group, int64_t bs, const 
   return c;
 }
 
-// v holds at least n elements (grown, never shrunk: the contents are scratch).
-void grow(std::vector<float>& v, int64_t n) {
-  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
-}
-
 // One row's running (M, L, A [hd]) and a segment's partial (m, l, a) of it: fold the partial in (see the top of
 // this file). A partial that saw no position (m = -inf) leaves the row as it is. Not inlined, and this file is
 // built with -ffp-contract=off: the decode combine and the prefill tiles run the very same instructions.
@@ -170,9 +165,9 @@ void paged_attention_batch(const float* q, const AttentionSeqArgs* seqs, int64_t
   // (The split partials are the calling thread's, shared with the team through these pointers: a thread_local name
   // inside the parallel region would be each thread's own.)
   static thread_local std::vector<float> part_m_buf, part_l_buf, part_acc_buf;
-  grow(part_m_buf, n_part_rows);
-  grow(part_l_buf, n_part_rows);
-  grow(part_acc_buf, n_part_rows * hd);
+  detail::grow(part_m_buf, n_part_rows);
+  detail::grow(part_l_buf, n_part_rows);
+  detail::grow(part_acc_buf, n_part_rows * hd);
   float *const part_m = part_m_buf.data(), *const part_l = part_l_buf.data(), *const part_acc = part_acc_buf.data();
   const int64_t row_len = n_heads * hd;
 #pragma omp parallel num_threads(num_threads()) if (n_items > 1 && work >= (int64_t(1) << 16))
@@ -181,8 +176,8 @@ void paged_attention_batch(const float* q, const AttentionSeqArgs* seqs, int64_t
     scratch.reserve(max_rows, hd, bs);
     // m, l, acc: one tile's (or segment's) rows; fm, fl, facc: the rows' fold over segments.
     static thread_local std::vector<float> m, l, acc, fm, fl, facc;
-    for (auto* v : {&m, &l, &fm, &fl}) grow(*v, max_rows);
-    for (auto* v : {&acc, &facc}) grow(*v, max_rows * hd);
+    for (auto* v : {&m, &l, &fm, &fl}) detail::grow(*v, max_rows);
+    for (auto* v : {&acc, &facc}) detail::grow(*v, max_rows * hd);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t g = 0; g < n_items; ++g) {
       const SeqCut& c = cuts[owner(g, &SeqCut::item0, cuts, identity)];

@@ -33,15 +33,17 @@ struct TileArgs {
   bool lanes;  // AttentionTiling::lanes
 };
 
+// b holds at least n elements (grown, never shrunk: the contents are scratch a thread keeps from call to call).
+inline void grow(std::vector<float>& b, int64_t n) {
+  if (b.size() < size_t(n)) b.resize(size_t(n));
+}
+
 // Per-thread scratch, sized by reserve() for tiles of up to max_rows rows.
 struct TileScratch {
   std::vector<float> q, k, v, s;  // [rows, head_dim] scaled q; [block_size, head_dim] K and V; [block_size]
-  std::vector<float> x;           // the AVX-512 lane kernel's own (paged_attention_avx512.cpp), sized there
-  // Grows the buffers to hold these sizes (never shrinks them: a thread keeps its scratch from call to call).
+  std::vector<float> x;           // the lane and AMX kernels' own (paged_attention_avx512 / _amx.cpp), sized there
+  // Grows the buffers to hold these sizes (never shrinks them).
   void reserve(int64_t max_rows, int64_t head_dim, int64_t block_size) {
-    const auto grow = [](std::vector<float>& b, int64_t n) {
-      if (b.size() < size_t(n)) b.resize(size_t(n));
-    };
     grow(q, max_rows * head_dim);
     grow(k, block_size * head_dim);
     grow(v, block_size * head_dim);
