@@ -12,17 +12,20 @@
 // |q1| ≤ 127, |q2|, |q3| ≤ 64 — and x = s · 2⁻¹⁴ · (q1 · 2¹⁴ + q2 · 2⁷ + q3) + e with |e| ≤ s · 2⁻¹⁵ ≤ max|x| · 2⁻²¹
 // (F32-like against the row's largest value; two BF16 parts: 2⁻¹⁷ of each value). A row with max|x| below 2⁻¹⁰⁰
 // counts as zero (y = 0); a row with a NaN or infinity gets y = NaN.
-// A 64-column chunk of a weight row becomes 64 u8 codes u in column order, the value being u − o − z (o the
-// format's offset): Int4 (32 bytes, column 2j in byte j's low nibble, 2j + 1 in its high one) by vpmovzxbw, then
-// (v | v << 4) & 0x0f0f, o = 8; Int8 (64 bytes) by flipping the sign bit, o = 128. vpdpbusd against q1, the int32
+// A 64-column chunk of a weight row becomes 64 u8 codes u, the value being u − o − z (o the format's offset):
+// Int8 (64 bytes, column order) by flipping the sign bit, o = 128; Int4 (32 bytes, column 2j in byte j's low
+// nibble, 2j + 1 in its high one) by a broadcast load of the 32 bytes into both halves, the upper half's 64-bit
+// lanes shifted right by 4, & 0x0f: the even columns (byte j: column 2j) then the odd ones (byte 32 + j: column
+// 2j + 1), o = 8 — x's levels are made in that order for 4-bit weights (deinterleaved once a call), 2 vector ops
+// a chunk instead of 3 (vpmovzxbw, a shift and a mask, the first on the shuffle port). vpdpbusd against q1, the int32
 // lanes × 2⁷, + the codes · q2, × 2⁷, + the codes · q3 gives each lane Σ over its 4 columns of u · X
 // (X = q1 · 2¹⁴ + q2 · 2⁷ + q3; |lane| ≤ 4 · 255 · (127 · 2¹⁴ + 64 · 2⁷ + 64) < 2³¹); − (o + z) · ΣX (ΣX: a lane's 4
 // columns of X, made once a row of x) leaves Σ (u − o − z) · X exactly (int32, wrapping in between where it must);
 // that to F32 × the chunk's group scale into the row's total (two running totals, chunks in turn), y = the total's
 // lane sum × s · 2⁻¹⁴. Int8 / Int4 per channel (one scale a row): a row at a time in memory order, each level's
 // sum kept apart over the whole row and combined at its end (row_channel) — 3 vpdpbusd a chunk and nothing else.
-// MXFP4 / NVFP4: u = 2 · e2m1 + 12 (vpshufb from the nibble, 0 .. 24), o = 12, and each lane's 4 columns lie in one
-// block, so the chunk's ints to F32 × a vector of the lanes' block scales (the row's scale bytes converted to F32 once
+// MXFP4 / NVFP4: u = 2 · e2m1 + 12 (vpshufb from the nibble, 0 .. 24), o = 12, and each lane's 4 columns (4 even or
+// 4 odd ones of 8 in a row) lie in one block, so the chunk's ints to F32 × a vector of the lanes' block scales (the row's scale bytes converted to F32 once
 // a pass of rows: E8M0 exactly, E4M3 × 2⁻⁸ exactly by F16), y's factor × ½ (× 2⁸ × the NVFP4 global scale).
 // Every row of x gets the same operations whatever m: a row of a batch has the bits of that row alone. Weight rows
 // kRw a pass share each chunk's x loads; with m > 1 the pass runs once a row of x (the weight rows then from L1).
@@ -65,7 +68,8 @@ int64_t prefetch_bytes() {
   return bytes;
 }
 
-// One row of x as levels: q[3][n_in] int8 (q1, q2, q3), sx[n_in / 4] int32 (ΣX over each 4 columns) and y's factor
+// One row of x as levels: q[3][n_in] int8 (q1, q2, q3; for 4-bit weights each 64-column chunk's even columns then
+// its odd ones), sx[n_in / 4] int32 (ΣX over each 4 of those) and y's factor
 // s · 2⁻¹⁴ (0: a zero row; NaN: a row with a NaN or infinity).
 struct XLevels {
   const int8_t* q[3];
@@ -74,9 +78,24 @@ struct XLevels {
   int32_t sl[3][16];  // per lane, Σ over the row's chunks of the lane's 4 columns of q1, q2, q3 (the channel path)
 };
 
-// x row (n_in a multiple of 64) -> its levels into q (3 · n_in), sx (n_in / 4) and sl; returns s · 2⁻¹⁴ (0 for a
-// zero row, NaN for a row with a NaN or infinity; the levels are then all 0).
-TP_VNNI float x_levels(const float* x, int64_t n_in, int8_t* q, int32_t* sx, int32_t (&sl)[3][16]) {
+// x row (n_in a multiple of 64; `deint`: each 64-column chunk deinterleaved, even columns then odd ones, into
+// xd [n_in] first) -> its levels into q (3 · n_in), sx (n_in / 4) and sl; returns s · 2⁻¹⁴ (0 for a zero row, NaN
+// for a row with a NaN or infinity; the levels are then all 0).
+TP_VNNI float x_levels(const float* x, int64_t n_in, bool deint, float* xd, int8_t* q, int32_t* sx,
+                       int32_t (&sl)[3][16]) {
+  if (deint) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    for (int64_t c = 0; c < n_in; c += 64) {
+      const __m512 a = _mm512_loadu_ps(x + c), b = _mm512_loadu_ps(x + c + 16);
+      const __m512 d = _mm512_loadu_ps(x + c + 32), e = _mm512_loadu_ps(x + c + 48);
+      _mm512_storeu_ps(xd + c, _mm512_permutex2var_ps(a, even, b));
+      _mm512_storeu_ps(xd + c + 16, _mm512_permutex2var_ps(d, even, e));
+      _mm512_storeu_ps(xd + c + 32, _mm512_permutex2var_ps(a, odd, b));
+      _mm512_storeu_ps(xd + c + 48, _mm512_permutex2var_ps(d, odd, e));
+    }
+    x = xd;
+  }
   __m512 mx = _mm512_setzero_ps();
   __mmask16 ordered = 0xffff;  // max_ps drops NaN lanes (it keeps the second operand), so NaNs are looked for apart
   for (int64_t c = 0; c < n_in; c += 16) {
@@ -128,14 +147,15 @@ TP_VNNI float x_levels(const float* x, int64_t n_in, int8_t* q, int32_t* sx, int
   return std::ldexp(1.0f, k - 14);
 }
 
-// The 64 u8 codes of columns [c, c + 64) of a row, in column order.
+// The 64 u8 codes of columns [c, c + 64) of a row: Int8 in column order, 4-bit ones even columns then odd ones.
 template <Codes C>
 TP_VNNI __attribute__((always_inline)) inline __m512i codes(const uint8_t* row, int64_t c) {
   if constexpr (C == Codes::Int8) {
     return _mm512_xor_si512(_mm512_loadu_si512(row + c), _mm512_set1_epi8(char(0x80)));  // q + 128
   } else {
-    const __m512i wd = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + c / 2)));
-    const __m512i u = _mm512_ternarylogic_epi32(wd, _mm512_slli_epi16(wd, 4), _mm512_set1_epi16(0x0f0f), 0xa8);  // (a | b) & c
+    const __m512i wb = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + c / 2)));
+    const __m512i u = _mm512_and_si512(_mm512_srlv_epi64(wb, _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4)),
+                                       _mm512_set1_epi8(0x0f));
     if constexpr (C == Codes::Int4) return u;
     // E2M1 code -> 2 · value + 12 (0 .. 24): 0, ±1, ±2, ±3, ±4, ±6, ±8, ±12 (code 8 is −0).
     const __m512i table = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
@@ -192,12 +212,12 @@ TP_VNNI __attribute__((always_inline)) inline void chunk(const uint8_t* row0, in
     __m512 s;
     if constexpr (C != Codes::Fp4) {
       s = _mm512_set1_ps(sc[j * ng + g]);
-    } else if (mx) {  // MXFP4: 2 blocks of 32 columns, 8 lanes each
+    } else if (mx) {  // MXFP4: 2 blocks of 32 columns, 4 even-column lanes and 4 odd-column ones each
       const __m128 two = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(sc + j * ng + c / 32)));
-      s = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), _mm512_castps128_ps512(two));
-    } else {  // NVFP4: 4 blocks of 16 columns, 4 lanes each
+      s = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1), _mm512_castps128_ps512(two));
+    } else {  // NVFP4: 4 blocks of 16 columns, 2 even-column lanes and 2 odd-column ones each
       const __m128 four = _mm_loadu_ps(sc + j * ng + c / 16);
-      s = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3), _mm512_castps128_ps512(four));
+      s = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 0, 0, 1, 1, 2, 2, 3, 3), _mm512_castps128_ps512(four));
     }
     t[j][TT] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), s, t[j][TT]);
   }
@@ -311,12 +331,15 @@ bool a16_vnni_linear(const float* x, int64_t m, const PackedWeight& w, float* y,
   q.resize(size_t(m * 3 * n_in));
   sx.resize(size_t(m * n_in / 4));
   thread_local std::vector<XLevels> xs;
+  thread_local std::vector<float> xd;  // a row of x deinterleaved (4-bit weights)
+  const bool deint = w.format != WeightFormat::Int8;
+  if (deint) xd.resize(size_t(n_in));
   xs.resize(size_t(m));
   for (int64_t i = 0; i < m; ++i) {
     int8_t* qi = q.data() + i * 3 * n_in;
     int32_t* si = sx.data() + i * n_in / 4;
     XLevels& l = xs[size_t(i)];
-    l.scale = x_levels(x + i * n_in, n_in, qi, si, l.sl);
+    l.scale = x_levels(x + i * n_in, n_in, deint, xd.data(), qi, si, l.sl);
     l.q[0] = qi, l.q[1] = qi + n_in, l.q[2] = qi + 2 * n_in, l.sx = si;
   }
   const bool zeros = !w.zeros.empty();
