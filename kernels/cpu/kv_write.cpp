@@ -10,6 +10,7 @@
 #include "common/dtype.h"
 #include "common/error.h"
 #include "common/fp_formats.h"
+#include "kernels/cpu/bf16_round.h"
 
 namespace tp::cpu {
 namespace {
@@ -61,10 +62,7 @@ void write_tensor(const float* x, int64_t n_tokens, const int64_t* slots, const 
         std::memcpy(dst, src, size_t(n_row) * sizeof(float));
         break;
       case KvDType::BF16:
-        for (int64_t i = 0; i < n_row; ++i) {
-          const uint16_t b = f32_to_bf16(src[i]);
-          std::memcpy(dst + 2 * i, &b, sizeof b);
-        }
+        detail::round_bf16(src, n_row, reinterpret_cast<uint16_t*>(dst));
         break;
       case KvDType::FP8_E4M3:
         for (int64_t i = 0; i < n_row; ++i) dst[i] = f32_to_e4m3(src[i] * inv_t);

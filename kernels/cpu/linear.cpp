@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/cpu/bf16_round.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/onednn_matmul.h"
 #include "kernels/cpu/packed_linear.h"
@@ -69,38 +70,14 @@ void back_with_huge_pages(const void* p, int64_t n) {
 #endif
 }
 
-// f32_to_bf16 (round to nearest even, NaN kept quiet) of 16 floats at once: the same bits as the scalar.
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void round_bf16_avx512(const float* x, int64_t n,
-                                                                             uint16_t* out) {
-  const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff);
-  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
-  const __m512i quiet = _mm512_set1_epi32(0x40);
-  int64_t k = 0;
-  for (; k + 16 <= n; k += 16) {
-    const __m512i u = _mm512_castps_si512(_mm512_loadu_ps(x + k));
-    const __m512i rounded = _mm512_srli_epi32(
-        _mm512_add_epi32(u, _mm512_add_epi32(bias, _mm512_and_si512(_mm512_srli_epi32(u, 16), one))), 16);
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
-    const __m512i r = _mm512_mask_or_epi32(rounded, nan, _mm512_srli_epi32(u, 16), quiet);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k), _mm512_cvtepi32_epi16(r));
-  }
-  for (; k < n; ++k) out[k] = f32_to_bf16(x[k]);
-}
-
 // x [m, n_in] F32 -> thread-local BF16 rows of stride round_up(n_in, 32), zero-padded.
 const uint16_t* x_to_bf16(const float* x, int64_t m, int64_t n_in, int64_t* stride) {
   thread_local std::vector<uint16_t> buf;
   const int64_t s = round_up(n_in, detail::kGemvXAlign);
   if (int64_t(buf.size()) < m * s) buf.resize(size_t(m * s));
-  const bool avx512 = detail::cpu_has_avx512f();
   for (int64_t g = 0; g < m; ++g) {
     uint16_t* row = buf.data() + g * s;
-    const float* xr = x + g * n_in;
-    if (avx512) {
-      round_bf16_avx512(xr, n_in, row);
-    } else {
-      for (int64_t k = 0; k < n_in; ++k) row[k] = f32_to_bf16(xr[k]);
-    }
+    detail::round_bf16(x + g * n_in, n_in, row);
     for (int64_t k = n_in; k < s; ++k) row[k] = 0;
   }
   *stride = s;
