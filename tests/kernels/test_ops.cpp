@@ -134,6 +134,35 @@ TEST(Rope, ManyTokensParallelMatchesOneByOne) {
   EXPECT_EQ(x, y);
 }
 
+// rope keeps each position's cos / sin per thread in a slot of a table (ops.cpp: position p in slot p % 4096):
+// positions that share a slot (p and p + 4096, a negative one and its slot-mate), interleaved with calls at another
+// head_dim and base, get the values of a fresh computation — each call matches the ggml recipe on the same input
+// computed after only that position was asked.
+TEST(Rope, CachedAnglesFollowThePositionHeadDimAndBase) {
+  const int64_t n_heads = 2;
+  const auto x = random_floats(size_t(n_heads * 128), 11);
+  struct Call {
+    int32_t pos;
+    int64_t head_dim;
+    float base;
+  };
+  const std::vector<Call> calls = {{5, 64, 10000.0f},    {5 + 4096, 64, 10000.0f}, {5, 64, 10000.0f},
+                                   {5, 128, 10000.0f},   {5, 64, 500000.0f},       {-4091, 64, 10000.0f},
+                                   {5, 64, 10000.0f},    {4096 * 3 + 5, 64, 10000.0f}};
+  for (size_t c = 0; c < calls.size(); ++c) {
+    const auto [pos, head_dim, base] = calls[c];
+    std::vector<float> y(x.begin(), x.begin() + n_heads * head_dim);
+    rope(y.data(), 1, n_heads, head_dim, &pos, base, RopeStyle::Neox);
+    const float theta_scale = powf(base, -2.0f / float(head_dim));
+    float theta = float(pos);
+    for (int64_t i = 0; i < head_dim / 2; ++i, theta *= theta_scale)
+      for (int64_t h = 0; h < n_heads; ++h) {
+        const size_t a = size_t(h * head_dim + i), b = a + size_t(head_dim / 2);
+        ASSERT_NEAR(y[a], x[a] * cosf(theta) - x[b] * sinf(theta), 2e-7f) << "call " << c << " i " << i;
+        ASSERT_NEAR(y[b], x[a] * sinf(theta) + x[b] * cosf(theta), 2e-7f) << "call " << c << " i " << i;
+      }
+  }
+}
 // ---------------------------------------------------------------------------------------------- silu_mul
 // Every code path this CPU has (silu.cpp: AVX-512, AVX2 + FMA, the scalar loop), and the dispatched one.
 std::vector<SiluPath> silu_paths() {
