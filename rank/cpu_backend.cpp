@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "kernels/cpu/kv_write.h"
+#include "kernels/cpu/linear.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/paged_attention.h"
 
@@ -61,6 +62,9 @@ void CpuBackend::copy_2d(void* dst, int64_t dst_pitch, const void* src, int64_t 
                          int64_t rows) {
   auto* d = static_cast<char*>(dst);
   const auto* s = static_cast<const char*>(src);
+  // A prefill's q / k / v split out of the qkv rows (MiBs a layer) over the threads; a decode step's in this one.
+  const int nt = rows * row_bytes >= (int64_t(1) << 18) ? cpu::num_threads() : 1;
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (int64_t r = 0; r < rows; ++r) std::memcpy(d + r * dst_pitch, s + r * src_pitch, size_t(row_bytes));
 }
 

@@ -265,5 +265,20 @@ TEST(AddInplace, AddsElementwise) {
   for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], x0[i] + y[i]);
 }
 
+// A prefill-sized call (past the threshold where the threads split it): every element, both ends of each part.
+TEST(AddInplace, PrefillSizedCallOverThreads) {
+  const int before = num_threads();
+  for (int nt : {1, 2, 3}) {
+    set_num_threads(nt);
+    const int64_t n = 512 * 576 + 7;
+    auto x = random_floats(size_t(n), 16);
+    const auto y = random_floats(size_t(n), 17);
+    const auto x0 = x;
+    add_inplace(x.data(), y.data(), n);
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], x0[i] + y[i]) << "threads " << nt << " i " << i;
+  }
+  set_num_threads(before);
+}
+
 }  // namespace
 }  // namespace tp::cpu
