@@ -35,36 +35,33 @@ void rmsnorm(const float* x, const float* weight, int64_t n, int64_t dim, float 
 }
 
 namespace {
-// cos / sin of the rope angles of a position (theta_i = pos · theta_scale^i, built by repeated multiplication),
-// kept per thread in kSlots slots (position p in slot p % kSlots, its tag p): a decode step ropes q and k of every
-// layer at the same positions, and a prefill chunk of up to kSlots tokens at the same consecutive ones, so only the
-// first of a step's 2 · layers calls computes them (libm's sincos of every token's angles was ~1.3% of a 512-token
-// prefill when the table held one position). A slot's values are the ones computed for its position alone.
+// cos / sin of the rope angles of positions (theta_i = pos · theta_scale^i, built by repeated multiplication),
+// kept per thread for a run of consecutive positions [lo, lo + len) (at most kMaxRun): a prefill chunk ropes q
+// and k of every layer at the same consecutive positions, so only the first of its 2 · layers calls computes them
+// (libm's sincos of every token's angles was ~1.3% of a 512-token prefill when one position was kept), and a
+// decode step of one sequence at one position. A position outside the run and not next after it starts a new
+// run. Each position's values are the ones computed for it alone.
 struct RopeTable {
-  static constexpr int64_t kSlots = 4096;
+  static constexpr int64_t kMaxRun = 8192;
   int64_t half = 0;
   float theta_scale = 0.0f;
-  std::vector<int32_t> tag;
-  std::vector<float> cs;  // slot k: cos at cs[k · 2 · half], sin after it
-  // The cos table of position p (the sin table follows it, half values on).
+  int64_t lo = 0, len = 0;
+  std::vector<float> cs;  // position lo + k: cos at cs[k · 2 · half], sin after it
+  // The cos table of position p (the sin table follows it, half values on); valid until the next call.
   const float* get(int32_t p, int64_t h, float ts) {
-    if (h != half || ts != theta_scale) {
-      half = h;
-      theta_scale = ts;
-      tag.assign(size_t(kSlots), -1);
-      cs.resize(size_t(kSlots * 2 * h));
-    }
-    const int64_t k = int64_t(uint32_t(p) % uint32_t(kSlots));  // any int32 p (a negative one too) has a slot
+    if (h != half || ts != theta_scale) half = h, theta_scale = ts, len = 0;
+    int64_t k = int64_t(p) - lo;
+    if (len > 0 && k >= 0 && k < len) return cs.data() + k * 2 * h;
+    if (len == 0 || k != len || len == kMaxRun) lo = p, len = 0, k = 0;
+    cs.resize(size_t((len + 1) * 2 * h));
     float* c = cs.data() + k * 2 * h;
-    if (tag[size_t(k)] != p) {
-      tag[size_t(k)] = p;
-      float theta = float(p);
-      for (int64_t i = 0; i < h; ++i) {
-        c[i] = std::cos(theta);
-        c[h + i] = std::sin(theta);
-        theta *= ts;
-      }
+    float theta = float(p);
+    for (int64_t i = 0; i < h; ++i) {
+      c[i] = std::cos(theta);
+      c[h + i] = std::sin(theta);
+      theta *= ts;
     }
+    ++len;
     return c;
   }
 };

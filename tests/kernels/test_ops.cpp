@@ -134,10 +134,9 @@ TEST(Rope, ManyTokensParallelMatchesOneByOne) {
   EXPECT_EQ(x, y);
 }
 
-// rope keeps each position's cos / sin per thread in a slot of a table (ops.cpp: position p in slot p % 4096):
-// positions that share a slot (p and p + 4096, a negative one and its slot-mate), interleaved with calls at another
-// head_dim and base, get the values of a fresh computation — each call matches the ggml recipe on the same input
-// computed after only that position was asked.
+// rope keeps a run of consecutive positions' cos / sin per thread (ops.cpp): positions inside, just past and far
+// from the run, going back, negative, and calls at another head_dim and base in between get the values of a fresh
+// computation — each call matches the ggml recipe on the same input.
 TEST(Rope, CachedAnglesFollowThePositionHeadDimAndBase) {
   const int64_t n_heads = 2;
   const auto x = random_floats(size_t(n_heads * 128), 11);
@@ -146,9 +145,11 @@ TEST(Rope, CachedAnglesFollowThePositionHeadDimAndBase) {
     int64_t head_dim;
     float base;
   };
-  const std::vector<Call> calls = {{5, 64, 10000.0f},    {5 + 4096, 64, 10000.0f}, {5, 64, 10000.0f},
-                                   {5, 128, 10000.0f},   {5, 64, 500000.0f},       {-4091, 64, 10000.0f},
-                                   {5, 64, 10000.0f},    {4096 * 3 + 5, 64, 10000.0f}};
+  const std::vector<Call> calls = {{5, 64, 10000.0f},     {6, 64, 10000.0f},    {7, 64, 10000.0f},
+                                   {6, 64, 10000.0f},     {5, 64, 10000.0f},    {4, 64, 10000.0f},
+                                   {5 + 4096, 64, 10000.0f}, {5, 64, 10000.0f}, {5, 128, 10000.0f},
+                                   {6, 128, 10000.0f},    {6, 64, 500000.0f},   {-3, 64, 10000.0f},
+                                   {-2, 64, 10000.0f},    {6, 64, 10000.0f},    {12293, 64, 10000.0f}};
   for (size_t c = 0; c < calls.size(); ++c) {
     const auto [pos, head_dim, base] = calls[c];
     std::vector<float> y(x.begin(), x.begin() + n_heads * head_dim);
