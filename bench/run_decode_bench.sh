@@ -46,7 +46,7 @@ CONFIGS=(
   "BF16 $M-hf -"
   "Q8_0 $M.Q8_0.gguf $M.Q8_0.gguf"
   "Q4_0 $Q40 $Q40"
-  "Q4_1 $M.Q4_1.gguf -"
+  "Q4_1 $M.Q4_1.gguf $M.Q4_1.gguf"
   "Q4_K_M $M.Q4_K_M.gguf $M.Q4_K_M.gguf"
   "CT-W8A16 $B/ct-w8a16 -"
   "CT-W4A16-g64 $B/ct-w4a16 -"
