@@ -252,7 +252,6 @@ void size_gguf_acts(int64_t m, int64_t n_in, GgufActType type, WeightFormat f, G
       const size_t n = size_t(m * ((nb + 1) / 2) * 16);
       a->pair_d.resize(n);
       a->pair_bias.resize(n);
-      a->pair_s.resize(f == WeightFormat::GgufQ4_1 ? n : 0);
       break;
     }
     case GgufPrep::Quads: {
@@ -260,6 +259,7 @@ void size_gguf_acts(int64_t m, int64_t n_in, GgufActType type, WeightFormat f, G
       a->quad_x.resize(n * 128);
       a->quad_d.resize(n * 16);
       a->quad_bias.resize(n * 16);
+      a->quad_s.resize(f == WeightFormat::GgufQ4_1 ? n * 16 : 0);
       break;
     }
     case GgufPrep::Groups: {
@@ -285,13 +285,11 @@ void pairs_rows(WeightFormat f, int64_t g0, int64_t g1, GgufActs* a) {
   const int k = bias_k(f);
   std::fill(a->pair_d.begin() + g0 * np * 16, a->pair_d.begin() + g1 * np * 16, 0.0f);
   std::fill(a->pair_bias.begin() + g0 * np * 16, a->pair_bias.begin() + g1 * np * 16, 0);
-  if (f == WeightFormat::GgufQ4_1) std::fill(a->pair_s.begin() + g0 * np * 16, a->pair_s.begin() + g1 * np * 16, 0.0f);
   for (int64_t g = g0; g < g1; ++g)
     for (int64_t b = 0; b < nb; ++b) {
       const size_t o = size_t((g * np + b / 2) * 16 + (b % 2) * 8);
       std::fill(a->pair_d.begin() + o, a->pair_d.begin() + o + 8, a->d[size_t(g * nb + b)]);
       if (k != 0) a->pair_bias[o] = -k * a->qsum[size_t(g * nb + b)];
-      if (f == WeightFormat::GgufQ4_1) a->pair_s[o] = a->s[size_t(g * nb + b)];
     }
 }
 
@@ -301,6 +299,8 @@ void quads_rows(WeightFormat f, int64_t g0, int64_t g1, GgufActs* a) {
   std::fill(a->quad_x.begin() + g0 * nq * 128, a->quad_x.begin() + g1 * nq * 128, int8_t(0));
   std::fill(a->quad_d.begin() + g0 * nq * 16, a->quad_d.begin() + g1 * nq * 16, 0.0f);
   std::fill(a->quad_bias.begin() + g0 * nq * 16, a->quad_bias.begin() + g1 * nq * 16, 0);
+  const bool q4_1 = f == WeightFormat::GgufQ4_1;
+  if (q4_1) std::fill(a->quad_s.begin() + g0 * nq * 16, a->quad_s.begin() + g1 * nq * 16, 0.0f);
   for (int64_t g = g0; g < g1; ++g)
     for (int64_t b = 0; b < nb; ++b) {
       const int64_t q = g * nq + b / 4, j = b % 4;
@@ -309,6 +309,7 @@ void quads_rows(WeightFormat f, int64_t g0, int64_t g1, GgufActs* a) {
       std::memcpy(a->quad_x.data() + q * 128 + 64 + 16 * j, xb + 16, 16);
       std::fill(a->quad_d.begin() + q * 16 + 4 * j, a->quad_d.begin() + q * 16 + 4 * j + 4, a->d[size_t(g * nb + b)]);
       a->quad_bias[size_t(q * 16 + 4 * j)] = -k * a->qsum[size_t(g * nb + b)];
+      if (q4_1) a->quad_s[size_t(q * 16 + 4 * j)] = a->s[size_t(g * nb + b)];
     }
 }
 
@@ -375,7 +376,8 @@ GgufPrep gguf_prep(GgufKernel k, const PackedWeight& w) {
   if (k != GgufKernel::Avx512Vnni) return GgufPrep::None;
   if (w.gguf_layout == GgufLayout::Q4_0Groups || w.gguf_layout == GgufLayout::Q8_0Groups || w.gguf_layout == GgufLayout::Q5_0Groups)
     return GgufPrep::Groups;
-  if (w.format == WeightFormat::GgufQ4_0 || w.gguf_layout != GgufLayout::File) return GgufPrep::Quads;
+  if (w.format == WeightFormat::GgufQ4_0 || w.format == WeightFormat::GgufQ4_1 || w.gguf_layout != GgufLayout::File)
+    return GgufPrep::Quads;
   if (w.format == WeightFormat::GgufQ4_K) return GgufPrep::K4;
   if (gguf_act_type(w.format) != GgufActType::Q8_K) return GgufPrep::Pairs;
   return GgufPrep::None;

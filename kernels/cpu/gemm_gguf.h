@@ -73,12 +73,12 @@ struct GgufActs {
   // ceil(blocks / 2), lanes 0-7 for block 2p and 8-15 for 2p+1, zero past the row's last block):
   std::vector<float> pair_d;        // [m, n_pairs, 16]: d of the lane's block
   std::vector<int32_t> pair_bias;   // [m, n_pairs, 16]: lanes 0 and 8: −k · Σq of the block (k: the weights' offset)
-  std::vector<float> pair_s;        // [m, n_pairs, 16]: lanes 0 and 8: s of the block (Q4_1's min term)
-  // Q4_0 on AVX-512 VNNI takes 4 blocks a step (GgufPrep::Quads; n_quads = ceil(blocks / 4), zero past the
+  // Q4_0 / Q4_1 on AVX-512 VNNI take 4 blocks a step (GgufPrep::Quads; n_quads = ceil(blocks / 4), zero past the
   // row's last block): x regrouped as the nibbles come out of 64 code bytes, lanes 4j..4j+3 for block 4q+j.
   std::vector<int8_t> quad_x;       // [m, n_quads, 128]: x[0..15] of the 4 blocks, then x[16..31] of the 4
   std::vector<float> quad_d;        // [m, n_quads, 16]: d of the lane's block
   std::vector<int32_t> quad_bias;   // [m, n_quads, 16]: lane 4j: −k · Σq of block 4q+j (k: the weights' offset), other lanes 0
+  std::vector<float> quad_s;        // [m, n_quads, 16]: lane 4j: s of block 4q+j (Q4_1's min term), other lanes 0
   // The *Groups layouts (common/gguf_layout.h) on AVX-512 VNNI take 16 blocks a step (GgufPrep::Groups;
   // n_groups = ceil(blocks / 16), zero past the row's last block): lane j of every vector is block 16G + j.
   std::vector<int8_t> grp_x;        // [m, n_groups, 8, 64]: vector t, bytes 4j..4j+3 = x[4t .. 4t+3] of block 16G+j
@@ -102,9 +102,8 @@ void quantize_q8_32_elems_avx512(const float* x, int64_t n, int8_t* q, float* am
 void quantize_q8_k_elems_avx512(const float* x, int64_t n, int8_t* q, float* vmax, int16_t* bsums);
 
 // The arrays the AVX-512 VNNI kernel reads besides q / d / s / qsum / bsums (GgufActs above): Pairs for Q8_0 /
-// Q4_0 / Q4_1 / Q5_0 rows in the file layout (k = 128 Q8_0, 8 Q4_0, 16 Q5_0, none for Q4_1, which gets pair_s
-// instead), Quads for Q4_0 and the *Quads layouts (k = 8 Q4_0, 128 Q8_0Quads: codes held as q + 128, 16
-// Q5_0Quads), Groups for the *Groups layouts (k = 8 / 128 / 16), K4 for Q4_K; None on the other kernels.
+// Q5_0 rows in the file layout (k = 128 Q8_0, 16 Q5_0), Quads for Q4_0 / Q4_1 and the *Quads layouts (k = 8
+// Q4_0, none for Q4_1, which gets quad_s instead, 128 Q8_0Quads: codes held as q + 128, 16 Q5_0Quads), Groups for the *Groups layouts (k = 8 / 128 / 16), K4 for Q4_K; None on the other kernels.
 enum class GgufPrep : uint8_t { None, Pairs, Quads, Groups, K4 };
 GgufPrep gguf_prep(GgufKernel k, const PackedWeight& w);
 // Sizes a for m rows of n_in inputs quantized as `type` plus prep's arrays for weights of format f (contents
