@@ -14,9 +14,9 @@
 // within Σ|w|·d_x/2 per output; NMSE ≈ 1e-5 on smooth activations, up to ~1e-3 with outliers in the block
 // (tests/kernels/test_gemm_gguf.cpp states the bounds).
 //
-// Kernels: AVX-512 VNNI + VBMI (Q4_1 / Q5_0 and Q8_0 in the file layout: two blocks a 512-bit vpdpbusd, the
-// offsets exact in the integer sums; Q4_0, Q8_0Quads and Q5_0Quads (common/gguf_layout.h): four blocks a pair
-// of vpdpbusd; Q4_0 / Q8_0 / Q5_0 *Groups (Q8_0Groups made at load by prepare_gguf_weight where a row is
+// Kernels: AVX-512 VNNI + VBMI (Q5_0 and Q8_0 in the file layout: two blocks a 512-bit vpdpbusd, the
+// offsets exact in the integer sums; Q4_0, Q4_1 (its min term in a second accumulator), Q8_0Quads and Q5_0Quads
+// (common/gguf_layout.h): four blocks a pair of vpdpbusd; Q4_0 / Q8_0 / Q5_0 *Groups (Q8_0Groups made at load by prepare_gguf_weight where a row is
 // whole 16-block groups): 16 blocks, one a lane, 8 chained vpdpbusd; K-quants: vpmaddubsw + vpdpwssd on 512-bit vectors
 // with the sub-block scales as int16), AVX2 (vpmaddubsw + vpmaddwd: the same integers), portable C++. Threads (OpenMP) split the output rows. Decode (m = 1) takes 4 weight rows a tile
 // (2 for the K-quants): one activation load feeds several rows and the accumulator chains run side by side;
