@@ -10,7 +10,9 @@ writes gpu-check.md into the folder given.
       decode graphs (TPSERVE_CUDA_GRAPHS=0); the first-position logits of
       `decode_bench --first-logits` against transformers': max-abs-diff stated (bound FIRST_LOGIT_TOL).
   (c) tp 2 on the one card through the bundled mpirun (two ranks on one GPU: the MPI host-staging fallback,
-      which start-up names): greedy tokens equal to (b)'s tp 1.
+      which start-up names): greedy tokens equal to (b)'s tp 1, or a first divergence where tp 1 still equals the
+      transformers reference and its top-2 logit gap is below NEAR_TIE (the ranks' partial sums change the
+      summation order, as BF16 does in (b)).
   (d) decode tok/s at batch 1, 16, 64 and prefill tok/s (bin/decode_bench), beside transformers' `generate` /
       forward on the same model in the same run; achieved HBM bandwidth = (weight bytes + KV bytes read) per
       decode step x steps/s, as a fraction of the card's peak. The issue's goals (b1 >= 70% of HBM, >= 3x
@@ -179,6 +181,9 @@ def check_greedy(a):
         ref = model.generate(ids, max_new_tokens=len(ours), min_new_tokens=len(ours), do_sample=False,
                              output_scores=True, return_dict_in_generate=True, pad_token_id=0)
     theirs = ref.sequences[0, len(prompt):].tolist()
+    # The reference's top-2 logit gap at each step: (c) judges a tp 2 divergence from tp 1 by it.
+    a.ref_ids = theirs
+    a.ref_gaps = [float(g[0] - g[1]) for g in (torch.topk(sc[0].float(), 2).values for sc in ref.scores)]
     ours_first = torch.tensor(list(mine), dtype=torch.float32)
     ok = True
     if ours_first.numel() != ref_first.numel():
@@ -214,7 +219,18 @@ def check_tp2(a):
     md += f"collectives: {path.group(1) if path else '(not reported)'}\n\ntp 2: {ids}\n\ntp 1: {tp1}\n"
     if a.device == "cuda" and not path:
         return False, md + "\nstart-up did not say which collective path was used\n"
-    return tp1 is not None and ids == tp1, md
+    if tp1 is None or ids == tp1:
+        return tp1 is not None, md
+    # A different summation order (each rank's partial sums, then the all-reduce) may flip a near-tie, as in (b):
+    # accepted only where tp 1 equals the transformers reference up to the divergence and the reference's top-2 gap
+    # there is below NEAR_TIE.
+    div = next((i for i, (x, y) in enumerate(zip(ids, tp1)) if x != y), min(len(ids), len(tp1)))
+    gaps, ref = getattr(a, "ref_gaps", None), getattr(a, "ref_ids", None)
+    if gaps is None or ref is None or div >= len(gaps) or ref[:div + 1] != tp1[:div + 1]:
+        return False, md + f"\nfirst divergence at step {div}: no transformers gap to judge it by\n"
+    tie = gaps[div] < NEAR_TIE
+    return tie, md + (f"\nfirst divergence at step {div}: reference top-2 gap {gaps[div]:.4f} "
+                      f"({'near-tie, accepted' if tie else 'a bug'})\n")
 
 
 def peak_bandwidth(a):

@@ -1,6 +1,7 @@
 #include "launch/model_group.h"
 
 #include <algorithm>
+#include <limits>
 #include <cstdio>
 #include <vector>
 #include <cstdlib>
@@ -170,6 +171,15 @@ EngineConfig ModelGroup::engine_config(const Config& cfg) const {
   const KvFootprint fp = kv_footprint(model_shape_from(model->config(), 0), model->layout().local_kv_heads(),
                                       kv_cost(pool->shape().dtype, pool->shape().tensor_scales));
   EngineConfig e = make_engine_config(cfg, fp, model->config().max_context, model->config().vocab);
+  if (!backend->host_memory()) {
+    // On a GPU the memory plan sized the pool (cache.gpu_memory_utilization), not cache.memory_mb: the engine
+    // schedules the blocks the pool holds, and reports the bytes they take.
+    if (pool->shape().n_blocks > std::numeric_limits<int32_t>::max())
+      throw InputError(cfg.source + ": cache.gpu_memory_utilization: " + std::to_string(pool->shape().n_blocks) +
+                       " blocks exceed the int32 block ids");
+    e.scheduler.n_blocks = int32_t(pool->shape().n_blocks);
+    e.kv_budget_bytes = pool->n_bytes();
+  }
   if (e.scheduler.n_blocks != pool->shape().n_blocks)
     throw Error("engine and pool disagree on the block count: " + std::to_string(e.scheduler.n_blocks) + " vs " +
                 std::to_string(pool->shape().n_blocks));
