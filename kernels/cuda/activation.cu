@@ -12,25 +12,27 @@
 namespace tp::cuda {
 namespace {
 
-// One block per row. gate_up: [n, 2·dim] F32 ([gate | up]); out: [n, dim] of OutT.
+// Thread per element: grid (n, ceil(dim / kSiluThreads)), so one row (a decode step's token) spreads over many SMs
+// (a block per row took 7 µs for one row of 5632 on an H200). gate_up: [n, 2·dim] F32 ([gate | up]); out: [n, dim]
+// of OutT.
+constexpr int kSiluThreads = 256;
+
 template <typename OutT>
 __global__ void silu_mul_kernel(const float* __restrict__ gate_up, int64_t dim, OutT* __restrict__ out) {
-  const int64_t r = blockIdx.x;
+  const int64_t r = blockIdx.x, d = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (d >= dim) return;
   const float* g = gate_up + r * 2 * dim;
-  const float* u = g + dim;
-  OutT* o = out + r * dim;
-  for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) {
-    const float v = g[d] / (1.0f + expf(-g[d])) * u[d];
-    if constexpr (std::is_same_v<OutT, float>)
-      o[d] = v;
-    else
-      o[d] = dev::f32_to_bf16_bits(v);
-  }
+  const float v = g[d] / (1.0f + expf(-g[d])) * g[dim + d];
+  if constexpr (std::is_same_v<OutT, float>)
+    out[r * dim + d] = v;
+  else
+    out[r * dim + d] = dev::f32_to_bf16_bits(v);
 }
 
 template <typename OutT>
 void launch_silu_mul(const float* gate_up, int64_t n, int64_t dim, OutT* out, cudaStream_t stream) {
-  silu_mul_kernel<OutT><<<unsigned(n), row_threads(dim, 4), 0, stream>>>(gate_up, dim, out);
+  const dim3 grid(unsigned(n), unsigned(dev::ceil_div(dim, int64_t(kSiluThreads))));
+  silu_mul_kernel<OutT><<<grid, kSiluThreads, 0, stream>>>(gate_up, dim, out);
   check_launch("silu_mul_kernel");
 }
 
