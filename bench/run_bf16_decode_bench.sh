@@ -6,13 +6,13 @@
 #   (decode_bench's bytes/token); % of roofline = tg tok/s / roofline tok/s.
 # Writes bench/results/decode-<CPU family>-<UTC stamp>.md with the exact commands, the CPU model and the flags
 # that choose our kernels (avx512_bf16, amx_bf16), and the load average before and after.
-#   bench/run_bf16_decode_bench.sh [THREADS...]    (default: 1 2; env PP=512 TG=64 ROUNDS=3 FAMILY=zen4)
+#   bench/run_bf16_decode_bench.sh [THREADS...]    (default: 1 2; env PP=512 TG=64 ROUNDS=3 FAMILY=<bench/cpu_family.sh>)
 # Needs build/bench/{decode_bench,mem_bandwidth} and third_party/llama.cpp-build/bin/llama-bench (made by
 # tests/peers/build_llama_cpp.sh; this script never builds it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if (($#)); then THREADS=("$@"); else THREADS=(1 2); fi
-PP=${PP:-512} TG=${TG:-64} ROUNDS=${ROUNDS:-3} FAMILY=${FAMILY:-zen4}
+PP=${PP:-512} TG=${TG:-64} ROUNDS=${ROUNDS:-3} FAMILY=${FAMILY:-$(bench/cpu_family.sh)}
 MODEL=models/SmolLM2-135M-Instruct.BF16.gguf
 LLAMA_BENCH=third_party/llama.cpp-build/bin/llama-bench
 OURS=build/bench/decode_bench

@@ -38,7 +38,7 @@ done
 LLAMA_BENCH=third_party/llama.cpp-build/bin/llama-bench
 OURS=build/bench/decode_bench
 stamp=$(date -u +%Y%m%d-%H%M)
-out=${OUT:-bench/results/decode-quant-$stamp.md}
+out=${OUT:-bench/results/decode-quant-$(bench/cpu_family.sh)-$stamp.md}
 log=$B/decode-quant-$stamp.log
 
 # label file [peer-file]: the configurations, in the order they run.

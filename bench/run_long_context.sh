@@ -5,7 +5,7 @@
 #   llama.cpp: llama-bench -p PP -n TG -d D (the same definition: pp512 @ dD, tg32 @ dD)
 # plus the attention kernel alone (build/bench/kv_attention_bench, SmolLM2's attention shape, bf16 KV): the
 # tiled kernel the model runs against the naive one it replaced, for decode (1 query token, 30 layer pools in
-# turn) and for a PP-token prefill chunk at each depth. Writes bench/results/long-context-<UTC date>.md and a
+# turn) and for a PP-token prefill chunk at each depth. Writes bench/results/long-context-<CPU family (bench/cpu_family.sh)>-<UTC date>.md and a
 # PNG curve beside it (python3 + matplotlib from a virtualenv the script makes under build/plot_venv; gnuplot
 # when that fails and gnuplot is installed; else no PNG, said in the .md).
 # plus, with LONG_PP=N (default 4096; 0: skip), one N-token prompt prefilled from depth 0 (pp4096 in llama-bench).
@@ -29,8 +29,9 @@ SKIP_PEER=${SKIP_PEER:-0}
 if [[ $SKIP_PEER != 1 && ! -x $LLAMA_BENCH ]]; then tests/peers/build_llama_cpp.sh; fi
 
 stamp=$(date -u +%Y%m%d-%H%M)
-out=bench/results/long-context-$stamp.md
-png=bench/results/long-context-$stamp.png
+family=$(bench/cpu_family.sh)
+out=bench/results/long-context-$family-$stamp.md
+png=bench/results/long-context-$family-$stamp.png
 tsv=build/long-context-$stamp.tsv
 mkdir -p bench/results build
 printf 'depth\tours_pp\tours_tg\tllama_pp\tllama_tg\n' > "$tsv"
