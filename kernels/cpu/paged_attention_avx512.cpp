@@ -301,33 +301,32 @@ TP_KV_TARGET void attend_tile_lanes(const TileArgs& a, int64_t kv_head, int64_t 
 // zero weights, or l = acc = 0 before the first position).
 constexpr int64_t kPrefetchBlocks = 3;
 
-// One 16-position chunk (K^T kt [hd, 16], V vw [nc, hd]) against R consecutive rows from r0 of a small tile, the
-// rows' chains interleaved (each row's own order is attend_tile_lanes_few's). pj: [R, 16] scratch.
+// NG consecutive 16-position chunks (K^T kt + i·hd·16 [hd, 16], V vw + i·16·hd [nc_i, hd]) against R consecutive
+// rows from r0 of a small tile, each row's own operations and order attend_tile_lanes_few's (above). The chunks'
+// scores are computed together, NG·R independent FMA chains over d instead of R: one chain is hd dependent FMAs,
+// which with R = 3 rows left the FMA units idle most of the time (Zen 5, decode at 512-4096 positions). Then each
+// chunk in turn: the online softmax, and Acc += V·P over min(hd / 16, 16 / R) vectors of d at a time (R·that
+// accumulator chains, instead of two vectors at a time). pj: [R, 16] scratch.
 struct RowsArgs {
   const float* qs;
   const float* kt;
   const float* vw;
   float* pj;
-  int64_t hd, g, pos0, cpos, nc, r0;
+  const int64_t* cpos;  // [NG] each chunk's first position
+  const int64_t* nc;    // [NG] each chunk's positions (<= 16)
+  int64_t hd, g, pos0, r0;
 };
 
 template <int R>
-TP_KV_TARGET inline void few_rows_chunk(const RowsArgs& a, float* m, float* l, float* acc) {
+TP_KV_TARGET inline void few_rows_softmax_pv(const RowsArgs& a, const float* vw, int64_t cpos, int64_t nc,
+                                             const __m512* sv, float* m, float* l, float* acc) {
   const int64_t hd = a.hd;
   int64_t nv[R];
   __mmask16 visible[R];
-  __m512 sv[R];
   for (int r = 0; r < R; ++r) {
     const int64_t rp = a.pos0 + (a.r0 + r) / a.g;
-    nv[r] = rp < a.cpos ? 0 : std::min(a.nc, rp - a.cpos + 1);
+    nv[r] = rp < cpos ? 0 : std::min(nc, rp - cpos + 1);
     visible[r] = __mmask16((1u << nv[r]) - 1);
-    sv[r] = _mm512_setzero_ps();
-  }
-  const float* q0 = a.qs + a.r0 * hd;
-  for (int64_t d = 0; d < hd; ++d) {
-    const __m512 kd = _mm512_loadu_ps(a.kt + d * kLanes);
-    #pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) sv[r] = _mm512_fmadd_ps(kd, _mm512_set1_ps(q0[r * hd + d]), sv[r]);
   }
   const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
   float c[R], lsum[R];
@@ -356,34 +355,73 @@ TP_KV_TARGET inline void few_rows_chunk(const RowsArgs& a, float* m, float* l, f
       if (nv[r] > 0) lsum[r] += a.pj[r * kLanes + j];
   for (int r = 0; r < R; ++r) l[a.r0 + r] = lsum[r];
   if (nv_max == 0) return;
-  for (int64_t d0 = 0; d0 < hd; d0 += 2 * kLanes) {
-    const bool two = d0 + kLanes < hd;
-    __m512 a0[R], a1[R];
+  constexpr int DV = R <= 2 ? 8 : 4;  // vectors of d a pass: R · DV <= 16 accumulators
+  for (int64_t d0 = 0; d0 < hd; d0 += DV * kLanes) {
+    const int dv = int(std::min<int64_t>(DV, (hd - d0) / kLanes));
+    __m512 ac[R][DV];
     for (int r = 0; r < R; ++r) {
       float* ar = acc + (a.r0 + r) * hd + d0;
       const __m512 cv = _mm512_set1_ps(c[r]);
-      a0[r] = _mm512_mul_ps(_mm512_loadu_ps(ar), cv);
-      a1[r] = two ? _mm512_mul_ps(_mm512_loadu_ps(ar + kLanes), cv) : _mm512_setzero_ps();
+      #pragma GCC unroll 8
+      for (int i = 0; i < DV; ++i) ac[r][i] = i < dv ? _mm512_mul_ps(_mm512_loadu_ps(ar + i * kLanes), cv) : cv;
     }
     for (int64_t j = 0; j < nv_max; ++j) {
-      const __m512 v0 = _mm512_loadu_ps(a.vw + j * hd + d0);
-      const __m512 v1 = two ? _mm512_loadu_ps(a.vw + j * hd + d0 + kLanes) : _mm512_setzero_ps();
+      __m512 vj[DV];
+      #pragma GCC unroll 8
+      for (int i = 0; i < DV; ++i) vj[i] = i < dv ? _mm512_loadu_ps(vw + j * hd + d0 + i * kLanes) : _mm512_setzero_ps();
       #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         if (j >= nv[r]) continue;  // not seen by this row
         const __m512 p = _mm512_set1_ps(a.pj[r * kLanes + j]);
-        a0[r] = _mm512_fmadd_ps(v0, p, a0[r]);
-        a1[r] = _mm512_fmadd_ps(v1, p, a1[r]);
+        #pragma GCC unroll 8
+        for (int i = 0; i < DV; ++i) ac[r][i] = _mm512_fmadd_ps(vj[i], p, ac[r][i]);
       }
     }
     for (int r = 0; r < R; ++r) {
       if (nv[r] == 0) continue;
       float* ar = acc + (a.r0 + r) * hd + d0;
-      _mm512_storeu_ps(ar, a0[r]);
-      if (two) _mm512_storeu_ps(ar + kLanes, a1[r]);
+      #pragma GCC unroll 8
+      for (int i = 0; i < DV; ++i)
+        if (i < dv) _mm512_storeu_ps(ar + i * kLanes, ac[r][i]);
     }
   }
 }
+
+template <int R, int NG>
+TP_KV_TARGET inline void few_rows_chunks(const RowsArgs& a, float* m, float* l, float* acc) {
+  const int64_t hd = a.hd;
+  __m512 sv[NG][R];
+  for (int i = 0; i < NG; ++i)
+    for (int r = 0; r < R; ++r) sv[i][r] = _mm512_setzero_ps();
+  const float* q0 = a.qs + a.r0 * hd;
+  for (int64_t d = 0; d < hd; ++d) {
+    __m512 qd[R];
+    #pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) qd[r] = _mm512_set1_ps(q0[r * hd + d]);
+    #pragma GCC unroll 4
+    for (int i = 0; i < NG; ++i) {
+      const __m512 kd = _mm512_loadu_ps(a.kt + (i * hd + d) * kLanes);
+      #pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) sv[i][r] = _mm512_fmadd_ps(kd, qd[r], sv[i][r]);
+    }
+  }
+  for (int i = 0; i < NG; ++i)
+    few_rows_softmax_pv<R>(a, a.vw + i * kLanes * hd, a.cpos[i], a.nc[i], sv[i], m, l, acc);
+}
+
+template <int R>
+TP_KV_TARGET void few_rows_group(const RowsArgs& a, int ng, float* m, float* l, float* acc) {
+  switch (ng) {
+    case 1: few_rows_chunks<R, 1>(a, m, l, acc); break;
+    case 2: few_rows_chunks<R, 2>(a, m, l, acc); break;
+    case 3: few_rows_chunks<R, 3>(a, m, l, acc); break;
+    default: few_rows_chunks<R, 4>(a, m, l, acc); break;
+  }
+}
+
+// Chunks whose scores few_rows_chunks computes together: up to 4 (16 · 4 positions), fewer where their K^T and V
+// (2 · 16 · hd F32 a chunk) would leave L1.
+inline int few_group_chunks(int64_t hd) { return hd <= 64 ? 4 : hd <= 128 ? 2 : 1; }
 
 template <KvDType D>
 TP_KV_TARGET void attend_tile_lanes_few(const TileArgs& a, int64_t kv_head, int64_t t0, int64_t n_tok, int64_t b0,
@@ -393,13 +431,14 @@ TP_KV_TARGET void attend_tile_lanes_few(const TileArgs& a, int64_t kv_head, int6
   const int64_t hd = lay.head_dim, bs = lay.block_size, row = lay.row_bytes(), g = a.group;
   const int64_t n_rows = n_tok * g;
   const int64_t head_at = kv_head * hd * kv_elem_bytes<D>;
-  // Scratch: qs [n_rows, hd] scaled queries; kt [hd, 16] the chunk's K transposed; vw [16, hd]; pj [4, 16].
-  const size_t need = size_t(n_rows * hd + 2 * kLanes * hd + 4 * kLanes);
+  const int G = few_group_chunks(hd);
+  // Scratch: qs [n_rows, hd] scaled queries; kt [G, hd, 16] the chunks' K transposed; vw [G, 16, hd]; pj [4, 16].
+  const size_t need = size_t(n_rows * hd + 2 * G * kLanes * hd + 4 * kLanes);
   if (sc.x.size() < need) sc.x.resize(need);
   float* qs = sc.x.data();
   float* kt = qs + n_rows * hd;
-  float* vw = kt + kLanes * hd;
-  float* pj = vw + kLanes * hd;
+  float* vw = kt + G * kLanes * hd;
+  float* pj = vw + G * kLanes * hd;
   for (int64_t r = 0; r < n_rows; ++r) {
     const float* src = a.q + ((t0 + r / g) * a.n_heads + kv_head * g + r % g) * hd;
     for (int64_t d = 0; d < hd; ++d) qs[r * hd + d] = src[d] * a.scale;
@@ -408,6 +447,20 @@ TP_KV_TARGET void attend_tile_lanes_few(const TileArgs& a, int64_t kv_head, int6
     for (int64_t d = 0; d < hd; ++d) acc[r * hd + d] = 0.0f;
   }
   const int64_t pos0 = a.start_pos + t0, last = pos0 + n_tok - 1;
+  int64_t cpos[4], ncs[4];
+  int ng = 0;
+  const auto run_group = [&] {
+    for (int64_t r = 0; r < n_rows; r += 4) {
+      const RowsArgs ra{qs, kt, vw, pj, cpos, ncs, hd, g, pos0, r};
+      switch (std::min<int64_t>(4, n_rows - r)) {
+        case 1: few_rows_group<1>(ra, ng, m, l, acc); break;
+        case 2: few_rows_group<2>(ra, ng, m, l, acc); break;
+        case 3: few_rows_group<3>(ra, ng, m, l, acc); break;
+        default: few_rows_group<4>(ra, ng, m, l, acc); break;
+      }
+    }
+    ng = 0;
+  };
   for (int64_t b = b0; b < b1; ++b) {
     const int64_t p0 = b * bs;
     if (p0 > last) break;
@@ -432,27 +485,22 @@ TP_KV_TARGET void attend_tile_lanes_few(const TileArgs& a, int64_t kv_head, int6
     const __m512 ksv = _mm512_set1_ps(ks);
     for (int64_t c0 = 0; c0 < n; c0 += kLanes) {
       const int64_t nc = std::min(kLanes, n - c0);
-      const int64_t cpos = p0 + c0;
+      float* ktc = kt + ng * hd * kLanes;
+      float* vwc = vw + ng * kLanes * hd;
       for (int64_t d0 = 0; d0 < hd; d0 += kLanes) {  // K^T, widened × ks as the lane kernel's kw (0 past nc)
         __m512 t[kLanes];
         for (int64_t j = 0; j < kLanes; ++j)
           t[j] = j < nc ? _mm512_mul_ps(ksv, load16<D>(kb + (c0 + j) * row, d0)) : _mm512_setzero_ps();
         transpose16(t);
-        for (int64_t i = 0; i < kLanes; ++i) _mm512_storeu_ps(kt + (d0 + i) * kLanes, t[i]);
+        for (int64_t i = 0; i < kLanes; ++i) _mm512_storeu_ps(ktc + (d0 + i) * kLanes, t[i]);
       }
-      for (int64_t j = 0; j < nc; ++j) Avx512Ops::widen<D>(vb + (c0 + j) * row, hd, vs, vw + j * hd);
-      for (int64_t r = 0; r < n_rows; r += 4) {
-        const int64_t nr = std::min<int64_t>(4, n_rows - r);
-        const RowsArgs ra{qs, kt, vw, pj, hd, g, pos0, cpos, nc, r};
-        switch (nr) {
-          case 1: few_rows_chunk<1>(ra, m, l, acc); break;
-          case 2: few_rows_chunk<2>(ra, m, l, acc); break;
-          case 3: few_rows_chunk<3>(ra, m, l, acc); break;
-          default: few_rows_chunk<4>(ra, m, l, acc); break;
-        }
-      }
+      for (int64_t j = 0; j < nc; ++j) Avx512Ops::widen<D>(vb + (c0 + j) * row, hd, vs, vwc + j * hd);
+      cpos[ng] = p0 + c0;
+      ncs[ng] = nc;
+      if (++ng == G) run_group();
     }
   }
+  if (ng > 0) run_group();
 }
 
 // Small tiles of >= 2 rows (decode with GQA: the group's heads) widen each K/V block once too: the 512-bit
