@@ -35,11 +35,13 @@ trap 'rm -f "$raw"' EXIT
   echo
   echo '```'
   for t in "${THREADS[@]}"; do
-    bwline=$(build/bench/mem_bandwidth "$t")
-    echo "\$ build/bench/mem_bandwidth $t"
-    echo "$bwline"
-    bw=$(echo "$bwline" | sed -n 's/.*read \([0-9.]*\) GB\/s.*/\1/p')
     for r in $(seq 1 "$ROUNDS"); do
+      # The DRAM bandwidth, every round: on a shared machine it moves (a Zen 5 VM read 52.7 to 88 GB/s at 2 threads
+      # within the hour), and a roofline from one reading misstates the rounds run at another.
+      bwline=$(build/bench/mem_bandwidth "$t")
+      echo "\$ build/bench/mem_bandwidth $t"
+      echo "$bwline"
+      bw=$(echo "$bwline" | sed -n 's/.*read \([0-9.]*\) GB\/s.*/\1/p')
       cmd="$OURS --model $MODEL --dtype bf16 --threads $t --pp $PP --tg $TG --reps 1"
       echo "\$ OMP_NUM_THREADS=$t $cmd"
       line=$(OMP_NUM_THREADS=$t $cmd 2>/dev/null)
@@ -87,15 +89,22 @@ for t in sorted(ours):
     o, p = ours[t], peer.get(t, [])
     opp = statistics.mean(x[0] for x in o); otg = statistics.mean(x[1] for x in o)
     ppp = statistics.mean(x[0] for x in p) if p else float("nan"); ptg = statistics.mean(x[1] for x in p) if p else float("nan")
-    mib, bw = o[0][2], o[0][3]
+    mib = o[0][2]
+    bws = [x[3] for x in o]
+    bw = statistics.mean(bws)
     roof = bw * 1e9 / (mib * 1048576)
+    # roofline fractions per round (each round's tg against the bandwidth read just before it), then their mean
+    fo = statistics.mean(x[1] / (x[3] * 1e9 / (mib * 1048576)) for x in o)
+    fp = statistics.mean(b[1] / (a[3] * 1e9 / (mib * 1048576)) for a, b in zip(o, p)) if p else float("nan")
     # per-round ratios (each round's ours / the peer right after it), then their mean
     rpp = statistics.mean(a[0] / b[0] for a, b in zip(o, p)) if p else float("nan")
     rtg = statistics.mean(a[1] / b[1] for a, b in zip(o, p)) if p else float("nan")
-    print("| %s | %.1f | %.1f | %.2fx | %.1f | %.1f | %.2fx | %.1f | %.1f | %.0f%% | %.0f%% |" % (
-        t, opp, ppp, rpp, otg, ptg, rtg, bw, roof, 100 * otg / roof, 100 * ptg / roof))
+    print("| %s | %.1f | %.1f | %.2fx | %.1f | %.1f | %.2fx | %.1f (%.1f-%.1f) | %.1f | %.0f%% | %.0f%% |" % (
+        t, opp, ppp, rpp, otg, ptg, rtg, bw, min(bws), max(bws), roof, 100 * fo, 100 * fp))
 print()
-print("Ratios are the mean over rounds of (ours / llama.cpp in the same round). Roofline: read GB/s / %.1f MiB streamed a token." % mib)
+print("Ratios are the mean over rounds of (ours / llama.cpp in the same round). Roofline: read GB/s / %.1f MiB streamed a token;"
+      " read GB/s is measured before every round (mean, and the range); the %% of roofline is the mean over rounds of"
+      " each round's tg against that round's reading." % mib)
 EOF
 } | tee "$out"
 echo "wrote $out" >&2

@@ -58,11 +58,11 @@ CONFIGS=(
 want() { [[ -z "${MODELS:-}" ]] || [[ " $MODELS " == *" $1 "* ]]; }
 
 : >"$log"
-declare -A BW
-for t in "${THREADS[@]}"; do
-  BW[$t]=$(build/bench/mem_bandwidth "$t" | sed -n 's/.*read \([0-9.]*\) GB\/s.*/\1/p')
-done
+declare -A BW  # thread count -> the DRAM read bandwidths measured, one a repeat (it moves on a shared machine)
 for ((rep = 1; rep <= REPEATS; ++rep)); do
+  for t in "${THREADS[@]}"; do
+    BW[$t]="${BW[$t]:-}$(build/bench/mem_bandwidth "$t" | sed -n 's/.*read \([0-9.]*\) GB\/s.*/\1/p') "
+  done
   for cfg in "${CONFIGS[@]}"; do
     read -r label file peer <<<"$cfg"
     want "$label" || continue
@@ -87,14 +87,15 @@ done
   echo "- date: $(date -u +%FT%TZ); command: \`bench/run_decode_bench.sh ${THREADS[*]}\` with PP=$PP TG=$TG REPS=$REPS REPEATS=$REPEATS BATCH=$BATCH"
   echo "- machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB;" \
        "flags: $(grep -o -w 'avx2\|avx512f\|avx512bw\|avx512vl\|avx512_vnni\|avx512_bf16\|avx512vbmi\|avx_vnni\|amx_tile' /proc/cpuinfo | sort -u | tr '\n' ' ')"
-  echo "- DRAM read (bench/mem_bandwidth): $(for t in "${THREADS[@]}"; do echo -n "t$t ${BW[$t]} GB/s; "; done)"
+  echo "- DRAM read (bench/mem_bandwidth, once before each repeat; the roofline takes their median): $(for t in "${THREADS[@]}"; do echo -n "t$t ${BW[$t]% } GB/s; "; done)"
   echo "- llama.cpp: $(cat third_party/llama_cpp_version.txt 2>/dev/null || echo '?'), llama-bench defaults (CPU repack of Q4_0 / Q4_K)"
   echo "- each figure: median of $REPEATS runs made in alternation (ours, the peer, next thread count, next file); the load average before each run is in the log"
   echo "- log with every command line and raw output: $log (copied below)"
   echo
-  python3 - "$log" "$(for t in "${THREADS[@]}"; do echo -n "$t:${BW[$t]},"; done)" <<'EOF'
+  python3 - "$log" "$(for t in "${THREADS[@]}"; do echo -n "$t:${BW[$t]% },"; done)" <<'EOF'
 import re, statistics, sys
 log, bws = sys.argv[1], dict(kv.split(':') for kv in sys.argv[2].strip(',').split(','))
+bws = {t: statistics.median(float(x) for x in v.split()) for t, v in bws.items()}
 ours, peer, loads = {}, {}, []
 head = None
 for line in open(log):
@@ -129,7 +130,7 @@ med = lambda v: statistics.median(v) if v else float('nan')
 print(f"load average before runs: min {min(loads):.2f}, median {statistics.median(loads):.2f}, max {max(loads):.2f}\n")
 for t in sorted({k[1] for k in ours}, key=int):
     bw = float(bws[t])
-    print(f"## {t} thread(s), DRAM {bw} GB/s\n")
+    print(f"## {t} thread(s), DRAM {bw:.1f} GB/s (median of the readings)\n")
     print("| weights | MiB/token | tg ours | × our BF16 | tg llama.cpp | × llama.cpp | % roofline | pp ours | pp × our BF16 | pp llama.cpp |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     base = ours.get(('BF16', t))
