@@ -302,11 +302,16 @@ TP_KV_TARGET void attend_tile_lanes(const TileArgs& a, int64_t kv_head, int64_t 
 constexpr int64_t kPrefetchBlocks = 3;
 
 // NG consecutive 16-position chunks (K^T kt + i·hd·16 [hd, 16], V vw + i·16·hd [nc_i, hd]) against R consecutive
-// rows from r0 of a small tile, each row's own operations and order attend_tile_lanes_few's (above). The chunks'
-// scores are computed together, NG·R independent FMA chains over d instead of R: one chain is hd dependent FMAs,
-// which with R = 3 rows left the FMA units idle most of the time (Zen 5, decode at 512-4096 positions). Then each
-// chunk in turn: the online softmax, and Acc += V·P over min(hd / 16, 16 / R) vectors of d at a time (R·that
-// accumulator chains, instead of two vectors at a time). pj: [R, 16] scratch.
+// rows from r0 of a small tile, each row's own operations and order attend_tile_lanes_few's (above), in three
+// passes over the chunks:
+//   scores   NG·R independent FMA chains over d (one chain is hd dependent FMAs: with R = 3 rows alone they left
+//            the FMA units idle most of the time);
+//   softmax  each chunk in turn (a row's running max moves chunk by chunk): c and the weights P into pj;
+//   sums     L = L·c + P[0] + … + P[15] and Acc = c·Acc + Σ_j V[j]·P[j], chunk after chunk, Acc held in registers
+//            over all NG chunks (min(hd / 16, 16 / R) vectors of d at a time).
+// The weights are read back (scalar) only after every chunk's were stored: read right after a vector store they
+// waited for it to reach the cache (no store-to-load forwarding from a 512-bit store to a 4-byte load on Zen 5),
+// once for the sum and again for V·P, every chunk. pj: [NG, R, 16] scratch.
 struct RowsArgs {
   const float* qs;
   const float* kt;
@@ -316,76 +321,6 @@ struct RowsArgs {
   const int64_t* nc;    // [NG] each chunk's positions (<= 16)
   int64_t hd, g, pos0, r0;
 };
-
-template <int R>
-TP_KV_TARGET inline void few_rows_softmax_pv(const RowsArgs& a, const float* vw, int64_t cpos, int64_t nc,
-                                             const __m512* sv, float* m, float* l, float* acc) {
-  const int64_t hd = a.hd;
-  int64_t nv[R];
-  __mmask16 visible[R];
-  for (int r = 0; r < R; ++r) {
-    const int64_t rp = a.pos0 + (a.r0 + r) / a.g;
-    nv[r] = rp < cpos ? 0 : std::min(nc, rp - cpos + 1);
-    visible[r] = __mmask16((1u << nv[r]) - 1);
-  }
-  const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
-  float c[R], lsum[R];
-  int64_t nv_max = 0;
-  for (int r = 0; r < R; ++r) {
-    const int64_t row = a.r0 + r;
-    if (nv[r] == 0) {  // the row sees nothing of this chunk: left as it is
-      c[r] = 1.0f;
-      lsum[r] = l[row];
-      _mm512_storeu_ps(a.pj + r * kLanes, _mm512_setzero_ps());
-      continue;
-    }
-    nv_max = std::max(nv_max, nv[r]);
-    const __m512 s = _mm512_mask_blend_ps(visible[r], neg_inf, sv[r]);
-    const float m_old = m[row];
-    const float mx = std::max(m_old, _mm512_reduce_max_ps(s));
-    const float sub = mx == -INFINITY ? 0.0f : mx;
-    // exp16(0) is exactly 1: the max did not move (the common case once a row has seen a few chunks).
-    c[r] = mx == m_old && m_old != -INFINITY ? 1.0f : _mm512_cvtss_f32(exp16(_mm512_set1_ps(m_old - sub)));
-    _mm512_storeu_ps(a.pj + r * kLanes, _mm512_maskz_mov_ps(visible[r], exp16(_mm512_sub_ps(s, _mm512_set1_ps(sub)))));
-    lsum[r] = l[row] * c[r];
-    m[row] = mx;
-  }
-  for (int j = 0; j < kLanes; ++j)
-    for (int r = 0; r < R; ++r)
-      if (nv[r] > 0) lsum[r] += a.pj[r * kLanes + j];
-  for (int r = 0; r < R; ++r) l[a.r0 + r] = lsum[r];
-  if (nv_max == 0) return;
-  constexpr int DV = R <= 2 ? 8 : 4;  // vectors of d a pass: R · DV <= 16 accumulators
-  for (int64_t d0 = 0; d0 < hd; d0 += DV * kLanes) {
-    const int dv = int(std::min<int64_t>(DV, (hd - d0) / kLanes));
-    __m512 ac[R][DV];
-    for (int r = 0; r < R; ++r) {
-      float* ar = acc + (a.r0 + r) * hd + d0;
-      const __m512 cv = _mm512_set1_ps(c[r]);
-      #pragma GCC unroll 8
-      for (int i = 0; i < DV; ++i) ac[r][i] = i < dv ? _mm512_mul_ps(_mm512_loadu_ps(ar + i * kLanes), cv) : cv;
-    }
-    for (int64_t j = 0; j < nv_max; ++j) {
-      __m512 vj[DV];
-      #pragma GCC unroll 8
-      for (int i = 0; i < DV; ++i) vj[i] = i < dv ? _mm512_loadu_ps(vw + j * hd + d0 + i * kLanes) : _mm512_setzero_ps();
-      #pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        if (j >= nv[r]) continue;  // not seen by this row
-        const __m512 p = _mm512_set1_ps(a.pj[r * kLanes + j]);
-        #pragma GCC unroll 8
-        for (int i = 0; i < DV; ++i) ac[r][i] = _mm512_fmadd_ps(vj[i], p, ac[r][i]);
-      }
-    }
-    for (int r = 0; r < R; ++r) {
-      if (nv[r] == 0) continue;
-      float* ar = acc + (a.r0 + r) * hd + d0;
-      #pragma GCC unroll 8
-      for (int i = 0; i < DV; ++i)
-        if (i < dv) _mm512_storeu_ps(ar + i * kLanes, ac[r][i]);
-    }
-  }
-}
 
 template <int R, int NG>
 TP_KV_TARGET inline void few_rows_chunks(const RowsArgs& a, float* m, float* l, float* acc) {
@@ -405,8 +340,79 @@ TP_KV_TARGET inline void few_rows_chunks(const RowsArgs& a, float* m, float* l, 
       for (int r = 0; r < R; ++r) sv[i][r] = _mm512_fmadd_ps(kd, qd[r], sv[i][r]);
     }
   }
-  for (int i = 0; i < NG; ++i)
-    few_rows_softmax_pv<R>(a, a.vw + i * kLanes * hd, a.cpos[i], a.nc[i], sv[i], m, l, acc);
+  const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
+  int64_t nv[NG][R], nv_max[NG];
+  float c[NG][R];
+  for (int i = 0; i < NG; ++i) {
+    nv_max[i] = 0;
+    for (int r = 0; r < R; ++r) {
+      const int64_t row = a.r0 + r, rp = a.pos0 + row / a.g;
+      float* pj = a.pj + (i * R + r) * kLanes;
+      nv[i][r] = rp < a.cpos[i] ? 0 : std::min(a.nc[i], rp - a.cpos[i] + 1);
+      if (nv[i][r] == 0) {  // the row sees nothing of this chunk: left as it is
+        c[i][r] = 1.0f;
+        continue;
+      }
+      nv_max[i] = std::max(nv_max[i], nv[i][r]);
+      const __mmask16 visible = __mmask16((1u << nv[i][r]) - 1);
+      const __m512 s = _mm512_mask_blend_ps(visible, neg_inf, sv[i][r]);
+      const float m_old = m[row];
+      const float mx = std::max(m_old, _mm512_reduce_max_ps(s));
+      const float sub = mx == -INFINITY ? 0.0f : mx;
+      // exp16(0) is exactly 1: the max did not move (the common case once a row has seen a few chunks).
+      c[i][r] = mx == m_old && m_old != -INFINITY ? 1.0f : _mm512_cvtss_f32(exp16(_mm512_set1_ps(m_old - sub)));
+      _mm512_storeu_ps(pj, _mm512_maskz_mov_ps(visible, exp16(_mm512_sub_ps(s, _mm512_set1_ps(sub)))));
+      m[row] = mx;
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    float L = l[a.r0 + r];
+    for (int i = 0; i < NG; ++i) {
+      if (nv[i][r] == 0) continue;
+      const float* pj = a.pj + (i * R + r) * kLanes;
+      L *= c[i][r];
+      for (int j = 0; j < kLanes; ++j) L += pj[j];  // in order; unseen weights are 0
+    }
+    l[a.r0 + r] = L;
+  }
+  constexpr int DV = R <= 2 ? 8 : 4;  // vectors of d a pass: R · DV <= 16 accumulators
+  for (int64_t d0 = 0; d0 < hd; d0 += DV * kLanes) {
+    const int dv = int(std::min<int64_t>(DV, (hd - d0) / kLanes));
+    __m512 ac[R][DV];
+    for (int r = 0; r < R; ++r) {
+      const float* ar = acc + (a.r0 + r) * hd + d0;
+      #pragma GCC unroll 8
+      for (int v = 0; v < DV; ++v) ac[r][v] = v < dv ? _mm512_loadu_ps(ar + v * kLanes) : _mm512_setzero_ps();
+    }
+    for (int i = 0; i < NG; ++i) {
+      if (nv_max[i] == 0) continue;
+      const float* vw = a.vw + i * kLanes * hd + d0;
+      for (int r = 0; r < R; ++r) {
+        if (nv[i][r] == 0) continue;
+        const __m512 cv = _mm512_set1_ps(c[i][r]);
+        #pragma GCC unroll 8
+        for (int v = 0; v < DV; ++v) ac[r][v] = _mm512_mul_ps(ac[r][v], cv);
+      }
+      for (int64_t j = 0; j < nv_max[i]; ++j) {
+        __m512 vj[DV];
+        #pragma GCC unroll 8
+        for (int v = 0; v < DV; ++v) vj[v] = v < dv ? _mm512_loadu_ps(vw + j * hd + v * kLanes) : _mm512_setzero_ps();
+        #pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+          if (j >= nv[i][r]) continue;  // not seen by this row
+          const __m512 p = _mm512_set1_ps(a.pj[(i * R + r) * kLanes + j]);
+          #pragma GCC unroll 8
+          for (int v = 0; v < DV; ++v) ac[r][v] = _mm512_fmadd_ps(vj[v], p, ac[r][v]);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      float* ar = acc + (a.r0 + r) * hd + d0;
+      #pragma GCC unroll 8
+      for (int v = 0; v < DV; ++v)
+        if (v < dv) _mm512_storeu_ps(ar + v * kLanes, ac[r][v]);
+    }
+  }
 }
 
 template <int R>
@@ -432,8 +438,8 @@ TP_KV_TARGET void attend_tile_lanes_few(const TileArgs& a, int64_t kv_head, int6
   const int64_t n_rows = n_tok * g;
   const int64_t head_at = kv_head * hd * kv_elem_bytes<D>;
   const int G = few_group_chunks(hd);
-  // Scratch: qs [n_rows, hd] scaled queries; kt [G, hd, 16] the chunks' K transposed; vw [G, 16, hd]; pj [4, 16].
-  const size_t need = size_t(n_rows * hd + 2 * G * kLanes * hd + 4 * kLanes);
+  // Scratch: qs [n_rows, hd] scaled queries; kt [G, hd, 16] the chunks' K transposed; vw [G, 16, hd]; pj [G, 4, 16].
+  const size_t need = size_t(n_rows * hd + 2 * G * kLanes * hd + G * 4 * kLanes);
   if (sc.x.size() < need) sc.x.resize(need);
   float* qs = sc.x.data();
   float* kt = qs + n_rows * hd;
