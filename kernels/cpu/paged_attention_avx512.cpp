@@ -335,7 +335,10 @@ TP_KV_TARGET inline void few_rows_chunks(const RowsArgs& a, float* m, float* l, 
     for (int r = 0; r < R; ++r) qd[r] = _mm512_set1_ps(q0[r * hd + d]);
     #pragma GCC unroll 4
     for (int i = 0; i < NG; ++i) {
-      const __m512 kd = _mm512_loadu_ps(a.kt + (i * hd + d) * kLanes);
+      __m512 kd = _mm512_loadu_ps(a.kt + (i * hd + d) * kLanes);
+      // One load for the R FMAs: GCC otherwise folds it into each (R loads of the same vector), and the loads,
+      // not the FMAs, bounded the loop (Zen 5: two 512-bit loads a cycle).
+      __asm__("" : "+v"(kd));
       #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) sv[i][r] = _mm512_fmadd_ps(kd, qd[r], sv[i][r]);
     }
