@@ -456,6 +456,9 @@ TP_KV_TARGET void attend_tile_lanes_few(const TileArgs& a, int64_t kv_head, int6
     for (int64_t d = 0; d < hd; ++d) acc[r * hd + d] = 0.0f;
   }
   const int64_t pos0 = a.start_pos + t0, last = pos0 + n_tok - 1;
+  // The first of a split's KV heads to run (paged_attention_tiled.cpp runs them last head first) prefetches whole
+  // rows, every head's part: the others then read them from cache instead of each streaming its 1 / n_kv of them.
+  const bool full_rows = lay.n_kv_heads > 1 && kv_head == lay.n_kv_heads - 1;
   int64_t cpos[4], ncs[4];
   int ng = 0;
   const auto run_group = [&] {
@@ -483,12 +486,19 @@ TP_KV_TARGET void attend_tile_lanes_few(const TileArgs& a, int64_t kv_head, int6
     for (int64_t ahead = b == b0 ? 1 : kPrefetchBlocks; ahead <= kPrefetchBlocks; ++ahead) {
       const int64_t bn = b + ahead;
       if (bn >= b1 || bn * bs > last) break;
-      const uint8_t* kn = k.block(a.block_table[bn]) + head_at;
-      const uint8_t* vn = v.block(a.block_table[bn]) + head_at;
+      const uint8_t* kn = k.block(a.block_table[bn]);
+      const uint8_t* vn = v.block(a.block_table[bn]);
+      if (full_rows) {
+        for (int64_t o = 0; o < bs * row; o += 64) {
+          __builtin_prefetch(kn + o);
+          __builtin_prefetch(vn + o);
+        }
+        continue;
+      }
       for (int64_t j = 0; j < bs; ++j)
         for (int64_t o = 0; o < hd * kv_elem_bytes<D>; o += 64) {
-          __builtin_prefetch(kn + j * row + o);
-          __builtin_prefetch(vn + j * row + o);
+          __builtin_prefetch(kn + head_at + j * row + o);
+          __builtin_prefetch(vn + head_at + j * row + o);
         }
     }
     const __m512 ksv = _mm512_set1_ps(ks);

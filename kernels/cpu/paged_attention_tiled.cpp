@@ -183,7 +183,9 @@ void paged_attention_batch(const float* q, const AttentionSeqArgs* seqs, int64_t
       const SeqCut& c = cuts[owner(g, &SeqCut::item0, cuts, identity)];
       const AttentionSeqArgs& s = *c.s;
       const int64_t j = c.n_items - 1 - (g - c.item0);  // the sequence's latest tiles (most positions) first
-      const int64_t ti = j / (n_kv * c.n_splits), kvh = j / c.n_splits % n_kv, sp = j % c.n_splits;
+      // Within a tile the KV heads of a split run one after another (kvh fastest), so the split's blocks, whose rows
+      // hold every head, are read from DRAM once and by the other heads from cache.
+      const int64_t ti = j / (n_kv * c.n_splits), sp = j / n_kv % c.n_splits, kvh = j % n_kv;
       const int64_t t0 = ti * c.q_tokens, n_tok = std::min(c.q_tokens, s.n_tokens - t0), n_rows = n_tok * group;
       const int64_t b0 = sp * c.split_blocks, b1 = std::min(c.n_blocks, b0 + c.split_blocks);
       const detail::TileArgs a{q + c.tok0 * row_len, n_heads, group,        s.start_pos, &k_pool,
