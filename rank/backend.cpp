@@ -50,6 +50,12 @@ void Backend::paged_attention_batch(const float* q, const std::vector<AttentionS
   }
 }
 
+void Backend::add_rmsnorm(float* x, const float* y, const float* weight, int64_t n, int64_t dim, float eps,
+                          float* out) {
+  add_inplace(x, y, n * dim);
+  rmsnorm(x, weight, n, dim, eps, out);
+}
+
 void Backend::begin_capture() { throw Error("backend " + name() + " cannot capture graphs"); }
 int64_t Backend::end_capture() { throw Error("backend " + name() + " cannot capture graphs"); }
 void Backend::replay(int64_t /*graph*/) { throw Error("backend " + name() + " cannot replay graphs"); }

@@ -222,6 +222,11 @@ class CudaBackend final : public Backend {
     cuda::rmsnorm(x, nullptr, weight, n, dim, eps, out, DType::F32, stream_);
   }
   void add_inplace(float* x, const float* y, int64_t n) override { cuda::add_inplace(x, y, n, stream_); }
+  void add_rmsnorm(float* x, const float* y, const float* weight, int64_t n, int64_t dim, float eps,
+                   float* out) override {
+    // The kernel's residual is x: it stores y + x into x (the same sum as add_inplace's x + y), then normalizes.
+    cuda::rmsnorm(y, x, weight, n, dim, eps, out, DType::F32, stream_);
+  }
   void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions, float base,
             RopeStyle style) override {
     cuda::rope(x, n_tokens, n_heads, head_dim, positions, base, style, stream_);
@@ -232,6 +237,11 @@ class CudaBackend final : public Backend {
   void linear(const LinearWeight& w, const float* x, int64_t m, float* y) override {
     const auto& cw = static_cast<const CudaLinearWeight&>(w);
     if (m <= 0) return;
+    // Decode-sized m: our GEMV reads F32 x directly (no conversion kernel) and writes y at any alignment.
+    if (cw.kind() == GpuWeightKind::Bf16 && m <= cuda::kGemvBf16MaxRows && cw.n_in() % 8 == 0 && aligned16(x)) {
+      cuda::gemv_bf16(x, m, static_cast<const uint16_t*>(cw.data()), cw.n_out(), cw.n_in(), y, stream_);
+      return;
+    }
     // cuBLASLt wants 16-byte aligned outputs: an offset y goes through a scratch.
     float* out = aligned16(y) ? y : grow_buffer<float>(*this, y_scratch_, m * cw.n_out());
     if (cw.kind() == GpuWeightKind::Bf16) {

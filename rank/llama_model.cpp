@@ -269,7 +269,11 @@ float* LlamaModel::enqueue_forward(const std::vector<SeqPlan>& seqs, KvPool& poo
 
   for (int64_t li = 0; li < cfg_.n_layers; ++li) {
     Layer& L = layers_[size_t(li)];
-    b.rmsnorm(x, L.attn_norm.as<float>(), n_tok, hidden, cfg_.rms_eps, h);
+    // h holds the previous layer's MLP output: its residual add is fused with this layer's first norm.
+    if (li == 0)
+      b.rmsnorm(x, L.attn_norm.as<float>(), n_tok, hidden, cfg_.rms_eps, h);
+    else
+      b.add_rmsnorm(x, h, L.attn_norm.as<float>(), n_tok, hidden, cfg_.rms_eps, h);
     timed_linear([&] { L.qkv.forward(h, n_tok, qkv); });
     b.copy_2d(q, nh * hd * kF, qkv, qkv_w * kF, nh * hd * kF, n_tok);
     b.copy_2d(k, nkv * hd * kF, qkv + nh * hd, qkv_w * kF, nkv * hd * kF, n_tok);
@@ -282,13 +286,11 @@ float* LlamaModel::enqueue_forward(const std::vector<SeqPlan>& seqs, KvPool& poo
     b.paged_attention_batch(q, attn_seqs_, nh, k_pool, v_pool, scale, attn, fixed_ctx);
     times_.attention_s += std::chrono::duration<double>(Clock::now() - t_attn).count();
     timed_linear([&] { L.wo.forward(attn, n_tok, h); });
-    b.add_inplace(x, h, n_tok * hidden);
-
-    b.rmsnorm(x, L.ffn_norm.as<float>(), n_tok, hidden, cfg_.rms_eps, h);
+    b.add_rmsnorm(x, h, L.ffn_norm.as<float>(), n_tok, hidden, cfg_.rms_eps, h);
     timed_linear([&] { L.gate_up.forward(h, n_tok, gu); });
     b.silu_mul(gu, n_tok, inter, mlp);
     timed_linear([&] { L.down.forward(mlp, n_tok, h); });
-    b.add_inplace(x, h, n_tok * hidden);
+    if (li + 1 == cfg_.n_layers) b.add_inplace(x, h, n_tok * hidden);
     progress_ns_.store(Clock::now().time_since_epoch() / std::chrono::nanoseconds(1), std::memory_order_relaxed);
   }
 

@@ -5,6 +5,8 @@
 //   gemm_fp8:    cuBLASLt E4M3 x E4M3 on sm_89+ (Hopper: sm_90a), F32 accumulation; per-token activation
 //                scales (quantize_fp8_per_token) and per-channel weight scales applied by a small epilogue
 //                kernel: y[i, j] = x_scale[i] · w_scale[j] · Σ_k xq[i, k] · wq[j, k].
+//   gemv_bf16:   our kernel for decode (m <= 4): BF16 W, F32 x rounded to BF16 as it is read (gemm_bf16's
+//                products with no conversion kernel before it), F32 accumulation and y.
 //   gemv_w8a16:  our kernel for decode (small m): int8 W with a per-channel F32 scale, F32 or BF16 x.
 #pragma once
 #include <cuda_runtime_api.h>
@@ -34,6 +36,12 @@ class Blas {
 // y[m, n] (y_type F32 or BF16) = x[m, k] (BF16) · w[n, k]ᵀ (BF16). Pointers 16-byte aligned; k and n even.
 void gemm_bf16(Blas& blas, const uint16_t* x, const uint16_t* w, int64_t m, int64_t n, int64_t k, void* y,
                DType y_type, cudaStream_t stream);
+
+// y[m, n] F32 = bf16(x[m, k]) · w[n, k]ᵀ (BF16 W; x F32, each element rounded to the nearest BF16 before its
+// product, as convert_f32_to_bf16 would), F32 accumulation. m <= kGemvBf16MaxRows, k a multiple of 8, x and w
+// 16-byte aligned; y any alignment. One pass over W for all m rows.
+inline constexpr int64_t kGemvBf16MaxRows = 4;
+void gemv_bf16(const float* x, int64_t m, const uint16_t* w, int64_t n, int64_t k, float* y, cudaStream_t stream);
 
 // Dynamic per-token quantization: x_scale[i] = max(max_k |x[i, k]|, tiny) / 448, xq[i, k] = e4m3(x[i, k] /
 // x_scale[i]) (round to nearest even, saturating). x: [m, k] F32 or BF16; xq: [m, k] E4M3; x_scale: [m] F32.

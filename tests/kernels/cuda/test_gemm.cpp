@@ -6,6 +6,8 @@
 //   quantize_fp8_per_token: exact (bytes and scales equal common/fp_formats.h's conversion);
 //   gemm_fp8: 1e-6 against the CPU over the dequantized E4M3 operands (products exact in F32; Hopper's FP8
 //     MMA keeps fewer mantissa bits in its accumulator between cuBLASLt's F32 promotions);
+//   gemv_bf16: 1e-8 against the CPU BF16 linear over the same F32 x (both round x to BF16; products exact in
+//     F32, F32 sums in another order);
 //   gemv_w8a16: 1e-9 against the CPU over the int8 values, the scale applied after the sum (F32 sums of <= 576
 //     terms in another order: ~1e-7 relative).
 // These bounds come from error analysis: no GPU was available when they were written; the first run on one
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/error.h"
 #include "common/fp_formats.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cuda/gemm.h"
@@ -147,6 +150,38 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaFp8,
                          ::testing::Combine(::testing::ValuesIn(kShapes), ::testing::Values(DType::F32, DType::BF16)));
 
 // (m, n, k, x type)
+class CudaGemvBf16 : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, int64_t>> {};
+
+TEST_P(CudaGemvBf16, MatchesCpuBf16Linear) {
+  TP_REQUIRE_CUDA_DEVICE();
+  const auto [m, n, k] = GetParam();
+  const std::vector<float> x = random_vec(size_t(m * k), 7), w = random_vec(size_t(n * k), 8);
+  const cpu::Weight weight(DType::BF16, n, k, DType::F32, w.data(), k * int64_t(sizeof(float)));
+  std::vector<float> want(static_cast<size_t>(m * n));
+  cpu::linear(x.data(), m, weight, want.data());
+
+  DeviceBuffer<float> dx(x), dy(size_t(m * n) + 1);
+  DeviceBuffer<uint16_t> dw(to_bf16(w));
+  cuda::gemv_bf16(dx.get(), m, dw.get(), n, k, dy.get() + 1, nullptr);  // y at an offset: any alignment
+  std::vector<float> got = dy.download();
+  got.erase(got.begin());
+  EXPECT_LT(nmse(got, want), kGemmF32Nmse);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaGemvBf16,
+                         ::testing::Combine(::testing::Values(int64_t(1), int64_t(2), int64_t(3), int64_t(4)),
+                                            ::testing::Values(int64_t(1), int64_t(100), int64_t(3072)),
+                                            ::testing::Values(int64_t(8), int64_t(576), int64_t(5632))));
+
+TEST(CudaGemvBf16Args, RefusesWhatItCannotRun) {
+  TP_REQUIRE_CUDA_DEVICE();
+  DeviceBuffer<float> dx(size_t(64)), dy(size_t(64));
+  DeviceBuffer<uint16_t> dw(size_t(64));
+  EXPECT_THROW(cuda::gemv_bf16(dx.get(), 5, dw.get(), 4, 8, dy.get(), nullptr), InputError);      // m > 4
+  EXPECT_THROW(cuda::gemv_bf16(dx.get(), 1, dw.get(), 4, 12, dy.get(), nullptr), InputError);     // k % 8
+  EXPECT_THROW(cuda::gemv_bf16(dx.get() + 1, 1, dw.get(), 4, 8, dy.get(), nullptr), InputError);  // x alignment
+}
+
 class CudaGemvW8A16 : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, int64_t, DType>> {};
 
 TEST_P(CudaGemvW8A16, MatchesCpuOverInt8Values) {

@@ -98,8 +98,27 @@ TEST_P(CudaRmsnorm, MatchesCpuAddThenNorm) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaRmsnorm,
                          ::testing::Combine(::testing::Values(int64_t(1), int64_t(7), int64_t(33)),
-                                            ::testing::Values(int64_t(64), int64_t(576), int64_t(4096)),
+                                            // 4 a thread in registers, 8 (6000 over 1024 threads), the loop (9000)
+                                            ::testing::Values(int64_t(64), int64_t(576), int64_t(4096), int64_t(6000),
+                                                              int64_t(9000)),
                                             ::testing::Bool(), ::testing::Values(DType::F32, DType::BF16)));
+
+// The CUDA backend's add_rmsnorm: residual += x, then out = rmsnorm(residual) written over x.
+TEST(CudaRmsnormAlias, OutOverXWithResidual) {
+  TP_REQUIRE_CUDA_DEVICE();
+  for (const int64_t dim : {int64_t(2048), int64_t(6000), int64_t(9000)}) {
+    const int64_t n = 3;
+    const float eps = 1e-5f;
+    const std::vector<float> x = random_vec(size_t(n * dim), 5), w = random_vec(size_t(dim), 6, 0.5f, 1.5f);
+    std::vector<float> want_res = random_vec(size_t(n * dim), 7), want(size_t(n * dim));
+    DeviceBuffer<float> d_x(x), d_w(w), d_res(want_res);
+    cpu::add_inplace(want_res.data(), x.data(), n * dim);
+    cpu::rmsnorm(want_res.data(), w.data(), n, dim, eps, want.data());
+    cuda::rmsnorm(d_x.get(), d_res.get(), d_w.get(), n, dim, eps, d_x.get(), DType::F32, nullptr);
+    EXPECT_LT(nmse(d_x.download(), want), kF32Nmse) << "dim " << dim;
+    EXPECT_EQ(d_res.download(), want_res) << "dim " << dim;
+  }
+}
 
 // ---- rope ----
 // (n_tokens, n_heads, head_dim, style)
