@@ -56,6 +56,18 @@ void Backend::add_rmsnorm(float* x, const float* y, const float* weight, int64_t
   rmsnorm(x, weight, n, dim, eps, out);
 }
 
+void Backend::split_qkv_rope(const float* qkv, int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads,
+                             int64_t head_dim, const int32_t* positions, float base, RopeStyle style, float* q,
+                             float* k, float* v) {
+  constexpr int64_t kF = sizeof(float);
+  const int64_t row = (n_heads + 2 * n_kv_heads) * head_dim, q_w = n_heads * head_dim, kv_w = n_kv_heads * head_dim;
+  copy_2d(q, q_w * kF, qkv, row * kF, q_w * kF, n_tokens);
+  copy_2d(k, kv_w * kF, qkv + q_w, row * kF, kv_w * kF, n_tokens);
+  copy_2d(v, kv_w * kF, qkv + q_w + kv_w, row * kF, kv_w * kF, n_tokens);
+  rope(q, n_tokens, n_heads, head_dim, positions, base, style);
+  rope(k, n_tokens, n_kv_heads, head_dim, positions, base, style);
+}
+
 void Backend::begin_capture() { throw Error("backend " + name() + " cannot capture graphs"); }
 int64_t Backend::end_capture() { throw Error("backend " + name() + " cannot capture graphs"); }
 void Backend::replay(int64_t /*graph*/) { throw Error("backend " + name() + " cannot replay graphs"); }

@@ -135,6 +135,13 @@ class Backend {
   // In place on x[n_tokens, n_heads, head_dim] at positions[n_tokens] (kernels/cpu/ops.h).
   virtual void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
                     float base, RopeStyle style) = 0;
+  // The fused QKV projection's output split with rope on q and k: qkv [n_tokens, n_heads + 2 n_kv_heads, head_dim]
+  // (rows [q heads | k heads | v heads]) -> q [n_tokens, n_heads, head_dim], k and v [n_tokens, n_kv_heads,
+  // head_dim], q and k rotated as rope() rotates them. Default: three copy_2d, then rope on q and on k (the CUDA
+  // backend runs one kernel).
+  virtual void split_qkv_rope(const float* qkv, int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads,
+                              int64_t head_dim, const int32_t* positions, float base, RopeStyle style, float* q,
+                              float* k, float* v);
   // out[n, dim] = silu(gate) * up; gate_up [n, 2 dim].
   virtual void silu_mul(const float* gate_up, int64_t n, int64_t dim, float* out) = 0;
   // y[m, n_out] = x[m, n_in] · Wᵀ.

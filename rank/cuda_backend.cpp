@@ -231,6 +231,10 @@ class CudaBackend final : public Backend {
             RopeStyle style) override {
     cuda::rope(x, n_tokens, n_heads, head_dim, positions, base, style, stream_);
   }
+  void split_qkv_rope(const float* qkv, int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                      const int32_t* positions, float base, RopeStyle style, float* q, float* k, float* v) override {
+    cuda::split_qkv_rope(qkv, n_tokens, n_heads, n_kv_heads, head_dim, positions, base, style, q, k, v, stream_);
+  }
   void silu_mul(const float* gate_up, int64_t n, int64_t dim, float* out) override {
     cuda::silu_mul(gate_up, n, dim, out, DType::F32, stream_);
   }

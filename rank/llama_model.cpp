@@ -275,11 +275,7 @@ float* LlamaModel::enqueue_forward(const std::vector<SeqPlan>& seqs, KvPool& poo
     else
       b.add_rmsnorm(x, h, L.attn_norm.as<float>(), n_tok, hidden, cfg_.rms_eps, h);
     timed_linear([&] { L.qkv.forward(h, n_tok, qkv); });
-    b.copy_2d(q, nh * hd * kF, qkv, qkv_w * kF, nh * hd * kF, n_tok);
-    b.copy_2d(k, nkv * hd * kF, qkv + nh * hd, qkv_w * kF, nkv * hd * kF, n_tok);
-    b.copy_2d(v, nkv * hd * kF, qkv + (nh + nkv) * hd, qkv_w * kF, nkv * hd * kF, n_tok);
-    b.rope(q, n_tok, nh, hd, pos, cfg_.rope_theta, cfg_.rope_style);
-    b.rope(k, n_tok, nkv, hd, pos, cfg_.rope_theta, cfg_.rope_style);
+    b.split_qkv_rope(qkv, n_tok, nh, nkv, hd, pos, cfg_.rope_theta, cfg_.rope_style, q, k, v);
     const KvTensorView k_pool = pool.k(li), v_pool = pool.v(li);  // in the pool's dtype (cache.dtype)
     b.write_kv(k, v, n_tok, slot, k_pool, v_pool);
     const auto t_attn = Clock::now();

@@ -37,6 +37,14 @@ void rmsnorm(const float* x, float* residual, const float* weight, int64_t n, in
 void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions, float base,
           RopeStyle style, cudaStream_t stream);
 
+// The split of a fused QKV projection's output with rope on q and k, in one launch: qkv [n_tokens, n_heads +
+// 2 n_kv_heads, head_dim] F32 (rows [q heads | k heads | v heads]) -> q [n_tokens, n_heads, head_dim] and
+// k [n_tokens, n_kv_heads, head_dim] rotated as rope() rotates them, v [n_tokens, n_kv_heads, head_dim] copied.
+// No output may overlap qkv.
+void split_qkv_rope(const float* qkv, int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                    const int32_t* positions, float base, RopeStyle style, float* q, float* k, float* v,
+                    cudaStream_t stream);
+
 // out[n, dim] (out_type F32 or BF16) = silu(gate) · up, gate_up [n, 2·dim] F32 = [gate | up] per row.
 void silu_mul(const float* gate_up, int64_t n, int64_t dim, void* out, DType out_type, cudaStream_t stream);
 

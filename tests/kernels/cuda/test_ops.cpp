@@ -143,6 +143,43 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaRope,
                                             ::testing::Values(int64_t(64), int64_t(128)),
                                             ::testing::Values(RopeStyle::Interleaved, RopeStyle::Neox)));
 
+// split_qkv_rope against the CPU's copies then rope (the model's unfused path): (n_tokens, n_heads, n_kv_heads,
+// head_dim, style); v is copied exactly.
+class CudaSplitQkvRope
+    : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, int64_t, int64_t, RopeStyle>> {};
+
+TEST_P(CudaSplitQkvRope, MatchesCopiesThenCpuRope) {
+  TP_REQUIRE_CUDA_DEVICE();
+  const auto [n_tokens, nh, nkv, hd, style] = GetParam();
+  const int64_t row = (nh + 2 * nkv) * hd;
+  const std::vector<float> qkv = random_vec(size_t(n_tokens * row), 8);
+  std::vector<int32_t> pos(static_cast<size_t>(n_tokens));
+  for (int64_t t = 0; t < n_tokens; ++t) pos[size_t(t)] = int32_t(t * 211 % 7000);
+  std::vector<float> q, k, v;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* r = qkv.data() + t * row;
+    q.insert(q.end(), r, r + nh * hd);
+    k.insert(k.end(), r + nh * hd, r + (nh + nkv) * hd);
+    v.insert(v.end(), r + (nh + nkv) * hd, r + row);
+  }
+  cpu::rope(q.data(), n_tokens, nh, hd, pos.data(), 10000.0f, style);
+  cpu::rope(k.data(), n_tokens, nkv, hd, pos.data(), 10000.0f, style);
+  DeviceBuffer<float> d_qkv(qkv), d_q(q.size()), d_k(k.size()), d_v(v.size());
+  DeviceBuffer<int32_t> d_pos(pos);
+  cuda::split_qkv_rope(d_qkv.get(), n_tokens, nh, nkv, hd, d_pos.get(), 10000.0f, style, d_q.get(), d_k.get(),
+                       d_v.get(), nullptr);
+  EXPECT_LT(nmse(d_q.download(), q), kF32Nmse);
+  EXPECT_LT(nmse(d_k.download(), k), kF32Nmse);
+  EXPECT_EQ(d_v.download(), v);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaSplitQkvRope,
+                         ::testing::Combine(::testing::Values(int64_t(1), int64_t(13)),
+                                            ::testing::Values(int64_t(9), int64_t(32)),
+                                            ::testing::Values(int64_t(3), int64_t(8)),
+                                            ::testing::Values(int64_t(64), int64_t(128)),
+                                            ::testing::Values(RopeStyle::Interleaved, RopeStyle::Neox)));
+
 // ---- silu_mul and convert ----
 // (n, dim, out type)
 class CudaSiluMul : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, DType>> {};
