@@ -40,8 +40,10 @@
 #include <immintrin.h>
 #include <omp.h>
 
+#include "kernels/cpu/fp4_scales.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/packed_kernels.h"
+#include "kernels/cpu/reduce_add4.h"
 
 namespace tp::cpu::detail {
 
@@ -163,30 +165,6 @@ TP_VNNI __attribute__((always_inline)) inline __m512i codes(const uint8_t* row, 
   }
 }
 
-// FP4 block scales of one row (nb bytes) -> F32 in out: MXFP4's E8M0 exactly (0: 2⁻¹²⁷, 255: NaN); NVFP4's E4M3
-// × 2⁻⁸ exactly (the byte's bits moved into an F16, vcvtph2ps; 0x7f / 0xff: NaN) — the 2⁸ goes into y's factor.
-TP_VNNI void fp4_scales(const uint8_t* sb, int64_t nb, bool mx, float* out) {
-  for (int64_t k = 0; k < nb; k += 16) {
-    const __mmask16 lanes = __mmask16(_bzhi_u32(~0u, unsigned(std::min<int64_t>(16, nb - k))));
-    const __m128i b = _mm_maskz_loadu_epi8(lanes, sb + k);
-    __m512 v;
-    if (mx) {
-      const __m512i e = _mm512_cvtepu8_epi32(b);
-      __m512i bits = _mm512_slli_epi32(e, 23);
-      bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()), _mm512_set1_epi32(0x00400000));
-      bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(255)), _mm512_set1_epi32(0x7fc00000));
-      v = _mm512_castsi512_ps(bits);
-    } else {
-      const __m256i ws = _mm256_cvtepi8_epi16(b);  // sign-extended: << 7 puts the sign in bits 14 and 15
-      __m256i h = _mm256_and_si256(_mm256_slli_epi16(ws, 7), _mm256_set1_epi16(short(0xbfff)));
-      const __mmask16 nan = _mm256_cmpeq_epi16_mask(_mm256_and_si256(ws, _mm256_set1_epi16(0x7f)), _mm256_set1_epi16(0x7f));
-      h = _mm256_mask_mov_epi16(h, nan, _mm256_set1_epi16(0x7e00));
-      v = _mm512_cvtph_ps(h);
-    }
-    _mm512_mask_storeu_ps(out + k, lanes, v);
-  }
-}
-
 // Chunk c (64 columns) of rows [row0, row0 + RW · rb) against one row of x's levels: Σ u · X by lanes, − (o + z) · ΣX,
 // to F32 × the scale into t[j][TT]: Int8 / Int4 the group's (sc[j · ng + g]), FP4 each lane's block's (sc: the rows'
 // F32 block scales, ng a row).
@@ -250,7 +228,13 @@ TP_VNNI void rows(const PackedWeight& w, int64_t ng, int64_t gs, const float* sc
     next();
   }
   if (c < n_in) chunk<C, RW, kZeros, 0>(row0, rb, c, g, ng, sc, zp, xl, pf, prefetch, mx, t);
-  for (int j = 0; j < RW; ++j) y[j] = _mm512_reduce_add_ps(_mm512_add_ps(t[j][0], t[j][1])) * post;
+  if constexpr (RW == 4) {  // the same bits as the loop below
+    const __m128 sums = reduce_add4(_mm512_add_ps(t[0][0], t[0][1]), _mm512_add_ps(t[1][0], t[1][1]),
+                                    _mm512_add_ps(t[2][0], t[2][1]), _mm512_add_ps(t[3][0], t[3][1]));
+    _mm_storeu_ps(y, _mm_mul_ps(sums, _mm_set1_ps(post)));
+  } else {
+    for (int j = 0; j < RW; ++j) y[j] = _mm512_reduce_add_ps(_mm512_add_ps(t[j][0], t[j][1])) * post;
+  }
 }
 
 // Per channel (one scale a row): row r against one row of x's levels, the three levels' sums kept apart over the
@@ -302,7 +286,7 @@ void run(const PackedWeight& w, const std::vector<XLevels>& xs, float* y, int n_
     // The pass's scales: rows [r, r + rows) of w's, or of the FP4 blocks' converted.
     const auto scales = [&](int64_t r, int rows) -> const float* {
       if (C != Codes::Fp4) return w.scales.data() + r * ng;
-      for (int j = 0; j < rows; ++j) fp4_scales(w.scale_bytes.data() + (r + j) * ng, ng, mx, fs.data() + j * ng);
+      fp4_scales(w.scale_bytes.data() + r * ng, rows * ng, mx, fs.data());  // the rows' scales lie together
       return fs.data();
     };
     for (; r + kRw <= r1; r += kRw) {

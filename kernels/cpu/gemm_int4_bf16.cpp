@@ -27,6 +27,7 @@
 
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/packed_kernels.h"
+#include "kernels/cpu/reduce_add4.h"
 
 namespace tp::cpu::detail {
 
@@ -306,8 +307,12 @@ TP_BF16 inline void rows_int4_64_x1(const PackedWeight& w, int64_t r, int64_t ng
       if (c < c1) chunk64_rows<RW, 0>(row0, rb, c, table, s, xe, xo, half, pf, prefetch, t);
     }
   }
-#pragma GCC unroll 4
-  for (int j = 0; j < RW; ++j) y[j] = _mm512_reduce_add_ps(_mm512_add_ps(t[j][0], t[j][1]));
+  if constexpr (RW == 4) {  // the same bits as the loop below
+    _mm_storeu_ps(y, reduce_add4(_mm512_add_ps(t[0][0], t[0][1]), _mm512_add_ps(t[1][0], t[1][1]),
+                                 _mm512_add_ps(t[2][0], t[2][1]), _mm512_add_ps(t[3][0], t[3][1])));
+  } else {
+    for (int j = 0; j < RW; ++j) y[j] = _mm512_reduce_add_ps(_mm512_add_ps(t[j][0], t[j][1]));
+  }
 }
 
 TP_BF16 void rows_int4(const PackedWeight& w, int64_t r0, int64_t r1, int64_t m, const uint16_t* xe,

@@ -4,7 +4,9 @@
 // decode and prefill on AVX2: gemm_a16_avx2.cpp first, where it takes the weight (a16 below).
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 // GCC 12's AVX-512 intrinsics use a self-initialized "undefined" vector that trips -Wuninitialized once
@@ -13,6 +15,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include "common/error.h"
 #include "common/fp_formats.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/packed_kernels.h"
@@ -70,13 +73,28 @@ PackedIsa packed_best_isa() {
   return isa;
 }
 
+bool prefer_bf16_a16_rule(const char* env, bool has_bf16, bool intel) {
+  const std::string v = env ? env : "";
+  if (v.empty() || v == "auto") return has_bf16 && !intel;
+  if (v == "vnni") return false;
+  if (v != "bf16") throw InputError("TPSERVE_A16_KERNEL: '" + v + "' is not one of auto, bf16, vnni");
+  if (!has_bf16) throw InputError("TPSERVE_A16_KERNEL: this CPU lacks AVX512-BF16 (bf16)");
+  return true;
+}
+
+bool prefer_bf16_a16() {
+  static const bool prefer = prefer_bf16_a16_rule(std::getenv("TPSERVE_A16_KERNEL"), cpu_has_avx512bf16(), cpu_is_intel());
+  return prefer;
+}
+
 bool int_a16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa) {
   if ((w.format != WeightFormat::Int8 && w.format != WeightFormat::Int4) || w.act != ActQuant::None) return false;
   // AVX-512: from m ≥ kA16Bf16MinM through oneDNN's BF16 matmul where the weight decodes exactly
   // (a16_bf16_prefill); other prefill (m ≥ kA16Avx512GemmMinM) as on AVX2, W to F32 once and oneDNN's sgemm; else
-  // Int8 / Int4 on VNNI (x as int8 levels), else Int4 on AVX512-BF16.
+  // Int4 on AVX512-BF16 where prefer_bf16_a16(), Int8 / Int4 on VNNI (x as int8 levels), else Int4 on AVX512-BF16.
   if (isa == PackedIsa::Avx512 && (a16_bf16_prefill(x, m, w, y, n_threads) ||
                                    (m >= kA16Avx512GemmMinM && a16_avx2_gemm(x, m, w, y, n_threads)) ||
+                                   (prefer_bf16_a16() && int4_bf16_linear(x, m, w, y, n_threads)) ||
                                    a16_vnni_linear(x, m, w, y, n_threads) || int4_bf16_linear(x, m, w, y, n_threads)))
     return true;
   return a16(x, m, w, y, n_threads, isa);
@@ -96,7 +114,9 @@ bool fp8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int 
 
 bool fp4_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa) {
   if ((w.format != WeightFormat::Mxfp4 && w.format != WeightFormat::Nvfp4) || w.act != ActQuant::None) return false;
-  if (isa == PackedIsa::Avx512 && (fp4_bf16_prefill(x, m, w, y, n_threads) || a16_vnni_linear(x, m, w, y, n_threads)))
+  if (isa == PackedIsa::Avx512 && (fp4_bf16_prefill(x, m, w, y, n_threads) ||
+                                   (prefer_bf16_a16() && fp4_bf16_decode(x, m, w, y, n_threads)) ||
+                                   a16_vnni_linear(x, m, w, y, n_threads)))
     return true;
   return a16(x, m, w, y, n_threads, isa);
 }

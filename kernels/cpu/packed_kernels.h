@@ -36,17 +36,33 @@ bool cpu_has_avx512vnni();
 
 // W4A16 on AVX-512 BF16 (gemm_int4_bf16.cpp): Int4 weights without g_idx, groups a multiple of 32 columns,
 // against x as two BF16 parts (16 significant bits; vdpbf16ps, F32 sums); int_a16_linear's AVX-512 path where
-// the CPU has AVX512-BF16, for what a16_vnni_linear (below) does not take (no VNNI, groups of 32, n_in not a
-// multiple of 64).
+// the CPU has AVX512-BF16: first on AMD (prefer_bf16_a16), elsewhere for what a16_vnni_linear (below) does not
+// take (no VNNI, groups of 32, n_in not a multiple of 64).
 // Returns false (nothing written) for weights it does not take or without AVX512-BF16.
 bool int4_bf16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
+
+// MXFP4 / NVFP4 on AVX-512 BF16 (gemm_int4_bf16.cpp), any m (meant for decode: fp4_bf16_prefill takes m ≥
+// kA16Bf16MinM): n_in a multiple of 64, the e2m1 values exact in BF16 against x's two BF16 parts (as
+// int4_bf16_linear), F32 sums, × the block scales (F32: E8M0 exact, E4M3 exact) per 4-column lane, NVFP4's
+// global scale after. Returns false (nothing written) for weights it does not take or without AVX512-BF16.
+bool fp4_bf16_decode(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
+
+// Whether the 4-bit decode goes to the AVX512-BF16 kernels above before a16_vnni_linear: on AMD, where vdpbf16ps
+// issues as often as vpdpbusd (Zen 5, 2026-12-04: W4A16 g64 decode from cache 32-39 GB/s against the VNNI
+// kernel's 26-32); not on Intel (the AMX Xeon issues vdpbf16ps once every 2 cycles). Zen 4 has not been measured
+// with both. TPSERVE_A16_KERNEL=bf16|vnni overrides the rule (to measure both on a new CPU; read once);
+// auto or unset: the rule. Another value, or bf16 without AVX512-BF16: InputError naming the variable.
+bool prefer_bf16_a16();
+// The rule itself, for its test: env (the variable's value or nullptr), the CPU's AVX512-BF16, Intel or not.
+bool prefer_bf16_a16_rule(const char* env, bool has_bf16, bool intel);
 
 // W8A16 / W4A16 / FP4 on AVX-512 VNNI (gemm_a16_vnni.cpp): Int8 / Int4 weights without g_idx, groups multiples of 64
 // columns, and MXFP4 / NVFP4 ones (2 · e2m1 an integer, the block scale per lane in F32), n_in a multiple of 64,
 // against x as three int8 levels a row (x = s · (q1 + q2 · 2⁻⁷ + q3 · 2⁻¹⁴) within max|x| · 2⁻²¹, s a
 // power of two), vpdpbusd sums exact in int32, × the group scale in F32; int_a16_linear's AVX-512 path below
 // kA16Bf16MinM where the CPU has VNNI, ahead of int4_bf16_linear and a16_avx512_decode (vdpbf16ps issues once every
-// 2 cycles on the AMX Xeon, vpdpbusd twice a cycle: W4A16 decode ran compute-bound there), and fp4_linear's. Returns false (nothing
+// 2 cycles on the AMX Xeon, vpdpbusd twice a cycle: W4A16 decode ran compute-bound there), and fp4_linear's — on
+// AMD only for Int8 and for what the AVX512-BF16 kernels do not take (prefer_bf16_a16). Returns false (nothing
 // written) for weights it does not take.
 bool a16_vnni_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/error.h"
 #include "common/fp_formats.h"
 #include "common/packed_weight.h"
 #include "kernels/cpu/gemv.h"
@@ -146,10 +147,11 @@ std::vector<Case> cases() {
   return v;
 }
 
-// Whether packed_linear_isa runs the W4A16 AVX512-BF16 kernel (gemm_int4_bf16.cpp) for this case at isa: what the
-// VNNI kernel (gemm_a16_vnni.cpp: n_in and groups multiples of 64) does not take.
+// Whether packed_linear_isa runs the W4A16 AVX512-BF16 kernel (gemm_int4_bf16.cpp) for this case at isa: on AMD
+// (prefer_bf16_a16) whatever it takes, elsewhere what the VNNI kernel (gemm_a16_vnni.cpp: n_in and groups multiples
+// of 64) does not take.
 bool bf16_a16(const Case& c, PackedIsa isa) {
-  const bool vnni = cpu_has_avx512vnni() && c.n_in % 64 == 0 && c.group % 64 == 0;
+  const bool vnni = !prefer_bf16_a16() && cpu_has_avx512vnni() && c.n_in % 64 == 0 && c.group % 64 == 0;
   return isa == PackedIsa::Avx512 && cpu_has_avx512bf16() && c.format == WeightFormat::Int4 &&
          c.act == ActQuant::None && !c.g_idx && (c.group == 0 || c.group % 32 == 0) && !vnni;
 }
@@ -591,6 +593,89 @@ TEST(PackedKernels, A16VnniFp4ScaleEdges) {
   }
 }
 
+// MXFP4 / NVFP4 decode on AVX512-BF16 (gemm_fp4_bf16.cpp; fp4_linear's decode on AMD, prefer_bf16_a16): the
+// suite's bound against the reference for rows of x at both ends of the exponent range, at 1 and 2 threads, weight
+// row counts that leave 1..3 rows past the last pass of 4; a row of x in a batch (m 2..37) gives the bits it gives
+// alone; a zero row gives 0 and a row with a NaN or an infinity gives NaN; the scale bytes at their edges (E8M0 0
+// and 255, E4M3 subnormals, 0 and NaN) as in A16VnniFp4ScaleEdges; declines n_in not a multiple of 64 and
+// activation quantization.
+TEST(PackedKernels, Fp4Bf16DecodeMatchesReferenceAndRowsAlone) {
+  if (packed_best_isa() != PackedIsa::Avx512 || !cpu_has_avx512bf16()) GTEST_SKIP() << "no AVX512-BF16 here";
+  using F = WeightFormat;
+  for (const Case& c : {Case{"mxfp4_576", F::Mxfp4, 35, 576}, Case{"nvfp4_1536", F::Nvfp4, 19, 1536},
+                        Case{"nvfp4_128", F::Nvfp4, 6, 128}, Case{"mxfp4_64", F::Mxfp4, 9, 64}}) {
+    const PackedWeight w = make(c, 37);
+    const int64_t m_max = 37;
+    std::vector<float> x = normal_rows(m_max, c.n_in);
+    for (int64_t k = 0; k < c.n_in; ++k) x[size_t(5 * c.n_in + k)] *= 1e-30f;  // row 5: tiny
+    for (int64_t k = 0; k < c.n_in; ++k) x[size_t(6 * c.n_in + k)] *= 1e30f;   // row 6: huge
+    std::vector<float> ref(size_t(m_max * c.n_out));
+    packed_linear_reference(x.data(), m_max, w, ref.data(), 1);
+    for (int threads : {1, 2}) {
+      std::vector<float> alone(ref.size(), -1e30f);
+      for (int64_t i = 0; i < m_max; ++i)
+        ASSERT_TRUE(fp4_bf16_decode(x.data() + i * c.n_in, 1, w, alone.data() + i * c.n_out, threads)) << c.name;
+      std::vector<float> ys, rs;  // the ordinary rows together; the tiny and huge ones each on its own
+      for (int64_t i = 0; i < m_max; ++i) {
+        const std::vector<float> yi(alone.begin() + i * c.n_out, alone.begin() + (i + 1) * c.n_out);
+        const std::vector<float> ri(ref.begin() + i * c.n_out, ref.begin() + (i + 1) * c.n_out);
+        if (i == 5 || i == 6) {
+          EXPECT_LE(nmse_of(yi, ri), kMaxNmse) << c.name << " row " << i << " threads " << threads;
+        } else {
+          ys.insert(ys.end(), yi.begin(), yi.end());
+          rs.insert(rs.end(), ri.begin(), ri.end());
+        }
+      }
+      EXPECT_LE(nmse_of(ys, rs), kMaxNmse) << c.name << " threads " << threads;
+      for (int64_t m : {2, 3, 5, 9, 16, 37}) {
+        std::vector<float> y(size_t(m * c.n_out), -1e30f);
+        ASSERT_TRUE(fp4_bf16_decode(x.data(), m, w, y.data(), threads));
+        for (int64_t k = 0; k < m * c.n_out; ++k)
+          ASSERT_EQ(y[size_t(k)], alone[size_t(k)]) << c.name << " m " << m << " row " << k / c.n_out;
+      }
+    }
+    std::vector<float> z(size_t(4 * c.n_in));
+    std::copy(x.begin(), x.begin() + 4 * c.n_in, z.begin());
+    std::fill(z.begin() + c.n_in, z.begin() + 2 * c.n_in, 0.0f);
+    z[size_t(2 * c.n_in + 1)] = std::numeric_limits<float>::quiet_NaN();
+    z[size_t(3 * c.n_in + c.n_in - 1)] = -std::numeric_limits<float>::infinity();
+    std::vector<float> y(size_t(4 * c.n_out), -1e30f);
+    ASSERT_TRUE(fp4_bf16_decode(z.data(), 4, w, y.data(), 1));
+    for (int64_t r = 0; r < c.n_out; ++r) {
+      EXPECT_EQ(y[size_t(c.n_out + r)], 0.0f) << c.name;
+      EXPECT_TRUE(std::isnan(y[size_t(2 * c.n_out + r)])) << c.name;
+      EXPECT_TRUE(std::isnan(y[size_t(3 * c.n_out + r)])) << c.name;
+    }
+  }
+  for (const Case& c : {Case{"nvfp4_48", F::Nvfp4, 8, 48}, Case{"mxfp4_96", F::Mxfp4, 8, 96}}) {
+    const PackedWeight w = make(c, 5);
+    std::vector<float> x = normal_rows(1, c.n_in), y(size_t(c.n_out));
+    EXPECT_FALSE(fp4_bf16_decode(x.data(), 1, w, y.data(), 1)) << c.name;
+  }
+  for (const Case& c : {Case{"mxfp4", F::Mxfp4, 8, 256}, Case{"nvfp4", F::Nvfp4, 8, 256}}) {  // scale edges
+    PackedWeight w = make(c, 17);
+    const int64_t nb = c.n_in / (c.format == F::Mxfp4 ? 32 : 16);
+    const std::vector<uint8_t> edges = c.format == F::Mxfp4 ? std::vector<uint8_t>{0, 255, 1, 254}
+                                                            : std::vector<uint8_t>{0x01, 0x07, 0x00, 0x7f, 0xff, 0x87};
+    for (size_t k = 0; k < edges.size(); ++k) w.scale_bytes[size_t(int64_t(k) * nb + 1)] = edges[k];
+    if (c.format == F::Mxfp4)  // row 3: every block 2^-127 .. 2^-126 against huge x (normal products)
+      for (int64_t b = 0; b < nb; ++b) w.scale_bytes[size_t(3 * nb + b)] = uint8_t(b % 2);
+    std::vector<float> x = normal_rows(3, c.n_in), ref(size_t(3 * c.n_out)), y(ref.size(), -1e30f);
+    for (int64_t k = 0; k < c.n_in; ++k) x[size_t(2 * c.n_in + k)] *= 1e30f;
+    packed_linear_reference(x.data(), 3, w, ref.data(), 1);
+    ASSERT_TRUE(fp4_bf16_decode(x.data(), 3, w, y.data(), 1)) << c.name;
+    for (int64_t i = 0; i < 3; ++i) {
+      std::vector<float> yf, rf;
+      for (int64_t r = 0; r < c.n_out; ++r) {
+        const size_t k = size_t(i * c.n_out + r);
+        ASSERT_EQ(std::isnan(y[k]), std::isnan(ref[k])) << c.name << " x row " << i << " output " << r;
+        if (!std::isnan(ref[k])) yf.push_back(y[k]), rf.push_back(ref[k]);
+      }
+      EXPECT_LE(nmse_of(yf, rf), kMaxNmse) << c.name << " x row " << i;
+    }
+  }
+}
+
 // FP8 decode on Intel (gemm_fp8_f16.cpp: E4M3 bytes moved into F16s, vcvtph2ps, F32 FMAs): it runs for tensor /
 // channel scales, F32 and FP8 activations (dynamic, static), every m below kFp8OnednnMinM, odd column counts; the
 // suite's bound against the reference; a row of x in a batch gives the bits it gives alone; declines block scales
@@ -698,6 +783,23 @@ TEST(PackedKernels, Fp8ActivationQuantizationMatchesScalarRule) {
       }
       ASSERT_EQ(std::memcmp(&want, &out[i], 4), 0) << "x " << x[i] << " s " << s << " got " << out[i] << " want " << want;
     }
+  }
+}
+
+// Which 4-bit decode kernel runs first on AVX-512: the vendor rule and TPSERVE_A16_KERNEL's override.
+TEST(PackedKernels, PreferBf16A16Rule) {
+  EXPECT_TRUE(prefer_bf16_a16_rule(nullptr, true, false));   // AMD with AVX512-BF16
+  EXPECT_FALSE(prefer_bf16_a16_rule(nullptr, true, true));   // Intel
+  EXPECT_FALSE(prefer_bf16_a16_rule(nullptr, false, false)); // no AVX512-BF16
+  EXPECT_TRUE(prefer_bf16_a16_rule("auto", true, false));
+  EXPECT_FALSE(prefer_bf16_a16_rule("vnni", true, false));
+  EXPECT_TRUE(prefer_bf16_a16_rule("bf16", true, true));
+  EXPECT_THROW(prefer_bf16_a16_rule("bf16", false, false), InputError);
+  try {
+    prefer_bf16_a16_rule("avx", true, false);
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("TPSERVE_A16_KERNEL: 'avx'"), std::string::npos) << e.what();
   }
 }
 
