@@ -476,6 +476,59 @@ TEST(PackedKernels, A16Avx512DecodeMatchesReferenceAndRowsAlone) {
   }
 }
 
+// A decode kernel's entry (packed_kernels.h): false when it does not take the weight.
+using DecodeKernel = bool (*)(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
+
+// Zero, NaN and infinity rows between ordinary ones (x's first 4 rows, rows 1-3 replaced): the ordinary row as
+// alone, 0 for the zero row, NaN for the others.
+void check_special_rows(const Case& c, const PackedWeight& w, const std::vector<float>& x, DecodeKernel kernel) {
+  std::vector<float> z(size_t(4 * c.n_in));
+  std::copy(x.begin(), x.begin() + 4 * c.n_in, z.begin());
+  std::fill(z.begin() + c.n_in, z.begin() + 2 * c.n_in, 0.0f);
+  z[size_t(2 * c.n_in + 1)] = std::numeric_limits<float>::quiet_NaN();
+  z[size_t(3 * c.n_in + c.n_in - 1)] = -std::numeric_limits<float>::infinity();
+  std::vector<float> y(size_t(4 * c.n_out), -1e30f), row0(size_t(c.n_out));
+  ASSERT_TRUE(kernel(z.data(), 4, w, y.data(), 1)) << c.name;
+  ASSERT_TRUE(kernel(z.data(), 1, w, row0.data(), 1)) << c.name;
+  for (int64_t r = 0; r < c.n_out; ++r) {
+    EXPECT_EQ(y[size_t(r)], row0[size_t(r)]) << c.name;
+    EXPECT_EQ(y[size_t(c.n_out + r)], 0.0f) << c.name;
+    EXPECT_TRUE(std::isnan(y[size_t(2 * c.n_out + r)])) << c.name;
+    EXPECT_TRUE(std::isnan(y[size_t(3 * c.n_out + r)])) << c.name;
+  }
+}
+
+// FP4 block scales at their edges: MXFP4's E8M0 0 (2⁻¹²⁷) and 255 (NaN), NVFP4's E4M3 subnormals, 0 and NaN (0x7f,
+// 0xff) — each row's output NaN where the reference's is, else within the suite's bound.
+void check_fp4_scale_edges(DecodeKernel kernel) {
+  using F = WeightFormat;
+  for (const Case& c : {Case{"mxfp4", F::Mxfp4, 8, 256}, Case{"nvfp4", F::Nvfp4, 8, 256}}) {
+    PackedWeight w = make(c, 17);
+    const int64_t nb = c.n_in / (c.format == F::Mxfp4 ? 32 : 16);
+    const std::vector<uint8_t> edges = c.format == F::Mxfp4 ? std::vector<uint8_t>{0, 255, 1, 254}
+                                                            : std::vector<uint8_t>{0x01, 0x07, 0x00, 0x7f, 0xff, 0x87};
+    for (size_t k = 0; k < edges.size(); ++k) w.scale_bytes[size_t(int64_t(k) * nb + 1)] = edges[k];  // row k, block 1
+    if (c.format == F::Mxfp4)  // row 3: every block 2^-127 .. 2^-126 against huge x (normal products)
+      for (int64_t b = 0; b < nb; ++b) w.scale_bytes[size_t(3 * nb + b)] = uint8_t(b % 2);
+    std::vector<float> x = normal_rows(3, c.n_in), ref(size_t(3 * c.n_out)), y(ref.size(), -1e30f);
+    for (int64_t k = 0; k < c.n_in; ++k) x[size_t(2 * c.n_in + k)] *= 1e30f;
+    packed_linear_reference(x.data(), 3, w, ref.data(), 1);
+    ASSERT_TRUE(kernel(x.data(), 3, w, y.data(), 1)) << c.name;
+    for (int64_t i = 0; i < 3; ++i) {  // per row of x (row 2's outputs are ~1e30)
+      std::vector<float> yf, rf;
+      for (int64_t r = 0; r < c.n_out; ++r) {
+        const size_t k = size_t(i * c.n_out + r);
+        ASSERT_EQ(std::isnan(y[k]), std::isnan(ref[k])) << c.name << " x row " << i << " output " << r;
+        if (!std::isnan(ref[k])) yf.push_back(y[k]), rf.push_back(ref[k]);
+      }
+      EXPECT_LE(nmse_of(yf, rf), kMaxNmse) << c.name << " x row " << i;
+      if (c.format == F::Mxfp4) {  // the 2^-127 row on its own
+        EXPECT_LE(nmse_of({y[size_t(i * c.n_out + 3)]}, {ref[size_t(i * c.n_out + 3)]}), kMaxNmse) << c.name << " x row " << i;
+      }
+    }
+  }
+}
+
 // W8A16 / W4A16 on VNNI (gemm_a16_vnni.cpp: x as three int8 levels): the kernel takes Int8 and Int4 with groups of
 // 64 / 128 or per channel (its own path: the levels summed apart over the row), n_in a multiple of 64, with and
 // without zero points, and declines groups of 32, g_idx and n_in not a multiple of 64. The suite's bound against
@@ -535,21 +588,7 @@ TEST(PackedKernels, A16VnniMatchesReferenceAndRowsAlone) {
           ASSERT_EQ(y[size_t(k)], alone[size_t(k)]) << c.name << " m " << m << " row " << k / c.n_out;
       }
     }
-    // Zero, NaN and infinity rows between ordinary ones.
-    std::vector<float> z(size_t(4 * c.n_in));
-    std::copy(x.begin(), x.begin() + 4 * c.n_in, z.begin());
-    std::fill(z.begin() + c.n_in, z.begin() + 2 * c.n_in, 0.0f);
-    z[size_t(2 * c.n_in + 1)] = std::numeric_limits<float>::quiet_NaN();
-    z[size_t(3 * c.n_in + c.n_in - 1)] = -std::numeric_limits<float>::infinity();
-    std::vector<float> y(size_t(4 * c.n_out), -1e30f), row0(size_t(c.n_out));
-    ASSERT_TRUE(a16_vnni_linear(z.data(), 4, w, y.data(), 1));
-    ASSERT_TRUE(a16_vnni_linear(z.data(), 1, w, row0.data(), 1));
-    for (int64_t r = 0; r < c.n_out; ++r) {
-      EXPECT_EQ(y[size_t(r)], row0[size_t(r)]) << c.name;
-      EXPECT_EQ(y[size_t(c.n_out + r)], 0.0f) << c.name;
-      EXPECT_TRUE(std::isnan(y[size_t(2 * c.n_out + r)])) << c.name;
-      EXPECT_TRUE(std::isnan(y[size_t(3 * c.n_out + r)])) << c.name;
-    }
+    check_special_rows(c, w, x, a16_vnni_linear);
   }
   for (const Case& c : {Case{"int4_g32", F::Int4, 8, 256, 32}, Case{"int4_g64_gidx", F::Int4, 8, 256, 64, 0, false, true},
                         Case{"int4_channel_odd", F::Int4, 8, 203}, Case{"int4_channel_96", F::Int4, 8, 96},
@@ -565,32 +604,7 @@ TEST(PackedKernels, A16VnniMatchesReferenceAndRowsAlone) {
 // 0 and NaN (0x7f, 0xff) — each row's output NaN where the reference's is, else within the suite's bound.
 TEST(PackedKernels, A16VnniFp4ScaleEdges) {
   if (packed_best_isa() != PackedIsa::Avx512 || !cpu_has_avx512vnni()) GTEST_SKIP() << "no AVX-512 VNNI here";
-  using F = WeightFormat;
-  for (const Case& c : {Case{"mxfp4", F::Mxfp4, 8, 256}, Case{"nvfp4", F::Nvfp4, 8, 256}}) {
-    PackedWeight w = make(c, 17);
-    const int64_t nb = c.n_in / (c.format == F::Mxfp4 ? 32 : 16);
-    const std::vector<uint8_t> edges = c.format == F::Mxfp4 ? std::vector<uint8_t>{0, 255, 1, 254}
-                                                            : std::vector<uint8_t>{0x01, 0x07, 0x00, 0x7f, 0xff, 0x87};
-    for (size_t k = 0; k < edges.size(); ++k) w.scale_bytes[size_t(int64_t(k) * nb + 1)] = edges[k];  // row k, block 1
-    if (c.format == F::Mxfp4)  // row 3: every block 2^-127 .. 2^-126 against huge x (normal products)
-      for (int64_t b = 0; b < nb; ++b) w.scale_bytes[size_t(3 * nb + b)] = uint8_t(b % 2);
-    std::vector<float> x = normal_rows(3, c.n_in), ref(size_t(3 * c.n_out)), y(ref.size(), -1e30f);
-    for (int64_t k = 0; k < c.n_in; ++k) x[size_t(2 * c.n_in + k)] *= 1e30f;
-    packed_linear_reference(x.data(), 3, w, ref.data(), 1);
-    ASSERT_TRUE(a16_vnni_linear(x.data(), 3, w, y.data(), 1)) << c.name;
-    for (int64_t i = 0; i < 3; ++i) {  // per row of x (row 2's outputs are ~1e30)
-      std::vector<float> yf, rf;
-      for (int64_t r = 0; r < c.n_out; ++r) {
-        const size_t k = size_t(i * c.n_out + r);
-        ASSERT_EQ(std::isnan(y[k]), std::isnan(ref[k])) << c.name << " x row " << i << " output " << r;
-        if (!std::isnan(ref[k])) yf.push_back(y[k]), rf.push_back(ref[k]);
-      }
-      EXPECT_LE(nmse_of(yf, rf), kMaxNmse) << c.name << " x row " << i;
-      if (c.format == F::Mxfp4) {  // the 2^-127 row on its own
-        EXPECT_LE(nmse_of({y[size_t(i * c.n_out + 3)]}, {ref[size_t(i * c.n_out + 3)]}), kMaxNmse) << c.name << " x row " << i;
-      }
-    }
-  }
+  check_fp4_scale_edges(a16_vnni_linear);
 }
 
 // MXFP4 / NVFP4 decode on AVX512-BF16 (gemm_fp4_bf16.cpp; fp4_linear's decode on AMD, prefer_bf16_a16): the
@@ -634,46 +648,14 @@ TEST(PackedKernels, Fp4Bf16DecodeMatchesReferenceAndRowsAlone) {
           ASSERT_EQ(y[size_t(k)], alone[size_t(k)]) << c.name << " m " << m << " row " << k / c.n_out;
       }
     }
-    std::vector<float> z(size_t(4 * c.n_in));
-    std::copy(x.begin(), x.begin() + 4 * c.n_in, z.begin());
-    std::fill(z.begin() + c.n_in, z.begin() + 2 * c.n_in, 0.0f);
-    z[size_t(2 * c.n_in + 1)] = std::numeric_limits<float>::quiet_NaN();
-    z[size_t(3 * c.n_in + c.n_in - 1)] = -std::numeric_limits<float>::infinity();
-    std::vector<float> y(size_t(4 * c.n_out), -1e30f);
-    ASSERT_TRUE(fp4_bf16_decode(z.data(), 4, w, y.data(), 1));
-    for (int64_t r = 0; r < c.n_out; ++r) {
-      EXPECT_EQ(y[size_t(c.n_out + r)], 0.0f) << c.name;
-      EXPECT_TRUE(std::isnan(y[size_t(2 * c.n_out + r)])) << c.name;
-      EXPECT_TRUE(std::isnan(y[size_t(3 * c.n_out + r)])) << c.name;
-    }
+    check_special_rows(c, w, x, fp4_bf16_decode);
   }
   for (const Case& c : {Case{"nvfp4_48", F::Nvfp4, 8, 48}, Case{"mxfp4_96", F::Mxfp4, 8, 96}}) {
     const PackedWeight w = make(c, 5);
     std::vector<float> x = normal_rows(1, c.n_in), y(size_t(c.n_out));
     EXPECT_FALSE(fp4_bf16_decode(x.data(), 1, w, y.data(), 1)) << c.name;
   }
-  for (const Case& c : {Case{"mxfp4", F::Mxfp4, 8, 256}, Case{"nvfp4", F::Nvfp4, 8, 256}}) {  // scale edges
-    PackedWeight w = make(c, 17);
-    const int64_t nb = c.n_in / (c.format == F::Mxfp4 ? 32 : 16);
-    const std::vector<uint8_t> edges = c.format == F::Mxfp4 ? std::vector<uint8_t>{0, 255, 1, 254}
-                                                            : std::vector<uint8_t>{0x01, 0x07, 0x00, 0x7f, 0xff, 0x87};
-    for (size_t k = 0; k < edges.size(); ++k) w.scale_bytes[size_t(int64_t(k) * nb + 1)] = edges[k];
-    if (c.format == F::Mxfp4)  // row 3: every block 2^-127 .. 2^-126 against huge x (normal products)
-      for (int64_t b = 0; b < nb; ++b) w.scale_bytes[size_t(3 * nb + b)] = uint8_t(b % 2);
-    std::vector<float> x = normal_rows(3, c.n_in), ref(size_t(3 * c.n_out)), y(ref.size(), -1e30f);
-    for (int64_t k = 0; k < c.n_in; ++k) x[size_t(2 * c.n_in + k)] *= 1e30f;
-    packed_linear_reference(x.data(), 3, w, ref.data(), 1);
-    ASSERT_TRUE(fp4_bf16_decode(x.data(), 3, w, y.data(), 1)) << c.name;
-    for (int64_t i = 0; i < 3; ++i) {
-      std::vector<float> yf, rf;
-      for (int64_t r = 0; r < c.n_out; ++r) {
-        const size_t k = size_t(i * c.n_out + r);
-        ASSERT_EQ(std::isnan(y[k]), std::isnan(ref[k])) << c.name << " x row " << i << " output " << r;
-        if (!std::isnan(ref[k])) yf.push_back(y[k]), rf.push_back(ref[k]);
-      }
-      EXPECT_LE(nmse_of(yf, rf), kMaxNmse) << c.name << " x row " << i;
-    }
-  }
+  check_fp4_scale_edges(fp4_bf16_decode);
 }
 
 // FP8 decode on Intel (gemm_fp8_f16.cpp: E4M3 bytes moved into F16s, vcvtph2ps, F32 FMAs): it runs for tensor /
