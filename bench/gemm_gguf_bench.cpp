@@ -1,8 +1,8 @@
 // Every weight format's kernel alone, through tp::cpu::linear() (what the model calls): y = x · Wᵀ on the
 // SmolLM2-135M shapes, for BF16 (the baseline), GGUF Q8_0 (and Q8_0 regrouped: q8_0_quads) / Q4_0 / Q4_1 / Q5_0
-// (and q5_0_quads) / Q4_K / Q6_K, W8A16 (int8 per
-// channel), W4A16 (int4, groups of 64), W8A8-INT8 (int8 per channel, int8 activations per token), FP8 weight
-// only (E4M3 per channel) and FP8 dynamic (W8A8-FP8: activations rounded to E4M3 per token).
+// (and q5_0_quads) / Q4_K / Q6_K, W8A16 (int8 per channel), W4A16 (int4, groups of 64; w4a16_channel and
+// w4a16_g128 too), W8A8-INT8 (int8 per channel, int8 activations per token), FP8 weight only (E4M3 per channel),
+// FP8 dynamic (W8A8-FP8: activations rounded to E4M3 per token), MXFP4 and NVFP4.
 // Decode (m = 1): weight GB/s = bytes held by W (values + scales) ÷ seconds a call, and that as a fraction of
 // the DRAM read roofline BW_GBS (bench/mem_bandwidth); the weights stream from DRAM as in a decode step: the
 // call cycles over enough copies of W (≥ 192 MiB) that none is still in cache. Prefill (m = M_PREFILL):
@@ -160,6 +160,8 @@ int main(int argc, char** argv) {
       {"q6_k", F::GgufQ6_K},
       {"w8a16", F::Int8},
       {"w4a16_g64", F::Int4, 64},
+      {"w4a16_channel", F::Int4, 0},
+      {"w4a16_g128", F::Int4, 128},
       {"w8a8_int8", F::Int8, 0, ActQuant::Int8Dynamic},
       {"fp8_weight", F::Fp8E4M3},
       {"fp8_dynamic", F::Fp8E4M3, 0, ActQuant::Fp8Dynamic},
