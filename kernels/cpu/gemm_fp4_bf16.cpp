@@ -13,8 +13,9 @@
 // sum × post. On Zen 5 (2026-12-04, GEMM_BENCH_HOT=1 gemm_gguf_bench 1 43 0 nvfp4): 23-28 GB/s from cache against
 // the VNNI levels kernel's 17-23; the vpmovzxbw + vpsrlw decode of W4A16, and vpmultishiftqb in place of the
 // shifts, ran within ±3% of this one; the F32 block scales cost ~17% of a pass of 576-column rows, their permute ~7%.
-// kRows weight rows a pass share each chunk's x loads (their sums reduced 4 at a time, reduce_add4.h); with m > 1 each row of x runs the pass in turn (the weight
-// rows then from L1), with the operations of that row alone: a row of a batch has the bits it has alone.
+// kRows weight rows a pass share each chunk's x loads (their sums reduced 4 at a time, reduce_add4.h); with m > 1
+// each row of x runs the pass in turn (the weight rows then from L1), with the operations of that row alone: a row
+// of a batch has the bits it has alone.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -36,9 +37,9 @@ namespace {
 #define TP_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,bmi2,f16c")))
 
 constexpr int64_t kPrefetchBytes = 8192;  // as gemm_int4_bf16.cpp
-// Weight rows a pass: 8 ran 576-column rows 4-6% faster than 4 on Zen 5 (fewer x loads and scale calls a row), 1536
-// ones 0-3%.
-constexpr int kRows = 8;
+// Weight rows a pass. 8 ran 576-column rows 4-6% faster than 4 from cache on Zen 5, but the model's decode from
+// DRAM was not faster (NVFP4 tg64 232-241 vs 240-247 tok/s, MXFP4 243-253 vs 245-248, alternated 3 times): 4.
+constexpr int kRows = 4;
 constexpr int64_t kChunkX = 4 * 32;       // BF16 values of x a chunk: XA part 0, XA part 1, XB part 0, XB part 1
 
 // 16 F32 -> the BF16 of v (part 0) and of v − part 0 (part 1).
@@ -93,7 +94,7 @@ TP_BF16 __attribute__((always_inline)) inline void chunk_rows(const uint8_t* row
   const __m512i sa = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0x40004, 0x40004, 0x40004, 0x40004, 0x40004, 0x40004,
                                        0x40004, 0x40004);
   const __m512i sb = _mm512_add_epi16(sa, _mm512_set1_epi16(8));
-#pragma GCC unroll 8
+#pragma GCC unroll 4
   for (int j = 0; j < RW; ++j) {
     const __m512i wb = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row0 + j * rb + c / 2)));
     const __m512bh wa = (__m512bh)_mm512_permutexvar_epi16(_mm512_srlv_epi16(wb, sa), table);
@@ -123,7 +124,7 @@ TP_BF16 void rows(const PackedWeight& w, int64_t r, const float* fs, int64_t nb,
   const bool mx = w.format == WeightFormat::Mxfp4;
   const __m512i table = e2m1_table();
   __m512 t[RW][2];
-#pragma GCC unroll 8
+#pragma GCC unroll 4
   for (int j = 0; j < RW; ++j) t[j][0] = t[j][1] = _mm512_setzero_ps();
   int64_t c = 0;
   for (; c + 128 <= n_in; c += 128) {
