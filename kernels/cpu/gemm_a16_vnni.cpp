@@ -228,13 +228,7 @@ TP_VNNI void rows(const PackedWeight& w, int64_t ng, int64_t gs, const float* sc
     next();
   }
   if (c < n_in) chunk<C, RW, kZeros, 0>(row0, rb, c, g, ng, sc, zp, xl, pf, prefetch, mx, t);
-  if constexpr (RW == 4) {  // the same bits as the loop below
-    const __m128 sums = reduce_add4(_mm512_add_ps(t[0][0], t[0][1]), _mm512_add_ps(t[1][0], t[1][1]),
-                                    _mm512_add_ps(t[2][0], t[2][1]), _mm512_add_ps(t[3][0], t[3][1]));
-    _mm_storeu_ps(y, _mm_mul_ps(sums, _mm_set1_ps(post)));
-  } else {
-    for (int j = 0; j < RW; ++j) y[j] = _mm512_reduce_add_ps(_mm512_add_ps(t[j][0], t[j][1])) * post;
-  }
+  store_row_sums<RW>(t, post, y);
 }
 
 // Per channel (one scale a row): row r against one row of x's levels, the three levels' sums kept apart over the

@@ -22,6 +22,7 @@
 #include <omp.h>
 
 #include "common/fp_formats.h"
+#include "kernels/cpu/bf16_parts.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/onednn_matmul.h"
 #include "kernels/cpu/packed_kernels.h"
@@ -33,10 +34,6 @@ namespace {
 #define TP_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,bmi2")))
 
 constexpr int64_t kSlabRows = 256;  // rows of W decoded at a time (256 × 1152 BF16 = 576 KiB at 576 inputs, 2 parts)
-
-// 16 F32 -> BF16 (round to nearest even) and back.
-TP_BF16 inline __m256i bf16_of(__m512 v) { return (__m256i)_mm512_cvtneps_pbh(v); }
-TP_BF16 inline __m512 f32_of(__m256i b) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)); }
 
 // The 4-bit values of `bytes` (≤ 8) bytes at p as 16 int32 lanes in column order (byte j: the low nibble is
 // column 2j, the high one 2j + 1); lanes past 2 · bytes are 0.
@@ -160,9 +157,10 @@ TP_BF16 void split_bf16_parts(const float* x, int64_t m, int64_t n_in, int64_t p
     for (int64_t c = 0; c < n_in; c += 16) {
       const __mmask16 k = __mmask16(_bzhi_u32(~0u, unsigned(std::min<int64_t>(16, n_in - c))));
       const __m512 v = _mm512_maskz_loadu_ps(k, x + i * n_in + c);
-      const __m256i p0 = bf16_of(v);
+      __m256i p0, p1;
+      bf16_parts(v, p0, p1);
       _mm256_mask_storeu_epi16(row + c, k, p0);
-      _mm256_mask_storeu_epi16(row + ps + c, k, bf16_of(_mm512_sub_ps(v, f32_of(p0))));
+      _mm256_mask_storeu_epi16(row + ps + c, k, p1);
     }
     for (int r = 1; r < reps; ++r) std::memcpy(row + r * 2 * ps, row, size_t(2 * ps) * 2);
   }

@@ -17,7 +17,6 @@
 // each row of x runs the pass in turn (the weight rows then from L1), with the operations of that row alone: a row
 // of a batch has the bits it has alone.
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -25,6 +24,7 @@
 #include <immintrin.h>
 #include <omp.h>
 
+#include "kernels/cpu/bf16_parts.h"
 #include "kernels/cpu/fp4_scales.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/packed_kernels.h"
@@ -42,13 +42,6 @@ constexpr int64_t kPrefetchBytes = 8192;  // as gemm_int4_bf16.cpp
 constexpr int kRows = 4;
 constexpr int64_t kChunkX = 4 * 32;       // BF16 values of x a chunk: XA part 0, XA part 1, XB part 0, XB part 1
 
-// 16 F32 -> the BF16 of v (part 0) and of v − part 0 (part 1).
-TP_BF16 inline void two_parts(__m512 v, __m256bh& p0, __m256bh& p1) {
-  p0 = _mm512_cvtneps_pbh(v);
-  const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)p0), 16));
-  p1 = _mm512_cvtneps_pbh(_mm512_sub_ps(v, back));
-}
-
 // One row of x (n_in a multiple of 64) -> xq[n_in / 64 · kChunkX]: per chunk, XA = [x(c + 4j), j < 16 |
 // x(c + 4j + 1), j < 16] and XB = [x(c + 4j + 2) | x(c + 4j + 3)], each as its two parts.
 TP_BF16 void layout_x(const float* x, int64_t n_in, uint16_t* xq) {
@@ -62,13 +55,13 @@ TP_BF16 void layout_x(const float* x, int64_t n_in, uint16_t* xq) {
       const __m512 lo = _mm512_permutex2var_ps(v0, idx, v1), hi = _mm512_permutex2var_ps(v2, idx, v3);
       col[r] = _mm512_shuffle_f32x4(lo, hi, 0x44);
     }
-    __m256bh p[4][2];
-    for (int r = 0; r < 4; ++r) two_parts(col[r], p[r][0], p[r][1]);
+    __m256i p[4][2];
+    for (int r = 0; r < 4; ++r) bf16_parts(col[r], p[r][0], p[r][1]);
     for (int part = 0; part < 2; ++part) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(xq + part * 32), (__m256i)p[0][part]);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(xq + part * 32 + 16), (__m256i)p[1][part]);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(xq + 64 + part * 32), (__m256i)p[2][part]);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(xq + 64 + part * 32 + 16), (__m256i)p[3][part]);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(xq + part * 32), p[0][part]);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(xq + part * 32 + 16), p[1][part]);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(xq + 64 + part * 32), p[2][part]);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(xq + 64 + part * 32 + 16), p[3][part]);
     }
   }
 }
@@ -132,15 +125,7 @@ TP_BF16 void rows(const PackedWeight& w, int64_t r, const float* fs, int64_t nb,
     chunk_rows<RW, 1>(row0, rb, c + 64, table, fs, nb, mx, xq + (c / 64 + 1) * kChunkX, pf, t);
   }
   if (c < n_in) chunk_rows<RW, 0>(row0, rb, c, table, fs, nb, mx, xq + (c / 64) * kChunkX, pf, t);
-  if constexpr (RW % 4 == 0) {  // the same bits as the loop below
-    for (int j = 0; j < RW; j += 4) {
-      const __m128 sums = reduce_add4(_mm512_add_ps(t[j][0], t[j][1]), _mm512_add_ps(t[j + 1][0], t[j + 1][1]),
-                                      _mm512_add_ps(t[j + 2][0], t[j + 2][1]), _mm512_add_ps(t[j + 3][0], t[j + 3][1]));
-      _mm_storeu_ps(y + j, _mm_mul_ps(sums, _mm_set1_ps(post)));
-    }
-  } else {
-    for (int j = 0; j < RW; ++j) y[j] = _mm512_reduce_add_ps(_mm512_add_ps(t[j][0], t[j][1])) * post;
-  }
+  store_row_sums<RW>(t, post, y);
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include <immintrin.h>
 #include <omp.h>
 
+#include "kernels/cpu/bf16_parts.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/packed_kernels.h"
 #include "kernels/cpu/reduce_add4.h"
@@ -64,10 +65,10 @@ TP_BF16 inline __m512i nibble_table(float z) {
 
 // 16 F32 -> the BF16 of part `p` (0: bf16(v); 1: bf16(v − part 0); 2: bf16(v − parts 0 and 1)).
 TP_BF16 inline __m256i part_of(__m512 v, int p) {
-  __m256i b = (__m256i)_mm512_cvtneps_pbh(v);
+  __m256i b = bf16_of(v);
   for (int k = 0; k < p; ++k) {
-    v = _mm512_sub_ps(v, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)));
-    b = (__m256i)_mm512_cvtneps_pbh(v);
+    v = _mm512_sub_ps(v, f32_of(b));
+    b = bf16_of(v);
   }
   return b;
 }
@@ -307,12 +308,7 @@ TP_BF16 inline void rows_int4_64_x1(const PackedWeight& w, int64_t r, int64_t ng
       if (c < c1) chunk64_rows<RW, 0>(row0, rb, c, table, s, xe, xo, half, pf, prefetch, t);
     }
   }
-  if constexpr (RW == 4) {  // the same bits as the loop below
-    _mm_storeu_ps(y, reduce_add4(_mm512_add_ps(t[0][0], t[0][1]), _mm512_add_ps(t[1][0], t[1][1]),
-                                 _mm512_add_ps(t[2][0], t[2][1]), _mm512_add_ps(t[3][0], t[3][1])));
-  } else {
-    for (int j = 0; j < RW; ++j) y[j] = _mm512_reduce_add_ps(_mm512_add_ps(t[j][0], t[j][1]));
-  }
+  store_row_sums<RW>(t, 1.0f, y);  // × 1: exact
 }
 
 TP_BF16 void rows_int4(const PackedWeight& w, int64_t r0, int64_t r1, int64_t m, const uint16_t* xe,

@@ -52,8 +52,9 @@ inline RowRange thread_rows(int64_t n_rows, int64_t block, int t, int nt) {
 // 1 thread, alternated 4 times): Q8_0 88.9 -> 98.1 tok/s, Q4_0 149 -> 163, Q4_K_M 116 -> 131, BF16 57.3 -> 59.0;
 // a plain read does not gain from it (bench/mem_bandwidth), so the roofline stays the prefetcht0 figure. AMD keeps
 // prefetcht0: on a Zen 5 (2026-12-04, the same decode alternated 3 times, prefetcht1 for every CPU vs as is) L2 was
-// slower, BF16 142.6 -> 140.1 tok/s, Q8_0 259 -> 239, Q4_0 404 -> 383, Q4_K_M 280 -> 272. The Intel paths not measured with it (gemm_int4_bf16.cpp for what the VNNI kernel does
-// not take, gemm_a16_avx512.cpp) follow the same rule.
+// slower, BF16 142.6 -> 140.1 tok/s, Q8_0 259 -> 239, Q4_0 404 -> 383, Q4_K_M 280 -> 272. The Intel paths not
+// measured with it (gemm_int4_bf16.cpp for what the VNNI kernel does not take, gemm_a16_avx512.cpp) follow the same
+// rule.
 extern const bool g_prefetch_weights_to_l2;  // cpu_is_intel(), set at start-up (gemv.cpp)
 inline void prefetch_weights(const void* p) {
   if (g_prefetch_weights_to_l2)

@@ -41,7 +41,7 @@ bool cpu_has_avx512vnni();
 // Returns false (nothing written) for weights it does not take or without AVX512-BF16.
 bool int4_bf16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 
-// MXFP4 / NVFP4 on AVX-512 BF16 (gemm_int4_bf16.cpp), any m (meant for decode: fp4_bf16_prefill takes m ≥
+// MXFP4 / NVFP4 on AVX-512 BF16 (gemm_fp4_bf16.cpp), any m (meant for decode: fp4_bf16_prefill takes m ≥
 // kA16Bf16MinM): n_in a multiple of 64, the e2m1 values exact in BF16 against x's two BF16 parts (as
 // int4_bf16_linear), F32 sums, × the block scales (F32: E8M0 exact, E4M3 exact) per 4-column lane, NVFP4's
 // global scale after. Returns false (nothing written) for weights it does not take or without AVX512-BF16.
