@@ -128,8 +128,8 @@ class Backend {
   // x[n] += y[n]
   virtual void add_inplace(float* x, const float* y, int64_t n) = 0;
   // The residual add fused with the norm after it (vLLM's fused_add_rms_norm): x[n, dim] += y[n, dim], then
-  // out[n, dim] = rmsnorm(x) as rmsnorm() writes it. out may alias y. Default: add_inplace, then rmsnorm (the
-  // CUDA backend runs one kernel; the results are the same bits either way).
+  // out[n, dim] = rmsnorm(x) as rmsnorm() writes it. out may alias y. Default: add_inplace, then rmsnorm; the CUDA
+  // backend runs one kernel with the same sums in the same order (the bits of its add_inplace then rmsnorm).
   virtual void add_rmsnorm(float* x, const float* y, const float* weight, int64_t n, int64_t dim, float eps,
                            float* out);
   // In place on x[n_tokens, n_heads, head_dim] at positions[n_tokens] (kernels/cpu/ops.h).
