@@ -12,7 +12,8 @@
 // A GGUF format name may carry a path suffix (linear()'s LinearImpl; kernels/cpu/gemm_gguf_bf16.h):
 // NAME+tile the int8 tile at every m, NAME+bf16 W dequantized to BF16 in slabs of 256 rows + oneDNN,
 // NAME+bf16w the same with all of W dequantized at once, NAME+bf16sN slabs of N rows; NAME alone: linear()'s
-// choice. Several M_PREFILL values: one prefill column each.
+// choice. Any weight-only format but GGUF's may carry +x16: x rounded to BF16 (the BF16 runtime's activations,
+// PackedWeight::act_bf16) instead of F32. Several M_PREFILL values: one prefill column each.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -42,6 +43,7 @@ struct Fmt {
   GgufLayout layout = GgufLayout::File;  // GGUF rows regrouped (common/gguf_layout.h); File: kept as the file's
   cpu::LinearImpl impl = cpu::LinearImpl::Auto;
   int64_t slab = 0;  // > 0: detail::gemm_gguf_bf16 with slabs of this many rows
+  bool act_bf16 = false;  // x rounded to BF16 (PackedWeight::act_bf16: the BF16 runtime's A16 weights)
 };
 
 PackedWeight make(const Fmt& f, int64_t n_out, int64_t n_in, std::mt19937& rng) {
@@ -56,6 +58,7 @@ PackedWeight make(const Fmt& f, int64_t n_out, int64_t n_in, std::mt19937& rng) 
   w.n_out = n_out;
   w.n_in = n_in;
   w.act = f.act;
+  w.act_bf16 = f.act_bf16;
   if (f.format == WeightFormat::Int8 || f.format == WeightFormat::Int4) w.group_size = f.group > 0 ? f.group : n_in;
   w.data = AlignedBytes(n_out * w.row_bytes());
   for (int64_t i = 0; i < w.data.size(); ++i) w.data.data()[i] = uint8_t(rng());
@@ -184,6 +187,7 @@ int main(int argc, char** argv) {
       else if (how == "bf16") v.impl = cpu::LinearImpl::Onednn;
       else if (how == "bf16w") v.slab = int64_t(1) << 40;
       else if (how.rfind("bf16s", 0) == 0) v.slab = std::atoll(how.c_str() + 5);
+      else if (how == "x16") v.act_bf16 = true;
       else { std::fprintf(stderr, "unknown suffix %s\n", name.c_str()); return 2; }
       fmts.push_back(v);
       break;

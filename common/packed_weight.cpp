@@ -198,6 +198,10 @@ void check_packed_weight(const PackedWeight& w) {
   need(w.act == ActQuant::None || w.format == WeightFormat::Int8 || w.format == WeightFormat::Int4 ||
            w.format == WeightFormat::Fp8E4M3,
        "activation quantization " + std::string(act_quant_name(w.act)) + " is for int8, int4 and fp8 weights");
+  need(!w.act_bf16 || (w.act == ActQuant::None && !is_gguf(w.format)),
+       "BF16 activations (act_bf16) are for weight-only formats other than GGUF's, not " +
+           std::string(weight_format_name(w.format)) + " with activation quantization " +
+           std::string(act_quant_name(w.act)));
   need(w.act_group >= 0 && (w.act_group == 0 || w.act == ActQuant::Int8Dynamic || w.act == ActQuant::Fp8Dynamic),
        "act_group " + num(w.act_group) + " is for dynamic activation quantization");
   need(w.gguf_layout == GgufLayout::File || (w.gguf_layout == GgufLayout::Q8_0Quads && w.format == WeightFormat::GgufQ8_0) ||
@@ -301,6 +305,7 @@ PackedWeight copy_packed_weight(const PackedWeight& w) {
   c.act = w.act;
   c.act_scale = w.act_scale;
   c.act_group = w.act_group;
+  c.act_bf16 = w.act_bf16;
   c.g_idx_groups = w.g_idx_groups;
   c.gguf_layout = w.gguf_layout;
   return c;

@@ -184,10 +184,15 @@ std::vector<cpu::Weight> load_linear(const ModelFile& f, const WeightLoadOptions
              (!s || ct_can_stack(f, parts[i].name, parts[j].name)))
         ++j;
       const std::vector<RowSlice> run(parts.begin() + int64_t(i), parts.begin() + int64_t(j));
-      if (s)
-        out.emplace_back(ct_load_slice(f, *s, n_in, cols, run));
-      else
+      if (s) {
+        PackedWeight w = ct_load_slice(f, *s, n_in, cols, run);
+        // The BF16 runtime rounds a weight-only format's activations to BF16, as its dense BF16 weights' GEMV /
+        // GEMM does (and vLLM's A16 kernels); the F32 runtime keeps them F32.
+        w.act_bf16 = o.runtime == DType::BF16 && w.act == ActQuant::None;
+        out.emplace_back(std::move(w));
+      } else {
         out.push_back(load_dense(f, o.runtime, n_in, cols, run));
+      }
       i = j;
     }
     return out;

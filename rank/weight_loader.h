@@ -32,7 +32,8 @@ struct RowSlice {
 };
 
 struct WeightLoadOptions {
-  DType runtime = DType::BF16;  // dense weights' dtype at run time: F32 or BF16
+  DType runtime = DType::BF16;  // dense weights' dtype at run time: F32 or BF16; with BF16 the weight-only
+                                // compressed-tensors formats take x rounded to BF16 too (PackedWeight::act_bf16)
   // GGUF block-quantized tensors: true keeps their blocks (run by kernels/cpu/gemm_gguf), false dequantizes
   // them to `runtime` (config model.quantized: keep | dequantize).
   bool keep_quantized = true;

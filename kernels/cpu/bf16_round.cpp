@@ -13,22 +13,33 @@ namespace tp::cpu::detail {
 
 namespace {
 
-// f32_to_bf16 of 16 floats at once: u + 0x7fff + (bit 16 of u), the upper half; NaNs: the upper half | 0x40.
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void round_bf16_avx512(const float* x, int64_t n,
-                                                                             uint16_t* out) {
+// f32_to_bf16 of 16 floats at once, in the upper halves of 32-bit lanes (the lower halves zero): u + 0x7fff +
+// (bit 16 of u); NaNs: u | 0x400000 (quiet).
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512i rounded_bf16_lanes(__m512i u) {
   const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff);
   const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
-  const __m512i quiet = _mm512_set1_epi32(0x40);
+  const __m512i rounded = _mm512_add_epi32(u, _mm512_add_epi32(bias, _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
+  const __m512i r = _mm512_mask_or_epi32(rounded, nan, u, _mm512_set1_epi32(0x400000));
+  return _mm512_and_si512(r, _mm512_set1_epi32(int(0xffff0000u)));
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void round_bf16_avx512(const float* x, int64_t n,
+                                                                             uint16_t* out) {
   int64_t k = 0;
   for (; k + 16 <= n; k += 16) {
-    const __m512i u = _mm512_castps_si512(_mm512_loadu_ps(x + k));
-    const __m512i rounded = _mm512_srli_epi32(
-        _mm512_add_epi32(u, _mm512_add_epi32(bias, _mm512_and_si512(_mm512_srli_epi32(u, 16), one))), 16);
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
-    const __m512i r = _mm512_mask_or_epi32(rounded, nan, _mm512_srli_epi32(u, 16), quiet);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k), _mm512_cvtepi32_epi16(r));
+    const __m512i r = rounded_bf16_lanes(_mm512_castps_si512(_mm512_loadu_ps(x + k)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k), _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
   }
   for (; k < n; ++k) out[k] = f32_to_bf16(x[k]);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void round_bf16_f32_avx512(const float* x, int64_t n,
+                                                                                 float* out) {
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16)
+    _mm512_storeu_ps(out + k, _mm512_castsi512_ps(rounded_bf16_lanes(_mm512_castps_si512(_mm512_loadu_ps(x + k)))));
+  for (; k < n; ++k) out[k] = bf16_to_f32(f32_to_bf16(x[k]));
 }
 
 }  // namespace
@@ -39,6 +50,14 @@ void round_bf16(const float* x, int64_t n, uint16_t* out) {
     return;
   }
   for (int64_t k = 0; k < n; ++k) out[k] = f32_to_bf16(x[k]);
+}
+
+void round_bf16_f32(const float* x, int64_t n, float* out) {
+  if (cpu_has_avx512f()) {
+    round_bf16_f32_avx512(x, n, out);
+    return;
+  }
+  for (int64_t k = 0; k < n; ++k) out[k] = bf16_to_f32(f32_to_bf16(x[k]));
 }
 
 }  // namespace tp::cpu::detail

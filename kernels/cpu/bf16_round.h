@@ -8,5 +8,7 @@ namespace tp::cpu::detail {
 
 // out[i] = f32_to_bf16(x[i]) for i < n.
 void round_bf16(const float* x, int64_t n, uint16_t* out);
+// out[i] = bf16_to_f32(f32_to_bf16(x[i])): the same rounding, kept as F32 (out may be x).
+void round_bf16_f32(const float* x, int64_t n, float* out);
 
 }  // namespace tp::cpu::detail

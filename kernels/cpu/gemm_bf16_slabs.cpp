@@ -5,7 +5,7 @@
 // fp4_bf16_prefill below. W is decoded a slab of kSlabRows rows at a time into a per-thread BF16 scratch and
 // multiplied by every row of x with oneDNN's BF16 matmul (AMX tiles where the CPU has them), F32 accumulation;
 // then, where the decode left them out, y × the row's scale (× x's row scale). x comes as BF16 parts side by side:
-// one part where x is already exact in BF16 (E4M3 activations), two for F32 x (x ≈ hi + lo, 16 significant bits:
+// one part where x is already exact in BF16 (E4M3 activations, BF16 activations: w.act_bf16), two for F32 x (x ≈ hi + lo, 16 significant bits:
 // the BF16 tiles' rule), each part zero-padded to ps columns; each weight part is repeated so that the matmul sums
 // every x part against every weight part. Every product is exact in F32; only the order of the sums differs from
 // the tiles (a row's last bits differ between the tiles and this path, as BF16 GEMV vs oneDNN do).
@@ -149,20 +149,20 @@ bool fp4_exact(const PackedWeight& w) {
 }  // namespace
 
 TP_BF16 void split_bf16_parts(const float* x, int64_t m, int64_t n_in, int64_t ps, uint16_t* out, int n_threads,
-                              int reps) {
+                              int reps, int parts) {
 #pragma omp parallel for schedule(static) num_threads(n_threads) if (n_threads > 1)
   for (int64_t i = 0; i < m; ++i) {
-    uint16_t* row = out + i * 2 * reps * ps;
-    std::memset(row, 0, size_t(2 * ps) * 2);
+    uint16_t* row = out + i * parts * reps * ps;
+    std::memset(row, 0, size_t(parts * ps) * 2);
     for (int64_t c = 0; c < n_in; c += 16) {
       const __mmask16 k = __mmask16(_bzhi_u32(~0u, unsigned(std::min<int64_t>(16, n_in - c))));
       const __m512 v = _mm512_maskz_loadu_ps(k, x + i * n_in + c);
       __m256i p0, p1;
       bf16_parts(v, p0, p1);
       _mm256_mask_storeu_epi16(row + c, k, p0);
-      _mm256_mask_storeu_epi16(row + ps + c, k, p1);
+      if (parts == 2) _mm256_mask_storeu_epi16(row + ps + c, k, p1);
     }
-    for (int r = 1; r < reps; ++r) std::memcpy(row + r * 2 * ps, row, size_t(2 * ps) * 2);
+    for (int r = 1; r < reps; ++r) std::memcpy(row + r * parts * ps, row, size_t(parts * ps) * 2);
   }
 }
 
@@ -203,10 +203,11 @@ bool a16_bf16_prefill(const float* x, int64_t m, const PackedWeight& w, float* y
   const bool channel = w.g_idx.empty() && w.n_groups() == 1;
   if (!channel && !grouped_exact(w)) return false;
   const int64_t ps = (w.n_in + 31) / 32 * 32;
-  const int np = channel ? 2 : 4;  // x's (hi, lo) once; grouped: twice, against W's hi and lo parts
+  // x's parts (hi, lo; hi alone with BF16 activations) once; grouped: twice, against W's hi and lo parts
+  const int xp = w.act_bf16 ? 1 : 2, np = channel ? xp : 2 * xp;
   thread_local std::vector<uint16_t> xb;
   xb.resize(size_t(m * np * ps));
-  split_bf16_parts(x, m, w.n_in, ps, xb.data(), n_threads, np / 2);
+  split_bf16_parts(x, m, w.n_in, ps, xb.data(), n_threads, np / xp, xp);
   if (channel) {
     bf16_slab_gemm(xb.data(), m, ps, np, w, channel_row, nullptr, y, n_threads);
     return true;
@@ -220,10 +221,11 @@ bool fp4_bf16_prefill(const float* x, int64_t m, const PackedWeight& w, float* y
       m < kA16Bf16MinM || !cpu_has_avx512bf16() || !onednn_supports(DType::BF16) || !fp4_exact(w))
     return false;
   const int64_t ps = (w.n_in + 31) / 32 * 32;
+  const int np = w.act_bf16 ? 1 : 2;  // x's parts: hi, lo (hi alone with BF16 activations)
   thread_local std::vector<uint16_t> xb;
-  xb.resize(size_t(m * 2 * ps));
-  split_bf16_parts(x, m, w.n_in, ps, xb.data(), n_threads);
-  bf16_slab_gemm(xb.data(), m, ps, 2, w, fp4_row, nullptr, y, n_threads, 1, false);
+  xb.resize(size_t(m * np * ps));
+  split_bf16_parts(x, m, w.n_in, ps, xb.data(), n_threads, 1, np);
+  bf16_slab_gemm(xb.data(), m, ps, np, w, fp4_row, nullptr, y, n_threads, 1, false);
   const float g = w.format == WeightFormat::Nvfp4 ? w.global_scale : 1.0f;
   if (g != 1.0f) {
     const int64_t n = m * w.n_out;

@@ -8,7 +8,7 @@
 // The lanes are in column order, as x's BF16 in vdpbf16ps (F32 accumulation). x:
 //   FP8 activations: q = E4M3(x / s) as BF16 (exact, one part), y = Σ w·q × weight scale × s;
 //   F32 activations: two BF16 parts (x ≈ bf16(x) + bf16(x − bf16(x)), 16 significant bits: the W4A16 kernel's
-//   rule, gemm_int4_bf16.cpp), y = Σ × weight scale.
+//   rule, gemm_int4_bf16.cpp), y = Σ × weight scale; BF16 activations (w.act_bf16): bf16(x), one part.
 // Each product (a 4-bit-significand weight by an 8-bit one) is exact in F32. Every row of x gets the same
 // operations whatever m or tile: a row of a batch has the bits of that row alone. Columns past n_in are masked
 // to 0 on load against x's zero padding. W is software-prefetched kPrefetchBytes ahead.
@@ -162,7 +162,7 @@ bool fp8_bf16_linear(const float* x, int64_t m, const PackedWeight& w, float* y,
   if (w.format != WeightFormat::Fp8E4M3 || w.block_out > 0 || !cpu_has_avx512bf16()) return false;
   const bool fp8_act = w.act == ActQuant::Fp8Dynamic || w.act == ActQuant::Fp8Static;
   if (w.act != ActQuant::None && !(fp8_act && (w.act == ActQuant::Fp8Static || w.act_group == 0))) return false;
-  const int np = fp8_act ? 1 : 2;
+  const int np = fp8_act || w.act_bf16 ? 1 : 2;  // x exact in BF16 (E4M3 values, or BF16 activations): one part
   // Each part of a row of x zero-padded to ps columns: the tiles read past n_in; the prefill matmul takes the
   // row's parts side by side as one row of np · ps.
   const bool prefill = m >= kFp8OnednnMinM && onednn_supports(DType::BF16);
@@ -187,7 +187,7 @@ bool fp8_bf16_linear(const float* x, int64_t m, const PackedWeight& w, float* y,
       if (s != 0.0f) fp8_act_row_bf16(xr, n_in, s, xbd + i * ps);
     }
   } else {
-    split_bf16_parts(x, m, n_in, ps, xbd, prep_threads);
+    split_bf16_parts(x, m, n_in, ps, xbd, prep_threads, 1, np);
   }
   const uint16_t* xd = xbd;
   const float* xsd = fp8_act ? xs.data() : nullptr;

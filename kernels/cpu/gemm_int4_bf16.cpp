@@ -1,6 +1,6 @@
 // W4A16 on AVX-512 BF16 (packed_kernels.h: int4_bf16_linear): Int4 weights (per channel or groups of a
-// multiple of 32 columns, symmetric or with zero points, no g_idx) against x held as two BF16 parts (kParts
-// below: 16 significant bits of x, NMSE ~1e-11 against F32 x).
+// multiple of 32 columns, symmetric or with zero points, no g_idx) against x held as two BF16 parts (P below: 16
+// significant bits of x, NMSE ~1e-11 against F32 x), or one with BF16 activations (w.act_bf16).
 //
 // x [m, n_in] is split once a call into its parts and its even and odd columns (xe[k] = x[2k],
 // xo[k] = x[2k + 1], zero-padded by a chunk). A 64-column chunk of a weight row is its 32 bytes widened to 32
@@ -43,16 +43,18 @@ constexpr int kTileM = 4;  // rows of x sharing one decoded chunk
 constexpr int64_t kBlockRows = 16;
 constexpr int kRowsX1 = 4;  // weight rows a pass at m = 1 (rows_int4_64_x1)
 
-// x is held as kParts BF16 parts (p0 = bf16(x), p1 = bf16(x − p0): 16 significant bits, relative error ≤ 2⁻¹⁷),
-// each product with a weight value (an integer of at most 5 bits) exact in F32. One part (x rounded to BF16)
-// moved CT W4A16 logits by up to 1.4e-2 against transformers' F32 run (tests/rank/ct_fidelity_test: tolerance
-// 1e-4, failed); two pass it, at ~1.4x the time of one a chunk in decode; three (24 bits: x exactly) cost ~1.7x.
-constexpr int kParts = 2;
+// x is held as P BF16 parts (template parameter P below), each product with a weight value (an integer of at
+// most 5 bits) exact in F32. F32 activations: P = 2 (p0 = bf16(x), p1 = bf16(x − p0): 16 significant bits,
+// relative error ≤ 2⁻¹⁷). One part (x rounded to BF16) moved CT W4A16 logits by up to 1.4e-2 against
+// transformers' F32 run (tests/rank/ct_fidelity_test: tolerance 1e-4, failed); two pass it, at ~1.4x the time of
+// one a chunk in decode; three (24 bits: x exactly) cost ~1.7x. BF16 activations (w.act_bf16: x arrives rounded,
+// so p1 would be 0): P = 1.
 
 // a + Σ over the parts of the BF16 pairs w · x (parts `ps` apart).
+template <int P>
 TP_BF16 __attribute__((always_inline)) inline __m512 dot_x(__m512 a, __m512bh w, const uint16_t* x, int64_t ps) {
 #pragma GCC unroll 3
-  for (int p = 0; p < kParts; ++p) a = _mm512_dpbf16_ps(a, w, (__m512bh)_mm512_loadu_si512(x + p * ps));
+  for (int p = 0; p < P; ++p) a = _mm512_dpbf16_ps(a, w, (__m512bh)_mm512_loadu_si512(x + p * ps));
   return a;
 }
 
@@ -73,13 +75,14 @@ TP_BF16 inline __m256i part_of(__m512 v, int p) {
   return b;
 }
 
-// x rows -> the BF16 parts of the even / odd columns: row i, part p at xe / xo + (i · kParts + p) · ps, each
+// x rows -> the BF16 parts of the even / odd columns: row i, part p at xe / xo + (i · P + p) · ps, each
 // ps ≥ ceil(n_in / 2) + 32 long, zero-padded.
+template <int P>
 TP_BF16 void split_x(const float* x, int64_t m, int64_t n_in, int64_t ps, uint16_t* xe, uint16_t* xo) {
   const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-  std::memset(xe, 0, size_t(m * kParts * ps) * 2);
-  std::memset(xo, 0, size_t(m * kParts * ps) * 2);
+  std::memset(xe, 0, size_t(m * P * ps) * 2);
+  std::memset(xo, 0, size_t(m * P * ps) * 2);
   for (int64_t i = 0; i < m; ++i) {
     const float* xr = x + i * n_in;
     for (int64_t c = 0; c < n_in; c += 32) {  // the last pass masked (missing columns read as 0)
@@ -88,9 +91,9 @@ TP_BF16 void split_x(const float* x, int64_t m, int64_t n_in, int64_t ps, uint16
       const __m512 b = left > 16 ? _mm512_maskz_loadu_ps(__mmask16(_bzhi_u32(~0u, unsigned(std::min<int64_t>(left - 16, 16)))), xr + c + 16)
                                  : _mm512_setzero_ps();
       const __m512 e = _mm512_permutex2var_ps(a, ev, b), o = _mm512_permutex2var_ps(a, od, b);
-      for (int p = 0; p < kParts; ++p) {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(xe + (i * kParts + p) * ps + c / 2), part_of(e, p));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(xo + (i * kParts + p) * ps + c / 2), part_of(o, p));
+      for (int p = 0; p < P; ++p) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(xe + (i * P + p) * ps + c / 2), part_of(e, p));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(xo + (i * P + p) * ps + c / 2), part_of(o, p));
       }
     }
   }
@@ -114,7 +117,7 @@ TP_BF16 __attribute__((always_inline)) inline void decode(const uint8_t* row, in
 }
 
 // Group g of one weight row against MT rows of x: tot[i] += (Σ over the group) × scale.
-template <int MT>
+template <int MT, int P>
 TP_BF16 __attribute__((always_inline)) inline void group_int4(const uint8_t* row, int64_t c0, int64_t c1, float scale,
                                                               __m512i table, const uint16_t* xe, const uint16_t* xo,
                                                               int64_t half, bool prefetch, __m512 (&tot)[MT]) {
@@ -125,26 +128,26 @@ TP_BF16 __attribute__((always_inline)) inline void group_int4(const uint8_t* row
   for (; c + 128 <= c1; c += 128) {  // two chunks: four independent accumulator chains
     decode(row, c, c1, table, prefetch, lo, hi);
     for (int i = 0; i < MT; ++i) {
-      a0[i] = dot_x(a0[i], lo, xe + i * kParts * half + c / 2, half);
-      a1[i] = dot_x(a1[i], hi, xo + i * kParts * half + c / 2, half);
+      a0[i] = dot_x<P>(a0[i], lo, xe + i * P * half + c / 2, half);
+      a1[i] = dot_x<P>(a1[i], hi, xo + i * P * half + c / 2, half);
     }
     decode(row, c + 64, c1, table, prefetch, lo, hi);
     for (int i = 0; i < MT; ++i) {
-      a2[i] = dot_x(a2[i], lo, xe + i * kParts * half + c / 2 + 32, half);
-      a3[i] = dot_x(a3[i], hi, xo + i * kParts * half + c / 2 + 32, half);
+      a2[i] = dot_x<P>(a2[i], lo, xe + i * P * half + c / 2 + 32, half);
+      a3[i] = dot_x<P>(a3[i], hi, xo + i * P * half + c / 2 + 32, half);
     }
   }
   if (c < c1) {  // the last (maybe short) chunk
     decode(row, c, c1, table, prefetch, lo, hi);
     for (int i = 0; i < MT; ++i) {
-      a0[i] = dot_x(a0[i], lo, xe + i * kParts * half + c / 2, half);
-      a1[i] = dot_x(a1[i], hi, xo + i * kParts * half + c / 2, half);
+      a0[i] = dot_x<P>(a0[i], lo, xe + i * P * half + c / 2, half);
+      a1[i] = dot_x<P>(a1[i], hi, xo + i * P * half + c / 2, half);
     }
     if (c + 64 < c1) {
       decode(row, c + 64, c1, table, prefetch, lo, hi);
       for (int i = 0; i < MT; ++i) {
-        a2[i] = dot_x(a2[i], lo, xe + i * kParts * half + c / 2 + 32, half);
-        a3[i] = dot_x(a3[i], hi, xo + i * kParts * half + c / 2 + 32, half);
+        a2[i] = dot_x<P>(a2[i], lo, xe + i * P * half + c / 2 + 32, half);
+        a3[i] = dot_x<P>(a3[i], hi, xo + i * P * half + c / 2 + 32, half);
       }
     }
   }
@@ -155,7 +158,7 @@ TP_BF16 __attribute__((always_inline)) inline void group_int4(const uint8_t* row
 
 // One weight row against MT rows of x (halves of stride `half`): y[i * n_out] for i < MT. Even groups sum into
 // t0, odd ones into t1 (two chains of the per-group FMA).
-template <int MT>
+template <int MT, int P>
 TP_BF16 inline void row_int4(const PackedWeight& w, int64_t r, int64_t ng, const uint16_t* xe, const uint16_t* xo,
                              int64_t half, float* y, bool prefetch) {
   const int64_t n_in = w.n_in, gs = ng > 1 ? w.group_size : n_in;
@@ -167,19 +170,19 @@ TP_BF16 inline void row_int4(const PackedWeight& w, int64_t r, int64_t ng, const
   for (int i = 0; i < MT; ++i) t0[i] = t1[i] = _mm512_setzero_ps();
   int64_t g = 0;
   for (; g + 2 <= ng; g += 2) {
-    group_int4<MT>(row, g * gs, std::min(n_in, g * gs + gs), sc[g], zp ? nibble_table(float(zp[g])) : table0, xe, xo,
+    group_int4<MT, P>(row, g * gs, std::min(n_in, g * gs + gs), sc[g], zp ? nibble_table(float(zp[g])) : table0, xe, xo,
                    half, prefetch, t0);
-    group_int4<MT>(row, (g + 1) * gs, std::min(n_in, (g + 1) * gs + gs), sc[g + 1],
+    group_int4<MT, P>(row, (g + 1) * gs, std::min(n_in, (g + 1) * gs + gs), sc[g + 1],
                    zp ? nibble_table(float(zp[g + 1])) : table0, xe, xo, half, prefetch, t1);
   }
   if (g < ng)
-    group_int4<MT>(row, g * gs, n_in, sc[g], zp ? nibble_table(float(zp[g])) : table0, xe, xo, half, prefetch, t0);
+    group_int4<MT, P>(row, g * gs, n_in, sc[g], zp ? nibble_table(float(zp[g])) : table0, xe, xo, half, prefetch, t0);
   for (int i = 0; i < MT; ++i) y[i * w.n_out] = _mm512_reduce_add_ps(_mm512_add_ps(t0[i], t1[i]));
 }
 
 // The fast path, n_in and the group size multiples of 64 (or one group a row): no masks, no short chunks. Each
 // 64-column chunk's sum is scaled on its own (tot += (lo + hi sums) × scale), into t0 and t1 in turn.
-template <int MT>
+template <int MT, int P>
 TP_BF16 __attribute__((always_inline)) inline void chunk64(const uint8_t* row, int64_t c, __m512i table, __m512 s,
                                                            const uint16_t* xe, const uint16_t* xo, int64_t half,
                                                            bool prefetch, __m512 (&t)[MT]) {
@@ -190,13 +193,19 @@ TP_BF16 __attribute__((always_inline)) inline void chunk64(const uint8_t* row, i
   const __m512bh hi = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(wd, 4), table);
 #pragma GCC unroll 4
   for (int i = 0; i < MT; ++i) {
-    const __m512 a = dot_x(_mm512_setzero_ps(), lo, xe + i * kParts * half + c / 2, half);
-    const __m512 b = dot_x(_mm512_setzero_ps(), hi, xo + i * kParts * half + c / 2, half);
-    t[i] = _mm512_fmadd_ps(_mm512_add_ps(a, b), s, t[i]);
+    if constexpr (P == 1) {  // one chain: lo's products, then hi's
+      const __m512 ab = _mm512_dpbf16_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), lo, (__m512bh)_mm512_loadu_si512(xe + i * half + c / 2)),
+                                         hi, (__m512bh)_mm512_loadu_si512(xo + i * half + c / 2));
+      t[i] = _mm512_fmadd_ps(ab, s, t[i]);
+    } else {
+      const __m512 a = dot_x<P>(_mm512_setzero_ps(), lo, xe + i * P * half + c / 2, half);
+      const __m512 b = dot_x<P>(_mm512_setzero_ps(), hi, xo + i * P * half + c / 2, half);
+      t[i] = _mm512_fmadd_ps(_mm512_add_ps(a, b), s, t[i]);
+    }
   }
 }
 
-template <int MT>
+template <int MT, int P>
 TP_BF16 inline void row_int4_64(const PackedWeight& w, int64_t r, int64_t ng, const uint16_t* xe, const uint16_t* xo,
                                 int64_t half, float* y, bool prefetch) {
   const int64_t n_in = w.n_in, gs = ng > 1 ? w.group_size : n_in;
@@ -210,12 +219,12 @@ TP_BF16 inline void row_int4_64(const PackedWeight& w, int64_t r, int64_t ng, co
   if (gs == 64) {  // one chunk a group: groups in pairs
     int64_t g = 0;
     for (; g + 2 <= ng; g += 2) {
-      chunk64<MT>(row, g * 64, zp ? nibble_table(float(zp[g])) : table0, _mm512_set1_ps(sc[g]), xe, xo, half, prefetch, t0);
-      chunk64<MT>(row, g * 64 + 64, zp ? nibble_table(float(zp[g + 1])) : table0, _mm512_set1_ps(sc[g + 1]), xe, xo,
+      chunk64<MT, P>(row, g * 64, zp ? nibble_table(float(zp[g])) : table0, _mm512_set1_ps(sc[g]), xe, xo, half, prefetch, t0);
+      chunk64<MT, P>(row, g * 64 + 64, zp ? nibble_table(float(zp[g + 1])) : table0, _mm512_set1_ps(sc[g + 1]), xe, xo,
                   half, prefetch, t1);
     }
     if (g < ng)
-      chunk64<MT>(row, g * 64, zp ? nibble_table(float(zp[g])) : table0, _mm512_set1_ps(sc[g]), xe, xo, half, prefetch, t0);
+      chunk64<MT, P>(row, g * 64, zp ? nibble_table(float(zp[g])) : table0, _mm512_set1_ps(sc[g]), xe, xo, half, prefetch, t0);
   } else {
     for (int64_t g = 0; g < ng; ++g) {
       const __m512i table = zp ? nibble_table(float(zp[g])) : table0;
@@ -223,10 +232,10 @@ TP_BF16 inline void row_int4_64(const PackedWeight& w, int64_t r, int64_t ng, co
       const int64_t c1 = g * gs + gs;
       int64_t c = g * gs;
       for (; c + 128 <= c1; c += 128) {
-        chunk64<MT>(row, c, table, s, xe, xo, half, prefetch, t0);
-        chunk64<MT>(row, c + 64, table, s, xe, xo, half, prefetch, t1);
+        chunk64<MT, P>(row, c, table, s, xe, xo, half, prefetch, t0);
+        chunk64<MT, P>(row, c + 64, table, s, xe, xo, half, prefetch, t1);
       }
-      if (c < c1) chunk64<MT>(row, c, table, s, xe, xo, half, prefetch, t0);
+      if (c < c1) chunk64<MT, P>(row, c, table, s, xe, xo, half, prefetch, t0);
     }
   }
 #pragma GCC unroll 4
@@ -234,9 +243,10 @@ TP_BF16 inline void row_int4_64(const PackedWeight& w, int64_t r, int64_t ng, co
 }
 
 // m = 1 on the fast path: RW weight rows a pass against the one row of x, each 64-column chunk's x parts loaded once
-// for the RW rows (at m = 1 the x loads, 4 a chunk, were as many as the vdpbf16ps). Every row gets row_int4_64<1>'s
-// operations in its order (chunk64: (a + b) × scale into t0 and t1 in turn), so a row's bits are row_int4_64<1>'s.
-template <int RW, int TT>
+// for the RW rows (at m = 1 the x loads, 4 a chunk, were as many as the vdpbf16ps). Every row gets row_int4_64<1, P>'s
+// operations in its order (chunk64: (a + b) × scale into t0 and t1 in turn, or one chain with P = 1), so a row's
+// bits are row_int4_64<1, P>'s.
+template <int RW, int TT, int P>
 TP_BF16 __attribute__((always_inline)) inline void chunk64_rows(const uint8_t* row0, int64_t rb, int64_t c,
                                                                 const __m512i (&table)[RW], const __m512 (&s)[RW],
                                                                 const uint16_t* xe, const uint16_t* xo, int64_t half,
@@ -245,16 +255,21 @@ TP_BF16 __attribute__((always_inline)) inline void chunk64_rows(const uint8_t* r
     for (int64_t b = 0; b < RW * 32; b += 64) prefetch_weights(pf + b);
     pf += RW * 32;
   }
-  const __m512bh e0 = (__m512bh)_mm512_loadu_si512(xe + c / 2), e1 = (__m512bh)_mm512_loadu_si512(xe + half + c / 2);
-  const __m512bh o0 = (__m512bh)_mm512_loadu_si512(xo + c / 2), o1 = (__m512bh)_mm512_loadu_si512(xo + half + c / 2);
+  const __m512bh e0 = (__m512bh)_mm512_loadu_si512(xe + c / 2), o0 = (__m512bh)_mm512_loadu_si512(xo + c / 2);
+  __m512bh e1, o1;
+  if constexpr (P == 2) e1 = (__m512bh)_mm512_loadu_si512(xe + half + c / 2), o1 = (__m512bh)_mm512_loadu_si512(xo + half + c / 2);
 #pragma GCC unroll 4
   for (int j = 0; j < RW; ++j) {
     const __m512i wd = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row0 + j * rb + c / 2)));
     const __m512bh lo = (__m512bh)_mm512_permutexvar_epi16(wd, table[j]);
     const __m512bh hi = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(wd, 4), table[j]);
-    const __m512 a = _mm512_dpbf16_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), lo, e0), lo, e1);
-    const __m512 b = _mm512_dpbf16_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), hi, o0), hi, o1);
-    t[j][TT] = _mm512_fmadd_ps(_mm512_add_ps(a, b), s[j], t[j][TT]);
+    if constexpr (P == 1) {
+      t[j][TT] = _mm512_fmadd_ps(_mm512_dpbf16_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), lo, e0), hi, o0), s[j], t[j][TT]);
+    } else {
+      const __m512 a = _mm512_dpbf16_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), lo, e0), lo, e1);
+      const __m512 b = _mm512_dpbf16_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), hi, o0), hi, o1);
+      t[j][TT] = _mm512_fmadd_ps(_mm512_add_ps(a, b), s[j], t[j][TT]);
+    }
   }
 }
 
@@ -269,10 +284,9 @@ TP_BF16 __attribute__((always_inline)) inline void group_consts(const float* sc,
   }
 }
 
-template <int RW>
+template <int RW, int P>
 TP_BF16 inline void rows_int4_64_x1(const PackedWeight& w, int64_t r, int64_t ng, const uint16_t* xe,
                                     const uint16_t* xo, int64_t half, float* y, bool prefetch) {
-  static_assert(kParts == 2, "the x loads below are two parts");
   const int64_t n_in = w.n_in, gs = ng > 1 ? w.group_size : n_in, rb = w.row_bytes();
   const uint8_t* row0 = w.data.data() + r * rb;
   const char* pf = reinterpret_cast<const char*>(row0) + RW * rb + kPrefetchBytes;
@@ -288,13 +302,13 @@ TP_BF16 inline void rows_int4_64_x1(const PackedWeight& w, int64_t r, int64_t ng
     int64_t g = 0;
     for (; g + 2 <= ng; g += 2) {
       group_consts<RW>(sc, zp, ng, g, table0, table, s);
-      chunk64_rows<RW, 0>(row0, rb, g * 64, table, s, xe, xo, half, pf, prefetch, t);
+      chunk64_rows<RW, 0, P>(row0, rb, g * 64, table, s, xe, xo, half, pf, prefetch, t);
       group_consts<RW>(sc, zp, ng, g + 1, table0, table, s);
-      chunk64_rows<RW, 1>(row0, rb, g * 64 + 64, table, s, xe, xo, half, pf, prefetch, t);
+      chunk64_rows<RW, 1, P>(row0, rb, g * 64 + 64, table, s, xe, xo, half, pf, prefetch, t);
     }
     if (g < ng) {
       group_consts<RW>(sc, zp, ng, g, table0, table, s);
-      chunk64_rows<RW, 0>(row0, rb, g * 64, table, s, xe, xo, half, pf, prefetch, t);
+      chunk64_rows<RW, 0, P>(row0, rb, g * 64, table, s, xe, xo, half, pf, prefetch, t);
     }
   } else {
     for (int64_t g = 0; g < ng; ++g) {
@@ -302,15 +316,16 @@ TP_BF16 inline void rows_int4_64_x1(const PackedWeight& w, int64_t r, int64_t ng
       const int64_t c1 = g * gs + gs;
       int64_t c = g * gs;
       for (; c + 128 <= c1; c += 128) {
-        chunk64_rows<RW, 0>(row0, rb, c, table, s, xe, xo, half, pf, prefetch, t);
-        chunk64_rows<RW, 1>(row0, rb, c + 64, table, s, xe, xo, half, pf, prefetch, t);
+        chunk64_rows<RW, 0, P>(row0, rb, c, table, s, xe, xo, half, pf, prefetch, t);
+        chunk64_rows<RW, 1, P>(row0, rb, c + 64, table, s, xe, xo, half, pf, prefetch, t);
       }
-      if (c < c1) chunk64_rows<RW, 0>(row0, rb, c, table, s, xe, xo, half, pf, prefetch, t);
+      if (c < c1) chunk64_rows<RW, 0, P>(row0, rb, c, table, s, xe, xo, half, pf, prefetch, t);
     }
   }
   store_row_sums<RW>(t, 1.0f, y);  // × 1: exact
 }
 
+template <int P>
 TP_BF16 void rows_int4(const PackedWeight& w, int64_t r0, int64_t r1, int64_t m, const uint16_t* xe,
                        const uint16_t* xo, int64_t half, float* y) {
   const int64_t ng = w.n_groups();
@@ -318,33 +333,50 @@ TP_BF16 void rows_int4(const PackedWeight& w, int64_t r0, int64_t r1, int64_t m,
   prefetch_range_start(w.data.data() + r0 * w.row_bytes(), kPrefetchBytes, (r1 - r0) * w.row_bytes());
   if (fast && m == 1) {
     int64_t r = r0;
-    for (; r + kRowsX1 <= r1; r += kRowsX1) rows_int4_64_x1<kRowsX1>(w, r, ng, xe, xo, half, y + r, true);
-    for (; r < r1; ++r) rows_int4_64_x1<1>(w, r, ng, xe, xo, half, y + r, true);
+    for (; r + kRowsX1 <= r1; r += kRowsX1) rows_int4_64_x1<kRowsX1, P>(w, r, ng, xe, xo, half, y + r, true);
+    for (; r < r1; ++r) rows_int4_64_x1<1, P>(w, r, ng, xe, xo, half, y + r, true);
     return;
   }
   for (int64_t rb = r0; rb < r1; rb += kBlockRows)
     for (int64_t i0 = 0; i0 < m; i0 += kTileM)
       for (int64_t r = rb; r < std::min(r1, rb + kBlockRows); ++r) {
-        const uint16_t* e = xe + i0 * kParts * half;
-        const uint16_t* o = xo + i0 * kParts * half;
+        const uint16_t* e = xe + i0 * P * half;
+        const uint16_t* o = xo + i0 * P * half;
         float* yi = y + i0 * w.n_out + r;
         const bool pf = i0 == 0;
         if (fast) {
           switch (std::min<int64_t>(kTileM, m - i0)) {
-            case 1: row_int4_64<1>(w, r, ng, e, o, half, yi, pf); break;
-            case 2: row_int4_64<2>(w, r, ng, e, o, half, yi, pf); break;
-            case 3: row_int4_64<3>(w, r, ng, e, o, half, yi, pf); break;
-            default: row_int4_64<4>(w, r, ng, e, o, half, yi, pf); break;
+            case 1: row_int4_64<1, P>(w, r, ng, e, o, half, yi, pf); break;
+            case 2: row_int4_64<2, P>(w, r, ng, e, o, half, yi, pf); break;
+            case 3: row_int4_64<3, P>(w, r, ng, e, o, half, yi, pf); break;
+            default: row_int4_64<4, P>(w, r, ng, e, o, half, yi, pf); break;
           }
           continue;
         }
         switch (std::min<int64_t>(kTileM, m - i0)) {
-          case 1: row_int4<1>(w, r, ng, e, o, half, yi, pf); break;
-          case 2: row_int4<2>(w, r, ng, e, o, half, yi, pf); break;
-          case 3: row_int4<3>(w, r, ng, e, o, half, yi, pf); break;
-          default: row_int4<4>(w, r, ng, e, o, half, yi, pf); break;
+          case 1: row_int4<1, P>(w, r, ng, e, o, half, yi, pf); break;
+          case 2: row_int4<2, P>(w, r, ng, e, o, half, yi, pf); break;
+          case 3: row_int4<3, P>(w, r, ng, e, o, half, yi, pf); break;
+          default: row_int4<4, P>(w, r, ng, e, o, half, yi, pf); break;
         }
       }
+}
+
+template <int P>
+void int4_bf16(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
+  const int64_t half = (w.n_in + 1) / 2 + 32;  // a part's stride
+  thread_local std::vector<uint16_t> xe, xo;
+  xe.resize(size_t(m * P * half));
+  xo.resize(size_t(m * P * half));
+  split_x<P>(x, m, w.n_in, half, xe.data(), xo.data());
+  const bool parallel = n_threads > 1 && worth_parallel(w.n_out * w.row_bytes() * m);
+  const uint16_t* e = xe.data();
+  const uint16_t* o = xo.data();
+#pragma omp parallel num_threads(n_threads) if (parallel)
+  {
+    const auto [r0, r1] = thread_rows(w.n_out, 1, omp_get_thread_num(), omp_get_num_threads());
+    rows_int4<P>(w, r0, r1, m, e, o, half, y);
+  }
 }
 
 }  // namespace
@@ -353,19 +385,10 @@ bool int4_bf16_linear(const float* x, int64_t m, const PackedWeight& w, float* y
   if (w.format != WeightFormat::Int4 || w.act != ActQuant::None || !w.g_idx.empty() || !cpu_has_avx512bf16())
     return false;
   if (w.n_groups() > 1 && w.group_size % 32 != 0) return false;  // groups start on whole bytes of a chunk
-  const int64_t half = (w.n_in + 1) / 2 + 32;  // a part's stride
-  thread_local std::vector<uint16_t> xe, xo;
-  xe.resize(size_t(m * kParts * half));
-  xo.resize(size_t(m * kParts * half));
-  split_x(x, m, w.n_in, half, xe.data(), xo.data());
-  const bool parallel = n_threads > 1 && worth_parallel(w.n_out * w.row_bytes() * m);
-  const uint16_t* e = xe.data();
-  const uint16_t* o = xo.data();
-#pragma omp parallel num_threads(n_threads) if (parallel)
-  {
-    const auto [r0, r1] = thread_rows(w.n_out, 1, omp_get_thread_num(), omp_get_num_threads());
-    rows_int4(w, r0, r1, m, e, o, half, y);
-  }
+  if (w.act_bf16)
+    int4_bf16<1>(x, m, w, y, n_threads);
+  else
+    int4_bf16<2>(x, m, w, y, n_threads);
   return true;
 }
 

@@ -20,6 +20,10 @@
 // Each computes y[m, n_out] = x[m, n_in] · Wᵀ (x, y F32 row-major contiguous), splitting W's rows over
 // n_threads OpenMP threads, and returns false when it has no kernel for this weight (its caller then uses
 // packed_linear_reference): a group size that is not a multiple of the vector width, for instance.
+// BF16 activations (w.act_bf16, the BF16 runtime's weight-only formats): packed_linear rounds x to BF16 before any
+// kernel runs; the AVX512-BF16 kernels below then hold x as one BF16 part instead of two (half the vdpbf16ps:
+// Zen 5, 2026-12-04, W4A16 decode from cache +30%, FP4 +20%, FP8 +40%, their prefills ~2x), the others compute
+// on the rounded values as on any F32 x.
 #pragma once
 #include <cstdint>
 
@@ -97,9 +101,11 @@ bool fp8_f16_decode(const float* x, int64_t m, const PackedWeight& w, float* y, 
 using Bf16RowDecode = void (*)(const PackedWeight& w, int64_t r, uint16_t* out, int64_t stride);
 void bf16_slab_gemm(const uint16_t* xk, int64_t m, int64_t ps, int np, const PackedWeight& w, Bf16RowDecode decode,
                     const float* xs, float* y, int n_threads, int w_parts = 1, bool row_scales = true);
-// F32 x [m, n_in] -> two BF16 parts a row, hi = bf16(x), lo = bf16(x − hi), zero-padded to ps, the pair written
-// reps times (row i at out + 2 · reps · ps · i: hi, lo, hi, lo, …); rows over n_threads.
-void split_bf16_parts(const float* x, int64_t m, int64_t n_in, int64_t ps, uint16_t* out, int n_threads, int reps = 1);
+// F32 x [m, n_in] -> `parts` BF16 parts a row (2: hi = bf16(x), lo = bf16(x − hi); 1: hi alone, for x exact in
+// BF16), zero-padded to ps, the parts written reps times (row i at out + parts · reps · ps · i: hi, lo, hi, lo, …);
+// rows over n_threads.
+void split_bf16_parts(const float* x, int64_t m, int64_t n_in, int64_t ps, uint16_t* out, int n_threads, int reps = 1,
+                      int parts = 2);
 // W8A16 / W4A16 (Int8 / Int4, zero points or not) for m ≥ kA16Bf16MinM through bf16_slab_gemm. Per channel: x's
 // two BF16 parts against the codes − zero (exact in BF16), the row scale after. Scale groups (group_size or
 // g_idx): the weight (q − zero) · scale itself as two BF16 parts hi + lo, exact while the scale's significant bits

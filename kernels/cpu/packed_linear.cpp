@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/fp_formats.h"
+#include "kernels/cpu/bf16_round.h"
 #include "kernels/cpu/gemm_gguf.h"
 #include "kernels/cpu/packed_kernels.h"
 
@@ -78,6 +79,7 @@ void packed_linear_reference(const float* x, int64_t m, const PackedWeight& w, f
   const int64_t n_in = w.n_in;
   std::vector<float> xq(size_t(m * n_in));
   fake_quantize_activations(x, m, n_in, w.act, w.act_scale, w.act_group, xq.data());
+  if (w.act_bf16) round_bf16_f32(xq.data(), m * n_in, xq.data());
   constexpr int64_t kTile = 16;  // rows of W dequantized at a time
   const int64_t n_tiles = (w.n_out + kTile - 1) / kTile;
 #pragma omp parallel num_threads(n_threads) if (n_threads > 1 && w.n_out * n_in >= (int64_t(1) << 16))
@@ -100,6 +102,14 @@ void packed_linear_reference(const float* x, int64_t m, const PackedWeight& w, f
 }
 
 bool packed_linear_isa(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa) {
+  // BF16 activations: every kernel takes x already rounded (those with a one-part path, w.act_bf16, then skip
+  // the low part, which is 0; the others compute on the rounded values as they are).
+  thread_local std::vector<float> xr;
+  if (w.act_bf16) {
+    xr.resize(size_t(m * w.n_in));
+    round_bf16_f32(x, m * w.n_in, xr.data());
+    x = xr.data();
+  }
   bool ran = false;
   switch (w.format) {
     case WeightFormat::Int8:

@@ -178,6 +178,11 @@ TEST(PackedWeight, CheckRefusesWhatDoesNotFit) {
   refused([](PackedWeight& w) { w.act = ActQuant::Int8Static; }, "positive act_scale");
   refused([](PackedWeight& w) { w.act_group = 2; }, "act_group 2 is for dynamic");
   refused([](PackedWeight& w) { w.g_idx_groups = 3; }, "g_idx_groups without g_idx");
+  refused([](PackedWeight& w) { w.act = ActQuant::Int8Dynamic, w.act_bf16 = true; },
+          "BF16 activations (act_bf16) are for weight-only formats other than GGUF's, not int8 with activation "
+          "quantization int8_dynamic");
+  refused([](PackedWeight& w) { w.format = WeightFormat::GgufQ8_0, w.n_in = 32, w.data = AlignedBytes(68),
+                                w.scales.clear(), w.act_bf16 = true; }, "not q8_0 with activation quantization none");
   refused([](PackedWeight& w) { w.format = WeightFormat::Mxfp4, w.data = AlignedBytes(4), w.scales.clear(),
                                 w.scale_bytes = {127, 127}, w.act = ActQuant::Int8Dynamic; }, "not a multiple of the 32");
   refused([](PackedWeight& w) { w.format = WeightFormat::BF16, w.data = AlignedBytes(16); }, "scales on a format");
@@ -227,6 +232,7 @@ TEST(PackedWeight, CopyHasEveryFieldAndItsOwnBytes) {
   w.act = ActQuant::Int8Static;
   w.act_scale = 0.03f;
   w.act_group = 2;
+  w.act_bf16 = true;
   w.gguf_layout = GgufLayout::Q8_0Quads;
   const PackedWeight c = copy_packed_weight(w);
   EXPECT_EQ(c.format, w.format);
@@ -246,6 +252,7 @@ TEST(PackedWeight, CopyHasEveryFieldAndItsOwnBytes) {
   EXPECT_EQ(c.act, w.act);
   EXPECT_EQ(c.act_scale, w.act_scale);
   EXPECT_EQ(c.act_group, w.act_group);
+  EXPECT_EQ(c.act_bf16, w.act_bf16);
   EXPECT_EQ(c.gguf_layout, w.gguf_layout);
   const PackedWeight e = copy_packed_weight(PackedWeight{});  // no bytes: nothing to copy
   EXPECT_EQ(e.data.size(), 0);

@@ -1,4 +1,5 @@
-// detail::round_bf16 (kernels/cpu/bf16_round.h) against the scalar f32_to_bf16, bit for bit: ties to even,
+// detail::round_bf16 and round_bf16_f32 (kernels/cpu/bf16_round.h) against the scalar f32_to_bf16 (the latter
+// widened back to F32, also in place), bit for bit: ties to even,
 // carries into the exponent and to infinity, NaNs (quieted), infinities, ±0, subnormals (kept, where vcvtneps2bf16
 // would flush them: a fast path with it measured no faster in a BF16 prefill, the conversion being memory-bound),
 // each at every position of a 16-lane vector and in the scalar tail, and random values.
@@ -32,8 +33,13 @@ TEST(RoundBf16, MatchesScalarRuleOnSpecialValues) {
       x[32] = std::bit_cast<float>(bits);
       std::vector<uint16_t> got(x.size());
       detail::round_bf16(x.data(), int64_t(x.size()), got.data());
-      for (size_t i = 0; i < x.size(); ++i)
+      std::vector<float> wide = x;
+      detail::round_bf16_f32(wide.data(), int64_t(wide.size()), wide.data());
+      for (size_t i = 0; i < x.size(); ++i) {
         ASSERT_EQ(got[i], f32_to_bf16(x[i])) << std::hex << "input 0x" << bits << " lane " << std::dec << i;
+        ASSERT_EQ(std::bit_cast<uint32_t>(wide[i]), uint32_t(f32_to_bf16(x[i])) << 16)
+            << std::hex << "input 0x" << bits << " lane " << std::dec << i;
+      }
     }
 }
 
@@ -44,7 +50,12 @@ TEST(RoundBf16, MatchesScalarRuleOnRandomBits) {
     for (float& v : x) v = std::bit_cast<float>(uint32_t(rng()));
     std::vector<uint16_t> got(x.size());
     detail::round_bf16(x.data(), n, got.data());
-    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(got[i], f32_to_bf16(x[i])) << "n " << n << " i " << i;
+    std::vector<float> wide(x.size());
+    detail::round_bf16_f32(x.data(), n, wide.data());
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(got[i], f32_to_bf16(x[i])) << "n " << n << " i " << i;
+      ASSERT_EQ(std::bit_cast<uint32_t>(wide[i]), uint32_t(f32_to_bf16(x[i])) << 16) << "n " << n << " i " << i;
+    }
   }
 }
 

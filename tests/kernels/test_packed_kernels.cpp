@@ -5,7 +5,9 @@
 // NVFP4), odd row counts, odd column counts where the format allows them, TP-slice-like shapes, m = 1..9, on
 // every ISA this CPU runs (portable, AVX2; AVX-512 where present — not on the Zen 2 dev machine). W4A16 on
 // AVX512-BF16 holds x as two BF16 parts (x ≈ bf16(x) + bf16(x − bf16(x)), 16 significant bits): the same bound,
-// measured on Zen 4 up to 1e-11 (one part, x rounded to BF16, measured 2.6e-6 .. 4.6e-6 and failed it).
+// measured on Zen 4 up to 1e-11 (one part, x rounded to BF16, measured 2.6e-6 .. 4.6e-6 and failed it). The
+// *_x_bf16 cases: BF16 activations (PackedWeight::act_bf16), x rounded to BF16 on both sides, one part in the
+// AVX512-BF16 kernels.
 // Bound: NMSE = Σ (y − y_ref)² / Σ y_ref² ≤ 1e-10 — both compute the same products in F32 (or exact int32), so
 // only the summation order differs (F32 vs F64: ~1e-13 measured). Each case also checks that a kernel ran
 // (not the reference fallback) where one is expected. Measured on the Zen 2 dev machine (portable + AVX2): max NMSE 1.7e-13;
@@ -42,6 +44,7 @@ struct Case {
   ActQuant act = ActQuant::None;
   int64_t act_group = 0;
   bool expect_kernel = true;
+  bool act_bf16 = false;   // x rounded to BF16 (PackedWeight::act_bf16)
 };
 
 std::ostream& operator<<(std::ostream& o, const Case& c) { return o << c.name; }
@@ -56,6 +59,7 @@ PackedWeight make(const Case& c, uint32_t seed) {
   w.n_in = c.n_in;
   w.act = c.act;
   w.act_group = c.act_group;
+  w.act_bf16 = c.act_bf16;
   if (c.act == ActQuant::Int8Static) w.act_scale = 0.02f;
   if (c.act == ActQuant::Fp8Static) w.act_scale = 0.004f;
   w.data = AlignedBytes(c.n_out * w.row_bytes());
@@ -144,6 +148,17 @@ std::vector<Case> cases() {
   v.push_back({"mxfp4_tp_slice", F::Mxfp4, 16, 64});
   v.push_back({"nvfp4", F::Nvfp4, 35, 256});
   v.push_back({"nvfp4_odd_blocks", F::Nvfp4, 3, 48});
+  // BF16 activations (PackedWeight::act_bf16, the BF16 runtime's weight-only formats): the reference rounds x to
+  // BF16 too, so the same bound holds — a kernel that kept x in F32 would miss it by ~4 orders of magnitude.
+  for (const char* base : {"int4_g64", "int4_g32_zeros", "int4_g64_gidx", "int4_channel_odd_cols", "int4_channel_zeros",
+                           "int8_g128", "fp8_channel_odd_cols", "fp8_block128", "mxfp4", "nvfp4", "nvfp4_odd_blocks"})
+    for (size_t i = 0, n = v.size(); i < n; ++i)
+      if (v[i].name == base) {
+        Case c = v[i];
+        c.name += "_x_bf16";
+        c.act_bf16 = true;
+        v.push_back(c);
+      }
   return v;
 }
 
@@ -277,6 +292,12 @@ std::vector<Case> a16_prefill_cases() {
       {"fp8_channel", F::Fp8E4M3, 40, 576},
       {"fp8_tensor", F::Fp8E4M3, 13, 160, 0, 0, false, false, true},
       {"fp8_dynamic_act", F::Fp8E4M3, 21, 576, 0, 0, false, false, false, ActQuant::Fp8Dynamic},
+      // BF16 activations (x one BF16 part in the slabs and tiles)
+      {"int4_g64_576_x_bf16", F::Int4, 70, 576, 64, 0, false, false, false, ActQuant::None, 0, true, true},
+      {"int4_channel_zeros_x_bf16", F::Int4, 33, 256, 0, 0, true, false, false, ActQuant::None, 0, true, true},
+      {"int8_channel_x_bf16", F::Int8, 40, 320, 0, 0, false, false, false, ActQuant::None, 0, true, true},
+      {"fp8_channel_x_bf16", F::Fp8E4M3, 40, 576, 0, 0, false, false, false, ActQuant::None, 0, true, true},
+      {"fp8_tensor_x_bf16", F::Fp8E4M3, 13, 160, 0, 0, false, false, true, ActQuant::None, 0, true, true},
   };
 }
 
@@ -305,20 +326,22 @@ TEST(PackedKernels, A16GroupedBf16PrefillMatchesReference) {
       {{"int8_g128_zeros", F::Int8, 21, 384, 128, 0, true}, false},
       {{"int8_g64_gidx_odd", F::Int8, 17, 203, 64, 0, false, true}, false},
   };
-  for (const G& g : cs) {
-    PackedWeight w = make(g.c, 29);
-    for (float& s : w.scales) s = g.f16_scales ? f16(s) : bf16(s);
-    for (int64_t m : {kA16Bf16MinM, kA16Avx512GemmMinM}) {
-      const std::vector<float> x = normal_rows(m, g.c.n_in);
-      std::vector<float> ref(size_t(m * g.c.n_out));
-      packed_linear_reference(x.data(), m, w, ref.data(), 2);
-      for (int threads : {1, 2}) {
-        std::vector<float> y(ref.size(), -1e30f);
-        ASSERT_TRUE(a16_bf16_prefill(x.data(), m, w, y.data(), threads)) << g.c.name;
-        EXPECT_LE(nmse_of(y, ref), kMaxNmse) << g.c.name << " m " << m << " threads " << threads;
+  for (const G& g : cs)
+    for (bool x_bf16 : {false, true}) {  // F32 x (two parts) and BF16 activations (one part, rounded by the kernel)
+      PackedWeight w = make(g.c, 29);
+      w.act_bf16 = x_bf16;
+      for (float& s : w.scales) s = g.f16_scales ? f16(s) : bf16(s);
+      for (int64_t m : {kA16Bf16MinM, kA16Avx512GemmMinM}) {
+        const std::vector<float> x = normal_rows(m, g.c.n_in);
+        std::vector<float> ref(size_t(m * g.c.n_out));
+        packed_linear_reference(x.data(), m, w, ref.data(), 2);
+        for (int threads : {1, 2}) {
+          std::vector<float> y(ref.size(), -1e30f);
+          ASSERT_TRUE(a16_bf16_prefill(x.data(), m, w, y.data(), threads)) << g.c.name;
+          EXPECT_LE(nmse_of(y, ref), kMaxNmse) << g.c.name << " m " << m << " threads " << threads << " x_bf16 " << x_bf16;
+        }
       }
     }
-  }
   // Refused: F32 scales with long mantissas; F16 scales on Int8 (8 + 11 bits > 16).
   PackedWeight w4 = make({"int4_g64", F::Int4, 8, 128, 64}, 3);
   w4.scales[3] = 0.0123456789f;
@@ -336,24 +359,26 @@ TEST(PackedKernels, A16GroupedBf16PrefillMatchesReference) {
 TEST(PackedKernels, Fp4Bf16PrefillMatchesReference) {
   if (packed_best_isa() != PackedIsa::Avx512 || !cpu_has_avx512bf16()) GTEST_SKIP() << "no AVX512-BF16 here";
   using F = WeightFormat;
-  for (const Case& c : {Case{"mxfp4", F::Mxfp4, 35, 256}, Case{"nvfp4", F::Nvfp4, 37, 208}}) {
-    PackedWeight w = make(c, 31);
-    if (c.format == F::Nvfp4) w.global_scale = 0.37f;
-    for (int64_t m : {kA16Bf16MinM, kA16Avx512GemmMinM}) {
-      const std::vector<float> x = normal_rows(m, c.n_in);
-      std::vector<float> ref(size_t(m * c.n_out));
-      packed_linear_reference(x.data(), m, w, ref.data(), 2);
-      for (int threads : {1, 2}) {
-        std::vector<float> y(ref.size(), -1e30f);
-        ASSERT_TRUE(fp4_bf16_prefill(x.data(), m, w, y.data(), threads)) << c.name;
-        EXPECT_LE(nmse_of(y, ref), kMaxNmse) << c.name << " m " << m << " threads " << threads;
+  for (const Case& c : {Case{"mxfp4", F::Mxfp4, 35, 256}, Case{"nvfp4", F::Nvfp4, 37, 208}})
+    for (bool x_bf16 : {false, true}) {  // F32 x (two parts) and BF16 activations (one part, rounded by the kernel)
+      PackedWeight w = make(c, 31);
+      w.act_bf16 = x_bf16;
+      if (c.format == F::Nvfp4) w.global_scale = 0.37f;
+      for (int64_t m : {kA16Bf16MinM, kA16Avx512GemmMinM}) {
+        const std::vector<float> x = normal_rows(m, c.n_in);
+        std::vector<float> ref(size_t(m * c.n_out));
+        packed_linear_reference(x.data(), m, w, ref.data(), 2);
+        for (int threads : {1, 2}) {
+          std::vector<float> y(ref.size(), -1e30f);
+          ASSERT_TRUE(fp4_bf16_prefill(x.data(), m, w, y.data(), threads)) << c.name;
+          EXPECT_LE(nmse_of(y, ref), kMaxNmse) << c.name << " m " << m << " threads " << threads << " x_bf16 " << x_bf16;
+        }
       }
+      PackedWeight bad = copy_packed_weight(w);
+      bad.scale_bytes[5] = c.format == F::Mxfp4 ? 1 : 0x7F;
+      std::vector<float> x(size_t(64 * c.n_in), 0.5f), y(size_t(64 * c.n_out));
+      EXPECT_FALSE(fp4_bf16_prefill(x.data(), 64, bad, y.data(), 1)) << c.name;
     }
-    PackedWeight bad = copy_packed_weight(w);
-    bad.scale_bytes[5] = c.format == F::Mxfp4 ? 1 : 0x7F;
-    std::vector<float> x(size_t(64 * c.n_in), 0.5f), y(size_t(64 * c.n_out));
-    EXPECT_FALSE(fp4_bf16_prefill(x.data(), 64, bad, y.data(), 1)) << c.name;
-  }
 }
 
 // W8A8 / W4A8: a row of x in a batch gives the bits it gives alone, for every m (the small-m tiles of 1..4 rows
@@ -416,7 +441,14 @@ TEST(PackedKernels, Bf16KernelsBatchRowsEqualRowsAlone) {
       {"fp8_dynamic_act", F::Fp8E4M3, 21, 576, 0, 0, false, false, false, ActQuant::Fp8Dynamic},
       {"fp8_static_act_odd", F::Fp8E4M3, 21, 101, 0, 0, false, false, true, ActQuant::Fp8Static},
   };
-  for (const Case& c : cs) {
+  std::vector<Case> all = cs;
+  for (Case c : cs)  // and with BF16 activations (the one-part paths) where the format is weight-only
+    if (c.act == ActQuant::None) {
+      c.name += "_x_bf16";
+      c.act_bf16 = true;
+      all.push_back(c);
+    }
+  for (const Case& c : all) {
     const PackedWeight w = make(c, 13);
     const int64_t m_max = 37;
     std::mt19937 rng{9};
@@ -480,7 +512,7 @@ TEST(PackedKernels, A16Avx512DecodeMatchesReferenceAndRowsAlone) {
 using DecodeKernel = bool (*)(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 
 // Zero, NaN and infinity rows between ordinary ones (x's first 4 rows, rows 1-3 replaced): the ordinary row as
-// alone, 0 for the zero row, NaN for the others.
+// alone, 0 for the zero row, NaN for the others (the infinity: not finite, with BF16 activations).
 void check_special_rows(const Case& c, const PackedWeight& w, const std::vector<float>& x, DecodeKernel kernel) {
   std::vector<float> z(size_t(4 * c.n_in));
   std::copy(x.begin(), x.begin() + 4 * c.n_in, z.begin());
@@ -494,7 +526,10 @@ void check_special_rows(const Case& c, const PackedWeight& w, const std::vector<
     EXPECT_EQ(y[size_t(r)], row0[size_t(r)]) << c.name;
     EXPECT_EQ(y[size_t(c.n_out + r)], 0.0f) << c.name;
     EXPECT_TRUE(std::isnan(y[size_t(2 * c.n_out + r)])) << c.name;
-    EXPECT_TRUE(std::isnan(y[size_t(3 * c.n_out + r)])) << c.name;
+    if (w.act_bf16)  // one part: −inf · w is ±inf where w ≠ 0 (as the reference), NaN where w = 0
+      EXPECT_FALSE(std::isfinite(y[size_t(3 * c.n_out + r)])) << c.name;
+    else  // two parts: the low part of an infinity is NaN
+      EXPECT_TRUE(std::isnan(y[size_t(3 * c.n_out + r)])) << c.name;
   }
 }
 
@@ -612,12 +647,20 @@ TEST(PackedKernels, A16VnniFp4ScaleEdges) {
 // weight row counts that leave 1, 2 and 3 rows past the last pass of 4; a row of x in a batch (m 2..37) gives the
 // bits it gives alone; a zero row gives 0 and a row with a NaN or an infinity gives NaN; the scale bytes at their edges (E8M0 0
 // and 255, E4M3 subnormals, 0 and NaN) as in A16VnniFp4ScaleEdges; declines n_in not a multiple of 64 and
-// activation quantization.
+// activation quantization. All again with BF16 activations (x one part): x is passed unrounded, the kernel's
+// vcvtneps2bf16 rounds it as the reference does (the same for normal values: no subnormal x here).
 TEST(PackedKernels, Fp4Bf16DecodeMatchesReferenceAndRowsAlone) {
   if (packed_best_isa() != PackedIsa::Avx512 || !cpu_has_avx512bf16()) GTEST_SKIP() << "no AVX512-BF16 here";
   using F = WeightFormat;
-  for (const Case& c : {Case{"mxfp4_576", F::Mxfp4, 35, 576}, Case{"nvfp4_1536", F::Nvfp4, 19, 1536},
-                        Case{"nvfp4_128", F::Nvfp4, 6, 128}, Case{"mxfp4_64", F::Mxfp4, 9, 64}}) {
+  std::vector<Case> cs = {Case{"mxfp4_576", F::Mxfp4, 35, 576}, Case{"nvfp4_1536", F::Nvfp4, 19, 1536},
+                          Case{"nvfp4_128", F::Nvfp4, 6, 128}, Case{"mxfp4_64", F::Mxfp4, 9, 64}};
+  for (size_t i = 0, n = cs.size(); i < n; ++i) {  // and with BF16 activations (x one BF16 part)
+    Case c = cs[i];
+    c.name += "_x_bf16";
+    c.act_bf16 = true;
+    cs.push_back(c);
+  }
+  for (const Case& c : cs) {
     const PackedWeight w = make(c, 37);
     const int64_t m_max = 37;
     std::vector<float> x = normal_rows(m_max, c.n_in);

@@ -186,6 +186,27 @@ TEST(WeightLoader, MixedModelRunsKeptAndDequantizedAlike) {
   EXPECT_LT(double(kept.resident_weight_bytes()), 0.25 * double(dense.resident_weight_bytes()));
 }
 
+// compressed-tensors weight-only formats take x rounded to BF16 at the BF16 runtime (PackedWeight::act_bf16, as the
+// dense BF16 weights do) and F32 x at the F32 runtime; formats with quantized activations keep their own rule.
+TEST(WeightLoader, WeightOnlyCompressedTensorsTakeBf16ActivationsAtTheBf16Runtime) {
+  const std::string dir = std::string(TPSERVE_SOURCE_DIR) + "/tests/peers/fixtures/compressed_tensors/";
+  const std::vector<std::pair<std::string, bool>> schemes = {
+      {"w4a16_g128_sym", true},  {"w4a16_g64_gidx", true},     {"w8a16_g128", true}, {"nvfp4a16", true},
+      {"mxfp4a16", true},        {"fp8_weight_only", true},    {"w8a8_int8_dynamic", false},
+      {"fp8_dynamic", false},    {"fp8_static", false}};
+  const std::vector<RowSlice> q = {{"blk.0.attn_q.weight", 256, {0, 256}}};  // the fixtures' hidden size: 256
+  for (const auto& [scheme, weight_only] : schemes)
+    for (DType runtime : {DType::BF16, DType::F32}) {
+      auto f = open_model(dir + scheme);
+      const auto ws = load_linear(*f, {runtime, true}, 256, {0, 256}, q);
+      ASSERT_EQ(ws.size(), 1u) << scheme;
+      ASSERT_NE(ws[0].format(), WeightFormat::BF16) << scheme;
+      ASSERT_NE(ws[0].format(), WeightFormat::F32) << scheme;
+      EXPECT_EQ(ws[0].packed().act_bf16, weight_only && runtime == DType::BF16)
+          << scheme << " at runtime " << dtype_name(runtime);
+    }
+}
+
 TEST(WeightLoader, RealQ4_1ModelKeepsItsBlocks) {
   TP_REQUIRE_REAL_MODEL();
   auto f = open_model(test::real_model_path());
