@@ -62,9 +62,11 @@ TP_BF16 void channel_row(const PackedWeight& w, int64_t r, uint16_t* out, int64_
   }
 }
 
-// Scale groups (group_size columns, or g_idx): row r's n_in values (q − zero) · scale as two BF16 parts, hi at
-// out and lo = the rest at out + stride — exact when the group scale's significant bits + the codes' fit 16
-// (grouped_exact; hi + lo then holds all of them: hi the top 8 after rounding to nearest, lo ≤ 8 more).
+// Scale groups (group_size columns, or g_idx): row r's n_in values (q − zero) · scale (exact in F32: ≤ 8 + 11
+// significant bits) as WP BF16 parts: hi at out and (WP = 2) lo = the rest at out + stride — exact when the group
+// scale's significant bits + the codes' fit 16 (grouped_exact; hi + lo then holds all of them: hi the top 8 after
+// rounding to nearest, lo ≤ 8 more); WP = 1: hi alone, the weight rounded to BF16.
+template <int WP>
 TP_BF16 void grouped_row(const PackedWeight& w, int64_t r, uint16_t* out, int64_t stride) {
   const int64_t ng = w.n_groups(), gs = w.group_size;
   const float* srow = w.scales.data() + r * ng;
@@ -78,21 +80,27 @@ TP_BF16 void grouped_row(const PackedWeight& w, int64_t r, uint16_t* out, int64_
   for (int64_t c = 0; c < w.n_in; c += 16) {
     const int64_t n = std::min<int64_t>(16, w.n_in - c);
     const __mmask16 k = __mmask16(_bzhi_u32(~0u, unsigned(n)));
-    __m512i g;
-    if (!w.g_idx.empty()) {
-      g = _mm512_maskz_loadu_epi32(k, w.g_idx.data() + c);
-    } else if (gs % 16 == 0) {
-      g = _mm512_set1_epi32(int32_t(c / gs));
-    } else {
-      for (int64_t i = 0; i < 16; ++i) lane_group[i] = i < n ? int32_t((c + i) / gs) : 0;
-      g = _mm512_load_si512(lane_group);
-    }
     __m512i q = codes16(w, r, c, n);
-    if (zeros) q = _mm512_sub_epi32(q, _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), k, g, zrow.data(), 4));
-    const __m512 p = _mm512_mul_ps(_mm512_cvtepi32_ps(q), _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, g, srow, 4));
+    __m512 sc;
+    if (w.g_idx.empty() && gs % 16 == 0) {  // the 16 columns in one group: its scale and zero broadcast
+      const int64_t g = c / gs;
+      if (zeros) q = _mm512_sub_epi32(q, _mm512_set1_epi32(zrow[size_t(g)]));
+      sc = _mm512_set1_ps(srow[g]);
+    } else {
+      __m512i g;
+      if (!w.g_idx.empty()) {
+        g = _mm512_maskz_loadu_epi32(k, w.g_idx.data() + c);
+      } else {
+        for (int64_t i = 0; i < 16; ++i) lane_group[i] = i < n ? int32_t((c + i) / gs) : 0;
+        g = _mm512_load_si512(lane_group);
+      }
+      if (zeros) q = _mm512_sub_epi32(q, _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), k, g, zrow.data(), 4));
+      sc = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, g, srow, 4);
+    }
+    const __m512 p = _mm512_maskz_mul_ps(k, _mm512_cvtepi32_ps(q), sc);
     const __m256i hi = bf16_of(p);
     _mm256_mask_storeu_epi16(out + c, k, hi);
-    _mm256_mask_storeu_epi16(out + stride + c, k, bf16_of(_mm512_sub_ps(p, f32_of(hi))));
+    if constexpr (WP == 2) _mm256_mask_storeu_epi16(out + stride + c, k, bf16_of(_mm512_sub_ps(p, f32_of(hi))));
   }
 }
 
@@ -201,18 +209,23 @@ bool a16_bf16_prefill(const float* x, int64_t m, const PackedWeight& w, float* y
       m < kA16Bf16MinM || !cpu_has_avx512bf16() || !onednn_supports(DType::BF16))
     return false;
   const bool channel = w.g_idx.empty() && w.n_groups() == 1;
-  if (!channel && !grouped_exact(w)) return false;
+  // Grouped weights at the BF16 runtime (w.act_bf16): (q − zero) · scale rounded to BF16, one part — the BF16
+  // weights transformers and vLLM's A16 kernels compute with; else two exact parts (needs grouped_exact).
+  const bool w_one = !channel && w.act_bf16;
+  if (!channel && !w_one && !grouped_exact(w)) return false;
+  for (float sc : w.scales)  // one part: any finite scale (the products rounded anyway)
+    if (w_one && !std::isfinite(sc)) return false;
   const int64_t ps = (w.n_in + 31) / 32 * 32;
-  // x's parts (hi, lo; hi alone with BF16 activations) once; grouped: twice, against W's hi and lo parts
-  const int xp = w.act_bf16 ? 1 : 2, np = channel ? xp : 2 * xp;
+  // x's parts (hi, lo; hi alone with BF16 activations), once a part of W (grouped, F32 x: W's hi and lo)
+  const int xp = w.act_bf16 ? 1 : 2, wp = channel || w_one ? 1 : 2, np = xp * wp;
   thread_local std::vector<uint16_t> xb;
   xb.resize(size_t(m * np * ps));
-  split_bf16_parts(x, m, w.n_in, ps, xb.data(), n_threads, np / xp, xp);
+  split_bf16_parts(x, m, w.n_in, ps, xb.data(), n_threads, wp, xp);
   if (channel) {
     bf16_slab_gemm(xb.data(), m, ps, np, w, channel_row, nullptr, y, n_threads);
     return true;
   }
-  bf16_slab_gemm(xb.data(), m, ps, np, w, grouped_row, nullptr, y, n_threads, 2, false);
+  bf16_slab_gemm(xb.data(), m, ps, np, w, w_one ? grouped_row<1> : grouped_row<2>, nullptr, y, n_threads, wp, false);
   return true;
 }
 

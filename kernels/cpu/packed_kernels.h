@@ -113,7 +113,10 @@ void split_bf16_parts(const float* x, int64_t m, int64_t n_in, int64_t ps, uint1
 // ship) — against x's two parts twice: 4 products a weight, every one exact in F32, so only the order of the sums
 // differs from the tiles. Other scales, weights or m: false (nothing written; the F32 paths below run). On a Xeon
 // with AMX (2026-12-03) the F32-sgemm prefill ran W8A16 at 54-75 GMAC/s and W4A16 g64 at ~51, 0.18-0.23x the BF16
-// model's.
+// model's. BF16 activations (w.act_bf16): x one part, and a grouped weight one part too — (q − zero) · scale rounded
+// to BF16 (what transformers' BF16 run and vLLM's A16 kernels multiply by; relative error ≤ 2⁻⁹ a weight, against
+// the 4-bit code's ~2⁻⁴), any finite scale: 1 product a weight instead of 4 (Zen 5, m = 512: W4A16 g64 0.40x → see
+// bench/results/zen5-kernels-20261204.md).
 inline constexpr int64_t kA16Bf16MinM = 64;
 bool a16_bf16_prefill(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 // MXFP4 / NVFP4 for m ≥ kA16Bf16MinM through bf16_slab_gemm: e2m1 · block scale is exact in BF16 (≤ 6 significant
