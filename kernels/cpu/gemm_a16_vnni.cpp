@@ -28,7 +28,8 @@
 // 4 odd ones of 8 in a row) lie in one block, so the chunk's ints to F32 × a vector of the lanes' block scales (the row's scale bytes converted to F32 once
 // a pass of rows: E8M0 exactly, E4M3 × 2⁻⁸ exactly by F16), y's factor × ½ (× 2⁸ × the NVFP4 global scale).
 // Every row of x gets the same operations whatever m: a row of a batch has the bits of that row alone. Weight rows
-// kRw a pass share each chunk's x loads; with m > 1 the pass runs once a row of x (the weight rows then from L1).
+// kRw a pass share each chunk's x loads; with m > 1 the pass runs once a row of x (the weight rows then from L1) —
+// per channel, a weight row's chunk serves kTileM rows of x at once (row_channel).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -60,6 +61,8 @@ template <Codes C>
 constexpr int kChunkBytes = C == Codes::Int8 ? 64 : 32;
 
 constexpr int kRw = 4;  // weight rows a pass
+constexpr int kTileM = 4;  // per channel: rows of x a pass over a weight row (row_channel)
+constexpr int64_t kBlockRows = 16;  // per channel, m > kTileM: weight rows that meet every tile of x in turn
 // How far ahead of the pass W is software-prefetched: 4096 on AMD; on Intel (prefetched into L2 there,
 // gemv.h prefetch_weights) 6144 for Int8 codes and 2048 for the 4-bit ones. Xeon with AMX, 2026-12-03, SmolLM2
 // decode tg128, 1 thread, alternated 3 times, L1 at 2048 / L2 at 2048 / L2 at 6144: CT-W8A16 80.1 / 80.1 / 87.7
@@ -231,23 +234,17 @@ TP_VNNI void rows(const PackedWeight& w, int64_t ng, int64_t gs, const float* sc
   store_row_sums<RW>(t, post, y);
 }
 
-// Per channel (one scale a row): row r against one row of x's levels, the three levels' sums kept apart over the
-// whole row (|lane| ≤ 4 · 255 · 127 a chunk: no int32 overflow below ~10⁶ columns) — 3 vpdpbusd a chunk and no
-// shift, conversion or scale a chunk. At the row's end, per lane Bk = Ak − (o + z) · (lane sum of qk) (exact),
-// F = (B1 · 2⁷ + B2) · 2⁷ + B3 in F32 (in that order), y = Σ lanes × scale × s · 2⁻¹⁴.
+// Per channel (one scale a row): row r against MT rows of x's levels (xl[i], y[i · n_out]), each chunk's codes
+// loaded once for them; the three levels' sums kept apart over the whole row (|lane| ≤ 4 · 255 · 127 a chunk: no
+// int32 overflow below ~10⁶ columns) — 3 vpdpbusd a chunk and a row of x, and no shift, conversion or scale a
+// chunk. With MT = 2 even and odd chunks sum into two sets of accumulators (12 chains; at m = 1 two sets ran
+// ~5% slower from cache on Zen 5, so one); the sums are exact integers, so neither the sets nor the tile change a
+// bit. At the row's end, per lane Bk = Ak − (o + z) · (lane sum of qk)
+// (exact), F = (B1 · 2⁷ + B2) · 2⁷ + B3 in F32 (in that order), y = Σ lanes × scale × s · 2⁻¹⁴.
+// Row r's three level sums (lanes) against one row of x's levels -> *y (the finish described above).
 template <Codes C, bool kZeros>
-TP_VNNI void row_channel(const PackedWeight& w, int64_t r, const XLevels& xl, float* y, bool prefetch) {
-  const int64_t n_in = w.n_in, rb = w.row_bytes();
-  const uint8_t* row = w.data.data() + r * rb;
-  const char* pf = reinterpret_cast<const char*>(row) + prefetch_bytes<C>();
-  __m512i a1 = _mm512_setzero_si512(), a2 = a1, a3 = a1;
-  for (int64_t c = 0; c < n_in; c += 64, pf += kChunkBytes<C>) {
-    if (prefetch && (C == Codes::Int8 || c % 128 == 0)) prefetch_weights(pf);
-    const __m512i u = codes<C>(row, c);
-    a1 = _mm512_dpbusd_epi32(a1, u, _mm512_loadu_si512(xl.q[0] + c));
-    a2 = _mm512_dpbusd_epi32(a2, u, _mm512_loadu_si512(xl.q[1] + c));
-    a3 = _mm512_dpbusd_epi32(a3, u, _mm512_loadu_si512(xl.q[2] + c));
-  }
+TP_VNNI __attribute__((always_inline)) inline void channel_sum(const PackedWeight& w, int64_t r, __m512i a1, __m512i a2,
+                                                               __m512i a3, const XLevels& xl, float* y) {
   const __m512i o = _mm512_set1_epi32(kOffset<C> + (kZeros ? int32_t(w.zeros[size_t(r)]) : 0));
   const __m512 b1 = _mm512_cvtepi32_ps(_mm512_sub_epi32(a1, _mm512_mullo_epi32(o, _mm512_loadu_si512(xl.sl[0]))));
   const __m512 b2 = _mm512_cvtepi32_ps(_mm512_sub_epi32(a2, _mm512_mullo_epi32(o, _mm512_loadu_si512(xl.sl[1]))));
@@ -255,6 +252,61 @@ TP_VNNI void row_channel(const PackedWeight& w, int64_t r, const XLevels& xl, fl
   const __m512 f7 = _mm512_set1_ps(128.0f);
   const __m512 f = _mm512_fmadd_ps(_mm512_fmadd_ps(b1, f7, b2), f7, b3);
   *y = _mm512_reduce_add_ps(f) * w.scales[size_t(r)] * xl.scale;
+}
+
+template <Codes C, int MT, int S>
+TP_VNNI __attribute__((always_inline)) inline void chunk_channel(const uint8_t* row, int64_t c, const XLevels* xl,
+                                                                 int set, __m512i (&a)[MT][S][3]) {
+  const __m512i u = codes<C>(row, c);
+#pragma GCC unroll 4
+  for (int i = 0; i < MT; ++i)
+#pragma GCC unroll 3
+    for (int k = 0; k < 3; ++k) a[i][set][k] = _mm512_dpbusd_epi32(a[i][set][k], u, _mm512_loadu_si512(xl[i].q[k] + c));
+}
+
+template <Codes C, bool kZeros, int MT>
+TP_VNNI void row_channel(const PackedWeight& w, int64_t r, const XLevels* xl, float* y, bool prefetch) {
+  constexpr int S = MT == 2 ? 2 : 1;  // accumulator sets
+  const int64_t n_in = w.n_in, rb = w.row_bytes();
+  const uint8_t* row = w.data.data() + r * rb;
+  const char* pf = reinterpret_cast<const char*>(row) + prefetch_bytes<C>();
+  if constexpr (MT == 1) {  // decode: three named chains (the array form below ran 5-8% slower at m = 1 on Zen 5)
+    __m512i a1 = _mm512_setzero_si512(), a2 = a1, a3 = a1;
+    for (int64_t c = 0; c < n_in; c += 64, pf += kChunkBytes<C>) {
+      if (prefetch && (C == Codes::Int8 || c % 128 == 0)) prefetch_weights(pf);
+      const __m512i u = codes<C>(row, c);
+      a1 = _mm512_dpbusd_epi32(a1, u, _mm512_loadu_si512(xl->q[0] + c));
+      a2 = _mm512_dpbusd_epi32(a2, u, _mm512_loadu_si512(xl->q[1] + c));
+      a3 = _mm512_dpbusd_epi32(a3, u, _mm512_loadu_si512(xl->q[2] + c));
+    }
+    channel_sum<C, kZeros>(w, r, a1, a2, a3, *xl, y);
+    return;
+  }
+  __m512i a[MT][S][3];
+  for (int i = 0; i < MT; ++i)
+    for (int s = 0; s < S; ++s)
+      for (int k = 0; k < 3; ++k) a[i][s][k] = _mm512_setzero_si512();
+  int64_t c = 0;
+  if constexpr (S == 2) {
+    for (; c + 128 <= n_in; c += 128, pf += 2 * kChunkBytes<C>) {
+      if (prefetch) {
+        prefetch_weights(pf);
+        if constexpr (C == Codes::Int8) prefetch_weights(pf + 64);
+      }
+      chunk_channel<C, MT, S>(row, c, xl, 0, a);
+      chunk_channel<C, MT, S>(row, c + 64, xl, 1, a);
+    }
+  }
+  for (; c < n_in; c += 64, pf += kChunkBytes<C>) {
+    if (prefetch && (C == Codes::Int8 || c % 128 == 0)) prefetch_weights(pf);
+    chunk_channel<C, MT, S>(row, c, xl, 0, a);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MT; ++i) {
+    __m512i ak[3];
+    for (int k = 0; k < 3; ++k) ak[k] = S == 2 ? _mm512_add_epi32(a[i][0][k], a[i][S - 1][k]) : a[i][0][k];
+    channel_sum<C, kZeros>(w, r, ak[0], ak[1], ak[2], xl[i], y + i * w.n_out);
+  }
 }
 
 template <Codes C, bool kZeros>
@@ -271,9 +323,22 @@ void run(const PackedWeight& w, const std::vector<XLevels>& xs, float* y, int n_
     const auto [r0, r1] = thread_rows(w.n_out, kRw, omp_get_thread_num(), omp_get_num_threads());
     prefetch_range_start(w.data.data() + r0 * w.row_bytes(), prefetch_bytes<C>(), (r1 - r0) * w.row_bytes());
     int64_t r = r0;
-    if (C != Codes::Fp4 && ng == 1) {  // per channel: one row at a time, in memory order
-      for (; r < r1; ++r)
-        for (int64_t i = 0; i < m; ++i) row_channel<C, kZeros>(w, r, xs[size_t(i)], y + i * w.n_out + r, i == 0);
+    if (C != Codes::Fp4 && ng == 1) {  // per channel: rows in memory order, kTileM rows of x a pass over a row; a
+      // block of kBlockRows weight rows meets every tile of x before the next block (x's levels, 3 · n_in bytes a
+      // row, outgrow L1 at m = 16 and 1536 columns)
+      for (int64_t b = r; b < r1; b += kBlockRows)
+        for (int64_t i0 = 0; i0 < m; i0 += kTileM)
+          for (int64_t rr = b; rr < std::min(r1, b + kBlockRows); ++rr) {
+            const XLevels* xl = xs.data() + i0;
+            float* yi = y + i0 * w.n_out + rr;
+            switch (std::min<int64_t>(kTileM, m - i0)) {
+              case 1: row_channel<C, kZeros, 1>(w, rr, xl, yi, i0 == 0); break;
+              case 2: row_channel<C, kZeros, 2>(w, rr, xl, yi, i0 == 0); break;
+              case 3: row_channel<C, kZeros, 3>(w, rr, xl, yi, i0 == 0); break;
+              default: row_channel<C, kZeros, 4>(w, rr, xl, yi, i0 == 0); break;
+            }
+          }
+      r = r1;
     }
     thread_local std::vector<float> fs;  // FP4: the pass's rows' block scales in F32
     if (C == Codes::Fp4) fs.resize(size_t(kRw * ng));
