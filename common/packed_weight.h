@@ -103,7 +103,9 @@ struct PackedWeight {
   int64_t act_group = 0;            // Int8Dynamic / Fp8Dynamic: columns a scale (0: the whole row)
   bool act_bf16 = false;            // x rounded to BF16 before the product (act None only): the BF16 runtime's
                                     // activations, as a dense BF16 weight's GEMV / GEMM takes them (vLLM's A16
-                                    // kernels too); false: x in F32
+                                    // kernels too; the AVX512-BF16 prefill of grouped Int weights then rounds the
+                                    // dequantized weights to BF16 as well: kernels/cpu/packed_kernels.h); false: x
+                                    // in F32
   int64_t g_idx_groups = 0;         // with g_idx: scale groups a row (0: ceil(n_in / group_size))
   GgufLayout gguf_layout = GgufLayout::File;  // GGUF: the order of each row's bytes (common/gguf_layout.h;
                                               // the CPU kernels may regroup Q8_0 / Q5_0 rows at load, same bytes)
