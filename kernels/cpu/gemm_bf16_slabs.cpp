@@ -5,9 +5,9 @@
 // fp4_bf16_prefill below. W is decoded a slab of kSlabRows rows at a time into a per-thread BF16 scratch and
 // multiplied by every row of x with oneDNN's BF16 matmul (AMX tiles where the CPU has them), F32 accumulation;
 // then, where the decode left them out, y × the row's scale (× x's row scale). x comes as BF16 parts side by side:
-// one part where x is already exact in BF16 (E4M3 activations, BF16 activations: w.act_bf16), two for F32 x (x ≈ hi + lo, 16 significant bits:
-// the BF16 tiles' rule), each part zero-padded to ps columns; each weight part is repeated so that the matmul sums
-// every x part against every weight part. Every product is exact in F32; only the order of the sums differs from
+// one part where x is already exact in BF16 (E4M3 activations; BF16 activations, w.act_bf16), two for F32 x (x ≈
+// hi + lo, 16 significant bits: the BF16 tiles' rule), each part zero-padded to ps columns; each weight part is
+// repeated so that the matmul sums every x part against every weight part. Every product is exact in F32; only the order of the sums differs from
 // the tiles (a row's last bits differ between the tiles and this path, as BF16 GEMV vs oneDNN do).
 #include <algorithm>
 #include <array>
@@ -213,8 +213,8 @@ bool a16_bf16_prefill(const float* x, int64_t m, const PackedWeight& w, float* y
   // weights transformers and vLLM's A16 kernels compute with; else two exact parts (needs grouped_exact).
   const bool w_one = !channel && w.act_bf16;
   if (!channel && !w_one && !grouped_exact(w)) return false;
-  for (float sc : w.scales)  // one part: any finite scale (the products rounded anyway)
-    if (w_one && !std::isfinite(sc)) return false;
+  if (w_one && !std::all_of(w.scales.begin(), w.scales.end(), [](float sc) { return std::isfinite(sc); }))
+    return false;  // one part: any finite scale (the products rounded anyway)
   const int64_t ps = (w.n_in + 31) / 32 * 32;
   // x's parts (hi, lo; hi alone with BF16 activations), once a part of W (grouped, F32 x: W's hi and lo)
   const int xp = w.act_bf16 ? 1 : 2, wp = channel || w_one ? 1 : 2, np = xp * wp;

@@ -180,6 +180,19 @@ TP_BF16 inline void row_int4(const PackedWeight& w, int64_t r, int64_t ng, const
   for (int i = 0; i < MT; ++i) y[i * w.n_out] = _mm512_reduce_add_ps(_mm512_add_ps(t0[i], t1[i]));
 }
 
+// A 64-column chunk's sum by lanes: the decoded lo / hi values against x's even / odd parts at e / o (P parts,
+// `half` apart) — one chain (lo's products, then hi's) with P = 1, else (lo · e) + (hi · o). chunk64 and
+// chunk64_rows both use it: a row's bits do not depend on which of them ran it.
+template <int P>
+TP_BF16 __attribute__((always_inline)) inline __m512 chunk_sum(__m512bh lo, __m512bh hi, const uint16_t* e,
+                                                               const uint16_t* o, int64_t half) {
+  if constexpr (P == 1)
+    return _mm512_dpbf16_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), lo, (__m512bh)_mm512_loadu_si512(e)), hi,
+                            (__m512bh)_mm512_loadu_si512(o));
+  else
+    return _mm512_add_ps(dot_x<P>(_mm512_setzero_ps(), lo, e, half), dot_x<P>(_mm512_setzero_ps(), hi, o, half));
+}
+
 // The fast path, n_in and the group size multiples of 64 (or one group a row): no masks, no short chunks. Each
 // 64-column chunk's sum is scaled on its own (tot += (lo + hi sums) × scale), into t0 and t1 in turn.
 template <int MT, int P>
@@ -192,17 +205,8 @@ TP_BF16 __attribute__((always_inline)) inline void chunk64(const uint8_t* row, i
   const __m512bh lo = (__m512bh)_mm512_permutexvar_epi16(wd, table);
   const __m512bh hi = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(wd, 4), table);
 #pragma GCC unroll 4
-  for (int i = 0; i < MT; ++i) {
-    if constexpr (P == 1) {  // one chain: lo's products, then hi's
-      const __m512 ab = _mm512_dpbf16_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), lo, (__m512bh)_mm512_loadu_si512(xe + i * half + c / 2)),
-                                         hi, (__m512bh)_mm512_loadu_si512(xo + i * half + c / 2));
-      t[i] = _mm512_fmadd_ps(ab, s, t[i]);
-    } else {
-      const __m512 a = dot_x<P>(_mm512_setzero_ps(), lo, xe + i * P * half + c / 2, half);
-      const __m512 b = dot_x<P>(_mm512_setzero_ps(), hi, xo + i * P * half + c / 2, half);
-      t[i] = _mm512_fmadd_ps(_mm512_add_ps(a, b), s, t[i]);
-    }
-  }
+  for (int i = 0; i < MT; ++i)
+    t[i] = _mm512_fmadd_ps(chunk_sum<P>(lo, hi, xe + i * P * half + c / 2, xo + i * P * half + c / 2, half), s, t[i]);
 }
 
 template <int MT, int P>
@@ -255,21 +259,12 @@ TP_BF16 __attribute__((always_inline)) inline void chunk64_rows(const uint8_t* r
     for (int64_t b = 0; b < RW * 32; b += 64) prefetch_weights(pf + b);
     pf += RW * 32;
   }
-  const __m512bh e0 = (__m512bh)_mm512_loadu_si512(xe + c / 2), o0 = (__m512bh)_mm512_loadu_si512(xo + c / 2);
-  __m512bh e1, o1;
-  if constexpr (P == 2) e1 = (__m512bh)_mm512_loadu_si512(xe + half + c / 2), o1 = (__m512bh)_mm512_loadu_si512(xo + half + c / 2);
 #pragma GCC unroll 4
   for (int j = 0; j < RW; ++j) {
     const __m512i wd = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row0 + j * rb + c / 2)));
     const __m512bh lo = (__m512bh)_mm512_permutexvar_epi16(wd, table[j]);
     const __m512bh hi = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(wd, 4), table[j]);
-    if constexpr (P == 1) {
-      t[j][TT] = _mm512_fmadd_ps(_mm512_dpbf16_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), lo, e0), hi, o0), s[j], t[j][TT]);
-    } else {
-      const __m512 a = _mm512_dpbf16_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), lo, e0), lo, e1);
-      const __m512 b = _mm512_dpbf16_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), hi, o0), hi, o1);
-      t[j][TT] = _mm512_fmadd_ps(_mm512_add_ps(a, b), s[j], t[j][TT]);
-    }
+    t[j][TT] = _mm512_fmadd_ps(chunk_sum<P>(lo, hi, xe + c / 2, xo + c / 2, half), s[j], t[j][TT]);  // x: L1, shared
   }
 }
 
