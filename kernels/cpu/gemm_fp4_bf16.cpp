@@ -1,20 +1,21 @@
 // MXFP4 / NVFP4 decode on AVX-512 BF16 (packed_kernels.h: fp4_bf16_decode): the e2m1 values (exact in BF16)
-// against x held as two BF16 parts (x ≈ bf16(x) + bf16(x − bf16(x)), 16 significant bits, as gemm_int4_bf16.cpp),
-// vdpbf16ps with F32 sums, × the block scales in F32, NVFP4's global scale after.
+// against x held as two BF16 parts (x ≈ bf16(x) + bf16(x − bf16(x)), 16 significant bits, as gemm_int4_bf16.cpp)
+// or, with w.act_bf16, as one; vdpbf16ps with F32 sums, × the block scales in F32, NVFP4's global scale after.
 //
-// A 64-column chunk of a row is 32 bytes; read as 16-bit lanes, lane j holds the four nibbles of columns c + 4j ..
-// c + 4j + 3. The 32 bytes are broadcast into both halves of a register and shifted right per half by 0 / 4 (vector
-// A) and 8 / 12 (vector B) bits: A's lanes hold columns c + 4j then c + 4j + 1 in their low nibble, B's c + 4j + 2
-// then c + 4j + 3; vpermw looks each lane's low 5 bits up in a 32-entry table of the e2m1 values (code & 15). x is
-// laid out once a call in the same order (XA, XB, two parts each), so a chunk is 2 vpermw and 4 vdpbf16ps — no
-// widening shuffle (gemm_int4_bf16.cpp's vpmovzxbw). An F32 lane k of the products sums columns c + 8(k mod 8) +
-// {0, 2, 4, 6} (k < 8) or + {1, 3, 5, 7}: all in one block of 16 or 32 columns, so the chunk's sum is × a vector of
-// the lanes' block scales (permuted from the pass's F32 scales, fp4_scales.h) into the row's total; y = the lane
-// sum × post. On Zen 5 (2026-12-04, GEMM_BENCH_HOT=1 gemm_gguf_bench 1 43 0 nvfp4): 23-28 GB/s from cache against
-// the VNNI levels kernel's 17-23; the vpmovzxbw + vpsrlw decode of W4A16, and vpmultishiftqb in place of the
-// shifts, ran within ±3% of this one; the F32 block scales cost ~17% of a pass of 576-column rows, their permute ~7%.
-// kRows weight rows a pass share each chunk's x loads (their sums reduced 4 at a time, reduce_add4.h); with m > 1
-// each decoded chunk of a weight row serves kTileM rows of x (the pass's weight rows from L1 after the first tile),
+// A row is walked in groups of 128 columns (64 bytes): read as 32 16-bit words, word l holds the four nibbles of
+// columns c + 4l .. c + 4l + 3. The word vector shifted right by 0, 4, 8 and 12 bits gives in each lane's low 5
+// bits nibble n (bit 4 is the next nibble's); vpermw looks it up in a 32-entry table of the e2m1 values (code &
+// 15), so a group is 3 shifts, 4 vpermw and 4 vdpbf16ps (P = 1) in one chain against x laid out once a call in the
+// same order (layout_x). F32 lane k of the chain sums columns c + 8k .. c + 8k + 7, all in one block of 16 or 32
+// columns: the group's sum is × one vector of the lanes' block scales (a vpermps of the pass's F32 scales,
+// fp4_scales.h) into the row's total; y = the lane sum × post. A row whose length is 64 mod 128 ends in a group of 64
+// columns decoded as two vectors (32 bytes broadcast to both halves, shifted 0 | 4 and 8 | 12). The previous walk
+// (64 columns a step: 2 variable shifts, 2 vpermw, 2 vdpbf16ps, a scale permute and an FMA) ran at 26 / 28 / 34 GB/s
+// from cache for 576x576 / 1536x576 / 576x1536 NVFP4 with BF16 x on Zen 5 (2026-12-04, GEMM_BENCH_HOT=1
+// gemm_gguf_bench 1 43 16 nvfp4+x16); this one at 32 / 33 / 42. The block scales' E4M3 conversion costs ~15% of a pass
+// of 576-column rows.
+// kRows weight rows a pass share each group's x loads (their sums reduced 4 at a time, reduce_add4.h); with m > 1
+// each decoded group of a weight row serves kTileM rows of x (the pass's weight rows from L1 after the first tile),
 // with the operations of that row alone: a row of a batch has the bits it has alone.
 #include <algorithm>
 #include <vector>
@@ -40,34 +41,44 @@ constexpr int64_t kPrefetchBytes = 8192;  // as gemm_int4_bf16.cpp
 // Weight rows a pass. 8 ran 576-column rows 4-6% faster than 4 from cache on Zen 5, but the model's decode from
 // DRAM was not faster (NVFP4 tg64 232-241 vs 240-247 tok/s, MXFP4 243-253 vs 245-248, alternated 3 times): 4.
 constexpr int kRows = 4;
-constexpr int kTileM = 4;  // m > 1: rows of x sharing each decoded chunk (row_xtile)
-// BF16 values of x a chunk: XA part 0, XA part 1, XB part 0, XB part 1 (P = 2); XA, XB (P = 1: x exact in BF16,
-// w.act_bf16, so part 1 would be 0).
+constexpr int kTileM = 4;  // m > 1: rows of x sharing each decoded group (row_xtile)
+// BF16 values of x a 128-column group: vector n = 0..3 (x(c + 4l + n), lane l < 32) as its P parts (P = 2: x ≈
+// part 0 + part 1; P = 1: x exact in BF16, w.act_bf16, so part 1 would be 0).
 template <int P>
-constexpr int64_t kChunkX = 2 * P * 32;
+constexpr int64_t kGroupX = 4 * P * 32;
 
-// One row of x (n_in a multiple of 64) -> xq[n_in / 64 · kChunkX<P>]: per chunk, XA = [x(c + 4j), j < 16 |
-// x(c + 4j + 1), j < 16] and XB = [x(c + 4j + 2) | x(c + 4j + 3)], each as its P parts.
+// One row of x (n_in a multiple of 64) -> xq[ceil(n_in / 128) · kGroupX<P>], 32-lane vectors as P parts each (part
+// p of vector s at (s · P + p) · 32). A group of 128 columns at c: vector n < 4, lane l = x(c + 4l + n). A last
+// group of 64 columns: vector 0 = [x(c + 4l), l < 16 | x(c + 4l + 1)], vector 1 = [x(c + 4l + 2) | x(c + 4l + 3)].
+// 16 lanes: x(c0 + 4l + n), l < 16, from the 64 values v[0..3] at c0.
+TP_BF16 __attribute__((always_inline)) inline __m512 strided(const __m512* v, int n) {
+  const __m512i idx = _mm512_add_epi32(_mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 0, 0, 0, 0, 0, 0, 0),
+                                        _mm512_set1_epi32(n));
+  return _mm512_shuffle_f32x4(_mm512_permutex2var_ps(v[0], idx, v[1]), _mm512_permutex2var_ps(v[2], idx, v[3]), 0x44);
+}
+
 template <int P>
 TP_BF16 void layout_x(const float* x, int64_t n_in, uint16_t* xq) {
-  for (int64_t c = 0; c < n_in; c += 64, xq += kChunkX<P>) {
-    const __m512 v0 = _mm512_loadu_ps(x + c), v1 = _mm512_loadu_ps(x + c + 16);
-    const __m512 v2 = _mm512_loadu_ps(x + c + 32), v3 = _mm512_loadu_ps(x + c + 48);
-    __m512 col[4];  // col[r] = x(c + 4j + r), j < 16
-    for (int r = 0; r < 4; ++r) {
-      const __m512i idx = _mm512_add_epi32(_mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 0, 0, 0, 0, 0, 0, 0),
-                                            _mm512_set1_epi32(r));
-      const __m512 lo = _mm512_permutex2var_ps(v0, idx, v1), hi = _mm512_permutex2var_ps(v2, idx, v3);
-      col[r] = _mm512_shuffle_f32x4(lo, hi, 0x44);
-    }
-    __m256i p[4][2];
-    for (int r = 0; r < 4; ++r) bf16_parts(col[r], p[r][0], p[r][1]);
+  // Vector s's parts from its two 16-lane halves a (lanes 0-15) and b.
+  const auto store = [&](uint16_t* at, int s, __m512 a, __m512 b) TP_BF16 {
+    __m256i pa[2], pb[2];
+    bf16_parts(a, pa[0], pa[1]);
+    bf16_parts(b, pb[0], pb[1]);
     for (int part = 0; part < P; ++part) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(xq + part * 32), p[0][part]);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(xq + part * 32 + 16), p[1][part]);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(xq + P * 32 + part * 32), p[2][part]);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(xq + P * 32 + part * 32 + 16), p[3][part]);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(at + (s * P + part) * 32), pa[part]);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(at + (s * P + part) * 32 + 16), pb[part]);
     }
+  };
+  for (int64_t c = 0; c < n_in; c += 128, xq += kGroupX<P>) {
+    __m512 v[8];
+    for (int q = 0; q < 4; ++q) v[q] = _mm512_loadu_ps(x + c + 16 * q);
+    if (n_in - c < 128) {
+      store(xq, 0, strided(v, 0), strided(v, 1));
+      store(xq, 1, strided(v, 2), strided(v, 3));
+      continue;
+    }
+    for (int q = 4; q < 8; ++q) v[q] = _mm512_loadu_ps(x + c + 16 * q);
+    for (int n = 0; n < 4; ++n) store(xq, n, strided(v, n), strided(v + 4, n));
   }
 }
 
@@ -77,102 +88,113 @@ TP_BF16 inline __m512i e2m1_table() {
   return (__m512i)_mm512_cvtne2ps_pbh(v, v);
 }
 
-// A chunk's two decoded vectors (A: columns c + 4j, c + 4j + 1; B: c + 4j + 2, c + 4j + 3) from its 32 bytes at p.
-TP_BF16 __attribute__((always_inline)) inline void decode_chunk(const uint8_t* p, __m512i table, __m512bh& wa,
-                                                                __m512bh& wv) {
-  // 16-bit lanes' right shifts: A 0 (lanes 0-15) / 4 (16-31), B 8 / 12.
-  const __m512i sa = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0x40004, 0x40004, 0x40004, 0x40004, 0x40004, 0x40004,
-                                       0x40004, 0x40004);
-  const __m512i sb = _mm512_add_epi16(sa, _mm512_set1_epi16(8));
-  const __m512i wb = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  wa = (__m512bh)_mm512_permutexvar_epi16(_mm512_srlv_epi16(wb, sa), table);
-  wv = (__m512bh)_mm512_permutexvar_epi16(_mm512_srlv_epi16(wb, sb), table);
-}
+// Vectors a group decodes to: 4 (128 columns), 2 (Half: a last group of 64).
+template <bool Half>
+constexpr int kVectors = Half ? 2 : 4;
 
-// The chunk at column c's lane block scales from a row's F32 block scales fs.
-TP_BF16 __attribute__((always_inline)) inline __m512 lane_scales(const float* fs, int64_t c, bool mx) {
-  if (mx) {  // 2 blocks of 32 columns: lanes k mod 8 in 0-3, 4-7
-    const __m128 two = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(fs + c / 32)));
-    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1), _mm512_castps128_ps512(two));
-  }
-  // 4 blocks of 16 columns: lanes k mod 8 in 0-1, 2-3, 4-5, 6-7
-  const __m128 four = _mm_loadu_ps(fs + c / 16);
-  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 0, 0, 1, 1, 2, 2, 3, 3), _mm512_castps128_ps512(four));
-}
-
-// The chunk's products by lane: the decoded vectors against x's chunk xc (P parts).
-template <int P>
-TP_BF16 __attribute__((always_inline)) inline __m512 chunk_products(__m512bh wa, __m512bh wv, const uint16_t* xc) {
-  const __m512bh a0 = (__m512bh)_mm512_loadu_si512(xc), b0 = (__m512bh)_mm512_loadu_si512(xc + P * 32);
-  if constexpr (P == 2) {
-    const __m512bh a1 = (__m512bh)_mm512_loadu_si512(xc + 32), b1 = (__m512bh)_mm512_loadu_si512(xc + 96);
-    return _mm512_add_ps(_mm512_dpbf16_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), wa, a0), wa, a1),
-                         _mm512_dpbf16_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), wv, b0), wv, b1));
+// A group's bytes at p: word l holds the nibbles of columns c + 4l .. c + 4l + 3, and vpermw takes an index's low 5
+// bits (bit 4 is the next nibble's; the table repeats). 128 columns: w[n] = nibble n of the 32 words. Half (32
+// bytes, broadcast to both halves, their 16-bit lanes shifted by 0 | 4 and 8 | 12): w[0] = nibbles 0 | 1, w[1] =
+// nibbles 2 | 3 of the 16 words. As layout_x lays x out.
+template <bool Half>
+TP_BF16 __attribute__((always_inline)) inline void decode_group(const uint8_t* p, __m512i table, __m512bh (&w)[4]) {
+  if constexpr (Half) {
+    const __m512i sa = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0x40004, 0x40004, 0x40004, 0x40004, 0x40004,
+                                         0x40004, 0x40004, 0x40004);
+    const __m512i sb = _mm512_add_epi16(sa, _mm512_set1_epi16(8));
+    const __m512i wb = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    w[0] = (__m512bh)_mm512_permutexvar_epi16(_mm512_srlv_epi16(wb, sa), table);
+    w[1] = (__m512bh)_mm512_permutexvar_epi16(_mm512_srlv_epi16(wb, sb), table);
   } else {
-    return _mm512_dpbf16_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), wa, a0), wv, b0);
+    const __m512i wb = _mm512_loadu_si512(p);
+    w[0] = (__m512bh)_mm512_permutexvar_epi16(wb, table);
+    w[1] = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(wb, 4), table);
+    w[2] = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(wb, 8), table);
+    w[3] = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(wb, 12), table);
   }
 }
 
-// Chunk c of RW rows (rb bytes apart) against x's chunk xc (P parts): t[j][TT] += (the chunk's products by lane) ×
-// the lanes' block scales (fs: the rows' F32 block scales, nb a row).
-template <int RW, int TT, int P>
-TP_BF16 __attribute__((always_inline)) inline void chunk_rows(const uint8_t* row0, int64_t rb, int64_t c,
-                                                              __m512i table, const float* fs, int64_t nb, bool mx,
-                                                              const uint16_t* xc, const char*& pf,
-                                                              __m512 (&t)[RW][2]) {
-  for (int64_t b = 0; b < RW * 32; b += 64) prefetch_weights(pf + b);
-  pf += RW * 32;
-#pragma GCC unroll 4
-  for (int j = 0; j < RW; ++j) {
-    __m512bh wa, wv;
-    decode_chunk(row0 + j * rb + c / 2, table, wa, wv);
-    t[j][TT] = _mm512_fmadd_ps(chunk_products<P>(wa, wv, xc), lane_scales(fs + j * nb, c, mx), t[j][TT]);
+// The group at column c's lane block scales from a row's F32 block scales fs. 128 columns: F32 lane k of the
+// products sums columns c + 8k .. c + 8k + 7, in NVFP4's block k / 2 and MXFP4's k / 4. Half: lane k sums columns
+// c + 8(k mod 8) + {0, 2, 4, 6} (k < 8) or {1, 3, 5, 7}, in block (k mod 8) / 2 or (k mod 8) / 4.
+template <bool Half>
+TP_BF16 __attribute__((always_inline)) inline __m512 lane_scales(const float* fs, int64_t c, bool mx) {
+  if constexpr (Half) {
+    if (mx) {
+      const __m128 two = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(fs + c / 32)));
+      return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1),
+                                   _mm512_castps128_ps512(two));
+    }
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 0, 0, 1, 1, 2, 2, 3, 3),
+                                 _mm512_castps128_ps512(_mm_loadu_ps(fs + c / 16)));
+  } else {
+    if (mx)
+      return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                                   _mm512_castps128_ps512(_mm_loadu_ps(fs + c / 32)));
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7),
+                                 _mm512_castps256_ps512(_mm256_loadu_ps(fs + c / 16)));
   }
 }
 
-// m > 1: chunk c of one row against MT rows of x (row i's chunk at xc + i · per_row), decoded once for them; each
-// row of x gets chunk_rows' operations (the same products, scales and t[i][TT] FMA).
-template <int MT, int TT, int P>
-TP_BF16 __attribute__((always_inline)) inline void chunk_xtile(const uint8_t* row, int64_t c, __m512i table,
-                                                               const float* fs, bool mx, const uint16_t* xc,
-                                                               int64_t per_row, __m512 (&t)[MT][2]) {
-  __m512bh wa, wv;
-  decode_chunk(row + c / 2, table, wa, wv);
-  const __m512 s = lane_scales(fs, c, mx);
+// The group's products by lane: its decoded vectors against x's group xg (P parts), one chain.
+template <int P, bool Half>
+TP_BF16 __attribute__((always_inline)) inline __m512 group_products(const __m512bh (&w)[4], const uint16_t* xg) {
+  __m512 s = _mm512_setzero_ps();
 #pragma GCC unroll 4
-  for (int i = 0; i < MT; ++i) t[i][TT] = _mm512_fmadd_ps(chunk_products<P>(wa, wv, xc + i * per_row), s, t[i][TT]);
+  for (int n = 0; n < kVectors<Half>; ++n)
+#pragma GCC unroll 2
+    for (int part = 0; part < P; ++part)
+      s = _mm512_dpbf16_ps(s, w[n], (__m512bh)_mm512_loadu_si512(xg + (n * P + part) * 32));
+  return s;
 }
 
-// Row r (block scales fs) against MT rows of x (xq, per_row apart): y[i · n_out] = the lane sum of row i's total ×
-// post — rows<1, P>'s chunks, totals and sum (store_row_sums: the same bits one row at a time or four), so a row of
-// x in a batch has the bits it has alone.
+// A row's groups in order, f.template operator()<TT, Half>(c) for each: whole groups into totals 0 and 1 in turn,
+// a last group of 64 columns into total 0. rows and row_xtile both walk this way: a row of x has one set of bits.
+template <typename F>
+TP_BF16 __attribute__((always_inline)) inline void for_groups(int64_t n_in, F&& f) {
+  int64_t c = 0;
+  for (; c + 256 <= n_in; c += 256) {
+    f.template operator()<0, false>(c);
+    f.template operator()<1, false>(c + 128);
+  }
+  if (c + 128 <= n_in) {
+    f.template operator()<0, false>(c);
+    c += 128;
+  }
+  if (c < n_in) f.template operator()<0, true>(c);
+}
+
+// m > 1: row r (block scales fs) against MT rows of x (xq, per_row apart), each group decoded once for them; row i
+// of x gets rows<1, P>'s operations (the same products, scales and t[i][TT] FMA), and y[i · n_out] = the lane sum
+// of its total × post (store_row_sums: the same bits one row at a time or four).
 template <int MT, int P>
 TP_BF16 void row_xtile(const PackedWeight& w, int64_t r, const float* fs, float post, const uint16_t* xq,
                        int64_t per_row, float* y, bool prefetch) {
-  const int64_t n_in = w.n_in;
   const uint8_t* row = w.data.data() + r * w.row_bytes();
   const bool mx = w.format == WeightFormat::Mxfp4;
   const __m512i table = e2m1_table();
   __m512 t[MT][2];
 #pragma GCC unroll 4
   for (int i = 0; i < MT; ++i) t[i][0] = t[i][1] = _mm512_setzero_ps();
-  int64_t c = 0;
-  for (; c + 128 <= n_in; c += 128) {
-    if (prefetch) prefetch_weights(reinterpret_cast<const char*>(row) + c / 2 + kPrefetchBytes);
-    chunk_xtile<MT, 0, P>(row, c, table, fs, mx, xq + (c / 64) * kChunkX<P>, per_row, t);
-    chunk_xtile<MT, 1, P>(row, c + 64, table, fs, mx, xq + (c / 64 + 1) * kChunkX<P>, per_row, t);
-  }
-  if (c < n_in) chunk_xtile<MT, 0, P>(row, c, table, fs, mx, xq + (c / 64) * kChunkX<P>, per_row, t);
+  for_groups(w.n_in, [&]<int TT, bool Half>(int64_t c) TP_BF16 __attribute__((always_inline)) {
+    if (prefetch && !Half) prefetch_weights(reinterpret_cast<const char*>(row) + c / 2 + kPrefetchBytes);
+    __m512bh wv[4];
+    decode_group<Half>(row + c / 2, table, wv);
+    const __m512 s = lane_scales<Half>(fs, c, mx);
+    const uint16_t* xg = xq + (c / 128) * kGroupX<P>;
+#pragma GCC unroll 4
+    for (int i = 0; i < MT; ++i) t[i][TT] = _mm512_fmadd_ps(group_products<P, Half>(wv, xg + i * per_row), s, t[i][TT]);
+  });
 #pragma GCC unroll 4
   for (int i = 0; i < MT; ++i) y[i * w.n_out] = _mm512_reduce_add_ps(_mm512_add_ps(t[i][0], t[i][1])) * post;
 }
 
-// Rows [r, r + RW) against one row of x (xq, layout_x<P>): y[j] = the lane sum of row j's total × post. Chunks
-// into t[j][0] and t[j][1] in turn.
+// Rows [r, r + RW) (block scales fs, nb a row) against one row of x (xq, layout_x<P>): y[j] = the lane sum of row
+// j's total × post.
 template <int RW, int P>
 TP_BF16 void rows(const PackedWeight& w, int64_t r, const float* fs, int64_t nb, float post, const uint16_t* xq,
                   float* y) {
-  const int64_t n_in = w.n_in, rb = w.row_bytes();
+  const int64_t rb = w.row_bytes();
   const uint8_t* row0 = w.data.data() + r * rb;
   const char* pf = reinterpret_cast<const char*>(row0) + RW * rb + kPrefetchBytes;
   const bool mx = w.format == WeightFormat::Mxfp4;
@@ -180,19 +202,24 @@ TP_BF16 void rows(const PackedWeight& w, int64_t r, const float* fs, int64_t nb,
   __m512 t[RW][2];
 #pragma GCC unroll 4
   for (int j = 0; j < RW; ++j) t[j][0] = t[j][1] = _mm512_setzero_ps();
-  int64_t c = 0;
-  for (; c + 128 <= n_in; c += 128) {
-    chunk_rows<RW, 0, P>(row0, rb, c, table, fs, nb, mx, xq + (c / 64) * kChunkX<P>, pf, t);
-    chunk_rows<RW, 1, P>(row0, rb, c + 64, table, fs, nb, mx, xq + (c / 64 + 1) * kChunkX<P>, pf, t);
-  }
-  if (c < n_in) chunk_rows<RW, 0, P>(row0, rb, c, table, fs, nb, mx, xq + (c / 64) * kChunkX<P>, pf, t);
+  for_groups(w.n_in, [&]<int TT, bool Half>(int64_t c) TP_BF16 __attribute__((always_inline)) {
+    for (int64_t b = 0; b < RW * (Half ? 32 : 64); b += 64) prefetch_weights(pf + b);
+    pf += RW * (Half ? 32 : 64);
+    const uint16_t* xg = xq + (c / 128) * kGroupX<P>;
+#pragma GCC unroll 4
+    for (int j = 0; j < RW; ++j) {
+      __m512bh wv[4];
+      decode_group<Half>(row0 + j * rb + c / 2, table, wv);
+      t[j][TT] = _mm512_fmadd_ps(group_products<P, Half>(wv, xg), lane_scales<Half>(fs + j * nb, c, mx), t[j][TT]);
+    }
+  });
   store_row_sums<RW>(t, post, y);
 }
 
 template <int P>
 void decode(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
   const bool mx = w.format == WeightFormat::Mxfp4;
-  const int64_t per_row = w.n_in / 64 * kChunkX<P>;
+  const int64_t per_row = (w.n_in + 127) / 128 * kGroupX<P>;
   thread_local std::vector<uint16_t> xq;
   xq.resize(size_t(m * per_row));
   for (int64_t i = 0; i < m; ++i) layout_x<P>(x + i * w.n_in, w.n_in, xq.data() + i * per_row);
