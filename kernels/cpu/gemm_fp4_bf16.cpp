@@ -17,6 +17,8 @@
 // kRows weight rows a pass share each group's x loads (their sums reduced 4 at a time, reduce_add4.h); with m > 1
 // each decoded group of a weight row serves kTileM rows of x (the pass's weight rows from L1 after the first tile),
 // with the operations of that row alone: a row of a batch has the bits it has alone.
+// The block scales (w.scale_bytes, apart from the rows) are prefetched as many rows ahead as the rows: from DRAM
+// (gemm_gguf_bench 1 41 0 nvfp4+x16, Zen 5) 576x576 NVFP4 took 10.3 us without it, 8.0 with (6.0 from cache).
 #include <algorithm>
 #include <vector>
 
@@ -231,10 +233,18 @@ void decode(const float* x, int64_t m, const PackedWeight& w, float* y, int n_th
   {
     const auto [r0, r1] = thread_rows(w.n_out, kRows, omp_get_thread_num(), omp_get_num_threads());
     prefetch_range_start(w.data.data() + r0 * w.row_bytes(), kPrefetchBytes, (r1 - r0) * w.row_bytes());
+    // The scale bytes lie apart from the rows: prefetched as far ahead in rows as the rows are.
+    const int64_t ahead = kPrefetchBytes / w.row_bytes() + kRows;
+    const uint8_t* sb = w.scale_bytes.data();
+    prefetch_range_start(sb + r0 * nb, ahead * nb, (r1 - r0) * nb);
     thread_local std::vector<float> fs;  // the pass's rows' block scales in F32
     fs.resize(size_t(kRows * nb));
     for (int64_t r = r0; r < r1; r += kRows) {
       const int n = int(std::min<int64_t>(kRows, r1 - r));
+      if (r + ahead < r1) {
+        const int64_t p0 = (r + ahead) * nb, p1 = std::min(r1, r + ahead + kRows) * nb;
+        for (int64_t b = p0 & ~int64_t(63); b < p1; b += 64) prefetch_weights(sb + b);
+      }
       fp4_scales(w.scale_bytes.data() + r * nb, n * nb, mx, fs.data());  // the rows' scales lie together
       if (m == 1) {
         if (n == kRows) {
