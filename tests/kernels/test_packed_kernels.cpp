@@ -682,8 +682,11 @@ TEST(PackedKernels, A16VnniFp4ScaleEdges) {
 TEST(PackedKernels, Fp4Bf16DecodeMatchesReferenceAndRowsAlone) {
   if (packed_best_isa() != PackedIsa::Avx512 || !cpu_has_avx512bf16()) GTEST_SKIP() << "no AVX512-BF16 here";
   using F = WeightFormat;
+  // Rows walked in 128-column groups, two at a time (kernel's totals 0 and 1), then a single one, then a last 64
+  // columns: 576 = 2 pairs + 64, 1536 = 6 pairs, 448 = a pair + one + 64, 384 = a pair + one, 128 = one, 64.
   std::vector<Case> cs = {Case{"mxfp4_576", F::Mxfp4, 35, 576}, Case{"nvfp4_1536", F::Nvfp4, 19, 1536},
-                          Case{"nvfp4_128", F::Nvfp4, 6, 128}, Case{"mxfp4_64", F::Mxfp4, 9, 64}};
+                          Case{"nvfp4_448", F::Nvfp4, 7, 448},  Case{"mxfp4_384", F::Mxfp4, 5, 384},
+                          Case{"nvfp4_128", F::Nvfp4, 6, 128},  Case{"mxfp4_64", F::Mxfp4, 9, 64}};
   for (size_t i = 0, n = cs.size(); i < n; ++i) {  // and with BF16 activations (x one BF16 part)
     Case c = cs[i];
     c.name += "_x_bf16";
