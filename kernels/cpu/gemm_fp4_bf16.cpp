@@ -40,9 +40,12 @@ namespace {
 #define TP_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,bmi2,f16c")))
 
 constexpr int64_t kPrefetchBytes = 8192;  // as gemm_int4_bf16.cpp
-// Weight rows a pass. 8 ran 576-column rows 4-6% faster than 4 from cache on Zen 5, but the model's decode from
-// DRAM was not faster (NVFP4 tg64 232-241 vs 240-247 tok/s, MXFP4 243-253 vs 245-248, alternated 3 times): 4.
-constexpr int kRows = 4;
+// Weight rows a pass. With the 64-column step 8 ran 576-column rows 4-6% faster than 4 from cache on Zen 5 but
+// the model no faster from DRAM; with the 128-column step (2026-12-04, `decode_bench --model ct-nvfp4|ct-mxfp4
+// --threads 1 --pp 16 --tg 64 --reps 3`, alternated 6 times) NVFP4 tg64 238-264 (5 of 6 above 251) vs 239-254,
+// MXFP4 249-271 vs 233-265 tok/s; from cache 576x576 / 1536x576 / 576x1536 5.9-6.0 / 15.0-15.4 / 11.8-12.2 µs vs
+// 6.2-6.5 / 15.8-16.5 / 12.0-12.9 (2 rows: 9.3-9.5 / 24.4-24.6 / 15.0): 8.
+constexpr int kRows = 8;
 constexpr int kTileM = 4;  // m > 1: rows of x sharing each decoded group (row_xtile)
 // BF16 values of x a 128-column group: vector n = 0..3 (x(c + 4l + n), lane l < 32) as its P parts (P = 2: x ≈
 // part 0 + part 1; P = 1: x exact in BF16, w.act_bf16, so part 1 would be 0).
