@@ -673,12 +673,13 @@ TEST(PackedKernels, A16VnniFp4ScaleEdges) {
 }
 
 // MXFP4 / NVFP4 decode on AVX512-BF16 (gemm_fp4_bf16.cpp; fp4_linear's decode on AMD, prefer_bf16_a16): the
-// suite's bound against the reference for rows of x at both ends of the exponent range, at 1 and 2 threads,
-// weight row counts (35, 19, 7, 5, 6, 9) that leave 3, 3, 7, 5, 6 and 1 rows past the last pass of 8; a row of x in a batch (m 2..37) gives the
-// bits it gives alone; a zero row gives 0 and a row with a NaN or an infinity gives NaN; the scale bytes at their edges (E8M0 0
-// and 255, E4M3 subnormals, 0 and NaN) as in A16VnniFp4ScaleEdges; declines n_in not a multiple of 64 and
-// activation quantization. All again with BF16 activations (x one part): x is passed unrounded, the kernel's
-// vcvtneps2bf16 rounds it as the reference does (the same for normal values: no subnormal x here).
+// suite's bound against the reference for rows of x at both ends of the exponent range, at 1 and 2 threads, weight
+// row counts (35, 19, 7, 5, 6, 9) that leave 3, 3, 7, 5, 6 and 1 rows past the last pass of 8; a row of x in a
+// batch (m 2..37) gives the bits it gives alone; a zero row gives 0 and a row with a NaN or an infinity gives NaN;
+// the scale bytes at their edges (E8M0 0 and 255, E4M3 subnormals, 0 and NaN) as in A16VnniFp4ScaleEdges; declines
+// n_in not a multiple of 64 and activation quantization. All again with BF16 activations (x one part): x is passed
+// unrounded, the kernel's vcvtneps2bf16 rounds it as the reference does (the same for normal values: no subnormal
+// x here).
 TEST(PackedKernels, Fp4Bf16DecodeMatchesReferenceAndRowsAlone) {
   if (packed_best_isa() != PackedIsa::Avx512 || !cpu_has_avx512bf16()) GTEST_SKIP() << "no AVX512-BF16 here";
   using F = WeightFormat;
