@@ -25,6 +25,7 @@
 #include "common/error.h"
 #include "common/fp_formats.h"
 #include "common/packed_weight.h"
+#include "kernels/cpu/fp4_rows16.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/packed_kernels.h"
 #include "kernels/cpu/packed_linear.h"
@@ -672,22 +673,10 @@ TEST(PackedKernels, A16VnniFp4ScaleEdges) {
   check_fp4_scale_edges(a16_vnni_linear);
 }
 
-// MXFP4 / NVFP4 decode on AVX512-BF16 (gemm_fp4_bf16.cpp; fp4_linear's decode on AMD, prefer_bf16_a16): the
-// suite's bound against the reference for rows of x at both ends of the exponent range, at 1 and 2 threads, weight
-// row counts (35, 19, 7, 5, 6, 9) that leave 3, 3, 7, 5, 6 and 1 rows past the last pass of 8; a row of x in a
-// batch (m 2..37) gives the bits it gives alone; a zero row gives 0 and a row with a NaN or an infinity gives NaN;
-// the scale bytes at their edges (E8M0 0 and 255, E4M3 subnormals, 0 and NaN) as in A16VnniFp4ScaleEdges; declines
-// n_in not a multiple of 64 and activation quantization. All again with BF16 activations (x one part): x is passed
-// unrounded, the kernel's vcvtneps2bf16 rounds it as the reference does (the same for normal values: no subnormal
-// x here).
-TEST(PackedKernels, Fp4Bf16DecodeMatchesReferenceAndRowsAlone) {
-  if (packed_best_isa() != PackedIsa::Avx512 || !cpu_has_avx512bf16()) GTEST_SKIP() << "no AVX512-BF16 here";
-  using F = WeightFormat;
-  // Rows walked in 128-column groups, two at a time (kernel's totals 0 and 1), then a single one, then a last 64
-  // columns: 576 = 2 pairs + 64, 1536 = 6 pairs, 448 = a pair + one + 64, 384 = a pair + one, 128 = one, 64.
-  std::vector<Case> cs = {Case{"mxfp4_576", F::Mxfp4, 35, 576}, Case{"nvfp4_1536", F::Nvfp4, 19, 1536},
-                          Case{"nvfp4_448", F::Nvfp4, 7, 448},  Case{"mxfp4_384", F::Mxfp4, 5, 384},
-                          Case{"nvfp4_128", F::Nvfp4, 6, 128},  Case{"mxfp4_64", F::Mxfp4, 9, 64}};
+// An FP4 decode kernel on cases cs and again with BF16 activations (x one BF16 part): the suite's bound against the
+// reference for the ordinary rows of x together and for a tiny (row 5) and a huge (row 6) row each, at 1 and 2
+// threads; a row of x in a batch (m 2..37) gives the bits it gives alone; check_special_rows.
+void check_fp4_decode(std::vector<Case> cs, DecodeKernel kernel) {
   for (size_t i = 0, n = cs.size(); i < n; ++i) {  // and with BF16 activations (x one BF16 part)
     Case c = cs[i];
     c.name += "_x_bf16";
@@ -705,7 +694,7 @@ TEST(PackedKernels, Fp4Bf16DecodeMatchesReferenceAndRowsAlone) {
     for (int threads : {1, 2}) {
       std::vector<float> alone(ref.size(), -1e30f);
       for (int64_t i = 0; i < m_max; ++i)
-        ASSERT_TRUE(fp4_bf16_decode(x.data() + i * c.n_in, 1, w, alone.data() + i * c.n_out, threads)) << c.name;
+        ASSERT_TRUE(kernel(x.data() + i * c.n_in, 1, w, alone.data() + i * c.n_out, threads)) << c.name;
       std::vector<float> ys, rs;  // the ordinary rows together; the tiny and huge ones each on its own
       for (int64_t i = 0; i < m_max; ++i) {
         const std::vector<float> yi(alone.begin() + i * c.n_out, alone.begin() + (i + 1) * c.n_out);
@@ -718,21 +707,84 @@ TEST(PackedKernels, Fp4Bf16DecodeMatchesReferenceAndRowsAlone) {
         }
       }
       EXPECT_LE(nmse_of(ys, rs), kMaxNmse) << c.name << " threads " << threads;
-      for (int64_t m : {2, 3, 5, 9, 16, 37}) {
+      for (int64_t m : {2, 3, 5, 8, 9, 16, 37}) {
         std::vector<float> y(size_t(m * c.n_out), -1e30f);
-        ASSERT_TRUE(fp4_bf16_decode(x.data(), m, w, y.data(), threads));
+        ASSERT_TRUE(kernel(x.data(), m, w, y.data(), threads));
         for (int64_t k = 0; k < m * c.n_out; ++k)
           ASSERT_EQ(y[size_t(k)], alone[size_t(k)]) << c.name << " m " << m << " row " << k / c.n_out;
       }
     }
-    check_special_rows(c, w, x, fp4_bf16_decode);
+    check_special_rows(c, w, x, kernel);
   }
+}
+
+// MXFP4 / NVFP4 decode on AVX512-BF16 (gemm_fp4_bf16.cpp; fp4_linear's decode on AMD, prefer_bf16_a16): the
+// suite's bound against the reference for rows of x at both ends of the exponent range, at 1 and 2 threads, weight
+// row counts (35, 19, 7, 5, 6, 9) that leave 3, 3, 7, 5, 6 and 1 rows past the last pass of 8; a row of x in a
+// batch (m 2..37) gives the bits it gives alone; a zero row gives 0 and a row with a NaN or an infinity gives NaN;
+// the scale bytes at their edges (E8M0 0 and 255, E4M3 subnormals, 0 and NaN) as in A16VnniFp4ScaleEdges; declines
+// n_in not a multiple of 64 and activation quantization. All again with BF16 activations (x one part): x is passed
+// unrounded, the kernel's vcvtneps2bf16 rounds it as the reference does (the same for normal values: no subnormal
+// x here).
+TEST(PackedKernels, Fp4Bf16DecodeMatchesReferenceAndRowsAlone) {
+  if (packed_best_isa() != PackedIsa::Avx512 || !cpu_has_avx512bf16()) GTEST_SKIP() << "no AVX512-BF16 here";
+  using F = WeightFormat;
+  // Rows walked in 128-column groups, two at a time (kernel's totals 0 and 1), then a single one, then a last 64
+  // columns: 576 = 2 pairs + 64, 1536 = 6 pairs, 448 = a pair + one + 64, 384 = a pair + one, 128 = one, 64.
+  std::vector<Case> cs = {Case{"mxfp4_576", F::Mxfp4, 35, 576}, Case{"nvfp4_1536", F::Nvfp4, 19, 1536},
+                          Case{"nvfp4_448", F::Nvfp4, 7, 448},  Case{"mxfp4_384", F::Mxfp4, 5, 384},
+                          Case{"nvfp4_128", F::Nvfp4, 6, 128},  Case{"mxfp4_64", F::Mxfp4, 9, 64}};
+  check_fp4_decode(cs, fp4_bf16_decode);
   for (const Case& c : {Case{"nvfp4_48", F::Nvfp4, 8, 48}, Case{"mxfp4_96", F::Mxfp4, 8, 96}}) {
     const PackedWeight w = make(c, 5);
     std::vector<float> x = normal_rows(1, c.n_in), y(size_t(c.n_out));
     EXPECT_FALSE(fp4_bf16_decode(x.data(), 1, w, y.data(), 1)) << c.name;
   }
   check_fp4_scale_edges(fp4_bf16_decode);
+}
+
+// The GEMM-form FP4 decode (fp4_rows16.h, gemm_fp4_rows16.cpp) through the DecodeKernel signature: w repacked each
+// call (the tests only).
+bool rows16_decode(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
+  return fp4_rows16_linear(x, m, fp4_rows16_from(w), y, n_threads);
+}
+
+// The GEMM-form FP4 decode: the suite's bound against the reference (rows of x at both ends of the exponent range
+// apart), at 1 and 2 threads, row counts that fill 16-row blocks and leave 1-15 rows in a last one (35, 19, 16, 5,
+// 1), one to 48 column chunks of 8; a row of x in a batch (m 2..37, passes of 8 rows of x) gives the bits it gives
+// alone; zero / NaN / infinity rows as the row-major kernel; F32 and BF16 x. Declines (false) scale bytes the fast
+// conversion does not take (MXFP4 0 and 255, E4M3 NaN) and takes E4M3 0 and subnormals; refuses n_in not a
+// multiple of 32 and other formats.
+TEST(PackedKernels, Fp4Rows16MatchesReferenceAndRowsAlone) {
+  if (packed_best_isa() != PackedIsa::Avx512 || !cpu_has_avx512bf16()) GTEST_SKIP() << "no AVX512-BF16 here";
+  using F = WeightFormat;
+  const std::vector<Case> cs = {Case{"mxfp4_576", F::Mxfp4, 35, 576}, Case{"nvfp4_1536", F::Nvfp4, 19, 1536},
+                                Case{"nvfp4_64", F::Nvfp4, 16, 64},   Case{"mxfp4_32", F::Mxfp4, 5, 32},
+                                Case{"nvfp4_96", F::Nvfp4, 1, 96}};
+  for (const Case& c : cs) ASSERT_FALSE(fp4_rows16_from(make(c, 37)).scale_edges) << c.name;  // the fast path runs
+  check_fp4_decode(cs, rows16_decode);
+  // Scale bytes at their edges.
+  for (const Case& c : {Case{"mxfp4", F::Mxfp4, 8, 256}, Case{"nvfp4", F::Nvfp4, 8, 256}}) {
+    const bool mx = c.format == F::Mxfp4;
+    const std::vector<uint8_t> taken = mx ? std::vector<uint8_t>{1, 200}  // 2^-126, 2^73
+                                          : std::vector<uint8_t>{0x00, 0x01, 0x07, 0x80, 0x87};  // 0, subnormals
+    const std::vector<uint8_t> declined = mx ? std::vector<uint8_t>{0, 255} : std::vector<uint8_t>{0x7f, 0xff};
+    PackedWeight w = make(c, 17);
+    const int64_t nb = c.n_in / (mx ? 32 : 16);
+    for (size_t k = 0; k < taken.size(); ++k) w.scale_bytes[size_t(int64_t(k) * nb + 1)] = taken[k];  // row k, block 1
+    std::vector<float> x = normal_rows(1, c.n_in), y(size_t(c.n_out)), ref(size_t(c.n_out));
+    packed_linear_reference(x.data(), 1, w, ref.data(), 1);
+    ASSERT_TRUE(rows16_decode(x.data(), 1, w, y.data(), 1)) << c.name;
+    EXPECT_LE(nmse_of(y, ref), kMaxNmse) << c.name;
+    for (const uint8_t b : declined) {
+      PackedWeight e = copy_packed_weight(w);
+      e.scale_bytes[3] = b;
+      EXPECT_TRUE(fp4_rows16_from(e).scale_edges) << c.name << " byte " << int(b);
+      EXPECT_FALSE(rows16_decode(x.data(), 1, e, y.data(), 1)) << c.name << " byte " << int(b);
+    }
+  }
+  EXPECT_THROW(fp4_rows16_from(make(Case{"nvfp4_48", F::Nvfp4, 8, 48}, 5)), Error);
+  EXPECT_THROW(fp4_rows16_from(make(Case{"int4", F::Int4, 8, 64, 32}, 5)), Error);
 }
 
 // FP8 decode on Intel (gemm_fp8_f16.cpp: E4M3 bytes moved into F16s, vcvtph2ps, F32 FMAs): it runs for tensor /

@@ -1,0 +1,179 @@
+// MXFP4 / NVFP4 decode in GEMM form on AVX512-BF16 (fp4_rows16.h). Per block of 16 weight rows and 8 columns at
+// k0: one 64-byte load, shifted right by 0 / 4 / 8 / 12 bits and looked up by vpermw in the e2m1 table (an index's
+// low 5 bits; bit 4 is the next nibble's and the table repeats, as gemm_fp4_bf16.cpp), gives 4 vectors; vector n's
+// BF16 lanes (2r, 2r + 1) hold row r's columns (k0 + 2n, k0 + 2n + 1), so vdpbf16ps against x's BF16 pair for
+// those columns, broadcast, adds both products into F32 lane r. x is one BF16 part (act_bf16) or two (x ≈ p0 +
+// p1, 16 significant bits), pairs laid out once a call. Per block of 16 (NVFP4) or 32 (MXFP4) columns each row of x
+// sums its chain into a block total, × the 16 rows' scales (E4M3 × 2⁻⁸ through an F16, or E8M0 shifted into an
+// F32's exponent, as fp4_scales.h) into the running total; y = total × post (NVFP4: 2⁸ · global scale). kTileM
+// rows of x share each decoded vector; a row's operations do not depend on the tile, so batch rows equal rows
+// alone. W (and its scales) software-prefetched kPrefetchBytes ahead, as the row-major kernels.
+#include <algorithm>
+#include <vector>
+
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#include <omp.h>
+
+#include "common/error.h"
+#include "kernels/cpu/bf16_parts.h"
+#include "kernels/cpu/fp4_rows16.h"
+#include "kernels/cpu/gemv.h"
+#include "kernels/cpu/packed_kernels.h"
+
+namespace tp::cpu {
+
+namespace {
+
+using detail::bf16_parts;
+using detail::prefetch_weights;
+
+#define TP_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,bmi2,f16c")))
+
+constexpr int kTileM = 8;  // rows of x a pass (16: their block totals and totals no longer fit the registers)
+constexpr int64_t kPrefetchBytes = 4096;
+
+// x [m, n_in] -> per row, P parts of n_in / 2 BF16 pairs (pair j = columns 2j, 2j + 1): row i part p at
+// (i · P + p) · n_in / 2.
+template <int P>
+TP_BF16 void x_pairs(const float* x, int64_t m, int64_t n_in, uint32_t* xp) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t k = 0; k < n_in; k += 16) {
+      __m256i p0, p1;
+      bf16_parts(_mm512_loadu_ps(x + i * n_in + k), p0, p1);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(xp + (i * P) * (n_in / 2) + k / 2), p0);
+      if constexpr (P == 2) _mm256_storeu_si256(reinterpret_cast<__m256i*>(xp + (i * P + 1) * (n_in / 2) + k / 2), p1);
+    }
+}
+
+TP_BF16 inline __m512i e2m1_table() {
+  const __m512 v = _mm512_setr_ps(0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6);
+  return (__m512i)_mm512_cvtne2ps_pbh(v, v);
+}
+
+// The 16 rows' scales of one block from their 16 bytes (no edge bytes: Fp4Rows16::scale_edges false).
+TP_BF16 __attribute__((always_inline)) inline __m512 block_scales(const uint8_t* sb, bool mx) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb));
+  if (mx) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu8_epi32(b), 23));
+  const __m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7), _mm256_set1_epi16(short(0xbfff)));
+  return _mm512_cvtph_ps(h);
+}
+
+// Row block rb against MT rows of x (xp: their pairs, P parts, n_in / 2 a part): y[i · n_out + 16 rb + r].
+template <int MT, int P>
+TP_BF16 void row_block(const Fp4Rows16& w, int64_t rb, const uint32_t* xp, float post, float* y, bool prefetch) {
+  const int64_t n_in = w.n_in, half = n_in / 2, chunks = n_in / 8, bc = w.block_cols() / 8;  // chunks a block
+  const bool mx = w.format == WeightFormat::Mxfp4;
+  const uint8_t* wd = w.data.data() + rb * chunks * 64;
+  const uint8_t* sb = w.scale_bytes.data() + rb * (n_in / w.block_cols()) * 16;
+  const __m512i table = e2m1_table();
+  __m512 tot[MT];
+#pragma GCC unroll 8
+  for (int i = 0; i < MT; ++i) tot[i] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < chunks / bc; ++b) {
+    __m512 a[MT];
+#pragma GCC unroll 8
+    for (int i = 0; i < MT; ++i) a[i] = _mm512_setzero_ps();
+    for (int64_t h = 0; h < bc; ++h) {
+      const int64_t ch = b * bc + h;
+      if (prefetch) prefetch_weights(wd + ch * 64 + kPrefetchBytes);
+      const __m512i wb = _mm512_loadu_si512(wd + ch * 64);
+      __m512bh v[4];
+      v[0] = (__m512bh)_mm512_permutexvar_epi16(wb, table);
+      v[1] = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(wb, 4), table);
+      v[2] = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(wb, 8), table);
+      v[3] = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(wb, 12), table);
+#pragma GCC unroll 4
+      for (int n = 0; n < 4; ++n)
+#pragma GCC unroll 8
+        for (int i = 0; i < MT; ++i)
+#pragma GCC unroll 2
+          for (int p = 0; p < P; ++p)
+            a[i] = _mm512_dpbf16_ps(a[i], v[n], (__m512bh)_mm512_set1_epi32(int(xp[(i * P + p) * half + ch * 4 + n])));
+    }
+    if (prefetch && b % 4 == 0) prefetch_weights(sb + b * 16 + kPrefetchBytes / 8);
+    const __m512 s = block_scales(sb + b * 16, mx);
+#pragma GCC unroll 8
+    for (int i = 0; i < MT; ++i) tot[i] = _mm512_fmadd_ps(a[i], s, tot[i]);
+  }
+  const int64_t r0 = rb * 16;
+  const __mmask16 rows = __mmask16(_bzhi_u32(0xffff, unsigned(std::min<int64_t>(16, w.n_out - r0))));
+#pragma GCC unroll 8
+  for (int i = 0; i < MT; ++i) _mm512_mask_storeu_ps(y + i * w.n_out + r0, rows, _mm512_mul_ps(tot[i], _mm512_set1_ps(post)));
+}
+
+template <int P>
+void run(const float* x, int64_t m, const Fp4Rows16& w, float* y, int n_threads) {
+  thread_local std::vector<uint32_t> xp;
+  xp.resize(size_t(m * P * (w.n_in / 2)));
+  x_pairs<P>(x, m, w.n_in, xp.data());
+  const float post = w.format == WeightFormat::Mxfp4 ? 1.0f : 256.0f * w.global_scale;
+  const int64_t per_row = P * (w.n_in / 2);
+  const bool parallel = n_threads > 1 && detail::worth_parallel(int64_t(w.data.size()) * m);
+  const uint32_t* xs = xp.data();
+#pragma omp parallel num_threads(n_threads) if (parallel)
+  {
+    const auto [b0, b1] = detail::thread_rows(w.row_blocks(), 1, omp_get_thread_num(), omp_get_num_threads());
+    if (b1 > b0) detail::prefetch_range_start(w.data.data() + b0 * (w.n_in / 8) * 64, kPrefetchBytes, (b1 - b0) * (w.n_in / 8) * 64);
+    for (int64_t rb = b0; rb < b1; ++rb)
+      for (int64_t i0 = 0; i0 < m; i0 += kTileM) {
+        const uint32_t* xi = xs + i0 * per_row;
+        float* yi = y + i0 * w.n_out;
+        const bool pf = i0 == 0;
+        switch (std::min<int64_t>(kTileM, m - i0)) {
+          case 1: row_block<1, P>(w, rb, xi, post, yi, pf); break;
+          case 2: row_block<2, P>(w, rb, xi, post, yi, pf); break;
+          case 3: row_block<3, P>(w, rb, xi, post, yi, pf); break;
+          case 4: row_block<4, P>(w, rb, xi, post, yi, pf); break;
+          case 5: row_block<5, P>(w, rb, xi, post, yi, pf); break;
+          case 6: row_block<6, P>(w, rb, xi, post, yi, pf); break;
+          case 7: row_block<7, P>(w, rb, xi, post, yi, pf); break;
+          default: row_block<8, P>(w, rb, xi, post, yi, pf); break;
+        }
+      }
+  }
+}
+
+}  // namespace
+
+Fp4Rows16 fp4_rows16_from(const PackedWeight& w) {
+  const bool mx = w.format == WeightFormat::Mxfp4;
+  if ((!mx && w.format != WeightFormat::Nvfp4) || w.act != ActQuant::None)
+    throw Error("fp4_rows16_from: not an MXFP4 / NVFP4 weight-only weight");
+  if (w.n_in % 32 != 0) throw Error("fp4_rows16_from: n_in " + std::to_string(w.n_in) + " is not a multiple of 32");
+  Fp4Rows16 o;
+  o.format = w.format;
+  o.n_out = w.n_out;
+  o.n_in = w.n_in;
+  o.global_scale = w.global_scale;
+  o.act_bf16 = w.act_bf16;
+  const int64_t nrb = o.row_blocks(), chunks = w.n_in / 8, rb_bytes = w.row_bytes(), nb = w.n_in / o.block_cols();
+  o.data.assign(size_t(nrb * chunks * 64), 0);
+  o.scale_bytes.assign(size_t(nrb * nb * 16), mx ? 127 : 0);
+  for (int64_t r = 0; r < w.n_out; ++r) {
+    const uint8_t* row = w.data.data() + r * rb_bytes;
+    const int64_t rb = r / 16, rr = r % 16;
+    for (int64_t k = 0; k < w.n_in; ++k) {
+      const int code = (row[k / 2] >> (4 * (k % 2))) & 15;
+      const int64_t ch = k / 8, n = (k % 8) / 2, t = k % 2;
+      const int64_t word = rb * chunks * 32 + ch * 32 + 2 * rr + t;
+      o.data[size_t(word * 2 + n / 2)] |= uint8_t(code << (4 * (n % 2)));
+    }
+    for (int64_t b = 0; b < nb; ++b) o.scale_bytes[size_t((rb * nb + b) * 16 + rr)] = w.scale_bytes[size_t(r * nb + b)];
+  }
+  for (const uint8_t b : w.scale_bytes)  // the bytes fp4_scales.h's fast conversion does not take
+    o.scale_edges = o.scale_edges || (mx ? b == 0 || b == 255 : (b & 0x7f) == 0x7f);
+  return o;
+}
+
+bool fp4_rows16_linear(const float* x, int64_t m, const Fp4Rows16& w, float* y, int n_threads) {
+  if (!detail::cpu_has_avx512bf16() || w.scale_edges) return false;
+  if (w.act_bf16)
+    run<1>(x, m, w, y, n_threads);
+  else
+    run<2>(x, m, w, y, n_threads);
+  return true;
+}
+
+}  // namespace tp::cpu
