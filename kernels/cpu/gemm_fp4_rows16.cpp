@@ -32,7 +32,10 @@ using detail::prefetch_weights;
 #define TP_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,bmi2,f16c")))
 
 constexpr int kTileM = 8;  // rows of x a pass (16: their block totals and totals no longer fit the registers)
-constexpr int64_t kPrefetchBytes = 4096;
+// From DRAM (gemm_gguf_bench 1 41 0 nvfp4+r16x16, Zen 5, 2026-12-04), 576x576 / 1536x576 / 576x1536 µs: 2048 ahead
+// 7.5-7.6 / 18.7-19.0 / 18.5-19.0, 4096 6.7-6.8 / 16.4-16.9 / 16.3-16.5, 8192 6.1-6.4 / 14.2-16.6 / 14.2-15.1,
+// 16384 6.4 / 14.5-15.4 / 13.9-15.3.
+constexpr int64_t kPrefetchBytes = 8192;
 
 // x [m, n_in] -> per row, P parts of n_in / 2 BF16 pairs (pair j = columns 2j, 2j + 1): row i part p at
 // (i · P + p) · n_in / 2.
