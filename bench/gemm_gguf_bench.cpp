@@ -120,12 +120,17 @@ double time_calls(const Fmt& f, const cpu::Weight* ws, const cpu::Fp4Rows16* rs,
   while (t - t0 < 0.1) {
     for (int i = 0; i < 8; ++i, ++n) {
       const cpu::Weight& w = ws[k % n_ws];
-      if (f.rows16)
-        cpu::fp4_rows16_linear(x.data(), m, rs[k % n_ws], y.data(), cpu::num_threads());
-      else if (f.slab > 0)
+      if (f.rows16) {
+        if (!cpu::fp4_rows16_linear(x.data(), m, rs[k % n_ws], y.data(), cpu::num_threads())) {
+          std::fprintf(stderr, "%s: the GEMM-form kernel declined (no AVX512-BF16 here, or edge scale bytes)\n",
+                       f.name.c_str());
+          std::exit(2);  // a timed no-op would read as a figure
+        }
+      } else if (f.slab > 0) {
         cpu::detail::gemm_gguf_bf16(x.data(), m, w.packed(), y.data(), cpu::num_threads(), f.slab);
-      else
+      } else {
         cpu::linear(x.data(), m, w, y.data(), f.impl);
+      }
       ++k;
     }
     t = now();

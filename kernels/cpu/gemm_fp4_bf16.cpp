@@ -52,9 +52,6 @@ constexpr int kTileM = 4;  // m > 1: rows of x sharing each decoded group (row_x
 template <int P>
 constexpr int64_t kGroupX = 4 * P * 32;
 
-// One row of x (n_in a multiple of 64) -> xq[ceil(n_in / 128) · kGroupX<P>], 32-lane vectors as P parts each (part
-// p of vector s at (s · P + p) · 32). A group of 128 columns at c: vector n < 4, lane l = x(c + 4l + n). A last
-// group of 64 columns: vector 0 = [x(c + 4l), l < 16 | x(c + 4l + 1)], vector 1 = [x(c + 4l + 2) | x(c + 4l + 3)].
 // 16 lanes: x(c0 + 4l + n), l < 16, from the 64 values v[0..3] at c0.
 TP_BF16 __attribute__((always_inline)) inline __m512 strided(const __m512* v, int n) {
   const __m512i idx = _mm512_add_epi32(_mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 0, 0, 0, 0, 0, 0, 0),
@@ -62,6 +59,9 @@ TP_BF16 __attribute__((always_inline)) inline __m512 strided(const __m512* v, in
   return _mm512_shuffle_f32x4(_mm512_permutex2var_ps(v[0], idx, v[1]), _mm512_permutex2var_ps(v[2], idx, v[3]), 0x44);
 }
 
+// One row of x (n_in a multiple of 64) -> xq[ceil(n_in / 128) · kGroupX<P>], 32-lane vectors as P parts each (part
+// p of vector s at (s · P + p) · 32). A group of 128 columns at c: vector n < 4, lane l = x(c + 4l + n). A last
+// group of 64 columns: vector 0 = [x(c + 4l), l < 16 | x(c + 4l + 1)], vector 1 = [x(c + 4l + 2) | x(c + 4l + 3)].
 template <int P>
 TP_BF16 void layout_x(const float* x, int64_t n_in, uint16_t* xq) {
   // Vector s's parts from its two 16-lane halves a (lanes 0-15) and b.

@@ -20,7 +20,6 @@
 #include "kernels/cpu/bf16_parts.h"
 #include "kernels/cpu/fp4_rows16.h"
 #include "kernels/cpu/gemv.h"
-#include "kernels/cpu/packed_kernels.h"
 
 namespace tp::cpu {
 
@@ -118,7 +117,8 @@ void run(const float* x, int64_t m, const Fp4Rows16& w, float* y, int n_threads)
 #pragma omp parallel num_threads(n_threads) if (parallel)
   {
     const auto [b0, b1] = detail::thread_rows(w.row_blocks(), 1, omp_get_thread_num(), omp_get_num_threads());
-    if (b1 > b0) detail::prefetch_range_start(w.data.data() + b0 * (w.n_in / 8) * 64, kPrefetchBytes, (b1 - b0) * (w.n_in / 8) * 64);
+    const int64_t block_bytes = w.n_in / 8 * 64;  // a row block's
+    if (b1 > b0) detail::prefetch_range_start(w.data.data() + b0 * block_bytes, kPrefetchBytes, (b1 - b0) * block_bytes);
     for (int64_t rb = b0; rb < b1; ++rb)
       for (int64_t i0 = 0; i0 < m; i0 += kTileM) {
         const uint32_t* xi = xs + i0 * per_row;

@@ -750,8 +750,8 @@ bool rows16_decode(const float* x, int64_t m, const PackedWeight& w, float* y, i
 }
 
 // The GEMM-form FP4 decode: the suite's bound against the reference (rows of x at both ends of the exponent range
-// apart), at 1 and 2 threads, row counts that fill 16-row blocks and leave 1-15 rows in a last one (35, 19, 16, 5,
-// 1), one to 48 column chunks of 8; a row of x in a batch (m 2..37, passes of 8 rows of x) gives the bits it gives
+// apart), at 1 and 2 threads, row counts 35, 19, 16, 5 and 1 (a last 16-row block holding 3, 3, 16, 5 and 1 rows),
+// 4 to 192 column chunks of 8; a row of x in a batch (m 2..37, passes of 8 rows of x) gives the bits it gives
 // alone; zero / NaN / infinity rows as the row-major kernel; F32 and BF16 x. Declines (false) scale bytes the fast
 // conversion does not take (MXFP4 0 and 255, E4M3 NaN) and takes E4M3 0 and subnormals; refuses n_in not a
 // multiple of 32 and other formats.
