@@ -13,9 +13,10 @@
 // NAME+tile the int8 tile at every m, NAME+bf16 W dequantized to BF16 in slabs of 256 rows + oneDNN,
 // NAME+bf16w the same with all of W dequantized at once, NAME+bf16sN slabs of N rows; NAME alone: linear()'s
 // choice. Any weight-only format but GGUF's may carry +x16: x rounded to BF16 (the BF16 runtime's activations,
-// PackedWeight::act_bf16) instead of F32. mxfp4 / nvfp4 may carry +r16 (F32 x) or +r16x16 (BF16 x): the GEMM-form
-// decode (kernels/cpu/fp4_rows16.h) on the same weights repacked, called directly. Several M_PREFILL values: one
-// prefill column each.
+// PackedWeight::act_bf16) instead of F32. Weights are kept in the layout made (cpu::Weight's relayout off): mxfp4 /
+// nvfp4 read as the checkpoint's rows; +r16 (F32 x) or +r16x16 (BF16 x) puts them in 16-row blocks first
+// (common/fp4_layout.h Rows16), which linear() sends to the GEMM-form decode (kernels/cpu/fp4_rows16.h). Several
+// M_PREFILL values: one prefill column each.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -31,7 +32,6 @@
 #include "common/gguf_layout.h"
 #include "common/packed_weight.h"
 #include "kernels/cpu/gemm_gguf_bf16.h"
-#include "kernels/cpu/fp4_rows16.h"
 #include "kernels/cpu/linear.h"
 
 namespace {
@@ -47,7 +47,7 @@ struct Fmt {
   cpu::LinearImpl impl = cpu::LinearImpl::Auto;
   int64_t slab = 0;  // > 0: detail::gemm_gguf_bf16 with slabs of this many rows
   bool act_bf16 = false;  // x rounded to BF16 (PackedWeight::act_bf16: the BF16 runtime's A16 weights)
-  bool rows16 = false;  // MXFP4 / NVFP4 in GEMM form (kernels/cpu/fp4_rows16.h), called directly
+  bool rows16 = false;  // MXFP4 / NVFP4 in 16-row blocks (common/fp4_layout.h Rows16)
 };
 
 PackedWeight make(const Fmt& f, int64_t n_out, int64_t n_in, std::mt19937& rng) {
@@ -111,8 +111,8 @@ double now() {
 }
 
 // Seconds a call: `calls` calls cycling over the copies, repeated until ≥ 0.1 s.
-double time_calls(const Fmt& f, const cpu::Weight* ws, const cpu::Fp4Rows16* rs, size_t n_ws,
-                  const std::vector<float>& x, int64_t m, std::vector<float>& y) {
+double time_calls(const Fmt& f, const cpu::Weight* ws, size_t n_ws, const std::vector<float>& x, int64_t m,
+                  std::vector<float>& y) {
   size_t k = 0;
   int64_t n = 0;
   const double t0 = now();
@@ -120,13 +120,7 @@ double time_calls(const Fmt& f, const cpu::Weight* ws, const cpu::Fp4Rows16* rs,
   while (t - t0 < 0.1) {
     for (int i = 0; i < 8; ++i, ++n) {
       const cpu::Weight& w = ws[k % n_ws];
-      if (f.rows16) {
-        if (!cpu::fp4_rows16_linear(x.data(), m, rs[k % n_ws], y.data(), cpu::num_threads())) {
-          std::fprintf(stderr, "%s: the GEMM-form kernel declined (no AVX512-BF16 here, or edge scale bytes)\n",
-                       f.name.c_str());
-          std::exit(2);  // a timed no-op would read as a figure
-        }
-      } else if (f.slab > 0) {
+      if (f.slab > 0) {
         cpu::detail::gemm_gguf_bf16(x.data(), m, w.packed(), y.data(), cpu::num_threads(), f.slab);
       } else {
         cpu::linear(x.data(), m, w, y.data(), f.impl);
@@ -215,17 +209,22 @@ int main(int argc, char** argv) {
     const int64_t n_out = sh[0], n_in = sh[1];
     // Decode: enough copies to stream from DRAM.
     std::vector<std::vector<cpu::Weight>> ws(fmts.size());
-    std::vector<std::vector<cpu::Fp4Rows16>> rs(fmts.size());
     for (size_t f = 0; f < fmts.size(); ++f) {
       if (!only.empty() && only.find("," + fmts[f].name + ",") == std::string::npos) continue;
       if (is_gguf_format(fmts[f].format) && n_in % dtype_block_elems(gguf_block_dtype(fmts[f].format)) != 0) continue;
-      ws[f].emplace_back(make(fmts[f], n_out, n_in, rng), false);  // the layout as made
+      PackedWeight made = make(fmts[f], n_out, n_in, rng);
+      if (fmts[f].rows16) {
+        if (!cpu::gemv_has_avx512(DType::BF16)) {  // linear() would run the reference: not the kernel's figure
+          std::fprintf(stderr, "%s: the GEMM-form FP4 decode needs AVX512-BF16\n", fmts[f].name.c_str());
+          return 2;
+        }
+        set_fp4_layout(&made, Fp4Layout::Rows16);
+      }
+      ws[f].emplace_back(std::move(made), false);  // the layout as made
       const int64_t bytes = ws[f][0].n_bytes();
       // GEMM_BENCH_HOT=1: one copy (cache-resident for the small shapes: the kernels' compute ceiling).
       const int64_t copies = std::getenv("GEMM_BENCH_HOT") ? 1 : std::max<int64_t>(2, (int64_t(192) << 20) / bytes);
       while (int64_t(ws[f].size()) < copies) ws[f].emplace_back(copy_packed_weight(ws[f][0].packed()), false);
-      if (fmts[f].rows16)
-        for (const cpu::Weight& w : ws[f]) rs[f].push_back(cpu::fp4_rows16_from(w.packed()));
     }
     std::vector<float> x(size_t(std::max<int64_t>(m_prefill, 1) * n_in)), y(size_t(std::max<int64_t>(m_prefill, 1) * n_out));
     for (float& v : x) v = float(int(rng() % 2001) - 1000) / 1000.0f;
@@ -235,9 +234,9 @@ int main(int argc, char** argv) {
     for (int round = 0; round < 5; ++round)
       for (size_t f = 0; f < fmts.size(); ++f) {
         if (ws[f].empty()) continue;  // K-quants need n_in % 256 == 0 (llama-quantize falls back to Q5_0 etc.)
-        dec[f].push_back(time_calls(fmts[f], ws[f].data(), rs[f].data(), ws[f].size(), x, 1, y));
+        dec[f].push_back(time_calls(fmts[f], ws[f].data(), ws[f].size(), x, 1, y));
         if (do_prefill)
-          for (size_t j = 0; j < m_list.size(); ++j) pre[f][j].push_back(time_calls(fmts[f], ws[f].data(), rs[f].data(), 1, x, m_list[j], y));
+          for (size_t j = 0; j < m_list.size(); ++j) pre[f][j].push_back(time_calls(fmts[f], ws[f].data(), 1, x, m_list[j], y));
       }
 
     for (size_t f = 0; f < fmts.size(); ++f) {

@@ -161,8 +161,13 @@ void check_packed_weight(const PackedWeight& w) {
   const int64_t align = weight_column_align(w.format, w.group_size);
   if (is_gguf(w.format) || w.format == WeightFormat::Mxfp4 || w.format == WeightFormat::Nvfp4)
     need(w.n_in % align == 0, "n_in is not a multiple of the " + num(align) + "-column block");
-  need(w.data.size() == w.n_out * w.row_bytes(),
-       "data holds " + num(w.data.size()) + " bytes, expected " + num(w.n_out * w.row_bytes()));
+  const bool fp4 = w.format == WeightFormat::Mxfp4 || w.format == WeightFormat::Nvfp4;
+  const bool rows16 = w.fp4_layout == Fp4Layout::Rows16;
+  need(!rows16 || (fp4 && w.act == ActQuant::None && w.n_in % 32 == 0),
+       "FP4 layout rows16 is for weight-only MXFP4 / NVFP4 with n_in a multiple of 32");
+  const int64_t held_rows = rows16 ? ceil_div(w.n_out, 16) * 16 : w.n_out;  // Rows16: whole 16-row blocks
+  need(w.data.size() == held_rows * w.row_bytes(),
+       "data holds " + num(w.data.size()) + " bytes, expected " + num(held_rows * w.row_bytes()));
   const bool grouped = w.format == WeightFormat::Int8 || w.format == WeightFormat::Int4;
   if (grouped) {
     need(w.group_size >= 1 && w.group_size <= std::max<int64_t>(w.n_in, 1), "group_size " + num(w.group_size) +
@@ -187,9 +192,11 @@ void check_packed_weight(const PackedWeight& w) {
     }
     need(int64_t(w.scales.size()) == n_scales, num(int64_t(w.scales.size())) + " scales, expected " + num(n_scales));
   }
-  if (w.format == WeightFormat::Mxfp4 || w.format == WeightFormat::Nvfp4) {
-    const int64_t n = w.n_out * (w.n_in / fp4_block(w.format));
+  if (fp4) {
+    const int64_t n = held_rows * (w.n_in / fp4_block(w.format));
     need(int64_t(w.scale_bytes.size()) == n, num(int64_t(w.scale_bytes.size())) + " block scales, expected " + num(n));
+    need(!rows16 || fp4_rows16_scales_ok(w.scale_bytes.data(), n, w.format == WeightFormat::Mxfp4),
+         "FP4 layout rows16 holds a scale byte its decode does not take (E8M0 0 / 255, E4M3 NaN)");
   } else {
     need(w.scale_bytes.empty(), "block scale bytes on a format without them");
   }
@@ -217,11 +224,18 @@ void check_packed_weight(const PackedWeight& w) {
 
 void dequantize_rows(const PackedWeight& w, int64_t r0, int64_t r1, float* out) {
   const int64_t n = w.n_in, rb = w.row_bytes();
-  std::vector<uint8_t> file_row(w.gguf_layout == GgufLayout::File ? 0 : size_t(rb));
+  const bool rows16 = w.fp4_layout == Fp4Layout::Rows16;
+  const int64_t fp4_nb = rows16 ? n / fp4_block(w.format) : 0;
+  std::vector<uint8_t> file_row(w.gguf_layout == GgufLayout::File && !rows16 ? 0 : size_t(rb));
+  std::vector<uint8_t> row_scales(static_cast<size_t>(fp4_nb));
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* row = w.data.data() + r * rb;
     if (w.gguf_layout != GgufLayout::File) {  // back to the file's blocks
       gguf_row_to_file_layout(w.gguf_layout, row, n, file_row.data());
+      row = file_row.data();
+    }
+    if (rows16) {  // the row's codes and scales out of its 16-row block
+      fp4_rows16_row(w.data.data(), w.scale_bytes.data(), n, fp4_nb, r, file_row.data(), row_scales.data());
       row = file_row.data();
     }
     float* o = out + (r - r0) * n;
@@ -261,7 +275,7 @@ void dequantize_rows(const PackedWeight& w, int64_t r0, int64_t r1, float* out) 
         for (int64_t c = 0; c < n; ++c) {
           const uint8_t b = row[c / 2];
           const float v = e2m1_to_f32(uint8_t((c % 2 ? b >> 4 : b) & 15));
-          const uint8_t sb = w.scale_bytes[size_t(r * n_blocks + c / blk)];
+          const uint8_t sb = rows16 ? row_scales[size_t(c / blk)] : w.scale_bytes[size_t(r * n_blocks + c / blk)];
           o[c] = w.format == WeightFormat::Mxfp4 ? v * e8m0_to_f32(sb) : v * fp8_e4m3_to_f32(sb) * w.global_scale;
         }
         break;
@@ -308,6 +322,7 @@ PackedWeight copy_packed_weight(const PackedWeight& w) {
   c.act_bf16 = w.act_bf16;
   c.g_idx_groups = w.g_idx_groups;
   c.gguf_layout = w.gguf_layout;
+  c.fp4_layout = w.fp4_layout;
   return c;
 }
 

@@ -23,6 +23,7 @@
 
 #include "common/fp_formats.h"
 #include "kernels/cpu/bf16_parts.h"
+#include "kernels/cpu/fp4_rows16.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/onednn_matmul.h"
 #include "kernels/cpu/packed_kernels.h"
@@ -130,6 +131,14 @@ TP_BF16 void fp4_row(const PackedWeight& w, int64_t r, uint16_t* out, int64_t) {
   const int64_t blk = mx ? 32 : 16, nb = w.n_in / blk;
   const uint8_t* row = w.data.data() + r * w.row_bytes();
   const uint8_t* sb = w.scale_bytes.data() + r * nb;
+  thread_local std::vector<uint8_t> codes, scales;
+  if (w.fp4_layout == Fp4Layout::Rows16) {  // the row out of its 16-row block (common/fp4_layout.h)
+    codes.resize(size_t(w.row_bytes()));
+    scales.resize(size_t(nb));
+    fp4_rows16_row_fast(w, r, codes.data(), scales.data());
+    row = codes.data();
+    sb = scales.data();
+  }
   static const std::array<float, 16> table = [] {  // E2M1 code -> value
     std::array<float, 16> t{};
     for (int i = 0; i < 16; ++i) t[size_t(i)] = e2m1_to_f32(uint8_t(i));

@@ -1,4 +1,4 @@
-// MXFP4 / NVFP4 decode in GEMM form on AVX512-BF16 (fp4_rows16.h). Per block of 16 weight rows and 8 columns at
+// MXFP4 / NVFP4 decode in GEMM form on AVX512-BF16 (fp4_rows16.h; the layout: common/fp4_layout.h Rows16). Per block of 16 weight rows and 8 columns at
 // k0: one 64-byte load, shifted right by 0 / 4 / 8 / 12 bits and looked up by vpermw in the e2m1 table (an index's
 // low 5 bits; bit 4 is the next nibble's and the table repeats, as gemm_fp4_bf16.cpp), gives 4 vectors; vector n's
 // BF16 lanes (2r, 2r + 1) hold row r's columns (k0 + 2n, k0 + 2n + 1), so vdpbf16ps against x's BF16 pair for
@@ -20,13 +20,11 @@
 #include "kernels/cpu/bf16_parts.h"
 #include "kernels/cpu/fp4_rows16.h"
 #include "kernels/cpu/gemv.h"
+#include "kernels/cpu/packed_kernels.h"
 
-namespace tp::cpu {
+namespace tp::cpu::detail {
 
 namespace {
-
-using detail::bf16_parts;
-using detail::prefetch_weights;
 
 #define TP_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,bmi2,f16c")))
 
@@ -54,7 +52,7 @@ TP_BF16 inline __m512i e2m1_table() {
   return (__m512i)_mm512_cvtne2ps_pbh(v, v);
 }
 
-// The 16 rows' scales of one block from their 16 bytes (no edge bytes: Fp4Rows16::scale_edges false).
+// The 16 rows' scales of one block from their 16 bytes (Rows16 holds no edge bytes: fp4_rows16_scales_ok).
 TP_BF16 __attribute__((always_inline)) inline __m512 block_scales(const uint8_t* sb, bool mx) {
   const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb));
   if (mx) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu8_epi32(b), 23));
@@ -64,11 +62,11 @@ TP_BF16 __attribute__((always_inline)) inline __m512 block_scales(const uint8_t*
 
 // Row block rb against MT rows of x (xp: their pairs, P parts, n_in / 2 a part): y[i · n_out + 16 rb + r].
 template <int MT, int P>
-TP_BF16 void row_block(const Fp4Rows16& w, int64_t rb, const uint32_t* xp, float post, float* y, bool prefetch) {
-  const int64_t n_in = w.n_in, half = n_in / 2, chunks = n_in / 8, bc = w.block_cols() / 8;  // chunks a block
+TP_BF16 void row_block(const PackedWeight& w, int64_t rb, const uint32_t* xp, float post, float* y, bool prefetch) {
   const bool mx = w.format == WeightFormat::Mxfp4;
+  const int64_t n_in = w.n_in, half = n_in / 2, chunks = n_in / 8, bc = mx ? 4 : 2;  // chunks of 8 columns a block
   const uint8_t* wd = w.data.data() + rb * chunks * 64;
-  const uint8_t* sb = w.scale_bytes.data() + rb * (n_in / w.block_cols()) * 16;
+  const uint8_t* sb = w.scale_bytes.data() + rb * (chunks / bc) * 16;
   const __m512i table = e2m1_table();
   __m512 tot[MT];
 #pragma GCC unroll 8
@@ -106,19 +104,19 @@ TP_BF16 void row_block(const Fp4Rows16& w, int64_t rb, const uint32_t* xp, float
 }
 
 template <int P>
-void run(const float* x, int64_t m, const Fp4Rows16& w, float* y, int n_threads) {
+void run(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
   thread_local std::vector<uint32_t> xp;
   xp.resize(size_t(m * P * (w.n_in / 2)));
   x_pairs<P>(x, m, w.n_in, xp.data());
   const float post = w.format == WeightFormat::Mxfp4 ? 1.0f : 256.0f * w.global_scale;
   const int64_t per_row = P * (w.n_in / 2);
-  const bool parallel = n_threads > 1 && detail::worth_parallel(int64_t(w.data.size()) * m);
+  const bool parallel = n_threads > 1 && worth_parallel(int64_t(w.data.size()) * m);
   const uint32_t* xs = xp.data();
 #pragma omp parallel num_threads(n_threads) if (parallel)
   {
-    const auto [b0, b1] = detail::thread_rows(w.row_blocks(), 1, omp_get_thread_num(), omp_get_num_threads());
+    const auto [b0, b1] = thread_rows((w.n_out + 15) / 16, 1, omp_get_thread_num(), omp_get_num_threads());
     const int64_t block_bytes = w.n_in / 8 * 64;  // a row block's
-    if (b1 > b0) detail::prefetch_range_start(w.data.data() + b0 * block_bytes, kPrefetchBytes, (b1 - b0) * block_bytes);
+    if (b1 > b0) prefetch_range_start(w.data.data() + b0 * block_bytes, kPrefetchBytes, (b1 - b0) * block_bytes);
     for (int64_t rb = b0; rb < b1; ++rb)
       for (int64_t i0 = 0; i0 < m; i0 += kTileM) {
         const uint32_t* xi = xs + i0 * per_row;
@@ -140,38 +138,31 @@ void run(const float* x, int64_t m, const Fp4Rows16& w, float* y, int n_threads)
 
 }  // namespace
 
-Fp4Rows16 fp4_rows16_from(const PackedWeight& w) {
-  const bool mx = w.format == WeightFormat::Mxfp4;
-  if ((!mx && w.format != WeightFormat::Nvfp4) || w.act != ActQuant::None)
-    throw Error("fp4_rows16_from: not an MXFP4 / NVFP4 weight-only weight");
-  if (w.n_in % 32 != 0) throw Error("fp4_rows16_from: n_in " + std::to_string(w.n_in) + " is not a multiple of 32");
-  Fp4Rows16 o;
-  o.format = w.format;
-  o.n_out = w.n_out;
-  o.n_in = w.n_in;
-  o.global_scale = w.global_scale;
-  o.act_bf16 = w.act_bf16;
-  const int64_t nrb = o.row_blocks(), chunks = w.n_in / 8, rb_bytes = w.row_bytes(), nb = w.n_in / o.block_cols();
-  o.data.assign(size_t(nrb * chunks * 64), 0);
-  o.scale_bytes.assign(size_t(nrb * nb * 16), mx ? 127 : 0);
-  for (int64_t r = 0; r < w.n_out; ++r) {
-    const uint8_t* row = w.data.data() + r * rb_bytes;
-    const int64_t rb = r / 16, rr = r % 16;
-    for (int64_t k = 0; k < w.n_in; ++k) {
-      const int code = (row[k / 2] >> (4 * (k % 2))) & 15;
-      const int64_t ch = k / 8, n = (k % 8) / 2, t = k % 2;
-      const int64_t word = rb * chunks * 32 + ch * 32 + 2 * rr + t;
-      o.data[size_t(word * 2 + n / 2)] |= uint8_t(code << (4 * (n % 2)));
-    }
-    for (int64_t b = 0; b < nb; ++b) o.scale_bytes[size_t((rb * nb + b) * 16 + rr)] = w.scale_bytes[size_t(r * nb + b)];
+TP_BF16 void fp4_rows16_row_fast(const PackedWeight& w, int64_t r, uint8_t* codes, uint8_t* scales) {
+  const int64_t n_in = w.n_in, chunks = n_in / 8, nb = n_in / (w.format == WeightFormat::Mxfp4 ? 32 : 16);
+  const int64_t rb = r / 16, i = r % 16;
+  const uint8_t* base = w.data.data() + rb * chunks * 64 + 4 * i;  // the row's dword in chunk 0
+  const __m512i offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                             _mm512_set1_epi32(64));
+  const __m512i m8 = _mm512_set1_epi32(0x00ff00ff), m4 = _mm512_set1_epi32(0x0f0f0f0f);
+  for (int64_t ch = 0; ch < chunks; ch += 16) {
+    const __mmask16 k = __mmask16(_bzhi_u32(0xffff, unsigned(std::min<int64_t>(16, chunks - ch))));
+    // dword = word 0 (columns 0, 2, 4, 6 in nibbles 0..3) | word 1 (columns 1, 3, 5, 7) << 16
+    const __m512i d = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), k, offsets, base + ch * 64, 1);
+    __m512i lo = _mm512_and_si512(d, _mm512_set1_epi32(0xffff)), hi = _mm512_srli_epi32(d, 16);
+    // spread a word's 4 nibbles to the low nibbles of 4 bytes: bits 4n .. 4n + 3 -> 8n .. 8n + 3
+    lo = _mm512_and_si512(_mm512_or_si512(lo, _mm512_slli_epi32(lo, 8)), m8);
+    lo = _mm512_and_si512(_mm512_or_si512(lo, _mm512_slli_epi32(lo, 4)), m4);
+    hi = _mm512_and_si512(_mm512_or_si512(hi, _mm512_slli_epi32(hi, 8)), m8);
+    hi = _mm512_and_si512(_mm512_or_si512(hi, _mm512_slli_epi32(hi, 4)), m4);
+    _mm512_mask_storeu_epi32(codes + ch * 4, k, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)));
   }
-  for (const uint8_t b : w.scale_bytes)  // the bytes fp4_scales.h's fast conversion does not take
-    o.scale_edges = o.scale_edges || (mx ? b == 0 || b == 255 : (b & 0x7f) == 0x7f);
-  return o;
+  const uint8_t* sb = w.scale_bytes.data() + rb * nb * 16 + i;
+  for (int64_t b = 0; b < nb; ++b) scales[b] = sb[b * 16];
 }
 
-bool fp4_rows16_linear(const float* x, int64_t m, const Fp4Rows16& w, float* y, int n_threads) {
-  if (!detail::cpu_has_avx512bf16() || w.scale_edges) return false;
+bool fp4_rows16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
+  if (w.fp4_layout != Fp4Layout::Rows16 || !cpu_has_avx512bf16()) return false;
   if (w.act_bf16)
     run<1>(x, m, w, y, n_threads);
   else
@@ -179,4 +170,15 @@ bool fp4_rows16_linear(const float* x, int64_t m, const Fp4Rows16& w, float* y, 
   return true;
 }
 
-}  // namespace tp::cpu
+bool fp4_rows16_wanted(const PackedWeight& w) {
+  const bool mx = w.format == WeightFormat::Mxfp4;
+  return (mx || w.format == WeightFormat::Nvfp4) && w.fp4_layout == Fp4Layout::Rows && w.act == ActQuant::None &&
+         w.n_in % 32 == 0 && cpu_has_avx512bf16() && prefer_bf16_a16() &&
+         fp4_rows16_scales_ok(w.scale_bytes.data(), int64_t(w.scale_bytes.size()), mx);
+}
+
+void prepare_fp4_weight(PackedWeight* w) {
+  if (fp4_rows16_wanted(*w)) set_fp4_layout(w, Fp4Layout::Rows16);
+}
+
+}  // namespace tp::cpu::detail

@@ -17,6 +17,7 @@
 
 #include "common/error.h"
 #include "common/fp_formats.h"
+#include "kernels/cpu/fp4_rows16.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/packed_kernels.h"
 #include "kernels/cpu/packed_linear.h"
@@ -114,6 +115,9 @@ bool fp8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int 
 
 bool fp4_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa) {
   if ((w.format != WeightFormat::Mxfp4 && w.format != WeightFormat::Nvfp4) || w.act != ActQuant::None) return false;
+  if (w.fp4_layout == Fp4Layout::Rows16)  // the kernels that read it (else the reference, which reads any layout)
+    return isa == PackedIsa::Avx512 &&
+           (fp4_bf16_prefill(x, m, w, y, n_threads) || fp4_rows16_linear(x, m, w, y, n_threads));
   if (isa == PackedIsa::Avx512 && (fp4_bf16_prefill(x, m, w, y, n_threads) ||
                                    (prefer_bf16_a16() && fp4_bf16_decode(x, m, w, y, n_threads)) ||
                                    a16_vnni_linear(x, m, w, y, n_threads)))

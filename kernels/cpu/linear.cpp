@@ -1,5 +1,6 @@
 #include "kernels/cpu/linear.h"
 
+#include "kernels/cpu/fp4_rows16.h"
 #include "kernels/cpu/gemm_gguf.h"
 #include "kernels/cpu/gemm_gguf_bf16.h"
 
@@ -115,9 +116,12 @@ void gemv(const float* x, int64_t m, const Weight& w, float* y, LinearImpl best)
 }  // namespace
 
 // ------------------------------------------------------------------------------------------------ Weight
-Weight::Weight(PackedWeight w, bool regroup_gguf) : w_(std::move(w)) {
+Weight::Weight(PackedWeight w, bool relayout) : w_(std::move(w)) {
   check_packed_weight(w_);
-  if (regroup_gguf) detail::prepare_gguf_weight(&w_);
+  if (relayout) {
+    detail::prepare_gguf_weight(&w_);
+    detail::prepare_fp4_weight(&w_);
+  }
   back_with_huge_pages(w_.data.data(), w_.data.size());
 }
 

@@ -27,6 +27,7 @@
 #include "common/packed_weight.h"
 #include "kernels/cpu/fp4_rows16.h"
 #include "kernels/cpu/gemv.h"
+#include "kernels/cpu/linear.h"
 #include "kernels/cpu/packed_kernels.h"
 #include "kernels/cpu/packed_linear.h"
 
@@ -743,26 +744,41 @@ TEST(PackedKernels, Fp4Bf16DecodeMatchesReferenceAndRowsAlone) {
   check_fp4_scale_edges(fp4_bf16_decode);
 }
 
-// The GEMM-form FP4 decode (fp4_rows16.h, gemm_fp4_rows16.cpp) through the DecodeKernel signature: w repacked each
-// call (the tests only).
+// The GEMM-form FP4 decode (fp4_rows16.h, gemm_fp4_rows16.cpp) through the DecodeKernel signature: w put in the
+// Rows16 layout each call (the tests only).
 bool rows16_decode(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
-  return fp4_rows16_linear(x, m, fp4_rows16_from(w), y, n_threads);
+  PackedWeight r = copy_packed_weight(w);
+  set_fp4_layout(&r, Fp4Layout::Rows16);
+  return fp4_rows16_linear(x, m, r, y, n_threads);
 }
 
 // The GEMM-form FP4 decode: the suite's bound against the reference (rows of x at both ends of the exponent range
 // apart), at 1 and 2 threads, row counts 35, 19, 16, 5 and 1 (a last 16-row block holding 3, 3, 16, 5 and 1 rows),
 // 4 to 192 column chunks of 8; a row of x in a batch (m 2..37, passes of 8 rows of x) gives the bits it gives
-// alone; zero / NaN / infinity rows as the row-major kernel; F32 and BF16 x. Declines (false) scale bytes the fast
-// conversion does not take (MXFP4 0 and 255, E4M3 NaN) and takes E4M3 0 and subnormals; refuses n_in not a
-// multiple of 32 and other formats.
+// alone; zero / NaN / infinity rows as the row-major kernel; F32 and BF16 x; fp4_rows16_row_fast gives every row as
+// fp4_rows16_row. Takes E4M3 0 and subnormal scales;
+// the bytes its fast conversion does not take (MXFP4 0 and 255, E4M3 NaN) are kept out of the layout
+// (set_fp4_layout refuses them, fp4_rows16_wanted is false); declines (false) a weight in the Rows layout.
 TEST(PackedKernels, Fp4Rows16MatchesReferenceAndRowsAlone) {
   if (packed_best_isa() != PackedIsa::Avx512 || !cpu_has_avx512bf16()) GTEST_SKIP() << "no AVX512-BF16 here";
   using F = WeightFormat;
   const std::vector<Case> cs = {Case{"mxfp4_576", F::Mxfp4, 35, 576}, Case{"nvfp4_1536", F::Nvfp4, 19, 1536},
                                 Case{"nvfp4_64", F::Nvfp4, 16, 64},   Case{"mxfp4_32", F::Mxfp4, 5, 32},
                                 Case{"nvfp4_96", F::Nvfp4, 1, 96}};
-  for (const Case& c : cs) ASSERT_FALSE(fp4_rows16_from(make(c, 37)).scale_edges) << c.name;  // the fast path runs
   check_fp4_decode(cs, rows16_decode);
+  for (const Case& c : cs) {  // the prefill's row decode gives common/fp4_layout.h's rows
+    PackedWeight w = make(c, 41);
+    set_fp4_layout(&w, Fp4Layout::Rows16);
+    const int64_t nb = c.n_in / (c.format == F::Mxfp4 ? 32 : 16);
+    std::vector<uint8_t> codes(static_cast<size_t>(c.n_in / 2)), scales(static_cast<size_t>(nb));
+    std::vector<uint8_t> want_codes(codes.size()), want_scales(scales.size());
+    for (int64_t r = 0; r < c.n_out; ++r) {
+      fp4_rows16_row_fast(w, r, codes.data(), scales.data());
+      fp4_rows16_row(w.data.data(), w.scale_bytes.data(), c.n_in, nb, r, want_codes.data(), want_scales.data());
+      ASSERT_EQ(codes, want_codes) << c.name << " row " << r;
+      ASSERT_EQ(scales, want_scales) << c.name << " row " << r;
+    }
+  }
   // Scale bytes at their edges.
   for (const Case& c : {Case{"mxfp4", F::Mxfp4, 8, 256}, Case{"nvfp4", F::Nvfp4, 8, 256}}) {
     const bool mx = c.format == F::Mxfp4;
@@ -774,17 +790,70 @@ TEST(PackedKernels, Fp4Rows16MatchesReferenceAndRowsAlone) {
     for (size_t k = 0; k < taken.size(); ++k) w.scale_bytes[size_t(int64_t(k) * nb + 1)] = taken[k];  // row k, block 1
     std::vector<float> x = normal_rows(1, c.n_in), y(size_t(c.n_out)), ref(size_t(c.n_out));
     packed_linear_reference(x.data(), 1, w, ref.data(), 1);
+    EXPECT_FALSE(fp4_rows16_linear(x.data(), 1, w, y.data(), 1)) << c.name << ": a weight in the Rows layout";
     ASSERT_TRUE(rows16_decode(x.data(), 1, w, y.data(), 1)) << c.name;
     EXPECT_LE(nmse_of(y, ref), kMaxNmse) << c.name;
     for (const uint8_t b : declined) {
       PackedWeight e = copy_packed_weight(w);
       e.scale_bytes[3] = b;
-      EXPECT_TRUE(fp4_rows16_from(e).scale_edges) << c.name << " byte " << int(b);
-      EXPECT_FALSE(rows16_decode(x.data(), 1, e, y.data(), 1)) << c.name << " byte " << int(b);
+      EXPECT_FALSE(fp4_rows16_wanted(e)) << c.name << " byte " << int(b);
+      EXPECT_THROW(set_fp4_layout(&e, Fp4Layout::Rows16), Error) << c.name << " byte " << int(b);
+      EXPECT_EQ(e.fp4_layout, Fp4Layout::Rows) << c.name << " byte " << int(b);
     }
   }
-  EXPECT_THROW(fp4_rows16_from(make(Case{"nvfp4_48", F::Nvfp4, 8, 48}, 5)), Error);
-  EXPECT_THROW(fp4_rows16_from(make(Case{"int4", F::Int4, 8, 64, 32}, 5)), Error);
+  PackedWeight odd = make(Case{"nvfp4_48", F::Nvfp4, 8, 48}, 5);
+  EXPECT_FALSE(fp4_rows16_wanted(odd));
+  EXPECT_THROW(set_fp4_layout(&odd, Fp4Layout::Rows16), Error);
+  PackedWeight int4 = make(Case{"int4", F::Int4, 8, 64, 32}, 5);
+  EXPECT_FALSE(fp4_rows16_wanted(int4));
+  EXPECT_THROW(set_fp4_layout(&int4, Fp4Layout::Rows16), Error);
+}
+
+// FP4 weights through cpu::Weight and linear(), as a loaded model runs them: where the GEMM-form decode is this
+// CPU's (fp4_rows16_wanted: AVX512-BF16 and prefer_bf16_a16) the Weight holds them in 16-row blocks, else as
+// given; either way, decode sizes (m 1..37) within the suite's bound of the reference on the weight as given, a row
+// of a batch with the bits it has alone; prefill sizes (m 64, 100: fp4_bf16_prefill, whose decode reads the
+// layout) within the bound too; the portable and AVX2 paths (the reference for a Rows16 weight) the same as the
+// reference; dequantize_rows of the Weight's packed bytes equal to the given weight's.
+TEST(PackedKernels, Fp4WeightTakesTheDecodeLayoutAndMatchesReference) {
+  using F = WeightFormat;
+  std::vector<Case> cs = {Case{"nvfp4_576", F::Nvfp4, 35, 576}, Case{"mxfp4_1536", F::Mxfp4, 19, 1536},
+                          Case{"nvfp4_192_x_bf16", F::Nvfp4, 40, 192}};
+  cs.back().act_bf16 = true;
+  for (const Case& c : cs) {
+    const PackedWeight given = make(c, 23);
+    const bool wanted = fp4_rows16_wanted(given);
+    const cpu::Weight w(copy_packed_weight(given));
+    EXPECT_EQ(w.packed().fp4_layout, wanted ? Fp4Layout::Rows16 : Fp4Layout::Rows) << c.name;
+    std::vector<float> a(size_t(c.n_out * c.n_in)), b(a.size());
+    dequantize_rows(given, 0, c.n_out, a.data());
+    dequantize_rows(w.packed(), 0, c.n_out, b.data());
+    ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << c.name;
+    const int64_t m_max = 100;
+    const std::vector<float> x = normal_rows(m_max, c.n_in);
+    std::vector<float> ref(size_t(m_max * c.n_out));
+    packed_linear_reference(x.data(), m_max, given, ref.data(), 1);
+    std::vector<float> alone(size_t(37 * c.n_out));
+    for (int64_t i = 0; i < 37; ++i) cpu::linear(x.data() + i * c.n_in, 1, w, alone.data() + i * c.n_out);
+    EXPECT_LE(nmse_of(alone, std::vector<float>(ref.begin(), ref.begin() + 37 * c.n_out)), kMaxNmse) << c.name;
+    for (int64_t m : {2, 8, 16, 37}) {
+      std::vector<float> y(size_t(m * c.n_out));
+      cpu::linear(x.data(), m, w, y.data());
+      for (int64_t k = 0; k < m * c.n_out; ++k) ASSERT_EQ(y[size_t(k)], alone[size_t(k)]) << c.name << " m " << m;
+    }
+    for (int64_t m : {64, 100}) {
+      std::vector<float> y(size_t(m * c.n_out));
+      cpu::linear(x.data(), m, w, y.data());
+      EXPECT_LE(nmse_of(y, std::vector<float>(ref.begin(), ref.begin() + m * c.n_out)), kMaxNmse) << c.name << " m " << m;
+    }
+    for (PackedIsa isa : {PackedIsa::Portable, PackedIsa::Avx2}) {
+      if (isa == PackedIsa::Avx2 && packed_best_isa() == PackedIsa::Portable) continue;
+      std::vector<float> y(size_t(4 * c.n_out)), r(y.size());
+      packed_linear_isa(x.data(), 4, w.packed(), y.data(), 1, isa);
+      packed_linear_reference(x.data(), 4, w.packed(), r.data(), 1);
+      EXPECT_EQ(y, r) << c.name << " isa " << int(isa);
+    }
+  }
 }
 
 // FP8 decode on Intel (gemm_fp8_f16.cpp: E4M3 bytes moved into F16s, vcvtph2ps, F32 FMAs): it runs for tensor /
