@@ -226,6 +226,10 @@ TEST_F(HttpServerUnit, CapFullOfIdleConnectionsStillAnswersHealth) {
   o.max_connections = 4;
   start(o);
   // Two kept-alive connections after a request each, two connected but silent: the cap is full, every one idle.
+  // Each one accepted and waiting (a served one handed back by its handler thread) before the next connects, so
+  // that they wait in the order made: a fixed sleep here failed on a machine at load 13, where a hand-back took
+  // longer than 100 ms; waiting only for all four let idle[0]'s hand-back come after idle[1]'s under load (CI,
+  // 2026-12-05), and idle[1] was then the oldest.
   std::vector<std::unique_ptr<Client>> idle;
   for (int i = 0; i < 4; ++i) {
     idle.push_back(std::make_unique<Client>(port_));
@@ -233,13 +237,11 @@ TEST_F(HttpServerUnit, CapFullOfIdleConnectionsStillAnswersHealth) {
       idle.back()->send(get("/health"));
       ASSERT_EQ(status_of(idle.back()->read_one()), 200);
     }
+    const auto t0 = Clock::now();
+    while (server_->n_waiting_connections() < i + 1 && since(t0) < 10.0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_EQ(server_->n_waiting_connections(), i + 1);
   }
-  // Every one of them accepted and waiting (the two served ones handed back by their handler threads): a fixed
-  // sleep here failed on a machine at load 13, where a hand-back took longer than 100 ms.
-  const auto t0 = Clock::now();
-  while (server_->n_waiting_connections() < 4 && since(t0) < 10.0)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  ASSERT_EQ(server_->n_waiting_connections(), 4);
   const std::string r = [&] {
     Client c(port_);
     c.send(get("/health", true));
