@@ -13,10 +13,10 @@
 // NAME+tile the int8 tile at every m, NAME+bf16 W dequantized to BF16 in slabs of 256 rows + oneDNN,
 // NAME+bf16w the same with all of W dequantized at once, NAME+bf16sN slabs of N rows; NAME alone: linear()'s
 // choice. Any weight-only format but GGUF's may carry +x16: x rounded to BF16 (the BF16 runtime's activations,
-// PackedWeight::act_bf16) instead of F32. Weights are kept in the layout made (cpu::Weight's relayout off): mxfp4 /
-// nvfp4 read as the checkpoint's rows; +r16 (F32 x) or +r16x16 (BF16 x) puts them in 16-row blocks first
-// (common/fp4_layout.h Rows16), which linear() sends to the GEMM-form decode (kernels/cpu/fp4_rows16.h). Several
-// M_PREFILL values: one prefill column each.
+// PackedWeight::act_bf16) instead of F32. Weights are kept in the layout made (cpu::Weight's relayout off): the
+// 4-bit ones (w4a16_*, mxfp4, nvfp4) read as the checkpoint's rows; +r16 (F32 x) or +r16x16 (BF16 x) puts them in
+// 16-row blocks first (common/rows16_layout.h Rows16), which linear() sends to the GEMM-form decode
+// (kernels/cpu/rows16.h). Several M_PREFILL values: one prefill column each.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -47,7 +47,7 @@ struct Fmt {
   cpu::LinearImpl impl = cpu::LinearImpl::Auto;
   int64_t slab = 0;  // > 0: detail::gemm_gguf_bf16 with slabs of this many rows
   bool act_bf16 = false;  // x rounded to BF16 (PackedWeight::act_bf16: the BF16 runtime's A16 weights)
-  bool rows16 = false;  // MXFP4 / NVFP4 in 16-row blocks (common/fp4_layout.h Rows16)
+  bool rows16 = false;  // Int4 / MXFP4 / NVFP4 in 16-row blocks (common/rows16_layout.h Rows16)
 };
 
 PackedWeight make(const Fmt& f, int64_t n_out, int64_t n_in, std::mt19937& rng) {
@@ -215,10 +215,15 @@ int main(int argc, char** argv) {
       PackedWeight made = make(fmts[f], n_out, n_in, rng);
       if (fmts[f].rows16) {
         if (!cpu::gemv_has_avx512(DType::BF16)) {  // linear() would run the reference: not the kernel's figure
-          std::fprintf(stderr, "%s: the GEMM-form FP4 decode needs AVX512-BF16\n", fmts[f].name.c_str());
+          std::fprintf(stderr, "%s: the GEMM-form 4-bit decode needs AVX512-BF16\n", fmts[f].name.c_str());
           return 2;
         }
-        set_fp4_layout(&made, Fp4Layout::Rows16);
+        const std::string why = rows16_refusal(made);
+        if (!why.empty()) {
+          std::fprintf(stderr, "%s: no 16-row blocks for it: %s\n", fmts[f].name.c_str(), why.c_str());
+          return 2;
+        }
+        set_rows_layout(&made, RowsLayout::Rows16);
       }
       ws[f].emplace_back(std::move(made), false);  // the layout as made
       const int64_t bytes = ws[f][0].n_bytes();

@@ -162,9 +162,11 @@ void check_packed_weight(const PackedWeight& w) {
   if (is_gguf(w.format) || w.format == WeightFormat::Mxfp4 || w.format == WeightFormat::Nvfp4)
     need(w.n_in % align == 0, "n_in is not a multiple of the " + num(align) + "-column block");
   const bool fp4 = w.format == WeightFormat::Mxfp4 || w.format == WeightFormat::Nvfp4;
-  const bool rows16 = w.fp4_layout == Fp4Layout::Rows16;
-  need(!rows16 || (fp4 && w.act == ActQuant::None && w.n_in % 32 == 0),
-       "FP4 layout rows16 is for weight-only MXFP4 / NVFP4 with n_in a multiple of 32");
+  const bool rows16 = w.rows_layout == RowsLayout::Rows16;
+  if (rows16) {
+    const std::string why = rows16_refusal(w);
+    need(why.empty(), "rows layout rows16 cannot hold it: " + why);
+  }
   const int64_t held_rows = rows16 ? ceil_div(w.n_out, 16) * 16 : w.n_out;  // Rows16: whole 16-row blocks
   need(w.data.size() == held_rows * w.row_bytes(),
        "data holds " + num(w.data.size()) + " bytes, expected " + num(held_rows * w.row_bytes()));
@@ -172,7 +174,7 @@ void check_packed_weight(const PackedWeight& w) {
   if (grouped) {
     need(w.group_size >= 1 && w.group_size <= std::max<int64_t>(w.n_in, 1), "group_size " + num(w.group_size) +
                                                                                " is not in [1, n_in]");
-    const int64_t n_scales = w.n_out * w.n_groups();
+    const int64_t n_scales = held_rows * w.n_groups();
     need(int64_t(w.scales.size()) == n_scales, num(int64_t(w.scales.size())) + " scales, expected " + num(n_scales));
     need(w.zeros.empty() || int64_t(w.zeros.size()) == n_scales,
          num(int64_t(w.zeros.size())) + " zero points, expected 0 or " + num(n_scales));
@@ -195,8 +197,6 @@ void check_packed_weight(const PackedWeight& w) {
   if (fp4) {
     const int64_t n = held_rows * (w.n_in / fp4_block(w.format));
     need(int64_t(w.scale_bytes.size()) == n, num(int64_t(w.scale_bytes.size())) + " block scales, expected " + num(n));
-    need(!rows16 || fp4_rows16_scales_ok(w.scale_bytes.data(), n, w.format == WeightFormat::Mxfp4),
-         "FP4 layout rows16 holds a scale byte its decode does not take (E8M0 0 / 255, E4M3 NaN)");
   } else {
     need(w.scale_bytes.empty(), "block scale bytes on a format without them");
   }
@@ -224,19 +224,36 @@ void check_packed_weight(const PackedWeight& w) {
 
 void dequantize_rows(const PackedWeight& w, int64_t r0, int64_t r1, float* out) {
   const int64_t n = w.n_in, rb = w.row_bytes();
-  const bool rows16 = w.fp4_layout == Fp4Layout::Rows16;
-  const int64_t fp4_nb = rows16 ? n / fp4_block(w.format) : 0;
+  const bool rows16 = w.rows_layout == RowsLayout::Rows16;
+  const bool fp4 = w.format == WeightFormat::Mxfp4 || w.format == WeightFormat::Nvfp4;
+  const int64_t ng = fp4 ? n / fp4_block(w.format) : w.n_groups();  // entries a row of the per-row arrays
   std::vector<uint8_t> file_row(w.gguf_layout == GgufLayout::File && !rows16 ? 0 : size_t(rb));
-  std::vector<uint8_t> row_scales(static_cast<size_t>(fp4_nb));
+  // Rows16: the row's per-row arrays out of its block, as a one-row Rows weight's (index g, not r · ng + g)
+  std::vector<uint8_t> row_sb(static_cast<size_t>(rows16 && fp4 ? ng : 0));
+  std::vector<float> row_scales(static_cast<size_t>(rows16 && !fp4 ? ng : 0));
+  std::vector<int8_t> row_zeros(static_cast<size_t>(rows16 && !w.zeros.empty() ? ng : 0));
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* row = w.data.data() + r * rb;
     if (w.gguf_layout != GgufLayout::File) {  // back to the file's blocks
       gguf_row_to_file_layout(w.gguf_layout, row, n, file_row.data());
       row = file_row.data();
     }
-    if (rows16) {  // the row's codes and scales out of its 16-row block
-      fp4_rows16_row(w.data.data(), w.scale_bytes.data(), n, fp4_nb, r, file_row.data(), row_scales.data());
+    const int64_t e0 = rows16 ? 0 : r * ng;  // the row's first entry in the per-row arrays read below
+    const uint8_t* sbs = w.scale_bytes.data();
+    const float* scs = w.scales.data();
+    const int8_t* zs = w.zeros.data();
+    if (rows16) {  // the row's codes and per-row entries out of its 16-row block
+      rows16_codes(w.data.data(), n, r, file_row.data());
       row = file_row.data();
+      if (fp4) {
+        rows16_entries(w.scale_bytes.data(), ng, r, row_sb.data());
+        sbs = row_sb.data();
+      } else {
+        rows16_entries(w.scales.data(), ng, r, row_scales.data());
+        scs = row_scales.data();
+        if (!w.zeros.empty()) rows16_entries(w.zeros.data(), ng, r, row_zeros.data());
+        zs = row_zeros.data();
+      }
     }
     float* o = out + (r - r0) * n;
     switch (w.format) {
@@ -254,9 +271,9 @@ void dequantize_rows(const PackedWeight& w, int64_t r0, int64_t r1, float* out) 
             const uint8_t b = row[c / 2];
             q = int32_t((c % 2 ? b >> 4 : b) & 15) - 8;
           }
-          const int64_t g = r * w.n_groups() + w.group_of(c);
-          const int32_t zero = w.zeros.empty() ? 0 : w.zeros[size_t(g)];
-          o[c] = float(q - zero) * w.scales[size_t(g)];
+          const int64_t g = e0 + w.group_of(c);
+          const int32_t zero = w.zeros.empty() ? 0 : zs[g];
+          o[c] = float(q - zero) * scs[g];
         }
         break;
       case WeightFormat::Fp8E4M3:
@@ -271,11 +288,11 @@ void dequantize_rows(const PackedWeight& w, int64_t r0, int64_t r1, float* out) 
         break;
       case WeightFormat::Mxfp4:
       case WeightFormat::Nvfp4: {
-        const int64_t blk = fp4_block(w.format), n_blocks = n / blk;
+        const int64_t blk = fp4_block(w.format);
         for (int64_t c = 0; c < n; ++c) {
           const uint8_t b = row[c / 2];
           const float v = e2m1_to_f32(uint8_t((c % 2 ? b >> 4 : b) & 15));
-          const uint8_t sb = rows16 ? row_scales[size_t(c / blk)] : w.scale_bytes[size_t(r * n_blocks + c / blk)];
+          const uint8_t sb = sbs[e0 + c / blk];
           o[c] = w.format == WeightFormat::Mxfp4 ? v * e8m0_to_f32(sb) : v * fp8_e4m3_to_f32(sb) * w.global_scale;
         }
         break;
@@ -322,7 +339,7 @@ PackedWeight copy_packed_weight(const PackedWeight& w) {
   c.act_bf16 = w.act_bf16;
   c.g_idx_groups = w.g_idx_groups;
   c.gguf_layout = w.gguf_layout;
-  c.fp4_layout = w.fp4_layout;
+  c.rows_layout = w.rows_layout;
   return c;
 }
 

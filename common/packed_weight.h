@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "common/dtype.h"
-#include "common/fp4_layout.h"
+#include "common/rows16_layout.h"
 #include "common/gguf_layout.h"
 
 namespace tp {
@@ -110,10 +110,10 @@ struct PackedWeight {
   int64_t g_idx_groups = 0;         // with g_idx: scale groups a row (0: ceil(n_in / group_size))
   GgufLayout gguf_layout = GgufLayout::File;  // GGUF: the order of each row's bytes (common/gguf_layout.h;
                                               // the CPU kernels may regroup Q8_0 / Q5_0 rows at load, same bytes)
-  Fp4Layout fp4_layout = Fp4Layout::Rows;     // Mxfp4 / Nvfp4: where codes and block scales lie (common/fp4_layout.h;
-                                              // the CPU kernels may put them in 16-row blocks at load). The table
-                                              // above is Rows; with Rows16, data and scale_bytes hold
-                                              // ceil(n_out / 16) · 16 rows
+  RowsLayout rows_layout = RowsLayout::Rows;  // Int4 / Mxfp4 / Nvfp4: where codes and per-row scales lie
+                                              // (common/rows16_layout.h; the CPU kernels may put them in 16-row
+                                              // blocks at load). The table above is Rows; with Rows16, data,
+                                              // scales, zeros and scale_bytes hold ceil(n_out / 16) · 16 rows
 
   int64_t row_bytes() const;        // bytes of one row of `data` (Rows16: the same bytes a row, in its block)
   int64_t n_groups() const;         // scale groups a row (Int8/Int4/Fp8 block); 1 otherwise

@@ -1,8 +1,8 @@
-// FP4 weight layouts (see fp4_layout.h).
-#include "common/fp4_layout.h"
+// 4-bit weight layouts (see rows16_layout.h).
+#include "common/rows16_layout.h"
 
-#include <string>
 #include <utility>
+#include <vector>
 
 #include "common/error.h"
 #include "common/packed_weight.h"
@@ -37,9 +37,26 @@ void store16(uint16_t v, uint8_t* p) {
   p[1] = uint8_t(v >> 8);
 }
 
+// A per-row array of n entries a row ([n_out][n], Rows) into Rows16 order ([row blocks][n][16], padded with pad)
+// and back.
+template <class T>
+std::vector<T> to_rows16(const std::vector<T>& a, int64_t n_out, int64_t n, T pad) {
+  std::vector<T> o(size_t(row_blocks(n_out) * kRowsBlock * n), pad);
+  for (int64_t r = 0; r < n_out; ++r)
+    for (int64_t g = 0; g < n; ++g) o[size_t(((r / kRowsBlock) * n + g) * kRowsBlock + r % kRowsBlock)] = a[size_t(r * n + g)];
+  return o;
+}
+
+template <class T>
+std::vector<T> from_rows16(const std::vector<T>& a, int64_t n_out, int64_t n) {
+  std::vector<T> o(size_t(n_out * n));
+  for (int64_t r = 0; r < n_out; ++r) rows16_entries(a.data(), n, r, o.data() + r * n);
+  return o;
+}
+
 }  // namespace
 
-const char* fp4_layout_name(Fp4Layout l) { return l == Fp4Layout::Rows16 ? "rows16" : "rows"; }
+const char* rows_layout_name(RowsLayout l) { return l == RowsLayout::Rows16 ? "rows16" : "rows"; }
 
 bool fp4_rows16_scales_ok(const uint8_t* sb, int64_t n, bool mx) {
   for (int64_t k = 0; k < n; ++k)
@@ -47,33 +64,38 @@ bool fp4_rows16_scales_ok(const uint8_t* sb, int64_t n, bool mx) {
   return true;
 }
 
-void fp4_rows16_row(const uint8_t* data, const uint8_t* scale_bytes, int64_t n_in, int64_t nb, int64_t r,
-                    uint8_t* codes, uint8_t* scales) {
-  const int64_t chunks = n_in / kChunkCols, rb = r / kRowsBlock, i = r % kRowsBlock;
-  const uint8_t* block = data + rb * chunks * 64;
-  for (int64_t ch = 0; ch < chunks; ++ch)
-    words_to_bytes(load16(block + ch * 64 + 4 * i), load16(block + ch * 64 + 4 * i + 2), codes + ch * 4);
-  for (int64_t b = 0; b < nb; ++b) scales[b] = scale_bytes[(rb * nb + b) * kRowsBlock + i];
+std::string rows16_refusal(const PackedWeight& w) {
+  const bool mx = w.format == WeightFormat::Mxfp4, fp4 = mx || w.format == WeightFormat::Nvfp4;
+  if (!fp4 && w.format != WeightFormat::Int4) return "not an int4, mxfp4 or nvfp4 weight";
+  if (w.act != ActQuant::None) return "activation quantization";
+  if (w.n_in % 32 != 0) return "n_in is not a multiple of 32";
+  if (!fp4 && !w.g_idx.empty()) return "g_idx (act-order)";
+  if (!fp4 && w.n_groups() > 1 && w.group_size % 32 != 0) return "groups of a size that is not a multiple of 32";
+  if (fp4 && !fp4_rows16_scales_ok(w.scale_bytes.data(), int64_t(w.scale_bytes.size()), mx))
+    return mx ? "an E8M0 scale byte 0 or 255" : "an E4M3 scale byte that is NaN";
+  return "";
 }
 
-void set_fp4_layout(PackedWeight* w, Fp4Layout to) {
-  const bool mx = w->format == WeightFormat::Mxfp4;
-  if (!mx && w->format != WeightFormat::Nvfp4)
-    throw Error("set_fp4_layout: a " + std::string(weight_format_name(w->format)) + " weight has no FP4 layout");
-  if (w->fp4_layout == to) return;
-  const int64_t n_in = w->n_in, nb = n_in / (mx ? 32 : 16), rbytes = n_in / 2, chunks = n_in / kChunkCols;
-  const int64_t nrb = row_blocks(w->n_out);
+void rows16_codes(const uint8_t* data, int64_t n_in, int64_t r, uint8_t* codes) {
+  const int64_t chunks = n_in / kChunkCols;
+  const uint8_t* block = data + (r / kRowsBlock) * chunks * 64 + 4 * (r % kRowsBlock);
+  for (int64_t ch = 0; ch < chunks; ++ch) words_to_bytes(load16(block + ch * 64), load16(block + ch * 64 + 2), codes + ch * 4);
+}
+
+void set_rows_layout(PackedWeight* w, RowsLayout to) {
+  const bool mx = w->format == WeightFormat::Mxfp4, fp4 = mx || w->format == WeightFormat::Nvfp4;
+  if (!fp4 && w->format != WeightFormat::Int4)
+    throw Error("set_rows_layout: a " + std::string(weight_format_name(w->format)) + " weight has no rows layout");
+  if (w->rows_layout == to) return;
+  const int64_t n_in = w->n_in, rbytes = w->row_bytes(), chunks = n_in / kChunkCols, nrb = row_blocks(w->n_out);
+  const int64_t n = fp4 ? n_in / (mx ? 32 : 16) : w->n_groups();  // entries a row of the per-row arrays
   AlignedBytes data;
-  std::vector<uint8_t> sb;
-  if (to == Fp4Layout::Rows16) {
-    const std::string what = "set_fp4_layout: " + std::string(weight_format_name(w->format)) + " weight [" +
-                             std::to_string(w->n_out) + ", " + std::to_string(n_in) + "] to rows16: ";
-    if (w->act != ActQuant::None) throw Error(what + "activation quantization");
-    if (n_in % 32 != 0) throw Error(what + "n_in is not a multiple of 32");
-    if (!fp4_rows16_scales_ok(w->scale_bytes.data(), int64_t(w->scale_bytes.size()), mx))
-      throw Error(what + (mx ? "an E8M0 scale byte 0 or 255" : "an E4M3 scale byte that is NaN"));
+  if (to == RowsLayout::Rows16) {
+    const std::string why = rows16_refusal(*w);
+    if (!why.empty())
+      throw Error("set_rows_layout: " + std::string(weight_format_name(w->format)) + " weight [" +
+                  std::to_string(w->n_out) + ", " + std::to_string(n_in) + "] to rows16: " + why);
     data = AlignedBytes(nrb * kRowsBlock * rbytes);  // zero-filled: rows past n_out code 0
-    sb.assign(size_t(nrb * kRowsBlock * nb), mx ? 127 : 0);
     for (int64_t r = 0; r < w->n_out; ++r) {
       const uint8_t* row = w->data.data() + r * rbytes;
       uint8_t* block = data.data() + (r / kRowsBlock) * chunks * 64 + 4 * (r % kRowsBlock);
@@ -83,18 +105,25 @@ void set_fp4_layout(PackedWeight* w, Fp4Layout to) {
         store16(w0, block + ch * 64);
         store16(w1, block + ch * 64 + 2);
       }
-      for (int64_t b = 0; b < nb; ++b)
-        sb[size_t(((r / kRowsBlock) * nb + b) * kRowsBlock + r % kRowsBlock)] = w->scale_bytes[size_t(r * nb + b)];
+    }
+    if (fp4) {
+      w->scale_bytes = to_rows16<uint8_t>(w->scale_bytes, w->n_out, n, mx ? 127 : 0);
+    } else {
+      w->scales = to_rows16<float>(w->scales, w->n_out, n, 0.0f);
+      if (!w->zeros.empty()) w->zeros = to_rows16<int8_t>(w->zeros, w->n_out, n, 0);
     }
   } else {
     data = AlignedBytes(w->n_out * rbytes);
-    sb.resize(size_t(w->n_out * nb));
-    for (int64_t r = 0; r < w->n_out; ++r)
-      fp4_rows16_row(w->data.data(), w->scale_bytes.data(), n_in, nb, r, data.data() + r * rbytes, sb.data() + r * nb);
+    for (int64_t r = 0; r < w->n_out; ++r) rows16_codes(w->data.data(), n_in, r, data.data() + r * rbytes);
+    if (fp4) {
+      w->scale_bytes = from_rows16(w->scale_bytes, w->n_out, n);
+    } else {
+      w->scales = from_rows16(w->scales, w->n_out, n);
+      if (!w->zeros.empty()) w->zeros = from_rows16(w->zeros, w->n_out, n);
+    }
   }
   w->data = std::move(data);
-  w->scale_bytes = std::move(sb);
-  w->fp4_layout = to;
+  w->rows_layout = to;
 }
 
 }  // namespace tp

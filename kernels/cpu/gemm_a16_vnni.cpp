@@ -366,7 +366,7 @@ bool a16_vnni_linear(const float* x, int64_t m, const PackedWeight& w, float* y,
   const bool fp4 = w.format == WeightFormat::Mxfp4 || w.format == WeightFormat::Nvfp4;
   if ((w.format != WeightFormat::Int4 && w.format != WeightFormat::Int8 && !fp4) || w.act != ActQuant::None ||
       !w.g_idx.empty() || w.n_in % 64 != 0 || (!fp4 && w.n_groups() > 1 && w.group_size % 64 != 0) ||
-      (fp4 && w.fp4_layout != Fp4Layout::Rows) || !cpu_has_avx512vnni())
+      w.rows_layout != RowsLayout::Rows || !cpu_has_avx512vnni())
     return false;
   const int64_t n_in = w.n_in;
   thread_local std::vector<int8_t> q;

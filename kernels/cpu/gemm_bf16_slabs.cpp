@@ -23,7 +23,7 @@
 
 #include "common/fp_formats.h"
 #include "kernels/cpu/bf16_parts.h"
-#include "kernels/cpu/fp4_rows16.h"
+#include "kernels/cpu/rows16.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/onednn_matmul.h"
 #include "kernels/cpu/packed_kernels.h"
@@ -44,9 +44,48 @@ TP_BF16 inline __m512i nibbles16(const uint8_t* p, unsigned bytes) {
   return _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));
 }
 
-// Row r's codes of columns [c, c + n) (n ≤ 16; lanes ≥ n zero) as int32: Int8 q, Int4 u − 8 (c even).
-TP_BF16 inline __m512i codes16(const PackedWeight& w, int64_t r, int64_t c, int64_t n) {
-  const uint8_t* row = w.data.data() + r * w.row_bytes();
+// Row r of w — its codes and its entries of the per-row arrays (Int scales and zeros, FP4 scale bytes; null where
+// w has none) — wherever w's layout keeps them: in w (Rows), or taken out of the row's 16-row block into this
+// thread's buffers (Rows16: common/rows16_layout.h; valid until the thread's next call).
+struct RowView {
+  const uint8_t* codes;
+  const float* scales;
+  const int8_t* zeros;
+  const uint8_t* scale_bytes;
+};
+
+TP_BF16 RowView row_view(const PackedWeight& w, int64_t r) {
+  const bool fp4 = w.format == WeightFormat::Mxfp4 || w.format == WeightFormat::Nvfp4;
+  const int64_t n = fp4 ? w.n_in / (w.format == WeightFormat::Mxfp4 ? 32 : 16) : w.n_groups();  // entries a row
+  if (w.rows_layout == RowsLayout::Rows)
+    return {w.data.data() + r * w.row_bytes(), w.scales.empty() ? nullptr : w.scales.data() + (w.scales.size() == 1 ? 0 : r * n),
+            w.zeros.empty() ? nullptr : w.zeros.data() + r * n,
+            w.scale_bytes.empty() ? nullptr : w.scale_bytes.data() + r * n};
+  thread_local std::vector<uint8_t> codes, sb;
+  thread_local std::vector<float> scales;
+  thread_local std::vector<int8_t> zeros;
+  codes.resize(size_t(w.row_bytes()));
+  rows16_codes_fast(w, r, codes.data());
+  RowView v{codes.data(), nullptr, nullptr, nullptr};
+  if (fp4) {
+    sb.resize(size_t(n));
+    rows16_entries(w.scale_bytes.data(), n, r, sb.data());
+    v.scale_bytes = sb.data();
+  } else {
+    scales.resize(size_t(n));
+    rows16_entries(w.scales.data(), n, r, scales.data());
+    v.scales = scales.data();
+    if (!w.zeros.empty()) {
+      zeros.resize(size_t(n));
+      rows16_entries(w.zeros.data(), n, r, zeros.data());
+      v.zeros = zeros.data();
+    }
+  }
+  return v;
+}
+
+// A row's codes of columns [c, c + n) (n ≤ 16; lanes ≥ n zero) as int32: Int8 q, Int4 u − 8 (c even).
+TP_BF16 inline __m512i codes16(const PackedWeight& w, const uint8_t* row, int64_t c, int64_t n) {
   const __mmask16 k = __mmask16(_bzhi_u32(~0u, unsigned(n)));
   if (w.format == WeightFormat::Int8)
     return _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(k, reinterpret_cast<const int8_t*>(row) + c));
@@ -55,11 +94,12 @@ TP_BF16 inline __m512i codes16(const PackedWeight& w, int64_t r, int64_t c, int6
 
 // One scale group a row (per channel, no g_idx): row r's n_in values q − zero as BF16 (exact: |q − zero| ≤ 255).
 TP_BF16 void channel_row(const PackedWeight& w, int64_t r, uint16_t* out, int64_t) {
-  const __m512i z = _mm512_set1_epi32(w.zeros.empty() ? 0 : int(w.zeros[size_t(r)]));
+  const RowView v = row_view(w, r);
+  const __m512i z = _mm512_set1_epi32(v.zeros ? int(v.zeros[0]) : 0);
   for (int64_t c = 0; c < w.n_in; c += 16) {
     const int64_t n = std::min<int64_t>(16, w.n_in - c);
     const __mmask16 k = __mmask16(_bzhi_u32(~0u, unsigned(n)));
-    _mm256_mask_storeu_epi16(out + c, k, bf16_of(_mm512_cvtepi32_ps(_mm512_sub_epi32(codes16(w, r, c, n), z))));
+    _mm256_mask_storeu_epi16(out + c, k, bf16_of(_mm512_cvtepi32_ps(_mm512_sub_epi32(codes16(w, v.codes, c, n), z))));
   }
 }
 
@@ -70,18 +110,19 @@ TP_BF16 void channel_row(const PackedWeight& w, int64_t r, uint16_t* out, int64_
 template <int WP>
 TP_BF16 void grouped_row(const PackedWeight& w, int64_t r, uint16_t* out, int64_t stride) {
   const int64_t ng = w.n_groups(), gs = w.group_size;
-  const float* srow = w.scales.data() + r * ng;
+  const RowView v = row_view(w, r);
+  const float* srow = v.scales;
   thread_local std::vector<int32_t> zrow;  // the row's zero points as int32 (gathered by group)
-  const bool zeros = !w.zeros.empty();
+  const bool zeros = v.zeros != nullptr;
   if (zeros) {
     zrow.resize(size_t(ng));
-    for (int64_t g = 0; g < ng; ++g) zrow[size_t(g)] = w.zeros[size_t(r * ng + g)];
+    for (int64_t g = 0; g < ng; ++g) zrow[size_t(g)] = v.zeros[g];
   }
   alignas(64) int32_t lane_group[16];
   for (int64_t c = 0; c < w.n_in; c += 16) {
     const int64_t n = std::min<int64_t>(16, w.n_in - c);
     const __mmask16 k = __mmask16(_bzhi_u32(~0u, unsigned(n)));
-    __m512i q = codes16(w, r, c, n);
+    __m512i q = codes16(w, v.codes, c, n);
     __m512 sc;
     if (w.g_idx.empty() && gs % 16 == 0) {  // the 16 columns in one group: its scale and zero broadcast
       const int64_t g = c / gs;
@@ -128,17 +169,10 @@ bool grouped_exact(const PackedWeight& w) {
 // is applied after the matmul. n_in is a multiple of the block (16 or 32 columns), so 16 columns share one scale.
 TP_BF16 void fp4_row(const PackedWeight& w, int64_t r, uint16_t* out, int64_t) {
   const bool mx = w.format == WeightFormat::Mxfp4;
-  const int64_t blk = mx ? 32 : 16, nb = w.n_in / blk;
-  const uint8_t* row = w.data.data() + r * w.row_bytes();
-  const uint8_t* sb = w.scale_bytes.data() + r * nb;
-  thread_local std::vector<uint8_t> codes, scales;
-  if (w.fp4_layout == Fp4Layout::Rows16) {  // the row out of its 16-row block (common/fp4_layout.h)
-    codes.resize(size_t(w.row_bytes()));
-    scales.resize(size_t(nb));
-    fp4_rows16_row_fast(w, r, codes.data(), scales.data());
-    row = codes.data();
-    sb = scales.data();
-  }
+  const int64_t blk = mx ? 32 : 16;
+  const RowView v = row_view(w, r);
+  const uint8_t* row = v.codes;
+  const uint8_t* sb = v.scale_bytes;
   static const std::array<float, 16> table = [] {  // E2M1 code -> value
     std::array<float, 16> t{};
     for (int i = 0; i < 16; ++i) t[size_t(i)] = e2m1_to_f32(uint8_t(i));
@@ -208,6 +242,7 @@ void bf16_slab_gemm(const uint16_t* xk, int64_t m, int64_t ps, int np, const Pac
 #pragma omp parallel for schedule(static) num_threads(n_threads) if (n_threads > 1)
   for (int64_t i = 0; i < m; ++i)
     for (int64_t r = 0; r < n_out; ++r) {
+      // (a per-channel Rows16 weight keeps row r's scale at r too: one entry a row, [r / 16][1][16])
       const float s = y[i * n_out + r] * (w.scales.size() == 1 ? w.scales[0] : w.scales[size_t(r)]);
       y[i * n_out + r] = xs ? s * xs[i] : s;
     }

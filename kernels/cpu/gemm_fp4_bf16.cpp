@@ -279,7 +279,7 @@ void decode(const float* x, int64_t m, const PackedWeight& w, float* y, int n_th
 bool fp4_bf16_decode(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
   const bool mx = w.format == WeightFormat::Mxfp4;
   if ((!mx && w.format != WeightFormat::Nvfp4) || w.act != ActQuant::None || w.n_in % 64 != 0 ||
-      w.fp4_layout != Fp4Layout::Rows || !cpu_has_avx512bf16())
+      w.rows_layout != RowsLayout::Rows || !cpu_has_avx512bf16())
     return false;
   if (w.act_bf16)
     decode<1>(x, m, w, y, n_threads);

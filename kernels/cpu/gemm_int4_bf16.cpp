@@ -377,7 +377,8 @@ void int4_bf16(const float* x, int64_t m, const PackedWeight& w, float* y, int n
 }  // namespace
 
 bool int4_bf16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
-  if (w.format != WeightFormat::Int4 || w.act != ActQuant::None || !w.g_idx.empty() || !cpu_has_avx512bf16())
+  if (w.format != WeightFormat::Int4 || w.act != ActQuant::None || !w.g_idx.empty() ||
+      w.rows_layout != RowsLayout::Rows || !cpu_has_avx512bf16())
     return false;
   if (w.n_groups() > 1 && w.group_size % 32 != 0) return false;  // groups start on whole bytes of a chunk
   if (w.act_bf16)

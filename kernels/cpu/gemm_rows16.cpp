@@ -1,13 +1,16 @@
-// MXFP4 / NVFP4 decode in GEMM form on AVX512-BF16 (fp4_rows16.h; the layout: common/fp4_layout.h Rows16). Per block of 16 weight rows and 8 columns at
-// k0: one 64-byte load, shifted right by 0 / 4 / 8 / 12 bits and looked up by vpermw in the e2m1 table (an index's
-// low 5 bits; bit 4 is the next nibble's and the table repeats, as gemm_fp4_bf16.cpp), gives 4 vectors; vector n's
-// BF16 lanes (2r, 2r + 1) hold row r's columns (k0 + 2n, k0 + 2n + 1), so vdpbf16ps against x's BF16 pair for
-// those columns, broadcast, adds both products into F32 lane r. x is one BF16 part (act_bf16) or two (x ≈ p0 +
-// p1, 16 significant bits), pairs laid out once a call. Per block of 16 (NVFP4) or 32 (MXFP4) columns each row of x
-// sums its chain into a block total, × the 16 rows' scales (E4M3 × 2⁻⁸ through an F16, or E8M0 shifted into an
-// F32's exponent, as fp4_scales.h) into the running total; y = total × post (NVFP4: 2⁸ · global scale). kTileM
-// rows of x share each decoded vector; a row's operations do not depend on the tile, so batch rows equal rows
-// alone. W (and its scales) software-prefetched kPrefetchBytes ahead, as the row-major kernels.
+// 4-bit decode in GEMM form on AVX512-BF16 (rows16.h; the layout: common/rows16_layout.h Rows16): MXFP4, NVFP4
+// and Int4 (W4A16). Per block of 16 weight rows and 8 columns at k0: one 64-byte load, shifted right by 0 / 4 / 8 /
+// 12 bits and looked up by vpermw in the format's table (an index's low 5 bits; bit 4 is the next nibble's and the
+// table repeats, as gemm_fp4_bf16.cpp): e2m1 values, or Int4's u − 8 — 4 vectors; vector n's BF16 lanes (2r,
+// 2r + 1) hold row r's columns (k0 + 2n, k0 + 2n + 1), so vdpbf16ps against x's BF16 pair for those columns,
+// broadcast, adds both products into F32 lane r. x is one BF16 part (act_bf16) or two (x ≈ p0 + p1, 16
+// significant bits), pairs laid out once a call. Per block (NVFP4 16 columns, MXFP4 32) or group (Int4: group_size,
+// or the row) each row of x sums its chain into a block total, × the 16 rows' scales into the running total: FP4's
+// E4M3 × 2⁻⁸ through an F16 or E8M0 shifted into an F32's exponent (as fp4_scales.h), Int4's F32 scales, after
+// Int4's zero points are taken off as zero · Σ x over the group (Σ (q − z) x = Σ q x − z Σ x; the row's Σ x per
+// group computed once a call, in one order). y = total × post (NVFP4: 2⁸ · global scale). kTileM rows of x share
+// each decoded vector; a row's operations do not depend on the tile, so batch rows equal rows alone. W (and its
+// scales) software-prefetched kPrefetchBytes ahead, as the row-major kernels.
 #include <algorithm>
 #include <vector>
 
@@ -18,7 +21,7 @@
 
 #include "common/error.h"
 #include "kernels/cpu/bf16_parts.h"
-#include "kernels/cpu/fp4_rows16.h"
+#include "kernels/cpu/rows16.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/packed_kernels.h"
 
@@ -33,6 +36,11 @@ constexpr int kTileM = 8;  // rows of x a pass (16: their block totals and total
 // 7.5-7.6 / 18.7-19.0 / 18.5-19.0, 4096 6.7-6.8 / 16.4-16.9 / 16.3-16.5, 8192 6.1-6.4 / 14.2-16.6 / 14.2-15.1,
 // 16384 6.4 / 14.5-15.4 / 13.9-15.3.
 constexpr int64_t kPrefetchBytes = 8192;
+// Chunks (8 columns) a pair of vdpbf16ps dependency chains runs over before it is added, × the block's scales, into
+// the running total: at m = 1 one chain a block (a whole Int4 group: 8 chunks at 64 columns, 32 vdpbf16ps) ran at the
+// instruction's latency. Every block is a whole number of them: NVFP4 2 chunks, MXFP4 4, Int4 groups (and
+// per-channel rows) a multiple of 32 columns.
+constexpr int64_t kSubChunks = 2;
 
 // x [m, n_in] -> per row, P parts of n_in / 2 BF16 pairs (pair j = columns 2j, 2j + 1): row i part p at
 // (i · P + p) · n_in / 2.
@@ -47,12 +55,17 @@ TP_BF16 void x_pairs(const float* x, int64_t m, int64_t n_in, uint32_t* xp) {
     }
 }
 
-TP_BF16 inline __m512i e2m1_table() {
-  const __m512 v = _mm512_setr_ps(0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6);
+// The weight's format, a template parameter: FP4's blocks are then known where the loops are built.
+constexpr int kInt4 = 0, kNvfp4 = 1, kMxfp4 = 2;
+
+// The 32-entry BF16 table vpermw looks the codes up in (16 values, twice): e2m1, or Int4's u − 8.
+TP_BF16 inline __m512i code_table(bool int4) {
+  const __m512 v = int4 ? _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7)
+                        : _mm512_setr_ps(0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6);
   return (__m512i)_mm512_cvtne2ps_pbh(v, v);
 }
 
-// The 16 rows' scales of one block from their 16 bytes (Rows16 holds no edge bytes: fp4_rows16_scales_ok).
+// The 16 rows' FP4 scales of one block from their 16 bytes (Rows16 holds no edge bytes: fp4_rows16_scales_ok).
 TP_BF16 __attribute__((always_inline)) inline __m512 block_scales(const uint8_t* sb, bool mx) {
   const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb));
   if (mx) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu8_epi32(b), 23));
@@ -60,42 +73,79 @@ TP_BF16 __attribute__((always_inline)) inline __m512 block_scales(const uint8_t*
   return _mm512_cvtph_ps(h);
 }
 
-// Row block rb against MT rows of x (xp: their pairs, P parts, n_in / 2 a part): y[i · n_out + 16 rb + r].
-template <int MT, int P>
-TP_BF16 void row_block(const PackedWeight& w, int64_t rb, const uint32_t* xp, float post, float* y, bool prefetch) {
-  const bool mx = w.format == WeightFormat::Mxfp4;
-  const int64_t n_in = w.n_in, half = n_in / 2, chunks = n_in / 8, bc = mx ? 4 : 2;  // chunks of 8 columns a block
+// How a weight's columns fall into scale blocks: chunks (8 columns) a block, blocks a row.
+struct Blocks {
+  int64_t chunks_per, count;
+};
+
+Blocks blocks_of(const PackedWeight& w) {
+  const int64_t chunks = w.n_in / 8;
+  if (w.format == WeightFormat::Int4) {
+    const int64_t gs = w.n_groups() > 1 ? w.group_size : w.n_in;
+    return {gs / 8, w.n_groups()};
+  }
+  const int64_t per = w.format == WeightFormat::Mxfp4 ? 4 : 2;
+  return {per, chunks / per};
+}
+
+// Row block rb against MT rows of x (xp: their pairs, P parts, n_in / 2 a part; sx: Int4 with zero points, each
+// row's Σ x per group, ng a row): y[i · n_out + 16 rb + r].
+template <int K, int MT, int P>
+TP_BF16 void row_block(const PackedWeight& w, Blocks bl, int64_t rb, const uint32_t* xp, const float* sx, float post,
+                       float* y, bool prefetch) {
+  constexpr bool I4 = K == kInt4, mx = K == kMxfp4;
+  const bool zeros = I4 && !w.zeros.empty();
+  const int64_t per = K == kNvfp4 ? 2 : K == kMxfp4 ? 4 : bl.chunks_per;  // chunks a block (FP4: known here)
+  const int64_t n_in = w.n_in, half = n_in / 2, chunks = n_in / 8;
   const uint8_t* wd = w.data.data() + rb * chunks * 64;
-  const uint8_t* sb = w.scale_bytes.data() + rb * (chunks / bc) * 16;
-  const __m512i table = e2m1_table();
+  const int64_t s0 = rb * bl.count * 16;  // the block's first entry in the per-row arrays
+  const __m512i table = code_table(I4);
   __m512 tot[MT];
 #pragma GCC unroll 8
   for (int i = 0; i < MT; ++i) tot[i] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < chunks / bc; ++b) {
-    __m512 a[MT];
-#pragma GCC unroll 8
-    for (int i = 0; i < MT; ++i) a[i] = _mm512_setzero_ps();
-    for (int64_t h = 0; h < bc; ++h) {
-      const int64_t ch = b * bc + h;
-      if (prefetch) prefetch_weights(wd + ch * 64 + kPrefetchBytes);
-      const __m512i wb = _mm512_loadu_si512(wd + ch * 64);
-      __m512bh v[4];
-      v[0] = (__m512bh)_mm512_permutexvar_epi16(wb, table);
-      v[1] = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(wb, 4), table);
-      v[2] = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(wb, 8), table);
-      v[3] = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(wb, 12), table);
-#pragma GCC unroll 4
-      for (int n = 0; n < 4; ++n)
-#pragma GCC unroll 8
-        for (int i = 0; i < MT; ++i)
-#pragma GCC unroll 2
-          for (int p = 0; p < P; ++p)
-            a[i] = _mm512_dpbf16_ps(a[i], v[n], (__m512bh)_mm512_set1_epi32(int(xp[(i * P + p) * half + ch * 4 + n])));
+  for (int64_t b = 0; b < bl.count; ++b) {
+    __m512 s, zs;  // the 16 rows' scales of the block; Int4 with zero points: zero · scale
+    if constexpr (I4) {
+      if (prefetch && b % 4 == 0) prefetch_weights(w.scales.data() + s0 + b * 16 + kPrefetchBytes / 2);
+      s = _mm512_loadu_ps(w.scales.data() + s0 + b * 16);
+      if (zeros)
+        zs = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                               _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.zeros.data() + s0 + b * 16)))),
+                           s);
+    } else {
+      if (prefetch && b % 4 == 0) prefetch_weights(w.scale_bytes.data() + s0 + b * 16 + kPrefetchBytes / 8);
+      s = block_scales(w.scale_bytes.data() + s0 + b * 16, mx);
     }
-    if (prefetch && b % 4 == 0) prefetch_weights(sb + b * 16 + kPrefetchBytes / 8);
-    const __m512 s = block_scales(sb + b * 16, mx);
+    const int64_t ch1 = std::min(chunks, (b + 1) * per);
+    for (int64_t c0 = b * per; c0 < ch1; c0 += kSubChunks) {  // every block a multiple of kSubChunks
+      __m512 c[2][MT];  // two chains: columns k0 + 0..3 and k0 + 4..7 of each chunk
 #pragma GCC unroll 8
-    for (int i = 0; i < MT; ++i) tot[i] = _mm512_fmadd_ps(a[i], s, tot[i]);
+      for (int i = 0; i < MT; ++i) c[0][i] = c[1][i] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+      for (int64_t ch = c0; ch < c0 + kSubChunks; ++ch) {
+        if (prefetch) prefetch_weights(wd + ch * 64 + kPrefetchBytes);
+        const __m512i wb = _mm512_loadu_si512(wd + ch * 64);
+        __m512bh v[4];
+        v[0] = (__m512bh)_mm512_permutexvar_epi16(wb, table);
+        v[1] = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(wb, 4), table);
+        v[2] = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(wb, 8), table);
+        v[3] = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(wb, 12), table);
+#pragma GCC unroll 4
+        for (int n = 0; n < 4; ++n)
+#pragma GCC unroll 8
+          for (int i = 0; i < MT; ++i)
+#pragma GCC unroll 2
+            for (int p = 0; p < P; ++p)
+              c[n / 2][i] = _mm512_dpbf16_ps(c[n / 2][i], v[n],
+                                             (__m512bh)_mm512_set1_epi32(int(xp[(i * P + p) * half + ch * 4 + n])));
+      }
+#pragma GCC unroll 8
+      for (int i = 0; i < MT; ++i) tot[i] = _mm512_fmadd_ps(_mm512_add_ps(c[0][i], c[1][i]), s, tot[i]);
+    }
+    if (zeros) {
+#pragma GCC unroll 8
+      for (int i = 0; i < MT; ++i) tot[i] = _mm512_fnmadd_ps(zs, _mm512_set1_ps(sx[i * bl.count + b]), tot[i]);
+    }
   }
   const int64_t r0 = rb * 16;
   const __mmask16 rows = __mmask16(_bzhi_u32(0xffff, unsigned(std::min<int64_t>(16, w.n_out - r0))));
@@ -103,15 +153,42 @@ TP_BF16 void row_block(const PackedWeight& w, int64_t rb, const uint32_t* xp, fl
   for (int i = 0; i < MT; ++i) _mm512_mask_storeu_ps(y + i * w.n_out + r0, rows, _mm512_mul_ps(tot[i], _mm512_set1_ps(post)));
 }
 
+// Each row of x's Σ x over each group (x as the kernel holds it: the sum of its P parts), 16 columns a step then
+// the lanes in one order: sx[i · count + g].
 template <int P>
+TP_BF16 void group_sums(const uint32_t* xp, int64_t m, int64_t n_in, Blocks bl, float* sx) {
+  const int64_t half = n_in / 2;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t g = 0; g < bl.count; ++g) {
+      const int64_t k0 = g * bl.chunks_per * 8, k1 = std::min(n_in, (g + 1) * bl.chunks_per * 8);
+      __m512 acc = _mm512_setzero_ps();
+      for (int64_t k = k0; k < k1; k += 16)
+#pragma GCC unroll 2
+        for (int p = 0; p < P; ++p) {  // 8 pairs = 16 BF16 values, widened to F32 by shifting into the high half
+          const __m256i pr = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp + (i * P + p) * half + k / 2));
+          const __m512i wide = _mm512_cvtepu16_epi32(pr);  // value j in lane j: columns in pair order
+          acc = _mm512_add_ps(acc, _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16)));
+        }
+      sx[i * bl.count + g] = _mm512_reduce_add_ps(acc);
+    }
+}
+
+template <int K, int P>
 void run(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
   thread_local std::vector<uint32_t> xp;
+  thread_local std::vector<float> sx;
   xp.resize(size_t(m * P * (w.n_in / 2)));
   x_pairs<P>(x, m, w.n_in, xp.data());
-  const float post = w.format == WeightFormat::Mxfp4 ? 1.0f : 256.0f * w.global_scale;
+  const Blocks bl = blocks_of(w);
+  if (K == kInt4 && !w.zeros.empty()) {
+    sx.resize(size_t(m * bl.count));
+    group_sums<P>(xp.data(), m, w.n_in, bl, sx.data());
+  }
+  const float post = w.format == WeightFormat::Nvfp4 ? 256.0f * w.global_scale : 1.0f;
   const int64_t per_row = P * (w.n_in / 2);
   const bool parallel = n_threads > 1 && worth_parallel(int64_t(w.data.size()) * m);
   const uint32_t* xs = xp.data();
+  const float* sxs = sx.data();
 #pragma omp parallel num_threads(n_threads) if (parallel)
   {
     const auto [b0, b1] = thread_rows((w.n_out + 15) / 16, 1, omp_get_thread_num(), omp_get_num_threads());
@@ -120,17 +197,18 @@ void run(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threa
     for (int64_t rb = b0; rb < b1; ++rb)
       for (int64_t i0 = 0; i0 < m; i0 += kTileM) {
         const uint32_t* xi = xs + i0 * per_row;
+        const float* si = sxs + i0 * bl.count;
         float* yi = y + i0 * w.n_out;
         const bool pf = i0 == 0;
         switch (std::min<int64_t>(kTileM, m - i0)) {
-          case 1: row_block<1, P>(w, rb, xi, post, yi, pf); break;
-          case 2: row_block<2, P>(w, rb, xi, post, yi, pf); break;
-          case 3: row_block<3, P>(w, rb, xi, post, yi, pf); break;
-          case 4: row_block<4, P>(w, rb, xi, post, yi, pf); break;
-          case 5: row_block<5, P>(w, rb, xi, post, yi, pf); break;
-          case 6: row_block<6, P>(w, rb, xi, post, yi, pf); break;
-          case 7: row_block<7, P>(w, rb, xi, post, yi, pf); break;
-          default: row_block<8, P>(w, rb, xi, post, yi, pf); break;
+          case 1: row_block<K, 1, P>(w, bl, rb, xi, si, post, yi, pf); break;
+          case 2: row_block<K, 2, P>(w, bl, rb, xi, si, post, yi, pf); break;
+          case 3: row_block<K, 3, P>(w, bl, rb, xi, si, post, yi, pf); break;
+          case 4: row_block<K, 4, P>(w, bl, rb, xi, si, post, yi, pf); break;
+          case 5: row_block<K, 5, P>(w, bl, rb, xi, si, post, yi, pf); break;
+          case 6: row_block<K, 6, P>(w, bl, rb, xi, si, post, yi, pf); break;
+          case 7: row_block<K, 7, P>(w, bl, rb, xi, si, post, yi, pf); break;
+          default: row_block<K, 8, P>(w, bl, rb, xi, si, post, yi, pf); break;
         }
       }
   }
@@ -138,10 +216,9 @@ void run(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threa
 
 }  // namespace
 
-TP_BF16 void fp4_rows16_row_fast(const PackedWeight& w, int64_t r, uint8_t* codes, uint8_t* scales) {
-  const int64_t n_in = w.n_in, chunks = n_in / 8, nb = n_in / (w.format == WeightFormat::Mxfp4 ? 32 : 16);
-  const int64_t rb = r / 16, i = r % 16;
-  const uint8_t* base = w.data.data() + rb * chunks * 64 + 4 * i;  // the row's dword in chunk 0
+TP_BF16 void rows16_codes_fast(const PackedWeight& w, int64_t r, uint8_t* codes) {
+  const int64_t chunks = w.n_in / 8;
+  const uint8_t* base = w.data.data() + (r / 16) * chunks * 64 + 4 * (r % 16);  // the row's dword in chunk 0
   const __m512i offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                              _mm512_set1_epi32(64));
   const __m512i m8 = _mm512_set1_epi32(0x00ff00ff), m4 = _mm512_set1_epi32(0x0f0f0f0f);
@@ -157,28 +234,25 @@ TP_BF16 void fp4_rows16_row_fast(const PackedWeight& w, int64_t r, uint8_t* code
     hi = _mm512_and_si512(_mm512_or_si512(hi, _mm512_slli_epi32(hi, 4)), m4);
     _mm512_mask_storeu_epi32(codes + ch * 4, k, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)));
   }
-  const uint8_t* sb = w.scale_bytes.data() + rb * nb * 16 + i;
-  for (int64_t b = 0; b < nb; ++b) scales[b] = sb[b * 16];
 }
 
-bool fp4_rows16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
-  if (w.fp4_layout != Fp4Layout::Rows16 || !cpu_has_avx512bf16()) return false;
+bool rows16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
+  if (w.rows_layout != RowsLayout::Rows16 || !cpu_has_avx512bf16()) return false;
+  const int k = w.format == WeightFormat::Int4 ? kInt4 : w.format == WeightFormat::Nvfp4 ? kNvfp4 : kMxfp4;
   if (w.act_bf16)
-    run<1>(x, m, w, y, n_threads);
+    (k == kInt4 ? run<kInt4, 1> : k == kNvfp4 ? run<kNvfp4, 1> : run<kMxfp4, 1>)(x, m, w, y, n_threads);
   else
-    run<2>(x, m, w, y, n_threads);
+    (k == kInt4 ? run<kInt4, 2> : k == kNvfp4 ? run<kNvfp4, 2> : run<kMxfp4, 2>)(x, m, w, y, n_threads);
   return true;
 }
 
-bool fp4_rows16_wanted(const PackedWeight& w) {
-  const bool mx = w.format == WeightFormat::Mxfp4;
-  return (mx || w.format == WeightFormat::Nvfp4) && w.fp4_layout == Fp4Layout::Rows && w.act == ActQuant::None &&
-         w.n_in % 32 == 0 && cpu_has_avx512bf16() && prefer_bf16_a16() &&
-         fp4_rows16_scales_ok(w.scale_bytes.data(), int64_t(w.scale_bytes.size()), mx);
+bool rows16_wanted(const PackedWeight& w) {
+  return (w.format == WeightFormat::Int4 || w.format == WeightFormat::Mxfp4 || w.format == WeightFormat::Nvfp4) &&
+         w.rows_layout == RowsLayout::Rows && cpu_has_avx512bf16() && prefer_bf16_a16() && rows16_refusal(w).empty();
 }
 
-void prepare_fp4_weight(PackedWeight* w) {
-  if (fp4_rows16_wanted(*w)) set_fp4_layout(w, Fp4Layout::Rows16);
+void prepare_rows16_weight(PackedWeight* w) {
+  if (rows16_wanted(*w)) set_rows_layout(w, RowsLayout::Rows16);
 }
 
 }  // namespace tp::cpu::detail

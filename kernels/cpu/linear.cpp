@@ -1,6 +1,6 @@
 #include "kernels/cpu/linear.h"
 
-#include "kernels/cpu/fp4_rows16.h"
+#include "kernels/cpu/rows16.h"
 #include "kernels/cpu/gemm_gguf.h"
 #include "kernels/cpu/gemm_gguf_bf16.h"
 
@@ -120,7 +120,7 @@ Weight::Weight(PackedWeight w, bool relayout) : w_(std::move(w)) {
   check_packed_weight(w_);
   if (relayout) {
     detail::prepare_gguf_weight(&w_);
-    detail::prepare_fp4_weight(&w_);
+    detail::prepare_rows16_weight(&w_);
   }
   back_with_huge_pages(w_.data.data(), w_.data.size());
 }

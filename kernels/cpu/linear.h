@@ -23,9 +23,9 @@ class Weight {
   // A packed weight as the loaders give it (common/packed_weight.h): checked (check_packed_weight), kept as it
   // is stored. F32 / BF16 run on the dense paths below; every other format on its own kernel.
   // GGUF Q4_0 / Q8_0 / Q5_0 rows given in the file layout are regrouped, in place, into the layout this CPU's
-  // kernel reads fastest (kernels/cpu/gemm_gguf.h prepare_gguf_weight; the same bytes), and MXFP4 / NVFP4
-  // weights put in 16-row blocks where the GEMM-form decode is this CPU's (kernels/cpu/fp4_rows16.h
-  // prepare_fp4_weight; the same bytes, rows padded to a multiple of 16); relayout = false keeps the layout
+  // kernel reads fastest (kernels/cpu/gemm_gguf.h prepare_gguf_weight; the same bytes), and Int4 / MXFP4 /
+  // NVFP4 weights put in 16-row blocks where the GEMM-form decode is this CPU's (kernels/cpu/rows16.h
+  // prepare_rows16_weight; the same bytes, rows padded to a multiple of 16); relayout = false keeps the layout
   // given (benchmarks comparing layouts).
   explicit Weight(PackedWeight w, bool relayout = true);
   // A dense weight: converts `n_out * n_in` elements of type `src_type` (F32, F16, BF16, Q8_0, Q4_0, Q4_1;

@@ -17,8 +17,9 @@
 //                      decode on Intel AVX-512: gemm_fp8_f16.cpp (E4M3 bytes into F16s, vcvtph2ps, F32 FMAs)
 //   gemm_fp4.cpp       MXFP4 / NVFP4 weights: E2M1 nibbles through an 8-entry table in a register, × the
 //                      block's E8M0 or E4M3 scale (× the NVFP4 global scale); on AVX-512 VNNI gemm_a16_vnni.cpp;
-//                      on AVX512-BF16 gemm_fp4_bf16.cpp (rows as the checkpoint) and, for weights cpu::Weight put
-//                      in 16-row blocks (common/fp4_layout.h Rows16), gemm_fp4_rows16.cpp (fp4_rows16.h)
+//                      on AVX512-BF16 gemm_fp4_bf16.cpp (rows as the checkpoint)
+// Int4 and FP4 weights cpu::Weight put in 16-row blocks (common/rows16_layout.h Rows16) decode in GEMM form:
+// gemm_rows16.cpp (rows16.h); the row-major kernels above decline them.
 // Each computes y[m, n_out] = x[m, n_in] · Wᵀ (x, y F32 row-major contiguous), splitting W's rows over
 // n_threads OpenMP threads, and returns false when it has no kernel for this weight (its caller then uses
 // packed_linear_reference): a group size that is not a multiple of the vector width, for instance.
@@ -51,7 +52,7 @@ bool int4_bf16_linear(const float* x, int64_t m, const PackedWeight& w, float* y
 // kA16Bf16MinM): n_in a multiple of 64, the e2m1 values exact in BF16 against x's two BF16 parts (as
 // int4_bf16_linear), F32 sums, × the block scales (F32: E8M0 exact, E4M3 exact) per 4-column lane, NVFP4's
 // global scale after. Returns false (nothing written) for weights it does not take (the Rows16 layout too: that
-// is fp4_rows16_linear's) or without AVX512-BF16.
+// is rows16_linear's) or without AVX512-BF16.
 bool fp4_bf16_decode(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 
 // Whether the 4-bit decode goes to the AVX512-BF16 kernels above before a16_vnni_linear: on AMD, where vdpbf16ps
@@ -142,8 +143,9 @@ void quantize_s8(const float* x, int64_t n, float s, int8_t* q, PackedIsa isa);
 bool int_a16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa);
 bool int_w8a8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa);
 bool fp8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa);
-// FP4 in layout Rows16 (common/fp4_layout.h): on AVX-512 fp4_bf16_prefill, else fp4_rows16_linear (every m);
-// another isa returns false (the reference reads the layout).
+// Int4 / FP4 weights in layout Rows16 (common/rows16_layout.h), in both: on AVX-512 the prefill (a16_bf16_prefill /
+// fp4_bf16_prefill, their row decodes reading the layout), else rows16_linear (every m); another isa returns false
+// (the reference reads the layout).
 bool fp4_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa);
 
 // acc[m, n_out] = xq[m, n_in] · wᵀ in exact int32, w int8 [n_out, n_in] row-major, through oneDNN's int8

@@ -234,7 +234,7 @@ TEST(PackedWeight, CopyHasEveryFieldAndItsOwnBytes) {
   w.act_group = 2;
   w.act_bf16 = true;
   w.gguf_layout = GgufLayout::Q8_0Quads;
-  w.fp4_layout = Fp4Layout::Rows16;
+  w.rows_layout = RowsLayout::Rows16;
   const PackedWeight c = copy_packed_weight(w);
   EXPECT_EQ(c.format, w.format);
   EXPECT_EQ(c.n_out, w.n_out);
@@ -255,7 +255,7 @@ TEST(PackedWeight, CopyHasEveryFieldAndItsOwnBytes) {
   EXPECT_EQ(c.act_group, w.act_group);
   EXPECT_EQ(c.act_bf16, w.act_bf16);
   EXPECT_EQ(c.gguf_layout, w.gguf_layout);
-  EXPECT_EQ(c.fp4_layout, w.fp4_layout);
+  EXPECT_EQ(c.rows_layout, w.rows_layout);
   const PackedWeight e = copy_packed_weight(PackedWeight{});  // no bytes: nothing to copy
   EXPECT_EQ(e.data.size(), 0);
 }

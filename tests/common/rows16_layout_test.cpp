@@ -1,6 +1,6 @@
-// FP4 weight layouts (common/fp4_layout.h): Rows16's bytes where its comment puts them, read back by an index
-// computed here from that comment; to Rows16 and back gives the checkpoint's bytes; dequantize_rows reads both
-// layouts alike; the refusals (set_fp4_layout, check_packed_weight).
+// 4-bit weight layouts (common/rows16_layout.h): Rows16's bytes (FP4 and Int4) where its comment puts them, read
+// back by an index computed here from that comment; to Rows16 and back gives the checkpoint's bytes; dequantize_rows
+// reads both layouts alike; the refusals (set_rows_layout, check_packed_weight).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "common/fp4_layout.h"
+#include "common/rows16_layout.h"
 #include "common/packed_weight.h"
 
 namespace tp {
@@ -31,13 +31,33 @@ PackedWeight random_fp4(WeightFormat f, int64_t n_out, int64_t n_in, uint32_t se
   return w;
 }
 
+// An Int4 weight [n_out, n_in] in groups of `group` columns (0: per channel), with zero points or not.
+PackedWeight random_int4(int64_t n_out, int64_t n_in, int64_t group, bool zeros, uint32_t seed) {
+  std::mt19937 rng(seed);
+  PackedWeight w;
+  w.format = WeightFormat::Int4;
+  w.n_out = n_out;
+  w.n_in = n_in;
+  w.group_size = group > 0 ? group : n_in;
+  w.data = AlignedBytes(n_out * n_in / 2);
+  for (int64_t i = 0; i < w.data.size(); ++i) w.data.data()[i] = uint8_t(rng());
+  w.scales.resize(size_t(n_out * w.n_groups()));
+  for (float& v : w.scales) v = float(rng() % 1000 + 1) * 1e-4f;
+  if (zeros) {
+    w.zeros.resize(w.scales.size());
+    for (int8_t& z : w.zeros) z = int8_t(int(rng() % 16) - 8);
+  }
+  check_packed_weight(w);
+  return w;
+}
+
 std::vector<float> dequant(const PackedWeight& w, int64_t r0, int64_t r1) {
   std::vector<float> d(size_t((r1 - r0) * w.n_in));
   dequantize_rows(w, r0, r1, d.data());
   return d;
 }
 
-TEST(Fp4Layout, Rows16HoldsEachCodeAndScaleWhereDocumentedAndComesBack) {
+TEST(RowsLayout, Rows16HoldsEachCodeAndScaleWhereDocumentedAndComesBack) {
   struct Shape {
     WeightFormat f;
     int64_t n_out, n_in;
@@ -49,8 +69,8 @@ TEST(Fp4Layout, Rows16HoldsEachCodeAndScaleWhereDocumentedAndComesBack) {
     const bool mx = s.f == WeightFormat::Mxfp4;
     const PackedWeight given = random_fp4(s.f, s.n_out, s.n_in, uint32_t(s.n_out * s.n_in));
     PackedWeight w = copy_packed_weight(given);
-    set_fp4_layout(&w, Fp4Layout::Rows16);
-    EXPECT_EQ(w.fp4_layout, Fp4Layout::Rows16);
+    set_rows_layout(&w, RowsLayout::Rows16);
+    EXPECT_EQ(w.rows_layout, RowsLayout::Rows16);
     check_packed_weight(w);
     const int64_t held = (s.n_out + 15) / 16 * 16, nb = s.n_in / (mx ? 32 : 16), chunks = s.n_in / 8;
     ASSERT_EQ(w.data.size(), held * s.n_in / 2) << name;
@@ -74,29 +94,72 @@ TEST(Fp4Layout, Rows16HoldsEachCodeAndScaleWhereDocumentedAndComesBack) {
     if (s.n_out > 3) {
       EXPECT_EQ(dequant(w, 2, s.n_out - 1), dequant(given, 2, s.n_out - 1)) << name;
     }
-    set_fp4_layout(&w, Fp4Layout::Rows);
-    EXPECT_EQ(w.fp4_layout, Fp4Layout::Rows);
+    set_rows_layout(&w, RowsLayout::Rows);
+    EXPECT_EQ(w.rows_layout, RowsLayout::Rows);
     check_packed_weight(w);
     ASSERT_EQ(w.data.size(), given.data.size()) << name;
     EXPECT_EQ(0, std::memcmp(w.data.data(), given.data.data(), size_t(given.data.size()))) << name;
     EXPECT_EQ(w.scale_bytes, given.scale_bytes) << name;
   }
-  EXPECT_STREQ(fp4_layout_name(Fp4Layout::Rows16), "rows16");
-  EXPECT_STREQ(fp4_layout_name(Fp4Layout::Rows), "rows");
+  EXPECT_STREQ(rows_layout_name(RowsLayout::Rows16), "rows16");
+  EXPECT_STREQ(rows_layout_name(RowsLayout::Rows), "rows");
+}
+
+// Int4 in Rows16: the codes as FP4's; scales and zero points [row blocks][groups][16] (padding 0); dequantize_rows
+// reads it as the checkpoint's; back to Rows gives the checkpoint's bytes, scales and zeros.
+TEST(RowsLayout, Int4ScalesAndZerosGoToTheirBlocksAndComeBack) {
+  struct Shape {
+    int64_t n_out, n_in, group;
+    bool zeros;
+  };
+  for (const Shape s : {Shape{35, 128, 64, true}, Shape{16, 96, 32, false}, Shape{19, 576, 0, true}, Shape{3, 96, 64, true}}) {
+    const std::string name = "int4 [" + std::to_string(s.n_out) + ", " + std::to_string(s.n_in) + "] g" +
+                             std::to_string(s.group) + (s.zeros ? " zeros" : "");
+    const PackedWeight given = random_int4(s.n_out, s.n_in, s.group, s.zeros, uint32_t(s.n_out + s.n_in));
+    PackedWeight w = copy_packed_weight(given);
+    set_rows_layout(&w, RowsLayout::Rows16);
+    check_packed_weight(w);
+    const int64_t held = (s.n_out + 15) / 16 * 16, ng = given.n_groups(), chunks = s.n_in / 8;
+    ASSERT_EQ(int64_t(w.scales.size()), held * ng) << name;
+    ASSERT_EQ(w.zeros.size(), s.zeros ? size_t(held * ng) : size_t(0)) << name;
+    for (int64_t r = 0; r < held; ++r) {
+      const int64_t rb = r / 16, i = r % 16;
+      for (int64_t g = 0; g < ng; ++g) {
+        const size_t at = size_t((rb * ng + g) * 16 + i), from = size_t(r * ng + g);
+        ASSERT_EQ(w.scales[at], r < s.n_out ? given.scales[from] : 0.0f) << name << " row " << r << " group " << g;
+        if (s.zeros) {
+          ASSERT_EQ(w.zeros[at], r < s.n_out ? given.zeros[from] : 0) << name << " row " << r;
+        }
+      }
+      for (int64_t k = 0; k < s.n_in; ++k) {
+        const uint8_t* word = w.data.data() + (rb * chunks + k / 8) * 64 + 2 * (2 * i + k % 2);
+        const int code = ((word[0] | word[1] << 8) >> (4 * ((k % 8) / 2))) & 15;
+        const int want = r < s.n_out ? (given.data.data()[r * s.n_in / 2 + k / 2] >> (4 * (k % 2))) & 15 : 0;
+        ASSERT_EQ(code, want) << name << " row " << r << " column " << k;
+      }
+    }
+    EXPECT_EQ(dequant(w, 0, s.n_out), dequant(given, 0, s.n_out)) << name;
+    EXPECT_EQ(dequant(w, 1, s.n_out), dequant(given, 1, s.n_out)) << name;
+    set_rows_layout(&w, RowsLayout::Rows);
+    check_packed_weight(w);
+    EXPECT_EQ(0, std::memcmp(w.data.data(), given.data.data(), size_t(given.data.size()))) << name;
+    EXPECT_EQ(w.scales, given.scales) << name;
+    EXPECT_EQ(w.zeros, given.zeros) << name;
+  }
 }
 
 // What Rows16 cannot hold is refused, naming why, and the weight is left as it was; check_packed_weight refuses a
 // Rows16 weight that does not fit it.
-TEST(Fp4Layout, RefusesWhatRows16CannotHold) {
+TEST(RowsLayout, RefusesWhatRows16CannotHold) {
   auto refused = [](PackedWeight w, const std::string& needle) {
     const PackedWeight before = copy_packed_weight(w);
     try {
-      set_fp4_layout(&w, Fp4Layout::Rows16);
+      set_rows_layout(&w, RowsLayout::Rows16);
       ADD_FAILURE() << "no error for " << needle;
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
-    EXPECT_EQ(w.fp4_layout, Fp4Layout::Rows);
+    EXPECT_EQ(w.rows_layout, RowsLayout::Rows);
     EXPECT_EQ(w.scale_bytes, before.scale_bytes);
     EXPECT_EQ(0, std::memcmp(w.data.data(), before.data.data(), size_t(w.data.size())));
   };
@@ -113,7 +176,14 @@ TEST(Fp4Layout, RefusesWhatRows16CannotHold) {
   }
   PackedWeight int8;
   int8.format = WeightFormat::Int8;
-  EXPECT_THROW(set_fp4_layout(&int8, Fp4Layout::Rows16), Error);
+  EXPECT_THROW(set_rows_layout(&int8, RowsLayout::Rows16), Error);
+  refused(random_int4(4, 64, 16, false, 5), "groups of a size that is not a multiple of 32");
+  PackedWeight act_order = random_int4(4, 64, 32, false, 6);
+  for (int64_t k = 0; k < 64; ++k) act_order.g_idx.push_back(int32_t((63 - k) / 32));
+  refused(std::move(act_order), "g_idx (act-order)");
+  PackedWeight w4a8 = random_int4(4, 64, 32, false, 7);
+  w4a8.act = ActQuant::Int8Dynamic;
+  refused(std::move(w4a8), "activation quantization");
 
   auto check_refuses = [](const PackedWeight& w, const std::string& needle) {
     try {
@@ -125,19 +195,19 @@ TEST(Fp4Layout, RefusesWhatRows16CannotHold) {
   };
   PackedWeight w = random_fp4(WeightFormat::Nvfp4, 5, 64, 4);
   PackedWeight unpadded = copy_packed_weight(w);
-  unpadded.fp4_layout = Fp4Layout::Rows16;  // Rows' sizes: 5 rows, not 16
+  unpadded.rows_layout = RowsLayout::Rows16;  // Rows' sizes: 5 rows, not 16
   check_refuses(unpadded, "data holds 160 bytes, expected 512");
-  set_fp4_layout(&w, Fp4Layout::Rows16);
+  set_rows_layout(&w, RowsLayout::Rows16);
   PackedWeight nan = copy_packed_weight(w);
   nan.scale_bytes[7] = 0x7f;
-  check_refuses(nan, "holds a scale byte its decode does not take");
+  check_refuses(nan, "rows16 cannot hold it: an E4M3 scale byte that is NaN");
   PackedWeight bf16;
   bf16.format = WeightFormat::BF16;
   bf16.n_out = 1;
   bf16.n_in = 32;
   bf16.data = AlignedBytes(64);
-  bf16.fp4_layout = Fp4Layout::Rows16;
-  check_refuses(bf16, "FP4 layout rows16 is for weight-only MXFP4 / NVFP4");
+  bf16.rows_layout = RowsLayout::Rows16;
+  check_refuses(bf16, "rows16 cannot hold it: not an int4, mxfp4 or nvfp4 weight");
 }
 
 }  // namespace

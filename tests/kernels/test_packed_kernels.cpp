@@ -25,7 +25,7 @@
 #include "common/error.h"
 #include "common/fp_formats.h"
 #include "common/packed_weight.h"
-#include "kernels/cpu/fp4_rows16.h"
+#include "kernels/cpu/rows16.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/packed_kernels.h"
@@ -744,21 +744,21 @@ TEST(PackedKernels, Fp4Bf16DecodeMatchesReferenceAndRowsAlone) {
   check_fp4_scale_edges(fp4_bf16_decode);
 }
 
-// The GEMM-form FP4 decode (fp4_rows16.h, gemm_fp4_rows16.cpp) through the DecodeKernel signature: w put in the
+// The GEMM-form FP4 decode (rows16.h, gemm_rows16.cpp) through the DecodeKernel signature: w put in the
 // Rows16 layout each call (the tests only).
 bool rows16_decode(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
   PackedWeight r = copy_packed_weight(w);
-  set_fp4_layout(&r, Fp4Layout::Rows16);
-  return fp4_rows16_linear(x, m, r, y, n_threads);
+  set_rows_layout(&r, RowsLayout::Rows16);
+  return rows16_linear(x, m, r, y, n_threads);
 }
 
 // The GEMM-form FP4 decode: the suite's bound against the reference (rows of x at both ends of the exponent range
 // apart), at 1 and 2 threads, row counts 35, 19, 16, 5 and 1 (a last 16-row block holding 3, 3, 16, 5 and 1 rows),
 // 4 to 192 column chunks of 8; a row of x in a batch (m 2..37, passes of 8 rows of x) gives the bits it gives
-// alone; zero / NaN / infinity rows as the row-major kernel; F32 and BF16 x; fp4_rows16_row_fast gives every row as
-// fp4_rows16_row. Takes E4M3 0 and subnormal scales;
+// alone; zero / NaN / infinity rows as the row-major kernel; F32 and BF16 x; rows16_codes_fast gives every row's codes as
+// rows16_codes. Takes E4M3 0 and subnormal scales;
 // the bytes its fast conversion does not take (MXFP4 0 and 255, E4M3 NaN) are kept out of the layout
-// (set_fp4_layout refuses them, fp4_rows16_wanted is false); declines (false) a weight in the Rows layout.
+// (set_rows_layout refuses them, rows16_wanted is false); declines (false) a weight in the Rows layout.
 TEST(PackedKernels, Fp4Rows16MatchesReferenceAndRowsAlone) {
   if (packed_best_isa() != PackedIsa::Avx512 || !cpu_has_avx512bf16()) GTEST_SKIP() << "no AVX512-BF16 here";
   using F = WeightFormat;
@@ -766,17 +766,14 @@ TEST(PackedKernels, Fp4Rows16MatchesReferenceAndRowsAlone) {
                                 Case{"nvfp4_64", F::Nvfp4, 16, 64},   Case{"mxfp4_32", F::Mxfp4, 5, 32},
                                 Case{"nvfp4_96", F::Nvfp4, 1, 96}};
   check_fp4_decode(cs, rows16_decode);
-  for (const Case& c : cs) {  // the prefill's row decode gives common/fp4_layout.h's rows
+  for (const Case& c : cs) {  // the prefill's row decode gives common/rows16_layout.h's rows
     PackedWeight w = make(c, 41);
-    set_fp4_layout(&w, Fp4Layout::Rows16);
-    const int64_t nb = c.n_in / (c.format == F::Mxfp4 ? 32 : 16);
-    std::vector<uint8_t> codes(static_cast<size_t>(c.n_in / 2)), scales(static_cast<size_t>(nb));
-    std::vector<uint8_t> want_codes(codes.size()), want_scales(scales.size());
+    set_rows_layout(&w, RowsLayout::Rows16);
+    std::vector<uint8_t> codes(static_cast<size_t>(c.n_in / 2)), want(codes.size());
     for (int64_t r = 0; r < c.n_out; ++r) {
-      fp4_rows16_row_fast(w, r, codes.data(), scales.data());
-      fp4_rows16_row(w.data.data(), w.scale_bytes.data(), c.n_in, nb, r, want_codes.data(), want_scales.data());
-      ASSERT_EQ(codes, want_codes) << c.name << " row " << r;
-      ASSERT_EQ(scales, want_scales) << c.name << " row " << r;
+      rows16_codes_fast(w, r, codes.data());
+      rows16_codes(w.data.data(), c.n_in, r, want.data());
+      ASSERT_EQ(codes, want) << c.name << " row " << r;
     }
   }
   // Scale bytes at their edges.
@@ -790,41 +787,78 @@ TEST(PackedKernels, Fp4Rows16MatchesReferenceAndRowsAlone) {
     for (size_t k = 0; k < taken.size(); ++k) w.scale_bytes[size_t(int64_t(k) * nb + 1)] = taken[k];  // row k, block 1
     std::vector<float> x = normal_rows(1, c.n_in), y(size_t(c.n_out)), ref(size_t(c.n_out));
     packed_linear_reference(x.data(), 1, w, ref.data(), 1);
-    EXPECT_FALSE(fp4_rows16_linear(x.data(), 1, w, y.data(), 1)) << c.name << ": a weight in the Rows layout";
+    EXPECT_FALSE(rows16_linear(x.data(), 1, w, y.data(), 1)) << c.name << ": a weight in the Rows layout";
     ASSERT_TRUE(rows16_decode(x.data(), 1, w, y.data(), 1)) << c.name;
     EXPECT_LE(nmse_of(y, ref), kMaxNmse) << c.name;
     for (const uint8_t b : declined) {
       PackedWeight e = copy_packed_weight(w);
       e.scale_bytes[3] = b;
-      EXPECT_FALSE(fp4_rows16_wanted(e)) << c.name << " byte " << int(b);
-      EXPECT_THROW(set_fp4_layout(&e, Fp4Layout::Rows16), Error) << c.name << " byte " << int(b);
-      EXPECT_EQ(e.fp4_layout, Fp4Layout::Rows) << c.name << " byte " << int(b);
+      EXPECT_FALSE(rows16_wanted(e)) << c.name << " byte " << int(b);
+      EXPECT_THROW(set_rows_layout(&e, RowsLayout::Rows16), Error) << c.name << " byte " << int(b);
+      EXPECT_EQ(e.rows_layout, RowsLayout::Rows) << c.name << " byte " << int(b);
     }
   }
   PackedWeight odd = make(Case{"nvfp4_48", F::Nvfp4, 8, 48}, 5);
-  EXPECT_FALSE(fp4_rows16_wanted(odd));
-  EXPECT_THROW(set_fp4_layout(&odd, Fp4Layout::Rows16), Error);
-  PackedWeight int4 = make(Case{"int4", F::Int4, 8, 64, 32}, 5);
-  EXPECT_FALSE(fp4_rows16_wanted(int4));
-  EXPECT_THROW(set_fp4_layout(&int4, Fp4Layout::Rows16), Error);
+  EXPECT_FALSE(rows16_wanted(odd));
+  EXPECT_THROW(set_rows_layout(&odd, RowsLayout::Rows16), Error);
+  PackedWeight int8 = make(Case{"int8", F::Int8, 8, 64, 32}, 5);
+  EXPECT_FALSE(rows16_wanted(int8));
+  EXPECT_THROW(set_rows_layout(&int8, RowsLayout::Rows16), Error);
 }
 
-// FP4 weights through cpu::Weight and linear(), as a loaded model runs them: where the GEMM-form decode is this
-// CPU's (fp4_rows16_wanted: AVX512-BF16 and prefer_bf16_a16) the Weight holds them in 16-row blocks, else as
-// given; either way, decode sizes (m 1..37) within the suite's bound of the reference on the weight as given, a row
-// of a batch with the bits it has alone; prefill sizes (m 64, 100: fp4_bf16_prefill, whose decode reads the
-// layout) within the bound too; the portable and AVX2 paths (the reference for a Rows16 weight) the same as the
-// reference; dequantize_rows of the Weight's packed bytes equal to the given weight's.
-TEST(PackedKernels, Fp4WeightTakesTheDecodeLayoutAndMatchesReference) {
+// The GEMM-form decode on Int4 (W4A16) weights: as Fp4Rows16MatchesReferenceAndRowsAlone — the suite's bound
+// against the reference (the tiny and huge rows of x apart), 1 and 2 threads, a row of a batch (m 2..37) with the
+// bits it has alone, zero / NaN / infinity rows, F32 and BF16 x — on groups of 32, 64 and 128 columns and per
+// channel, symmetric and with zero points (taken off as zero · Σ x a group), a last group shorter than the others
+// (n_in 96 in groups of 64), row counts leaving 3, 3, 16, 5 and 1 rows in the last 16-row block; the prefill's
+// row decode gives rows16_codes's codes; g_idx, groups of 16 and activation quantization stay out of the layout.
+TEST(PackedKernels, Int4Rows16MatchesReferenceAndRowsAlone) {
+  if (packed_best_isa() != PackedIsa::Avx512 || !cpu_has_avx512bf16()) GTEST_SKIP() << "no AVX512-BF16 here";
   using F = WeightFormat;
-  std::vector<Case> cs = {Case{"nvfp4_576", F::Nvfp4, 35, 576}, Case{"mxfp4_1536", F::Mxfp4, 19, 1536},
-                          Case{"nvfp4_192_x_bf16", F::Nvfp4, 40, 192}};
-  cs.back().act_bf16 = true;
+  const std::vector<Case> cs = {
+      Case{"int4_g64_576", F::Int4, 35, 576, 64},          Case{"int4_g128_zeros_1536", F::Int4, 19, 1536, 128, 0, true},
+      Case{"int4_channel_576", F::Int4, 16, 576},          Case{"int4_channel_zeros_64", F::Int4, 5, 64, 0, 0, true},
+      Case{"int4_g32_zeros_96", F::Int4, 1, 96, 32, 0, true}, Case{"int4_g64_zeros_96", F::Int4, 21, 96, 64, 0, true},
+  };
+  check_fp4_decode(cs, rows16_decode);
+  for (const Case& c : cs) {
+    PackedWeight w = make(c, 43);
+    set_rows_layout(&w, RowsLayout::Rows16);
+    std::vector<uint8_t> codes(static_cast<size_t>(c.n_in / 2)), want(codes.size());
+    for (int64_t r = 0; r < c.n_out; ++r) {
+      rows16_codes_fast(w, r, codes.data());
+      rows16_codes(w.data.data(), c.n_in, r, want.data());
+      ASSERT_EQ(codes, want) << c.name << " row " << r;
+    }
+  }
+  for (const Case& c : {Case{"int4_g64_gidx", F::Int4, 8, 256, 64, 0, false, true}, Case{"int4_g16", F::Int4, 8, 64, 16},
+                        Case{"w4a8", F::Int4, 8, 64, 32, 0, false, false, false, ActQuant::Int8Dynamic},
+                        Case{"int4_odd", F::Int4, 8, 48}}) {
+    PackedWeight w = make(c, 5);
+    EXPECT_FALSE(rows16_wanted(w)) << c.name;
+    EXPECT_THROW(set_rows_layout(&w, RowsLayout::Rows16), Error) << c.name;
+  }
+}
+
+// Int4 and FP4 weights through cpu::Weight and linear(), as a loaded model runs them: where the GEMM-form decode
+// is this CPU's (rows16_wanted: AVX512-BF16 and prefer_bf16_a16) the Weight holds them in 16-row blocks, else as
+// given; either way, decode sizes (m 1..37) within the suite's bound of the reference on the weight as given, a row
+// of a batch with the bits it has alone; prefill sizes (m 64, 100: fp4_bf16_prefill / a16_bf16_prefill, whose row
+// decodes read the layout, or the GEMM-form kernel where they decline) within the bound too — grouped Int4 at BF16
+// activations, whose prefill rounds the weights to BF16, with the bits the weight as given has; the portable and AVX2 paths (the reference for a Rows16 weight) the same as the
+// reference; dequantize_rows of the Weight's packed bytes equal to the given weight's.
+TEST(PackedKernels, FourBitWeightTakesTheDecodeLayoutAndMatchesReference) {
+  using F = WeightFormat;
+  std::vector<Case> cs = {Case{"int4_g64_zeros_576", F::Int4, 35, 576, 64, 0, true},
+                          Case{"int4_channel_1536", F::Int4, 19, 1536},
+                          Case{"nvfp4_576", F::Nvfp4, 35, 576}, Case{"mxfp4_1536", F::Mxfp4, 19, 1536},
+                          Case{"nvfp4_192_x_bf16", F::Nvfp4, 40, 192}, Case{"int4_g128_x_bf16", F::Int4, 40, 256, 128}};
+  cs[4].act_bf16 = cs[5].act_bf16 = true;
   for (const Case& c : cs) {
     const PackedWeight given = make(c, 23);
-    const bool wanted = fp4_rows16_wanted(given);
+    const bool wanted = rows16_wanted(given);
     const cpu::Weight w(copy_packed_weight(given));
-    EXPECT_EQ(w.packed().fp4_layout, wanted ? Fp4Layout::Rows16 : Fp4Layout::Rows) << c.name;
+    EXPECT_EQ(w.packed().rows_layout, wanted ? RowsLayout::Rows16 : RowsLayout::Rows) << c.name;
     std::vector<float> a(size_t(c.n_out * c.n_in)), b(a.size());
     dequantize_rows(given, 0, c.n_out, a.data());
     dequantize_rows(w.packed(), 0, c.n_out, b.data());
@@ -842,9 +876,14 @@ TEST(PackedKernels, Fp4WeightTakesTheDecodeLayoutAndMatchesReference) {
       for (int64_t k = 0; k < m * c.n_out; ++k) ASSERT_EQ(y[size_t(k)], alone[size_t(k)]) << c.name << " m " << m;
     }
     for (int64_t m : {64, 100}) {
-      std::vector<float> y(size_t(m * c.n_out));
+      std::vector<float> y(size_t(m * c.n_out)), rows(y.size());
       cpu::linear(x.data(), m, w, y.data());
-      EXPECT_LE(nmse_of(y, std::vector<float>(ref.begin(), ref.begin() + m * c.n_out)), kMaxNmse) << c.name << " m " << m;
+      if (c.format == F::Int4 && c.group > 0 && c.act_bf16) {  // (q − z) · scale rounded to BF16 (packed_kernels.h
+        packed_linear(x.data(), m, given, rows.data(), 1);      // a16_bf16_prefill): the weight as given's bits
+        ASSERT_EQ(y, rows) << c.name << " m " << m;
+      } else {
+        EXPECT_LE(nmse_of(y, std::vector<float>(ref.begin(), ref.begin() + m * c.n_out)), kMaxNmse) << c.name << " m " << m;
+      }
     }
     for (PackedIsa isa : {PackedIsa::Portable, PackedIsa::Avx2}) {
       if (isa == PackedIsa::Avx2 && packed_best_isa() == PackedIsa::Portable) continue;
