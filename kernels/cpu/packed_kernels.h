@@ -58,8 +58,10 @@ bool fp4_bf16_decode(const float* x, int64_t m, const PackedWeight& w, float* y,
 // Whether the 4-bit decode goes to the AVX512-BF16 kernels above before a16_vnni_linear: on AMD, where vdpbf16ps
 // issues as often as vpdpbusd (Zen 5, 2026-12-04: W4A16 g64 decode from cache 32-39 GB/s against the VNNI
 // kernel's 26-32); not on Intel (the AMX Xeon issues vdpbf16ps once every 2 cycles). Zen 4 has not been measured
-// with both. TPSERVE_A16_KERNEL=bf16|vnni overrides the rule (to measure both on a new CPU; read once);
-// auto or unset: the rule. Another value, or bf16 without AVX512-BF16: InputError naming the variable.
+// with both. Where it holds, cpu::Weight also puts Int4 / FP4 weights in 16-row blocks at load for the GEMM-form
+// decode (rows16.h), which then runs instead of the row-major AVX512-BF16 kernels. TPSERVE_A16_KERNEL=bf16|vnni
+// overrides the rule (to measure both on a new CPU; read once); auto or unset: the rule. Another value, or bf16
+// without AVX512-BF16: InputError naming the variable.
 bool prefer_bf16_a16();
 // The rule itself, for its test: env (the variable's value or nullptr), the CPU's AVX512-BF16, Intel or not.
 bool prefer_bf16_a16_rule(const char* env, bool has_bf16, bool intel);

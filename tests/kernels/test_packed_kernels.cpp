@@ -752,6 +752,21 @@ bool rows16_decode(const float* x, int64_t m, const PackedWeight& w, float* y, i
   return rows16_linear(x, m, r, y, n_threads);
 }
 
+// The prefill's row decode on Rows16 weights (rows16_codes_fast) gives every row's codes as common/rows16_layout.h's
+// rows16_codes, on the weights of cases cs.
+void check_rows16_codes(const std::vector<Case>& cs) {
+  for (const Case& c : cs) {
+    PackedWeight w = make(c, 41);
+    set_rows_layout(&w, RowsLayout::Rows16);
+    std::vector<uint8_t> codes(static_cast<size_t>(c.n_in / 2)), want(codes.size());
+    for (int64_t r = 0; r < c.n_out; ++r) {
+      rows16_codes_fast(w, r, codes.data());
+      rows16_codes(w.data.data(), c.n_in, r, want.data());
+      ASSERT_EQ(codes, want) << c.name << " row " << r;
+    }
+  }
+}
+
 // The GEMM-form FP4 decode: the suite's bound against the reference (rows of x at both ends of the exponent range
 // apart), at 1 and 2 threads, row counts 35, 19, 16, 5 and 1 (a last 16-row block holding 3, 3, 16, 5 and 1 rows),
 // 4 to 192 column chunks of 8; a row of x in a batch (m 2..37, passes of 8 rows of x) gives the bits it gives
@@ -766,16 +781,7 @@ TEST(PackedKernels, Fp4Rows16MatchesReferenceAndRowsAlone) {
                                 Case{"nvfp4_64", F::Nvfp4, 16, 64},   Case{"mxfp4_32", F::Mxfp4, 5, 32},
                                 Case{"nvfp4_96", F::Nvfp4, 1, 96}};
   check_fp4_decode(cs, rows16_decode);
-  for (const Case& c : cs) {  // the prefill's row decode gives common/rows16_layout.h's rows
-    PackedWeight w = make(c, 41);
-    set_rows_layout(&w, RowsLayout::Rows16);
-    std::vector<uint8_t> codes(static_cast<size_t>(c.n_in / 2)), want(codes.size());
-    for (int64_t r = 0; r < c.n_out; ++r) {
-      rows16_codes_fast(w, r, codes.data());
-      rows16_codes(w.data.data(), c.n_in, r, want.data());
-      ASSERT_EQ(codes, want) << c.name << " row " << r;
-    }
-  }
+  check_rows16_codes(cs);
   // Scale bytes at their edges.
   for (const Case& c : {Case{"mxfp4", F::Mxfp4, 8, 256}, Case{"nvfp4", F::Nvfp4, 8, 256}}) {
     const bool mx = c.format == F::Mxfp4;
@@ -821,16 +827,7 @@ TEST(PackedKernels, Int4Rows16MatchesReferenceAndRowsAlone) {
       Case{"int4_g32_zeros_96", F::Int4, 1, 96, 32, 0, true}, Case{"int4_g64_zeros_96", F::Int4, 21, 96, 64, 0, true},
   };
   check_fp4_decode(cs, rows16_decode);
-  for (const Case& c : cs) {
-    PackedWeight w = make(c, 43);
-    set_rows_layout(&w, RowsLayout::Rows16);
-    std::vector<uint8_t> codes(static_cast<size_t>(c.n_in / 2)), want(codes.size());
-    for (int64_t r = 0; r < c.n_out; ++r) {
-      rows16_codes_fast(w, r, codes.data());
-      rows16_codes(w.data.data(), c.n_in, r, want.data());
-      ASSERT_EQ(codes, want) << c.name << " row " << r;
-    }
-  }
+  check_rows16_codes(cs);
   for (const Case& c : {Case{"int4_g64_gidx", F::Int4, 8, 256, 64, 0, false, true}, Case{"int4_g16", F::Int4, 8, 64, 16},
                         Case{"w4a8", F::Int4, 8, 64, 32, 0, false, false, false, ActQuant::Int8Dynamic},
                         Case{"int4_odd", F::Int4, 8, 48}}) {
