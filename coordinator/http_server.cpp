@@ -403,6 +403,13 @@ int HttpServer::n_served_connections(int* n_reserve) {
   return n;
 }
 
+int HttpServer::n_reserve_connections() {
+  std::lock_guard lk(mu_);
+  int n = 0;
+  for (const auto& c : conns_) n += c->reserve && !c->done.load();
+  return n;
+}
+
 int HttpServer::n_waiting_connections() {
   std::lock_guard lk(mu_);
   int n = 0;

@@ -159,6 +159,8 @@ class HttpServer {
   // Connections in the cap waiting for a request (idle keep-alive, or connected but silent: the ones a new
   // connection past the cap may evict). Any thread.
   int n_waiting_connections();
+  // Open connections in the health reserve (past the cap; answered and closed). Any thread.
+  int n_reserve_connections();
   void stop();
 
  private:

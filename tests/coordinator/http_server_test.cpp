@@ -275,10 +275,19 @@ TEST_F(HttpServerUnit, HealthAnsweredFromTheReserveWhenEveryConnectionIsBusy) {
   const AccessRecord rec = records_.wait_for("/echo");
   EXPECT_EQ(rec.status, 503);
   EXPECT_NE(rec.error.find("too many open connections"), std::string::npos);
-  // Past the reserve: refused at once with 503.
+  // Past the reserve: refused at once with 503. The reserve emptied first, then filled by silent connections (a
+  // fixed 100 ms for their accepts failed in CI with another build running, 2026-12-05: the next connection was
+  // taken into the reserve and got no answer).
+  const auto reserve_holds = [&](int n) {
+    const auto t0 = Clock::now();
+    while (server_->n_reserve_connections() != n && since(t0) < 10.0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return server_->n_reserve_connections();
+  };
+  ASSERT_EQ(reserve_holds(0), 0);
   std::vector<std::unique_ptr<Client>> silent;
   for (int i = 0; i < kHealthReserve; ++i) silent.push_back(std::make_unique<Client>(port_));
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_EQ(reserve_holds(kHealthReserve), kHealthReserve);
   Client refused(port_);
   EXPECT_EQ(status_of(refused.read_one()), 503);
 }
