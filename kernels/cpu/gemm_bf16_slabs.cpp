@@ -23,7 +23,6 @@
 
 #include "common/fp_formats.h"
 #include "kernels/cpu/bf16_parts.h"
-#include "kernels/cpu/rows16.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/onednn_matmul.h"
 #include "kernels/cpu/packed_kernels.h"
@@ -44,9 +43,8 @@ TP_BF16 inline __m512i nibbles16(const uint8_t* p, unsigned bytes) {
   return _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));
 }
 
-// Row r of w — its codes and its entries of the per-row arrays (Int scales and zeros, FP4 scale bytes; null where
-// w has none) — wherever w's layout keeps them: in w (Rows), or taken out of the row's 16-row block into this
-// thread's buffers (Rows16: common/rows16_layout.h; valid until the thread's next call).
+// Row r of w (layout Rows: the prefills decline Rows16) — its codes and its entries of the per-row arrays (Int
+// scales and zeros, FP4 scale bytes; null where w has none).
 struct RowView {
   const uint8_t* codes;
   const float* scales;
@@ -54,34 +52,13 @@ struct RowView {
   const uint8_t* scale_bytes;
 };
 
-TP_BF16 RowView row_view(const PackedWeight& w, int64_t r) {
+RowView row_view(const PackedWeight& w, int64_t r) {
   const bool fp4 = w.format == WeightFormat::Mxfp4 || w.format == WeightFormat::Nvfp4;
   const int64_t n = fp4 ? w.n_in / (w.format == WeightFormat::Mxfp4 ? 32 : 16) : w.n_groups();  // entries a row
-  if (w.rows_layout == RowsLayout::Rows)
-    return {w.data.data() + r * w.row_bytes(), w.scales.empty() ? nullptr : w.scales.data() + (w.scales.size() == 1 ? 0 : r * n),
-            w.zeros.empty() ? nullptr : w.zeros.data() + r * n,
-            w.scale_bytes.empty() ? nullptr : w.scale_bytes.data() + r * n};
-  thread_local std::vector<uint8_t> codes, sb;
-  thread_local std::vector<float> scales;
-  thread_local std::vector<int8_t> zeros;
-  codes.resize(size_t(w.row_bytes()));
-  rows16_codes_fast(w, r, codes.data());
-  RowView v{codes.data(), nullptr, nullptr, nullptr};
-  if (fp4) {
-    sb.resize(size_t(n));
-    rows16_entries(w.scale_bytes.data(), n, r, sb.data());
-    v.scale_bytes = sb.data();
-  } else {
-    scales.resize(size_t(n));
-    rows16_entries(w.scales.data(), n, r, scales.data());
-    v.scales = scales.data();
-    if (!w.zeros.empty()) {
-      zeros.resize(size_t(n));
-      rows16_entries(w.zeros.data(), n, r, zeros.data());
-      v.zeros = zeros.data();
-    }
-  }
-  return v;
+  return {w.data.data() + r * w.row_bytes(),
+          w.scales.empty() ? nullptr : w.scales.data() + (w.scales.size() == 1 ? 0 : r * n),
+          w.zeros.empty() ? nullptr : w.zeros.data() + r * n,
+          w.scale_bytes.empty() ? nullptr : w.scale_bytes.data() + r * n};
 }
 
 // A row's codes of columns [c, c + n) (n ≤ 16; lanes ≥ n zero) as int32: Int8 q, Int4 u − 8 (c even).
@@ -242,7 +219,6 @@ void bf16_slab_gemm(const uint16_t* xk, int64_t m, int64_t ps, int np, const Pac
 #pragma omp parallel for schedule(static) num_threads(n_threads) if (n_threads > 1)
   for (int64_t i = 0; i < m; ++i)
     for (int64_t r = 0; r < n_out; ++r) {
-      // (a per-channel Rows16 weight keeps row r's scale at r too: one entry a row, [r / 16][1][16])
       const float s = y[i * n_out + r] * (w.scales.size() == 1 ? w.scales[0] : w.scales[size_t(r)]);
       y[i * n_out + r] = xs ? s * xs[i] : s;
     }
@@ -250,7 +226,7 @@ void bf16_slab_gemm(const uint16_t* xk, int64_t m, int64_t ps, int np, const Pac
 
 bool a16_bf16_prefill(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
   if ((w.format != WeightFormat::Int8 && w.format != WeightFormat::Int4) || w.act != ActQuant::None ||
-      m < kA16Bf16MinM || !cpu_has_avx512bf16() || !onednn_supports(DType::BF16))
+      w.rows_layout != RowsLayout::Rows || m < kA16Bf16MinM || !cpu_has_avx512bf16() || !onednn_supports(DType::BF16))
     return false;
   const bool channel = w.g_idx.empty() && w.n_groups() == 1;
   // Grouped weights at the BF16 runtime (w.act_bf16): (q − zero) · scale rounded to BF16, one part — the BF16
@@ -275,7 +251,7 @@ bool a16_bf16_prefill(const float* x, int64_t m, const PackedWeight& w, float* y
 
 bool fp4_bf16_prefill(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
   if ((w.format != WeightFormat::Mxfp4 && w.format != WeightFormat::Nvfp4) || w.act != ActQuant::None ||
-      m < kA16Bf16MinM || !cpu_has_avx512bf16() || !onednn_supports(DType::BF16) || !fp4_exact(w))
+      w.rows_layout != RowsLayout::Rows || m < kA16Bf16MinM || !cpu_has_avx512bf16() || !onednn_supports(DType::BF16) || !fp4_exact(w))
     return false;
   const int64_t ps = (w.n_in + 31) / 32 * 32;
   const int np = w.act_bf16 ? 1 : 2;  // x's parts: hi, lo (hi alone with BF16 activations)

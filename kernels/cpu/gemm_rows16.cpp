@@ -230,26 +230,6 @@ void run_as(int k, const float* x, int64_t m, const PackedWeight& w, float* y, i
 
 }  // namespace
 
-TP_BF16 void rows16_codes_fast(const PackedWeight& w, int64_t r, uint8_t* codes) {
-  const int64_t chunks = w.n_in / 8;
-  const uint8_t* base = w.data.data() + (r / 16) * chunks * 64 + 4 * (r % 16);  // the row's dword in chunk 0
-  const __m512i offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                             _mm512_set1_epi32(64));
-  const __m512i m8 = _mm512_set1_epi32(0x00ff00ff), m4 = _mm512_set1_epi32(0x0f0f0f0f);
-  for (int64_t ch = 0; ch < chunks; ch += 16) {
-    const __mmask16 k = __mmask16(_bzhi_u32(0xffff, unsigned(std::min<int64_t>(16, chunks - ch))));
-    // dword = word 0 (columns 0, 2, 4, 6 in nibbles 0..3) | word 1 (columns 1, 3, 5, 7) << 16
-    const __m512i d = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), k, offsets, base + ch * 64, 1);
-    __m512i lo = _mm512_and_si512(d, _mm512_set1_epi32(0xffff)), hi = _mm512_srli_epi32(d, 16);
-    // spread a word's 4 nibbles to the low nibbles of 4 bytes: bits 4n .. 4n + 3 -> 8n .. 8n + 3
-    lo = _mm512_and_si512(_mm512_or_si512(lo, _mm512_slli_epi32(lo, 8)), m8);
-    lo = _mm512_and_si512(_mm512_or_si512(lo, _mm512_slli_epi32(lo, 4)), m4);
-    hi = _mm512_and_si512(_mm512_or_si512(hi, _mm512_slli_epi32(hi, 8)), m8);
-    hi = _mm512_and_si512(_mm512_or_si512(hi, _mm512_slli_epi32(hi, 4)), m4);
-    _mm512_mask_storeu_epi32(codes + ch * 4, k, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)));
-  }
-}
-
 bool rows16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
   if (w.rows_layout != RowsLayout::Rows16 || !cpu_has_avx512bf16()) return false;
   const bool grouped = w.format == WeightFormat::Int4 && w.n_groups() > 1;

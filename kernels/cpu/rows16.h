@@ -3,7 +3,8 @@
 // columns and a vdpbf16ps against a broadcast pair of x sums each row in its own F32 lane — no horizontal sums,
 // one FMA by the 16 rows' scales per block / group of columns. cpu::Weight puts such weights in that layout at
 // load where this kernel is the CPU's 4-bit decode (prepare_rows16_weight); fp4_linear and int_a16_linear
-// (packed_kernels.h) then send every m below the prefill's to it. Measured against the row-major kernels
+// (packed_kernels.h) then send every m to it (a prefill's m too: at m = 64 it ran 1.7-2.4x the slab + oneDNN
+// prefill, at m = 512 1.0-1.1x, Zen 5, BF16 x). Measured against the row-major kernels
 // (gemm_fp4_bf16.cpp, gemm_int4_bf16.cpp) in bench/results/zen5-kernels-20261204.md.
 #pragma once
 #include <cstdint>
@@ -17,11 +18,6 @@ namespace tp::cpu::detail {
 // batch has the bits it has alone. Returns false (nothing written) unless w is in layout Rows16 and the CPU has
 // AVX512-BF16.
 bool rows16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
-
-// Row r's n_in / 2 code bytes of w (layout Rows16) in the Rows order, as common/rows16_layout.h's rows16_codes
-// gives them, on AVX-512 (call only where the CPU has AVX512-BF16): the prefill's row decode
-// (gemm_bf16_slabs.cpp) on Rows16 weights.
-void rows16_codes_fast(const PackedWeight& w, int64_t r, uint8_t* codes);
 
 // Whether prepare_rows16_weight would put w in Rows16: Int4 / MXFP4 / NVFP4 in Rows that Rows16 can hold
 // (rows16_refusal), on a CPU whose 4-bit decode is the AVX512-BF16 one (prefer_bf16_a16: AMD; on Intel the VNNI

@@ -752,26 +752,10 @@ bool rows16_decode(const float* x, int64_t m, const PackedWeight& w, float* y, i
   return rows16_linear(x, m, r, y, n_threads);
 }
 
-// The prefill's row decode on Rows16 weights (rows16_codes_fast) gives every row's codes as common/rows16_layout.h's
-// rows16_codes, on the weights of cases cs.
-void check_rows16_codes(const std::vector<Case>& cs) {
-  for (const Case& c : cs) {
-    PackedWeight w = make(c, 41);
-    set_rows_layout(&w, RowsLayout::Rows16);
-    std::vector<uint8_t> codes(static_cast<size_t>(c.n_in / 2)), want(codes.size());
-    for (int64_t r = 0; r < c.n_out; ++r) {
-      rows16_codes_fast(w, r, codes.data());
-      rows16_codes(w.data.data(), c.n_in, r, want.data());
-      ASSERT_EQ(codes, want) << c.name << " row " << r;
-    }
-  }
-}
-
 // The GEMM-form FP4 decode: the suite's bound against the reference (rows of x at both ends of the exponent range
 // apart), at 1 and 2 threads, row counts 35, 19, 16, 5 and 1 (a last 16-row block holding 3, 3, 16, 5 and 1 rows),
 // 4 to 192 column chunks of 8; a row of x in a batch (m 2..37, passes of 8 rows of x) gives the bits it gives
-// alone; zero / NaN / infinity rows as the row-major kernel; F32 and BF16 x; rows16_codes_fast gives every row's codes as
-// rows16_codes. Takes E4M3 0 and subnormal scales;
+// alone; zero / NaN / infinity rows as the row-major kernel; F32 and BF16 x. Takes E4M3 0 and subnormal scales;
 // the bytes its fast conversion does not take (MXFP4 0 and 255, E4M3 NaN) are kept out of the layout
 // (set_rows_layout refuses them, rows16_wanted is false); declines (false) a weight in the Rows layout.
 TEST(PackedKernels, Fp4Rows16MatchesReferenceAndRowsAlone) {
@@ -781,7 +765,6 @@ TEST(PackedKernels, Fp4Rows16MatchesReferenceAndRowsAlone) {
                                 Case{"nvfp4_64", F::Nvfp4, 16, 64},   Case{"mxfp4_32", F::Mxfp4, 5, 32},
                                 Case{"nvfp4_96", F::Nvfp4, 1, 96}};
   check_fp4_decode(cs, rows16_decode);
-  check_rows16_codes(cs);
   // Scale bytes at their edges.
   for (const Case& c : {Case{"mxfp4", F::Mxfp4, 8, 256}, Case{"nvfp4", F::Nvfp4, 8, 256}}) {
     const bool mx = c.format == F::Mxfp4;
@@ -816,8 +799,8 @@ TEST(PackedKernels, Fp4Rows16MatchesReferenceAndRowsAlone) {
 // against the reference (the tiny and huge rows of x apart), 1 and 2 threads, a row of a batch (m 2..37) with the
 // bits it has alone, zero / NaN / infinity rows, F32 and BF16 x — on groups of 32, 64 and 128 columns and per
 // channel, symmetric and with zero points (taken off as zero · Σ x a group), a last group shorter than the others
-// (n_in 96 in groups of 64), row counts leaving 3, 3, 16, 5 and 1 rows in the last 16-row block; the prefill's
-// row decode gives rows16_codes's codes; g_idx, groups of 16 and activation quantization stay out of the layout.
+// (n_in 96 in groups of 64), row counts leaving 3, 3, 16, 5 and 1 rows in the last 16-row block; g_idx, groups of 16
+// and activation quantization stay out of the layout.
 TEST(PackedKernels, Int4Rows16MatchesReferenceAndRowsAlone) {
   if (packed_best_isa() != PackedIsa::Avx512 || !cpu_has_avx512bf16()) GTEST_SKIP() << "no AVX512-BF16 here";
   using F = WeightFormat;
@@ -827,7 +810,6 @@ TEST(PackedKernels, Int4Rows16MatchesReferenceAndRowsAlone) {
       Case{"int4_g32_zeros_96", F::Int4, 1, 96, 32, 0, true}, Case{"int4_g64_zeros_96", F::Int4, 21, 96, 64, 0, true},
   };
   check_fp4_decode(cs, rows16_decode);
-  check_rows16_codes(cs);
   for (const Case& c : {Case{"int4_g64_gidx", F::Int4, 8, 256, 64, 0, false, true}, Case{"int4_g16", F::Int4, 8, 64, 16},
                         Case{"w4a8", F::Int4, 8, 64, 32, 0, false, false, false, ActQuant::Int8Dynamic},
                         Case{"int4_odd", F::Int4, 8, 48}}) {
@@ -840,9 +822,9 @@ TEST(PackedKernels, Int4Rows16MatchesReferenceAndRowsAlone) {
 // Int4 and FP4 weights through cpu::Weight and linear(), as a loaded model runs them: where the GEMM-form decode
 // is this CPU's (rows16_wanted: AVX512-BF16 and prefer_bf16_a16) the Weight holds them in 16-row blocks, else as
 // given; either way, decode sizes (m 1..37) within the suite's bound of the reference on the weight as given, a row
-// of a batch with the bits it has alone; prefill sizes (m 64, 100: fp4_bf16_prefill / a16_bf16_prefill, whose row
-// decodes read the layout, or the GEMM-form kernel where they decline) within the bound too — grouped Int4 at BF16
-// activations, whose prefill rounds the weights to BF16, with the bits the weight as given has; the portable and AVX2 paths (the reference for a Rows16 weight) the same as the
+// of a batch with the bits it has alone; prefill sizes (m 64, 100): in 16-row blocks the same kernel, each row with
+// the bits it has alone; else the prefill kernels, within the bound — grouped Int4 at BF16 activations, whose
+// prefill rounds the weights to BF16, with the bits the weight as given has; the portable and AVX2 paths (the reference for a Rows16 weight) the same as the
 // reference; dequantize_rows of the Weight's packed bytes equal to the given weight's.
 TEST(PackedKernels, FourBitWeightTakesTheDecodeLayoutAndMatchesReference) {
   using F = WeightFormat;
@@ -875,7 +857,10 @@ TEST(PackedKernels, FourBitWeightTakesTheDecodeLayoutAndMatchesReference) {
     for (int64_t m : {64, 100}) {
       std::vector<float> y(size_t(m * c.n_out)), rows(y.size());
       cpu::linear(x.data(), m, w, y.data());
-      if (c.format == F::Int4 && c.group > 0 && c.act_bf16) {  // (q − z) · scale rounded to BF16 (packed_kernels.h
+      if (wanted) {  // the GEMM-form kernel at every m: a prefill's rows have the bits they have alone
+        for (int64_t i = 0; i < m; ++i) cpu::linear(x.data() + i * c.n_in, 1, w, rows.data() + i * c.n_out);
+        ASSERT_EQ(y, rows) << c.name << " m " << m;
+      } else if (c.format == F::Int4 && c.group > 0 && c.act_bf16) {  // (q − z) · scale rounded to BF16 (packed_kernels.h
         packed_linear(x.data(), m, given, rows.data(), 1);      // a16_bf16_prefill): the weight as given's bits
         ASSERT_EQ(y, rows) << c.name << " m " << m;
       } else {
