@@ -127,7 +127,8 @@ inline constexpr int64_t kA16Bf16MinM = 64;
 bool a16_bf16_prefill(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 // MXFP4 / NVFP4 for m ≥ kA16Bf16MinM through bf16_slab_gemm: e2m1 · block scale is exact in BF16 (≤ 6 significant
 // bits), x's two parts against it, NVFP4's global scale after — 2 exact products a weight, as W8A16 per channel.
-// Scale bytes that would give subnormal or NaN products: false (nothing written; the A16 tiles run).
+// Scale bytes that would give subnormal or NaN products: false (nothing written; the A16 tiles run). Both prefills
+// decline weights in the Rows16 layout (rows16_linear's at every m).
 bool fp4_bf16_prefill(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 
 // x / s without a division for scales in [kQuotientMinScale, kQuotientMaxScale] (1 / s then normal and
@@ -145,9 +146,8 @@ void quantize_s8(const float* x, int64_t n, float s, int8_t* q, PackedIsa isa);
 bool int_a16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa);
 bool int_w8a8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa);
 bool fp8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa);
-// Int4 / FP4 weights in layout Rows16 (common/rows16_layout.h), in both: on AVX-512 the prefill (a16_bf16_prefill /
-// fp4_bf16_prefill, their row decodes reading the layout), else rows16_linear (every m); another isa returns false
-// (the reference reads the layout).
+// Int4 / FP4 weights in layout Rows16 (common/rows16_layout.h), in both: on AVX-512 rows16_linear at every m (the
+// prefill's too); another isa returns false (the reference reads the layout).
 bool fp4_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa);
 
 // acc[m, n_out] = xq[m, n_in] · wᵀ in exact int32, w int8 [n_out, n_in] row-major, through oneDNN's int8
