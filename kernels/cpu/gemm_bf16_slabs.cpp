@@ -43,26 +43,9 @@ TP_BF16 inline __m512i nibbles16(const uint8_t* p, unsigned bytes) {
   return _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));
 }
 
-// Row r of w (layout Rows: the prefills decline Rows16) — its codes and its entries of the per-row arrays (Int
-// scales and zeros, FP4 scale bytes; null where w has none).
-struct RowView {
-  const uint8_t* codes;
-  const float* scales;
-  const int8_t* zeros;
-  const uint8_t* scale_bytes;
-};
-
-RowView row_view(const PackedWeight& w, int64_t r) {
-  const bool fp4 = w.format == WeightFormat::Mxfp4 || w.format == WeightFormat::Nvfp4;
-  const int64_t n = fp4 ? w.n_in / (w.format == WeightFormat::Mxfp4 ? 32 : 16) : w.n_groups();  // entries a row
-  return {w.data.data() + r * w.row_bytes(),
-          w.scales.empty() ? nullptr : w.scales.data() + (w.scales.size() == 1 ? 0 : r * n),
-          w.zeros.empty() ? nullptr : w.zeros.data() + r * n,
-          w.scale_bytes.empty() ? nullptr : w.scale_bytes.data() + r * n};
-}
-
-// A row's codes of columns [c, c + n) (n ≤ 16; lanes ≥ n zero) as int32: Int8 q, Int4 u − 8 (c even).
-TP_BF16 inline __m512i codes16(const PackedWeight& w, const uint8_t* row, int64_t c, int64_t n) {
+// Row r's codes of columns [c, c + n) (n ≤ 16; lanes ≥ n zero) as int32: Int8 q, Int4 u − 8 (c even).
+TP_BF16 inline __m512i codes16(const PackedWeight& w, int64_t r, int64_t c, int64_t n) {
+  const uint8_t* row = w.data.data() + r * w.row_bytes();
   const __mmask16 k = __mmask16(_bzhi_u32(~0u, unsigned(n)));
   if (w.format == WeightFormat::Int8)
     return _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(k, reinterpret_cast<const int8_t*>(row) + c));
@@ -71,12 +54,11 @@ TP_BF16 inline __m512i codes16(const PackedWeight& w, const uint8_t* row, int64_
 
 // One scale group a row (per channel, no g_idx): row r's n_in values q − zero as BF16 (exact: |q − zero| ≤ 255).
 TP_BF16 void channel_row(const PackedWeight& w, int64_t r, uint16_t* out, int64_t) {
-  const RowView v = row_view(w, r);
-  const __m512i z = _mm512_set1_epi32(v.zeros ? int(v.zeros[0]) : 0);
+  const __m512i z = _mm512_set1_epi32(w.zeros.empty() ? 0 : int(w.zeros[size_t(r)]));
   for (int64_t c = 0; c < w.n_in; c += 16) {
     const int64_t n = std::min<int64_t>(16, w.n_in - c);
     const __mmask16 k = __mmask16(_bzhi_u32(~0u, unsigned(n)));
-    _mm256_mask_storeu_epi16(out + c, k, bf16_of(_mm512_cvtepi32_ps(_mm512_sub_epi32(codes16(w, v.codes, c, n), z))));
+    _mm256_mask_storeu_epi16(out + c, k, bf16_of(_mm512_cvtepi32_ps(_mm512_sub_epi32(codes16(w, r, c, n), z))));
   }
 }
 
@@ -87,19 +69,18 @@ TP_BF16 void channel_row(const PackedWeight& w, int64_t r, uint16_t* out, int64_
 template <int WP>
 TP_BF16 void grouped_row(const PackedWeight& w, int64_t r, uint16_t* out, int64_t stride) {
   const int64_t ng = w.n_groups(), gs = w.group_size;
-  const RowView v = row_view(w, r);
-  const float* srow = v.scales;
+  const float* srow = w.scales.data() + r * ng;
   thread_local std::vector<int32_t> zrow;  // the row's zero points as int32 (gathered by group)
-  const bool zeros = v.zeros != nullptr;
+  const bool zeros = !w.zeros.empty();
   if (zeros) {
     zrow.resize(size_t(ng));
-    for (int64_t g = 0; g < ng; ++g) zrow[size_t(g)] = v.zeros[g];
+    for (int64_t g = 0; g < ng; ++g) zrow[size_t(g)] = w.zeros[size_t(r * ng + g)];
   }
   alignas(64) int32_t lane_group[16];
   for (int64_t c = 0; c < w.n_in; c += 16) {
     const int64_t n = std::min<int64_t>(16, w.n_in - c);
     const __mmask16 k = __mmask16(_bzhi_u32(~0u, unsigned(n)));
-    __m512i q = codes16(w, v.codes, c, n);
+    __m512i q = codes16(w, r, c, n);
     __m512 sc;
     if (w.g_idx.empty() && gs % 16 == 0) {  // the 16 columns in one group: its scale and zero broadcast
       const int64_t g = c / gs;
@@ -146,10 +127,9 @@ bool grouped_exact(const PackedWeight& w) {
 // is applied after the matmul. n_in is a multiple of the block (16 or 32 columns), so 16 columns share one scale.
 TP_BF16 void fp4_row(const PackedWeight& w, int64_t r, uint16_t* out, int64_t) {
   const bool mx = w.format == WeightFormat::Mxfp4;
-  const int64_t blk = mx ? 32 : 16;
-  const RowView v = row_view(w, r);
-  const uint8_t* row = v.codes;
-  const uint8_t* sb = v.scale_bytes;
+  const int64_t blk = mx ? 32 : 16, nb = w.n_in / blk;
+  const uint8_t* row = w.data.data() + r * w.row_bytes();
+  const uint8_t* sb = w.scale_bytes.data() + r * nb;
   static const std::array<float, 16> table = [] {  // E2M1 code -> value
     std::array<float, 16> t{};
     for (int i = 0; i < 16; ++i) t[size_t(i)] = e2m1_to_f32(uint8_t(i));
@@ -251,7 +231,8 @@ bool a16_bf16_prefill(const float* x, int64_t m, const PackedWeight& w, float* y
 
 bool fp4_bf16_prefill(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
   if ((w.format != WeightFormat::Mxfp4 && w.format != WeightFormat::Nvfp4) || w.act != ActQuant::None ||
-      w.rows_layout != RowsLayout::Rows || m < kA16Bf16MinM || !cpu_has_avx512bf16() || !onednn_supports(DType::BF16) || !fp4_exact(w))
+      w.rows_layout != RowsLayout::Rows || m < kA16Bf16MinM || !cpu_has_avx512bf16() ||
+      !onednn_supports(DType::BF16) || !fp4_exact(w))
     return false;
   const int64_t ps = (w.n_in + 31) / 32 * 32;
   const int np = w.act_bf16 ? 1 : 2;  // x's parts: hi, lo (hi alone with BF16 activations)

@@ -19,7 +19,6 @@
 #include <immintrin.h>
 #include <omp.h>
 
-#include "common/error.h"
 #include "kernels/cpu/bf16_parts.h"
 #include "kernels/cpu/rows16.h"
 #include "kernels/cpu/gemv.h"
