@@ -14,7 +14,7 @@
 // NAME+bf16w the same with all of W dequantized at once, NAME+bf16sN slabs of N rows; NAME alone: linear()'s
 // choice. Any weight-only format but GGUF's may carry +x16: x rounded to BF16 (the BF16 runtime's activations,
 // PackedWeight::act_bf16) instead of F32. Weights are kept in the layout made (cpu::Weight's relayout off): the
-// 4-bit ones (w4a16_*, mxfp4, nvfp4) read as the checkpoint's rows; +r16 (F32 x) or +r16x16 (BF16 x) puts them in
+// 4-bit ones (w4a16_*, mxfp4, nvfp4, q4_0, q4_1) read as the checkpoint's rows; +r16 (F32 x) or +r16x16 (BF16 x) puts them in
 // 16-row blocks first (common/rows16_layout.h Rows16), which linear() sends to the GEMM-form decode
 // (kernels/cpu/rows16.h). Several M_PREFILL values: one prefill column each.
 #include <algorithm>
@@ -62,7 +62,7 @@ PackedWeight make(const Fmt& f, int64_t n_out, int64_t n_in, std::mt19937& rng) 
   w.n_out = n_out;
   w.n_in = n_in;
   w.act = f.act;
-  w.act_bf16 = f.act_bf16;
+  w.act_bf16 = f.act_bf16 && !is_gguf_format(f.format);  // GGUF: in Rows16 only (below)
   if (f.format == WeightFormat::Int8 || f.format == WeightFormat::Int4) w.group_size = f.group > 0 ? f.group : n_in;
   w.data = AlignedBytes(n_out * w.row_bytes());
   for (int64_t i = 0; i < w.data.size(); ++i) w.data.data()[i] = uint8_t(rng());
@@ -224,6 +224,7 @@ int main(int argc, char** argv) {
           return 2;
         }
         set_rows_layout(&made, RowsLayout::Rows16);
+        made.act_bf16 = fmts[f].act_bf16;
       }
       ws[f].emplace_back(std::move(made), false);  // the layout as made
       const int64_t bytes = ws[f][0].n_bytes();

@@ -125,7 +125,10 @@ AlignedBytes::AlignedBytes(int64_t n) : n_(n) {
 }
 
 int64_t PackedWeight::row_bytes() const {
-  if (is_gguf(format)) return dtype_row_bytes(gguf_dtype(format), n_in);
+  if (is_gguf(format))  // Rows16 (Q4_0 / Q4_1 / Q8_0): the codes alone, their scales in scale_bytes
+    return rows_layout != RowsLayout::Rows16 ? dtype_row_bytes(gguf_dtype(format), n_in)
+           : format == WeightFormat::GgufQ8_0 ? n_in
+                                               : n_in / 2;
   switch (format) {
     case WeightFormat::F32: return n_in * 4;
     case WeightFormat::BF16: return n_in * 2;
@@ -197,6 +200,9 @@ void check_packed_weight(const PackedWeight& w) {
   if (fp4) {
     const int64_t n = held_rows * (w.n_in / fp4_block(w.format));
     need(int64_t(w.scale_bytes.size()) == n, num(int64_t(w.scale_bytes.size())) + " block scales, expected " + num(n));
+  } else if (is_gguf(w.format) && rows16) {  // Q4_0 / Q4_1 / Q8_0: the F16 d (and m) of each block, out of the blocks
+    const int64_t n = held_rows * (w.n_in / 32) * (w.format == WeightFormat::GgufQ4_1 ? 4 : 2);
+    need(int64_t(w.scale_bytes.size()) == n, num(int64_t(w.scale_bytes.size())) + " scale bytes, expected " + num(n));
   } else {
     need(w.scale_bytes.empty(), "block scale bytes on a format without them");
   }
@@ -205,10 +211,10 @@ void check_packed_weight(const PackedWeight& w) {
   need(w.act == ActQuant::None || w.format == WeightFormat::Int8 || w.format == WeightFormat::Int4 ||
            w.format == WeightFormat::Fp8E4M3,
        "activation quantization " + std::string(act_quant_name(w.act)) + " is for int8, int4 and fp8 weights");
-  need(!w.act_bf16 || (w.act == ActQuant::None && !is_gguf(w.format)),
-       "BF16 activations (act_bf16) are for weight-only formats other than GGUF's, not " +
-           std::string(weight_format_name(w.format)) + " with activation quantization " +
-           std::string(act_quant_name(w.act)));
+  need(!w.act_bf16 || (w.act == ActQuant::None && (!is_gguf(w.format) || rows16)),
+       "BF16 activations (act_bf16) are for weight-only formats (GGUF's in layout rows16 only), not " +
+           std::string(weight_format_name(w.format)) + " in layout " + rows_layout_name(w.rows_layout) +
+           " with activation quantization " + std::string(act_quant_name(w.act)));
   need(w.act_group >= 0 && (w.act_group == 0 || w.act == ActQuant::Int8Dynamic || w.act == ActQuant::Fp8Dynamic),
        "act_group " + num(w.act_group) + " is for dynamic activation quantization");
   need(w.gguf_layout == GgufLayout::File || (w.gguf_layout == GgufLayout::Q8_0Quads && w.format == WeightFormat::GgufQ8_0) ||
@@ -226,8 +232,12 @@ void dequantize_rows(const PackedWeight& w, int64_t r0, int64_t r1, float* out) 
   const int64_t n = w.n_in, rb = w.row_bytes();
   const bool rows16 = w.rows_layout == RowsLayout::Rows16;
   const bool fp4 = w.format == WeightFormat::Mxfp4 || w.format == WeightFormat::Nvfp4;
+  const bool gguf = is_gguf(w.format);
   const int64_t ng = fp4 ? n / fp4_block(w.format) : w.n_groups();  // entries a row of the per-row arrays
-  std::vector<uint8_t> file_row(w.gguf_layout == GgufLayout::File && !rows16 ? 0 : size_t(rb));
+  // the row in the Rows order (GGUF: the file's blocks) when it is held otherwise
+  std::vector<uint8_t> file_row(w.gguf_layout == GgufLayout::File && !rows16 ? 0
+                                : gguf                                        ? size_t(dtype_row_bytes(gguf_dtype(w.format), n))
+                                                                              : size_t(rb));
   // Rows16: the row's per-row arrays out of its block, as a one-row Rows weight's (index g, not r · ng + g)
   std::vector<uint8_t> row_sb(static_cast<size_t>(rows16 && fp4 ? ng : 0));
   std::vector<float> row_scales(static_cast<size_t>(rows16 && !fp4 ? ng : 0));
@@ -242,7 +252,10 @@ void dequantize_rows(const PackedWeight& w, int64_t r0, int64_t r1, float* out) 
     const uint8_t* sbs = w.scale_bytes.data();
     const float* scs = w.scales.data();
     const int8_t* zs = w.zeros.data();
-    if (rows16) {  // the row's codes and per-row entries out of its 16-row block
+    if (rows16 && gguf) {  // GGUF Q4_0 / Q4_1 / Q8_0: the row's file blocks rebuilt
+      rows16_gguf_file_row(w, r, file_row.data());
+      row = file_row.data();
+    } else if (rows16) {  // the row's codes and per-row entries out of its 16-row block
       rows16_codes(w.data.data(), n, r, file_row.data());
       row = file_row.data();
       if (fp4) {

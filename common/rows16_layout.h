@@ -1,8 +1,9 @@
-// The layouts a 4-bit weight's codes and per-row scale arrays can be held in (PackedWeight::rows_layout), and the
-// conversions between them.
+// The layouts a 4-bit (or GGUF Q8_0) weight's codes and per-row scale arrays can be held in
+// (PackedWeight::rows_layout), and the conversions between them.
 //   Rows    as the checkpoint: row r's codes at data + r · n_in / 2 (two a byte, column 2j in byte j's low nibble,
 //           2j + 1 in its high one), its per-row arrays — Int4 scales and zeros [n_out][n_groups], MXFP4 / NVFP4
-//           scale_bytes [n_out][nb] (nb = n_in / 32 or n_in / 16) — at entry r · n of each
+//           scale_bytes [n_out][nb] (nb = n_in / 32 or n_in / 16) — at entry r · n of each. GGUF Q4_0 / Q4_1 / Q8_0:
+//           the file's blocks (common/dtype.h; gguf_layout File), codes and F16 scales together in data
 //   Rows16  GEMM form for the AVX512-BF16 decode (kernels/cpu/gemm_rows16.cpp): rows in blocks of 16, so that one
 //           64-byte load decodes into vectors of 16 rows × 2 columns. data: [ceil(n_out / 16)][n_in / 8][64 bytes]
 //           — per block of 16 rows and 8 columns k0 .. k0 + 7, 32 little-endian 16-bit words, word 2i + t holding
@@ -10,9 +11,18 @@
 //           [ceil(n_out / 16)][n][16] — the 16 rows' entries of each group / block. Rows past n_out (to the next
 //           16) hold code 0, scale 0 (Int4 F32 scales, NVFP4 E4M3 bytes) or 127 (MXFP4: 1.0) and zero point 0:
 //           the resident bytes grow by at most 15 rows.
+//           GGUF Q4_0 / Q4_1 (x = d (q − 8), x = d q + m; 32-column blocks): data as above (n_in / 2 bytes a row,
+//           the block's weight j and 16 + j at columns 32b + j and 32b + 16 + j); the F16 d (and Q4_1's m) of each
+//           row and block as a per-row array of 16-bit entries in scale_bytes (little-endian): Q4_0 entry b = d of
+//           block b, Q4_1 entries 2b, 2b + 1 = its d, m — so [ceil(n_out / 16)][nb][16 d (, 16 m)]; padding rows d
+//           = m = 0. The same bytes a row as the file's blocks (18 / 20 per 32 columns).
+//           GGUF Q8_0 (x = d q): data [ceil(n_out / 16)][n_in / 4][64 bytes] — per block of 16 rows and 4 columns
+//           k0 .. k0 + 3, byte 4i + j = row i's column k0 + j as the unsigned byte q + 128 (one 64-byte load: 16
+//           rows × 4 columns, an int32 lane a row for vpdpbusd: kernels/cpu/gemm_rows16_q8.cpp); d as Q4_0's
+//           (entries [ceil(n_out / 16)][nb][16]); padding rows byte 0, d = 0. 34 bytes per 32 columns, as the file.
 // Rows16 takes weight-only (act None) weights with n_in a multiple of 32: Int4 without g_idx, per channel or in
 // groups of a multiple of 32 columns; MXFP4 / NVFP4 without a scale byte the decode's fast conversion does not
-// take (fp4_rows16_scales_ok).
+// take (fp4_rows16_scales_ok); GGUF Q4_0 / Q4_1 / Q8_0 in the file's blocks (gguf_layout File).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -36,6 +46,12 @@ std::string rows16_refusal(const PackedWeight& w);
 // Row r's n_in / 2 code bytes, in the Rows order, out of Rows16 data (n_in columns).
 void rows16_codes(const uint8_t* data, int64_t n_in, int64_t r, uint8_t* codes);
 
+// Row r's n_in code bytes (q + 128), in column order, out of a GGUF Q8_0 weight's Rows16 data.
+void rows16_q8_codes(const uint8_t* data, int64_t n_in, int64_t r, uint8_t* codes);
+
+// Row r of a GGUF Q4_0 / Q4_1 / Q8_0 weight held in Rows16, as the file's blocks (dtype_row_bytes of its type) into out.
+void rows16_gguf_file_row(const PackedWeight& w, int64_t r, uint8_t* out);
+
 // Row r's n entries of a per-row array held in Rows16 order ([rows / 16][n][16]), into out.
 template <class T>
 void rows16_entries(const T* a, int64_t n, int64_t r, T* out) {
@@ -43,7 +59,7 @@ void rows16_entries(const T* a, int64_t n, int64_t r, T* out) {
   for (int64_t g = 0; g < n; ++g) out[g] = p[g * 16];
 }
 
-// w (Int4, Mxfp4 or Nvfp4, checked) into layout `to`, in place (nothing when it is already there). To Rows16
+// w (Int4, Mxfp4, Nvfp4, GGUF Q4_0, Q4_1 or Q8_0; checked) into layout `to`, in place (nothing when it is already there). To Rows16
 // throws tp::Error with rows16_refusal's reason when w cannot be held so; w is then left as it was.
 void set_rows_layout(PackedWeight* w, RowsLayout to);
 

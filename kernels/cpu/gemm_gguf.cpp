@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/gguf_layout.h"
 #include "kernels/cpu/gemm_gguf_bf16.h"
+#include "kernels/cpu/rows16.h"
 #include "kernels/cpu/gemv.h"
 
 namespace tp::cpu::detail {
@@ -398,7 +399,9 @@ void prepare_gguf_weight(PackedWeight* w) {
   const GgufLayout to = w->format == WeightFormat::GgufQ8_0   ? q8_0
                         : w->format == WeightFormat::GgufQ5_0 ? GgufLayout::Q5_0Quads
                                                               : GgufLayout::File;
-  if (to == GgufLayout::File || w->gguf_layout != GgufLayout::File || !gguf_kernel_available(GgufKernel::Avx512Vnni)) return;
+  if (to == GgufLayout::File || w->gguf_layout != GgufLayout::File || w->rows_layout != RowsLayout::Rows ||
+      !gguf_kernel_available(GgufKernel::Avx512Vnni))
+    return;
   const int64_t rb = w->row_bytes();
   std::vector<uint8_t> row(static_cast<size_t>(rb));
   for (int64_t r = 0; r < w->n_out; ++r) {
@@ -432,6 +435,14 @@ GgufKernel gguf_best_tile() {
 }
 
 void gemm_gguf(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, GgufKernel kernel) {
+  if (w.rows_layout == RowsLayout::Rows16) {  // Q4_0 / Q4_1 in 16-row blocks: the GEMM-form kernel at every m
+    if (kernel == GgufKernel::Best && rows16_linear(x, m, w, y, n_threads)) return;
+    PackedWeight f = copy_packed_weight(w);  // tests and the reference paths: the file's blocks again
+    set_rows_layout(&f, RowsLayout::Rows);
+    f.act_bf16 = false;  // x as given (packed_linear rounds it to BF16 for w)
+    gemm_gguf(x, m, f, y, n_threads, kernel);
+    return;
+  }
   const GgufActType act = gguf_act_type(w.format);
   if (kernel == GgufKernel::Best) kernel = gguf_bf16_preferred(w, m) ? GgufKernel::DequantBf16 : gguf_best_tile();
   if (!gguf_kernel_available(kernel))

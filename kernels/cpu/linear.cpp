@@ -119,8 +119,8 @@ void gemv(const float* x, int64_t m, const Weight& w, float* y, LinearImpl best)
 Weight::Weight(PackedWeight w, bool relayout) : w_(std::move(w)) {
   check_packed_weight(w_);
   if (relayout) {
+    detail::prepare_rows16_weight(&w_);  // first: a weight it takes stays out of the GGUF regroupings
     detail::prepare_gguf_weight(&w_);
-    detail::prepare_rows16_weight(&w_);
   }
   back_with_huge_pages(w_.data.data(), w_.data.size());
 }

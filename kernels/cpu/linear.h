@@ -22,11 +22,11 @@ class Weight {
  public:
   // A packed weight as the loaders give it (common/packed_weight.h): checked (check_packed_weight), kept as it
   // is stored. F32 / BF16 run on the dense paths below; every other format on its own kernel.
-  // GGUF Q4_0 / Q8_0 / Q5_0 rows given in the file layout are regrouped, in place, into the layout this CPU's
-  // kernel reads fastest (kernels/cpu/gemm_gguf.h prepare_gguf_weight; the same bytes), and Int4 / MXFP4 /
-  // NVFP4 weights put in 16-row blocks where the GEMM-form decode is this CPU's (kernels/cpu/rows16.h
-  // prepare_rows16_weight; the same bytes, rows padded to a multiple of 16); relayout = false keeps the layout
-  // given (benchmarks comparing layouts).
+  // Int4 / MXFP4 / NVFP4 and GGUF Q4_0 / Q4_1 / Q8_0 weights are put in 16-row blocks where the GEMM-form
+  // kernels are this CPU's (kernels/cpu/rows16.h prepare_rows16_weight; the same bytes, rows padded to a
+  // multiple of 16); GGUF Q8_0 / Q5_0 rows still in the file layout are then regrouped, in place, into the layout
+  // this CPU's int8 kernel reads fastest (kernels/cpu/gemm_gguf.h prepare_gguf_weight; the same bytes);
+  // relayout = false keeps the layout given (benchmarks comparing layouts).
   explicit Weight(PackedWeight w, bool relayout = true);
   // A dense weight: converts `n_out * n_in` elements of type `src_type` (F32, F16, BF16, Q8_0, Q4_0, Q4_1;
   // rows contiguous, `src_row_stride` bytes apart) into `dtype` (F32 or BF16).

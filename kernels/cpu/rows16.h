@@ -1,9 +1,9 @@
-// 4-bit decode in GEMM form on AVX512-BF16 (gemm_rows16.cpp) — MXFP4, NVFP4 and Int4 (W4A16) weights in the
-// Rows16 layout (common/rows16_layout.h): rows in blocks of 16, so that a decoded vector is 16 weight rows × 2
+// 4-bit decode in GEMM form on AVX512-BF16 (gemm_rows16.cpp) — MXFP4, NVFP4, Int4 (W4A16) and GGUF Q4_0 / Q4_1
+// weights (and GGUF Q8_0 on AVX-512 VNNI, gemm_rows16_q8.cpp) in the Rows16 layout (common/rows16_layout.h): rows in blocks of 16, so that a decoded vector is 16 weight rows × 2
 // columns and a vdpbf16ps against a broadcast pair of x sums each row in its own F32 lane — no horizontal sums,
 // one FMA by the 16 rows' scales per block / group of columns. cpu::Weight puts such weights in that layout at
-// load where this kernel is the CPU's 4-bit decode (prepare_rows16_weight); fp4_linear and int_a16_linear
-// (packed_kernels.h) then send every m to it (a prefill's m too: at m = 64 it ran 1.7-2.4x the slab + oneDNN
+// load where this kernel is the CPU's 4-bit decode (prepare_rows16_weight); fp4_linear, int_a16_linear
+// (packed_kernels.h) and gemm_gguf (gemm_gguf.h) then send every m to it (a prefill's m too: at m = 64 it ran 1.7-2.4x the slab + oneDNN
 // prefill, at m = 512 1.0-1.1x, Zen 5, BF16 x). Measured against the row-major kernels
 // (gemm_fp4_bf16.cpp, gemm_int4_bf16.cpp) in bench/results/zen5-kernels-20261204.md.
 #pragma once
@@ -19,11 +19,18 @@ namespace tp::cpu::detail {
 // AVX512-BF16.
 bool rows16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 
-// Whether prepare_rows16_weight would put w in Rows16: Int4 / MXFP4 / NVFP4 in Rows that Rows16 can hold
-// (rows16_refusal), on a CPU whose 4-bit decode is the AVX512-BF16 one (prefer_bf16_a16: AMD; on Intel the VNNI
-// kernels read Rows).
+// GGUF Q8_0 in Rows16 (gemm_rows16_q8.cpp, AVX-512 VNNI; rows16_linear sends it there): x quantized to int8 a
+// 32-column block as the file layout's kernels do (gemm_gguf.h), int8 dot products; the same integer sums, each row
+// of a batch with the bits it has alone. Returns false (nothing written) unless w is Q8_0 in Rows16 and the CPU has
+// AVX-512 VNNI.
+bool rows16_q8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
+
+// Whether prepare_rows16_weight would put w in Rows16: Int4 / MXFP4 / NVFP4 / GGUF Q4_0 / Q4_1 / Q8_0 in Rows that
+// Rows16 can hold (rows16_refusal), on a CPU whose 4-bit decode is the AVX512-BF16 one (prefer_bf16_a16: AMD; on Intel the
+// VNNI kernels read Rows).
 bool rows16_wanted(const PackedWeight& w);
-// w into Rows16, in place, where rows16_wanted; else left as it is.
+// w into Rows16, in place, where rows16_wanted (GGUF Q4_0 / Q4_1 then with act_bf16: x rounded to BF16, finer than
+// the int8 a 32-column block their file-layout kernels quantize x to); else left as it is.
 void prepare_rows16_weight(PackedWeight* w);
 
 }  // namespace tp::cpu::detail

@@ -179,10 +179,10 @@ TEST(PackedWeight, CheckRefusesWhatDoesNotFit) {
   refused([](PackedWeight& w) { w.act_group = 2; }, "act_group 2 is for dynamic");
   refused([](PackedWeight& w) { w.g_idx_groups = 3; }, "g_idx_groups without g_idx");
   refused([](PackedWeight& w) { w.act = ActQuant::Int8Dynamic, w.act_bf16 = true; },
-          "BF16 activations (act_bf16) are for weight-only formats other than GGUF's, not int8 with activation "
-          "quantization int8_dynamic");
+          "BF16 activations (act_bf16) are for weight-only formats (GGUF's in layout rows16 only), not int8 in layout "
+          "rows with activation quantization int8_dynamic");
   refused([](PackedWeight& w) { w.format = WeightFormat::GgufQ8_0, w.n_in = 32, w.data = AlignedBytes(68),
-                                w.scales.clear(), w.act_bf16 = true; }, "not q8_0 with activation quantization none");
+                                w.scales.clear(), w.act_bf16 = true; }, "not q8_0 in layout rows with activation quantization none");
   refused([](PackedWeight& w) { w.format = WeightFormat::Mxfp4, w.data = AlignedBytes(4), w.scales.clear(),
                                 w.scale_bytes = {127, 127}, w.act = ActQuant::Int8Dynamic; }, "not a multiple of the 32");
   refused([](PackedWeight& w) { w.format = WeightFormat::BF16, w.data = AlignedBytes(16); }, "scales on a format");

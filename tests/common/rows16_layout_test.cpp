@@ -1,4 +1,4 @@
-// 4-bit weight layouts (common/rows16_layout.h): Rows16's bytes (FP4 and Int4) where its comment puts them, read
+// 4-bit weight layouts (common/rows16_layout.h): Rows16's bytes (FP4, Int4, GGUF Q4_0 / Q4_1) where its comment puts them, read
 // back by an index computed here from that comment; to Rows16 and back gives the checkpoint's bytes; dequantize_rows
 // reads both layouts alike; the refusals (set_rows_layout, check_packed_weight).
 #include <gtest/gtest.h>
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/gguf_layout.h"
 #include "common/rows16_layout.h"
 #include "common/packed_weight.h"
 
@@ -47,6 +48,22 @@ PackedWeight random_int4(int64_t n_out, int64_t n_in, int64_t group, bool zeros,
     w.zeros.resize(w.scales.size());
     for (int8_t& z : w.zeros) z = int8_t(int(rng() % 16) - 8);
   }
+  check_packed_weight(w);
+  return w;
+}
+
+// A GGUF Q4_0 / Q4_1 weight [n_out, n_in] in the file's blocks: random codes, F16 d (and m) of either sign.
+PackedWeight random_gguf4(WeightFormat f, int64_t n_out, int64_t n_in, uint32_t seed) {
+  std::mt19937 rng(seed);
+  PackedWeight w;
+  w.format = f;
+  w.n_out = n_out;
+  w.n_in = n_in;
+  w.data = AlignedBytes(n_out * w.row_bytes());
+  for (int64_t i = 0; i < w.data.size(); ++i) w.data.data()[i] = uint8_t(rng());
+  const int64_t bb = f == WeightFormat::GgufQ8_0 ? 34 : f == WeightFormat::GgufQ4_1 ? 20 : 18;
+  for (int64_t b = 0; b < w.data.size() / bb; ++b)  // finite F16 scales: exponent field below 31
+    for (int k = 0; k < (f == WeightFormat::GgufQ4_1 ? 2 : 1); ++k) w.data.data()[b * bb + 2 * k + 1] &= 0xbb;
   check_packed_weight(w);
   return w;
 }
@@ -148,6 +165,61 @@ TEST(RowsLayout, Int4ScalesAndZerosGoToTheirBlocksAndComeBack) {
   }
 }
 
+// GGUF Q4_0 / Q4_1 in Rows16: block b's weight j and 16 + j at columns 32b + j and 32b + 16 + j of the code words
+// (as FP4's); Q8_0: byte 4i + j of chunk c = row i's column 4c + j as q + 128; the F16 d (and m) as 16-bit entries
+// [row blocks][blocks][16 d (, 16 m)] in scale_bytes (padding 0); dequantize_rows reads it as the file's blocks;
+// back to Rows gives the file's bytes.
+TEST(RowsLayout, GgufQ4BlocksGoToTheirWordsAndScalesAndComeBack) {
+  struct Shape {
+    WeightFormat f;
+    int64_t n_out, n_in;
+  };
+  for (const Shape s : {Shape{WeightFormat::GgufQ4_0, 35, 96}, Shape{WeightFormat::GgufQ4_1, 16, 64},
+                        Shape{WeightFormat::GgufQ4_0, 1, 32}, Shape{WeightFormat::GgufQ4_1, 19, 576},
+                        Shape{WeightFormat::GgufQ8_0, 21, 96}, Shape{WeightFormat::GgufQ8_0, 16, 512}}) {
+    const std::string name = std::string(weight_format_name(s.f)) + " [" + std::to_string(s.n_out) + ", " +
+                             std::to_string(s.n_in) + "]";
+    const bool q4_1 = s.f == WeightFormat::GgufQ4_1, q8 = s.f == WeightFormat::GgufQ8_0;
+    const int64_t e = q4_1 ? 2 : 1, bb = q8 ? 34 : q4_1 ? 20 : 18, nb = s.n_in / 32, chunks = s.n_in / (q8 ? 4 : 8);
+    const PackedWeight given = random_gguf4(s.f, s.n_out, s.n_in, uint32_t(s.n_out * s.n_in + e));
+    PackedWeight w = copy_packed_weight(given);
+    set_rows_layout(&w, RowsLayout::Rows16);
+    EXPECT_EQ(w.rows_layout, RowsLayout::Rows16);
+    check_packed_weight(w);
+    const int64_t held = (s.n_out + 15) / 16 * 16;
+    ASSERT_EQ(w.data.size(), held * s.n_in / (q8 ? 1 : 2)) << name;
+    ASSERT_EQ(int64_t(w.scale_bytes.size()), held * nb * e * 2) << name;
+    EXPECT_EQ(w.n_bytes(), given.n_bytes() + (held - s.n_out) * nb * bb) << name;
+    for (int64_t r = 0; r < held; ++r) {
+      const int64_t rb = r / 16, i = r % 16;
+      const uint8_t* row = given.data.data() + r * nb * bb;
+      for (int64_t k = 0; k < s.n_in && q8; ++k) {  // Q8_0: the file's int8 at block k / 32, byte 2 + k % 32
+        const int code = w.data.data()[(rb * chunks + k / 4) * 64 + 4 * i + k % 4];
+        ASSERT_EQ(code, r < s.n_out ? (row[(k / 32) * bb + 2 + k % 32] + 128) % 256 : 0) << name << " row " << r << " column " << k;
+      }
+      for (int64_t k = 0; k < s.n_in && !q8; ++k) {  // the file: block k / 32, byte 2e + k % 16, high nibble from 16 on
+        const uint8_t* word = w.data.data() + (rb * chunks + k / 8) * 64 + 2 * (2 * i + k % 2);
+        const int code = ((word[0] | word[1] << 8) >> (4 * ((k % 8) / 2))) & 15;
+        const int want = r < s.n_out ? (row[(k / 32) * bb + 2 * e + k % 16] >> (k % 32 >= 16 ? 4 : 0)) & 15 : 0;
+        ASSERT_EQ(code, want) << name << " row " << r << " column " << k;
+      }
+      for (int64_t b = 0; b < nb; ++b)
+        for (int64_t j = 0; j < e; ++j) {  // entry b · e + j of row r: d, then Q4_1's m
+          const uint8_t* at = w.scale_bytes.data() + (((rb * nb + b) * e + j) * 16 + i) * 2;
+          const uint8_t* from = row + b * bb + 2 * j;
+          ASSERT_EQ(at[0] | at[1] << 8, r < s.n_out ? from[0] | from[1] << 8 : 0) << name << " row " << r << " block " << b;
+        }
+    }
+    EXPECT_EQ(dequant(w, 0, s.n_out), dequant(given, 0, s.n_out)) << name;
+    EXPECT_EQ(dequant(w, s.n_out / 2, s.n_out), dequant(given, s.n_out / 2, s.n_out)) << name;
+    set_rows_layout(&w, RowsLayout::Rows);
+    check_packed_weight(w);
+    EXPECT_TRUE(w.scale_bytes.empty()) << name;
+    ASSERT_EQ(w.data.size(), given.data.size()) << name;
+    EXPECT_EQ(0, std::memcmp(w.data.data(), given.data.data(), size_t(given.data.size()))) << name;
+  }
+}
+
 // What Rows16 cannot hold is refused, naming why, and the weight is left as it was; check_packed_weight refuses a
 // Rows16 weight that does not fit it.
 TEST(RowsLayout, RefusesWhatRows16CannotHold) {
@@ -207,7 +279,18 @@ TEST(RowsLayout, RefusesWhatRows16CannotHold) {
   bf16.n_in = 32;
   bf16.data = AlignedBytes(64);
   bf16.rows_layout = RowsLayout::Rows16;
-  check_refuses(bf16, "rows16 cannot hold it: not an int4, mxfp4 or nvfp4 weight");
+  check_refuses(bf16, "rows16 cannot hold it: not an int4, mxfp4, nvfp4, GGUF q4_0, q4_1 or q8_0 weight");
+  PackedWeight q4_0_quads = random_gguf4(WeightFormat::GgufQ4_0, 3, 64, 8);
+  q4_0_quads.gguf_layout = GgufLayout::Q4_0Groups;  // the same bytes regrouped: not the file's blocks
+  refused(std::move(q4_0_quads), "GGUF rows regrouped (q4_0_groups)");
+  PackedWeight gguf_bf16_x = random_gguf4(WeightFormat::GgufQ4_1, 3, 64, 9);
+  gguf_bf16_x.act_bf16 = true;  // BF16 x: only the GEMM-form kernel's (Rows16)
+  check_refuses(gguf_bf16_x, "GGUF's in layout rows16 only");
+  set_rows_layout(&gguf_bf16_x, RowsLayout::Rows16);
+  check_packed_weight(gguf_bf16_x);
+  PackedWeight short_scales = copy_packed_weight(gguf_bf16_x);
+  short_scales.scale_bytes.resize(short_scales.scale_bytes.size() - 2);
+  check_refuses(short_scales, "126 scale bytes, expected 128");
 }
 
 }  // namespace

@@ -24,12 +24,15 @@
 #include "common/dtype.h"
 #include "common/error.h"
 #include "common/fp_formats.h"
+#include "common/gguf_layout.h"
 #include "common/packed_weight.h"
 #include "kernels/cpu/rows16.h"
+#include "kernels/cpu/gemm_gguf.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/packed_kernels.h"
 #include "kernels/cpu/packed_linear.h"
+#include "tests/kernels/gguf_fixtures.h"
 
 namespace tp::cpu::detail {
 namespace {
@@ -61,7 +64,8 @@ PackedWeight make(const Case& c, uint32_t seed) {
   w.n_in = c.n_in;
   w.act = c.act;
   w.act_group = c.act_group;
-  w.act_bf16 = c.act_bf16;
+  const bool gguf = is_gguf_format(c.format);
+  w.act_bf16 = c.act_bf16 && !gguf;  // GGUF: only in Rows16 (below)
   if (c.act == ActQuant::Int8Static) w.act_scale = 0.02f;
   if (c.act == ActQuant::Fp8Static) w.act_scale = 0.004f;
   w.data = AlignedBytes(c.n_out * w.row_bytes());
@@ -112,9 +116,25 @@ PackedWeight make(const Case& c, uint32_t seed) {
       w.global_scale = 0.0123f;
       break;
     }
+    case WeightFormat::GgufQ4_0:
+    case WeightFormat::GgufQ4_1: {  // F16 d (and m, either sign) in each 32-column block
+      const int64_t bb = c.format == WeightFormat::GgufQ4_1 ? 20 : 18;
+      for (int64_t b = 0; b < w.data.size() / bb; ++b) {
+        uint8_t* blk = w.data.data() + b * bb;
+        const uint16_t d = f32_to_f16(scale(rng) * 0.1f), m = f32_to_f16(scale(rng) * (byte(rng) % 2 ? -1.0f : 1.0f));
+        std::memcpy(blk, &d, 2);
+        if (bb == 20) std::memcpy(blk + 2, &m, 2);
+      }
+      break;
+    }
     default: break;
   }
   check_packed_weight(w);
+  if (gguf && c.act_bf16) {  // BF16 x on a GGUF weight: the GEMM-form kernel's, in Rows16
+    set_rows_layout(&w, RowsLayout::Rows16);
+    w.act_bf16 = true;
+    check_packed_weight(w);
+  }
   return w;
 }
 
@@ -816,6 +836,69 @@ TEST(PackedKernels, Int4Rows16MatchesReferenceAndRowsAlone) {
     PackedWeight w = make(c, 5);
     EXPECT_FALSE(rows16_wanted(w)) << c.name;
     EXPECT_THROW(set_rows_layout(&w, RowsLayout::Rows16), Error) << c.name;
+  }
+}
+
+// The GEMM-form decode on GGUF Q4_0 / Q4_1 weights (d (q − 8); d q + m as d (q − 8) + (m + 8 d), the second term
+// × Σ x of the block): as Fp4Rows16MatchesReferenceAndRowsAlone — the suite's bound against the reference on the
+// weight in 16-row blocks (x as given, or rounded to BF16 with act_bf16), the tiny and huge rows of x apart, 1 and 2
+// threads, a row of a batch (m 2..37) with the bits it has alone, zero / NaN / infinity rows — over 1 to 48 blocks a
+// row and row counts leaving 3, 3, 16, 5 and 1 rows in the last 16-row block; rows regrouped for the VNNI kernel
+// (Q4_0Groups) and GGUF types other than Q4_0 / Q4_1 / Q8_0 (Q5_0 here) stay out of the layout.
+TEST(PackedKernels, GgufQ4Rows16MatchesReferenceAndRowsAlone) {
+  if (packed_best_isa() != PackedIsa::Avx512 || !cpu_has_avx512bf16()) GTEST_SKIP() << "no AVX512-BF16 here";
+  using F = WeightFormat;
+  const std::vector<Case> cs = {Case{"q4_0_576", F::GgufQ4_0, 35, 576},  Case{"q4_1_1536", F::GgufQ4_1, 19, 1536},
+                                Case{"q4_1_64", F::GgufQ4_1, 16, 64},    Case{"q4_0_32", F::GgufQ4_0, 5, 32},
+                                Case{"q4_1_96", F::GgufQ4_1, 1, 96}};
+  check_fp4_decode(cs, rows16_decode);
+  PackedWeight groups = make(Case{"q4_0_groups", F::GgufQ4_0, 8, 64}, 5);
+  std::vector<uint8_t> row(size_t(groups.row_bytes()));
+  for (int64_t r = 0; r < groups.n_out; ++r) {
+    std::memcpy(row.data(), groups.data.data() + r * groups.row_bytes(), row.size());
+    gguf_row_from_file_layout(GgufLayout::Q4_0Groups, row.data(), groups.n_in, groups.data.data() + r * groups.row_bytes());
+  }
+  groups.gguf_layout = GgufLayout::Q4_0Groups;
+  EXPECT_FALSE(rows16_wanted(groups));
+  EXPECT_THROW(set_rows_layout(&groups, RowsLayout::Rows16), Error);
+  PackedWeight q5_0 = test::make_gguf_weight(DType::Q5_0, 8, 64, 5);
+  EXPECT_FALSE(rows16_wanted(q5_0));
+  EXPECT_THROW(set_rows_layout(&q5_0, RowsLayout::Rows16), Error);
+}
+
+// GGUF Q4_0 / Q4_1 through cpu::Weight and linear(): where rows16_wanted the Weight holds them in 16-row blocks
+// with BF16 x (act_bf16), else as the file's blocks; dequantize_rows equal to the file's; in 16-row blocks every m
+// (1..37, 64, 100) within the suite's bound of the reference on the Weight's own packed weight, each row of a
+// batch or prefill with the bits it has alone, and nearer the F32 reference on the file's weight than the file
+// layout's int8-activation kernel (gemm_gguf on the file's blocks: x quantized to int8 a 32-column block, coarser
+// than BF16).
+TEST(PackedKernels, GgufQ4WeightTakesTheDecodeLayout) {
+  using F = WeightFormat;
+  for (const Case& c : {Case{"q4_0_576", F::GgufQ4_0, 35, 576}, Case{"q4_1_1536", F::GgufQ4_1, 19, 1536}}) {
+    const PackedWeight given = make(c, 29);
+    const bool wanted = rows16_wanted(given);
+    const cpu::Weight w(copy_packed_weight(given));
+    EXPECT_EQ(w.packed().rows_layout, wanted ? RowsLayout::Rows16 : RowsLayout::Rows) << c.name;
+    EXPECT_EQ(w.packed().act_bf16, wanted) << c.name;
+    std::vector<float> a(size_t(c.n_out * c.n_in)), b(a.size());
+    dequantize_rows(given, 0, c.n_out, a.data());
+    dequantize_rows(w.packed(), 0, c.n_out, b.data());
+    ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << c.name;
+    if (!wanted) continue;  // the file layout's kernels: test_gemm_gguf.cpp
+    const int64_t m_max = 100;
+    const std::vector<float> x = normal_rows(m_max, c.n_in);
+    std::vector<float> ref(size_t(m_max * c.n_out)), f32_ref(ref.size()), int8_x(ref.size()), alone(ref.size());
+    packed_linear_reference(x.data(), m_max, w.packed(), ref.data(), 1);
+    packed_linear_reference(x.data(), m_max, given, f32_ref.data(), 1);
+    gemm_gguf(x.data(), m_max, given, int8_x.data(), 1, GgufKernel::Best);
+    for (int64_t i = 0; i < m_max; ++i) cpu::linear(x.data() + i * c.n_in, 1, w, alone.data() + i * c.n_out);
+    EXPECT_LE(nmse_of(alone, ref), kMaxNmse) << c.name;
+    EXPECT_LT(nmse_of(alone, f32_ref), nmse_of(int8_x, f32_ref)) << c.name;
+    for (int64_t m : {2, 8, 16, 37, 64, 100}) {
+      std::vector<float> y(size_t(m * c.n_out));
+      cpu::linear(x.data(), m, w, y.data());
+      for (int64_t k = 0; k < m * c.n_out; ++k) ASSERT_EQ(y[size_t(k)], alone[size_t(k)]) << c.name << " m " << m;
+    }
   }
 }
 

@@ -1,0 +1,123 @@
+// GGUF Q8_0 in GEMM form on AVX-512 VNNI (rows16.h; the layout: common/rows16_layout.h Rows16, Q8_0). x is
+// quantized as llama.cpp pairs it with Q8_0 weights (gemm_gguf.h: per row and 32-column block, q_x in [−127, 127],
+// d_x rounded to F16, Σ q_x), as the file layout's kernels do. Per block of 16 weight rows and 4 columns one 64-byte
+// load holds the 16 rows' bytes q_w + 128, an int32 lane a row, and one vpdpbusd against x's 4 bytes of those
+// columns, broadcast, adds Σ (q_w + 128) q_x into lane r (weight row r) — no horizontal sums. A 32-column block is
+// 8 such loads on two chains (even and odd chunks; one chain ran at the instruction's latency at m = 1), the first
+// started at −128 Σ q_x, so their sum is Σ q_w q_x exactly (|·| ≤ 32 · 255 · 127: no overflow); converted to F32 it
+// goes × d_w (the 16 rows' F16 d) · d_x into the running total by one FMA. kTileM rows of x share each load; a row's
+// operations do not depend on the tile, m or the threads, so a row of a batch has the bits it has alone. The integer
+// sums are those of every other Q8_0 kernel; only the F32 sum over blocks may round differently.
+#include <algorithm>
+#include <cstring>
+
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#include <omp.h>
+
+#include "kernels/cpu/gemm_gguf.h"
+#include "kernels/cpu/gemv.h"
+#include "kernels/cpu/packed_kernels.h"
+#include "kernels/cpu/rows16.h"
+
+namespace tp::cpu::detail {
+
+namespace {
+
+#define TP_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,bmi2,f16c")))
+
+constexpr int kTileM = 8;                 // rows of x a pass (as gemm_rows16.cpp)
+constexpr int64_t kPrefetchBytes = 8192;  // W software-prefetched this far ahead (as gemm_rows16.cpp)
+
+TP_VNNI inline int32_t load_i32(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// Row block rb against MT rows of x from row i0 of a (Q8_0 activations): y[i · n_out + 16 rb + r].
+template <int MT>
+TP_VNNI void row_block(const PackedWeight& w, int64_t rb, const GgufActs& a, int64_t i0, float* y, bool prefetch) {
+  const int64_t n_in = w.n_in, nb = n_in / 32, chunks = n_in / 4;
+  const uint8_t* wd = w.data.data() + rb * chunks * 64;
+  const uint16_t* ds = reinterpret_cast<const uint16_t*>(w.scale_bytes.data()) + rb * nb * 16;
+  const int8_t* xq[MT];
+  const float* xd[MT];
+  const int32_t* xs[MT];
+#pragma GCC unroll 8
+  for (int i = 0; i < MT; ++i) {
+    xq[i] = a.q.data() + (i0 + i) * n_in;
+    xd[i] = a.d.data() + (i0 + i) * nb;
+    xs[i] = a.qsum.data() + (i0 + i) * nb;
+  }
+  __m512 tot[MT];
+#pragma GCC unroll 8
+  for (int i = 0; i < MT; ++i) tot[i] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    if (prefetch && b % 2 == 0) prefetch_weights(ds + b * 16 + kPrefetchBytes / 16);  // d: 32 bytes a block, codes 512
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ds + b * 16)));
+    __m512i c0[MT], c1[MT];
+#pragma GCC unroll 8
+    for (int i = 0; i < MT; ++i) {
+      c0[i] = _mm512_set1_epi32(-128 * xs[i][b]);
+      c1[i] = _mm512_setzero_si512();
+    }
+    const uint8_t* p = wd + b * 8 * 64;
+#pragma GCC unroll 4
+    for (int ch = 0; ch < 8; ch += 2) {
+      if (prefetch) {
+        prefetch_weights(p + ch * 64 + kPrefetchBytes);
+        prefetch_weights(p + ch * 64 + 64 + kPrefetchBytes);
+      }
+      const __m512i w0 = _mm512_loadu_si512(p + ch * 64), w1 = _mm512_loadu_si512(p + ch * 64 + 64);
+#pragma GCC unroll 8
+      for (int i = 0; i < MT; ++i) {
+        c0[i] = _mm512_dpbusd_epi32(c0[i], w0, _mm512_set1_epi32(load_i32(xq[i] + b * 32 + ch * 4)));
+        c1[i] = _mm512_dpbusd_epi32(c1[i], w1, _mm512_set1_epi32(load_i32(xq[i] + b * 32 + ch * 4 + 4)));
+      }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < MT; ++i)
+      tot[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(c0[i], c1[i])), _mm512_mul_ps(dw, _mm512_set1_ps(xd[i][b])),
+                               tot[i]);
+  }
+  const int64_t r0 = rb * 16;
+  const __mmask16 rows = __mmask16(_bzhi_u32(0xffff, unsigned(std::min<int64_t>(16, w.n_out - r0))));
+#pragma GCC unroll 8
+  for (int i = 0; i < MT; ++i) _mm512_mask_storeu_ps(y + i * w.n_out + r0, rows, tot[i]);
+}
+
+}  // namespace
+
+bool rows16_q8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
+  if (w.format != WeightFormat::GgufQ8_0 || w.rows_layout != RowsLayout::Rows16 || !cpu_has_avx512vnni()) return false;
+  thread_local GgufActs a;
+  quantize_gguf_acts(x, m, w.n_in, GgufActType::Q8_0, &a);
+  const bool parallel = n_threads > 1 && worth_parallel(int64_t(w.data.size()) * m);
+  const GgufActs& acts = a;
+#pragma omp parallel num_threads(n_threads) if (parallel)
+  {
+    const auto [b0, b1] = thread_rows((w.n_out + 15) / 16, 1, omp_get_thread_num(), omp_get_num_threads());
+    const int64_t block_bytes = w.n_in / 4 * 64;  // a row block's
+    if (b1 > b0) prefetch_range_start(w.data.data() + b0 * block_bytes, kPrefetchBytes, (b1 - b0) * block_bytes);
+    for (int64_t rb = b0; rb < b1; ++rb)
+      for (int64_t i0 = 0; i0 < m; i0 += kTileM) {
+        float* yi = y + i0 * w.n_out;
+        const bool pf = i0 == 0;
+        switch (std::min<int64_t>(kTileM, m - i0)) {
+          case 1: row_block<1>(w, rb, acts, i0, yi, pf); break;
+          case 2: row_block<2>(w, rb, acts, i0, yi, pf); break;
+          case 3: row_block<3>(w, rb, acts, i0, yi, pf); break;
+          case 4: row_block<4>(w, rb, acts, i0, yi, pf); break;
+          case 5: row_block<5>(w, rb, acts, i0, yi, pf); break;
+          case 6: row_block<6>(w, rb, acts, i0, yi, pf); break;
+          case 7: row_block<7>(w, rb, acts, i0, yi, pf); break;
+          default: row_block<8>(w, rb, acts, i0, yi, pf); break;
+        }
+      }
+  }
+  return true;
+}
+
+}  // namespace tp::cpu::detail
