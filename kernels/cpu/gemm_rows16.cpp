@@ -213,16 +213,8 @@ void run(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threa
         const float* si = sxs + i0 * bl.count;
         float* yi = y + i0 * w.n_out;
         const bool pf = i0 == 0;
-        switch (std::min<int64_t>(kTileM, m - i0)) {
-          case 1: row_block<K, 1, P>(w, bl, rb, xi, si, post, yi, pf); break;
-          case 2: row_block<K, 2, P>(w, bl, rb, xi, si, post, yi, pf); break;
-          case 3: row_block<K, 3, P>(w, bl, rb, xi, si, post, yi, pf); break;
-          case 4: row_block<K, 4, P>(w, bl, rb, xi, si, post, yi, pf); break;
-          case 5: row_block<K, 5, P>(w, bl, rb, xi, si, post, yi, pf); break;
-          case 6: row_block<K, 6, P>(w, bl, rb, xi, si, post, yi, pf); break;
-          case 7: row_block<K, 7, P>(w, bl, rb, xi, si, post, yi, pf); break;
-          default: row_block<K, 8, P>(w, bl, rb, xi, si, post, yi, pf); break;
-        }
+        static_assert(kTileM == 8, "with_tile_rows takes tiles of up to 8 rows");
+        with_tile_rows(m - i0, [&]<int MT>() { row_block<K, MT, P>(w, bl, rb, xi, si, post, yi, pf); });
       }
   }
 }

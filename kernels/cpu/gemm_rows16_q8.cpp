@@ -105,16 +105,8 @@ bool rows16_q8_linear(const float* x, int64_t m, const PackedWeight& w, float* y
       for (int64_t i0 = 0; i0 < m; i0 += kTileM) {
         float* yi = y + i0 * w.n_out;
         const bool pf = i0 == 0;
-        switch (std::min<int64_t>(kTileM, m - i0)) {
-          case 1: row_block<1>(w, rb, acts, i0, yi, pf); break;
-          case 2: row_block<2>(w, rb, acts, i0, yi, pf); break;
-          case 3: row_block<3>(w, rb, acts, i0, yi, pf); break;
-          case 4: row_block<4>(w, rb, acts, i0, yi, pf); break;
-          case 5: row_block<5>(w, rb, acts, i0, yi, pf); break;
-          case 6: row_block<6>(w, rb, acts, i0, yi, pf); break;
-          case 7: row_block<7>(w, rb, acts, i0, yi, pf); break;
-          default: row_block<8>(w, rb, acts, i0, yi, pf); break;
-        }
+        static_assert(kTileM == 8, "with_tile_rows takes tiles of up to 8 rows");
+        with_tile_rows(m - i0, [&]<int MT>() { row_block<MT>(w, rb, acts, i0, yi, pf); });
       }
   }
   return true;

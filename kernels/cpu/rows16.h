@@ -25,6 +25,21 @@ bool rows16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, i
 // AVX-512 VNNI.
 bool rows16_q8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 
+// The row-block kernels' tile of rows of x: f.template operator()<MT>() with MT = min(8, rows_left), 1..8.
+template <class F>
+void with_tile_rows(int64_t rows_left, F&& f) {
+  switch (rows_left < 8 ? rows_left : 8) {
+    case 1: f.template operator()<1>(); break;
+    case 2: f.template operator()<2>(); break;
+    case 3: f.template operator()<3>(); break;
+    case 4: f.template operator()<4>(); break;
+    case 5: f.template operator()<5>(); break;
+    case 6: f.template operator()<6>(); break;
+    case 7: f.template operator()<7>(); break;
+    default: f.template operator()<8>(); break;
+  }
+}
+
 // Whether prepare_rows16_weight would put w in Rows16: Int4 / MXFP4 / NVFP4 / GGUF Q4_0 / Q4_1 / Q8_0 in Rows that
 // Rows16 can hold (rows16_refusal), on a CPU whose 4-bit decode is the AVX512-BF16 one (prefer_bf16_a16: AMD; on Intel the
 // VNNI kernels read Rows).
