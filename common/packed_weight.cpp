@@ -200,8 +200,8 @@ void check_packed_weight(const PackedWeight& w) {
   if (fp4) {
     const int64_t n = held_rows * (w.n_in / fp4_block(w.format));
     need(int64_t(w.scale_bytes.size()) == n, num(int64_t(w.scale_bytes.size())) + " block scales, expected " + num(n));
-  } else if (is_gguf(w.format) && rows16) {  // Q4_0 / Q4_1 / Q8_0: the F16 d (and m) of each block, out of the blocks
-    const int64_t n = held_rows * (w.n_in / 32) * (w.format == WeightFormat::GgufQ4_1 ? 4 : 2);
+  } else if (is_gguf(w.format) && rows16) {  // Q4_0 / Q4_1 / Q8_0 / Q4_K: each block's scale entries, out of the blocks
+    const int64_t n = held_rows * rows16_gguf_scale_bytes(w.format, w.n_in);
     need(int64_t(w.scale_bytes.size()) == n, num(int64_t(w.scale_bytes.size())) + " scale bytes, expected " + num(n));
   } else {
     need(w.scale_bytes.empty(), "block scale bytes on a format without them");

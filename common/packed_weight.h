@@ -98,7 +98,7 @@ struct PackedWeight {
   std::vector<int8_t> zeros;        // Int8/Int4 asymmetric zero points [n_out, n_groups]; empty: symmetric
   std::vector<int32_t> g_idx;       // Int8/Int4 act-order: [n_in] scale group of each column; empty: c / group_size
   std::vector<uint8_t> scale_bytes; // Mxfp4 E8M0 / Nvfp4 E4M3 block scales, [n_out, n_in / block]; GGUF Q4_0 /
-                                    // Q4_1 / Q8_0 in Rows16: their F16 d (, m) (common/rows16_layout.h)
+                                    // Q4_1 / Q8_0 / Q4_K in Rows16: their scale entries (common/rows16_layout.h)
   float global_scale = 1.0f;        // Nvfp4
   ActQuant act = ActQuant::None;
   float act_scale = 0.0f;           // Int8Static / Fp8Static: the activations' scale
@@ -107,19 +107,20 @@ struct PackedWeight {
                                     // activations, as a dense BF16 weight's GEMV / GEMM takes them (vLLM's A16
                                     // kernels too; the AVX512-BF16 prefill of grouped Int weights then rounds the
                                     // dequantized weights to BF16 as well: kernels/cpu/packed_kernels.h); GGUF
-                                    // Q4_0 / Q4_1 in Rows16 too (the GEMM-form kernel's x; GGUF's own kernels
+                                    // Q4_0 / Q4_1 / Q4_K in Rows16 too (the GEMM-form kernel's x; GGUF's own kernels
                                     // quantize x to int8 a 32-column block, coarser); false: x in F32
   int64_t g_idx_groups = 0;         // with g_idx: scale groups a row (0: ceil(n_in / group_size))
   GgufLayout gguf_layout = GgufLayout::File;  // GGUF: the order of each row's bytes (common/gguf_layout.h;
                                               // the CPU kernels may regroup Q8_0 / Q5_0 rows at load, same bytes)
-  RowsLayout rows_layout = RowsLayout::Rows;  // Int4 / Mxfp4 / Nvfp4 / GGUF Q4_0 / Q4_1 / Q8_0: where codes and per-row scales lie
+  RowsLayout rows_layout = RowsLayout::Rows;  // Int4 / Mxfp4 / Nvfp4 / GGUF Q4_0 / Q4_1 / Q8_0 / Q4_K: where
+                                              // codes and per-row scales lie
                                               // (common/rows16_layout.h; the CPU kernels may put them in 16-row
                                               // blocks at load). The table above is Rows; with Rows16, data,
                                               // scales, zeros and scale_bytes hold ceil(n_out / 16) · 16 rows
 
   int64_t row_bytes() const;        // bytes of one row of `data` (Rows16: the same bytes a row, in its block;
-                                    // GGUF Q4_0 / Q4_1 / Q8_0 there: the codes, n_in / 2 or n_in, their scales
-                                    // in scale_bytes)
+                                    // GGUF Q4_0 / Q4_1 / Q8_0 / Q4_K there: the codes, n_in / 2 or n_in,
+                                    // their scales in scale_bytes)
   int64_t n_groups() const;         // scale groups a row (Int8/Int4/Fp8 block); 1 otherwise
   int64_t group_of(int64_t col) const { return g_idx.empty() ? col / group_size : g_idx[size_t(col)]; }
   // Bytes held: data, scales, zeros, g_idx and scale bytes (what a rank reports as resident).

@@ -56,31 +56,98 @@ std::vector<T> from_rows16(const std::vector<T>& a, int64_t n_out, int64_t n) {
   return o;
 }
 
-// GGUF Q4_0 / Q4_1: bytes of a file block, where its 16 code bytes start, 16-bit scale entries a block (d, m).
-// GGUF Q4_0 / Q4_1 / Q8_0: bytes of a file block, 16-bit scale entries a block (d, m).
+// GGUF Q4_0 / Q4_1 / Q8_0 / Q4_K: the formats Rows16 holds.
 bool is_gguf16(WeightFormat f) {
-  return f == WeightFormat::GgufQ4_0 || f == WeightFormat::GgufQ4_1 || f == WeightFormat::GgufQ8_0;
-}
-int64_t gguf_block_bytes(WeightFormat f) { return f == WeightFormat::GgufQ8_0 ? 34 : f == WeightFormat::GgufQ4_1 ? 20 : 18; }
-int64_t gguf_entries(WeightFormat f) { return f == WeightFormat::GgufQ4_1 ? 2 : 1; }
-
-// A block's 16 code bytes as the file holds them (byte j: weight j low nibble, 16 + j high) <-> as Rows holds
-// its 32 columns (byte j: column 2j low, 2j + 1 high).
-void gguf_codes_to_rows(const uint8_t* qs, uint8_t* rows) {
-  auto code = [&](int c) { return c < 16 ? qs[c] & 15 : qs[c - 16] >> 4; };
-  for (int j = 0; j < 16; ++j) rows[j] = uint8_t(code(2 * j) | code(2 * j + 1) << 4);
+  return f == WeightFormat::GgufQ4_0 || f == WeightFormat::GgufQ4_1 || f == WeightFormat::GgufQ8_0 ||
+         f == WeightFormat::GgufQ4_K;
 }
 
-void rows_codes_to_gguf(const uint8_t* rows, uint8_t* qs) {
-  auto code = [&](int c) { return (rows[c / 2] >> (4 * (c % 2))) & 15; };
-  for (int j = 0; j < 16; ++j) qs[j] = uint8_t(code(j) | code(16 + j) << 4);
+// A file block of such a format: its columns, bytes, 16-bit entries in the per-row array and code bytes in the
+// Rows order (4-bit: two a byte, column 2j low; Q8_0: q + 128 a byte).
+struct GgufBlock {
+  int64_t cols, bytes, entries, code_bytes;
+};
+
+GgufBlock gguf_block(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::GgufQ4_0: return {32, 18, 1, 16};
+    case WeightFormat::GgufQ4_1: return {32, 20, 2, 16};
+    case WeightFormat::GgufQ8_0: return {32, 34, 1, 32};
+    default: return {256, 144, 10, 128};  // Q4_K
+  }
+}
+
+// llama.cpp's get_scale_min_k4 (common/dtype.cpp): the 6-bit scale and min of sub-block j of a Q4_K block's 12
+// scale bytes; and its inverse, all 96 bits.
+void q4_k_scale_min(int j, const uint8_t* q, int* sc, int* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+void q4_k_pack_scales(const int* sc, const int* m, uint8_t* q) {
+  for (int i = 0; i < 4; ++i) {
+    q[i] = uint8_t((sc[i] & 63) | (sc[i + 4] >> 4) << 6);
+    q[i + 4] = uint8_t((m[i] & 63) | (m[i + 4] >> 4) << 6);
+    q[i + 8] = uint8_t((sc[i + 4] & 15) | (m[i + 4] & 15) << 4);
+  }
+}
+
+// One file block -> its entries (Q4_0: d; Q4_1: d, m; Q8_0: d; Q4_K: d, dmin, then sc | m << 8 of each 32-column
+// sub-block) and its codes in the Rows order; and back.
+void gguf_block_split(WeightFormat f, const uint8_t* blk, uint16_t* ent, uint8_t* codes) {
+  if (f == WeightFormat::GgufQ8_0) {
+    ent[0] = load16(blk);
+    for (int j = 0; j < 32; ++j) codes[j] = uint8_t(blk[2 + j] ^ 0x80);
+  } else if (f == WeightFormat::GgufQ4_K) {  // 4 chunks of 64: byte 16 + 32c + l holds column 64c + l, 64c + 32 + l
+    ent[0] = load16(blk);
+    ent[1] = load16(blk + 2);
+    for (int s = 0; s < 8; ++s) {
+      int sc, m;
+      q4_k_scale_min(s, blk + 4, &sc, &m);
+      ent[2 + s] = uint16_t(sc | m << 8);
+    }
+    auto code = [&](int c) { const int l = c % 64, q = blk[16 + 32 * (c / 64) + l % 32]; return l < 32 ? q & 15 : q >> 4; };
+    for (int k = 0; k < 128; ++k) codes[k] = uint8_t(code(2 * k) | code(2 * k + 1) << 4);
+  } else {  // Q4_0 / Q4_1: byte 2e + j holds column j (low nibble) and 16 + j (high)
+    const int e = f == WeightFormat::GgufQ4_1 ? 2 : 1;
+    for (int k = 0; k < e; ++k) ent[k] = load16(blk + 2 * k);
+    auto code = [&](int c) { return c < 16 ? blk[2 * e + c] & 15 : blk[2 * e + c - 16] >> 4; };
+    for (int j = 0; j < 16; ++j) codes[j] = uint8_t(code(2 * j) | code(2 * j + 1) << 4);
+  }
+}
+
+void gguf_block_join(WeightFormat f, const uint16_t* ent, const uint8_t* codes, uint8_t* blk) {
+  auto code = [&](int c) { return (codes[c / 2] >> (4 * (c % 2))) & 15; };
+  if (f == WeightFormat::GgufQ8_0) {
+    store16(ent[0], blk);
+    for (int j = 0; j < 32; ++j) blk[2 + j] = uint8_t(codes[j] ^ 0x80);
+  } else if (f == WeightFormat::GgufQ4_K) {
+    store16(ent[0], blk);
+    store16(ent[1], blk + 2);
+    int sc[8], m[8];
+    for (int s = 0; s < 8; ++s) sc[s] = ent[2 + s] & 0xff, m[s] = ent[2 + s] >> 8;
+    q4_k_pack_scales(sc, m, blk + 4);
+    for (int k = 0; k < 128; ++k) {
+      const int c = 64 * (k / 32) + k % 32;
+      blk[16 + k] = uint8_t(code(c) | code(c + 32) << 4);
+    }
+  } else {
+    const int e = f == WeightFormat::GgufQ4_1 ? 2 : 1;
+    for (int k = 0; k < e; ++k) store16(ent[k], blk + 2 * k);
+    for (int j = 0; j < 16; ++j) blk[2 * e + j] = uint8_t(code(j) | code(16 + j) << 4);
+  }
 }
 
 // Entries a row of the per-row arrays (Int4 groups, FP4 blocks, GGUF 16-bit d / m entries).
 int64_t row_entries(const PackedWeight& w) {
   if (w.format == WeightFormat::Mxfp4) return w.n_in / 32;
   if (w.format == WeightFormat::Nvfp4) return w.n_in / 16;
-  if (is_gguf16(w.format)) return w.n_in / 32 * gguf_entries(w.format);
+  if (is_gguf16(w.format)) return w.n_in / gguf_block(w.format).cols * gguf_block(w.format).entries;
   return w.n_groups();
 }
 
@@ -104,7 +171,7 @@ std::string rows16_refusal(const PackedWeight& w) {
   const bool mx = w.format == WeightFormat::Mxfp4, fp4 = mx || w.format == WeightFormat::Nvfp4;
   if (is_gguf16(w.format))
     return w.gguf_layout == GgufLayout::File ? "" : std::string("GGUF rows regrouped (") + gguf_layout_name(w.gguf_layout) + ")";
-  if (!fp4 && w.format != WeightFormat::Int4) return "not an int4, mxfp4, nvfp4, GGUF q4_0, q4_1 or q8_0 weight";
+  if (!fp4 && w.format != WeightFormat::Int4) return "not an int4, mxfp4, nvfp4, GGUF q4_0, q4_1, q8_0 or q4_k weight";
   if (w.act != ActQuant::None) return "activation quantization";
   if (w.n_in % 32 != 0) return "n_in is not a multiple of 32";
   if (!fp4 && !w.g_idx.empty()) return "g_idx (act-order)";
@@ -126,24 +193,23 @@ void rows16_q8_codes(const uint8_t* data, int64_t n_in, int64_t r, uint8_t* code
   for (int64_t ch = 0; ch < chunks; ++ch) std::memcpy(codes + ch * 4, block + ch * 64, 4);
 }
 
+int64_t rows16_gguf_scale_bytes(WeightFormat f, int64_t n_in) {
+  return n_in / gguf_block(f).cols * gguf_block(f).entries * 2;
+}
+
 void rows16_gguf_file_row(const PackedWeight& w, int64_t r, uint8_t* out) {
   const bool q8 = w.format == WeightFormat::GgufQ8_0;
-  const int64_t nb = w.n_in / 32, e = gguf_entries(w.format), bb = gguf_block_bytes(w.format);
-  std::vector<uint8_t> codes(size_t(q8 ? w.n_in : w.n_in / 2));
-  std::vector<uint16_t> ent(size_t(nb * e));
+  const GgufBlock g = gguf_block(w.format);
+  const int64_t nb = w.n_in / g.cols;
+  std::vector<uint8_t> codes(size_t(nb * g.code_bytes));
+  std::vector<uint16_t> ent(size_t(nb * g.entries));
   if (q8)
     rows16_q8_codes(w.data.data(), w.n_in, r, codes.data());
   else
     rows16_codes(w.data.data(), w.n_in, r, codes.data());
-  rows16_entries(reinterpret_cast<const uint16_t*>(w.scale_bytes.data()), nb * e, r, ent.data());
-  for (int64_t b = 0; b < nb; ++b) {
-    uint8_t* blk = out + b * bb;
-    for (int64_t k = 0; k < e; ++k) store16(ent[size_t(b * e + k)], blk + 2 * k);
-    if (q8)
-      for (int64_t j = 0; j < 32; ++j) blk[2 + j] = uint8_t(codes[size_t(b * 32 + j)] ^ 0x80);  // q + 128 -> q
-    else
-      rows_codes_to_gguf(codes.data() + b * 16, blk + 2 * e);
-  }
+  rows16_entries(reinterpret_cast<const uint16_t*>(w.scale_bytes.data()), nb * g.entries, r, ent.data());
+  for (int64_t b = 0; b < nb; ++b)
+    gguf_block_join(w.format, ent.data() + b * g.entries, codes.data() + b * g.code_bytes, out + b * g.bytes);
 }
 
 void set_rows_layout(PackedWeight* w, RowsLayout to) {
@@ -171,16 +237,11 @@ void set_rows_layout(PackedWeight* w, RowsLayout to) {
     data = AlignedBytes(nrb * kRowsBlock * rbytes);  // zero-filled: rows past n_out code (byte) 0
     for (int64_t r = 0; r < w->n_out; ++r) {
       const uint8_t* row = w->data.data() + r * (gguf ? w->row_bytes() : rbytes);
-      if (gguf) {  // the file's blocks: their codes in the Rows order (Q8_0: q + 128), their d / m into the entries
-        const int64_t e = gguf_entries(w->format), bb = gguf_block_bytes(w->format);
-        for (int64_t b = 0; b < n_in / 32; ++b) {
-          const uint8_t* blk = row + b * bb;
-          for (int64_t k = 0; k < e; ++k) entries[size_t(r * n + b * e + k)] = load16(blk + 2 * k);
-          if (q8)
-            for (int64_t j = 0; j < 32; ++j) gguf_codes[size_t(b * 32 + j)] = uint8_t(blk[2 + j] ^ 0x80);
-          else
-            gguf_codes_to_rows(blk + 2 * e, gguf_codes.data() + b * 16);
-        }
+      if (gguf) {  // the file's blocks: their codes in the Rows order (Q8_0: q + 128), their scales into the entries
+        const GgufBlock g = gguf_block(w->format);
+        for (int64_t b = 0; b < n_in / g.cols; ++b)
+          gguf_block_split(w->format, row + b * g.bytes, entries.data() + r * n + b * g.entries,
+                           gguf_codes.data() + b * g.code_bytes);
         row = gguf_codes.data();
       }
       uint8_t* block = data.data() + (r / kRowsBlock) * chunks * 64 + 4 * (r % kRowsBlock);

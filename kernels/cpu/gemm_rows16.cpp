@@ -1,5 +1,5 @@
 // 4-bit decode in GEMM form on AVX512-BF16 (rows16.h; the layout: common/rows16_layout.h Rows16): MXFP4, NVFP4,
-// Int4 (W4A16) and GGUF Q4_0 / Q4_1. Per block of 16 weight rows and 8 columns at k0: one 64-byte load, shifted right by 0 / 4 / 8 /
+// Int4 (W4A16) and GGUF Q4_0 / Q4_1 / Q4_K. Per block of 16 weight rows and 8 columns at k0: one 64-byte load, shifted right by 0 / 4 / 8 /
 // 12 bits and looked up by vpermw in the format's table (an index's low 5 bits; bit 4 is the next nibble's and the
 // table repeats, as gemm_fp4_bf16.cpp): e2m1 values, or Int4's (GGUF Q4_0 / Q4_1's) u − 8 — 4 vectors; vector n's BF16 lanes (2r,
 // 2r + 1) hold row r's columns (k0 + 2n, k0 + 2n + 1), so vdpbf16ps against x's BF16 pair for those columns,
@@ -9,7 +9,8 @@
 // E4M3 × 2⁻⁸ through an F16 or E8M0 shifted into an F32's exponent (as fp4_scales.h), Int4's F32 scales, GGUF's
 // F16 d widened; after that Int4's zero points are taken off as zero · Σ x over the group (Σ (q − z) x = Σ q x −
 // z Σ x; the row's Σ x per group computed once a call, in one order), and Q4_1's d q + m = d (q − 8) + (m + 8 d)
-// adds (m + 8 d) · Σ x over the block likewise. y = total × post (NVFP4: 2⁸ · global scale). kTileM rows of x share
+// adds (m + 8 d) · Σ x over the block likewise, Q4_K's d sc q − dmin m (per 32-column sub-block) = d sc (q − 8) +
+// (8 d sc − dmin m) its second term. y = total × post (NVFP4: 2⁸ · global scale). kTileM rows of x share
 // each decoded vector; a row's operations do not depend on the tile, so batch rows equal rows alone. W (and its
 // scales) software-prefetched kPrefetchBytes ahead, as the row-major kernels.
 #include <algorithm>
@@ -58,7 +59,7 @@ TP_BF16 void x_pairs(const float* x, int64_t m, int64_t n_in, uint32_t* xp) {
 // The weight's format, a template parameter: the block's length is then known where the loops are built (FP4, Int4
 // in groups of 64 or 128 columns; other Int4 groups at run time) — from cache at m = 1 W4A16 g64 ran ~10% faster
 // known than at run time, NVFP4 53 against 30 GB/s.
-constexpr int kInt4 = 0, kNvfp4 = 1, kMxfp4 = 2, kInt4G64 = 3, kInt4G128 = 4, kQ4_0 = 5, kQ4_1 = 6;
+constexpr int kInt4 = 0, kNvfp4 = 1, kMxfp4 = 2, kInt4G64 = 3, kInt4G128 = 4, kQ4_0 = 5, kQ4_1 = 6, kQ4_K = 7;
 
 // The 32-entry BF16 table vpermw looks the codes up in (16 values, twice): e2m1, or Int4's (GGUF Q4_0 / Q4_1's) u − 8.
 TP_BF16 inline __m512i code_table(bool int4) {
@@ -86,7 +87,7 @@ Blocks blocks_of(const PackedWeight& w) {
     const int64_t gs = w.n_groups() > 1 ? w.group_size : w.n_in;
     return {gs / 8, w.n_groups()};
   }
-  const int64_t per = w.format == WeightFormat::Nvfp4 ? 2 : 4;  // MXFP4, GGUF Q4_0 / Q4_1: 32 columns
+  const int64_t per = w.format == WeightFormat::Nvfp4 ? 2 : 4;  // MXFP4, GGUF Q4_0 / Q4_1 / Q4_K's sub-blocks: 32
   return {per, chunks / per};
 }
 
@@ -96,26 +97,37 @@ template <int K, int MT, int P>
 TP_BF16 void row_block(const PackedWeight& w, Blocks bl, int64_t rb, const uint32_t* xp, const float* sx, float post,
                        float* y, bool prefetch) {
   constexpr bool I4 = K == kInt4 || K == kInt4G64 || K == kInt4G128, mx = K == kMxfp4;
-  constexpr bool gguf = K == kQ4_0 || K == kQ4_1;
-  constexpr int64_t ge = K == kQ4_1 ? 2 : 1;  // GGUF: 16-bit entries a block (d, m)
-  const bool zeros = (I4 && !w.zeros.empty()) || K == kQ4_1;  // a term × Σ x of the block
+  constexpr bool gguf = K == kQ4_0 || K == kQ4_1 || K == kQ4_K;
+  // GGUF: 16-bit entries a 32-column block (Q4_0: d; Q4_1: d, m; Q4_K: 10 a 256-column block, 8 of them)
+  constexpr int64_t ge = K == kQ4_1 ? 16 : K == kQ4_K ? 10 : 8;  // × 1/8
+  const bool zeros = (I4 && !w.zeros.empty()) || K == kQ4_1 || K == kQ4_K;  // a term × Σ x of the block
   constexpr int64_t known = K == kNvfp4 ? 2 : K == kMxfp4 || gguf ? 4 : K == kInt4G64 ? 8 : K == kInt4G128 ? 16 : 0;
   const int64_t per = known > 0 ? known : bl.chunks_per;  // chunks a block
   const int64_t n_in = w.n_in, half = n_in / 2, chunks = n_in / 8;
   const uint8_t* wd = w.data.data() + rb * chunks * 64;
   const int64_t s0 = rb * bl.count * 16;  // the block's first entry in the per-row arrays
   const __m512i table = code_table(I4 || gguf);
-  const uint16_t* gs = reinterpret_cast<const uint16_t*>(w.scale_bytes.data()) + s0 * ge;  // GGUF: the block's d, m
+  const uint16_t* gs = reinterpret_cast<const uint16_t*>(w.scale_bytes.data()) + s0 * ge / 8;  // GGUF: the row block's
   __m512 tot[MT];
 #pragma GCC unroll 8
   for (int i = 0; i < MT; ++i) tot[i] = _mm512_setzero_ps();
   for (int64_t b = 0; b < bl.count; ++b) {
-    __m512 s, zs;  // the 16 rows' scales of the block; Int4 with zero points: zero · scale; Q4_1: −(m + 8 d)
-    if constexpr (gguf) {
-      if (prefetch && (ge == 2 || b % 2 == 0)) prefetch_weights(gs + b * ge * 16 + kPrefetchBytes / 8);
-      s = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(gs + b * ge * 16)));
+    // the 16 rows' scales of the block; Int4 with zero points: zero · scale; Q4_1: −(m + 8 d); Q4_K: dmin m − 8 d sc
+    __m512 s, zs;
+    if constexpr (K == kQ4_K) {  // d, dmin of the 256-column block, then sc | m << 8 of sub-block b % 8
+      const uint16_t* e = gs + (b / 8) * 10 * 16;
+      if (prefetch && b % 2 == 0) prefetch_weights(gs + b * 20 + kPrefetchBytes / 8);
+      const __m512i scm = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(e + (2 + b % 8) * 16)));
+      s = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(e))),
+                        _mm512_cvtepi32_ps(_mm512_and_si512(scm, _mm512_set1_epi32(0xff))));
+      const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(e + 16)));
+      zs = _mm512_fmsub_ps(dmin, _mm512_cvtepi32_ps(_mm512_srli_epi32(scm, 8)), _mm512_mul_ps(_mm512_set1_ps(8.0f), s));
+    } else if constexpr (gguf) {
+      const uint16_t* e = gs + b * ge * 2;
+      if (prefetch && (ge == 16 || b % 2 == 0)) prefetch_weights(e + kPrefetchBytes / 8);
+      s = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(e)));
       if constexpr (K == kQ4_1) {
-        const __m512 mv = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(gs + b * ge * 16 + 16)));
+        const __m512 mv = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(e + 16)));
         zs = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_fmadd_ps(_mm512_set1_ps(8.0f), s, mv));
       }
     } else if constexpr (I4) {
@@ -193,7 +205,8 @@ void run(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threa
   xp.resize(size_t(m * P * (w.n_in / 2)));
   x_pairs<P>(x, m, w.n_in, xp.data());
   const Blocks bl = blocks_of(w);
-  if ((w.format == WeightFormat::Int4 && !w.zeros.empty()) || w.format == WeightFormat::GgufQ4_1) {
+  if ((w.format == WeightFormat::Int4 && !w.zeros.empty()) || w.format == WeightFormat::GgufQ4_1 ||
+      w.format == WeightFormat::GgufQ4_K) {
     sx.resize(size_t(m * bl.count));
     group_sums<P>(xp.data(), m, w.n_in, bl, sx.data());
   }
@@ -228,6 +241,7 @@ void run_as(int k, const float* x, int64_t m, const PackedWeight& w, float* y, i
     case kInt4G128: run<kInt4G128, P>(x, m, w, y, n_threads); break;
     case kQ4_0: run<kQ4_0, P>(x, m, w, y, n_threads); break;
     case kQ4_1: run<kQ4_1, P>(x, m, w, y, n_threads); break;
+    case kQ4_K: run<kQ4_K, P>(x, m, w, y, n_threads); break;
     default: run<kInt4, P>(x, m, w, y, n_threads); break;
   }
 }
@@ -242,6 +256,7 @@ bool rows16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, i
                 : w.format == WeightFormat::Mxfp4              ? kMxfp4
                 : w.format == WeightFormat::GgufQ4_0           ? kQ4_0
                 : w.format == WeightFormat::GgufQ4_1           ? kQ4_1
+                : w.format == WeightFormat::GgufQ4_K           ? kQ4_K
                 : grouped && w.group_size == 64                ? kInt4G64
                 : grouped && w.group_size == 128               ? kInt4G128
                                                                : kInt4;
@@ -254,7 +269,7 @@ bool rows16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, i
 
 bool rows16_wanted(const PackedWeight& w) {
   return (w.format == WeightFormat::Int4 || w.format == WeightFormat::Mxfp4 || w.format == WeightFormat::Nvfp4 ||
-          w.format == WeightFormat::GgufQ4_0 || w.format == WeightFormat::GgufQ4_1 ||
+          w.format == WeightFormat::GgufQ4_0 || w.format == WeightFormat::GgufQ4_1 || w.format == WeightFormat::GgufQ4_K ||
           (w.format == WeightFormat::GgufQ8_0 && cpu_has_avx512vnni())) &&
          w.rows_layout == RowsLayout::Rows && cpu_has_avx512bf16() && prefer_bf16_a16() && rows16_refusal(w).empty();
 }
@@ -264,7 +279,8 @@ void prepare_rows16_weight(PackedWeight* w) {
   set_rows_layout(w, RowsLayout::Rows16);
   // GGUF Q4_0 / Q4_1: x rounded to BF16, one part (the file layout's kernels quantize it to int8 a 32-column block,
   // coarser; two BF16 parts would halve the kernel's rate)
-  if (w->format == WeightFormat::GgufQ4_0 || w->format == WeightFormat::GgufQ4_1) w->act_bf16 = true;
+  if (w->format == WeightFormat::GgufQ4_0 || w->format == WeightFormat::GgufQ4_1 || w->format == WeightFormat::GgufQ4_K)
+    w->act_bf16 = true;
 }
 
 }  // namespace tp::cpu::detail

@@ -61,9 +61,10 @@ PackedWeight random_gguf4(WeightFormat f, int64_t n_out, int64_t n_in, uint32_t 
   w.n_in = n_in;
   w.data = AlignedBytes(n_out * w.row_bytes());
   for (int64_t i = 0; i < w.data.size(); ++i) w.data.data()[i] = uint8_t(rng());
-  const int64_t bb = f == WeightFormat::GgufQ8_0 ? 34 : f == WeightFormat::GgufQ4_1 ? 20 : 18;
+  const bool two = f == WeightFormat::GgufQ4_1 || f == WeightFormat::GgufQ4_K;  // d, m / d, dmin
+  const int64_t bb = f == WeightFormat::GgufQ4_K ? 144 : f == WeightFormat::GgufQ8_0 ? 34 : f == WeightFormat::GgufQ4_1 ? 20 : 18;
   for (int64_t b = 0; b < w.data.size() / bb; ++b)  // finite F16 scales: exponent field below 31
-    for (int k = 0; k < (f == WeightFormat::GgufQ4_1 ? 2 : 1); ++k) w.data.data()[b * bb + 2 * k + 1] &= 0xbb;
+    for (int k = 0; k < (two ? 2 : 1); ++k) w.data.data()[b * bb + 2 * k + 1] &= 0xbb;
   check_packed_weight(w);
   return w;
 }
@@ -176,11 +177,14 @@ TEST(RowsLayout, GgufQ4BlocksGoToTheirWordsAndScalesAndComeBack) {
   };
   for (const Shape s : {Shape{WeightFormat::GgufQ4_0, 35, 96}, Shape{WeightFormat::GgufQ4_1, 16, 64},
                         Shape{WeightFormat::GgufQ4_0, 1, 32}, Shape{WeightFormat::GgufQ4_1, 19, 576},
-                        Shape{WeightFormat::GgufQ8_0, 21, 96}, Shape{WeightFormat::GgufQ8_0, 16, 512}}) {
+                        Shape{WeightFormat::GgufQ8_0, 21, 96}, Shape{WeightFormat::GgufQ8_0, 16, 512},
+                        Shape{WeightFormat::GgufQ4_K, 19, 256}, Shape{WeightFormat::GgufQ4_K, 3, 1536}}) {
     const std::string name = std::string(weight_format_name(s.f)) + " [" + std::to_string(s.n_out) + ", " +
                              std::to_string(s.n_in) + "]";
-    const bool q4_1 = s.f == WeightFormat::GgufQ4_1, q8 = s.f == WeightFormat::GgufQ8_0;
-    const int64_t e = q4_1 ? 2 : 1, bb = q8 ? 34 : q4_1 ? 20 : 18, nb = s.n_in / 32, chunks = s.n_in / (q8 ? 4 : 8);
+    const bool q4_1 = s.f == WeightFormat::GgufQ4_1, q8 = s.f == WeightFormat::GgufQ8_0, k4 = s.f == WeightFormat::GgufQ4_K;
+    // entries a file block (Q4_K: d, dmin, 8 unpacked sc | m; a block of 256), its bytes, blocks a row
+    const int64_t e = k4 ? 10 : q4_1 ? 2 : 1, bb = k4 ? 144 : q8 ? 34 : q4_1 ? 20 : 18;
+    const int64_t nb = s.n_in / (k4 ? 256 : 32), chunks = s.n_in / (q8 ? 4 : 8);
     const PackedWeight given = random_gguf4(s.f, s.n_out, s.n_in, uint32_t(s.n_out * s.n_in + e));
     PackedWeight w = copy_packed_weight(given);
     set_rows_layout(&w, RowsLayout::Rows16);
@@ -189,7 +193,8 @@ TEST(RowsLayout, GgufQ4BlocksGoToTheirWordsAndScalesAndComeBack) {
     const int64_t held = (s.n_out + 15) / 16 * 16;
     ASSERT_EQ(w.data.size(), held * s.n_in / (q8 ? 1 : 2)) << name;
     ASSERT_EQ(int64_t(w.scale_bytes.size()), held * nb * e * 2) << name;
-    EXPECT_EQ(w.n_bytes(), given.n_bytes() + (held - s.n_out) * nb * bb) << name;
+    // the file's bytes a block (Q4_K: 148, its 8 scales and mins unpacked to a byte each), on held rows
+    EXPECT_EQ(w.n_bytes(), held * nb * (k4 ? 148 : bb)) << name;
     for (int64_t r = 0; r < held; ++r) {
       const int64_t rb = r / 16, i = r % 16;
       const uint8_t* row = given.data.data() + r * nb * bb;
@@ -197,14 +202,18 @@ TEST(RowsLayout, GgufQ4BlocksGoToTheirWordsAndScalesAndComeBack) {
         const int code = w.data.data()[(rb * chunks + k / 4) * 64 + 4 * i + k % 4];
         ASSERT_EQ(code, r < s.n_out ? (row[(k / 32) * bb + 2 + k % 32] + 128) % 256 : 0) << name << " row " << r << " column " << k;
       }
-      for (int64_t k = 0; k < s.n_in && !q8; ++k) {  // the file: block k / 32, byte 2e + k % 16, high nibble from 16 on
+      for (int64_t k = 0; k < s.n_in && !q8; ++k) {
+        // the file: Q4_0 / Q4_1 block k / 32, byte 2e + k % 16, high nibble from 16 on; Q4_K block k / 256, chunk
+        // c = k % 256 / 64, byte 16 + 32c + k % 32, high nibble from 32 on in the chunk
         const uint8_t* word = w.data.data() + (rb * chunks + k / 8) * 64 + 2 * (2 * i + k % 2);
         const int code = ((word[0] | word[1] << 8) >> (4 * ((k % 8) / 2))) & 15;
-        const int want = r < s.n_out ? (row[(k / 32) * bb + 2 * e + k % 16] >> (k % 32 >= 16 ? 4 : 0)) & 15 : 0;
+        const int64_t at = k4 ? (k / 256) * bb + 16 + 32 * (k % 256 / 64) + k % 32 : (k / 32) * bb + 2 * e + k % 16;
+        const bool high = k4 ? k % 64 >= 32 : k % 32 >= 16;
+        const int want = r < s.n_out ? (row[at] >> (high ? 4 : 0)) & 15 : 0;
         ASSERT_EQ(code, want) << name << " row " << r << " column " << k;
       }
       for (int64_t b = 0; b < nb; ++b)
-        for (int64_t j = 0; j < e; ++j) {  // entry b · e + j of row r: d, then Q4_1's m
+        for (int64_t j = 0; j < (k4 ? 2 : e); ++j) {  // entry b · e + j of row r: d, then Q4_1's m / Q4_K's dmin
           const uint8_t* at = w.scale_bytes.data() + (((rb * nb + b) * e + j) * 16 + i) * 2;
           const uint8_t* from = row + b * bb + 2 * j;
           ASSERT_EQ(at[0] | at[1] << 8, r < s.n_out ? from[0] | from[1] << 8 : 0) << name << " row " << r << " block " << b;
@@ -279,7 +288,7 @@ TEST(RowsLayout, RefusesWhatRows16CannotHold) {
   bf16.n_in = 32;
   bf16.data = AlignedBytes(64);
   bf16.rows_layout = RowsLayout::Rows16;
-  check_refuses(bf16, "rows16 cannot hold it: not an int4, mxfp4, nvfp4, GGUF q4_0, q4_1 or q8_0 weight");
+  check_refuses(bf16, "rows16 cannot hold it: not an int4, mxfp4, nvfp4, GGUF q4_0, q4_1, q8_0 or q4_k weight");
   PackedWeight q4_0_quads = random_gguf4(WeightFormat::GgufQ4_0, 3, 64, 8);
   q4_0_quads.gguf_layout = GgufLayout::Q4_0Groups;  // the same bytes regrouped: not the file's blocks
   refused(std::move(q4_0_quads), "GGUF rows regrouped (q4_0_groups)");

@@ -117,13 +117,18 @@ PackedWeight make(const Case& c, uint32_t seed) {
       break;
     }
     case WeightFormat::GgufQ4_0:
-    case WeightFormat::GgufQ4_1: {  // F16 d (and m, either sign) in each 32-column block
-      const int64_t bb = c.format == WeightFormat::GgufQ4_1 ? 20 : 18;
+    case WeightFormat::GgufQ4_1:
+    case WeightFormat::GgufQ4_K: {  // F16 d (and Q4_1's m, either sign / Q4_K's dmin) in each block
+      const int64_t bb = c.format == WeightFormat::GgufQ4_K ? 144 : c.format == WeightFormat::GgufQ4_1 ? 20 : 18;
       for (int64_t b = 0; b < w.data.size() / bb; ++b) {
         uint8_t* blk = w.data.data() + b * bb;
         const uint16_t d = f32_to_f16(scale(rng) * 0.1f), m = f32_to_f16(scale(rng) * (byte(rng) % 2 ? -1.0f : 1.0f));
         std::memcpy(blk, &d, 2);
         if (bb == 20) std::memcpy(blk + 2, &m, 2);
+        if (bb == 144) {
+          const uint16_t dmin = f32_to_f16(scale(rng) * 0.05f);
+          std::memcpy(blk + 2, &dmin, 2);
+        }
       }
       break;
     }
@@ -839,18 +844,19 @@ TEST(PackedKernels, Int4Rows16MatchesReferenceAndRowsAlone) {
   }
 }
 
-// The GEMM-form decode on GGUF Q4_0 / Q4_1 weights (d (q − 8); d q + m as d (q − 8) + (m + 8 d), the second term
-// × Σ x of the block): as Fp4Rows16MatchesReferenceAndRowsAlone — the suite's bound against the reference on the
+// The GEMM-form decode on GGUF Q4_0 / Q4_1 / Q4_K weights (d (q − 8); d q + m as d (q − 8) + (m + 8 d), Q4_K's
+// d sc q − dmin m a 32-column sub-block as d sc (q − 8) + (8 d sc − dmin m), the second term × Σ x of the block): as Fp4Rows16MatchesReferenceAndRowsAlone — the suite's bound against the reference on the
 // weight in 16-row blocks (x as given, or rounded to BF16 with act_bf16), the tiny and huge rows of x apart, 1 and 2
 // threads, a row of a batch (m 2..37) with the bits it has alone, zero / NaN / infinity rows — over 1 to 48 blocks a
 // row and row counts leaving 3, 3, 16, 5 and 1 rows in the last 16-row block; rows regrouped for the VNNI kernel
-// (Q4_0Groups) and GGUF types other than Q4_0 / Q4_1 / Q8_0 (Q5_0 here) stay out of the layout.
+// (Q4_0Groups) and GGUF types other than Q4_0 / Q4_1 / Q8_0 / Q4_K (Q5_0 here) stay out of the layout.
 TEST(PackedKernels, GgufQ4Rows16MatchesReferenceAndRowsAlone) {
   if (packed_best_isa() != PackedIsa::Avx512 || !cpu_has_avx512bf16()) GTEST_SKIP() << "no AVX512-BF16 here";
   using F = WeightFormat;
   const std::vector<Case> cs = {Case{"q4_0_576", F::GgufQ4_0, 35, 576},  Case{"q4_1_1536", F::GgufQ4_1, 19, 1536},
                                 Case{"q4_1_64", F::GgufQ4_1, 16, 64},    Case{"q4_0_32", F::GgufQ4_0, 5, 32},
-                                Case{"q4_1_96", F::GgufQ4_1, 1, 96}};
+                                Case{"q4_1_96", F::GgufQ4_1, 1, 96},     Case{"q4_k_1536", F::GgufQ4_K, 35, 1536},
+                                Case{"q4_k_256", F::GgufQ4_K, 19, 256}};
   check_fp4_decode(cs, rows16_decode);
   PackedWeight groups = make(Case{"q4_0_groups", F::GgufQ4_0, 8, 64}, 5);
   std::vector<uint8_t> row(size_t(groups.row_bytes()));
@@ -866,7 +872,7 @@ TEST(PackedKernels, GgufQ4Rows16MatchesReferenceAndRowsAlone) {
   EXPECT_THROW(set_rows_layout(&q5_0, RowsLayout::Rows16), Error);
 }
 
-// GGUF Q4_0 / Q4_1 through cpu::Weight and linear(): where rows16_wanted the Weight holds them in 16-row blocks
+// GGUF Q4_0 / Q4_1 / Q4_K through cpu::Weight and linear(): where rows16_wanted the Weight holds them in 16-row blocks
 // with BF16 x (act_bf16), else as the file's blocks; dequantize_rows equal to the file's; in 16-row blocks every m
 // (1..37, 64, 100) within the suite's bound of the reference on the Weight's own packed weight, each row of a
 // batch or prefill with the bits it has alone, and nearer the F32 reference on the file's weight than the file
@@ -874,7 +880,8 @@ TEST(PackedKernels, GgufQ4Rows16MatchesReferenceAndRowsAlone) {
 // than BF16).
 TEST(PackedKernels, GgufQ4WeightTakesTheDecodeLayout) {
   using F = WeightFormat;
-  for (const Case& c : {Case{"q4_0_576", F::GgufQ4_0, 35, 576}, Case{"q4_1_1536", F::GgufQ4_1, 19, 1536}}) {
+  for (const Case& c : {Case{"q4_0_576", F::GgufQ4_0, 35, 576}, Case{"q4_1_1536", F::GgufQ4_1, 19, 1536},
+                        Case{"q4_k_512", F::GgufQ4_K, 21, 512}}) {
     const PackedWeight given = make(c, 29);
     const bool wanted = rows16_wanted(given);
     const cpu::Weight w(copy_packed_weight(given));
