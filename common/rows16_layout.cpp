@@ -56,10 +56,39 @@ std::vector<T> from_rows16(const std::vector<T>& a, int64_t n_out, int64_t n) {
   return o;
 }
 
-// GGUF Q4_0 / Q4_1 / Q8_0 / Q4_K: the formats Rows16 holds.
+// GGUF Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_0: the formats Rows16 holds.
 bool is_gguf16(WeightFormat f) {
   return f == WeightFormat::GgufQ4_0 || f == WeightFormat::GgufQ4_1 || f == WeightFormat::GgufQ8_0 ||
-         f == WeightFormat::GgufQ4_K;
+         f == WeightFormat::GgufQ4_K || f == WeightFormat::GgufQ5_0;
+}
+
+// GGUF Q5_0 in Rows16 (rows16_layout.h): a block's 32 five-bit codes q (weight j: the low nibble of byte 6 + j % 16,
+// high from 16 on; its fifth bit: bit j of the 4 bytes at 2) in and out of the row block's data (codes) and
+// scale_bytes (d, then the fifth-bit plane). data_block: the block's first chunk (4 chunks of 64 bytes, 16 rows);
+// sb_block: its 96 bytes of scale_bytes; i: the row in the row block.
+void q5_0_block_to_rows16(const uint8_t* blk, int64_t i, uint8_t* data_block, uint8_t* sb_block) {
+  std::memcpy(sb_block + 2 * i, blk, 2);
+  const uint32_t qh = uint32_t(blk[2] | blk[3] << 8 | blk[4] << 16) | uint32_t(blk[5]) << 24;
+  for (int k = 0; k < 32; ++k) {
+    const int q = ((k < 16 ? blk[6 + k] : blk[6 + k - 16] >> 4) & 15) | int((qh >> k) & 1) << 4;
+    const int c = k / 8, h = (k % 8) / 4, j = k % 4;
+    uint8_t& code = data_block[c * 64 + 4 * i + j];
+    code = uint8_t(code | (q & 15) << (4 * h));
+    sb_block[32 + 4 * i + j] = uint8_t(sb_block[32 + 4 * i + j] | (q >> 4) << (2 * c + h));
+  }
+}
+
+void q5_0_block_from_rows16(const uint8_t* data_block, const uint8_t* sb_block, int64_t i, uint8_t* blk) {
+  std::memcpy(blk, sb_block + 2 * i, 2);
+  uint32_t qh = 0;
+  std::memset(blk + 6, 0, 16);
+  for (int k = 0; k < 32; ++k) {
+    const int c = k / 8, h = (k % 8) / 4, j = k % 4;
+    const int lo = (data_block[c * 64 + 4 * i + j] >> (4 * h)) & 15, hi = (sb_block[32 + 4 * i + j] >> (2 * c + h)) & 1;
+    qh |= uint32_t(hi) << k;
+    blk[6 + k % 16] = uint8_t(blk[6 + k % 16] | lo << (k < 16 ? 0 : 4));
+  }
+  for (int b = 0; b < 4; ++b) blk[2 + b] = uint8_t(qh >> (8 * b));
 }
 
 // A file block of such a format: its columns, bytes, 16-bit entries in the per-row array and code bytes in the
@@ -171,7 +200,7 @@ std::string rows16_refusal(const PackedWeight& w) {
   const bool mx = w.format == WeightFormat::Mxfp4, fp4 = mx || w.format == WeightFormat::Nvfp4;
   if (is_gguf16(w.format))
     return w.gguf_layout == GgufLayout::File ? "" : std::string("GGUF rows regrouped (") + gguf_layout_name(w.gguf_layout) + ")";
-  if (!fp4 && w.format != WeightFormat::Int4) return "not an int4, mxfp4, nvfp4, GGUF q4_0, q4_1, q8_0 or q4_k weight";
+  if (!fp4 && w.format != WeightFormat::Int4) return "not an int4, mxfp4, nvfp4, GGUF q4_0, q4_1, q5_0, q8_0 or q4_k weight";
   if (w.act != ActQuant::None) return "activation quantization";
   if (w.n_in % 32 != 0) return "n_in is not a multiple of 32";
   if (!fp4 && !w.g_idx.empty()) return "g_idx (act-order)";
@@ -194,10 +223,18 @@ void rows16_q8_codes(const uint8_t* data, int64_t n_in, int64_t r, uint8_t* code
 }
 
 int64_t rows16_gguf_scale_bytes(WeightFormat f, int64_t n_in) {
+  if (f == WeightFormat::GgufQ5_0) return n_in / 32 * 6;  // 96 bytes a block of 16 rows
   return n_in / gguf_block(f).cols * gguf_block(f).entries * 2;
 }
 
 void rows16_gguf_file_row(const PackedWeight& w, int64_t r, uint8_t* out) {
+  if (w.format == WeightFormat::GgufQ5_0) {
+    const int64_t nb = w.n_in / 32, rb = r / kRowsBlock;
+    for (int64_t b = 0; b < nb; ++b)
+      q5_0_block_from_rows16(w.data.data() + (rb * nb + b) * 256, w.scale_bytes.data() + (rb * nb + b) * 96,
+                             r % kRowsBlock, out + b * 22);
+    return;
+  }
   const bool q8 = w.format == WeightFormat::GgufQ8_0;
   const GgufBlock g = gguf_block(w.format);
   const int64_t nb = w.n_in / g.cols;
@@ -235,6 +272,20 @@ void set_rows_layout(PackedWeight* w, RowsLayout to) {
       entries.resize(size_t(w->n_out * n));
     }
     data = AlignedBytes(nrb * kRowsBlock * rbytes);  // zero-filled: rows past n_out code (byte) 0
+    if (w->format == WeightFormat::GgufQ5_0) {  // codes and fifth-bit planes a block of 16 rows
+      const int64_t nb = n_in / 32;
+      std::vector<uint8_t> sb(size_t(nrb * nb * 96));  // zero-filled: padding rows d = 0
+      for (int64_t r = 0; r < w->n_out; ++r)
+        for (int64_t b = 0; b < nb; ++b) {
+          const int64_t at = (r / kRowsBlock) * nb + b;
+          q5_0_block_to_rows16(w->data.data() + r * w->row_bytes() + b * 22, r % kRowsBlock, data.data() + at * 256,
+                               sb.data() + at * 96);
+        }
+      w->scale_bytes = std::move(sb);
+      w->data = std::move(data);
+      w->rows_layout = to;
+      return;
+    }
     for (int64_t r = 0; r < w->n_out; ++r) {
       const uint8_t* row = w->data.data() + r * (gguf ? w->row_bytes() : rbytes);
       if (gguf) {  // the file's blocks: their codes in the Rows order (Q8_0: q + 128), their scales into the entries

@@ -18,14 +18,20 @@
 //           = m = 0. The same bytes a row as the file's blocks (18 / 20 per 32 columns).
 //           GGUF Q8_0 (x = d q): data [ceil(n_out / 16)][n_in / 4][64 bytes] — per block of 16 rows and 4 columns
 //           k0 .. k0 + 3, byte 4i + j = row i's column k0 + j as the unsigned byte q + 128 (one 64-byte load: 16
-//           rows × 4 columns, an int32 lane a row for vpdpbusd: kernels/cpu/gemm_rows16_q8.cpp); d as Q4_0's
+//           rows × 4 columns, an int32 lane a row for vpdpbusd: kernels/cpu/gemm_rows16_int8.cpp); d as Q4_0's
 //           (entries [ceil(n_out / 16)][nb][16]); padding rows byte 0, d = 0. 34 bytes per 32 columns, as the file.
 //           GGUF Q4_K (256-column blocks of 8 sub-blocks: x = d sc q − dmin m): codes as Q4_0's, in column order;
 //           10 entries a block: d, dmin (F16), then sc | m << 8 of each sub-block (the 6-bit scale and min
 //           unpacked) — [ceil(n_out / 16)][nb · 10][16]; 148 bytes per 256 columns (the file: 144).
+//           GGUF Q5_0 (x = d (q − 16), q five bits; for the int8 kernel, kernels/cpu/gemm_rows16_int8.cpp): data
+//           [ceil(n_out / 16)][n_in / 8][64 bytes] — per block of 16 rows and 8 columns k0 .. k0 + 7, byte 4i + j
+//           holds the low 4 bits of row i's q at column k0 + j (low nibble) and k0 + 4 + j (high nibble);
+//           scale_bytes [ceil(n_out / 16)][nb][96 bytes]: the 16 rows' F16 d (32 bytes), then the fifth bits
+//           (64 bytes: byte 4i + j, bit 2c + h = that of row i, column 32b + 8c + 4h + j). 22 bytes per 32
+//           columns, as the file; padding rows 0.
 // Rows16 takes weight-only (act None) weights with n_in a multiple of 32: Int4 without g_idx, per channel or in
 // groups of a multiple of 32 columns; MXFP4 / NVFP4 without a scale byte the decode's fast conversion does not
-// take (fp4_rows16_scales_ok); GGUF Q4_0 / Q4_1 / Q8_0 / Q4_K in the file's blocks (gguf_layout File).
+// take (fp4_rows16_scales_ok); GGUF Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K in the file's blocks (gguf_layout File).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -53,10 +59,11 @@ void rows16_codes(const uint8_t* data, int64_t n_in, int64_t r, uint8_t* codes);
 // Row r's n_in code bytes (q + 128), in column order, out of a GGUF Q8_0 weight's Rows16 data.
 void rows16_q8_codes(const uint8_t* data, int64_t n_in, int64_t r, uint8_t* codes);
 
-// A GGUF Q4_0 / Q4_1 / Q8_0 / Q4_K row's bytes of scale entries in Rows16 (scale_bytes holds this per held row).
+// A GGUF Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K row's bytes of scale entries (Q5_0: and fifth bits) in Rows16
+// (scale_bytes holds this per held row).
 int64_t rows16_gguf_scale_bytes(WeightFormat f, int64_t n_in);
 
-// Row r of a GGUF Q4_0 / Q4_1 / Q8_0 / Q4_K weight held in Rows16, as the file's blocks (dtype_row_bytes of its type) into out.
+// Row r of a GGUF Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K weight held in Rows16, as the file's blocks (dtype_row_bytes of its type) into out.
 void rows16_gguf_file_row(const PackedWeight& w, int64_t r, uint8_t* out);
 
 // Row r's n entries of a per-row array held in Rows16 order ([rows / 16][n][16]), into out.
@@ -66,7 +73,7 @@ void rows16_entries(const T* a, int64_t n, int64_t r, T* out) {
   for (int64_t g = 0; g < n; ++g) out[g] = p[g * 16];
 }
 
-// w (Int4, Mxfp4, Nvfp4, GGUF Q4_0, Q4_1, Q8_0 or Q4_K; checked) into layout `to`, in place (nothing when it is already there). To Rows16
+// w (Int4, Mxfp4, Nvfp4, GGUF Q4_0, Q4_1, Q5_0, Q8_0 or Q4_K; checked) into layout `to`, in place (nothing when it is already there). To Rows16
 // throws tp::Error with rows16_refusal's reason when w cannot be held so; w is then left as it was.
 void set_rows_layout(PackedWeight* w, RowsLayout to);
 

@@ -158,34 +158,37 @@ TEST_P(GemmGguf, ColumnSlicesSumToTheWhole) {
   expect_close(sum, whole, test::abs_sums(x.data(), m, w), "sum of column slices vs whole");
 }
 
-// GGUF Q8_0 in 16-row blocks (rows16_q8_linear, AVX-512 VNNI: the GEMM form with x quantized as the file layout's
-// kernels quantize it): the same integer sums as the portable kernel on the file's blocks, so within the kernel bound
-// of it; each row of a batch (m 2..37) with the bits it has alone, at 1 and 2 threads; 1 to 48 blocks a row and row
-// counts leaving 3, 16, 5, 1 and 3 rows in the last 16-row block; the file's layout declined.
-TEST(GemmGgufRows16, Q8_0MatchesThePortableKernelAndRowsAlone) {
+// GGUF Q8_0 and Q5_0 in 16-row blocks (rows16_int8_linear, AVX-512 VNNI: the GEMM form with x quantized as the file
+// layout's kernels quantize it): the same integer sums as the portable kernel on the file's blocks, so within the
+// kernel bound of it; each row of a batch (m 2..37) with the bits it has alone, at 1 and 2 threads; 1 to 48 blocks a
+// row and row counts leaving 3, 16, 5, 1 and 3 rows in the last 16-row block; the file's layout declined.
+TEST(GemmGgufRows16, Int8FormsMatchThePortableKernelAndRowsAlone) {
   if (!cpu_has_avx512vnni()) GTEST_SKIP() << "no AVX-512 VNNI here";
   struct Shape {
+    DType t;
     int64_t n_out, n_blocks;
   };
-  for (const Shape sh : {Shape{35, 18}, Shape{16, 1}, Shape{5, 48}, Shape{1, 6}, Shape{19, 3}}) {
+  for (const Shape sh : {Shape{DType::Q8_0, 35, 18}, Shape{DType::Q8_0, 16, 1}, Shape{DType::Q8_0, 5, 48},
+                         Shape{DType::Q8_0, 1, 6}, Shape{DType::Q8_0, 19, 3}, Shape{DType::Q5_0, 35, 18},
+                         Shape{DType::Q5_0, 16, 1}, Shape{DType::Q5_0, 5, 48}, Shape{DType::Q5_0, 1, 6}}) {
     const int64_t n_in = 32 * sh.n_blocks, m_max = 37;
-    const std::string name = "q8_0 [" + std::to_string(sh.n_out) + " x " + std::to_string(n_in) + "]";
-    const PackedWeight w = test::make_gguf_weight(DType::Q8_0, sh.n_out, n_in, uint32_t(sh.n_out + n_in));
+    const std::string name = std::string(dtype_name(sh.t)) + " [" + std::to_string(sh.n_out) + " x " + std::to_string(n_in) + "]";
+    const PackedWeight w = test::make_gguf_weight(sh.t, sh.n_out, n_in, uint32_t(sh.n_out + n_in));
     PackedWeight r = copy_packed_weight(w);
     set_rows_layout(&r, RowsLayout::Rows16);
     const auto x = test::make_gguf_x(m_max, n_in, uint32_t(3 + n_in));
     std::vector<float> portable(size_t(m_max * sh.n_out));
     gemm_gguf(x.data(), m_max, w, portable.data(), 1, GgufKernel::Portable);
-    EXPECT_FALSE(rows16_q8_linear(x.data(), 1, w, portable.data(), 1)) << name << ": the file's layout";
+    EXPECT_FALSE(rows16_int8_linear(x.data(), 1, w, portable.data(), 1)) << name << ": the file's layout";
     const auto scale = test::abs_sums(x.data(), m_max, w);
     for (int threads : {1, 2}) {
       std::vector<float> alone(portable.size(), NAN);
       for (int64_t i = 0; i < m_max; ++i)
-        ASSERT_TRUE(rows16_q8_linear(x.data() + i * n_in, 1, r, alone.data() + i * sh.n_out, threads)) << name;
+        ASSERT_TRUE(rows16_int8_linear(x.data() + i * n_in, 1, r, alone.data() + i * sh.n_out, threads)) << name;
       expect_close(alone, portable, scale, name + " rows16 vs portable, threads " + std::to_string(threads));
       for (int64_t m : {2, 3, 8, 9, 16, 37}) {
         std::vector<float> y(size_t(m * sh.n_out), NAN);
-        ASSERT_TRUE(rows16_q8_linear(x.data(), m, r, y.data(), threads)) << name;
+        ASSERT_TRUE(rows16_int8_linear(x.data(), m, r, y.data(), threads)) << name;
         for (int64_t k = 0; k < m * sh.n_out; ++k)
           ASSERT_EQ(y[size_t(k)], alone[size_t(k)]) << name << " m " << m << " row " << k / sh.n_out << " threads " << threads;
       }

@@ -1,0 +1,160 @@
+// GGUF Q8_0 and Q5_0 in GEMM form on AVX-512 VNNI (rows16.h; the layouts: common/rows16_layout.h Rows16). x is
+// quantized as llama.cpp pairs it with Q8_0 weights (gemm_gguf.h: per row and 32-column block, q_x in [−127, 127],
+// d_x rounded to F16, Σ q_x), as the file layout's kernels do. Per block of 16 weight rows and 4 columns one 64-byte
+// load holds the 16 rows' bytes q_w + 128, an int32 lane a row, and one vpdpbusd against x's 4 bytes of those
+// columns, broadcast, adds Σ (q_w + 128) q_x into lane r (weight row r) — no horizontal sums. A 32-column block is
+// 8 such loads on two chains (even and odd chunks; one chain ran at the instruction's latency at m = 1), the first
+// started at −128 Σ q_x, so their sum is Σ q_w q_x exactly (|·| ≤ 32 · 255 · 127: no overflow); converted to F32 it
+// goes × d_w (the 16 rows' F16 d) · d_x into the running total by one FMA. kTileM rows of x share each load; a row's
+// operations do not depend on the tile, m or the threads, so a row of a batch has the bits it has alone. The integer
+// sums are those of every other Q8_0 kernel; only the F32 sum over blocks may round differently.
+// Q5_0 (q in 0..31, x = d (q − 16)): a 64-byte load holds 16 rows × 8 columns of low nibbles (byte 4i + j: columns
+// k0 + j and k0 + 4 + j), the block's fifth-bit plane (64 bytes beside d) bit 2c + h of byte 4i + j; per half h the
+// nibbles (& 0x0f, or >> 4 first) and that bit moved to bit 4 (a 16-bit shift: bit 4 of each byte comes from the same
+// byte) make the unsigned bytes q, one vpdpbusd a row of x; the chains start at −16 Σ q_x.
+#include <algorithm>
+#include <cstring>
+
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#include <omp.h>
+
+#include "kernels/cpu/gemm_gguf.h"
+#include "kernels/cpu/gemv.h"
+#include "kernels/cpu/packed_kernels.h"
+#include "kernels/cpu/rows16.h"
+
+namespace tp::cpu::detail {
+
+namespace {
+
+#define TP_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,bmi2,f16c")))
+
+constexpr int kTileM = 8;                 // rows of x a pass (as gemm_rows16.cpp)
+constexpr int64_t kPrefetchBytes = 8192;  // W software-prefetched this far ahead (as gemm_rows16.cpp)
+
+TP_VNNI inline int32_t load_i32(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// The 64 bytes q of Q5_0 codes for half h of chunk c of a block: nibbles from w, fifth bits from the plane hp.
+template <int C, int H>
+TP_VNNI inline __m512i q5_bytes(__m512i w, __m512i hp) {
+  constexpr int s = 2 * C + H;  // the bit of hp's byte to bring to bit 4
+  const __m512i nib = H ? _mm512_srli_epi16(w, 4) : w;
+  const __m512i hb = _mm512_and_si512(s >= 4 ? _mm512_srli_epi16(hp, s - 4) : _mm512_slli_epi16(hp, 4 - s),
+                                      _mm512_set1_epi8(0x10));
+  return _mm512_ternarylogic_epi32(nib, hb, _mm512_set1_epi8(0x0f), 0xec);  // (nib & 0x0f) | hb
+}
+
+// Chunk C (columns 8C .. 8C + 7) of a Q5_0 block at p (its fifth-bit plane hp) against MT rows of x (xq: their int8,
+// col: the block's first column): halves 0 and 1 into the chains c0, c1.
+template <int C, int MT>
+TP_VNNI inline void q5_chunk(const uint8_t* p, __m512i hp, const int8_t* const* xq, int64_t col, __m512i* c0, __m512i* c1,
+                             bool prefetch) {
+  if (prefetch) prefetch_weights(p + C * 64 + kPrefetchBytes);
+  const __m512i wv = _mm512_loadu_si512(p + C * 64);
+  const __m512i q0 = q5_bytes<C, 0>(wv, hp), q1 = q5_bytes<C, 1>(wv, hp);
+#pragma GCC unroll 8
+  for (int i = 0; i < MT; ++i) {
+    c0[i] = _mm512_dpbusd_epi32(c0[i], q0, _mm512_set1_epi32(load_i32(xq[i] + col + C * 8)));
+    c1[i] = _mm512_dpbusd_epi32(c1[i], q1, _mm512_set1_epi32(load_i32(xq[i] + col + C * 8 + 4)));
+  }
+}
+
+// Row block rb against MT rows of x from row i0 of a (Q8_0 activations): y[i · n_out + 16 rb + r]. Q5: Q5_0, else Q8_0.
+template <bool Q5, int MT>
+TP_VNNI void row_block(const PackedWeight& w, int64_t rb, const GgufActs& a, int64_t i0, float* y, bool prefetch) {
+  const int64_t n_in = w.n_in, nb = n_in / 32, chunks = Q5 ? n_in / 8 : n_in / 4;
+  const uint8_t* wd = w.data.data() + rb * chunks * 64;
+  constexpr int64_t sbb = Q5 ? 96 : 32;  // scale bytes a block of 16 rows (Q5_0: d, then the fifth bits)
+  const uint8_t* sbs = w.scale_bytes.data() + rb * nb * sbb;
+  const int8_t* xq[MT];
+  const float* xd[MT];
+  const int32_t* xs[MT];
+#pragma GCC unroll 8
+  for (int i = 0; i < MT; ++i) {
+    xq[i] = a.q.data() + (i0 + i) * n_in;
+    xd[i] = a.d.data() + (i0 + i) * nb;
+    xs[i] = a.qsum.data() + (i0 + i) * nb;
+  }
+  __m512 tot[MT];
+#pragma GCC unroll 8
+  for (int i = 0; i < MT; ++i) tot[i] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* e = sbs + b * sbb;
+    // Q8_0: d 32 bytes a block, codes 512 (every other block); Q5_0: 96 bytes, codes 256 (every block)
+    if (prefetch && (Q5 || b % 2 == 0)) prefetch_weights(e + (Q5 ? kPrefetchBytes * 3 / 8 : kPrefetchBytes / 16));
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(e)));
+    __m512i c0[MT], c1[MT];
+#pragma GCC unroll 8
+    for (int i = 0; i < MT; ++i) {
+      c0[i] = _mm512_set1_epi32((Q5 ? -16 : -128) * xs[i][b]);
+      c1[i] = _mm512_setzero_si512();
+    }
+    const uint8_t* p = wd + b * (Q5 ? 4 : 8) * 64;
+    if constexpr (Q5) {  // 4 chunks of 8 columns: halves 0 (columns 8c + 0..3) and 1 (8c + 4..7)
+      const __m512i hp = _mm512_loadu_si512(e + 32);
+      q5_chunk<0, MT>(p, hp, xq, b * 32, c0, c1, prefetch);
+      q5_chunk<1, MT>(p, hp, xq, b * 32, c0, c1, prefetch);
+      q5_chunk<2, MT>(p, hp, xq, b * 32, c0, c1, prefetch);
+      q5_chunk<3, MT>(p, hp, xq, b * 32, c0, c1, prefetch);
+    } else {
+#pragma GCC unroll 4
+      for (int ch = 0; ch < 8; ch += 2) {
+        if (prefetch) {
+          prefetch_weights(p + ch * 64 + kPrefetchBytes);
+          prefetch_weights(p + ch * 64 + 64 + kPrefetchBytes);
+        }
+        const __m512i w0 = _mm512_loadu_si512(p + ch * 64), w1 = _mm512_loadu_si512(p + ch * 64 + 64);
+#pragma GCC unroll 8
+        for (int i = 0; i < MT; ++i) {
+          c0[i] = _mm512_dpbusd_epi32(c0[i], w0, _mm512_set1_epi32(load_i32(xq[i] + b * 32 + ch * 4)));
+          c1[i] = _mm512_dpbusd_epi32(c1[i], w1, _mm512_set1_epi32(load_i32(xq[i] + b * 32 + ch * 4 + 4)));
+        }
+      }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < MT; ++i)
+      tot[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(c0[i], c1[i])), _mm512_mul_ps(dw, _mm512_set1_ps(xd[i][b])),
+                               tot[i]);
+  }
+  const int64_t r0 = rb * 16;
+  const __mmask16 rows = __mmask16(_bzhi_u32(0xffff, unsigned(std::min<int64_t>(16, w.n_out - r0))));
+#pragma GCC unroll 8
+  for (int i = 0; i < MT; ++i) _mm512_mask_storeu_ps(y + i * w.n_out + r0, rows, tot[i]);
+}
+
+}  // namespace
+
+bool rows16_int8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
+  const bool q5 = w.format == WeightFormat::GgufQ5_0;
+  if ((!q5 && w.format != WeightFormat::GgufQ8_0) || w.rows_layout != RowsLayout::Rows16 || !cpu_has_avx512vnni())
+    return false;
+  thread_local GgufActs a;
+  quantize_gguf_acts(x, m, w.n_in, GgufActType::Q8_0, &a);
+  const bool parallel = n_threads > 1 && worth_parallel(int64_t(w.data.size()) * m);
+  const GgufActs& acts = a;
+#pragma omp parallel num_threads(n_threads) if (parallel)
+  {
+    const auto [b0, b1] = thread_rows((w.n_out + 15) / 16, 1, omp_get_thread_num(), omp_get_num_threads());
+    const int64_t block_bytes = w.n_in * 16 / (q5 ? 2 : 1);  // a row block's codes
+    if (b1 > b0) prefetch_range_start(w.data.data() + b0 * block_bytes, kPrefetchBytes, (b1 - b0) * block_bytes);
+    for (int64_t rb = b0; rb < b1; ++rb)
+      for (int64_t i0 = 0; i0 < m; i0 += kTileM) {
+        float* yi = y + i0 * w.n_out;
+        const bool pf = i0 == 0;
+        static_assert(kTileM == 8, "with_tile_rows takes tiles of up to 8 rows");
+        if (q5)
+          with_tile_rows(m - i0, [&]<int MT>() { row_block<true, MT>(w, rb, acts, i0, yi, pf); });
+        else
+          with_tile_rows(m - i0, [&]<int MT>() { row_block<false, MT>(w, rb, acts, i0, yi, pf); });
+      }
+  }
+  return true;
+}
+
+}  // namespace tp::cpu::detail
