@@ -56,10 +56,49 @@ std::vector<T> from_rows16(const std::vector<T>& a, int64_t n_out, int64_t n) {
   return o;
 }
 
-// GGUF Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_0: the formats Rows16 holds.
+// GGUF Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_0 / Q6_K: the formats Rows16 holds.
 bool is_gguf16(WeightFormat f) {
   return f == WeightFormat::GgufQ4_0 || f == WeightFormat::GgufQ4_1 || f == WeightFormat::GgufQ8_0 ||
-         f == WeightFormat::GgufQ4_K || f == WeightFormat::GgufQ5_0;
+         f == WeightFormat::GgufQ4_K || f == WeightFormat::GgufQ5_0 || f == WeightFormat::GgufQ6_K;
+}
+
+// Q6_K in Rows16: a 256-column block's 6-bit codes q (llama.cpp's dequantize_row_q6_K: column c, half n = c / 128,
+// group g = c % 128 / 32, l = c % 32: low 4 bits in ql[64n + 32 (g % 2) + l] (high nibble for g ≥ 2), high 2 bits
+// in bits 2g, 2g + 1 of qh[32n + l] at 128; int8 scale sc[c / 16] at 192; F16 d at 208) in and out of the row
+// block's data (32 chunks of 64 bytes) and 1312 scale bytes: 16 d (F16), then 16 sub-blocks × 16 rows' sc, then
+// per 32 columns two 64-byte planes of the high bits (plane p: bit 4 + p of q).
+int q6_k_code(const uint8_t* blk, int c) {
+  const int n = c / 128, g = c % 128 / 32, l = c % 32;
+  const int lo = (blk[64 * n + 32 * (g % 2) + l] >> (g >= 2 ? 4 : 0)) & 15;
+  return lo | ((blk[128 + 32 * n + l] >> (2 * g)) & 3) << 4;
+}
+
+void q6_k_block_to_rows16(const uint8_t* blk, int64_t i, uint8_t* data_block, uint8_t* sb_block) {
+  std::memcpy(sb_block + 2 * i, blk + 208, 2);
+  for (int s = 0; s < 16; ++s) sb_block[32 + 16 * s + i] = blk[192 + s];
+  for (int c = 0; c < 256; ++c) {
+    const int q = q6_k_code(blk, c), ch = c / 8, h = (c % 8) / 4, j = c % 4, g = c / 32, cc = (c % 32) / 8;
+    uint8_t& code = data_block[ch * 64 + 4 * i + j];
+    code = uint8_t(code | (q & 15) << (4 * h));
+    for (int p = 0; p < 2; ++p) {
+      uint8_t& plane = sb_block[288 + g * 128 + p * 64 + 4 * i + j];
+      plane = uint8_t(plane | ((q >> (4 + p)) & 1) << (2 * cc + h));
+    }
+  }
+}
+
+void q6_k_block_from_rows16(const uint8_t* data_block, const uint8_t* sb_block, int64_t i, uint8_t* blk) {
+  std::memset(blk, 0, 208);
+  std::memcpy(blk + 208, sb_block + 2 * i, 2);
+  for (int s = 0; s < 16; ++s) blk[192 + s] = sb_block[32 + 16 * s + i];
+  for (int c = 0; c < 256; ++c) {
+    const int ch = c / 8, h = (c % 8) / 4, j = c % 4, g32 = c / 32, cc = (c % 32) / 8;
+    int q = (data_block[ch * 64 + 4 * i + j] >> (4 * h)) & 15;
+    for (int p = 0; p < 2; ++p) q |= ((sb_block[288 + g32 * 128 + p * 64 + 4 * i + j] >> (2 * cc + h)) & 1) << (4 + p);
+    const int n = c / 128, g = c % 128 / 32, l = c % 32;
+    blk[64 * n + 32 * (g % 2) + l] = uint8_t(blk[64 * n + 32 * (g % 2) + l] | (q & 15) << (g >= 2 ? 4 : 0));
+    blk[128 + 32 * n + l] = uint8_t(blk[128 + 32 * n + l] | (q >> 4) << (2 * g));
+  }
 }
 
 // GGUF Q5_0 in Rows16 (rows16_layout.h): a block's 32 five-bit codes q (weight j: the low nibble of byte 6 + j % 16,
@@ -200,7 +239,8 @@ std::string rows16_refusal(const PackedWeight& w) {
   const bool mx = w.format == WeightFormat::Mxfp4, fp4 = mx || w.format == WeightFormat::Nvfp4;
   if (is_gguf16(w.format))
     return w.gguf_layout == GgufLayout::File ? "" : std::string("GGUF rows regrouped (") + gguf_layout_name(w.gguf_layout) + ")";
-  if (!fp4 && w.format != WeightFormat::Int4) return "not an int4, mxfp4, nvfp4, GGUF q4_0, q4_1, q5_0, q8_0 or q4_k weight";
+  if (!fp4 && w.format != WeightFormat::Int4)
+    return "not an int4, mxfp4, nvfp4, GGUF q4_0, q4_1, q5_0, q8_0, q4_k or q6_k weight";
   if (w.act != ActQuant::None) return "activation quantization";
   if (w.n_in % 32 != 0) return "n_in is not a multiple of 32";
   if (!fp4 && !w.g_idx.empty()) return "g_idx (act-order)";
@@ -224,15 +264,23 @@ void rows16_q8_codes(const uint8_t* data, int64_t n_in, int64_t r, uint8_t* code
 
 int64_t rows16_gguf_scale_bytes(WeightFormat f, int64_t n_in) {
   if (f == WeightFormat::GgufQ5_0) return n_in / 32 * 6;  // 96 bytes a block of 16 rows
+  if (f == WeightFormat::GgufQ6_K) return n_in / 256 * 82;  // 1312
   return n_in / gguf_block(f).cols * gguf_block(f).entries * 2;
 }
 
 void rows16_gguf_file_row(const PackedWeight& w, int64_t r, uint8_t* out) {
-  if (w.format == WeightFormat::GgufQ5_0) {
-    const int64_t nb = w.n_in / 32, rb = r / kRowsBlock;
-    for (int64_t b = 0; b < nb; ++b)
-      q5_0_block_from_rows16(w.data.data() + (rb * nb + b) * 256, w.scale_bytes.data() + (rb * nb + b) * 96,
-                             r % kRowsBlock, out + b * 22);
+  if (w.format == WeightFormat::GgufQ5_0 || w.format == WeightFormat::GgufQ6_K) {
+    const bool k6 = w.format == WeightFormat::GgufQ6_K;
+    const int64_t cols = k6 ? 256 : 32, sbb = k6 ? 1312 : 96, fb = k6 ? 210 : 22;
+    const int64_t nb = w.n_in / cols, rb = r / kRowsBlock;
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* d = w.data.data() + (rb * nb + b) * cols * 8;  // 16 rows × cols / 2 code bytes
+      const uint8_t* sb = w.scale_bytes.data() + (rb * nb + b) * sbb;
+      if (k6)
+        q6_k_block_from_rows16(d, sb, r % kRowsBlock, out + b * fb);
+      else
+        q5_0_block_from_rows16(d, sb, r % kRowsBlock, out + b * fb);
+    }
     return;
   }
   const bool q8 = w.format == WeightFormat::GgufQ8_0;
@@ -272,14 +320,18 @@ void set_rows_layout(PackedWeight* w, RowsLayout to) {
       entries.resize(size_t(w->n_out * n));
     }
     data = AlignedBytes(nrb * kRowsBlock * rbytes);  // zero-filled: rows past n_out code (byte) 0
-    if (w->format == WeightFormat::GgufQ5_0) {  // codes and fifth-bit planes a block of 16 rows
-      const int64_t nb = n_in / 32;
-      std::vector<uint8_t> sb(size_t(nrb * nb * 96));  // zero-filled: padding rows d = 0
+    if (w->format == WeightFormat::GgufQ5_0 || w->format == WeightFormat::GgufQ6_K) {  // codes and bit planes
+      const bool k6 = w->format == WeightFormat::GgufQ6_K;
+      const int64_t cols = k6 ? 256 : 32, sbb = k6 ? 1312 : 96, fb = k6 ? 210 : 22, nb = n_in / cols;
+      std::vector<uint8_t> sb(size_t(nrb * nb * sbb));  // zero-filled: padding rows d = 0
       for (int64_t r = 0; r < w->n_out; ++r)
         for (int64_t b = 0; b < nb; ++b) {
           const int64_t at = (r / kRowsBlock) * nb + b;
-          q5_0_block_to_rows16(w->data.data() + r * w->row_bytes() + b * 22, r % kRowsBlock, data.data() + at * 256,
-                               sb.data() + at * 96);
+          const uint8_t* blk = w->data.data() + r * w->row_bytes() + b * fb;
+          if (k6)
+            q6_k_block_to_rows16(blk, r % kRowsBlock, data.data() + at * cols * 8, sb.data() + at * sbb);
+          else
+            q5_0_block_to_rows16(blk, r % kRowsBlock, data.data() + at * cols * 8, sb.data() + at * sbb);
         }
       w->scale_bytes = std::move(sb);
       w->data = std::move(data);

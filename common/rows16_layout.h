@@ -29,9 +29,14 @@
 //           scale_bytes [ceil(n_out / 16)][nb][96 bytes]: the 16 rows' F16 d (32 bytes), then the fifth bits
 //           (64 bytes: byte 4i + j, bit 2c + h = that of row i, column 32b + 8c + 4h + j). 22 bytes per 32
 //           columns, as the file; padding rows 0.
+//           GGUF Q6_K (256-column blocks, x = d sc (q − 32), q six bits, sc int8 a 16 columns; the int8 kernel):
+//           data as Q5_0's (the low 4 bits of q); scale_bytes [ceil(n_out / 16)][nb][1312 bytes]: the 16 rows' F16
+//           d (32 bytes), their sc (16 sub-blocks × 16 rows, byte 16 s + i), then for each 32 columns two 64-byte
+//           planes of q's bits 4 and 5 (plane p, byte 4i + j, bit 2c + h: bit 4 + p of row i's q at column
+//           32g + 8c + 4h + j). 210 bytes per 256 columns, as the file.
 // Rows16 takes weight-only (act None) weights with n_in a multiple of 32: Int4 without g_idx, per channel or in
 // groups of a multiple of 32 columns; MXFP4 / NVFP4 without a scale byte the decode's fast conversion does not
-// take (fp4_rows16_scales_ok); GGUF Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K in the file's blocks (gguf_layout File).
+// take (fp4_rows16_scales_ok); GGUF Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K / Q6_K in the file's blocks (gguf_layout File).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -59,11 +64,11 @@ void rows16_codes(const uint8_t* data, int64_t n_in, int64_t r, uint8_t* codes);
 // Row r's n_in code bytes (q + 128), in column order, out of a GGUF Q8_0 weight's Rows16 data.
 void rows16_q8_codes(const uint8_t* data, int64_t n_in, int64_t r, uint8_t* codes);
 
-// A GGUF Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K row's bytes of scale entries (Q5_0: and fifth bits) in Rows16
+// A GGUF Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K / Q6_K row's bytes of scale entries (Q5_0, Q6_K: and high bits) in Rows16
 // (scale_bytes holds this per held row).
 int64_t rows16_gguf_scale_bytes(WeightFormat f, int64_t n_in);
 
-// Row r of a GGUF Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K weight held in Rows16, as the file's blocks (dtype_row_bytes of its type) into out.
+// Row r of a GGUF Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K / Q6_K weight held in Rows16, as the file's blocks (dtype_row_bytes of its type) into out.
 void rows16_gguf_file_row(const PackedWeight& w, int64_t r, uint8_t* out);
 
 // Row r's n entries of a per-row array held in Rows16 order ([rows / 16][n][16]), into out.
@@ -73,7 +78,7 @@ void rows16_entries(const T* a, int64_t n, int64_t r, T* out) {
   for (int64_t g = 0; g < n; ++g) out[g] = p[g * 16];
 }
 
-// w (Int4, Mxfp4, Nvfp4, GGUF Q4_0, Q4_1, Q5_0, Q8_0 or Q4_K; checked) into layout `to`, in place (nothing when it is already there). To Rows16
+// w (Int4, Mxfp4, Nvfp4, GGUF Q4_0, Q4_1, Q5_0, Q8_0, Q4_K or Q6_K; checked) into layout `to`, in place (nothing when it is already there). To Rows16
 // throws tp::Error with rows16_refusal's reason when w cannot be held so; w is then left as it was.
 void set_rows_layout(PackedWeight* w, RowsLayout to);
 

@@ -249,7 +249,8 @@ void run_as(int k, const float* x, int64_t m, const PackedWeight& w, float* y, i
 }  // namespace
 
 bool rows16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
-  if (w.format == WeightFormat::GgufQ8_0 || w.format == WeightFormat::GgufQ5_0) return rows16_int8_linear(x, m, w, y, n_threads);
+  if (w.format == WeightFormat::GgufQ8_0 || w.format == WeightFormat::GgufQ5_0 || w.format == WeightFormat::GgufQ6_K)
+    return rows16_int8_linear(x, m, w, y, n_threads);
   if (w.rows_layout != RowsLayout::Rows16 || !cpu_has_avx512bf16()) return false;
   const bool grouped = w.format == WeightFormat::Int4 && w.n_groups() > 1;
   const int k = w.format == WeightFormat::Nvfp4                ? kNvfp4
@@ -270,7 +271,8 @@ bool rows16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, i
 bool rows16_wanted(const PackedWeight& w) {
   return (w.format == WeightFormat::Int4 || w.format == WeightFormat::Mxfp4 || w.format == WeightFormat::Nvfp4 ||
           w.format == WeightFormat::GgufQ4_0 || w.format == WeightFormat::GgufQ4_1 || w.format == WeightFormat::GgufQ4_K ||
-          ((w.format == WeightFormat::GgufQ8_0 || w.format == WeightFormat::GgufQ5_0) && cpu_has_avx512vnni())) &&
+          ((w.format == WeightFormat::GgufQ8_0 || w.format == WeightFormat::GgufQ5_0 || w.format == WeightFormat::GgufQ6_K) &&
+           cpu_has_avx512vnni())) &&
          w.rows_layout == RowsLayout::Rows && cpu_has_avx512bf16() && prefer_bf16_a16() && rows16_refusal(w).empty();
 }
 

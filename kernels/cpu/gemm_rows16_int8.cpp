@@ -1,4 +1,4 @@
-// GGUF Q8_0 and Q5_0 in GEMM form on AVX-512 VNNI (rows16.h; the layouts: common/rows16_layout.h Rows16). x is
+// GGUF Q8_0, Q5_0 and Q6_K in GEMM form on AVX-512 VNNI (rows16.h; the layouts: common/rows16_layout.h Rows16). x is
 // quantized as llama.cpp pairs it with Q8_0 weights (gemm_gguf.h: per row and 32-column block, q_x in [−127, 127],
 // d_x rounded to F16, Σ q_x), as the file layout's kernels do. Per block of 16 weight rows and 4 columns one 64-byte
 // load holds the 16 rows' bytes q_w + 128, an int32 lane a row, and one vpdpbusd against x's 4 bytes of those
@@ -11,7 +11,9 @@
 // Q5_0 (q in 0..31, x = d (q − 16)): a 64-byte load holds 16 rows × 8 columns of low nibbles (byte 4i + j: columns
 // k0 + j and k0 + 4 + j), the block's fifth-bit plane (64 bytes beside d) bit 2c + h of byte 4i + j; per half h the
 // nibbles (& 0x0f, or >> 4 first) and that bit moved to bit 4 (a 16-bit shift: bit 4 of each byte comes from the same
-// byte) make the unsigned bytes q, one vpdpbusd a row of x; the chains start at −16 Σ q_x.
+// byte) make the unsigned bytes q, one vpdpbusd a row of x; the chains start at −16 Σ q_x. Q6_K likewise with two
+// planes (bits 4 and 5) and x as Q8_K (its Σq a 16 columns for the −32 offset); its int8 scales a 16 columns multiply
+// the integer sums (q6_k_row_block).
 #include <algorithm>
 #include <cstring>
 
@@ -128,27 +130,116 @@ TP_VNNI void row_block(const PackedWeight& w, int64_t rb, const GgufActs& a, int
   for (int i = 0; i < MT; ++i) _mm512_mask_storeu_ps(y + i * w.n_out + r0, rows, tot[i]);
 }
 
+// Q6_K: the 64 bytes q (6 bits) for half h of chunk c of a 32-column group: nibbles from w, bits 4 and 5 from the
+// planes p0, p1 (bit 2c + h of each byte moved to bit 4 / 5).
+template <int C, int H>
+TP_VNNI inline __m512i q6_bytes(__m512i w, __m512i p0, __m512i p1) {
+  constexpr int s = 2 * C + H;
+  const __m512i nib = H ? _mm512_srli_epi16(w, 4) : w;
+  const __m512i b4 = s >= 4 ? _mm512_srli_epi16(p0, s - 4) : _mm512_slli_epi16(p0, 4 - s);
+  const __m512i b5 = _mm512_and_si512(s >= 5 ? _mm512_srli_epi16(p1, s - 5) : _mm512_slli_epi16(p1, 5 - s),
+                                      _mm512_set1_epi8(0x20));
+  const __m512i hb = _mm512_ternarylogic_epi32(b4, b5, _mm512_set1_epi8(0x10), 0xec);  // (b4 & 0x10) | b5
+  return _mm512_ternarylogic_epi32(nib, hb, _mm512_set1_epi8(0x0f), 0xec);              // (nib & 0x0f) | hb
+}
+
+// Q6_K chunk C (8 columns) of a 32-column group at p (planes p0, p1) against MT rows of x (col: the chunk's group's
+// first column) into the chains c0, c1.
+template <int C, int MT>
+TP_VNNI inline void q6_chunk(const uint8_t* p, __m512i p0, __m512i p1, const int8_t* const* xq, int64_t col, __m512i* c0,
+                             __m512i* c1, bool prefetch) {
+  if (prefetch) prefetch_weights(p + C * 64 + kPrefetchBytes);
+  const __m512i wv = _mm512_loadu_si512(p + C * 64);
+  const __m512i q0 = q6_bytes<C, 0>(wv, p0, p1), q1 = q6_bytes<C, 1>(wv, p0, p1);
+#pragma GCC unroll 8
+  for (int i = 0; i < MT; ++i) {
+    c0[i] = _mm512_dpbusd_epi32(c0[i], q0, _mm512_set1_epi32(load_i32(xq[i] + col + C * 8)));
+    c1[i] = _mm512_dpbusd_epi32(c1[i], q1, _mm512_set1_epi32(load_i32(xq[i] + col + C * 8 + 4)));
+  }
+}
+
+// Q6_K row block rb against MT rows of x from row i0 of a (Q8_K activations: int8 a 256-column block, d F32, Σq a
+// 16): per 16-column sub-block the chains start at −32 Σq_x, their sum × the rows' int8 sc added into an int32 total
+// of the block (exact: |·| < 2^28), then × d_w d_x into the F32 total by one FMA, as llama.cpp sums Q6_K.
+template <int MT>
+TP_VNNI void q6_k_row_block(const PackedWeight& w, int64_t rb, const GgufActs& a, int64_t i0, float* y, bool prefetch) {
+  const int64_t n_in = w.n_in, nb = n_in / 256;
+  const uint8_t* wd = w.data.data() + rb * (n_in / 8) * 64;
+  const uint8_t* sbs = w.scale_bytes.data() + rb * nb * 1312;
+  const int8_t* xq[MT];
+  const float* xd[MT];
+  const int16_t* xs[MT];
+#pragma GCC unroll 8
+  for (int i = 0; i < MT; ++i) {
+    xq[i] = a.q.data() + (i0 + i) * n_in;
+    xd[i] = a.d.data() + (i0 + i) * nb;
+    xs[i] = a.bsums.data() + (i0 + i) * (n_in / 16);
+  }
+  __m512 tot[MT];
+#pragma GCC unroll 8
+  for (int i = 0; i < MT; ++i) tot[i] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* e = sbs + b * 1312;
+    if (prefetch)
+      for (int k = 0; k < 1312; k += 64) prefetch_weights(e + k + 1312);  // the next block's scales and planes
+    __m512i it[MT];
+#pragma GCC unroll 8
+    for (int i = 0; i < MT; ++i) it[i] = _mm512_setzero_si512();
+    for (int64_t g = 0; g < 8; ++g) {  // 32-column groups: two 16-column sub-blocks of 2 chunks
+      const __m512i p0 = _mm512_loadu_si512(e + 288 + g * 128), p1 = _mm512_loadu_si512(e + 288 + g * 128 + 64);
+      const uint8_t* p = wd + (b * 32 + g * 4) * 64;
+      const int64_t col = b * 256 + g * 32;
+      __m512i c0[MT], c1[MT];
+      const __m512i sc0 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e + 32 + (2 * g) * 16)));
+      const __m512i sc1 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e + 32 + (2 * g + 1) * 16)));
+#pragma GCC unroll 8
+      for (int i = 0; i < MT; ++i) c0[i] = _mm512_set1_epi32(-32 * xs[i][col / 16]), c1[i] = _mm512_setzero_si512();
+      q6_chunk<0, MT>(p, p0, p1, xq, col, c0, c1, prefetch);
+      q6_chunk<1, MT>(p, p0, p1, xq, col, c0, c1, prefetch);
+#pragma GCC unroll 8
+      for (int i = 0; i < MT; ++i) {
+        it[i] = _mm512_add_epi32(it[i], _mm512_mullo_epi32(_mm512_add_epi32(c0[i], c1[i]), sc0));
+        c0[i] = _mm512_set1_epi32(-32 * xs[i][col / 16 + 1]), c1[i] = _mm512_setzero_si512();
+      }
+      q6_chunk<2, MT>(p, p0, p1, xq, col, c0, c1, prefetch);
+      q6_chunk<3, MT>(p, p0, p1, xq, col, c0, c1, prefetch);
+#pragma GCC unroll 8
+      for (int i = 0; i < MT; ++i) it[i] = _mm512_add_epi32(it[i], _mm512_mullo_epi32(_mm512_add_epi32(c0[i], c1[i]), sc1));
+    }
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(e)));
+#pragma GCC unroll 8
+    for (int i = 0; i < MT; ++i)
+      tot[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(it[i]), _mm512_mul_ps(dw, _mm512_set1_ps(xd[i][b])), tot[i]);
+  }
+  const int64_t r0 = rb * 16;
+  const __mmask16 rows = __mmask16(_bzhi_u32(0xffff, unsigned(std::min<int64_t>(16, w.n_out - r0))));
+#pragma GCC unroll 8
+  for (int i = 0; i < MT; ++i) _mm512_mask_storeu_ps(y + i * w.n_out + r0, rows, tot[i]);
+}
+
 }  // namespace
 
 bool rows16_int8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
-  const bool q5 = w.format == WeightFormat::GgufQ5_0;
-  if ((!q5 && w.format != WeightFormat::GgufQ8_0) || w.rows_layout != RowsLayout::Rows16 || !cpu_has_avx512vnni())
+  const bool q5 = w.format == WeightFormat::GgufQ5_0, k6 = w.format == WeightFormat::GgufQ6_K;
+  if ((!q5 && !k6 && w.format != WeightFormat::GgufQ8_0) || w.rows_layout != RowsLayout::Rows16 || !cpu_has_avx512vnni())
     return false;
   thread_local GgufActs a;
-  quantize_gguf_acts(x, m, w.n_in, GgufActType::Q8_0, &a);
+  quantize_gguf_acts(x, m, w.n_in, k6 ? GgufActType::Q8_K : GgufActType::Q8_0, &a);
   const bool parallel = n_threads > 1 && worth_parallel(int64_t(w.data.size()) * m);
   const GgufActs& acts = a;
 #pragma omp parallel num_threads(n_threads) if (parallel)
   {
     const auto [b0, b1] = thread_rows((w.n_out + 15) / 16, 1, omp_get_thread_num(), omp_get_num_threads());
-    const int64_t block_bytes = w.n_in * 16 / (q5 ? 2 : 1);  // a row block's codes
+    const int64_t block_bytes = w.n_in * 16 / (q5 || k6 ? 2 : 1);  // a row block's codes
     if (b1 > b0) prefetch_range_start(w.data.data() + b0 * block_bytes, kPrefetchBytes, (b1 - b0) * block_bytes);
     for (int64_t rb = b0; rb < b1; ++rb)
       for (int64_t i0 = 0; i0 < m; i0 += kTileM) {
         float* yi = y + i0 * w.n_out;
         const bool pf = i0 == 0;
         static_assert(kTileM == 8, "with_tile_rows takes tiles of up to 8 rows");
-        if (q5)
+        if (k6)
+          with_tile_rows(m - i0, [&]<int MT>() { q6_k_row_block<MT>(w, rb, acts, i0, yi, pf); });
+        else if (q5)
           with_tile_rows(m - i0, [&]<int MT>() { row_block<true, MT>(w, rb, acts, i0, yi, pf); });
         else
           with_tile_rows(m - i0, [&]<int MT>() { row_block<false, MT>(w, rb, acts, i0, yi, pf); });

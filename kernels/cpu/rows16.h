@@ -1,5 +1,5 @@
 // 4-bit decode in GEMM form on AVX512-BF16 (gemm_rows16.cpp) — MXFP4, NVFP4, Int4 (W4A16) and GGUF Q4_0 / Q4_1
-// weights (and GGUF Q8_0 / Q5_0 on AVX-512 VNNI, gemm_rows16_int8.cpp) in the Rows16 layout (common/rows16_layout.h): rows in blocks of 16, so that a decoded vector is 16 weight rows × 2
+// weights (and GGUF Q8_0 / Q5_0 / Q6_K on AVX-512 VNNI, gemm_rows16_int8.cpp) in the Rows16 layout (common/rows16_layout.h): rows in blocks of 16, so that a decoded vector is 16 weight rows × 2
 // columns and a vdpbf16ps against a broadcast pair of x sums each row in its own F32 lane — no horizontal sums,
 // one FMA by the 16 rows' scales per block / group of columns. cpu::Weight puts such weights in that layout at
 // load where this kernel is the CPU's 4-bit decode (prepare_rows16_weight); fp4_linear, int_a16_linear
@@ -19,10 +19,10 @@ namespace tp::cpu::detail {
 // AVX512-BF16.
 bool rows16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 
-// GGUF Q8_0 and Q5_0 in Rows16 (gemm_rows16_int8.cpp, AVX-512 VNNI; rows16_linear sends them there): x quantized
-// to int8 a 32-column block as the file layout's kernels do (gemm_gguf.h), int8 dot products; the same integer sums,
-// each row of a batch with the bits it has alone. Returns false (nothing written) unless w is Q8_0 or Q5_0 in Rows16
-// and the CPU has AVX-512 VNNI.
+// GGUF Q8_0, Q5_0 and Q6_K in Rows16 (gemm_rows16_int8.cpp, AVX-512 VNNI; rows16_linear sends them there): x
+// quantized to int8 as the file layout's kernels do (gemm_gguf.h: a 32-column block, Q6_K's a 256), int8 dot products;
+// the same integer sums, each row of a batch with the bits it has alone. Returns false (nothing written) unless w is
+// Q8_0, Q5_0 or Q6_K in Rows16 and the CPU has AVX-512 VNNI.
 bool rows16_int8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 
 // The row-block kernels' tile of rows of x: f.template operator()<MT>() with MT = min(8, rows_left), 1..8.

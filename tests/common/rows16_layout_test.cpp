@@ -62,6 +62,11 @@ PackedWeight random_gguf4(WeightFormat f, int64_t n_out, int64_t n_in, uint32_t 
   w.data = AlignedBytes(n_out * w.row_bytes());
   for (int64_t i = 0; i < w.data.size(); ++i) w.data.data()[i] = uint8_t(rng());
   const bool two = f == WeightFormat::GgufQ4_1 || f == WeightFormat::GgufQ4_K;  // d, m / d, dmin
+  if (f == WeightFormat::GgufQ6_K) {  // d at byte 208 of each 210
+    for (int64_t b = 0; b < w.data.size() / 210; ++b) w.data.data()[b * 210 + 209] &= 0xbb;
+    check_packed_weight(w);
+    return w;
+  }
   const int64_t bb = f == WeightFormat::GgufQ4_K   ? 144
                      : f == WeightFormat::GgufQ8_0 ? 34
                      : f == WeightFormat::GgufQ5_0 ? 22
@@ -274,6 +279,50 @@ TEST(RowsLayout, GgufQ5_0CodesAndFifthBitsGoWhereDocumentedAndComeBack) {
   }
 }
 
+// GGUF Q6_K in Rows16: the low 4 bits of row i's q at column k as Q5_0's; of the block's 1312 scale bytes d at 2i,
+// sc of sub-block s at 32 + 16 s + i, bit 4 + p of q at bit 2 (k % 32 / 8) + k % 8 / 4 of byte
+// 288 + 128 (k % 256 / 32) + 64 p + 4i + k % 4; dequantize_rows reads it as the file's blocks; back to Rows gives the
+// file's bytes.
+TEST(RowsLayout, GgufQ6_KCodesScalesAndHighBitsGoWhereDocumentedAndComeBack) {
+  for (const int64_t n_out : {19, 16, 1}) {
+    const int64_t n_in = n_out == 1 ? 256 : 768, nb = n_in / 256, held = (n_out + 15) / 16 * 16;
+    const std::string name = "q6_k [" + std::to_string(n_out) + ", " + std::to_string(n_in) + "]";
+    const PackedWeight given = random_gguf4(WeightFormat::GgufQ6_K, n_out, n_in, uint32_t(n_out + 6));
+    PackedWeight w = copy_packed_weight(given);
+    set_rows_layout(&w, RowsLayout::Rows16);
+    check_packed_weight(w);
+    ASSERT_EQ(w.data.size(), held * n_in / 2) << name;
+    ASSERT_EQ(int64_t(w.scale_bytes.size()), held / 16 * nb * 1312) << name;
+    EXPECT_EQ(w.n_bytes(), held * nb * 210) << name;
+    for (int64_t r = 0; r < held; ++r) {
+      const int64_t rb = r / 16, i = r % 16;
+      for (int64_t k = 0; k < n_in; ++k) {
+        const uint8_t* blk = given.data.data() + r * nb * 210 + (k / 256) * 210;
+        const uint8_t* sb = w.scale_bytes.data() + (rb * nb + k / 256) * 1312;
+        const int c = int(k % 256), hh = c / 128, g = c % 128 / 32, l = c % 32;  // llama.cpp's order
+        const int want = r < n_out ? ((blk[64 * hh + 32 * (g % 2) + l] >> (g >= 2 ? 4 : 0)) & 15) |
+                                         ((blk[128 + 32 * hh + l] >> (2 * g)) & 3) << 4
+                                   : 0;
+        int q = (w.data.data()[(rb * (n_in / 8) + k / 8) * 64 + 4 * i + k % 4] >> (4 * (k % 8 / 4))) & 15;
+        for (int p = 0; p < 2; ++p)
+          q |= ((sb[288 + 128 * (c / 32) + 64 * p + 4 * i + k % 4] >> (2 * (k % 32 / 8) + k % 8 / 4)) & 1) << (4 + p);
+        ASSERT_EQ(q, want) << name << " row " << r << " column " << k;
+        if (k % 16 == 0) {
+          ASSERT_EQ(int8_t(sb[32 + 16 * (c / 16) + i]), r < n_out ? int8_t(blk[192 + c / 16]) : 0) << name << " row " << r;
+        }
+        if (c == 0) {
+          ASSERT_EQ(sb[2 * i] | sb[2 * i + 1] << 8, r < n_out ? blk[208] | blk[209] << 8 : 0) << name << " row " << r;
+        }
+      }
+    }
+    EXPECT_EQ(dequant(w, 0, n_out), dequant(given, 0, n_out)) << name;
+    set_rows_layout(&w, RowsLayout::Rows);
+    check_packed_weight(w);
+    ASSERT_EQ(w.data.size(), given.data.size()) << name;
+    EXPECT_EQ(0, std::memcmp(w.data.data(), given.data.data(), size_t(given.data.size()))) << name;
+  }
+}
+
 // What Rows16 cannot hold is refused, naming why, and the weight is left as it was; check_packed_weight refuses a
 // Rows16 weight that does not fit it.
 TEST(RowsLayout, RefusesWhatRows16CannotHold) {
@@ -333,7 +382,7 @@ TEST(RowsLayout, RefusesWhatRows16CannotHold) {
   bf16.n_in = 32;
   bf16.data = AlignedBytes(64);
   bf16.rows_layout = RowsLayout::Rows16;
-  check_refuses(bf16, "rows16 cannot hold it: not an int4, mxfp4, nvfp4, GGUF q4_0, q4_1, q5_0, q8_0 or q4_k weight");
+  check_refuses(bf16, "rows16 cannot hold it: not an int4, mxfp4, nvfp4, GGUF q4_0, q4_1, q5_0, q8_0, q4_k or q6_k weight");
   PackedWeight q4_0_quads = random_gguf4(WeightFormat::GgufQ4_0, 3, 64, 8);
   q4_0_quads.gguf_layout = GgufLayout::Q4_0Groups;  // the same bytes regrouped: not the file's blocks
   refused(std::move(q4_0_quads), "GGUF rows regrouped (q4_0_groups)");

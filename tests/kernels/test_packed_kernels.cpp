@@ -849,7 +849,7 @@ TEST(PackedKernels, Int4Rows16MatchesReferenceAndRowsAlone) {
 // weight in 16-row blocks (x as given, or rounded to BF16 with act_bf16), the tiny and huge rows of x apart, 1 and 2
 // threads, a row of a batch (m 2..37) with the bits it has alone, zero / NaN / infinity rows — over 1 to 48 blocks a
 // row and row counts leaving 3, 3, 16, 5 and 1 rows in the last 16-row block; rows regrouped for the VNNI kernel
-// (Q4_0Groups) and GGUF types other than Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K (Q6_K here) stay out of the layout.
+// (Q4_0Groups) stay out of the layout.
 TEST(PackedKernels, GgufQ4Rows16MatchesReferenceAndRowsAlone) {
   if (packed_best_isa() != PackedIsa::Avx512 || !cpu_has_avx512bf16()) GTEST_SKIP() << "no AVX512-BF16 here";
   using F = WeightFormat;
@@ -867,9 +867,6 @@ TEST(PackedKernels, GgufQ4Rows16MatchesReferenceAndRowsAlone) {
   groups.gguf_layout = GgufLayout::Q4_0Groups;
   EXPECT_FALSE(rows16_wanted(groups));
   EXPECT_THROW(set_rows_layout(&groups, RowsLayout::Rows16), Error);
-  PackedWeight q6_k = test::make_gguf_weight(DType::Q6_K, 8, 256, 5);
-  EXPECT_FALSE(rows16_wanted(q6_k));
-  EXPECT_THROW(set_rows_layout(&q6_k, RowsLayout::Rows16), Error);
 }
 
 // GGUF Q4_0 / Q4_1 / Q4_K through cpu::Weight and linear(): where rows16_wanted the Weight holds them in 16-row blocks
