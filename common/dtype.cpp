@@ -121,17 +121,6 @@ inline uint16_t load_u16(const uint8_t* p) {
   std::memcpy(&v, p, 2);
   return v;
 }
-
-// llama.cpp's get_scale_min_k4: the 6-bit scale and min of sub-block j (0..7) of a Q4_K super-block.
-inline void scale_min_k4(int j, const uint8_t* q, int* d, int* m) {
-  if (j < 4) {
-    *d = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    *m = (q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4);
-  }
-}
 }  // namespace
 
 void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
@@ -191,9 +180,9 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
         float* y = dst + b * kQuantKBlock;
         for (int j = 0, is = 0; j < 256; j += 64, q += 32, is += 2) {
           int sc, m;
-          scale_min_k4(is + 0, scales, &sc, &m);
+          q4_k_scale_min(is + 0, scales, &sc, &m);
           const float d1 = d * float(sc), m1 = dmin * float(m);
-          scale_min_k4(is + 1, scales, &sc, &m);
+          q4_k_scale_min(is + 1, scales, &sc, &m);
           const float d2 = d * float(sc), m2 = dmin * float(m);
           for (int l = 0; l < 32; ++l) *y++ = d1 * float(q[l] & 0xF) - m1;
           for (int l = 0; l < 32; ++l) *y++ = d2 * float(q[l] >> 4) - m2;

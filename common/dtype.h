@@ -56,6 +56,18 @@ inline uint16_t f32_to_bf16(float f) {
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);  // round to nearest even, overflow -> inf
 
+// llama.cpp's get_scale_min_k4: the 6-bit scale sc and min m of sub-block j (0..7) of a Q4_K super-block, from its
+// 12 scale bytes q.
+inline void q4_k_scale_min(int j, const uint8_t* q, int* sc, int* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
 // Dequantizes n elements (a multiple of the block size for quantized types) of type t at src into dst,
 // as llama.cpp's dequantize_row_<type> does: the same operations in the same order (bit-equal up to the
 // compiler's FMA contraction of d * q - m).

@@ -125,7 +125,7 @@ AlignedBytes::AlignedBytes(int64_t n) : n_(n) {
 }
 
 int64_t PackedWeight::row_bytes() const {
-  if (is_gguf(format))  // Rows16 (Q4_0 / Q4_1 / Q8_0): the codes alone, their scales in scale_bytes
+  if (is_gguf(format))  // Rows16: the codes alone, their scales (and high bits) in scale_bytes
     return rows_layout != RowsLayout::Rows16 ? dtype_row_bytes(gguf_dtype(format), n_in)
            : format == WeightFormat::GgufQ8_0 ? n_in
                                                : n_in / 2;
@@ -200,7 +200,7 @@ void check_packed_weight(const PackedWeight& w) {
   if (fp4) {
     const int64_t n = held_rows * (w.n_in / fp4_block(w.format));
     need(int64_t(w.scale_bytes.size()) == n, num(int64_t(w.scale_bytes.size())) + " block scales, expected " + num(n));
-  } else if (is_gguf(w.format) && rows16) {  // Q4_0 / Q4_1 / Q8_0 / Q4_K: each block's scale entries, out of the blocks
+  } else if (is_gguf(w.format) && rows16) {  // each block's scales (and high bits), out of the blocks
     const int64_t n = held_rows * rows16_gguf_scale_bytes(w.format, w.n_in);
     need(int64_t(w.scale_bytes.size()) == n, num(int64_t(w.scale_bytes.size())) + " scale bytes, expected " + num(n));
   } else {
@@ -252,7 +252,7 @@ void dequantize_rows(const PackedWeight& w, int64_t r0, int64_t r1, float* out) 
     const uint8_t* sbs = w.scale_bytes.data();
     const float* scs = w.scales.data();
     const int8_t* zs = w.zeros.data();
-    if (rows16 && gguf) {  // GGUF Q4_0 / Q4_1 / Q8_0: the row's file blocks rebuilt
+    if (rows16 && gguf) {  // GGUF: the row's file blocks rebuilt
       rows16_gguf_file_row(w, r, file_row.data());
       row = file_row.data();
     } else if (rows16) {  // the row's codes and per-row entries out of its 16-row block

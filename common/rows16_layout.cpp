@@ -130,8 +130,8 @@ void q5_0_block_from_rows16(const uint8_t* data_block, const uint8_t* sb_block, 
   for (int b = 0; b < 4; ++b) blk[2 + b] = uint8_t(qh >> (8 * b));
 }
 
-// A file block of such a format: its columns, bytes, 16-bit entries in the per-row array and code bytes in the
-// Rows order (4-bit: two a byte, column 2j low; Q8_0: q + 128 a byte).
+// A file block of Q4_0 / Q4_1 / Q8_0 / Q4_K: its columns, bytes, 16-bit entries in the per-row array and code bytes
+// in the Rows order (4-bit: two a byte, column 2j low; Q8_0: q + 128 a byte).
 struct GgufBlock {
   int64_t cols, bytes, entries, code_bytes;
 };
@@ -141,22 +141,27 @@ GgufBlock gguf_block(WeightFormat f) {
     case WeightFormat::GgufQ4_0: return {32, 18, 1, 16};
     case WeightFormat::GgufQ4_1: return {32, 20, 2, 16};
     case WeightFormat::GgufQ8_0: return {32, 34, 1, 32};
-    default: return {256, 144, 10, 128};  // Q4_K
+    case WeightFormat::GgufQ4_K: return {256, 144, 10, 128};
+    default: throw Error("rows16: no per-row entries for " + std::string(weight_format_name(f)));
   }
 }
 
-// llama.cpp's get_scale_min_k4 (common/dtype.cpp): the 6-bit scale and min of sub-block j of a Q4_K block's 12
-// scale bytes; and its inverse, all 96 bits.
-void q4_k_scale_min(int j, const uint8_t* q, int* sc, int* m) {
-  if (j < 4) {
-    *sc = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
+// Q5_0 / Q6_K (their high bits in planes, rows16_layout.h): a block's columns, file bytes and scale bytes a block of
+// 16 rows; and one file block into / out of the row block's data and scale bytes at row i.
+bool is_planar(WeightFormat f) { return f == WeightFormat::GgufQ5_0 || f == WeightFormat::GgufQ6_K; }
+
+struct PlanarBlock {
+  int64_t cols, bytes, sb_bytes;
+  void (*to_rows16)(const uint8_t* blk, int64_t i, uint8_t* data_block, uint8_t* sb_block);
+  void (*from_rows16)(const uint8_t* data_block, const uint8_t* sb_block, int64_t i, uint8_t* blk);
+};
+
+PlanarBlock planar_block(WeightFormat f) {
+  return f == WeightFormat::GgufQ6_K ? PlanarBlock{256, 210, 1312, q6_k_block_to_rows16, q6_k_block_from_rows16}
+                                     : PlanarBlock{32, 22, 96, q5_0_block_to_rows16, q5_0_block_from_rows16};
 }
 
+// The inverse of q4_k_scale_min (common/dtype.h) over all 8 sub-blocks: the 12 scale bytes, all 96 bits.
 void q4_k_pack_scales(const int* sc, const int* m, uint8_t* q) {
   for (int i = 0; i < 4; ++i) {
     q[i] = uint8_t((sc[i] & 63) | (sc[i + 4] >> 4) << 6);
@@ -211,10 +216,11 @@ void gguf_block_join(WeightFormat f, const uint16_t* ent, const uint8_t* codes, 
   }
 }
 
-// Entries a row of the per-row arrays (Int4 groups, FP4 blocks, GGUF 16-bit d / m entries).
+// Entries a row of the per-row arrays (Int4 groups, FP4 blocks, GGUF 16-bit d / m entries; none for the planar ones).
 int64_t row_entries(const PackedWeight& w) {
   if (w.format == WeightFormat::Mxfp4) return w.n_in / 32;
   if (w.format == WeightFormat::Nvfp4) return w.n_in / 16;
+  if (is_planar(w.format)) return 0;
   if (is_gguf16(w.format)) return w.n_in / gguf_block(w.format).cols * gguf_block(w.format).entries;
   return w.n_groups();
 }
@@ -263,24 +269,17 @@ void rows16_q8_codes(const uint8_t* data, int64_t n_in, int64_t r, uint8_t* code
 }
 
 int64_t rows16_gguf_scale_bytes(WeightFormat f, int64_t n_in) {
-  if (f == WeightFormat::GgufQ5_0) return n_in / 32 * 6;  // 96 bytes a block of 16 rows
-  if (f == WeightFormat::GgufQ6_K) return n_in / 256 * 82;  // 1312
+  if (is_planar(f)) return n_in / planar_block(f).cols * planar_block(f).sb_bytes / kRowsBlock;
   return n_in / gguf_block(f).cols * gguf_block(f).entries * 2;
 }
 
 void rows16_gguf_file_row(const PackedWeight& w, int64_t r, uint8_t* out) {
-  if (w.format == WeightFormat::GgufQ5_0 || w.format == WeightFormat::GgufQ6_K) {
-    const bool k6 = w.format == WeightFormat::GgufQ6_K;
-    const int64_t cols = k6 ? 256 : 32, sbb = k6 ? 1312 : 96, fb = k6 ? 210 : 22;
-    const int64_t nb = w.n_in / cols, rb = r / kRowsBlock;
-    for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* d = w.data.data() + (rb * nb + b) * cols * 8;  // 16 rows × cols / 2 code bytes
-      const uint8_t* sb = w.scale_bytes.data() + (rb * nb + b) * sbb;
-      if (k6)
-        q6_k_block_from_rows16(d, sb, r % kRowsBlock, out + b * fb);
-      else
-        q5_0_block_from_rows16(d, sb, r % kRowsBlock, out + b * fb);
-    }
+  if (is_planar(w.format)) {
+    const PlanarBlock p = planar_block(w.format);
+    const int64_t nb = w.n_in / p.cols, rb = r / kRowsBlock;
+    for (int64_t b = 0; b < nb; ++b)  // a block of 16 rows: cols × 8 code bytes, sb_bytes scale bytes
+      p.from_rows16(w.data.data() + (rb * nb + b) * p.cols * 8, w.scale_bytes.data() + (rb * nb + b) * p.sb_bytes,
+                    r % kRowsBlock, out + b * p.bytes);
     return;
   }
   const bool q8 = w.format == WeightFormat::GgufQ8_0;
@@ -313,30 +312,27 @@ void set_rows_layout(PackedWeight* w, RowsLayout to) {
     if (!why.empty())
       throw Error("set_rows_layout: " + std::string(weight_format_name(w->format)) + " weight [" +
                   std::to_string(w->n_out) + ", " + std::to_string(n_in) + "] to rows16: " + why);
-    std::vector<uint8_t> gguf_codes;     // GGUF: a row's codes in the Rows order
-    std::vector<uint16_t> entries;       // GGUF: every row's d (and m) entries, [n_out][n]
-    if (gguf) {
-      gguf_codes.resize(size_t(rbytes));
-      entries.resize(size_t(w->n_out * n));
-    }
     data = AlignedBytes(nrb * kRowsBlock * rbytes);  // zero-filled: rows past n_out code (byte) 0
-    if (w->format == WeightFormat::GgufQ5_0 || w->format == WeightFormat::GgufQ6_K) {  // codes and bit planes
-      const bool k6 = w->format == WeightFormat::GgufQ6_K;
-      const int64_t cols = k6 ? 256 : 32, sbb = k6 ? 1312 : 96, fb = k6 ? 210 : 22, nb = n_in / cols;
-      std::vector<uint8_t> sb(size_t(nrb * nb * sbb));  // zero-filled: padding rows d = 0
+    if (is_planar(w->format)) {  // codes and bit planes a block of 16 rows
+      const PlanarBlock p = planar_block(w->format);
+      const int64_t nb = n_in / p.cols;
+      std::vector<uint8_t> sb(size_t(nrb * nb * p.sb_bytes));  // zero-filled: padding rows d = 0
       for (int64_t r = 0; r < w->n_out; ++r)
         for (int64_t b = 0; b < nb; ++b) {
           const int64_t at = (r / kRowsBlock) * nb + b;
-          const uint8_t* blk = w->data.data() + r * w->row_bytes() + b * fb;
-          if (k6)
-            q6_k_block_to_rows16(blk, r % kRowsBlock, data.data() + at * cols * 8, sb.data() + at * sbb);
-          else
-            q5_0_block_to_rows16(blk, r % kRowsBlock, data.data() + at * cols * 8, sb.data() + at * sbb);
+          p.to_rows16(w->data.data() + r * w->row_bytes() + b * p.bytes, r % kRowsBlock, data.data() + at * p.cols * 8,
+                      sb.data() + at * p.sb_bytes);
         }
       w->scale_bytes = std::move(sb);
       w->data = std::move(data);
       w->rows_layout = to;
       return;
+    }
+    std::vector<uint8_t> gguf_codes;     // GGUF: a row's codes in the Rows order
+    std::vector<uint16_t> entries;       // GGUF: every row's d (and m) entries, [n_out][n]
+    if (gguf) {
+      gguf_codes.resize(size_t(rbytes));
+      entries.resize(size_t(w->n_out * n));
     }
     for (int64_t r = 0; r < w->n_out; ++r) {
       const uint8_t* row = w->data.data() + r * (gguf ? w->row_bytes() : rbytes);

@@ -435,7 +435,7 @@ GgufKernel gguf_best_tile() {
 }
 
 void gemm_gguf(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, GgufKernel kernel) {
-  if (w.rows_layout == RowsLayout::Rows16) {  // Q4_0 / Q4_1 in 16-row blocks: the GEMM-form kernel at every m
+  if (w.rows_layout == RowsLayout::Rows16) {  // 16-row blocks (rows16.h): the GEMM-form kernels at every m
     if (kernel == GgufKernel::Best && rows16_linear(x, m, w, y, n_threads)) return;
     PackedWeight f = copy_packed_weight(w);  // tests and the reference paths: the file's blocks again
     set_rows_layout(&f, RowsLayout::Rows);

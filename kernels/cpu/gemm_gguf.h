@@ -122,9 +122,9 @@ void fill_gguf_acts(const float* x, int64_t g0, int64_t g1, WeightFormat f, Gguf
 void prepare_gguf_weight(PackedWeight* w);
 
 // y[m, n_out] = x[m, n_in] · Wᵀ, W a GGUF block format. Throws tp::Error for another format or a kernel this
-// CPU lacks. Q4_0 / Q4_1 held in 16-row blocks (rows_layout Rows16: cpu::Weight puts them so at load where the
-// AVX512-BF16 GEMM-form decode is this CPU's, kernels/cpu/rows16.h) run that kernel at every m with kernel Best;
-// another kernel asked for gets a copy in the file's blocks (tests, benchmarks).
+// CPU lacks. Weights held in 16-row blocks (rows_layout Rows16: cpu::Weight puts Q4_0 / Q4_1 / Q4_K / Q5_0 / Q8_0 /
+// Q6_K so at load where the GEMM-form kernels are this CPU's, kernels/cpu/rows16.h) run those kernels at every m
+// with kernel Best; another kernel asked for gets a copy in the file's blocks (tests, benchmarks).
 void gemm_gguf(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads,
                GgufKernel kernel = GgufKernel::Best);
 

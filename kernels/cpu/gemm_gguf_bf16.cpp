@@ -56,17 +56,6 @@ TP_BF16 inline __m512i bytes16(const uint8_t* p) {
   return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-// llama.cpp's get_scale_min_k4 (common/dtype.cpp).
-inline void scale_min_k4(int j, const uint8_t* q, int* d, int* m) {
-  if (j < 4) {
-    *d = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    *m = (q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4);
-  }
-}
-
 // One row in the file layout, n elements, to BF16: the products of common/dtype.cpp's dequantize_row in the
 // same order (no fused multiply-add: -ffp-contract=off), then rounded. False for a format not written here.
 TP_BF16 bool row_to_bf16(DType t, const uint8_t* p, int64_t n, uint16_t* o) {
@@ -125,9 +114,9 @@ TP_BF16 bool row_to_bf16(DType t, const uint8_t* p, int64_t n, uint16_t* o) {
         const uint8_t* q = p + 16;
         for (int j = 0, is = 0; j < 256; j += 64, q += 32, is += 2, o += 64) {
           int sc, m;
-          scale_min_k4(is + 0, scales, &sc, &m);
+          q4_k_scale_min(is + 0, scales, &sc, &m);
           const __m512 d1 = _mm512_set1_ps(d * float(sc)), m1 = _mm512_set1_ps(dmin * float(m));
-          scale_min_k4(is + 1, scales, &sc, &m);
+          q4_k_scale_min(is + 1, scales, &sc, &m);
           const __m512 d2 = _mm512_set1_ps(d * float(sc)), m2 = _mm512_set1_ps(dmin * float(m));
           for (int h = 0; h < 2; ++h) {
             const __m512i c = bytes16(q + 16 * h);

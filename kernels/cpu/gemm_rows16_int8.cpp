@@ -42,6 +42,15 @@ TP_VNNI inline int32_t load_i32(const int8_t* p) {
   return v;
 }
 
+// Row block rb's totals for MT rows of x into y[i · n_out + 16 rb + r], the rows past n_out left out.
+template <int MT>
+TP_VNNI inline void store_totals(const __m512* tot, int64_t n_out, int64_t rb, float* y) {
+  const int64_t r0 = rb * 16;
+  const __mmask16 rows = __mmask16(_bzhi_u32(0xffff, unsigned(std::min<int64_t>(16, n_out - r0))));
+#pragma GCC unroll 8
+  for (int i = 0; i < MT; ++i) _mm512_mask_storeu_ps(y + i * n_out + r0, rows, tot[i]);
+}
+
 // The 64 bytes q of Q5_0 codes for half h of chunk c of a block: nibbles from w, fifth bits from the plane hp.
 template <int C, int H>
 TP_VNNI inline __m512i q5_bytes(__m512i w, __m512i hp) {
@@ -124,10 +133,7 @@ TP_VNNI void row_block(const PackedWeight& w, int64_t rb, const GgufActs& a, int
       tot[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(c0[i], c1[i])), _mm512_mul_ps(dw, _mm512_set1_ps(xd[i][b])),
                                tot[i]);
   }
-  const int64_t r0 = rb * 16;
-  const __mmask16 rows = __mmask16(_bzhi_u32(0xffff, unsigned(std::min<int64_t>(16, w.n_out - r0))));
-#pragma GCC unroll 8
-  for (int i = 0; i < MT; ++i) _mm512_mask_storeu_ps(y + i * w.n_out + r0, rows, tot[i]);
+  store_totals<MT>(tot, w.n_out, rb, y);
 }
 
 // Q6_K: the 64 bytes q (6 bits) for half h of chunk c of a 32-column group: nibbles from w, bits 4 and 5 from the
@@ -211,10 +217,7 @@ TP_VNNI void q6_k_row_block(const PackedWeight& w, int64_t rb, const GgufActs& a
     for (int i = 0; i < MT; ++i)
       tot[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(it[i]), _mm512_mul_ps(dw, _mm512_set1_ps(xd[i][b])), tot[i]);
   }
-  const int64_t r0 = rb * 16;
-  const __mmask16 rows = __mmask16(_bzhi_u32(0xffff, unsigned(std::min<int64_t>(16, w.n_out - r0))));
-#pragma GCC unroll 8
-  for (int i = 0; i < MT; ++i) _mm512_mask_storeu_ps(y + i * w.n_out + r0, rows, tot[i]);
+  store_totals<MT>(tot, w.n_out, rb, y);
 }
 
 }  // namespace

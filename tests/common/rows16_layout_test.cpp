@@ -175,6 +175,17 @@ TEST(RowsLayout, Int4ScalesAndZerosGoToTheirBlocksAndComeBack) {
   }
 }
 
+// A GGUF weight w held in Rows16 from `given` (its file's blocks): dequantize_rows reads both alike, and w back in
+// Rows holds the file's bytes again and no scale bytes.
+void expect_back_to_file(PackedWeight* w, const PackedWeight& given, const std::string& name) {
+  EXPECT_EQ(dequant(*w, 0, given.n_out), dequant(given, 0, given.n_out)) << name;
+  set_rows_layout(w, RowsLayout::Rows);
+  check_packed_weight(*w);
+  EXPECT_TRUE(w->scale_bytes.empty()) << name;
+  ASSERT_EQ(w->data.size(), given.data.size()) << name;
+  EXPECT_EQ(0, std::memcmp(w->data.data(), given.data.data(), size_t(given.data.size()))) << name;
+}
+
 // GGUF Q4_0 / Q4_1 in Rows16: block b's weight j and 16 + j at columns 32b + j and 32b + 16 + j of the code words
 // (as FP4's); Q8_0: byte 4i + j of chunk c = row i's column 4c + j as q + 128; the F16 d (and m) as 16-bit entries
 // [row blocks][blocks][16 d (, 16 m)] in scale_bytes (padding 0); dequantize_rows reads it as the file's blocks;
@@ -228,13 +239,8 @@ TEST(RowsLayout, GgufQ4BlocksGoToTheirWordsAndScalesAndComeBack) {
           ASSERT_EQ(at[0] | at[1] << 8, r < s.n_out ? from[0] | from[1] << 8 : 0) << name << " row " << r << " block " << b;
         }
     }
-    EXPECT_EQ(dequant(w, 0, s.n_out), dequant(given, 0, s.n_out)) << name;
     EXPECT_EQ(dequant(w, s.n_out / 2, s.n_out), dequant(given, s.n_out / 2, s.n_out)) << name;
-    set_rows_layout(&w, RowsLayout::Rows);
-    check_packed_weight(w);
-    EXPECT_TRUE(w.scale_bytes.empty()) << name;
-    ASSERT_EQ(w.data.size(), given.data.size()) << name;
-    EXPECT_EQ(0, std::memcmp(w.data.data(), given.data.data(), size_t(given.data.size()))) << name;
+    expect_back_to_file(&w, given, name);
   }
 }
 
@@ -271,11 +277,7 @@ TEST(RowsLayout, GgufQ5_0CodesAndFifthBitsGoWhereDocumentedAndComeBack) {
         }
       }
     }
-    EXPECT_EQ(dequant(w, 0, n_out), dequant(given, 0, n_out)) << name;
-    set_rows_layout(&w, RowsLayout::Rows);
-    check_packed_weight(w);
-    ASSERT_EQ(w.data.size(), given.data.size()) << name;
-    EXPECT_EQ(0, std::memcmp(w.data.data(), given.data.data(), size_t(given.data.size()))) << name;
+    expect_back_to_file(&w, given, name);
   }
 }
 
@@ -315,11 +317,7 @@ TEST(RowsLayout, GgufQ6_KCodesScalesAndHighBitsGoWhereDocumentedAndComeBack) {
         }
       }
     }
-    EXPECT_EQ(dequant(w, 0, n_out), dequant(given, 0, n_out)) << name;
-    set_rows_layout(&w, RowsLayout::Rows);
-    check_packed_weight(w);
-    ASSERT_EQ(w.data.size(), given.data.size()) << name;
-    EXPECT_EQ(0, std::memcmp(w.data.data(), given.data.data(), size_t(given.data.size()))) << name;
+    expect_back_to_file(&w, given, name);
   }
 }
 
