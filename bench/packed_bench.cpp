@@ -4,11 +4,14 @@
 //           from DRAM as in a decode step); GB/s = weight bytes / seconds, and ms a step.
 //   prefill: m = 512 (--m) through 2 layers; GMAC/s = m · Σ n_out·n_in / seconds.
 // Formats: CT-W8A8-INT8 (int8 per channel, int8 per-token activations), W8A16 (int8 per channel), W4A16-g64,
-// FP8-dynamic (E4M3 per channel, FP8 per-token activations). Each figure: the best of --reps passes (the least
+// FP8-dynamic (E4M3 per channel, FP8 per-token activations); w4a16-gidx / w8a16-g128-gidx: act-order (g_idx, a
+// random assignment of whole groups of 64 / 128 columns, as GPTQ's actorder "group" makes), w8a16-g128 without. Each figure: the best of --reps passes (the least
 // disturbed on a shared machine) and the median, in CPU seconds of the process (cpu_now below), not wall time.
 // Usage: packed_bench [--threads N] [--reps N] [--m M] [--only w8a8|w8a16|w4a16|fp8] [--isa portable|avx2|avx512]
 //                     [--no-decode | --no-prefill] (one pass of the other: under `perf stat`, cycles of one kind)
 //                     [--layers N] (30: the model; 1: 3.5 MiB of int8, in L3 — the kernel's compute ceiling)
+//                     [--as-loaded] (each weight through cpu::Weight and linear(): the layout a loaded model's
+//                     weight takes on this CPU, kernels/cpu/linear.h; without it the kernels read the checkpoint's)
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -32,6 +35,7 @@ struct Fmt {
   WeightFormat format;
   int64_t group;  // 0: per channel
   ActQuant act;
+  bool gidx = false;  // act-order: g_idx a shuffled assignment of whole groups
 };
 
 PackedWeight make(const Fmt& f, int64_t n_out, int64_t n_in, std::mt19937& rng) {
@@ -52,6 +56,10 @@ PackedWeight make(const Fmt& f, int64_t n_out, int64_t n_in, std::mt19937& rng) 
     w.data.data()[i] = b;
   }
   w.scales.assign(size_t(f.format == WeightFormat::Fp8E4M3 ? n_out : n_out * w.n_groups()), 0.01f);
+  if (f.gidx) {
+    for (int64_t c = 0; c < n_in; ++c) w.g_idx.push_back(int32_t(c / w.group_size));
+    std::shuffle(w.g_idx.begin(), w.g_idx.end(), rng);
+  }
   return w;
 }
 
@@ -69,7 +77,7 @@ int main(int argc, char** argv) {
   int threads = 1, reps = 5, layers = 30;
   int64_t pm = 512;
   std::string only, isa_name;
-  bool decode = true, prefill = true;
+  bool decode = true, prefill = true, as_loaded = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
@@ -80,8 +88,9 @@ int main(int argc, char** argv) {
     else if (a == "--layers" && i + 1 < argc) layers = std::atoi(argv[++i]);
     else if (a == "--no-decode") decode = false;
     else if (a == "--no-prefill") prefill = false;
+    else if (a == "--as-loaded") as_loaded = true;
     else {
-      std::fprintf(stderr, "usage: packed_bench [--threads N] [--reps N] [--m M] [--only NAME] [--isa NAME] [--layers N]\n");
+      std::fprintf(stderr, "usage: packed_bench [--threads N] [--reps N] [--m M] [--only NAME] [--isa NAME] [--layers N] [--as-loaded]\n");
       return 2;
     }
   }
@@ -94,36 +103,52 @@ int main(int argc, char** argv) {
       {"w8a16", WeightFormat::Int8, 0, ActQuant::None},
       {"w4a16", WeightFormat::Int4, 64, ActQuant::None},
       {"fp8", WeightFormat::Fp8E4M3, 0, ActQuant::Fp8Dynamic},
+      {"w4a16-gidx", WeightFormat::Int4, 64, ActQuant::None, true},
+      {"w8a16-g128", WeightFormat::Int8, 128, ActQuant::None},
+      {"w8a16-g128-gidx", WeightFormat::Int8, 128, ActQuant::None, true},
   };
   const int64_t shapes[4][2] = {{960, 576}, {576, 576}, {3072, 576}, {576, 1536}};
   const int kLayers = layers, kPrefillLayers = std::min(2, layers);
-  std::printf("packed_bench: threads %d, isa %d, reps %d (best / median)\n", threads, int(isa), reps);
+  std::printf("packed_bench: threads %d, isa %d, reps %d (best / median)%s\n", threads, int(isa), reps,
+              as_loaded ? ", as loaded (cpu::Weight, linear())" : "");
   for (const Fmt& f : fmts) {
     if (!only.empty() && only != f.name) continue;
     std::mt19937 rng(1);
     std::vector<PackedWeight> ws;
+    std::vector<cpu::Weight> loaded;
     int64_t bytes = 0, macs = 0;
     for (int l = 0; l < kLayers; ++l)
       for (const auto& s : shapes) {
         ws.push_back(make(f, s[0], s[1], rng));
         bytes += ws.back().n_bytes();
         if (l < kPrefillLayers) macs += s[0] * s[1];
+        if (as_loaded) {
+          loaded.emplace_back(std::move(ws.back()));
+          ws.pop_back();
+        }
       }
     std::normal_distribution<float> nd(0.0f, 1.0f);
     std::vector<float> x(size_t(pm * 1536)), y(size_t(pm * 3072));
     for (float& v : x) v = nd(rng);
+    auto run = [&](size_t k, int64_t m) {
+      if (as_loaded)
+        cpu::linear(x.data(), m, loaded[k], y.data());
+      else
+        cpu::detail::packed_linear_isa(x.data(), m, ws[k], y.data(), threads, isa);
+    };
+    const size_t n_weights = as_loaded ? loaded.size() : ws.size();
     // decode
     std::vector<double> t_dec;
     for (int r = 0; r < (decode ? reps + 1 : 2); ++r) {
       const double t0 = cpu_now();
-      for (const PackedWeight& w : ws) cpu::detail::packed_linear_isa(x.data(), 1, w, y.data(), threads, isa);
+      for (size_t k = 0; k < n_weights; ++k) run(k, 1);
       if (r > 0) t_dec.push_back(cpu_now() - t0);
     }
     std::vector<double> t_pre;
     for (int r = 0; r < (prefill ? std::max(1, reps / 2) + 1 : 2); ++r) {
       const double t0 = cpu_now();
       for (size_t k = 0; k < size_t(4 * kPrefillLayers); ++k)
-        cpu::detail::packed_linear_isa(x.data(), pm, ws[k], y.data(), threads, isa);
+        run(k, pm);
       if (r > 0) t_pre.push_back(cpu_now() - t0);
     }
     std::sort(t_dec.begin(), t_dec.end());

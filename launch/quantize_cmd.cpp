@@ -34,6 +34,10 @@ const CommandSpec& quantize_spec() {
                            "GPTQ visits columns by decreasing Hessian diagonal; groups stay contiguous, their "
                            "scales static (compressed-tensors actorder \"weight\", llm-compressor's default); the "
                            "default for gptq / smoothquant+gptq"),
+          OptionSpec::flag("act-order-group",
+                           "GPTQ visits columns by decreasing Hessian diagonal and makes its groups of the columns in "
+                           "that order (compressed-tensors actorder \"group\", AutoGPTQ's desc_act): each weight "
+                           "gets a g_idx; served at the speed of contiguous groups (kernels hold the columns sorted)"),
           OptionSpec::flag("no-act-order", "GPTQ visits columns in order (no activation ordering)"),
           OptionSpec::value("gptq-groups", "static|dynamic", "dynamic",
                             "GPTQ group scales from the original weights up front (static, as llm-compressor) or "
@@ -62,9 +66,12 @@ int run_quantize(const CliArgs& a) {
   // dynamic group scales) to 25.47, below RTN's 26.73 and llm-compressor's GPTQ's 25.88
   // (bench/results/quality-llmcompressor-*.md); on the float schemes (10 x 512 windows) nvfp4 21.60 -> 20.98 and
   // mxfp4 25.24 -> 23.04, past llm-compressor's 21.31 / 23.89 (bench/results/quality-20261202-1727.md, addendum 7).
-  if (a.flag("act-order") && a.flag("no-act-order")) throw UsageError("--act-order and --no-act-order exclude each other");
+  if (int(a.flag("act-order")) + int(a.flag("act-order-group")) + int(a.flag("no-act-order")) > 1)
+    throw UsageError("--act-order, --act-order-group and --no-act-order exclude each other");
   const bool gptq = o.method == QuantMethod::Gptq || o.method == QuantMethod::SmoothQuantGptq;
-  o.act_order = a.flag("act-order") || (gptq && !a.flag("no-act-order")) ? ActOrder::Weight : ActOrder::None;
+  o.act_order = a.flag("act-order-group")                                  ? ActOrder::Group
+                : a.flag("act-order") || (gptq && !a.flag("no-act-order")) ? ActOrder::Weight
+                                                                           : ActOrder::None;
   const std::string groups = *a.str("gptq-groups");
   if (groups != "static" && groups != "dynamic")
     throw UsageError("--gptq-groups must be static or dynamic, not '" + groups + "'");

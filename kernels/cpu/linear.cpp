@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/act_order.h"
 #include "common/error.h"
 #include "kernels/cpu/bf16_round.h"
 #include "kernels/cpu/gemv.h"
@@ -119,6 +120,7 @@ void gemv(const float* x, int64_t m, const Weight& w, float* y, LinearImpl best)
 Weight::Weight(PackedWeight w, bool relayout) : w_(std::move(w)) {
   check_packed_weight(w_);
   if (relayout) {
+    sort_columns_by_group(&w_);          // act-order: then a weight of contiguous groups for every kernel below
     detail::prepare_rows16_weight(&w_);  // first: a weight it takes stays out of the GGUF regroupings
     detail::prepare_gguf_weight(&w_);
   }

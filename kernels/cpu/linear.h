@@ -22,6 +22,8 @@ class Weight {
  public:
   // A packed weight as the loaders give it (common/packed_weight.h): checked (check_packed_weight), kept as it
   // is stored. F32 / BF16 run on the dense paths below; every other format on its own kernel.
+  // Act-order Int8 / Int4 weights (g_idx) whose groups are whole are held with their columns sorted by group
+  // (common/act_order.h sort_columns_by_group; x gathered per call), so the kernels for contiguous groups take them.
   // Int4 / MXFP4 / NVFP4 and GGUF Q4_0 / Q4_1 / Q8_0 weights are put in 16-row blocks where the GEMM-form
   // kernels are this CPU's (kernels/cpu/rows16.h prepare_rows16_weight; the same bytes, rows padded to a
   // multiple of 16); GGUF Q8_0 / Q5_0 rows still in the file layout are then regrouped, in place, into the layout
