@@ -150,8 +150,8 @@ int64_t PackedWeight::n_groups() const {
 }
 
 int64_t PackedWeight::n_bytes() const {
-  return data.size() + int64_t(scales.size() * sizeof(float) + zeros.size() +
-                               (g_idx.size() + col_order.size()) * sizeof(int32_t) + scale_bytes.size());
+  return data.size() + int64_t(scales.size() * sizeof(float) + zeros.size() + g_idx.size() * sizeof(int32_t) +
+                               scale_bytes.size());
 }
 
 void check_packed_weight(const PackedWeight& w) {
@@ -184,21 +184,8 @@ void check_packed_weight(const PackedWeight& w) {
     need(w.g_idx.empty() || int64_t(w.g_idx.size()) == w.n_in,
          num(int64_t(w.g_idx.size())) + " g_idx entries, expected 0 or " + num(w.n_in));
     for (const int32_t g : w.g_idx) need(g >= 0 && g < w.n_groups(), "g_idx value " + num(g) + " is not a group");
-    if (!w.col_order.empty()) {
-      need(int64_t(w.col_order.size()) == w.n_in,
-           num(int64_t(w.col_order.size())) + " col_order entries, expected 0 or " + num(w.n_in));
-      need(w.g_idx.empty(), "col_order with g_idx (the columns are held sorted by group, or g_idx says the group)");
-      need(w.act_group == 0, "col_order with act_group (activation groups are columns in the weight's order)");
-      std::vector<bool> seen(size_t(w.n_in), false);
-      for (const int32_t c : w.col_order) {
-        need(c >= 0 && c < w.n_in && !seen[size_t(c)], "col_order is not a permutation of the columns (entry " +
-                                                            num(c) + ")");
-        seen[size_t(c)] = true;
-      }
-    }
   } else {
-    need(w.zeros.empty() && w.g_idx.empty() && w.col_order.empty(),
-         "zero points, g_idx or col_order on a format without groups");
+    need(w.zeros.empty() && w.g_idx.empty(), "zero points or g_idx on a format without groups");
   }
   if (w.format == WeightFormat::Fp8E4M3) {
     int64_t n_scales = 1;
@@ -255,7 +242,6 @@ void dequantize_rows(const PackedWeight& w, int64_t r0, int64_t r1, float* out) 
   std::vector<uint8_t> row_sb(static_cast<size_t>(rows16 && fp4 ? ng : 0));
   std::vector<float> row_scales(static_cast<size_t>(rows16 && !fp4 ? ng : 0));
   std::vector<int8_t> row_zeros(static_cast<size_t>(rows16 && !w.zeros.empty() ? ng : 0));
-  std::vector<float> held;  // with col_order: the row in its held column order
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* row = w.data.data() + r * rb;
     if (w.gguf_layout != GgufLayout::File) {  // back to the file's blocks
@@ -326,10 +312,6 @@ void dequantize_rows(const PackedWeight& w, int64_t r0, int64_t r1, float* out) 
       }
       default: dequantize_row(gguf_dtype(w.format), row, o, n); break;
     }
-    if (!w.col_order.empty()) {  // held column j is the weight's column col_order[j]
-      held.assign(o, o + n);
-      for (int64_t j = 0; j < n; ++j) o[w.col_order[size_t(j)]] = held[size_t(j)];
-    }
   }
 }
 
@@ -369,7 +351,6 @@ PackedWeight copy_packed_weight(const PackedWeight& w) {
   c.act_group = w.act_group;
   c.act_bf16 = w.act_bf16;
   c.g_idx_groups = w.g_idx_groups;
-  c.col_order = w.col_order;
   c.gguf_layout = w.gguf_layout;
   c.rows_layout = w.rows_layout;
   return c;

@@ -12,9 +12,7 @@
 //                    zeros (asymmetric): int8 [n_out, n_groups] in q units; empty: symmetric (zero 0)
 //                    group of column c: g_idx[c] when g_idx is given (act-order), else c / group_size;
 //                    with g_idx a row holds g_idx_groups groups (a row-parallel slice of an act-order weight
-//                    keeps the groups its columns use, which may be more than n_in / group_size);
-//                    col_order (act-order held sorted, common/act_order.h): data's column j is the weight's
-//                    column col_order[j], its group j / group_size — y = x[:, col_order] · Wᵀ_held; g_idx empty
+//                    keeps the groups its columns use, which may be more than n_in / group_size)
 //   Fp8E4M3          E4M3 bytes, w = fp8 · scale: per tensor (scales [1]), per channel ([n_out]) or per
 //                    block_out × group_size block ([ceil(n_out / block_out), ceil(n_in / group_size)])
 //   Mxfp4            E2M1 values two a byte (low nibble first), E8M0 scale bytes [n_out, n_in / 32] in
@@ -112,8 +110,6 @@ struct PackedWeight {
                                     // Q4_0 / Q4_1 / Q4_K in Rows16 too (the GEMM-form kernel's x; GGUF's own kernels
                                     // quantize x to int8 a 32-column block, coarser); false: x in F32
   int64_t g_idx_groups = 0;         // with g_idx: scale groups a row (0: ceil(n_in / group_size))
-  std::vector<int32_t> col_order;   // Int8/Int4: [n_in] the weight's column held at data column j (an act-order
-                                    // weight's columns sorted by group; the kernels gather x so); empty: in order
   GgufLayout gguf_layout = GgufLayout::File;  // GGUF: the order of each row's bytes (common/gguf_layout.h;
                                               // the CPU kernels may regroup Q8_0 / Q5_0 rows at load, same bytes)
   RowsLayout rows_layout = RowsLayout::Rows;  // Int4 / Mxfp4 / Nvfp4 / GGUF Q4_0 / Q4_1 / Q8_0 / Q4_K: where
@@ -127,12 +123,12 @@ struct PackedWeight {
                                     // their scales in scale_bytes)
   int64_t n_groups() const;         // scale groups a row (Int8/Int4/Fp8 block); 1 otherwise
   int64_t group_of(int64_t col) const { return g_idx.empty() ? col / group_size : g_idx[size_t(col)]; }
-  // Bytes held: data, scales, zeros, g_idx, col_order and scale bytes (what a rank reports as resident).
+  // Bytes held: data, scales, zeros, g_idx and scale bytes (what a rank reports as resident).
   int64_t n_bytes() const;
 };
 
 // Throws tp::Error naming what does not fit: shape vs format (block multiples), the sizes of data, scales,
-// zeros, g_idx, col_order and scale_bytes, g_idx values in [0, n_groups), col_order a permutation.
+// zeros, g_idx and scale_bytes, g_idx values in [0, n_groups).
 void check_packed_weight(const PackedWeight& w);
 
 // Rows [r0, r1) of w as F32 [r1 - r0, n_in]: the reference every kernel is tested against (slow; tests, the

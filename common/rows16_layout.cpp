@@ -250,7 +250,7 @@ std::string rows16_refusal(const PackedWeight& w) {
   if (w.act != ActQuant::None) return "activation quantization";
   if (w.n_in % 32 != 0) return "n_in is not a multiple of 32";
   if (!fp4 && !w.g_idx.empty()) return "g_idx (act-order)";
-  if (!fp4 && w.n_groups() > 1 && w.group_size % 32 != 0) return "groups of a size that is not a multiple of 32";
+  if (!fp4 && w.n_groups() > 1 && w.group_size % 16 != 0) return "groups of a size that is not a multiple of 16";
   if (fp4 && !fp4_rows16_scales_ok(w.scale_bytes.data(), int64_t(w.scale_bytes.size()), mx))
     return mx ? "an E8M0 scale byte 0 or 255" : "an E4M3 scale byte that is NaN";
   return "";

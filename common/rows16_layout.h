@@ -35,7 +35,8 @@
 //           planes of q's bits 4 and 5 (plane p, byte 4i + j, bit 2c + h: bit 4 + p of row i's q at column
 //           32g + 8c + 4h + j). 210 bytes per 256 columns, as the file.
 // Rows16 takes weight-only (act None) weights with n_in a multiple of 32: Int4 without g_idx, per channel or in
-// groups of a multiple of 32 columns; MXFP4 / NVFP4 without a scale byte the decode's fast conversion does not
+// groups of a multiple of 16 columns (the GEMM form reads 8-column chunks; 16: an act-order slice's held groups,
+// common/act_order.h); MXFP4 / NVFP4 without a scale byte the decode's fast conversion does not
 // take (fp4_rows16_scales_ok); GGUF Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K / Q6_K in the file's blocks (gguf_layout File).
 #pragma once
 #include <cstdint>

@@ -156,7 +156,10 @@ class CudaBackend final : public Backend {
   using Backend::upload;
   std::unique_ptr<LinearWeight> upload(cpu::Weight w) override {
     const PackedWeight& p = w.packed();
-    const std::string shape = "[" + std::to_string(p.n_out) + ", " + std::to_string(p.n_in) + "]";
+    const std::string shape = "[" + std::to_string(p.n_out) + ", " + std::to_string(w.n_in()) + "]";
+    if (!w.column_gather().empty())
+      throw InputError("model.device cuda: weight " + shape +
+                       " is act-order (g_idx); no CUDA kernel for it yet: run it on device cpu");
     if (p.format == WeightFormat::BF16) {
       if (p.n_in % 2 != 0 || p.n_out % 2 != 0)
         throw InputError("model.device cuda: BF16 weight " + shape +

@@ -276,6 +276,8 @@ bool rows16_wanted(const PackedWeight& w) {
          w.rows_layout == RowsLayout::Rows && cpu_has_avx512bf16() && prefer_bf16_a16() && rows16_refusal(w).empty();
 }
 
+bool rows16_takes_int4() { return cpu_has_avx512bf16() && prefer_bf16_a16(); }
+
 void prepare_rows16_weight(PackedWeight* w) {
   if (!rows16_wanted(*w)) return;
   set_rows_layout(w, RowsLayout::Rows16);

@@ -117,10 +117,12 @@ void gemv(const float* x, int64_t m, const Weight& w, float* y, LinearImpl best)
 }  // namespace
 
 // ------------------------------------------------------------------------------------------------ Weight
-Weight::Weight(PackedWeight w, bool relayout) : w_(std::move(w)) {
+Weight::Weight(PackedWeight w, bool relayout) : w_(std::move(w)), n_in_(w_.n_in) {
   check_packed_weight(w_);
   if (relayout) {
-    sort_columns_by_group(&w_);          // act-order: then a weight of contiguous groups for every kernel below
+    // act-order: then a weight of contiguous groups for every kernel below (a slice's held groups in 16s for
+    // Int4 where the 16-row GEMM form is this CPU's, which takes them: less padding)
+    hold_sorted_by_group(&w_, &gather_, w_.format == WeightFormat::Int4 && detail::rows16_takes_int4() ? 16 : 32);
     detail::prepare_rows16_weight(&w_);  // first: a weight it takes stays out of the GGUF regroupings
     detail::prepare_gguf_weight(&w_);
   }
@@ -140,7 +142,7 @@ Weight::Weight(DType dtype, int64_t n_out, int64_t n_in, DType src_type, const v
                      std::string(dtype_name(src_type)) + " row of " + std::to_string(n_in));
   w_.format = dtype == DType::F32 ? WeightFormat::F32 : WeightFormat::BF16;
   w_.n_out = n_out;
-  w_.n_in = n_in;
+  w_.n_in = n_in_ = n_in;
   w_.data = AlignedBytes(n_out * w_.row_bytes());
 
   const auto* s = static_cast<const uint8_t*>(src);
@@ -204,6 +206,15 @@ void linear(const float* x, int64_t m, const Weight& w, float* y, LinearImpl imp
       detail::gemm_gguf(x, m, w.packed(), y, num_threads(),
                         impl == LinearImpl::Onednn ? detail::GgufKernel::DequantBf16 : detail::gguf_best_tile());
       return;
+    }
+    const std::vector<int32_t>& gather = w.column_gather();
+    if (!gather.empty()) {  // act-order held sorted by group: x's columns in the held order (0 for padding)
+      thread_local std::vector<float> xg;
+      const int64_t n = w.packed().n_in, k = w.n_in();
+      xg.resize(size_t(m * n));
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) xg[size_t(i * n + j)] = gather[size_t(j)] < 0 ? 0.0f : x[i * k + gather[size_t(j)]];
+      x = xg.data();
     }
     detail::packed_linear(x, m, w.packed(), y, num_threads());
     return;

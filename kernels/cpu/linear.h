@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "common/dtype.h"
 #include "common/packed_weight.h"
@@ -22,8 +23,9 @@ class Weight {
  public:
   // A packed weight as the loaders give it (common/packed_weight.h): checked (check_packed_weight), kept as it
   // is stored. F32 / BF16 run on the dense paths below; every other format on its own kernel.
-  // Act-order Int8 / Int4 weights (g_idx) whose groups are whole are held with their columns sorted by group
-  // (common/act_order.h sort_columns_by_group; x gathered per call), so the kernels for contiguous groups take them.
+  // Act-order Int8 / Int4 weights (g_idx) are held with their columns sorted by group (common/act_order.h
+  // hold_sorted_by_group: a row-parallel slice's groups padded; x gathered per call, column_gather), so the kernels
+  // for contiguous groups take them.
   // Int4 / MXFP4 / NVFP4 and GGUF Q4_0 / Q4_1 / Q8_0 weights are put in 16-row blocks where the GEMM-form
   // kernels are this CPU's (kernels/cpu/rows16.h prepare_rows16_weight; the same bytes, rows padded to a
   // multiple of 16); GGUF Q8_0 / Q5_0 rows still in the file layout are then regrouped, in place, into the layout
@@ -44,11 +46,15 @@ class Weight {
   // The element type of a dense weight (F32 or BF16); throws tp::Error for a packed one.
   DType dtype() const;
   int64_t n_out() const { return w_.n_out; }
-  int64_t n_in() const { return w_.n_in; }
+  int64_t n_in() const { return n_in_; }  // x's columns (the held weight's, packed().n_in, where padded may be more)
   const void* data() const { return w_.data.data(); }
+  // The weight as held: as given, or in a layout of the same values this CPU's kernels read (above); an act-order
+  // weight's columns sorted by group (its column j reads x column column_gather()[j]).
   const PackedWeight& packed() const { return w_; }
-  // Bytes held: values and every scale (PackedWeight::n_bytes).
-  int64_t n_bytes() const { return w_.n_bytes(); }
+  // Empty, or [packed().n_in]: the x column each held column reads (−1: a padding column, x 0).
+  const std::vector<int32_t>& column_gather() const { return gather_; }
+  // Bytes held: values, every scale and the column gather (PackedWeight::n_bytes).
+  int64_t n_bytes() const { return w_.n_bytes() + int64_t(gather_.size() * sizeof(int32_t)); }
   // Bytes of the blocked copy oneDNN prefers (made on the first oneDNN-path call, kept with the Weight:
   // 1.1-4x faster GEMM than reading the plain rows; 0 until then or when the plain layout is what it wants).
   int64_t gemm_cache_bytes() const;
@@ -56,6 +62,8 @@ class Weight {
  private:
   friend struct detail::GemmCache;
   PackedWeight w_;
+  int64_t n_in_ = 0;
+  std::vector<int32_t> gather_;  // act-order held sorted: x column of each held column (−1: 0)
   mutable std::shared_ptr<detail::GemmCache> gemm_cache_;  // thread-safe, created on first use
 };
 

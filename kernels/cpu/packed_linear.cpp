@@ -102,21 +102,12 @@ void packed_linear_reference(const float* x, int64_t m, const PackedWeight& w, f
 }
 
 bool packed_linear_isa(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa) {
-  const float* const x_given = x;
   // BF16 activations: every kernel takes x already rounded (those with a one-part path, w.act_bf16, then skip
-  // the low part, which is 0; the others compute on the rounded values as they are). Columns held in another
-  // order (col_order: act-order sorted by group, common/act_order.h): every kernel takes x gathered so.
+  // the low part, which is 0; the others compute on the rounded values as they are).
   thread_local std::vector<float> xr;
-  if (w.act_bf16 || !w.col_order.empty()) {
-    const int64_t n = w.n_in;
-    xr.resize(size_t(m * n));
-    if (!w.col_order.empty()) {
-      const int32_t* order = w.col_order.data();
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) xr[size_t(i * n + j)] = x[i * n + order[j]];
-      x = xr.data();
-    }
-    if (w.act_bf16) round_bf16_f32(x, m * n, xr.data());
+  if (w.act_bf16) {
+    xr.resize(size_t(m * w.n_in));
+    round_bf16_f32(x, m * w.n_in, xr.data());
     x = xr.data();
   }
   bool ran = false;
@@ -140,9 +131,7 @@ bool packed_linear_isa(const float* x, int64_t m, const PackedWeight& w, float* 
       break;
     default: break;
   }
-  if (!ran) {  // the reference reads the weight's columns in its order (dequantize_rows): x as given
-    packed_linear_reference(x_given, m, w, y, n_threads);
-  }
+  if (!ran) packed_linear_reference(x, m, w, y, n_threads);
   return ran;
 }
 

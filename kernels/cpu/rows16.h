@@ -44,6 +44,9 @@ void with_tile_rows(int64_t rows_left, F&& f) {
 // Rows16 can hold (rows16_refusal), on a CPU whose 4-bit decode is the AVX512-BF16 one (prefer_bf16_a16: AMD; on Intel the
 // VNNI kernels read Rows).
 bool rows16_wanted(const PackedWeight& w);
+// Whether this CPU puts Int4 weights in Rows16 (AVX512-BF16 and prefer_bf16_a16): then groups of any multiple of 16
+// columns run on the GEMM form (common/act_order.h holds an act-order slice's groups in 16s for it).
+bool rows16_takes_int4();
 // w into Rows16, in place, where rows16_wanted (GGUF Q4_0 / Q4_1 then with act_bf16: x rounded to BF16, finer than
 // the int8 a 32-column block their file-layout kernels quantize x to); else left as it is.
 void prepare_rows16_weight(PackedWeight* w);

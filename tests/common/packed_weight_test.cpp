@@ -186,7 +186,7 @@ TEST(PackedWeight, CheckRefusesWhatDoesNotFit) {
   refused([](PackedWeight& w) { w.format = WeightFormat::Mxfp4, w.data = AlignedBytes(4), w.scales.clear(),
                                 w.scale_bytes = {127, 127}, w.act = ActQuant::Int8Dynamic; }, "not a multiple of the 32");
   refused([](PackedWeight& w) { w.format = WeightFormat::BF16, w.data = AlignedBytes(16); }, "scales on a format");
-  refused([](PackedWeight& w) { w.format = WeightFormat::Fp8E4M3, w.zeros = {0, 0}; }, "zero points, g_idx or col_order");
+  refused([](PackedWeight& w) { w.format = WeightFormat::Fp8E4M3, w.zeros = {0, 0}; }, "zero points or g_idx");
   refused([](PackedWeight& w) {
     w.format = WeightFormat::GgufQ4_0;
     w.scales.clear();
@@ -227,7 +227,6 @@ TEST(PackedWeight, CopyHasEveryFieldAndItsOwnBytes) {
   w.zeros = {1, 0, -1, 2, 3, 4};
   w.g_idx = {2, 0, 1, 1};
   w.g_idx_groups = 3;
-  w.col_order = {1, 0, 3, 2};
   w.scale_bytes = {7, 9};
   w.global_scale = 0.125f;
   w.act = ActQuant::Int8Static;
@@ -249,7 +248,6 @@ TEST(PackedWeight, CopyHasEveryFieldAndItsOwnBytes) {
   EXPECT_EQ(c.zeros, w.zeros);
   EXPECT_EQ(c.g_idx, w.g_idx);
   EXPECT_EQ(c.g_idx_groups, w.g_idx_groups);
-  EXPECT_EQ(c.col_order, w.col_order);
   EXPECT_EQ(c.scale_bytes, w.scale_bytes);
   EXPECT_EQ(c.global_scale, w.global_scale);
   EXPECT_EQ(c.act, w.act);

@@ -350,7 +350,7 @@ TEST(RowsLayout, RefusesWhatRows16CannotHold) {
   PackedWeight int8;
   int8.format = WeightFormat::Int8;
   EXPECT_THROW(set_rows_layout(&int8, RowsLayout::Rows16), Error);
-  refused(random_int4(4, 64, 16, false, 5), "groups of a size that is not a multiple of 32");
+  refused(random_int4(4, 64, 8, false, 5), "groups of a size that is not a multiple of 16");
   PackedWeight act_order = random_int4(4, 64, 32, false, 6);
   for (int64_t k = 0; k < 64; ++k) act_order.g_idx.push_back(int32_t((63 - k) / 32));
   refused(std::move(act_order), "g_idx (act-order)");

@@ -21,7 +21,6 @@
 #include <string>
 #include <vector>
 
-#include "common/act_order.h"
 #include "common/dtype.h"
 #include "common/error.h"
 #include "common/fp_formats.h"
@@ -825,8 +824,9 @@ TEST(PackedKernels, Fp4Rows16MatchesReferenceAndRowsAlone) {
 // against the reference (the tiny and huge rows of x apart), 1 and 2 threads, a row of a batch (m 2..37) with the
 // bits it has alone, zero / NaN / infinity rows, F32 and BF16 x — on groups of 32, 64 and 128 columns and per
 // channel, symmetric and with zero points (taken off as zero · Σ x a group), a last group shorter than the others
-// (n_in 96 in groups of 64), row counts leaving 3, 3, 16, 5 and 1 rows in the last 16-row block; g_idx, groups of 16
-// and activation quantization stay out of the layout.
+// (n_in 96 in groups of 64), groups of 16 and 48 (an act-order slice's held groups: common/act_order.h), row counts
+// leaving 3, 3, 16, 5 and 1 rows in the last 16-row block; g_idx, groups of 8 and activation quantization stay out
+// of the layout.
 TEST(PackedKernels, Int4Rows16MatchesReferenceAndRowsAlone) {
   if (packed_best_isa() != PackedIsa::Avx512 || !cpu_has_avx512bf16()) GTEST_SKIP() << "no AVX512-BF16 here";
   using F = WeightFormat;
@@ -834,9 +834,10 @@ TEST(PackedKernels, Int4Rows16MatchesReferenceAndRowsAlone) {
       Case{"int4_g64_576", F::Int4, 35, 576, 64},          Case{"int4_g128_zeros_1536", F::Int4, 19, 1536, 128, 0, true},
       Case{"int4_channel_576", F::Int4, 16, 576},          Case{"int4_channel_zeros_64", F::Int4, 5, 64, 0, 0, true},
       Case{"int4_g32_zeros_96", F::Int4, 1, 96, 32, 0, true}, Case{"int4_g64_zeros_96", F::Int4, 21, 96, 64, 0, true},
+      Case{"int4_g16_zeros_64", F::Int4, 8, 64, 16, 0, true}, Case{"int4_g48_576", F::Int4, 19, 576, 48},
   };
   check_fp4_decode(cs, rows16_decode);
-  for (const Case& c : {Case{"int4_g64_gidx", F::Int4, 8, 256, 64, 0, false, true}, Case{"int4_g16", F::Int4, 8, 64, 16},
+  for (const Case& c : {Case{"int4_g64_gidx", F::Int4, 8, 256, 64, 0, false, true}, Case{"int4_g8", F::Int4, 8, 64, 8},
                         Case{"w4a8", F::Int4, 8, 64, 32, 0, false, false, false, ActQuant::Int8Dynamic},
                         Case{"int4_odd", F::Int4, 8, 48}}) {
     PackedWeight w = make(c, 5);
@@ -965,48 +966,71 @@ TEST(PackedKernels, FourBitWeightTakesTheDecodeLayoutAndMatchesReference) {
   }
 }
 
-// Act-order weights of whole groups (GPTQ's actorder "group": g_idx a shuffled assignment of group_size columns a
-// group, the last group the rest) through cpu::Weight and linear(): held with their columns sorted by group
-// (col_order, g_idx cleared: common/act_order.h), so the kernels for contiguous groups run them — Int4 in 16-row
-// blocks where rows16_wanted takes the sorted weight (AMD), W8A16 on the VNNI / AVX-512 decode, W8A8 on its int8
-// kernels — where the one kernel that took g_idx read a scale a column (~40× slower decode: bench/packed_bench
-// --as-loaded). Checked: the held weight's values (dequantize_rows) equal to the given weight's; m 1 (37 rows one
-// at a time), 2, 16, 37 and 64 within the suite's bound of the reference on the weight as given (x as given: the
-// kernels read x gathered by col_order); in 16-row blocks a batch's rows with the bits they have alone; m = 4 on
-// every ISA here (packed_linear_isa on the held weight) within the bound.
+// Act-order weights (GPTQ's actorder "group": g_idx a shuffled assignment of group_size columns a group, the last
+// group the rest), whole and as a row-parallel slice holds them (columns [c0, c1): groups held partly), through
+// cpu::Weight and linear(): held with their columns sorted by group (common/act_order.h; g_idx cleared, a slice's
+// groups padded in 32s), so the kernels for contiguous groups run them — Int4 in 16-row blocks where rows16_wanted
+// takes the held weight (AMD), W8A16 on the VNNI / AVX-512 decode, W8A8 on its int8 kernels — where the one
+// kernel that took g_idx read a scale a column (~40× slower decode: bench/packed_bench --as-loaded). Checked: every
+// held column's values (dequantize_rows) those of the given column it reads (0 for padding); m 1 (37 rows one at a
+// time), 2, 16, 37 and 64 within the suite's bound of the reference on the weight as given (x as given: linear()
+// gathers x for the held columns); in 16-row blocks a batch's rows with the bits they have alone; m = 4 on every
+// ISA here (packed_linear_isa on the held weight and x gathered) within the bound.
 TEST(PackedKernels, ActOrderWeightIsHeldSortedAndMatchesReference) {
   using F = WeightFormat;
-  std::vector<Case> cs = {Case{"int4_g64_576", F::Int4, 35, 576, 64},
-                          Case{"int4_g128_zeros_576", F::Int4, 19, 576, 128, 0, true},
-                          Case{"int4_g32_odd_203", F::Int4, 9, 203, 32},
-                          Case{"int8_g128_576", F::Int8, 21, 576, 128},
-                          Case{"int8_g64_w8a8_token", F::Int8, 29, 256, 64, 0, false, false, false, ActQuant::Int8Dynamic},
-                          Case{"int4_g128_x_bf16", F::Int4, 40, 256, 128}};
-  cs.back().act_bf16 = true;
-  for (const Case& c : cs) {
-    PackedWeight given = make(c, 31);
+  struct A {
+    Case c;
+    int64_t c0 = 0, c1 = 0;  // a row-parallel slice of the columns (0, 0: the whole weight)
+  };
+  std::vector<A> cs = {{Case{"int4_g64_576", F::Int4, 35, 576, 64}},
+                       {Case{"int4_g128_zeros_576", F::Int4, 19, 576, 128, 0, true}},
+                       {Case{"int4_g32_odd_203", F::Int4, 9, 203, 32}},
+                       {Case{"int8_g128_576", F::Int8, 21, 576, 128}},
+                       {Case{"int8_g64_w8a8_token", F::Int8, 29, 256, 64, 0, false, false, false, ActQuant::Int8Dynamic}},
+                       {Case{"int4_g128_x_bf16", F::Int4, 40, 256, 128}},
+                       {Case{"int4_g64_slice_288_576", F::Int4, 35, 576, 64}, 288, 576},
+                       {Case{"int4_g128_zeros_slice_x_bf16", F::Int4, 19, 1536, 128, 0, true}, 512, 1024},
+                       {Case{"int8_g128_slice_192_384", F::Int8, 21, 576, 128}, 192, 384}};
+  cs[5].c.act_bf16 = cs[7].c.act_bf16 = true;
+  for (const A& a : cs) {
+    const Case& c = a.c;
+    PackedWeight whole = make(c, 31);
     std::mt19937 rng(7);
-    for (int64_t k = 0; k < c.n_in; ++k) given.g_idx.push_back(int32_t(k / given.group_size));
-    std::shuffle(given.g_idx.begin(), given.g_idx.end(), rng);
+    for (int64_t k = 0; k < c.n_in; ++k) whole.g_idx.push_back(int32_t(k / whole.group_size));
+    std::shuffle(whole.g_idx.begin(), whole.g_idx.end(), rng);
+    PackedWeight given = copy_packed_weight(whole);
+    if (a.c1 > 0) {  // columns [c0, c1), every group's scales kept, as the loaders slice act-order weights
+      given.n_in = a.c1 - a.c0;
+      given.g_idx.assign(whole.g_idx.begin() + a.c0, whole.g_idx.begin() + a.c1);
+      given.g_idx_groups = whole.n_groups();
+      given.data = AlignedBytes(c.n_out * given.row_bytes());
+      for (int64_t r = 0; r < c.n_out; ++r)
+        std::memcpy(given.data.data() + r * given.row_bytes(), whole.data.data() + r * whole.row_bytes() +
+                    a.c0 * whole.row_bytes() / c.n_in, size_t(given.row_bytes()));  // c0 even: whole bytes
+    }
     check_packed_weight(given);
-    PackedWeight sorted = copy_packed_weight(given);
-    ASSERT_TRUE(sort_columns_by_group(&sorted)) << c.name;
+    const int64_t n_in = given.n_in;
     const cpu::Weight w(copy_packed_weight(given));
     const PackedWeight& held = w.packed();
+    const std::vector<int32_t>& gather = w.column_gather();
     EXPECT_TRUE(held.g_idx.empty()) << c.name;
-    ASSERT_EQ(held.col_order, sorted.col_order) << c.name;
+    EXPECT_EQ(w.n_in(), n_in) << c.name;
+    ASSERT_EQ(int64_t(gather.size()), held.n_in) << c.name;
     const bool rows16 = held.rows_layout == RowsLayout::Rows16;
-    EXPECT_EQ(rows16, rows16_wanted(sorted)) << c.name;
-    std::vector<float> a(size_t(c.n_out * c.n_in)), b(a.size());
-    dequantize_rows(given, 0, c.n_out, a.data());
-    dequantize_rows(held, 0, c.n_out, b.data());
-    ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << c.name;
+    std::vector<float> a_given(size_t(c.n_out * n_in)), b_held(size_t(c.n_out * held.n_in));
+    dequantize_rows(given, 0, c.n_out, a_given.data());
+    dequantize_rows(held, 0, c.n_out, b_held.data());
+    for (int64_t r = 0; r < c.n_out; ++r)
+      for (int64_t j = 0; j < held.n_in; ++j)
+        if (gather[size_t(j)] >= 0) {
+          ASSERT_EQ(b_held[size_t(r * held.n_in + j)], a_given[size_t(r * n_in + gather[size_t(j)])]) << c.name;
+        }
     const int64_t m_max = 64;
-    const std::vector<float> x = normal_rows(m_max, c.n_in);
+    const std::vector<float> x = normal_rows(m_max, n_in);
     std::vector<float> ref(size_t(m_max * c.n_out)), alone(size_t(37 * c.n_out));
     packed_linear_reference(x.data(), m_max, given, ref.data(), 1);
     auto head = [&](int64_t m) { return std::vector<float>(ref.begin(), ref.begin() + m * c.n_out); };
-    for (int64_t i = 0; i < 37; ++i) cpu::linear(x.data() + i * c.n_in, 1, w, alone.data() + i * c.n_out);
+    for (int64_t i = 0; i < 37; ++i) cpu::linear(x.data() + i * n_in, 1, w, alone.data() + i * c.n_out);
     EXPECT_LE(nmse_of(alone, head(37)), kMaxNmse) << c.name;
     for (int64_t m : {2, 16, 37, 64}) {
       std::vector<float> y(size_t(m * c.n_out));
@@ -1018,15 +1042,21 @@ TEST(PackedKernels, ActOrderWeightIsHeldSortedAndMatchesReference) {
         EXPECT_EQ(y, std::vector<float>(alone.begin(), alone.begin() + m * c.n_out)) << c.name << " m " << m;
       }
     }
+    std::vector<float> xg(size_t(4 * held.n_in));  // x as linear() gathers it
+    for (int64_t i = 0; i < 4; ++i)
+      for (int64_t j = 0; j < held.n_in; ++j)
+        xg[size_t(i * held.n_in + j)] = gather[size_t(j)] < 0 ? 0.0f : x[size_t(i * n_in + gather[size_t(j)])];
     std::vector<PackedIsa> isas{PackedIsa::Portable};
     if (cpu_has_avx2()) isas.push_back(PackedIsa::Avx2);
     if (packed_best_isa() == PackedIsa::Avx512) isas.push_back(PackedIsa::Avx512);
     for (PackedIsa isa : isas) {
       std::vector<float> y(size_t(4 * c.n_out));
-      packed_linear_isa(x.data(), 4, held, y.data(), 1, isa);
+      packed_linear_isa(xg.data(), 4, held, y.data(), 1, isa);
       EXPECT_LE(nmse_of(y, head(4)), kMaxNmse) << c.name << " isa " << int(isa);
     }
-    std::printf("[packed-kernels] act-order %-22s held sorted%s\n", c.name.c_str(), rows16 ? ", in 16-row blocks" : "");
+    std::printf("[packed-kernels] act-order %-30s held sorted: %lld -> %lld columns, groups of %lld%s\n",
+                c.name.c_str(), (long long)n_in, (long long)held.n_in, (long long)held.group_size,
+                rows16 ? ", in 16-row blocks" : "");
   }
 }
 
