@@ -1,4 +1,4 @@
-// GGUF Q8_0, Q5_0 and Q6_K in GEMM form on AVX-512 VNNI (rows16.h; the layouts: common/rows16_layout.h Rows16). x is
+// GGUF Q8_0, Q5_0, Q6_K, Q4_0 and Q4_1 in GEMM form on AVX-512 VNNI (rows16.h; the layouts: common/rows16_layout.h Rows16). x is
 // quantized as llama.cpp pairs it with Q8_0 weights (gemm_gguf.h: per row and 32-column block, q_x in [−127, 127],
 // d_x rounded to F16, Σ q_x), as the file layout's kernels do. Per block of 16 weight rows and 4 columns one 64-byte
 // load holds the 16 rows' bytes q_w + 128, an int32 lane a row, and one vpdpbusd against x's 4 bytes of those
@@ -13,7 +13,11 @@
 // nibbles (& 0x0f, or >> 4 first) and that bit moved to bit 4 (a 16-bit shift: bit 4 of each byte comes from the same
 // byte) make the unsigned bytes q, one vpdpbusd a row of x; the chains start at −16 Σ q_x. Q6_K likewise with two
 // planes (bits 4 and 5) and x as Q8_K (its Σq a 16 columns for the −32 offset); its int8 scales a 16 columns multiply
-// the integer sums (q6_k_row_block).
+// the integer sums (q6_k_row_block). Q4_0 / Q4_1 (x = d (q − 8), d q + m) read the 4-bit formats' 16-row words as
+// they are (the BF16 form's layout): row i's lane holds columns 0, 4, 1, 5 of a chunk of 8 in its bytes' low nibbles
+// and 2, 6, 3, 7 in the high ones, so x's int8 is permuted once a call into that order and & 0x0f / >> 4 give the
+// unsigned bytes q for two vpdpbusd; Q4_0's chains start at −8 Σ q_x, Q4_1's at 0 with m · s_x (Q8_1's s) added
+// after. ~1.3x the BF16 form at m = 16-64 from cache, 1.4-1.6x at m = 1 (bench/results/zen5-kernels-20261204.md).
 #include <algorithm>
 #include <cstring>
 
@@ -76,38 +80,71 @@ TP_VNNI inline void q5_chunk(const uint8_t* p, __m512i hp, const int8_t* const* 
   }
 }
 
-// Row block rb against MT rows of x from row i0 of a (Q8_0 activations): y[i · n_out + 16 rb + r]. Q5: Q5_0, else Q8_0.
-template <bool Q5, int MT>
-TP_VNNI void row_block(const PackedWeight& w, int64_t rb, const GgufActs& a, int64_t i0, float* y, bool prefetch) {
-  const int64_t n_in = w.n_in, nb = n_in / 32, chunks = Q5 ? n_in / 8 : n_in / 4;
+// Q4_0 / Q4_1 chunk C (8 columns) of a block at p, in the 4-bit formats' 16-row words (row i's lane: bytes 4i..4i+3
+// hold columns 0, 4, 1, 5 in their low nibbles and 2, 6, 3, 7 in their high ones) against MT rows of x (xq: x with
+// each 8 columns in that order, col: the block's first column) into the chains c0, c1.
+template <int C, int MT>
+TP_VNNI inline void q4_chunk(const uint8_t* p, const int8_t* const* xq, int64_t col, __m512i* c0, __m512i* c1,
+                             bool prefetch) {
+  if (prefetch) prefetch_weights(p + C * 64 + kPrefetchBytes);
+  const __m512i wv = _mm512_loadu_si512(p + C * 64), lo4 = _mm512_set1_epi8(0x0f);
+  const __m512i q0 = _mm512_and_si512(wv, lo4), q1 = _mm512_and_si512(_mm512_srli_epi16(wv, 4), lo4);
+#pragma GCC unroll 8
+  for (int i = 0; i < MT; ++i) {
+    c0[i] = _mm512_dpbusd_epi32(c0[i], q0, _mm512_set1_epi32(load_i32(xq[i] + col + C * 8)));
+    c1[i] = _mm512_dpbusd_epi32(c1[i], q1, _mm512_set1_epi32(load_i32(xq[i] + col + C * 8 + 4)));
+  }
+}
+
+enum Kind { kQ8_0, kQ5_0, kQ4_0, kQ4_1 };
+
+// Row block rb against MT rows of x from row i0 of a (Q8_0 activations; Q8_1 for Q4_1; Q4_0 / Q4_1: xq the acts'
+// q in the words' column order, q4_chunk): y[i · n_out + 16 rb + r].
+template <int K, int MT>
+TP_VNNI void row_block(const PackedWeight& w, int64_t rb, const GgufActs& a, const int8_t* xperm, int64_t i0, float* y,
+                       bool prefetch) {
+  constexpr bool Q5 = K == kQ5_0, Q4 = K == kQ4_0 || K == kQ4_1;
+  const int64_t n_in = w.n_in, nb = n_in / 32, chunks = Q5 || Q4 ? n_in / 8 : n_in / 4;
   const uint8_t* wd = w.data.data() + rb * chunks * 64;
-  constexpr int64_t sbb = Q5 ? 96 : 32;  // scale bytes a block of 16 rows (Q5_0: d, then the fifth bits)
+  // scale bytes a block of 16 rows (Q5_0: d, then the fifth bits; Q4_1: d, then m)
+  constexpr int64_t sbb = Q5 ? 96 : K == kQ4_1 ? 64 : 32;
   const uint8_t* sbs = w.scale_bytes.data() + rb * nb * sbb;
   const int8_t* xq[MT];
   const float* xd[MT];
   const int32_t* xs[MT];
+  const float* xm[MT];  // Q4_1: s of each block (llama.cpp's d Σq, F16)
 #pragma GCC unroll 8
   for (int i = 0; i < MT; ++i) {
-    xq[i] = a.q.data() + (i0 + i) * n_in;
+    xq[i] = (Q4 ? xperm : a.q.data()) + (i0 + i) * n_in;
     xd[i] = a.d.data() + (i0 + i) * nb;
     xs[i] = a.qsum.data() + (i0 + i) * nb;
+    xm[i] = K == kQ4_1 ? a.s.data() + (i0 + i) * nb : nullptr;
   }
   __m512 tot[MT];
 #pragma GCC unroll 8
   for (int i = 0; i < MT; ++i) tot[i] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* e = sbs + b * sbb;
-    // Q8_0: d 32 bytes a block, codes 512 (every other block); Q5_0: 96 bytes, codes 256 (every block)
-    if (prefetch && (Q5 || b % 2 == 0)) prefetch_weights(e + (Q5 ? kPrefetchBytes * 3 / 8 : kPrefetchBytes / 16));
+    // Q8_0: d 32 bytes a block, codes 512 (every other block); Q5_0: 96 bytes, codes 256 (every block); Q4_0 / Q4_1:
+    // 32 / 64 bytes, codes 256 (every other block / every block)
+    if (prefetch && (Q5 || K == kQ4_1 || b % 2 == 0))
+      prefetch_weights(e + (Q5 ? kPrefetchBytes * 3 / 8 : K == kQ4_1 ? kPrefetchBytes / 4 : Q4 ? kPrefetchBytes / 8
+                                                                                             : kPrefetchBytes / 16));
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(e)));
     __m512i c0[MT], c1[MT];
+    constexpr int kOffset = Q5 ? -16 : K == kQ4_0 ? -8 : K == kQ4_1 ? 0 : -128;  // q_w's offset: the chains start there
 #pragma GCC unroll 8
     for (int i = 0; i < MT; ++i) {
-      c0[i] = _mm512_set1_epi32((Q5 ? -16 : -128) * xs[i][b]);
+      c0[i] = _mm512_set1_epi32(kOffset * xs[i][b]);
       c1[i] = _mm512_setzero_si512();
     }
-    const uint8_t* p = wd + b * (Q5 ? 4 : 8) * 64;
-    if constexpr (Q5) {  // 4 chunks of 8 columns: halves 0 (columns 8c + 0..3) and 1 (8c + 4..7)
+    const uint8_t* p = wd + b * (Q5 || Q4 ? 4 : 8) * 64;
+    if constexpr (Q4) {  // 4 chunks of 8 columns
+      q4_chunk<0, MT>(p, xq, b * 32, c0, c1, prefetch);
+      q4_chunk<1, MT>(p, xq, b * 32, c0, c1, prefetch);
+      q4_chunk<2, MT>(p, xq, b * 32, c0, c1, prefetch);
+      q4_chunk<3, MT>(p, xq, b * 32, c0, c1, prefetch);
+    } else if constexpr (Q5) {  // 4 chunks of 8 columns: halves 0 (columns 8c + 0..3) and 1 (8c + 4..7)
       const __m512i hp = _mm512_loadu_si512(e + 32);
       q5_chunk<0, MT>(p, hp, xq, b * 32, c0, c1, prefetch);
       q5_chunk<1, MT>(p, hp, xq, b * 32, c0, c1, prefetch);
@@ -132,6 +169,11 @@ TP_VNNI void row_block(const PackedWeight& w, int64_t rb, const GgufActs& a, int
     for (int i = 0; i < MT; ++i)
       tot[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(c0[i], c1[i])), _mm512_mul_ps(dw, _mm512_set1_ps(xd[i][b])),
                                tot[i]);
+    if constexpr (K == kQ4_1) {  // + m · s, s the x block's d Σq
+      const __m512 mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(e + 32)));
+#pragma GCC unroll 8
+      for (int i = 0; i < MT; ++i) tot[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xm[i][b]), tot[i]);
+    }
   }
   store_totals<MT>(tot, w.n_out, rb, y);
 }
@@ -224,16 +266,25 @@ TP_VNNI void q6_k_row_block(const PackedWeight& w, int64_t rb, const GgufActs& a
 
 bool rows16_int8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
   const bool q5 = w.format == WeightFormat::GgufQ5_0, k6 = w.format == WeightFormat::GgufQ6_K;
-  if ((!q5 && !k6 && w.format != WeightFormat::GgufQ8_0) || w.rows_layout != RowsLayout::Rows16 || !cpu_has_avx512vnni())
+  const bool q40 = w.format == WeightFormat::GgufQ4_0, q41 = w.format == WeightFormat::GgufQ4_1, q4 = q40 || q41;
+  if ((!q5 && !k6 && !q4 && w.format != WeightFormat::GgufQ8_0) || w.rows_layout != RowsLayout::Rows16 ||
+      !cpu_has_avx512vnni())
     return false;
   thread_local GgufActs a;
-  quantize_gguf_acts(x, m, w.n_in, k6 ? GgufActType::Q8_K : GgufActType::Q8_0, &a);
+  quantize_gguf_acts(x, m, w.n_in, gguf_act_type(w.format), &a);
+  thread_local std::vector<int8_t> xperm;  // Q4_0 / Q4_1: each 8 columns of q in the words' order 0, 4, 1, 5, 2, 6, 3, 7
+  if (q4) {
+    xperm.resize(size_t(m * w.n_in));
+    for (int64_t k = 0; k < m * w.n_in; k += 8)
+      for (int j = 0; j < 4; ++j) xperm[size_t(k + 2 * j)] = a.q[size_t(k + j)], xperm[size_t(k + 2 * j + 1)] = a.q[size_t(k + 4 + j)];
+  }
   const bool parallel = n_threads > 1 && worth_parallel(int64_t(w.data.size()) * m);
   const GgufActs& acts = a;
+  const int8_t* xp = xperm.data();
 #pragma omp parallel num_threads(n_threads) if (parallel)
   {
     const auto [b0, b1] = thread_rows((w.n_out + 15) / 16, 1, omp_get_thread_num(), omp_get_num_threads());
-    const int64_t block_bytes = w.n_in * 16 / (q5 || k6 ? 2 : 1);  // a row block's codes
+    const int64_t block_bytes = w.n_in * 16 / (q5 || k6 || q4 ? 2 : 1);  // a row block's codes
     if (b1 > b0) prefetch_range_start(w.data.data() + b0 * block_bytes, kPrefetchBytes, (b1 - b0) * block_bytes);
     for (int64_t rb = b0; rb < b1; ++rb)
       for (int64_t i0 = 0; i0 < m; i0 += kTileM) {
@@ -243,9 +294,13 @@ bool rows16_int8_linear(const float* x, int64_t m, const PackedWeight& w, float*
         if (k6)
           with_tile_rows(m - i0, [&]<int MT>() { q6_k_row_block<MT>(w, rb, acts, i0, yi, pf); });
         else if (q5)
-          with_tile_rows(m - i0, [&]<int MT>() { row_block<true, MT>(w, rb, acts, i0, yi, pf); });
+          with_tile_rows(m - i0, [&]<int MT>() { row_block<kQ5_0, MT>(w, rb, acts, nullptr, i0, yi, pf); });
+        else if (q40)
+          with_tile_rows(m - i0, [&]<int MT>() { row_block<kQ4_0, MT>(w, rb, acts, xp, i0, yi, pf); });
+        else if (q41)
+          with_tile_rows(m - i0, [&]<int MT>() { row_block<kQ4_1, MT>(w, rb, acts, xp, i0, yi, pf); });
         else
-          with_tile_rows(m - i0, [&]<int MT>() { row_block<false, MT>(w, rb, acts, i0, yi, pf); });
+          with_tile_rows(m - i0, [&]<int MT>() { row_block<kQ8_0, MT>(w, rb, acts, nullptr, i0, yi, pf); });
       }
   }
   return true;
