@@ -250,7 +250,8 @@ void run_as(int k, const float* x, int64_t m, const PackedWeight& w, float* y, i
 
 bool rows16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
   if (w.format == WeightFormat::GgufQ8_0 || w.format == WeightFormat::GgufQ5_0 || w.format == WeightFormat::GgufQ6_K ||
-      ((w.format == WeightFormat::GgufQ4_0 || w.format == WeightFormat::GgufQ4_1) && !w.act_bf16))
+      ((w.format == WeightFormat::GgufQ4_0 || w.format == WeightFormat::GgufQ4_1 || w.format == WeightFormat::GgufQ4_K) &&
+       !w.act_bf16))
     return rows16_int8_linear(x, m, w, y, n_threads);
   if (w.rows_layout != RowsLayout::Rows16 || !cpu_has_avx512bf16()) return false;
   const bool grouped = w.format == WeightFormat::Int4 && w.n_groups() > 1;
@@ -282,9 +283,8 @@ bool rows16_takes_int4() { return cpu_has_avx512bf16() && prefer_bf16_a16(); }
 void prepare_rows16_weight(PackedWeight* w) {
   if (!rows16_wanted(*w)) return;
   set_rows_layout(w, RowsLayout::Rows16);
-  // GGUF Q4_K: x rounded to BF16, one part (two BF16 parts would halve the kernel's rate). Q4_0 / Q4_1 run on the
-  // int8 GEMM form (gemm_rows16_int8.cpp: x quantized as llama.cpp pairs them, Q8_0 / Q8_1), from the same words.
-  if (w->format == WeightFormat::GgufQ4_K) w->act_bf16 = true;
+  // GGUF Q4_0 / Q4_1 / Q4_K run on the int8 GEMM form (gemm_rows16_int8.cpp: x quantized as llama.cpp pairs them,
+  // Q8_0 / Q8_1 / Q8_K) from the same words; with act_bf16 (set by hand) on this file's BF16 form.
 }
 
 }  // namespace tp::cpu::detail

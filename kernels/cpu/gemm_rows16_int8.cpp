@@ -178,6 +178,66 @@ TP_VNNI void row_block(const PackedWeight& w, int64_t rb, const GgufActs& a, con
   store_totals<MT>(tot, w.n_out, rb, y);
 }
 
+// Q4_K row block rb against MT rows of x from row i0 (Q8_K activations: int8 a 256-column block, d F32, Σq a 16;
+// xperm: their q in the words' column order, q4_chunk): per 32-column sub-block s the chains' sum (Σ q q_x) × the
+// rows' sc_s and m_s × Σ q_x of the sub-block go into two int32 totals of the block (exact: |·| < 2^25), then
+// d_w d_x × the first − dmin_w d_x × the second into the F32 total, as llama.cpp sums Q4_K against Q8_K.
+template <int MT>
+TP_VNNI void q4_k_row_block(const PackedWeight& w, int64_t rb, const GgufActs& a, const int8_t* xperm, int64_t i0,
+                            float* y, bool prefetch) {
+  const int64_t n_in = w.n_in, nb = n_in / 256;
+  const uint8_t* wd = w.data.data() + rb * (n_in / 8) * 64;
+  const uint8_t* sbs = w.scale_bytes.data() + rb * nb * 320;  // 10 entries of 16 rows a block: d, dmin, sc | m << 8
+  const int8_t* xq[MT];
+  const float* xd[MT];
+  const int16_t* xs[MT];
+#pragma GCC unroll 8
+  for (int i = 0; i < MT; ++i) {
+    xq[i] = xperm + (i0 + i) * n_in;
+    xd[i] = a.d.data() + (i0 + i) * nb;
+    xs[i] = a.bsums.data() + (i0 + i) * (n_in / 16);
+  }
+  __m512 tot[MT];
+#pragma GCC unroll 8
+  for (int i = 0; i < MT; ++i) tot[i] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* e = sbs + b * 320;
+    if (prefetch)
+      for (int k = 0; k < 320; k += 64) prefetch_weights(e + k + 4 * 320);
+    __m512i it[MT], mt[MT];
+#pragma GCC unroll 8
+    for (int i = 0; i < MT; ++i) it[i] = mt[i] = _mm512_setzero_si512();
+    for (int64_t sub = 0; sub < 8; ++sub) {
+      const uint8_t* p = wd + (b * 32 + sub * 4) * 64;
+      const int64_t col = b * 256 + sub * 32;
+      const __m512i scm = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(e + (2 + sub) * 32)));
+      const __m512i sc = _mm512_and_si512(scm, _mm512_set1_epi32(0xff)), mn = _mm512_srli_epi32(scm, 8);
+      __m512i c0[MT], c1[MT];
+#pragma GCC unroll 8
+      for (int i = 0; i < MT; ++i) c0[i] = c1[i] = _mm512_setzero_si512();
+      q4_chunk<0, MT>(p, xq, col, c0, c1, prefetch);
+      q4_chunk<1, MT>(p, xq, col, c0, c1, prefetch);
+      q4_chunk<2, MT>(p, xq, col, c0, c1, prefetch);
+      q4_chunk<3, MT>(p, xq, col, c0, c1, prefetch);
+#pragma GCC unroll 8
+      for (int i = 0; i < MT; ++i) {
+        it[i] = _mm512_add_epi32(it[i], _mm512_mullo_epi32(_mm512_add_epi32(c0[i], c1[i]), sc));
+        const int32_t sx = int32_t(xs[i][col / 16]) + int32_t(xs[i][col / 16 + 1]);
+        mt[i] = _mm512_add_epi32(mt[i], _mm512_mullo_epi32(mn, _mm512_set1_epi32(sx)));
+      }
+    }
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(e)));
+    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(e + 32)));
+#pragma GCC unroll 8
+    for (int i = 0; i < MT; ++i) {
+      const __m512 dx = _mm512_set1_ps(xd[i][b]);
+      tot[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(it[i]), _mm512_mul_ps(dw, dx), tot[i]);
+      tot[i] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mt[i]), _mm512_mul_ps(dmin, dx), tot[i]);
+    }
+  }
+  store_totals<MT>(tot, w.n_out, rb, y);
+}
+
 // Q6_K: the 64 bytes q (6 bits) for half h of chunk c of a 32-column group: nibbles from w, bits 4 and 5 from the
 // planes p0, p1 (bit 2c + h of each byte moved to bit 4 / 5).
 template <int C, int H>
@@ -266,13 +326,14 @@ TP_VNNI void q6_k_row_block(const PackedWeight& w, int64_t rb, const GgufActs& a
 
 bool rows16_int8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
   const bool q5 = w.format == WeightFormat::GgufQ5_0, k6 = w.format == WeightFormat::GgufQ6_K;
-  const bool q40 = w.format == WeightFormat::GgufQ4_0, q41 = w.format == WeightFormat::GgufQ4_1, q4 = q40 || q41;
+  const bool q40 = w.format == WeightFormat::GgufQ4_0, q41 = w.format == WeightFormat::GgufQ4_1;
+  const bool k4 = w.format == WeightFormat::GgufQ4_K, q4 = q40 || q41 || k4;
   if ((!q5 && !k6 && !q4 && w.format != WeightFormat::GgufQ8_0) || w.rows_layout != RowsLayout::Rows16 ||
       !cpu_has_avx512vnni())
     return false;
   thread_local GgufActs a;
   quantize_gguf_acts(x, m, w.n_in, gguf_act_type(w.format), &a);
-  thread_local std::vector<int8_t> xperm;  // Q4_0 / Q4_1: each 8 columns of q in the words' order 0, 4, 1, 5, 2, 6, 3, 7
+  thread_local std::vector<int8_t> xperm;  // Q4_0 / Q4_1 / Q4_K: each 8 columns of q in the words' order 0, 4, 1, 5, 2, 6, 3, 7
   if (q4) {
     xperm.resize(size_t(m * w.n_in));
     for (int64_t k = 0; k < m * w.n_in; k += 8)
@@ -293,6 +354,8 @@ bool rows16_int8_linear(const float* x, int64_t m, const PackedWeight& w, float*
         static_assert(kTileM == 8, "with_tile_rows takes tiles of up to 8 rows");
         if (k6)
           with_tile_rows(m - i0, [&]<int MT>() { q6_k_row_block<MT>(w, rb, acts, i0, yi, pf); });
+        else if (k4)
+          with_tile_rows(m - i0, [&]<int MT>() { q4_k_row_block<MT>(w, rb, acts, xp, i0, yi, pf); });
         else if (q5)
           with_tile_rows(m - i0, [&]<int MT>() { row_block<kQ5_0, MT>(w, rb, acts, nullptr, i0, yi, pf); });
         else if (q40)

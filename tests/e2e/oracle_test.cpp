@@ -31,10 +31,9 @@ constexpr float kF32LogitTol = 1e-3f;  // measured 4e-5 (GGUF) and 7e-5 (HF) on 
 constexpr float kBf16LogitTol = 0.5f;
 constexpr float kF32TieGap = 1e-4f;
 // GGUF blocks kept quantized (Q4_1, Q8_0, Q4_K_M) vs llama.cpp on the same file: both quantize activations the
-// same way (Q8_1 / Q8_0 / Q8_K, kernels/cpu/gemm_gguf.h) — except on AMD with AVX512-BF16, where Q4_K weights
-// are held in 16-row blocks and take x rounded to BF16 instead (kernels/cpu/rows16.h; measured there, session 28,
-// Q4_0 / Q4_1 on the int8 16-row form: Q4_1 0.76, Q8_0 0.79, Q4_K_M 0.97, 234 / 298 / 338 greedy tokens equal,
-// 9 / 8 / 3 near-tie divergences) — but every other float op differs in order (4e-5 on
+// same way (Q8_1 / Q8_0 / Q8_K, kernels/cpu/gemm_gguf.h; on AMD in 16-row blocks too, kernels/cpu/rows16.h: measured
+// there, session 28: Q4_1 0.76, Q8_0 0.79, Q4_K_M 1.15, 234 / 298 / 314 greedy tokens equal, 9 / 8 / 5 near-tie
+// divergences; with x rounded to BF16 instead, session 27: 1.03 / 0.79 / 0.97) — but every other float op differs in order (4e-5 on
 // the F32 paths), and a value that lands near an int8 rounding boundary rounds one way in one and the other
 // way in the other; the layers after it amplify that to the size of the activation rounding itself. Measured
 // first-logit max-abs-diff 0.71 (Q4_1), 0.74 (Q8_0), 0.70 (Q4_K_M), with 281 / 264 / 333 greedy tokens
