@@ -107,9 +107,8 @@ struct PackedWeight {
                                     // activations, as a dense BF16 weight's GEMV / GEMM takes them (vLLM's A16
                                     // kernels too; the AVX512-BF16 prefill of grouped Int weights then rounds the
                                     // dequantized weights to BF16 as well: kernels/cpu/packed_kernels.h); GGUF
-                                    // Q4_K in Rows16 too (the BF16 GEMM form's x; GGUF's own kernels quantize x to
-                                    // int8, coarser; Q4_0 / Q4_1 there take it too, the int8 form is the default);
-                                    // false: x in F32
+                                    // Q4_0 / Q4_1 / Q4_K in Rows16 too, set by hand (the BF16 GEMM form's x; by
+                                    // default they run on the int8 form, x quantized as llama.cpp does); false: x in F32
   int64_t g_idx_groups = 0;         // with g_idx: scale groups a row (0: ceil(n_in / group_size))
   GgufLayout gguf_layout = GgufLayout::File;  // GGUF: the order of each row's bytes (common/gguf_layout.h;
                                               // the CPU kernels may regroup Q8_0 / Q5_0 rows at load, same bytes)

@@ -1,4 +1,4 @@
-// GGUF Q8_0, Q5_0, Q6_K, Q4_0 and Q4_1 in GEMM form on AVX-512 VNNI (rows16.h; the layouts: common/rows16_layout.h Rows16). x is
+// GGUF Q8_0, Q5_0, Q6_K, Q4_0, Q4_1 and Q4_K in GEMM form on AVX-512 VNNI (rows16.h; the layouts: common/rows16_layout.h Rows16). x is
 // quantized as llama.cpp pairs it with Q8_0 weights (gemm_gguf.h: per row and 32-column block, q_x in [−127, 127],
 // d_x rounded to F16, Σ q_x), as the file layout's kernels do. Per block of 16 weight rows and 4 columns one 64-byte
 // load holds the 16 rows' bytes q_w + 128, an int32 lane a row, and one vpdpbusd against x's 4 bytes of those
@@ -17,7 +17,8 @@
 // they are (the BF16 form's layout): row i's lane holds columns 0, 4, 1, 5 of a chunk of 8 in its bytes' low nibbles
 // and 2, 6, 3, 7 in the high ones, so x's int8 is permuted once a call into that order and & 0x0f / >> 4 give the
 // unsigned bytes q for two vpdpbusd; Q4_0's chains start at −8 Σ q_x, Q4_1's at 0 with m · s_x (Q8_1's s) added
-// after. ~1.3x the BF16 form at m = 16-64 from cache, 1.4-1.6x at m = 1 (bench/results/zen5-kernels-20261204.md).
+// after; Q4_K's x is Q8_K (q4_k_row_block). ~1.3x the BF16 form at m = 16-64 from cache, 1.4-1.6x at m = 1
+// (bench/results/zen5-kernels-20261204.md).
 #include <algorithm>
 #include <cstring>
 

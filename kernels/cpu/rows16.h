@@ -1,5 +1,5 @@
-// 4-bit decode in GEMM form on AVX512-BF16 (gemm_rows16.cpp) — MXFP4, NVFP4, Int4 (W4A16) and GGUF Q4_K (Q4_0 / Q4_1
-// with BF16 x, act_bf16) weights (and GGUF Q8_0 / Q5_0 / Q6_K / Q4_0 / Q4_1 on AVX-512 VNNI, gemm_rows16_int8.cpp) in the Rows16 layout (common/rows16_layout.h): rows in blocks of 16, so that a decoded vector is 16 weight rows × 2
+// 4-bit decode in GEMM form on AVX512-BF16 (gemm_rows16.cpp) — MXFP4, NVFP4, Int4 (W4A16) weights (GGUF Q4_0 / Q4_1 /
+// Q4_K with BF16 x, act_bf16; and GGUF Q8_0 / Q5_0 / Q6_K / Q4_0 / Q4_1 / Q4_K on AVX-512 VNNI, gemm_rows16_int8.cpp) in the Rows16 layout (common/rows16_layout.h): rows in blocks of 16, so that a decoded vector is 16 weight rows × 2
 // columns and a vdpbf16ps against a broadcast pair of x sums each row in its own F32 lane — no horizontal sums,
 // one FMA by the 16 rows' scales per block / group of columns. cpu::Weight puts such weights in that layout at
 // load where this kernel is the CPU's 4-bit decode (prepare_rows16_weight); fp4_linear, int_a16_linear
@@ -19,9 +19,9 @@ namespace tp::cpu::detail {
 // AVX512-BF16.
 bool rows16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 
-// GGUF Q8_0, Q5_0, Q6_K, Q4_0 and Q4_1 in Rows16 (gemm_rows16_int8.cpp, AVX-512 VNNI; rows16_linear sends them
-// there, Q4_0 / Q4_1 without act_bf16): x quantized to int8 as the file layout's kernels do (gemm_gguf.h: a 32-column
-// block, Q4_1's Q8_1, Q6_K's a 256), int8 dot products; the same integer sums, each row of a batch with the bits it
+// GGUF Q8_0, Q5_0, Q6_K, Q4_0, Q4_1 and Q4_K in Rows16 (gemm_rows16_int8.cpp, AVX-512 VNNI; rows16_linear sends them
+// there, the Q4 ones without act_bf16): x quantized to int8 as the file layout's kernels do (gemm_gguf.h: a 32-column
+// block, Q4_1's Q8_1, Q6_K's and Q4_K's a 256), int8 dot products; the same integer sums, each row of a batch with the bits it
 // has alone. Returns false (nothing written) unless w is one of them in Rows16 and the CPU has AVX-512 VNNI.
 bool rows16_int8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 
@@ -47,9 +47,8 @@ bool rows16_wanted(const PackedWeight& w);
 // Whether this CPU puts Int4 weights in Rows16 (AVX512-BF16 and prefer_bf16_a16): then groups of any multiple of 16
 // columns run on the GEMM form (common/act_order.h holds an act-order slice's groups in 16s for it).
 bool rows16_takes_int4();
-// w into Rows16, in place, where rows16_wanted (GGUF Q4_K then with act_bf16: x rounded to BF16, finer than the int8
-// its file-layout kernels quantize x to; Q4_0 / Q4_1 without: the int8 form, ~1.3x the BF16 form's rate); else left
-// as it is.
+// w into Rows16, in place, where rows16_wanted (GGUF weights then run on the int8 form, ~1.3x the BF16 form's rate
+// with x as llama.cpp quantizes it; with act_bf16 set by hand on the BF16 form); else left as it is.
 void prepare_rows16_weight(PackedWeight* w);
 
 }  // namespace tp::cpu::detail
