@@ -179,6 +179,19 @@ TP_VNNI void row_block(const PackedWeight& w, int64_t rb, const GgufActs& a, con
   store_totals<MT>(tot, w.n_out, rb, y);
 }
 
+// MT rows of Q8_K acts from row i0 (x [·, n_in]): their q from q_base (the acts' q, or a copy in another column
+// order), their d (one a 256-column block) and Σq of each 16 columns.
+template <int MT>
+TP_VNNI inline void q8_k_rows(const GgufActs& a, const int8_t* q_base, int64_t i0, int64_t n_in, const int8_t** xq,
+                              const float** xd, const int16_t** xs) {
+#pragma GCC unroll 8
+  for (int i = 0; i < MT; ++i) {
+    xq[i] = q_base + (i0 + i) * n_in;
+    xd[i] = a.d.data() + (i0 + i) * (n_in / 256);
+    xs[i] = a.bsums.data() + (i0 + i) * (n_in / 16);
+  }
+}
+
 // Q4_K row block rb against MT rows of x from row i0 (Q8_K activations: int8 a 256-column block, d F32, Σq a 16;
 // xperm: their q in the words' column order, q4_chunk): per 32-column sub-block s the chains' sum (Σ q q_x) × the
 // rows' sc_s and m_s × Σ q_x of the sub-block go into two int32 totals of the block (exact: |·| < 2^25), then
@@ -192,12 +205,7 @@ TP_VNNI void q4_k_row_block(const PackedWeight& w, int64_t rb, const GgufActs& a
   const int8_t* xq[MT];
   const float* xd[MT];
   const int16_t* xs[MT];
-#pragma GCC unroll 8
-  for (int i = 0; i < MT; ++i) {
-    xq[i] = xperm + (i0 + i) * n_in;
-    xd[i] = a.d.data() + (i0 + i) * nb;
-    xs[i] = a.bsums.data() + (i0 + i) * (n_in / 16);
-  }
+  q8_k_rows<MT>(a, xperm, i0, n_in, xq, xd, xs);
   __m512 tot[MT];
 #pragma GCC unroll 8
   for (int i = 0; i < MT; ++i) tot[i] = _mm512_setzero_ps();
@@ -278,12 +286,7 @@ TP_VNNI void q6_k_row_block(const PackedWeight& w, int64_t rb, const GgufActs& a
   const int8_t* xq[MT];
   const float* xd[MT];
   const int16_t* xs[MT];
-#pragma GCC unroll 8
-  for (int i = 0; i < MT; ++i) {
-    xq[i] = a.q.data() + (i0 + i) * n_in;
-    xd[i] = a.d.data() + (i0 + i) * nb;
-    xs[i] = a.bsums.data() + (i0 + i) * (n_in / 16);
-  }
+  q8_k_rows<MT>(a, a.q.data(), i0, n_in, xq, xd, xs);
   __m512 tot[MT];
 #pragma GCC unroll 8
   for (int i = 0; i < MT; ++i) tot[i] = _mm512_setzero_ps();
