@@ -730,8 +730,13 @@ def test_rate_limit(s, n=6):
                 release.wait(30)
 
     holders = [threading.Thread(target=hold) for _ in range(2)]
-    for t in holders:
-        t.start()
+    # The second only once the first runs: sent together, the second could meet the first still queued and be
+    # refused itself (seen once in CI under load), leaving nothing waiting.
+    holders[0].start()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and s.metrics()["vllm:num_requests_running"] != 1:
+        time.sleep(0.02)
+    holders[1].start()
     # Until one runs and one waits, and the engine has stepped twice since: the queue bound only counts a request
     # moved into the scheduler after the step that moved it ends (see the report on engine.cpp's apply_inbox).
     deadline = time.monotonic() + 10
