@@ -45,42 +45,28 @@ bool hold_sorted_by_group(PackedWeight* w, std::vector<int32_t>* gather, int64_t
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),
                    [&](int32_t a, int32_t b) { return w->g_idx[size_t(a)] < w->g_idx[size_t(b)]; });
-  if (whole) {
-    bool moved = false;
-    for (int64_t j = 0; j < n_in; ++j) moved |= order[size_t(j)] != j;
-    if (moved) {
-      const int64_t rb = w->row_bytes();
-      std::vector<uint8_t> row(static_cast<size_t>(rb));
-      for (int64_t r = 0; r < n_out; ++r) {
-        uint8_t* d = w->data.data() + r * rb;
-        std::memcpy(row.data(), d, size_t(rb));
-        for (int64_t j = 0; j < n_in; ++j) set_code(*w, d, j, code_at(*w, row.data(), order[size_t(j)]));
-      }
-      *gather = std::move(order);
+  // Held groups of p columns. Whole groups: p = group_size, one held group a group, nothing padded (the last
+  // group's rest ends the row). Else p a multiple of the granule: each group's columns, sorted, in ceil(count / p)
+  // of them, the last padded; p the one of the fewest bytes held (codes + a scale and zero point a held group), at
+  // most the most columns a group holds rounded up to the granule (that p: one held group a given group); held
+  // columns a multiple of 32 (a last held group of padding alone where needed).
+  int64_t p = gs, n_held_groups = n_groups, n_held = n_in;
+  if (!whole) {
+    int64_t most = 0;
+    for (const int64_t k : count) most = std::max(most, k);
+    const double code_bytes = int4 ? 0.5 : 1.0, group_bytes = 4.0 + (w->zeros.empty() ? 0 : 1);
+    double best = 0;
+    p = 0;
+    for (int64_t q = granule; q < most + granule; q += granule) {
+      int64_t ng = 0;
+      for (const int64_t k : count) ng += (k + q - 1) / q;
+      while (ng * q % 32 != 0) ++ng;
+      const double bytes = double(ng * q) * code_bytes + double(ng) * group_bytes;
+      if (p == 0 || bytes <= best) p = q, n_held_groups = ng, best = bytes;  // a tie: the longer groups
     }
-    w->g_idx.clear();
-    w->g_idx_groups = 0;
-    return true;
+    n_held = p * n_held_groups;
+    if (n_held > 2 * n_in) return false;  // past 2x the columns the memory a rank saves by slicing is gone
   }
-
-  // Held groups of p columns (a multiple of the granule): each group's columns, sorted, in ceil(count / p) of them,
-  // the last padded; p the one of the fewest bytes held (codes + a scale and zero point a held group), at most the
-  // most columns a group holds rounded up to the granule (that p: one held group a given group); held columns a
-  // multiple of 32 (a last held group of padding alone where needed).
-  int64_t most = 0;
-  for (const int64_t k : count) most = std::max(most, k);
-  const double code_bytes = int4 ? 0.5 : 1.0, group_bytes = 4.0 + (w->zeros.empty() ? 0 : 1);
-  int64_t p = 0, n_held_groups = 0;
-  double best = 0;
-  for (int64_t q = granule; q < most + granule; q += granule) {
-    int64_t ng = 0;
-    for (const int64_t k : count) ng += (k + q - 1) / q;
-    while (ng * q % 32 != 0) ++ng;
-    const double bytes = double(ng * q) * code_bytes + double(ng) * group_bytes;
-    if (p == 0 || bytes <= best) p = q, n_held_groups = ng, best = bytes;  // a tie: the longer groups
-  }
-  const int64_t n_held = p * n_held_groups;
-  if (n_held > 2 * n_in) return false;  // past 2x the columns the memory a rank saves by slicing is gone
 
   PackedWeight h;
   h.format = w->format;
@@ -120,6 +106,9 @@ bool hold_sorted_by_group(PackedWeight* w, std::vector<int32_t>* gather, int64_t
       if (!w->zeros.empty()) h.zeros[size_t(r) * ng + k] = w->zeros[size_t(r * n_groups + held[k])];
     }
   *w = std::move(h);
+  bool moved = n_held != n_in;  // whole groups already in order: nothing to gather
+  for (int64_t j = 0; !moved && j < n_held; ++j) moved = (*gather)[size_t(j)] != j;
+  if (!moved) gather->clear();
   return true;
 }
 

@@ -270,15 +270,15 @@ bool rows16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, i
   return true;
 }
 
+bool rows16_takes_int4() { return cpu_has_avx512bf16() && prefer_bf16_a16(); }
+
 bool rows16_wanted(const PackedWeight& w) {
   return (w.format == WeightFormat::Int4 || w.format == WeightFormat::Mxfp4 || w.format == WeightFormat::Nvfp4 ||
           w.format == WeightFormat::GgufQ4_0 || w.format == WeightFormat::GgufQ4_1 || w.format == WeightFormat::GgufQ4_K ||
           ((w.format == WeightFormat::GgufQ8_0 || w.format == WeightFormat::GgufQ5_0 || w.format == WeightFormat::GgufQ6_K) &&
            cpu_has_avx512vnni())) &&
-         w.rows_layout == RowsLayout::Rows && cpu_has_avx512bf16() && prefer_bf16_a16() && rows16_refusal(w).empty();
+         w.rows_layout == RowsLayout::Rows && rows16_takes_int4() && rows16_refusal(w).empty();
 }
-
-bool rows16_takes_int4() { return cpu_has_avx512bf16() && prefer_bf16_a16(); }
 
 void prepare_rows16_weight(PackedWeight* w) {
   if (!rows16_wanted(*w)) return;
