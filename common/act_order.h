@@ -15,8 +15,8 @@
 //     (codes, scales, zero points), up to the most columns a group holds rounded up. Left as it is when that would hold more
 //     than 2× the columns (a slice holding a few columns of many groups): the memory slicing saves is then gone.
 //     Up to 2× is worth it: the held weight streams at the DRAM rate, the g_idx kernel runs ~40× slower; on the
-//     real model at tp 3 (groups of 64) the slices hold 1.5-1.7× the columns of o_proj / down_proj, +8% of a
-//     rank's weight bytes.
+//     real model at tp 3 (groups of 64) the slices hold 1.5-1.8× the columns of o_proj / down_proj: a rank's
+//     weights 59.9 MiB against 56.8 kept with g_idx (bench/results/act-order-zen5-20261205.md).
 #pragma once
 #include <cstdint>
 #include <vector>
