@@ -56,7 +56,8 @@ bool a16(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threa
   switch (isa) {
     case PackedIsa::Avx512: return a16_avx512_decode(x, m, w, y, n_threads) || avx512::linear_a16(x, m, w, y, n_threads);
     case PackedIsa::Avx2:
-      return a16_avx2_decode(x, m, w, y, n_threads) || a16_avx2_gemm(x, m, w, y, n_threads) ||
+      return a16_avx2_levels(x, m, w, y, n_threads) || a16_avx2_decode(x, m, w, y, n_threads) ||
+             a16_avx2_gemm(x, m, w, y, n_threads) ||
              avx2::linear_a16(x, m, w, y, n_threads);
     case PackedIsa::Portable: return portable::linear_a16(x, m, w, y, n_threads);
   }

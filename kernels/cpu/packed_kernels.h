@@ -165,6 +165,14 @@ bool onednn_s8_gemm(const int8_t* xq, int64_t m, const int8_t* w, int64_t n_out,
 // int_a16_linear and fp8_linear for those. Returns false (nothing written) for weights or m it does not take.
 inline constexpr int64_t kA16Avx2MaxM = 4;
 bool a16_avx2_decode(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
+// W4A16 decode on AVX2 without VNNI (gemm_a16_avx2_levels.cpp): Int4 weights without g_idx in the Rows layout (n_in
+// and groups multiples of 32, or per channel; zero points), m < kA16Avx2LevelsMaxM: x as gemm_a16_vnni.cpp's three
+// int8 levels (exact to max|x| · 2⁻²¹ a value), vpmaddubsw against the codes, exact int32 sums a segment; a row of a
+// batch has the bits it has alone (decode batches up to 63 rows; Int4 goes to a16_avx2_gemm from 64, as on AVX-512
+// to the BF16 prefill from kA16Bf16MinM). The AVX2 path of int_a16_linear for those, before a16_avx2_decode.
+// Returns false (nothing written) for weights or m it does not take, or without AVX2.
+inline constexpr int64_t kA16Avx2LevelsMaxM = 64;
+bool a16_avx2_levels(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 // The same weights for m ≥ kA16Avx2GemmMinM (prefill): W decoded once a call to F32 (value × scale) and the dense
 // F32 linear() (oneDNN sgemm; its thread count is linear's, set_num_threads). Int4 / Int8 on AVX-512 too from
 // m ≥ kA16Avx512GemmMinM: on Zen 4 1.5x / 2.3x the AVX512-BF16 and 16-lane tiles at m = 512 and 1.2x / 1.1x at 256 / 128,

@@ -621,13 +621,57 @@ void check_fp4_scale_edges(DecodeKernel kernel) {
   }
 }
 
+// A levels kernel (x as gemm_a16_vnni.cpp's three int8 levels) on case c: the suite's bound against the reference, also
+// for rows at both ends of the exponent range; a row whose largest value is 10⁴ × the rest within the levels' own
+// bound (their error is relative to max|x|); a zero row gives 0, a row with a NaN or an infinity gives NaN and leaves
+// the other rows alone; a row of x in a batch (m 2..37, or up to m_max) gives the bits it gives alone, at 1 and 2
+// threads.
+void check_levels_kernel(const Case& c, DecodeKernel kernel, int64_t m_max = 37) {
+  const PackedWeight w = make(c, 31);
+  std::vector<float> x = normal_rows(m_max, c.n_in);
+  x[size_t(3 * c.n_in + 7)] = 1e4f;                                        // row 3: one outlier
+  for (int64_t k = 0; k < c.n_in; ++k) x[size_t(5 * c.n_in + k)] *= 1e-30f;  // row 5: tiny (subnormal products)
+  for (int64_t k = 0; k < c.n_in; ++k) x[size_t(6 * c.n_in + k)] *= 1e30f;   // row 6: huge
+  std::vector<float> ref(size_t(m_max * c.n_out)), wd(size_t(c.n_out * c.n_in));
+  packed_linear_reference(x.data(), m_max, w, ref.data(), 1);
+  dequantize_rows(w, 0, c.n_out, wd.data());
+  for (int threads : {1, 2}) {
+    std::vector<float> alone(ref.size(), -1e30f);
+    for (int64_t i = 0; i < m_max; ++i)
+      ASSERT_TRUE(kernel(x.data() + i * c.n_in, 1, w, alone.data() + i * c.n_out, threads)) << c.name;
+    for (int64_t i = 0; i < m_max; ++i) {  // each row on its own: the outlier / tiny / huge rows have their own scale
+      const std::vector<float> yi(alone.begin() + i * c.n_out, alone.begin() + (i + 1) * c.n_out);
+      const std::vector<float> ri(ref.begin() + i * c.n_out, ref.begin() + (i + 1) * c.n_out);
+      if (i != 3) {
+        EXPECT_LE(nmse_of(yi, ri), kMaxNmse) << c.name << " row " << i << " threads " << threads;
+      }
+    }
+    // The outlier row: x's levels are exact to max|x| · 2⁻²¹ a value, so |y − ref| ≤ Σ|w| · max|x| · 2⁻²¹ (+ F32
+    // sums) — here 10⁴ · 2⁻²¹ ≈ 5e-3 on values ~1, about BF16's rounding of each x; the NMSE bound would not hold.
+    for (int64_t r = 0; r < c.n_out; ++r) {
+      double wabs = 0, yabs = 0;
+      for (int64_t k = 0; k < c.n_in; ++k) {
+        wabs += std::fabs(wd[size_t(r * c.n_in + k)]);
+        yabs += std::fabs(double(wd[size_t(r * c.n_in + k)]) * x[size_t(3 * c.n_in + k)]);
+      }
+      const double bound = wabs * 1e4 * std::ldexp(1.0, -21) + 1e-6 * yabs;
+      EXPECT_LE(std::fabs(double(alone[size_t(3 * c.n_out + r)]) - ref[size_t(3 * c.n_out + r)]), bound)
+          << c.name << " outlier row, output " << r;
+    }
+    for (int64_t m : {2, 3, 4, 5, 8, 9, 16, 31, 37}) {
+      if (m > m_max) continue;
+      std::vector<float> y(size_t(m * c.n_out), -1e30f);
+      ASSERT_TRUE(kernel(x.data(), m, w, y.data(), threads));
+      for (int64_t k = 0; k < m * c.n_out; ++k)
+        ASSERT_EQ(y[size_t(k)], alone[size_t(k)]) << c.name << " m " << m << " row " << k / c.n_out;
+    }
+  }
+  check_special_rows(c, w, x, kernel);
+}
+
 // W8A16 / W4A16 on VNNI (gemm_a16_vnni.cpp: x as three int8 levels): the kernel takes Int8 and Int4 with groups of
 // 64 / 128 or per channel (its own path: the levels summed apart over the row), n_in a multiple of 64, with and
-// without zero points, and declines groups of 32, g_idx and n_in not a multiple of 64. The suite's bound against
-// the reference, also for rows at both ends of the exponent range; a row whose largest value is 10⁴ × the rest
-// within the levels' own bound (their error is relative to max|x|); a zero row gives 0, a row with a NaN or an
-// infinity gives NaN and leaves the other rows alone; a row of x in a batch (m 2..37) gives the
-// bits it gives alone, at 1 and 2 threads.
+// without zero points, and declines groups of 32, g_idx and n_in not a multiple of 64; check_levels_kernel on each.
 TEST(PackedKernels, A16VnniMatchesReferenceAndRowsAlone) {
   if (packed_best_isa() != PackedIsa::Avx512 || !cpu_has_avx512vnni()) GTEST_SKIP() << "no AVX-512 VNNI here";
   using F = WeightFormat;
@@ -640,48 +684,7 @@ TEST(PackedKernels, A16VnniMatchesReferenceAndRowsAlone) {
       {"mxfp4_576", F::Mxfp4, 35, 576},                 {"nvfp4_1536", F::Nvfp4, 19, 1536},
       {"nvfp4_128", F::Nvfp4, 6, 128},
   };
-  for (const Case& c : cs) {
-    const PackedWeight w = make(c, 31);
-    const int64_t m_max = 37;
-    std::vector<float> x = normal_rows(m_max, c.n_in);
-    x[size_t(3 * c.n_in + 7)] = 1e4f;                                        // row 3: one outlier
-    for (int64_t k = 0; k < c.n_in; ++k) x[size_t(5 * c.n_in + k)] *= 1e-30f;  // row 5: tiny (subnormal products)
-    for (int64_t k = 0; k < c.n_in; ++k) x[size_t(6 * c.n_in + k)] *= 1e30f;   // row 6: huge
-    std::vector<float> ref(size_t(m_max * c.n_out)), wd(size_t(c.n_out * c.n_in));
-    packed_linear_reference(x.data(), m_max, w, ref.data(), 1);
-    dequantize_rows(w, 0, c.n_out, wd.data());
-    for (int threads : {1, 2}) {
-      std::vector<float> alone(ref.size(), -1e30f);
-      for (int64_t i = 0; i < m_max; ++i)
-        ASSERT_TRUE(a16_vnni_linear(x.data() + i * c.n_in, 1, w, alone.data() + i * c.n_out, threads)) << c.name;
-      for (int64_t i = 0; i < m_max; ++i) {  // each row on its own: the outlier / tiny / huge rows have their own scale
-        const std::vector<float> yi(alone.begin() + i * c.n_out, alone.begin() + (i + 1) * c.n_out);
-        const std::vector<float> ri(ref.begin() + i * c.n_out, ref.begin() + (i + 1) * c.n_out);
-        if (i != 3) {
-          EXPECT_LE(nmse_of(yi, ri), kMaxNmse) << c.name << " row " << i << " threads " << threads;
-        }
-      }
-      // The outlier row: x's levels are exact to max|x| · 2⁻²¹ a value, so |y − ref| ≤ Σ|w| · max|x| · 2⁻²¹ (+ F32
-      // sums) — here 10⁴ · 2⁻²¹ ≈ 5e-3 on values ~1, about BF16's rounding of each x; the NMSE bound would not hold.
-      for (int64_t r = 0; r < c.n_out; ++r) {
-        double wabs = 0, yabs = 0;
-        for (int64_t k = 0; k < c.n_in; ++k) {
-          wabs += std::fabs(wd[size_t(r * c.n_in + k)]);
-          yabs += std::fabs(double(wd[size_t(r * c.n_in + k)]) * x[size_t(3 * c.n_in + k)]);
-        }
-        const double bound = wabs * 1e4 * std::ldexp(1.0, -21) + 1e-6 * yabs;
-        EXPECT_LE(std::fabs(double(alone[size_t(3 * c.n_out + r)]) - ref[size_t(3 * c.n_out + r)]), bound)
-            << c.name << " outlier row, output " << r;
-      }
-      for (int64_t m : {2, 3, 4, 5, 8, 9, 16, 31, 37}) {
-        std::vector<float> y(size_t(m * c.n_out), -1e30f);
-        ASSERT_TRUE(a16_vnni_linear(x.data(), m, w, y.data(), threads));
-        for (int64_t k = 0; k < m * c.n_out; ++k)
-          ASSERT_EQ(y[size_t(k)], alone[size_t(k)]) << c.name << " m " << m << " row " << k / c.n_out;
-      }
-    }
-    check_special_rows(c, w, x, a16_vnni_linear);
-  }
+  for (const Case& c : cs) check_levels_kernel(c, a16_vnni_linear);
   for (const Case& c : {Case{"int4_g32", F::Int4, 8, 256, 32}, Case{"int4_g64_gidx", F::Int4, 8, 256, 64, 0, false, true},
                         Case{"int4_channel_odd", F::Int4, 8, 203}, Case{"int4_channel_96", F::Int4, 8, 96},
                         Case{"int8_g32", F::Int8, 8, 256, 32}, Case{"int8_channel_odd", F::Int8, 8, 101},
@@ -690,6 +693,32 @@ TEST(PackedKernels, A16VnniMatchesReferenceAndRowsAlone) {
     std::vector<float> x = normal_rows(1, c.n_in), y(size_t(c.n_out));
     EXPECT_FALSE(a16_vnni_linear(x.data(), 1, w, y.data(), 1)) << c.name;
   }
+}
+
+// W4A16 on AVX2 (gemm_a16_avx2_levels.cpp: the same levels, vpmaddubsw, int16 sums over segments of ≤ 256 columns):
+// Int4 with groups of 32 / 64 / 128 / 512 (two segments a group) or per channel (1536: six segments; 320: 256 + 64),
+// with and without zero points, 5 weight rows (a pass of 2 and the rows left); check_levels_kernel on each.
+// Declines Int8, g_idx, n_in or groups not a multiple of 32, activation quantization and m from kA16Avx2LevelsMaxM.
+TEST(PackedKernels, A16Avx2LevelsMatchesReferenceAndRowsAlone) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 here";
+  using F = WeightFormat;
+  const std::vector<Case> cs = {
+      {"int4_g32", F::Int4, 9, 256, 32},              {"int4_g64_576", F::Int4, 70, 576, 64},
+      {"int4_g128_zeros", F::Int4, 37, 384, 128, 0, true}, {"int4_g512", F::Int4, 11, 1024, 512},
+      {"int4_channel_1536", F::Int4, 21, 1536},       {"int4_channel_zeros_320", F::Int4, 9, 320, 0, 0, true},
+      {"int4_g64_zeros_odd_rows", F::Int4, 5, 128, 64, 0, true}, {"int4_channel_96", F::Int4, 3, 96},
+  };
+  for (const Case& c : cs) check_levels_kernel(c, a16_avx2_levels);
+  for (const Case& c : {Case{"int4_g64_gidx", F::Int4, 8, 256, 64, 0, false, true}, Case{"int4_channel_odd", F::Int4, 8, 203},
+                        Case{"int4_g48", F::Int4, 8, 96, 48}, Case{"int8_g64", F::Int8, 8, 256, 64},
+                        Case{"int4_token", F::Int4, 8, 256, 0, 0, false, false, false, ActQuant::Int8Dynamic}}) {
+    const PackedWeight w = make(c, 5);
+    std::vector<float> x = normal_rows(1, c.n_in), y(size_t(c.n_out));
+    EXPECT_FALSE(a16_avx2_levels(x.data(), 1, w, y.data(), 1)) << c.name;
+  }
+  const PackedWeight w = make(Case{"int4_g64", F::Int4, 8, 256, 64}, 5);
+  std::vector<float> x = normal_rows(kA16Avx2LevelsMaxM, 256), y(size_t(kA16Avx2LevelsMaxM * 8));
+  EXPECT_FALSE(a16_avx2_levels(x.data(), kA16Avx2LevelsMaxM, w, y.data(), 1)) << "m from the prefill's on";
 }
 
 // FP4 block scales at their edges on the VNNI kernel: MXFP4's E8M0 0 (2⁻¹²⁷) and 255 (NaN), NVFP4's E4M3 subnormals,
@@ -957,6 +986,7 @@ TEST(PackedKernels, FourBitWeightTakesTheDecodeLayoutAndMatchesReference) {
       }
     }
     for (PackedIsa isa : {PackedIsa::Portable, PackedIsa::Avx2}) {
+      if (!wanted) break;  // the weight as given: those ISAs run their own kernels (the suites above)
       if (isa == PackedIsa::Avx2 && packed_best_isa() == PackedIsa::Portable) continue;
       std::vector<float> y(size_t(4 * c.n_out)), r(y.size());
       packed_linear_isa(x.data(), 4, w.packed(), y.data(), 1, isa);
