@@ -29,8 +29,8 @@
 // rows (the decode tiles: 2 rows × 4, x streamed from L2 / L3 again for every pair of rows); the *Groups
 // layouts run their decode tile as 4 weight rows × 2 rows of x over the same blocks of x. The AVX2
 // kernel of the 32-blocks (gemm_gguf_avx2_blocks.inc) works on chunks of 8 weight rows, one F32 chain per
-// output (the block's whole integer sum, then one fma) kept as a lane of a vector of 8 rows; from m = 4 on it
-// unpacks the chunk's codes once into an L1 panel and passes every row of x over it (prefill).
+// output (the block's whole integer sum, then one fma) kept as a lane of a vector of 8 rows; from m = 2 on it
+// unpacks the chunk's codes once into an L1 panel and passes every row of x over it (batched decode, prefill).
 // Batch invariance: on every kernel, each output (row of W, row of x) gets the same float operations in the
 // same order whatever m and the tiling are, so row i of a batch has the bits of row i computed alone (DESIGN
 // §5: batched == alone; tests/kernels/test_gemm_gguf.cpp GemmGgufBatch and, for m ≥ 16,
