@@ -1,6 +1,6 @@
-// A16 decode on AVX2 + FMA (packed_kernels.h: a16_avx2_decode): Int4 / Int8 weights (groups a multiple of 32
-// columns or per channel, zero points, no g_idx) and Fp8E4M3 weights (per tensor / per channel scales) against F32
-// x, for m < kA16Avx2MaxM rows of x. Weight rows 4 at a time (contiguous, software-prefetched ahead), each against
+// A16 decode on AVX2 + FMA (packed_kernels.h: a16_avx2_decode): Fp8E4M3 weights (per tensor / per channel scales)
+// against F32 x (Int4 / Int8 decode: gemm_a16_avx2_levels.cpp; the Int4 / Int8 decoding below serves the prefill),
+// for m < kA16Avx2MaxM rows of x. Weight rows 4 at a time (contiguous, software-prefetched ahead), each against
 // every row of x (the 4 rows stay in L1 for the next rows of x); per 32 columns a row: 4 vectors of 8 values
 // decoded in registers, 4 FMAs with x into the group's sum; per group the sum × the group's scale is added to the
 // row's total (one FMA), and y = the total's lane sum.
@@ -166,25 +166,11 @@ __attribute__((target("avx2,fma,f16c"))) void dequant_rows(const PackedWeight& w
 bool a16_avx2_decode(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
   if (m >= kA16Avx2MaxM || w.n_in % 32 != 0) return false;
   const int64_t n_in = w.n_in;
-  switch (w.format) {
-    case WeightFormat::Int4: {
-      if (!w.g_idx.empty() || w.group_size % 32 != 0) return false;
-      thread_local std::vector<float> xp;
-      xp.resize(size_t(m * n_in));
-      for (int64_t i = 0; i < m; ++i) permute_x(x + i * n_in, n_in, xp.data() + i * n_in);
-      run<Kind::Int4>(w, w.n_groups(), w.group_size, xp.data(), m, y, n_threads);
-      return true;
-    }
-    case WeightFormat::Int8:
-      if (!w.g_idx.empty() || w.group_size % 32 != 0) return false;
-      run<Kind::Int8>(w, w.n_groups(), w.group_size, x, m, y, n_threads);
-      return true;
-    case WeightFormat::Fp8E4M3:
-      if (w.block_out > 0) return false;
-      run<Kind::Fp8>(w, 1, n_in, x, m, y, n_threads);
-      return true;
-    default: return false;
-  }
+  // Int4 / Int8 decode: gemm_a16_avx2_levels.cpp (integer sums, 1.2-1.5x these F32 ones from cache on Zen 3);
+  // their decode32 below serves the prefill's dequantization.
+  if (w.format != WeightFormat::Fp8E4M3 || w.block_out > 0) return false;
+  run<Kind::Fp8>(w, 1, n_in, x, m, y, n_threads);
+  return true;
 }
 
 bool a16_avx2_gemm(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {

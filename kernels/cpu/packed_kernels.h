@@ -159,16 +159,16 @@ inline constexpr int64_t kW8a8OnednnMinM = 16;
 bool onednn_s8_gemm(const int8_t* xq, int64_t m, const int8_t* w, int64_t n_out, int64_t n_in, int32_t* acc,
                     int n_threads);
 
-// A16 decode on AVX2 (gemm_a16_avx2.cpp): Int4 / Int8 weights without g_idx (n_in and groups multiples of 32) and
-// Fp8E4M3 ones with tensor / channel scales (n_in a multiple of 32), F32 x, m < kA16Avx2MaxM: 4 weight rows a
-// block decoded in registers (Int4 nibbles by in-lane vpshufb against x permuted once a call); the AVX2 path of
-// int_a16_linear and fp8_linear for those. Returns false (nothing written) for weights or m it does not take.
+// A16 decode on AVX2 (gemm_a16_avx2.cpp): Fp8E4M3 weights with tensor / channel scales (n_in a multiple of 32),
+// F32 x, m < kA16Avx2MaxM: 4 weight rows a block decoded in registers; the AVX2 path of fp8_linear for those (Int4 /
+// Int8: a16_avx2_levels below). Returns false (nothing written) for weights or m it does not take.
 inline constexpr int64_t kA16Avx2MaxM = 4;
 bool a16_avx2_decode(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
-// W4A16 decode on AVX2 without VNNI (gemm_a16_avx2_levels.cpp): Int4 weights without g_idx in the Rows layout (n_in
-// and groups multiples of 32, or per channel; zero points), m < kA16Avx2LevelsMaxM: x as gemm_a16_vnni.cpp's three
-// int8 levels (exact to max|x| · 2⁻²¹ a value), vpmaddubsw against the codes, exact int32 sums a segment; a row of a
-// batch has the bits it has alone (decode batches up to 63 rows; Int4 goes to a16_avx2_gemm from 64, as on AVX-512
+// W4A16 / W8A16 decode on AVX2 without VNNI (gemm_a16_avx2_levels.cpp): Int4 and Int8 weights without g_idx in the
+// Rows layout (n_in and groups multiples of 32, or per channel; zero points), m < kA16Avx2LevelsMaxM: x as
+// gemm_a16_vnni.cpp's three int8 levels (exact to max|x| · 2⁻²¹ a value; Int8 2⁻²⁰, its top level within ±64),
+// vpmaddubsw against the codes, exact int32 sums a segment; a row of a
+// batch has the bits it has alone (decode batches up to 63 rows; they go to a16_avx2_gemm from 64, as on AVX-512
 // to the BF16 prefill from kA16Bf16MinM). The AVX2 path of int_a16_linear for those, before a16_avx2_decode.
 // Returns false (nothing written) for weights or m it does not take, or without AVX2.
 inline constexpr int64_t kA16Avx2LevelsMaxM = 64;

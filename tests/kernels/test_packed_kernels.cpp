@@ -626,7 +626,7 @@ void check_fp4_scale_edges(DecodeKernel kernel) {
 // bound (their error is relative to max|x|); a zero row gives 0, a row with a NaN or an infinity gives NaN and leaves
 // the other rows alone; a row of x in a batch (m 2..37, or up to m_max) gives the bits it gives alone, at 1 and 2
 // threads.
-void check_levels_kernel(const Case& c, DecodeKernel kernel, int64_t m_max = 37) {
+void check_levels_kernel(const Case& c, DecodeKernel kernel, int64_t m_max = 37, int levels_bits = 21) {
   const PackedWeight w = make(c, 31);
   std::vector<float> x = normal_rows(m_max, c.n_in);
   x[size_t(3 * c.n_in + 7)] = 1e4f;                                        // row 3: one outlier
@@ -646,15 +646,16 @@ void check_levels_kernel(const Case& c, DecodeKernel kernel, int64_t m_max = 37)
         EXPECT_LE(nmse_of(yi, ri), kMaxNmse) << c.name << " row " << i << " threads " << threads;
       }
     }
-    // The outlier row: x's levels are exact to max|x| · 2⁻²¹ a value, so |y − ref| ≤ Σ|w| · max|x| · 2⁻²¹ (+ F32
-    // sums) — here 10⁴ · 2⁻²¹ ≈ 5e-3 on values ~1, about BF16's rounding of each x; the NMSE bound would not hold.
+    // The outlier row: x's levels are exact to max|x| · 2^-levels_bits a value (21; the AVX2 Int8 levels 20), so
+    // |y − ref| ≤ Σ|w| · max|x| · 2^-levels_bits (+ F32 sums) — here 10⁴ · 2⁻²¹ ≈ 5e-3 on values ~1, about BF16's
+    // rounding of each x; the NMSE bound would not hold.
     for (int64_t r = 0; r < c.n_out; ++r) {
       double wabs = 0, yabs = 0;
       for (int64_t k = 0; k < c.n_in; ++k) {
         wabs += std::fabs(wd[size_t(r * c.n_in + k)]);
         yabs += std::fabs(double(wd[size_t(r * c.n_in + k)]) * x[size_t(3 * c.n_in + k)]);
       }
-      const double bound = wabs * 1e4 * std::ldexp(1.0, -21) + 1e-6 * yabs;
+      const double bound = wabs * 1e4 * std::ldexp(1.0, -levels_bits) + 1e-6 * yabs;
       EXPECT_LE(std::fabs(double(alone[size_t(3 * c.n_out + r)]) - ref[size_t(3 * c.n_out + r)]), bound)
           << c.name << " outlier row, output " << r;
     }
@@ -695,10 +696,12 @@ TEST(PackedKernels, A16VnniMatchesReferenceAndRowsAlone) {
   }
 }
 
-// W4A16 on AVX2 (gemm_a16_avx2_levels.cpp: the same levels, vpmaddubsw, int16 sums over segments of ≤ 256 columns):
-// Int4 with groups of 32 / 64 / 128 / 512 (two segments a group) or per channel (1536: six segments; 320: 256 + 64),
-// with and without zero points, 5 weight rows (a pass of 2 and the rows left); check_levels_kernel on each.
-// Declines Int8, g_idx, n_in or groups not a multiple of 32, activation quantization and m from kA16Avx2LevelsMaxM.
+// W4A16 / W8A16 on AVX2 (gemm_a16_avx2_levels.cpp: the same levels — Int8's top level within ±64 — vpmaddubsw;
+// Int4 int16 sums over segments of ≤ 256 columns, Int8 int32 sums a group): Int4 with groups of 32 / 64 / 128 / 512
+// (two segments a group) or per channel (1536: six segments; 320: 256 + 64), Int8 with groups of 32 / 128 or per
+// channel (576, 1536), with and without zero points, 5 weight rows (a pass of 2 and the rows left);
+// check_levels_kernel on each (Int8's outlier bound 2⁻²⁰). Declines g_idx, n_in or groups not a multiple of 32,
+// activation quantization, FP8 and m from kA16Avx2LevelsMaxM.
 TEST(PackedKernels, A16Avx2LevelsMatchesReferenceAndRowsAlone) {
   if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 here";
   using F = WeightFormat;
@@ -709,8 +712,15 @@ TEST(PackedKernels, A16Avx2LevelsMatchesReferenceAndRowsAlone) {
       {"int4_g64_zeros_odd_rows", F::Int4, 5, 128, 64, 0, true}, {"int4_channel_96", F::Int4, 3, 96},
   };
   for (const Case& c : cs) check_levels_kernel(c, a16_avx2_levels);
+  const std::vector<Case> c8 = {
+      {"int8_channel_576", F::Int8, 70, 576},           {"int8_channel_zeros_1536", F::Int8, 21, 1536, 0, 0, true},
+      {"int8_g32_zeros", F::Int8, 37, 384, 32, 0, true}, {"int8_g128", F::Int8, 9, 256, 128},
+      {"int8_channel_odd_rows_96", F::Int8, 5, 96},
+  };
+  for (const Case& c : c8) check_levels_kernel(c, a16_avx2_levels, 37, 20);
   for (const Case& c : {Case{"int4_g64_gidx", F::Int4, 8, 256, 64, 0, false, true}, Case{"int4_channel_odd", F::Int4, 8, 203},
-                        Case{"int4_g48", F::Int4, 8, 96, 48}, Case{"int8_g64", F::Int8, 8, 256, 64},
+                        Case{"int4_g48", F::Int4, 8, 96, 48}, Case{"int8_channel_odd", F::Int8, 8, 101},
+                        Case{"fp8_channel", F::Fp8E4M3, 8, 256},
                         Case{"int4_token", F::Int4, 8, 256, 0, 0, false, false, false, ActQuant::Int8Dynamic}}) {
     const PackedWeight w = make(c, 5);
     std::vector<float> x = normal_rows(1, c.n_in), y(size_t(c.n_out));
