@@ -257,8 +257,11 @@ try:
     _, m2, _ = call(rp, "GET", "/metrics")
     stream_replays = metric(m2, 'tpserve_router_replays_total{kind="stream"}')
     replays = metric(m2, 'tpserve_router_replays_total{kind="plain"}') + stream_replays
+    # Which kinds the victim held follows the routing (load, and the prefix index the reference run left): it may
+    # hold only the plain requests (seen once in CI: 3 replays, 0 streams) — every request it held is replayed, and
+    # mid-stream resumption is asserted below on requests placed on the killed replica by hand.
     check(f"the router replayed the killed replica's requests ({replays:.0f}, {stream_replays:.0f} streams "
-          "resumed mid-stream)", replays >= 1 and stream_replays >= 1, m2[-1500:])
+          f"resumed mid-stream; {in_flight} in flight on it at the kill)", 1 <= replays <= in_flight, m2[-1500:])
     s, h = get_json(rp, "/health")
     check("router /health: 1 of 2 up", s == 200 and h["replicas_up"] == 1, h)
 
