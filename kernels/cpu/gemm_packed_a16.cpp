@@ -1,7 +1,8 @@
 // Dequantize-in-register GEMV/GEMM for packed weights with F32 activations (packed_kernels.h): Int8 / Int4
 // (W8A16, W4A16 with groups, zero points, g_idx), Fp8E4M3 (A16, and W8A8-FP8 with emulated activations) and
 // MXFP4 / NVFP4. The kernel body is packed_a16.inc, compiled three times: portable, AVX2 + FMA, AVX-512;
-// decode and prefill on AVX2: gemm_a16_avx2.cpp first, where it takes the weight (a16 below).
+// decode and prefill on AVX2: gemm_a16_avx2_levels.cpp (Int4 / Int8, m < 64) and gemm_a16_avx2.cpp first, where
+// they take the weight (a16 below).
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -50,7 +51,8 @@ namespace avx512 {
 
 namespace {
 
-// The A16 kernel at `isa`; on AVX2 first gemm_a16_avx2.cpp's decode / prefill where they take w and m (they refuse
+// The A16 kernel at `isa`; on AVX2 first the levels decode (Int4 / Int8, gemm_a16_avx2_levels.cpp), then
+// gemm_a16_avx2.cpp's decode / prefill where they take w and m (they refuse
 // FP4, g_idx, FP8 block scales and n_in not a multiple of 32); on AVX-512 first gemm_a16_avx512.cpp's Int8 decode.
 bool a16(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa) {
   switch (isa) {

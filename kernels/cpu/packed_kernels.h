@@ -2,7 +2,8 @@
 // per family, each with an AVX-512 path, an AVX2 + FMA path and a portable one (runtime dispatch):
 //   gemm_int_a16.cpp   Int8 / Int4 weights (groups, zero points, g_idx), F32 activations: weights
 //                      dequantized in registers ((q - zero) as F32, FMA with x, × scale once a group);
-//                      AVX2 decode / prefill of Int8, Int4 and FP8: gemm_a16_avx2.cpp;
+//                      AVX2 decode of Int8 / Int4: gemm_a16_avx2_levels.cpp (x as 3 int8 levels, vpmaddubsw);
+//                      AVX2 decode of FP8 and prefill of Int8, Int4 and FP8: gemm_a16_avx2.cpp;
 //                      Int8 / Int4 on AVX-512 VNNI: gemm_a16_vnni.cpp (x as 3 int8 levels, vpdpbusd); Int4 on
 //                      AVX512-BF16 (what that does not take): gemm_int4_bf16.cpp (nibbles to BF16 by vpermw, x as 2
 //                      BF16 parts)
