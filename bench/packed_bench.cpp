@@ -5,9 +5,10 @@
 //   prefill: m = 512 (--m) through 2 layers; GMAC/s = m · Σ n_out·n_in / seconds.
 // Formats: CT-W8A8-INT8 (int8 per channel, int8 per-token activations), W8A16 (int8 per channel), W4A16-g64,
 // FP8-dynamic (E4M3 per channel, FP8 per-token activations); w4a16-gidx / w8a16-g128-gidx: act-order (g_idx, a
-// random assignment of whole groups of 64 / 128 columns, as GPTQ's actorder "group" makes), w8a16-g128 without. Each figure: the best of --reps passes (the least
+// random assignment of whole groups of 64 / 128 columns, as GPTQ's actorder "group" makes), w8a16-g128 without;
+// mxfp4 / nvfp4 (E2M1, E8M0 / E4M3 block scales of 32 / 16 columns). Each figure: the best of --reps passes (the least
 // disturbed on a shared machine) and the median, in CPU seconds of the process (cpu_now below), not wall time.
-// Usage: packed_bench [--threads N] [--reps N] [--m M] [--only w8a8|w8a16|w4a16|fp8] [--isa portable|avx2|avx512]
+// Usage: packed_bench [--threads N] [--reps N] [--m M] [--only w8a8|w8a16|w4a16|fp8|mxfp4|nvfp4|...] [--isa portable|avx2|avx512]
 //                     [--no-decode | --no-prefill] (one pass of the other: under `perf stat`, cycles of one kind)
 //                     [--layers N] (30: the model; 1: 3.5 MiB of int8, in L3 — the kernel's compute ceiling)
 //                     [--as-loaded] (each weight through cpu::Weight and linear(): the layout a loaded model's
@@ -44,7 +45,9 @@ PackedWeight make(const Fmt& f, int64_t n_out, int64_t n_in, std::mt19937& rng) 
   w.n_out = n_out;
   w.n_in = n_in;
   w.act = f.act;
-  w.group_size = f.format == WeightFormat::Fp8E4M3 ? 0 : (f.group > 0 ? f.group : n_in);
+  w.group_size = f.format == WeightFormat::Fp8E4M3 || f.format == WeightFormat::Mxfp4 || f.format == WeightFormat::Nvfp4
+                     ? 0
+                     : (f.group > 0 ? f.group : n_in);
   w.data = AlignedBytes(n_out * w.row_bytes());
   uint64_t state = rng() | 1;  // xorshift: mt19937 a byte took most of the bench's time
   for (int64_t i = 0; i < w.data.size(); ++i) {
@@ -54,6 +57,13 @@ PackedWeight make(const Fmt& f, int64_t n_out, int64_t n_in, std::mt19937& rng) 
     uint8_t b = uint8_t(state >> 24);
     if (f.format == WeightFormat::Fp8E4M3 && (b & 0x7f) == 0x7f) b &= 0xfe;
     w.data.data()[i] = b;
+  }
+  if (f.format == WeightFormat::Mxfp4 || f.format == WeightFormat::Nvfp4) {  // block scales: E8M0 2^-7..2^-4, E4M3 ~0.02-0.1
+    const bool mx = f.format == WeightFormat::Mxfp4;
+    w.scale_bytes.resize(size_t(n_out * (n_in / (mx ? 32 : 16))));
+    for (uint8_t& b : w.scale_bytes) b = mx ? uint8_t(120 + rng() % 4) : uint8_t(0x18 + rng() % 16);
+    if (!mx) w.global_scale = 0.5f;
+    return w;
   }
   w.scales.assign(size_t(f.format == WeightFormat::Fp8E4M3 ? n_out : n_out * w.n_groups()), 0.01f);
   if (f.gidx) {
@@ -106,6 +116,8 @@ int main(int argc, char** argv) {
       {"w4a16-gidx", WeightFormat::Int4, 64, ActQuant::None, true},
       {"w8a16-g128", WeightFormat::Int8, 128, ActQuant::None},
       {"w8a16-g128-gidx", WeightFormat::Int8, 128, ActQuant::None, true},
+      {"mxfp4", WeightFormat::Mxfp4, 0, ActQuant::None},
+      {"nvfp4", WeightFormat::Nvfp4, 0, ActQuant::None},
   };
   const int64_t shapes[4][2] = {{960, 576}, {576, 576}, {3072, 576}, {576, 1536}};
   const int kLayers = layers, kPrefillLayers = std::min(2, layers);

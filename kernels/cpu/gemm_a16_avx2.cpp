@@ -186,6 +186,19 @@ bool a16_avx2_gemm(const float* x, int64_t m, const PackedWeight& w, float* y, i
   }
   if (kind != Kind::Fp8 && (!w.g_idx.empty() || w.group_size % 32 != 0)) return false;
   if (kind == Kind::Fp8 && w.block_out > 0) return false;
+  const auto dequant = [&](int64_t r0, int64_t r1, float* out) {
+    switch (kind) {
+      case Kind::Int4: dequant_rows<Kind::Int4>(w, r0, r1, out); break;
+      case Kind::Int8: dequant_rows<Kind::Int8>(w, r0, r1, out); break;
+      case Kind::Fp8: dequant_rows<Kind::Fp8>(w, r0, r1, out); break;
+    }
+  };
+  dense_f32_linear(x, m, w, y, n_threads, dequant, kind == Kind::Int4 ? permute_x : nullptr);
+  return true;
+}
+
+void dense_f32_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads,
+                      const std::function<void(int64_t, int64_t, float*)>& dequant, PermuteRow permute) {
   const int64_t n_in = w.n_in;
   PackedWeight d;
   d.format = WeightFormat::F32;
@@ -197,22 +210,17 @@ bool a16_avx2_gemm(const float* x, int64_t m, const PackedWeight& w, float* y, i
 #pragma omp parallel num_threads(n_threads) if (parallel)
   {
     const auto [r0, r1] = thread_rows(w.n_out, 1, omp_get_thread_num(), omp_get_num_threads());
-    switch (kind) {
-      case Kind::Int4: dequant_rows<Kind::Int4>(w, r0, r1, dd); break;
-      case Kind::Int8: dequant_rows<Kind::Int8>(w, r0, r1, dd); break;
-      case Kind::Fp8: dequant_rows<Kind::Fp8>(w, r0, r1, dd); break;
-    }
+    dequant(r0, r1, dd);
   }
   const float* xin = x;
   thread_local std::vector<float> xp;
-  if (kind == Kind::Int4) {
+  if (permute) {
     xp.resize(size_t(m * n_in));
-    for (int64_t i = 0; i < m; ++i) permute_x(x + i * n_in, n_in, xp.data() + i * n_in);
+    for (int64_t i = 0; i < m; ++i) permute(x + i * n_in, n_in, xp.data() + i * n_in);
     xin = xp.data();
   }
   const Weight dense(std::move(d));
   linear(xin, m, dense, y);
-  return true;
 }
 
 }  // namespace tp::cpu::detail

@@ -126,6 +126,8 @@ bool fp4_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int 
                                    (prefer_bf16_a16() && fp4_bf16_decode(x, m, w, y, n_threads)) ||
                                    a16_vnni_linear(x, m, w, y, n_threads)))
     return true;
+  if (isa == PackedIsa::Avx2 && (fp4_avx2_decode(x, m, w, y, n_threads) || fp4_avx2_gemm(x, m, w, y, n_threads)))
+    return true;
   return a16(x, m, w, y, n_threads, isa);
 }
 

@@ -17,7 +17,8 @@
 //                      call, then the same kernel (what an FP8 tensor core computes, up to summation order);
 //                      decode on Intel AVX-512: gemm_fp8_f16.cpp (E4M3 bytes into F16s, vcvtph2ps, F32 FMAs)
 //   gemm_fp4.cpp       MXFP4 / NVFP4 weights: E2M1 nibbles through an 8-entry table in a register, × the
-//                      block's E8M0 or E4M3 scale (× the NVFP4 global scale); on AVX-512 VNNI gemm_a16_vnni.cpp;
+//                      block's E8M0 or E4M3 scale (× the NVFP4 global scale); decode on AVX2: gemm_fp4_avx2.cpp
+//                      (codes to BF16 bytes by vpshufb, F32 FMAs); on AVX-512 VNNI gemm_a16_vnni.cpp;
 //                      on AVX512-BF16 gemm_fp4_bf16.cpp (rows as the checkpoint)
 // Int4 and FP4 weights cpu::Weight put in 16-row blocks (common/rows16_layout.h Rows16) decode in GEMM form:
 // gemm_rows16.cpp (rows16.h); the row-major kernels above decline them.
@@ -30,6 +31,7 @@
 // on the rounded values as on any F32 x.
 #pragma once
 #include <cstdint>
+#include <functional>
 
 #include "common/packed_weight.h"
 
@@ -165,6 +167,16 @@ bool onednn_s8_gemm(const int8_t* xq, int64_t m, const int8_t* w, int64_t n_out,
 // Int8: a16_avx2_levels below). Returns false (nothing written) for weights or m it does not take.
 inline constexpr int64_t kA16Avx2MaxM = 4;
 bool a16_avx2_decode(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
+// MXFP4 / NVFP4 decode on AVX2 (gemm_fp4_avx2.cpp): Rows layout, n_in a multiple of 32, F32 x, m < kFp4Avx2MaxM:
+// each E2M1 code to its value's BF16 bytes by two vpshufb tables, widened to F32 (exact), F32 products and sums,
+// × the block scale (F32, exact) a block; a row of a batch has the bits it has alone. fp4_linear's AVX2 path ahead of
+// the A16 tiles. Returns false (nothing written) for weights or m it does not take, or without AVX2 + F16C.
+inline constexpr int64_t kFp4Avx2MaxM = 64;
+bool fp4_avx2_decode(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
+// The same weights for m ≥ kFp4Avx2MaxM (prefill, gemm_fp4_avx2.cpp): W decoded once a call to F32 (value × block
+// scale × global scale, in the decode's column order, x permuted alike) and dense_f32_linear. Returns false (nothing
+// written) for weights or m it does not take, or without AVX2 + F16C or oneDNN F32.
+bool fp4_avx2_gemm(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 // W4A16 / W8A16 decode on AVX2 without VNNI (gemm_a16_avx2_levels.cpp): Int4 and Int8 weights without g_idx in the
 // Rows layout (n_in and groups multiples of 32, or per channel; zero points), m < kA16Avx2LevelsMaxM: x as
 // gemm_a16_vnni.cpp's three int8 levels (exact to max|x| · 2⁻²¹ a value; Int8 2⁻²⁰, its top level within ±64),
@@ -183,6 +195,12 @@ bool a16_avx2_levels(const float* x, int64_t m, const PackedWeight& w, float* y,
 inline constexpr int64_t kA16Avx2GemmMinM = 32;
 inline constexpr int64_t kA16Avx512GemmMinM = 256;
 bool a16_avx2_gemm(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
+// The dense part of those (gemm_a16_avx2.cpp): dequant(r0, r1, out) writes rows [r0, r1) of W as F32 into out [n_out,
+// n_in] (once a call, rows over n_threads), permute (nullptr: none) puts a row of x in the column order dequant
+// wrote W in; then linear() on the F32 weight.
+using PermuteRow = void (*)(const float* x, int64_t n_in, float* xp);
+void dense_f32_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads,
+                      const std::function<void(int64_t, int64_t, float*)>& dequant, PermuteRow permute);
 
 // W8A16 decode on AVX-512 (gemm_a16_avx512.cpp: a16_avx512_decode): Int8 weights without g_idx (n_in and groups
 // multiples of 32), F32 x, m < kA16Avx512MaxM: gemm_a16_avx2.cpp's 4-row blocks at 16 lanes. Returns false (nothing

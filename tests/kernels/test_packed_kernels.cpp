@@ -810,6 +810,60 @@ TEST(PackedKernels, Fp4Bf16DecodeMatchesReferenceAndRowsAlone) {
   check_fp4_scale_edges(fp4_bf16_decode);
 }
 
+// MXFP4 / NVFP4 decode on AVX2 (gemm_fp4_avx2.cpp: E2M1 codes to BF16 bytes by vpshufb, F32 FMAs): the suite's
+// bound against the reference for rows of x at both ends of the exponent range, at 1 and 2 threads, weight row counts
+// (35, 19, 7, 5, 6, 9, 3) that leave 3, 3, 3, 1, 2, 1 and 3 rows past the last pass of 4; a row of x in a batch
+// (m 2..37) gives the bits it gives alone; a zero row gives 0 and a row with a NaN or an infinity gives NaN; the scale
+// bytes at their edges (E8M0 0 and 255, E4M3 subnormals, 0 and NaN); all again with BF16 activations. Declines n_in
+// not a multiple of 32 (NVFP4 48), the Rows16 layout and m from kFp4Avx2MaxM.
+TEST(PackedKernels, Fp4Avx2DecodeMatchesReferenceAndRowsAlone) {
+  if (packed_best_isa() == PackedIsa::Portable) GTEST_SKIP() << "no AVX2 + F16C here";
+  using F = WeightFormat;
+  // n_in: 576 (18 MXFP4 blocks, 36 NVFP4: 4 whole groups of 8 scales and a tail of 2 / 4), 1536, 448, 96, 32.
+  std::vector<Case> cs = {Case{"mxfp4_576", F::Mxfp4, 35, 576}, Case{"nvfp4_1536", F::Nvfp4, 19, 1536},
+                          Case{"nvfp4_448", F::Nvfp4, 7, 448},  Case{"mxfp4_384", F::Mxfp4, 5, 384},
+                          Case{"nvfp4_576", F::Nvfp4, 6, 576},  Case{"mxfp4_96", F::Mxfp4, 9, 96},
+                          Case{"nvfp4_32", F::Nvfp4, 3, 32}};
+  check_fp4_decode(cs, fp4_avx2_decode);
+  const PackedWeight odd = make(Case{"nvfp4_48", F::Nvfp4, 8, 48}, 5);
+  std::vector<float> x = normal_rows(kFp4Avx2MaxM, 256), y(size_t(kFp4Avx2MaxM * 8));
+  EXPECT_FALSE(fp4_avx2_decode(x.data(), 1, odd, y.data(), 1)) << "n_in 48";
+  PackedWeight w = make(Case{"mxfp4", F::Mxfp4, 8, 256}, 5);
+  EXPECT_FALSE(fp4_avx2_decode(x.data(), kFp4Avx2MaxM, w, y.data(), 1)) << "m from the prefill's on";
+  set_rows_layout(&w, RowsLayout::Rows16);
+  EXPECT_FALSE(fp4_avx2_decode(x.data(), 1, w, y.data(), 1)) << "Rows16 layout";
+  check_fp4_scale_edges(fp4_avx2_decode);
+}
+
+// MXFP4 / NVFP4 prefill on AVX2 (gemm_fp4_avx2.cpp: fp4_avx2_gemm, W decoded to F32 once a call in the decode's
+// column order, x permuted alike, oneDNN's sgemm): the suite's bound at m 64 and 100, 1 and 2 threads, F32 and BF16
+// x, with the scale bytes at their edges too (rows NaN where the reference's are); declines m below kFp4Avx2MaxM.
+TEST(PackedKernels, Fp4Avx2PrefillMatchesReference) {
+  if (packed_best_isa() == PackedIsa::Portable || !linear_has_onednn(DType::F32)) GTEST_SKIP() << "no AVX2 or oneDNN here";
+  using F = WeightFormat;
+  for (Case c : {Case{"mxfp4_576", F::Mxfp4, 40, 576}, Case{"nvfp4_448", F::Nvfp4, 21, 448}})
+    for (bool x_bf16 : {false, true}) {
+      c.act_bf16 = x_bf16;
+      PackedWeight w = make(c, 9);
+      if (c.format == F::Mxfp4) w.scale_bytes[3] = 0;   // 2^-127
+      else w.scale_bytes[5] = 0x7f;                      // NaN: row 0's outputs NaN
+      for (int64_t m : {kFp4Avx2MaxM, int64_t(100)})
+        for (int threads : {1, 2}) {
+          std::vector<float> x = normal_rows(m, c.n_in), ref(size_t(m * c.n_out)), y(ref.size(), -1e30f);
+          packed_linear_reference(x.data(), m, w, ref.data(), 1);
+          ASSERT_TRUE(fp4_avx2_gemm(x.data(), m, w, y.data(), threads)) << c.name;
+          std::vector<float> yf, rf;
+          for (size_t k = 0; k < y.size(); ++k) {
+            ASSERT_EQ(std::isnan(y[k]), std::isnan(ref[k])) << c.name << " m " << m << " output " << k;
+            if (!std::isnan(ref[k])) yf.push_back(y[k]), rf.push_back(ref[k]);
+          }
+          EXPECT_LE(nmse_of(yf, rf), kMaxNmse) << c.name << " m " << m << " x_bf16 " << x_bf16 << " threads " << threads;
+        }
+      std::vector<float> x = normal_rows(kFp4Avx2MaxM - 1, c.n_in), y(size_t((kFp4Avx2MaxM - 1) * c.n_out));
+      EXPECT_FALSE(fp4_avx2_gemm(x.data(), kFp4Avx2MaxM - 1, w, y.data(), 1)) << c.name;
+    }
+}
+
 // The GEMM-form FP4 decode (rows16.h, gemm_rows16.cpp) through the DecodeKernel signature: w put in the
 // Rows16 layout each call (the tests only).
 bool rows16_decode(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
