@@ -158,6 +158,11 @@ struct Avx2Ops {
 }  // namespace
 
 AttendFn attend_avx2(KvDType d) { return attend_for<Avx2Ops>(d); }
-TileFn tile_avx2(KvDType d) { return tile_for<Avx2Ops>(d); }
+// Decode tiles (the group's 3 query heads) of FP8 pools widen each K/V block once, as AVX-512 does for every dtype:
+// reading the stored rows converts each E4M3 row again for every head (vcvtph2ps, 2 cycles a ymm on Zen 3).
+// Zen 3, kv_attention_bench --tokens 1 --layers 30 --paths avx2, alternated twice: fp8_e4m3 4096 818 / 870 ->
+// 629 / 630 µs, 16384 3341 / 3472 -> 2549 / 2675; BF16 within the noise and INT8 slower (524 / 577 -> 583 / 589):
+// they keep reading the stored rows below kWidenRows.
+TileFn tile_avx2(KvDType d) { return tile_for<Avx2Ops, 2>(d); }
 
 }  // namespace tp::cpu::detail

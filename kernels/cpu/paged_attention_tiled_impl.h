@@ -155,12 +155,13 @@ TP_KV_TARGET void attend_tile(const TileArgs& a, int64_t kv_head, int64_t t0, in
   }
 }
 
-template <class Ops>
+// fp8_widen_rows: the FP8 pools' threshold (their widening, vcvtph2ps, costs most: AVX2 widens from 2 rows).
+template <class Ops, int64_t fp8_widen_rows = kWidenRows>
 TileFn tile_for(KvDType d) {
   switch (d) {
     case KvDType::F32: return attend_tile<KvDType::F32, Ops>;
     case KvDType::BF16: return attend_tile<KvDType::BF16, Ops>;
-    case KvDType::FP8_E4M3: return attend_tile<KvDType::FP8_E4M3, Ops>;
+    case KvDType::FP8_E4M3: return attend_tile<KvDType::FP8_E4M3, Ops, fp8_widen_rows>;
     case KvDType::INT8: return attend_tile<KvDType::INT8, Ops>;
   }
   return nullptr;
