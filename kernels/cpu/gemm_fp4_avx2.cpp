@@ -16,7 +16,7 @@
 // t += p1 · s1 (s0 = s1 = the MXFP4 block scale; NVFP4 the two blocks' scales): 6 F32 ops. y = t's lane sum × the
 // NVFP4 global scale (× 2⁸: its E4M3 scales are read as F16s of value / 2⁸, exact).
 // Block scales, once a pass of kRw rows: E8M0 as F32 bits e << 23, E4M3 sign-extended << 7 & 0xbfff as F16
-// (value / 2⁸, subnormals included), 8 at a time; a row with an edge byte (E8M0 0 = 2⁻¹²⁷ or 255 = NaN, E4M3 NaN) is
+// (value / 2⁸, subnormals included), 8 at a time; a pass whose scales hold an edge byte (E8M0 0 = 2⁻¹²⁷ or 255 = NaN, E4M3 NaN) is
 // converted by the scalar rule (common/fp_formats.h). Products and sums are F32, within the suite's bound of the
 // reference (dequantize, then F32). A row of x with a NaN or an infinity gives NaN (the other kernels' rule); every
 // row of x gets the same operations whatever m, the weight rows beside it or the threads: a row of a batch has the
