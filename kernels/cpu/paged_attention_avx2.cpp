@@ -3,9 +3,13 @@
 //   fp8 e4m3 rebuilt as the F16 with the same sign, exponent and mantissa bits (sign << 15 | bits << 7), which
 //   is the E4M3 value × 2^-8 exactly (subnormals included), then vcvtph2ps — kFp8Unit = 256 puts the 2^8 back
 //   into the row's scale. (0x7F, E4M3's NaN, reads as 480: never stored, write_kv saturates.)
-// Products accumulate in F32 in vector accumulators; scores of 4 rows at a time (one q load for 4 rows, one
-// horizontal reduction for 4 sums), V rows 4 at a time (one load and store of the output per 4 rows), and the
-// softmax's exp 8 at a time (Cephes' expf: Cody-Waite reduction, degree-5 polynomial, 2^n from the exponent
+// Products accumulate in F32 in vector accumulators. The naive kernel: scores of 4 rows at a time (one q load for
+// 4 rows, one horizontal reduction for 4 sums), V rows 4 at a time (one load and store of the output per 4 rows).
+// The tiled kernel (the group ops, paged_attention_tiled_impl.h's attend_tile_grouped): up to 4 query rows at once
+// (a GQA group's heads), so each K / V element is loaded and widened once for all of them — scores of 3 rows × 4
+// positions (4 × 2) in 12 (8) accumulators, V into 3 × 32 (4 × 16) output columns held in registers over a whole
+// run of positions. Zen 3, 1 thread, kv_attention_bench --tokens 1 --layers 30 (bf16): 512 55 -> 37 µs,
+// 16384 2790 -> 2340 µs; --tokens 512 at 4096: 131-145 -> 91-99 ms. The softmax's exp 8 at a time (Cephes' expf: Cody-Waite reduction, degree-5 polynomial, 2^n from the exponent
 // bits; ~1 ulp; inputs below -87 give exp(-87) ≈ 1.6e-38 instead of smaller, which no sum notices).
 #include <immintrin.h>
 
@@ -63,8 +67,162 @@ TP_KV_TARGET inline float load1(const uint8_t* row, int64_t i) {
   }
 }
 
+// The lane sums of [a0 a1 a2 a3]: hadd pairs, then the two 128-bit halves.
+TP_KV_TARGET inline __m128 sums4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+  const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+  return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+}
+
+// Scores of NR query rows (q [NR, hd]) against P stored rows (row + p · stride): s[r · ss + p]. Each K element is
+// loaded and widened once for the NR rows; NR · P accumulators (at most 12, with a K vector: 13 of the 16 ymm).
+template <KvDType D, int NR, int P>
+TP_KV_TARGET inline void dot_block(const float* q, int64_t hd, const uint8_t* row, int64_t stride, float* s,
+                                   int64_t ss) {
+  __m256 a[NR][P];
+  #pragma GCC unroll 16
+  for (int r = 0; r < NR; ++r) {
+    #pragma GCC unroll 16
+    for (int p = 0; p < P; ++p) a[r][p] = _mm256_setzero_ps();
+  }
+  int64_t i = 0;
+  for (; i + 8 <= hd; i += 8) {
+    #pragma GCC unroll 16
+    for (int p = 0; p < P; ++p) {
+      const __m256 k = load8<D>(row + p * stride, i);
+      #pragma GCC unroll 16
+      for (int r = 0; r < NR; ++r) a[r][p] = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * hd + i), k, a[r][p]);
+    }
+  }
+  #pragma GCC unroll 16
+  for (int r = 0; r < NR; ++r) {
+    float* sr = s + r * ss;
+    if constexpr (P == 4) {
+      _mm_storeu_ps(sr, sums4(a[r][0], a[r][1], a[r][2], a[r][3]));
+    } else if constexpr (P == 2 && NR % 2 == 0) {  // rows r and r + 1 in one reduction
+      if (r % 2 == 0) {
+        const __m128 t = sums4(a[r][0], a[r][1], a[r + 1][0], a[r + 1][1]);
+        _mm_storel_pi(reinterpret_cast<__m64*>(sr), t);
+        _mm_storeh_pi(reinterpret_cast<__m64*>(sr + ss), t);
+      }
+    } else {
+      #pragma GCC unroll 16
+      for (int p = 0; p < P; ++p) sr[p] = hsum(a[r][p]);
+    }
+    for (int64_t t = i; t < hd; ++t)
+      for (int p = 0; p < P; ++p) sr[p] += q[r * hd + t] * load1<D>(row + p * stride, t);
+  }
+}
+
+// Columns [i0, i0 + 8 · CB) of NR accumulator rows (acc [NR, hd]): acc_r = c[r] · acc_r + Σ_j w[r · ws + j] · x_j
+// over n stored rows x_j (position j = b · seg + i at blocks[b] + i · stride), in j order. Each V element is loaded and widened once for the NR rows;
+// NR · CB accumulators in registers for the whole block.
+template <KvDType D, int NR, int CB>
+TP_KV_TARGET inline void axpy_block(const float* w, int64_t ws, const uint8_t* const* blocks, int64_t seg,
+                                    int64_t stride, int64_t n, int64_t hd, const float* c, float* acc, int64_t i0) {
+  __m256 a[NR][CB];
+  #pragma GCC unroll 16
+  for (int r = 0; r < NR; ++r) {
+    const __m256 cr = _mm256_set1_ps(c[r]);
+    #pragma GCC unroll 16
+    for (int b = 0; b < CB; ++b) a[r][b] = _mm256_mul_ps(cr, _mm256_loadu_ps(acc + r * hd + i0 + 8 * b));
+  }
+  for (int64_t k = 0, j0 = 0; j0 < n; ++k, j0 += seg) {
+    const uint8_t* x = blocks[k];
+    const float* wj = w + j0;
+    for (int64_t j = 0, nj = std::min(seg, n - j0); j < nj; ++j, x += stride, ++wj) {
+      __m256 wv[NR];
+      #pragma GCC unroll 16
+      for (int r = 0; r < NR; ++r) wv[r] = _mm256_broadcast_ss(wj + r * ws);
+      #pragma GCC unroll 16
+      for (int b = 0; b < CB; ++b) {
+        const __m256 v = load8<D>(x, i0 + 8 * b);
+        #pragma GCC unroll 16
+        for (int r = 0; r < NR; ++r) a[r][b] = _mm256_fmadd_ps(wv[r], v, a[r][b]);
+      }
+    }
+  }
+  #pragma GCC unroll 16
+  for (int r = 0; r < NR; ++r) {
+    #pragma GCC unroll 16
+    for (int b = 0; b < CB; ++b) _mm256_storeu_ps(acc + r * hd + i0 + 8 * b, a[r][b]);
+  }
+}
+
+// Ops::dot_rows for NR rows (paged_attention_tiled_impl.h): P positions at a time within each block.
+template <KvDType D, int NR>
+TP_KV_TARGET inline void dot_rows_n(const float* q, int64_t hd, const uint8_t* const* blocks, int64_t seg,
+                                    int64_t stride, int64_t n, float* s, int64_t ss) {
+  constexpr int P = NR <= 3 ? 4 : 2;  // NR · P <= 12 accumulators
+  for (int64_t b = 0, j0 = 0; j0 < n; ++b, j0 += seg) {
+    const uint8_t* row = blocks[b];
+    const int64_t nj = std::min(seg, n - j0);
+    int64_t j = 0;
+    for (; j + P <= nj; j += P) dot_block<D, NR, P>(q, hd, row + j * stride, stride, s + j0 + j, ss);
+    for (; j < nj; ++j) dot_block<D, NR, 1>(q, hd, row + j * stride, stride, s + j0 + j, ss);
+  }
+}
+
+// Ops::axpy_rows for NR rows: columns in blocks of 8 · CB, each block's accumulators in registers over all n rows.
+template <KvDType D, int NR>
+TP_KV_TARGET inline void axpy_rows_n(const float* w, int64_t ws, const uint8_t* const* blocks, int64_t seg,
+                                     int64_t stride, int64_t n, int64_t hd, const float* c, float* acc) {
+  constexpr int CB = NR <= 3 ? 4 : 2;  // NR · CB <= 12 accumulators
+  int64_t i = 0;
+  for (; i + 8 * CB <= hd; i += 8 * CB) axpy_block<D, NR, CB>(w, ws, blocks, seg, stride, n, hd, c, acc, i);
+  for (; i + 8 <= hd; i += 8) axpy_block<D, NR, 1>(w, ws, blocks, seg, stride, n, hd, c, acc, i);
+  for (int r = 0; r < NR; ++r)
+    for (int64_t t = i; t < hd; ++t) {
+      float o = c[r] * acc[r * hd + t];
+      for (int64_t j = 0; j < n; ++j) o += w[r * ws + j] * load1<D>(blocks[j / seg] + j % seg * stride, t);
+      acc[r * hd + t] = o;
+    }
+}
+
 struct Avx2Ops {
   static constexpr float kFp8Unit = 256.0f;
+  static constexpr int64_t kGroupRows = 4;  // dot_rows / axpy_rows take up to this many query rows at once
+
+  // The group ops of paged_attention_tiled_impl.h.
+  template <KvDType D>
+  TP_KV_TARGET static void dot_rows(const float* q, int64_t nr, int64_t hd, const uint8_t* const* blocks, int64_t seg,
+                                    int64_t stride, int64_t n, float* s, int64_t ss) {
+    switch (nr) {
+      case 1: return dot_rows_n<D, 1>(q, hd, blocks, seg, stride, n, s, ss);
+      case 2: return dot_rows_n<D, 2>(q, hd, blocks, seg, stride, n, s, ss);
+      case 3: return dot_rows_n<D, 3>(q, hd, blocks, seg, stride, n, s, ss);
+      default: return dot_rows_n<D, 4>(q, hd, blocks, seg, stride, n, s, ss);
+    }
+  }
+
+  template <KvDType D>
+  TP_KV_TARGET static void axpy_rows(const float* w, int64_t ws, int64_t nr, const uint8_t* const* blocks,
+                                     int64_t seg, int64_t stride, int64_t n, int64_t hd, const float* c, float* acc) {
+    switch (nr) {
+      case 1: return axpy_rows_n<D, 1>(w, ws, blocks, seg, stride, n, hd, c, acc);
+      case 2: return axpy_rows_n<D, 2>(w, ws, blocks, seg, stride, n, hd, c, acc);
+      case 3: return axpy_rows_n<D, 3>(w, ws, blocks, seg, stride, n, hd, c, acc);
+      default: return axpy_rows_n<D, 4>(w, ws, blocks, seg, stride, n, hd, c, acc);
+    }
+  }
+
+  TP_KV_TARGET static float scale_max(float* s, int64_t n, float mul) {
+    const __m256 mv = _mm256_set1_ps(mul);
+    __m256 mx = _mm256_set1_ps(-INFINITY);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      const __m256 x = _mm256_mul_ps(_mm256_loadu_ps(s + i), mv);
+      _mm256_storeu_ps(s + i, x);
+      mx = _mm256_max_ps(x, mx);  // a NaN score is passed over, as the scalar max below does
+    }
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    float r = std::max(_mm_cvtss_f32(h), _mm_cvtss_f32(_mm_shuffle_ps(h, h, 1)));
+    for (; i < n; ++i) {
+      s[i] *= mul;
+      r = s[i] > r ? s[i] : r;
+    }
+    return r;
+  }
 
   template <KvDType D>
   TP_KV_TARGET static float dot(const float* q, const uint8_t* row, int64_t n) {
@@ -95,9 +253,7 @@ struct Avx2Ops {
       a2 = _mm256_fmadd_ps(qv, load8<D>(r2, i), a2);
       a3 = _mm256_fmadd_ps(qv, load8<D>(r3, i), a3);
     }
-    // [a0 a1 a2 a3] sums: hadd pairs, then the two 128-bit halves.
-    const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
-    _mm_storeu_ps(s, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
+    _mm_storeu_ps(s, sums4(a0, a1, a2, a3));
     for (; i < n; ++i) {
       s[0] += q[i] * load1<D>(row, i);
       s[1] += q[i] * load1<D>(r1, i);
@@ -158,11 +314,6 @@ struct Avx2Ops {
 }  // namespace
 
 AttendFn attend_avx2(KvDType d) { return attend_for<Avx2Ops>(d); }
-// Decode tiles (the group's 3 query heads) of FP8 pools widen each K/V block once, as AVX-512 does for every dtype:
-// reading the stored rows converts each E4M3 row again for every head (vcvtph2ps, 2 cycles a ymm on Zen 3).
-// Zen 3, kv_attention_bench --tokens 1 --layers 30 --paths avx2, alternated twice: fp8_e4m3 4096 818 / 870 ->
-// 629 / 630 µs, 16384 3341 / 3472 -> 2549 / 2675; BF16 within the noise and INT8 slower (524 / 577 -> 583 / 589):
-// they keep reading the stored rows below kWidenRows.
-TileFn tile_avx2(KvDType d) { return tile_for<Avx2Ops, 2>(d); }
+TileFn tile_avx2(KvDType d) { return tile_for<Avx2Ops>(d); }
 
 }  // namespace tp::cpu::detail

@@ -299,7 +299,6 @@ TP_KV_TARGET void attend_tile_lanes(const TileArgs& a, int64_t kv_head, int64_t 
 //   Acc[d] = c · Acc[d] + Σ_j V[j][d] · P[j]  (j in order, FMA)
 // A row that sees nothing of a chunk is left as it is, which is what the lane kernel's update leaves (c = 1 and
 // zero weights, or l = acc = 0 before the first position).
-constexpr int64_t kPrefetchBlocks = 3;
 
 // NG consecutive 16-position chunks (K^T kt + i·hd·16 [hd, 16], V vw + i·16·hd [nc_i, hd]) against R consecutive
 // rows from r0 of a small tile, each row's own operations and order attend_tile_lanes_few's (above), in three
@@ -481,26 +480,7 @@ TP_KV_TARGET void attend_tile_lanes_few(const TileArgs& a, int64_t kv_head, int6
     const uint8_t* vb = v.block(a.block_table[b]) + head_at;
     const float ks = row_scale<D, Avx512Ops>(k, kb - head_at, kv_head);
     const float vs = row_scale<D, Avx512Ops>(v, vb - head_at, kv_head);
-    // Blocks are scattered in memory: prefetch the rows of this head kPrefetchBlocks blocks ahead (one block of
-    // compute here is shorter than a DRAM round trip), and the first blocks before the loop reaches them.
-    for (int64_t ahead = b == b0 ? 1 : kPrefetchBlocks; ahead <= kPrefetchBlocks; ++ahead) {
-      const int64_t bn = b + ahead;
-      if (bn >= b1 || bn * bs > last) break;
-      const uint8_t* kn = k.block(a.block_table[bn]);
-      const uint8_t* vn = v.block(a.block_table[bn]);
-      if (full_rows) {
-        for (int64_t o = 0; o < bs * row; o += 64) {
-          __builtin_prefetch(kn + o);
-          __builtin_prefetch(vn + o);
-        }
-        continue;
-      }
-      for (int64_t j = 0; j < bs; ++j)
-        for (int64_t o = 0; o < hd * kv_elem_bytes<D>; o += 64) {
-          __builtin_prefetch(kn + head_at + j * row + o);
-          __builtin_prefetch(vn + head_at + j * row + o);
-        }
-    }
+    prefetch_ahead(k, v, a.block_table, b, b0, b1, last, head_at, hd * kv_elem_bytes<D>, full_rows);
     const __m512 ksv = _mm512_set1_ps(ks);
     for (int64_t c0 = 0; c0 < n; c0 += kLanes) {
       const int64_t nc = std::min(kLanes, n - c0);

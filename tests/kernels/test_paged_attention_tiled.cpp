@@ -132,6 +132,15 @@ TEST_P(TiledAttentionTest, MatchesNaive) {
   RecordProperty("max_abs_diff", text);
 }
 
+std::string param_name(const ::testing::TestParamInfo<Param>& info) {
+  const auto& p = info.param;
+  const Variant& v = kVariants[std::get<4>(p)];
+  return test::dtype_label(v.dtype, v.tensor_scales) + "_" + attention_impl_name(std::get<5>(p)) + "_h" +
+         std::to_string(std::get<0>(p).first) + "kv" + std::to_string(std::get<0>(p).second) + "_d" +
+         std::to_string(std::get<1>(p)) + "_bs" + std::to_string(std::get<2>(p)) + "_start" +
+         std::to_string(std::get<3>(p).first) + "_n" + std::to_string(std::get<3>(p).second);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, TiledAttentionTest,
     ::testing::Combine(
@@ -144,15 +153,22 @@ INSTANTIATE_TEST_SUITE_P(
                           std::pair<int64_t, int64_t>{37, 40}, std::pair<int64_t, int64_t>{1000, 3}),
         ::testing::Range(size_t(0), std::size(kVariants)),
         ::testing::Values(AttentionImpl::Avx512, AttentionImpl::Avx2, AttentionImpl::Portable)),
-    [](const ::testing::TestParamInfo<Param>& info) {
-      const auto& p = info.param;
-      const Variant& v = kVariants[std::get<4>(p)];
-      return test::dtype_label(v.dtype, v.tensor_scales) + "_" +
-             attention_impl_name(std::get<5>(p)) + "_h" +
-             std::to_string(std::get<0>(p).first) + "kv" + std::to_string(std::get<0>(p).second) + "_d" +
-             std::to_string(std::get<1>(p)) + "_bs" + std::to_string(std::get<2>(p)) + "_start" +
-             std::to_string(std::get<3>(p).first) + "_n" + std::to_string(std::get<3>(p).second);
-    });
+    param_name);
+
+// Shapes off the vector widths: head_dim 20 (AVX2's 8-wide rows leave 4, the lanes' 16 leave 4), blocks of 3 and
+// 7 positions (runs of whole blocks that end mid-vector), groups of 5 and 6 query heads (AVX2's row groups 3 + 2,
+// 3 + 3) and of 1.
+INSTANTIATE_TEST_SUITE_P(
+    OddShapes, TiledAttentionTest,
+    ::testing::Combine(
+        ::testing::Values(std::pair<int64_t, int64_t>{10, 2}, std::pair<int64_t, int64_t>{6, 1},
+                          std::pair<int64_t, int64_t>{3, 3}),
+        ::testing::Values(20), ::testing::Values(3, 7),
+        ::testing::Values(std::pair<int64_t, int64_t>{0, 1}, std::pair<int64_t, int64_t>{300, 1},
+                          std::pair<int64_t, int64_t>{37, 40}, std::pair<int64_t, int64_t>{130, 3}),
+        ::testing::Values(size_t(1), size_t(3), size_t(4)),  // bf16, fp8 tensor scale, int8 block scales
+        ::testing::Values(AttentionImpl::Avx512, AttentionImpl::Avx2, AttentionImpl::Portable)),
+    param_name);
 
 // The comparison above can fail: a kernel that attended one position too few (the newest) for every query, or
 // whose V held one wrong element, differs from the reference by far more than kTol.
