@@ -9,7 +9,9 @@
 // (a GQA group's heads), so each K / V element is loaded and widened once for all of them — scores of 3 rows × 4
 // positions (4 × 2) in 12 (8) accumulators, V into 3 × 32 (4 × 16) output columns held in registers over a whole
 // run of positions. Zen 3, 1 thread, kv_attention_bench --tokens 1 --layers 30 (bf16): 512 55 -> 37 µs,
-// 16384 2790 -> 2340 µs; --tokens 512 at 4096: 131-145 -> 91-99 ms. The softmax's exp 8 at a time (Cephes' expf: Cody-Waite reduction, degree-5 polynomial, 2^n from the exponent
+// 16384 2790 -> 2340 µs; --tokens 512 at 4096: 131-145 -> 91-99 ms. Decode splits take every KV head in one work
+// item (heads_avx2; paged_attention_tiled.cpp): 16384, bf16, 2 threads 1417-1443 -> 1328-1347 µs, 1 thread within
+// the noise. The softmax's exp 8 at a time (Cephes' expf: Cody-Waite reduction, degree-5 polynomial, 2^n from the exponent
 // bits; ~1 ulp; inputs below -87 give exp(-87) ≈ 1.6e-38 instead of smaller, which no sum notices).
 #include <immintrin.h>
 
@@ -315,5 +317,6 @@ struct Avx2Ops {
 
 AttendFn attend_avx2(KvDType d) { return attend_for<Avx2Ops>(d); }
 TileFn tile_avx2(KvDType d) { return tile_for<Avx2Ops>(d); }
+HeadsFn heads_avx2(KvDType d) { return heads_for<Avx2Ops>(d); }
 
 }  // namespace tp::cpu::detail

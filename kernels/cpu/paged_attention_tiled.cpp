@@ -36,10 +36,11 @@ namespace {
 
 // How one sequence of the call is cut (see the top of this file); item0 / part0 / comb0: where its work items,
 // split partial rows and combine rows start in the call's lists. n_splits: work items per (tile, KV head);
-// n_segs: segments each of them folds in turn (lane kernels' prefill tiles; else 1).
+// n_segs: segments each of them folds in turn (lane kernels' prefill tiles; else 1). heads: KV heads a work item
+// takes at once (all of them for split sequences where the row kernel has a HeadsFn; else 1).
 struct SeqCut {
   const AttentionSeqArgs* s;
-  int64_t q_tokens, n_tiles, n_blocks, split_blocks, n_splits, n_segs, max_rows, n_items;
+  int64_t q_tokens, n_tiles, n_blocks, split_blocks, n_splits, n_segs, max_rows, heads, n_items;
   int64_t tok0, item0, part0, comb0;
 };
 
@@ -116,10 +117,14 @@ void paged_attention_batch(const float* q, const AttentionSeqArgs* seqs, int64_t
                               : rows == AttentionImpl::Avx512 ? detail::tile_avx512(kl.dtype)
                               : rows == AttentionImpl::Avx2   ? detail::tile_avx2(kl.dtype)
                                                               : detail::tile_portable(kl.dtype);
+  // Split sequences (decode) take every KV head in one work item where the row kernel can (the AVX2 rows): a
+  // split's blocks then stream from memory at the pace of the whole item instead of all in its first head's
+  // share of it (measured on Zen 3, see paged_attention_avx2.cpp). The same results: each head's are its own.
+  const detail::HeadsFn heads = rows == AttentionImpl::Avx2 ? detail::heads_avx2(kl.dtype) : nullptr;
 
   std::vector<SeqCut> cuts;
   cuts.reserve(size_t(n_seqs));
-  int64_t n_items = 0, n_part_rows = 0, n_comb = 0, n_tok_all = 0, max_rows = 1, work = 0;
+  int64_t n_items = 0, n_part_rows = 0, n_comb = 0, n_tok_all = 0, max_rows = 1, max_q_rows = 1, work = 0;
   for (int64_t i = 0; i < n_seqs; ++i) {
     const AttentionSeqArgs& s = seqs[i];
     if (s.start_pos < 0)
@@ -128,7 +133,8 @@ void paged_attention_batch(const float* q, const AttentionSeqArgs* seqs, int64_t
     if (s.n_tokens <= 0) continue;
     SeqCut c = cut_sequence(s, group, bs, tiling, lanes, amx);
     c.s = &s;
-    c.n_items = c.n_tiles * n_kv * c.n_splits;
+    c.heads = heads && c.n_splits > 1 ? n_kv : 1;
+    c.n_items = c.n_tiles * (n_kv / c.heads) * c.n_splits;
     c.tok0 = n_tok_all;
     c.item0 = n_items;
     c.part0 = n_part_rows;
@@ -140,6 +146,7 @@ void paged_attention_batch(const float* q, const AttentionSeqArgs* seqs, int64_t
     }
     n_tok_all += s.n_tokens;
     max_rows = std::max(max_rows, c.max_rows);
+    max_q_rows = std::max(max_q_rows, c.max_rows * c.heads);
     work += s.n_tokens * (s.start_pos + s.n_tokens) * n_heads * hd;
     cuts.push_back(c);
   }
@@ -173,7 +180,7 @@ void paged_attention_batch(const float* q, const AttentionSeqArgs* seqs, int64_t
 #pragma omp parallel num_threads(num_threads()) if (n_items > 1 && work >= (int64_t(1) << 16))
   {
     static thread_local detail::TileScratch scratch;
-    scratch.reserve(max_rows, hd, bs);
+    scratch.reserve(max_q_rows, hd, bs);
     // m, l, acc: one tile's (or segment's) rows; fm, fl, facc: the rows' fold over segments.
     static thread_local std::vector<float> m, l, acc, fm, fl, facc;
     for (auto* v : {&m, &l, &fm, &fl}) detail::grow(*v, max_rows);
@@ -185,14 +192,19 @@ void paged_attention_batch(const float* q, const AttentionSeqArgs* seqs, int64_t
       const int64_t j = c.n_items - 1 - (g - c.item0);  // the sequence's latest tiles (most positions) first
       // Within a tile the KV heads of a split run one after another (kvh fastest), so the split's blocks, whose rows
       // hold every head, are read from DRAM once and by the other heads from cache.
-      const int64_t ti = j / (n_kv * c.n_splits), sp = j / n_kv % c.n_splits, kvh = j % n_kv;
+      const int64_t n_hg = n_kv / c.heads;  // work items a (tile, split) has: groups of c.heads KV heads
+      const int64_t ti = j / (n_hg * c.n_splits), sp = j / n_hg % c.n_splits, kvh = j % n_hg * c.heads;
       const int64_t t0 = ti * c.q_tokens, n_tok = std::min(c.q_tokens, s.n_tokens - t0), n_rows = n_tok * group;
       const int64_t b0 = sp * c.split_blocks, b1 = std::min(c.n_blocks, b0 + c.split_blocks);
       const detail::TileArgs a{q + c.tok0 * row_len, n_heads, group,        s.start_pos, &k_pool,
                                &v_pool,            s.block_table, scale, tiling.lanes};
       if (c.n_splits > 1) {
         const size_t at = size_t(c.part0 + (kvh * c.n_splits + sp) * c.max_rows);
-        tile(a, kvh, t0, n_tok, b0, b1, scratch, part_m + at, part_l + at, part_acc + at * size_t(hd));
+        if (c.heads > 1)
+          heads(a, kvh, kvh + c.heads, t0, n_tok, b0, b1, scratch, part_m + at, part_l + at, part_acc + at * size_t(hd),
+                c.n_splits * c.max_rows);
+        else
+          tile(a, kvh, t0, n_tok, b0, b1, scratch, part_m + at, part_l + at, part_acc + at * size_t(hd));
         continue;
       }
       const float *rl = l.data(), *racc = acc.data();

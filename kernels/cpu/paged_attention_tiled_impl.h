@@ -84,6 +84,12 @@ TileFn tile_avx2(KvDType d);      // paged_attention_avx2.cpp
 TileFn tile_portable(KvDType d);  // paged_attention.cpp
 TileFn tile_amx(KvDType d);       // paged_attention_amx.cpp: BF16 pools only (else nullptr)
 
+// A tile over KV heads [h0, h1) at once (rows as TileFn's for each head): head h's m, l at (h − h0) · head_rows,
+// acc at (h − h0) · head_rows · head_dim. Each head's results are TileFn's for that head alone.
+using HeadsFn = void (*)(const TileArgs& a, int64_t h0, int64_t h1, int64_t t0, int64_t n_tok, int64_t b0, int64_t b1,
+                         TileScratch& scratch, float* m, float* l, float* acc, int64_t head_rows);
+HeadsFn heads_avx2(KvDType d);  // paged_attention_avx2.cpp (the other row kernels have none)
+
 namespace {
 
 // Tiles with at least this many rows widen each K/V block to F32 once; smaller ones (decode: the group's heads)
@@ -261,53 +267,88 @@ TP_KV_TARGET inline void run_rows(const float* qs, int64_t hd, int64_t g, int64_
   }
 }
 
-// attend_tile for Ops with group ops (group_rows<Ops>() > 1): the same arithmetic, the blocks taken in runs of
-// run_blocks(block_size) (one online-softmax step a run) and the rows in groups (run_rows).
+// attend_tile for Ops with group ops (group_rows<Ops>() > 1), over KV heads [h0, h1) at once: the same arithmetic
+// for each head, the blocks taken in runs of run_blocks(block_size) (one online-softmax step a run), the rows in
+// groups (run_rows), and the heads in turn within each run, so a run's blocks (whose rows hold every head) come
+// from memory once, at an even pace, and serve the other heads from cache. Head h's m, l start at
+// (h − h0) · head_rows, its acc at (h − h0) · head_rows · head_dim. A head's results do not depend on h0, h1.
 template <KvDType D, class Ops, int64_t widen_rows = kWidenRows>
-TP_KV_TARGET void attend_tile_grouped(const TileArgs& a, int64_t kv_head, int64_t t0, int64_t n_tok, int64_t b0,
-                                      int64_t b1, TileScratch& sc, float* m, float* l, float* acc) {
+TP_KV_TARGET void attend_heads_grouped(const TileArgs& a, int64_t h0, int64_t h1, int64_t t0, int64_t n_tok,
+                                       int64_t b0, int64_t b1, TileScratch& sc, float* m, float* l, float* acc,
+                                       int64_t head_rows) {
   const KvTensorView &k = *a.k, &v = *a.v;
   const KvBlockLayout& lay = k.layout;
   const int64_t hd = lay.head_dim, bs = lay.block_size, row = lay.row_bytes(), g = a.group;
   const int64_t n_rows = n_tok * g;
-  const int64_t head_at = kv_head * hd * kv_elem_bytes<D>;
-  start_tile(a, kv_head, t0, n_rows, hd, sc.q.data(), m, l, acc);
+  const int64_t head_bytes = hd * kv_elem_bytes<D>;
+  for (int64_t h = h0; h < h1; ++h)
+    start_tile(a, h, t0, n_rows, hd, sc.q.data() + (h - h0) * n_rows * hd, m + (h - h0) * head_rows,
+               l + (h - h0) * head_rows, acc + (h - h0) * head_rows * hd);
   const int64_t pos0 = a.start_pos + t0;  // the position of the tile's first token
   const int64_t last = pos0 + n_tok - 1;  // and of its last
   const bool widen = D != KvDType::F32 && n_rows >= widen_rows;
-  const bool full_rows = lay.n_kv_heads > 1 && kv_head == lay.n_kv_heads - 1;
+  // The first head to run prefetches whole rows for the others: of this item, or of the split's items, which
+  // paged_attention_tiled.cpp runs last head first.
+  const bool full_rows = h1 - h0 > 1 || (lay.n_kv_heads > 1 && h0 == lay.n_kv_heads - 1);
   const int64_t rb = run_blocks(bs), ss = rb * bs;
-  const uint8_t *kp[kRunPositions], *vp[kRunPositions];
+  const uint8_t *kb[kRunPositions], *vb[kRunPositions], *kp[kRunPositions], *vp[kRunPositions];
   float ks[kRunPositions], vs[kRunPositions];
   for (int64_t b = b0; b < b1 && b * bs <= last; b += rb) {
     const int64_t p0 = b * bs;
     const int64_t n = std::min(std::min(b1, b + rb) * bs, last + 1) - p0;  // positions of the run some row sees
     const int64_t nb = (n + bs - 1) / bs;
     for (int64_t i = 0; i < nb; ++i) {
-      prefetch_ahead(k, v, a.block_table, b + i, b0, b1, last, head_at, hd * kv_elem_bytes<D>, full_rows);
-      const uint8_t* kb = k.block(a.block_table[b + i]);
-      const uint8_t* vb = v.block(a.block_table[b + i]);
-      ks[i] = row_scale<D, Ops>(k, kb, kv_head);
-      vs[i] = row_scale<D, Ops>(v, vb, kv_head);
-      kp[i] = kb + head_at;
-      vp[i] = vb + head_at;
+      prefetch_ahead(k, v, a.block_table, b + i, b0, b1, last, h0 * head_bytes, head_bytes, full_rows);
+      kb[i] = k.block(a.block_table[b + i]);
+      vb[i] = v.block(a.block_table[b + i]);
     }
     // Rows of tokens before p0 see nothing of this run.
     const int64_t r_begin = std::max<int64_t>(0, p0 - pos0) * g;
-    if (widen) {
-      for (int64_t j = 0; j < n; ++j) {
-        Ops::template widen<D>(kp[j / bs] + j % bs * row, hd, ks[j / bs], sc.k.data() + j * hd);
-        Ops::template widen<D>(vp[j / bs] + j % bs * row, hd, vs[j / bs], sc.v.data() + j * hd);
+    for (int64_t h = h0; h < h1; ++h) {
+      const float* qs = sc.q.data() + (h - h0) * n_rows * hd;
+      float *mh = m + (h - h0) * head_rows, *lh = l + (h - h0) * head_rows, *ah = acc + (h - h0) * head_rows * hd;
+      for (int64_t i = 0; i < nb; ++i) {
+        ks[i] = row_scale<D, Ops>(k, kb[i], h);
+        vs[i] = row_scale<D, Ops>(v, vb[i], h);
+        kp[i] = kb[i] + h * head_bytes;
+        vp[i] = vb[i] + h * head_bytes;
       }
-      const uint8_t* kw = reinterpret_cast<const uint8_t*>(sc.k.data());
-      const uint8_t* vw = reinterpret_cast<const uint8_t*>(sc.v.data());
-      run_rows<KvDType::F32, Ops>(sc.q.data(), hd, g, pos0, p0, n, r_begin, n_rows, &kw, &vw, ss,
-                                  hd * int64_t(sizeof(float)), nullptr, nullptr, sc.s.data(), ss, m, l, acc);
-    } else {
-      run_rows<D, Ops>(sc.q.data(), hd, g, pos0, p0, n, r_begin, n_rows, kp, vp, bs, row, ks, vs, sc.s.data(), ss, m,
-                       l, acc);
+      if (widen) {
+        for (int64_t j = 0; j < n; ++j) {
+          Ops::template widen<D>(kp[j / bs] + j % bs * row, hd, ks[j / bs], sc.k.data() + j * hd);
+          Ops::template widen<D>(vp[j / bs] + j % bs * row, hd, vs[j / bs], sc.v.data() + j * hd);
+        }
+        const uint8_t* kw = reinterpret_cast<const uint8_t*>(sc.k.data());
+        const uint8_t* vw = reinterpret_cast<const uint8_t*>(sc.v.data());
+        run_rows<KvDType::F32, Ops>(qs, hd, g, pos0, p0, n, r_begin, n_rows, &kw, &vw, ss,
+                                    hd * int64_t(sizeof(float)), nullptr, nullptr, sc.s.data(), ss, mh, lh, ah);
+      } else {
+        run_rows<D, Ops>(qs, hd, g, pos0, p0, n, r_begin, n_rows, kp, vp, bs, row, ks, vs, sc.s.data(), ss, mh, lh,
+                         ah);
+      }
     }
   }
+}
+
+// One KV head: a TileFn.
+template <KvDType D, class Ops>
+TP_KV_TARGET void attend_tile_grouped(const TileArgs& a, int64_t kv_head, int64_t t0, int64_t n_tok, int64_t b0,
+                                      int64_t b1, TileScratch& sc, float* m, float* l, float* acc) {
+  attend_heads_grouped<D, Ops>(a, kv_head, kv_head + 1, t0, n_tok, b0, b1, sc, m, l, acc, 0);
+}
+
+// attend_heads_grouped for Ops with group ops, else nullptr.
+template <class Ops>
+HeadsFn heads_for(KvDType d) {
+  if constexpr (group_rows<Ops>() > 1) {
+    switch (d) {
+      case KvDType::F32: return attend_heads_grouped<KvDType::F32, Ops>;
+      case KvDType::BF16: return attend_heads_grouped<KvDType::BF16, Ops>;
+      case KvDType::FP8_E4M3: return attend_heads_grouped<KvDType::FP8_E4M3, Ops>;
+      case KvDType::INT8: return attend_heads_grouped<KvDType::INT8, Ops>;
+    }
+  }
+  return nullptr;
 }
 
 template <class Ops>
