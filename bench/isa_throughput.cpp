@@ -4,11 +4,15 @@
 // ports: every AVX-512 core we run on); a case the CPU lacks is skipped.
 // Why: the same kernel can be compute-bound on one CPU and not another — on the AMX Xeon (family 6 model 167)
 // vdpbf16ps issued once every 2 cycles and vpdpbusd twice a cycle (bench/results/xeon-amx-kernels-20261203.md §13),
-// which decided gemm_a16_vnni.cpp over gemm_int4_bf16.cpp there.
+// which decided gemm_a16_vnni.cpp over gemm_int4_bf16.cpp there. On a CPU without AVX-512 (Zen 3: AVX2 + FMA +
+// F16C) the 256-bit forms of the AVX2 kernels' instructions instead. Each line of FMAs also gives the measured F32
+// peak of one core: 10 FMAs × lanes × 2 FLOP ÷ the time an iteration (the compute roofline bench/batch_steps.py
+// takes with --roofline-gflops).
 //   isa_throughput [ITERATIONS=50000000]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 
 namespace {
 
@@ -38,6 +42,25 @@ TP_CASE(tern, TP_TERN)
 TP_CASE(cvt, TP_CVT)
 TP_CASE(ph2ps, TP_PH2PS)
 TP_CASE(zxbw, TP_ZXBW)
+#define TP_CLOBBER_Y "ymm0", "ymm1", "ymm2", "ymm3", "ymm4", "ymm5", "ymm6", "ymm7", "ymm8", "ymm9"
+#define TP_CASE_Y(NAME, INSN)                                                        \
+  __attribute__((noinline)) void NAME(long n) {                                      \
+    for (long k = 0; k < n; ++k) asm volatile(TP_R10(INSN) ::: TP_CLOBBER_Y);        \
+  }
+#define TP_FMA_Y(i) "vfmadd231ps %%ymm10, %%ymm11, %%ymm" #i "\n\t"
+#define TP_MADDUBS_Y(i) "vpmaddubsw %%ymm10, %%ymm11, %%ymm" #i "\n\t"
+#define TP_MADDWD_Y(i) "vpmaddwd %%ymm10, %%ymm11, %%ymm" #i "\n\t"
+#define TP_SHUFB_Y(i) "vpshufb %%ymm10, %%ymm11, %%ymm" #i "\n\t"
+#define TP_SLLD_Y(i) "vpslld $16, %%ymm10, %%ymm" #i "\n\t"
+#define TP_PH2PS_Y(i) "vcvtph2ps %%xmm10, %%ymm" #i "\n\t"
+#define TP_ZXWD_Y(i) "vpmovzxwd (%%rsp), %%ymm" #i "\n\t"
+TP_CASE_Y(fma_y, TP_FMA_Y)
+TP_CASE_Y(maddubs_y, TP_MADDUBS_Y)
+TP_CASE_Y(maddwd_y, TP_MADDWD_Y)
+TP_CASE_Y(shufb_y, TP_SHUFB_Y)
+TP_CASE_Y(slld_y, TP_SLLD_Y)
+TP_CASE_Y(ph2ps_y, TP_PH2PS_Y)
+TP_CASE_Y(zxwd_y, TP_ZXWD_Y)
 
 double ns_per_iteration(void (*f)(long), long n) {
   f(n / 10);  // warm up (clock ramp)
@@ -50,18 +73,40 @@ double ns_per_iteration(void (*f)(long), long n) {
 
 int main(int argc, char** argv) {
   const long n = argc > 1 ? std::atol(argv[1]) : 50000000;
-  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw")) {
-    std::printf("isa_throughput: no AVX-512 here\n");
-    return 0;
-  }
-  const double fma_ns = ns_per_iteration(fma, n), cycle_ns = fma_ns / 5.0;  // 10 FMAs at 2 a cycle
-  std::printf("isa_throughput | clock ~%.2f GHz (from vfmadd231ps at 2 a cycle) | instructions a cycle, 512-bit, "
-              "independent\n", 1.0 / cycle_ns);
   struct Case {
     const char* name;
     void (*f)(long);
     bool ok;
   };
+  // Instructions a cycle of each case, the clock taken from the first (FMAs at 2 a cycle).
+  const auto report = [n](const Case* cases, size_t n_cases, int bits) {
+    const double fma_ns = ns_per_iteration(cases[0].f, n), cycle_ns = fma_ns / 5.0;  // 10 FMAs at 2 a cycle
+    std::printf("isa_throughput | clock ~%.2f GHz (from vfmadd231ps at 2 a cycle) | F32 FMA peak %.1f GFLOP/s a core "
+                "(measured) | instructions a cycle, %d-bit, independent\n",
+                1.0 / cycle_ns, 10.0 * (bits / 32) * 2.0 / fma_ns, bits);
+    for (size_t i = 0; i < n_cases; ++i) {
+      const Case& c = cases[i];
+      if (!c.ok) {
+        std::printf("%-16s  (not on this CPU)\n", c.name);
+        continue;
+      }
+      const double ns = i == 0 ? fma_ns : ns_per_iteration(c.f, n);
+      std::printf("%-16s  %5.2f a cycle  (%.3f ns per 10)\n", c.name, 10.0 * cycle_ns / ns, ns);
+    }
+  };
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw")) {
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c")) {
+      std::printf("isa_throughput: neither AVX-512 nor AVX2 + FMA + F16C here\n");
+      return 0;
+    }
+    const Case cases[] = {
+        {"vfmadd231ps", fma_y, true},     {"vpmaddubsw", maddubs_y, true}, {"vpmaddwd", maddwd_y, true},
+        {"vpshufb", shufb_y, true},       {"vpslld", slld_y, true},        {"vcvtph2ps", ph2ps_y, true},
+        {"vpmovzxwd (mem)", zxwd_y, true},
+    };
+    report(cases, std::size(cases), 256);
+    return 0;
+  }
   const Case cases[] = {
       {"vfmadd231ps", fma, true},
       {"vdpbf16ps", dpbf16, bool(__builtin_cpu_supports("avx512bf16"))},
@@ -74,13 +119,6 @@ int main(int argc, char** argv) {
       {"vcvtph2ps", ph2ps, true},
       {"vpmovzxbw (mem)", zxbw, true},
   };
-  for (const Case& c : cases) {
-    if (!c.ok) {
-      std::printf("%-16s  (not on this CPU)\n", c.name);
-      continue;
-    }
-    const double ns = c.f == fma ? fma_ns : ns_per_iteration(c.f, n);
-    std::printf("%-16s  %5.2f a cycle  (%.3f ns per 10)\n", c.name, 10.0 * cycle_ns / ns, ns);
-  }
+  report(cases, std::size(cases), 512);
   return 0;
 }
