@@ -2,7 +2,8 @@
 // combines it; one work item is paged_attention_tiled_impl.h's attend_tile.
 //
 // Work items: (query tile, KV head, split). A query tile is up to q_tokens consecutive tokens × the group's
-// query heads; a split is a range of the sequence's KV blocks. Prefill (several tiles) runs each tile over all
+// query heads; a split is a range of the sequence's KV blocks. Where the row kernel has a HeadsFn (the AVX2 rows)
+// a split's work item takes every KV head, in turn within each run of blocks (the same results a head). Prefill (several tiles) runs each tile over all
 // blocks it sees in one work item and writes the output straight to out; the latest tiles (the most positions) go
 // first under a dynamic schedule. A sequence with one tile (decode, a short chunk) cuts its blocks into
 // ceil(n_blocks / split_blocks) splits that run in parallel and leave (m, l, acc) per row; the combine folds them
