@@ -18,10 +18,11 @@ namespace {
 
 #define TP_R10(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9)
 #define TP_CLOBBER "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9"
-#define TP_CASE(NAME, INSN)                                                          \
+#define TP_CASE_CLOBBERING(NAME, INSN, ...)                                          \
   __attribute__((noinline)) void NAME(long n) {                                      \
-    for (long k = 0; k < n; ++k) asm volatile(TP_R10(INSN) ::: TP_CLOBBER);          \
+    for (long k = 0; k < n; ++k) asm volatile(TP_R10(INSN) ::: __VA_ARGS__);         \
   }
+#define TP_CASE(NAME, INSN) TP_CASE_CLOBBERING(NAME, INSN, TP_CLOBBER)
 #define TP_FMA(i) "vfmadd231ps %%zmm20, %%zmm21, %%zmm" #i "\n\t"
 #define TP_DPBF16(i) "vdpbf16ps %%zmm20, %%zmm21, %%zmm" #i "\n\t"
 #define TP_DPBUSD(i) "vpdpbusd %%zmm20, %%zmm21, %%zmm" #i "\n\t"
@@ -43,10 +44,7 @@ TP_CASE(cvt, TP_CVT)
 TP_CASE(ph2ps, TP_PH2PS)
 TP_CASE(zxbw, TP_ZXBW)
 #define TP_CLOBBER_Y "ymm0", "ymm1", "ymm2", "ymm3", "ymm4", "ymm5", "ymm6", "ymm7", "ymm8", "ymm9"
-#define TP_CASE_Y(NAME, INSN)                                                        \
-  __attribute__((noinline)) void NAME(long n) {                                      \
-    for (long k = 0; k < n; ++k) asm volatile(TP_R10(INSN) ::: TP_CLOBBER_Y);        \
-  }
+#define TP_CASE_Y(NAME, INSN) TP_CASE_CLOBBERING(NAME, INSN, TP_CLOBBER_Y)
 #define TP_FMA_Y(i) "vfmadd231ps %%ymm10, %%ymm11, %%ymm" #i "\n\t"
 #define TP_MADDUBS_Y(i) "vpmaddubsw %%ymm10, %%ymm11, %%ymm" #i "\n\t"
 #define TP_MADDWD_Y(i) "vpmaddwd %%ymm10, %%ymm11, %%ymm" #i "\n\t"
