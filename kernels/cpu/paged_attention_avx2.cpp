@@ -106,9 +106,9 @@ TP_KV_TARGET inline void dot_block(const float* q, int64_t hd, const uint8_t* ro
         _mm_storel_pi(reinterpret_cast<__m64*>(sr), t);
         _mm_storeh_pi(reinterpret_cast<__m64*>(sr + ss), t);
       }
-    } else {
+    } else {  // the same sum tree as sums4's: a position's score does not depend on its slot
       #pragma GCC unroll 16
-      for (int p = 0; p < P; ++p) sr[p] = hsum(a[r][p]);
+      for (int p = 0; p < P; ++p) sr[p] = _mm_cvtss_f32(sums4(a[r][p], a[r][p], a[r][p], a[r][p]));
     }
     for (int64_t t = i; t < hd; ++t)
       for (int p = 0; p < P; ++p) sr[p] += q[r * hd + t] * load1<D>(row + p * stride, t);
