@@ -5,14 +5,14 @@
 //   into the row's scale. (0x7F, E4M3's NaN, reads as 480: never stored, write_kv saturates.)
 // Products accumulate in F32 in vector accumulators. The naive kernel: scores of 4 rows at a time (one q load for
 // 4 rows, one horizontal reduction for 4 sums), V rows 4 at a time (one load and store of the output per 4 rows).
-// The tiled kernel (the group ops, paged_attention_tiled_impl.h's attend_tile_grouped): up to 4 query rows at once
+// The tiled kernel (the group ops, paged_attention_tiled_impl.h's attend_heads_grouped): up to 4 query rows at once
 // (a GQA group's heads), so each K / V element is loaded and widened once for all of them — scores of 3 rows × 4
 // positions (4 × 2) in 12 (8) accumulators, V into 3 × 32 (4 × 16) output columns held in registers over a whole
 // run of positions. Zen 3, 1 thread, kv_attention_bench --tokens 1 --layers 30 (bf16): 512 55 -> 37 µs,
 // 16384 2790 -> 2340 µs; --tokens 512 at 4096: 131-145 -> 91-99 ms. Decode splits take every KV head in one work
 // item (heads_avx2; paged_attention_tiled.cpp): 16384, bf16, 2 threads 1417-1443 -> 1328-1347 µs, 1 thread within
-// the noise. The softmax's exp 8 at a time (Cephes' expf: Cody-Waite reduction, degree-5 polynomial, 2^n from the exponent
-// bits; ~1 ulp; inputs below -87 give exp(-87) ≈ 1.6e-38 instead of smaller, which no sum notices).
+// the noise. The softmax's exp 8 at a time (Cephes' expf: Cody-Waite reduction, degree-5 polynomial, 2^n from the
+// exponent bits; ~1 ulp; inputs below -87 give exp(-87) ≈ 1.6e-38 instead of smaller, which no sum notices).
 #include <immintrin.h>
 
 #include "common/dtype.h"
@@ -116,8 +116,8 @@ TP_KV_TARGET inline void dot_block(const float* q, int64_t hd, const uint8_t* ro
 }
 
 // Columns [i0, i0 + 8 · CB) of NR accumulator rows (acc [NR, hd]): acc_r = c[r] · acc_r + Σ_j w[r · ws + j] · x_j
-// over n stored rows x_j (position j = b · seg + i at blocks[b] + i · stride), in j order. Each V element is loaded and widened once for the NR rows;
-// NR · CB accumulators in registers for the whole block.
+// over n stored rows x_j (position j = b · seg + i at blocks[b] + i · stride), in j order. Each V element is loaded
+// and widened once for the NR rows; NR · CB accumulators in registers for the whole block.
 template <KvDType D, int NR, int CB>
 TP_KV_TARGET inline void axpy_block(const float* w, int64_t ws, const uint8_t* const* blocks, int64_t seg,
                                     int64_t stride, int64_t n, int64_t hd, const float* c, float* acc, int64_t i0) {

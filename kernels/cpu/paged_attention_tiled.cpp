@@ -1,13 +1,13 @@
 // paged_attention (paged_attention.h): the tiled, flash-style kernel the model runs. This file cuts the work and
-// combines it; one work item is paged_attention_tiled_impl.h's attend_tile.
+// combines it; one work item is paged_attention_tiled_impl.h's attend_tile (attend_heads_grouped for the AVX2 rows).
 //
 // Work items: (query tile, KV head, split). A query tile is up to q_tokens consecutive tokens × the group's
 // query heads; a split is a range of the sequence's KV blocks. Where the row kernel has a HeadsFn (the AVX2 rows)
-// a split's work item takes every KV head, in turn within each run of blocks (the same results a head). Prefill (several tiles) runs each tile over all
-// blocks it sees in one work item and writes the output straight to out; the latest tiles (the most positions) go
-// first under a dynamic schedule. A sequence with one tile (decode, a short chunk) cuts its blocks into
-// ceil(n_blocks / split_blocks) splits that run in parallel and leave (m, l, acc) per row; the combine folds them
-// in split order, exactly (max-rescaled sums), with fold_segment below:
+// a split's work item takes every KV head, in turn within each run of blocks (the same results a head). Prefill
+// (several tiles) runs each tile over all blocks it sees in one work item and writes the output straight to out;
+// the latest tiles (the most positions) go first under a dynamic schedule. A sequence with one tile (decode, a
+// short chunk) cuts its blocks into ceil(n_blocks / split_blocks) splits that run in parallel and leave (m, l, acc)
+// per row; the combine folds them in split order, exactly (max-rescaled sums), with fold_segment below:
 //   M' = max(M, m_s),  L' = L · e^(M − M') + l_s · e^(m_s − M'),  A' = A · e^(M − M') + acc_s · e^(m_s − M'),
 // and out = A · (1 / L).
 // With the AVX-512 lane kernels (AttentionTiling::lanes) the splits are "segments" at fixed block boundaries

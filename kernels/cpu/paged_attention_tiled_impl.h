@@ -9,7 +9,8 @@
 // kMaxGroupRows) and, for nr <= kGroupRows query rows q [nr, hd] and n stored rows x_j, position j = b · seg + i
 // at blocks[b] + i · stride:
 //   template <KvDType D> static void dot_rows(const float* q, int64_t nr, int64_t hd, const uint8_t* const* blocks,
-//       int64_t seg, int64_t stride, int64_t n, float* s, int64_t ss)  — s[r · ss + j] = Σ_i q[r · hd + i] · x_j[i]
+//       int64_t seg, int64_t stride, int64_t n, float* s, int64_t ss)
+//       — s[r · ss + j] = Σ_i q[r · hd + i] · x_j[i]
 //   template <KvDType D> static void axpy_rows(const float* w, int64_t ws, int64_t nr, const uint8_t* const* blocks,
 //       int64_t seg, int64_t stride, int64_t n, int64_t hd, const float* c, float* acc)
 //       — acc[r · hd + i] = c[r] · acc[r · hd + i] + Σ_j w[r · ws + j] · x_j[i], j in order
@@ -198,19 +199,19 @@ TP_KV_TARGET void attend_tile(const TileArgs& a, int64_t kv_head, int64_t t0, in
     prefetch_ahead(k, v, a.block_table, b, b0, b1, last, head_at, hd * kv_elem_bytes<D>, full_rows);
     // Rows of tokens before p0 see nothing of this block.
     const int64_t r_begin = std::max<int64_t>(0, p0 - pos0) * g;
-    if (widen)
-      for (int64_t j = 0; j < n; ++j) {
-        Ops::template widen<D>(kb + j * row, hd, ks, sc.k.data() + j * hd);
-        Ops::template widen<D>(vb + j * row, hd, vs, sc.v.data() + j * hd);
-      }
-    if (widen)
-      rows_block<KvDType::F32, Ops>(sc.q.data(), hd, g, pos0, p0, n, r_begin, n_rows,
-                                    reinterpret_cast<const uint8_t*>(sc.k.data()),
-                                    reinterpret_cast<const uint8_t*>(sc.v.data()), hd * int64_t(sizeof(float)), 1.0f,
-                                    1.0f, sc.s.data(), m, l, acc);
-    else
+    if (!widen) {
       rows_block<D, Ops>(sc.q.data(), hd, g, pos0, p0, n, r_begin, n_rows, kb, vb, row, ks, vs, sc.s.data(), m, l,
                          acc);
+      continue;
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      Ops::template widen<D>(kb + j * row, hd, ks, sc.k.data() + j * hd);
+      Ops::template widen<D>(vb + j * row, hd, vs, sc.v.data() + j * hd);
+    }
+    rows_block<KvDType::F32, Ops>(sc.q.data(), hd, g, pos0, p0, n, r_begin, n_rows,
+                                  reinterpret_cast<const uint8_t*>(sc.k.data()),
+                                  reinterpret_cast<const uint8_t*>(sc.v.data()), hd * int64_t(sizeof(float)), 1.0f,
+                                  1.0f, sc.s.data(), m, l, acc);
   }
 }
 
