@@ -18,7 +18,11 @@ Fits (the cost model of coordinator/sim_cost_model.h, tp 1, dense), in this orde
   mem_efficiency: decode_bench's batch-1 steps less overheads and attention stream the linear weights and the
          lm_head once: (their bytes / that time) / DRAM GB/s (median over the rows).
   peak, m_half: decode_bench's steps of M >= 4 (batch 4, 16, prefill 32, 128, 384) less overheads and attention
-         = 2 (P_lin M + P_head n)(...) / peak + m_half 2 (P_lin + P_head) / peak: a line weighted 1/t.
+         = (2 (P_lin M + P_head n) + m_half 2 (P_lin + P_head)) / peak: for each m_half of a grid, 1 / peak by
+         least squares in relative error; the m_half kept is the one whose whole card (the max of compute and
+         memory time, as the simulator takes it) has the least relative squared error over every step, M = 1
+         included (a plain line through the M >= 4 steps gave Zen 3 an m_half of 5, which made its M = 1 steps
+         compute bound in the card and 60% slower than measured).
   The synthetic GEMM's rates are printed beside as a cross-check (its layer is not the model's).
 Prints the card; --out writes it.
 """
@@ -46,6 +50,39 @@ def run(cmd, env=None):
     if r.returncode != 0:
         sys.exit(f"fit_cpu_card: {' '.join(cmd)} failed: {r.stderr.strip()[-600:]}")
     return r.stdout
+
+
+def cpu_flags():
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def isa_summary():
+    """The vector features the kernels dispatch on, as the card's comment names them."""
+    f = cpu_flags()
+    avx512 = [n for n, flag in (("F", "avx512f"), ("BW", "avx512bw"), ("VL", "avx512vl"), ("BF16", "avx512_bf16"),
+                                 ("VNNI", "avx512_vnni")) if flag in f]
+    parts = [f"AVX-512 {'/'.join(avx512)}" if avx512 else "no AVX-512",
+             "AVX2 + FMA" if {"avx2", "fma"} <= f else "no AVX2", "AMX" if "amx_tile" in f else "no AMX"]
+    return ", ".join(parts)
+
+
+def attention_path():
+    """kv_attention_bench's path the engine takes on this CPU (paged_attention.cpp: AVX-512 F/BW/VL/DQ, else AVX2)."""
+    return "avx512" if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= cpu_flags() else "avx2"
+
+
+def tiled_row(out):
+    """kv_attention_bench's markdown row of the tiled kernel at 1024 context, bf16, as {column header: cell}."""
+    rows = [[c.strip() for c in r.strip().strip("|").split("|")] for r in out.splitlines() if r.startswith("| ")]
+    header = rows[0]
+    for r in rows[1:]:
+        cell = dict(zip(header, r))
+        if cell.get("context") == "1024" and cell.get("KV dtype") == "bf16" and cell.get("kernel") == "tiled":
+            return cell
+    sys.exit(f"fit_cpu_card: no tiled bf16 row at 1024 context in kv_attention_bench's output:\n{out}")
 
 
 def served_overheads(threads):
@@ -108,13 +145,11 @@ def main():
 
 
     out = run([b("bench/kv_attention_bench"), "--threads", t, "--contexts", "1024", "--tokens", "1", "--layers",
-               "30", "--dtypes", "bf16", "--paths", "avx2", "--reps", "20"], env)
-    row = [r for r in out.splitlines() if r.startswith("| 1024 | bf16") and "tiled" in r][0].split("|")
-    attn_dec_Bps = float(row[7]) * 1e9
+               "30", "--dtypes", "bf16", "--paths", attention_path(), "--reps", "20"], env)
+    attn_dec_Bps = float(tiled_row(out)["GB/s"]) * 1e9
     out = run([b("bench/kv_attention_bench"), "--threads", t, "--contexts", "1024", "--tokens", "128", "--layers",
-               "30", "--dtypes", "bf16", "--paths", "avx2", "--reps", "5"], env)
-    row = [r for r in out.splitlines() if r.startswith("| 1024 | bf16") and "tiled" in r][0].split("|")
-    us = float(row[5])
+               "30", "--dtypes", "bf16", "--paths", attention_path(), "--reps", "5"], env)
+    us = float(tiled_row(out)["µs per call"])
     flops = 4 * HD * NH * sum(range(1024 - 128 + 1, 1024 + 1))
     attn_flops_rate = flops / (us * 1e-6)
     notes.append(f"kv_attention_bench bf16 tiled, 1 layer of 30: decode at 1024 context {attn_dec_Bps / 1e9:.1f} GB/s; "
@@ -149,28 +184,35 @@ def main():
     big = [(2 * (P_LIN * m + P_HEAD * n), tm_ - tok * m - logit * n - attn_s(af, kvb)) for m, n, tm_, af, kvb in raw
            if m >= 4]
     X = np.array([x for x, _ in big]); T = np.array([y for _, y in big])
-    slope, icpt = np.polyfit(X, T, 1, w=1 / T)
-    peak = 1 / slope
-    m_half = max(0.0, icpt * peak / (2 * (P_LIN + P_HEAD)))
-    attn_eff = min(1.0, attn_flops_rate / peak)
-    notes.append(f"  fit on decode_bench: M = 1 rows -> mem_efficiency {mem_eff:.3f} (median of {len(left1)}); "
-                 f"M >= 4 rows, line weighted 1/t -> peak {peak / 1e9:.1f} GFLOP/s, m_half {m_half:.2f}; "
-                 f"attention_efficiency = chunk rate / peak = {attn_eff:.2f}")
+    Y = 2 * (P_LIN + P_HEAD)
 
-    def model_s(m, n_logits, af, kvb):
+    def model_s(m, n_logits, af, kvb, peak, m_half):
         lin = max(2 * P_LIN * (m + m_half) / peak, P_LIN * BPP / (mem * mem_eff))
         head = max(2 * P_HEAD * (n_logits + m_half) / peak, P_HEAD * BPP / (mem * mem_eff))
-        att = max(af / (peak * attn_eff), kvb / (mem * mem_eff))
+        att = max(af / min(attn_flops_rate, peak), kvb / (mem * mem_eff))  # the card's attention_efficiency <= 1
         return lin + head + att + tok * m + logit * n_logits
 
+    best = None
+    for m_half in np.arange(0.0, 16.0, 0.01):
+        Z = (X + m_half * Y) / T  # T / peak = Z T -> relative residual 1 - Z / (T peak)
+        peak = float(np.sum(Z * Z) / np.sum(Z))  # minimises sum (Z / peak - 1)^2 over 1 / peak
+        err = sum((model_s(m, n, af, kvb, peak, m_half) / tm_ - 1) ** 2 for m, n, tm_, af, kvb in raw)
+        if best is None or err < best[0]:
+            best = (err, peak, float(m_half))
+    _, peak, m_half = best
+    attn_eff = min(1.0, attn_flops_rate / peak)
+    notes.append(f"  fit on decode_bench: M = 1 rows -> mem_efficiency {mem_eff:.3f} (median of {len(left1)}); "
+                 f"M >= 4 rows for 1 / peak, every row for m_half -> peak {peak / 1e9:.1f} GFLOP/s, m_half {m_half:.2f}; "
+                 f"attention_efficiency = chunk rate / peak = {attn_eff:.2f}")
+
     for m, n, tm_, af, kvb in raw:
-        fit = model_s(m, n, af, kvb)
+        fit = model_s(m, n, af, kvb, peak, m_half)
         notes.append(f"  decode_bench step M={m} logits={n}: measured {tm_ * 1e3:.2f} ms, card {fit * 1e3:.2f} ms "
                      f"({100 * (fit / tm_ - 1):+.0f}%; decode_bench has no engine step overhead)")
     load1 = open("/proc/loadavg").read().split()[:3]
     cpu = subprocess.run("lscpu | sed -n 's/^Model name: *//p'", shell=True, capture_output=True, text=True).stdout.strip()
     stamp = f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC"
-    card = [f"# {cpu} ({os.cpu_count()} cores, AVX-512 F/BW/VL/BF16/VNNI, no AMX), for `tpserve simulate --gpu {a.name}`.",
+    card = [f"# {cpu} ({os.cpu_count()} cores, {isa_summary()}), for `tpserve simulate --gpu {a.name}`.",
             f"# One \"device\" = one tpserve rank on {t} thread(s); a node = the {os.cpu_count()} cores. Measured {stamp},",
             f"# load average {' '.join(load0)} before, {' '.join(load1)} after (a shared machine), by",
             f"# `bench/fit_cpu_card.py --threads {t} --name {a.name}` (the fits are in its docstring):"]
