@@ -8,8 +8,8 @@
 // by vpmaddwd; AVX-512 VNNI vpdpbusd on the same pair (Int4); Int8 on AVX-512 VNNI: the decode tile
 // row_s8_vnni below (qw ^ 0x80 against qx, prefetched); portable: a scalar loop. Prefill (m ≥ kW8a8OnednnMinM,
 // one segment a row): oneDNN's int8 matmul, then the scales. Without VNNI (AVX2; AVX-512 without VNNI), every m:
-// gemm_int_w8a8_avx2.cpp (4-row decode blocks, int16 vpmaddwd prefill tiles), the loops below only where it
-// declines (prefill segments not a multiple of 16 columns).
+// gemm_int_w8a8_avx2.cpp (4-row decode blocks, interleaved 16-row prefill panels), the loops below only where
+// it declines (segments not a multiple of 4 columns).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
