@@ -147,19 +147,36 @@ void onednn_linear(const float* x, int64_t m, const Weight& w, float* y, int n_t
   ctx.stream.wait();
 }
 
-void onednn_matmul_bf16(const uint16_t* x, int64_t m, int64_t n_in, const uint16_t* w, int64_t n_out, float* y,
-                        int64_t ldy, int n_threads) {
-  if (!onednn_supports(DType::BF16)) throw Error("oneDNN has no bf16 matmul on this CPU (BF16 needs AVX-512)");
+namespace {
+
+// y (rows ldy apart) = x · Wᵀ, x and W plain row-major in `dtype` (F32 or BF16), W read as it is.
+void matmul_plain(DType dtype, const void* x, int64_t m, int64_t n_in, const void* w, int64_t n_out, float* y,
+                  int64_t ldy, int n_threads) {
+  if (!onednn_supports(dtype))
+    throw Error("oneDNN has no " + std::string(dtype_name(dtype)) + " matmul on this CPU (BF16 needs AVX-512)");
   Context& ctx = context();
-  Prim& prim = primitive(ctx, Key{m, n_out, n_in, DType::BF16, ldy});
+  Prim& prim = primitive(ctx, Key{m, n_out, n_in, dtype, ldy});
   if (omp_get_max_threads() != n_threads) omp_set_num_threads(n_threads);
   using dt = dnnl::memory::data_type;
   using tag = dnnl::memory::format_tag;
-  dnnl::memory src_mem({{m, n_in}, dt::bf16, tag::ab}, ctx.engine, const_cast<uint16_t*>(x));
-  dnnl::memory wei_mem(prim.weights, ctx.engine, const_cast<uint16_t*>(w));
+  const dt in_type = dtype == DType::BF16 ? dt::bf16 : dt::f32;
+  dnnl::memory src_mem({{m, n_in}, in_type, tag::ab}, ctx.engine, const_cast<void*>(x));
+  dnnl::memory wei_mem(prim.weights, ctx.engine, const_cast<void*>(w));
   dnnl::memory dst_mem({{m, n_out}, dt::f32, {ldy, 1}}, ctx.engine, y);
   prim.matmul.execute(ctx.stream, {{DNNL_ARG_SRC, src_mem}, {DNNL_ARG_WEIGHTS, wei_mem}, {DNNL_ARG_DST, dst_mem}});
   ctx.stream.wait();
+}
+
+}  // namespace
+
+void onednn_matmul_bf16(const uint16_t* x, int64_t m, int64_t n_in, const uint16_t* w, int64_t n_out, float* y,
+                        int64_t ldy, int n_threads) {
+  matmul_plain(DType::BF16, x, m, n_in, w, n_out, y, ldy, n_threads);
+}
+
+void onednn_matmul_f32(const float* x, int64_t m, int64_t n_in, const float* w, int64_t n_out, float* y, int64_t ldy,
+                       int n_threads) {
+  matmul_plain(DType::F32, x, m, n_in, w, n_out, y, ldy, n_threads);
 }
 
 int64_t gemm_cache_bytes(const Weight& w) {

@@ -22,6 +22,9 @@ void onednn_linear(const float* x, int64_t m, const Weight& w, float* y, int n_t
 // primitive is cached per calling thread by (m, n_out, n_in, ldy), like onednn_linear's.
 void onednn_matmul_bf16(const uint16_t* x, int64_t m, int64_t n_in, const uint16_t* w, int64_t n_out, float* y,
                         int64_t ldy, int n_threads);
+// The same with x and W in F32 (W a per-call scratch, e.g. a quantized weight decoded for one prefill GEMM).
+void onednn_matmul_f32(const float* x, int64_t m, int64_t n_in, const float* w, int64_t n_out, float* y, int64_t ldy,
+                       int n_threads);
 
 // Bytes of the reordered copies w holds for oneDNN.
 int64_t gemm_cache_bytes(const Weight& w);

@@ -186,18 +186,19 @@ bool fp4_avx2_gemm(const float* x, int64_t m, const PackedWeight& w, float* y, i
 // Returns false (nothing written) for weights or m it does not take, or without AVX2.
 inline constexpr int64_t kA16Avx2LevelsMaxM = 64;
 bool a16_avx2_levels(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
-// The same weights for m ≥ kA16Avx2GemmMinM (prefill): W decoded once a call to F32 (value × scale) and the dense
-// F32 linear() (oneDNN sgemm; its thread count is linear's, set_num_threads). Int4 / Int8 on AVX-512 too from
-// m ≥ kA16Avx512GemmMinM: on Zen 4 1.5x / 2.3x the AVX512-BF16 and 16-lane tiles at m = 512 and 1.2x / 1.1x at 256 / 128,
-// but 0.85x (Int4, m = 128) and 0.35x (Int8, m = 32) below, where the per-call F32 copy (fresh pages, oneDNN's
-// reorder) is not paid back (bench/results/a16-avx512-zen4-*). Returns false (nothing written) for
-// weights or m it does not take, or without oneDNN F32.
+// The same weights for m ≥ kA16Avx2GemmMinM (prefill): W decoded once a call to F32 (value × scale) and oneDNN's F32
+// matmul (dense_f32_linear below, linear()'s thread count). Int4 / Int8 on AVX-512 too from m ≥ kA16Avx512GemmMinM: on Zen 4 1.5x /
+// 2.3x the AVX512-BF16 and 16-lane tiles at m = 512 and 1.2x / 1.1x at 256 / 128, but 0.85x (Int4, m = 128) and 0.35x
+// (Int8, m = 32) below, where the per-call F32 copy was not paid back (bench/results/a16-avx512-zen4-*; measured when
+// each call also took fresh pages and oneDNN's reordered copy, which dense_f32_linear no longer makes — the
+// thresholds are not re-measured). Returns false (nothing written) for weights or m it does not take, or without
+// oneDNN F32.
 inline constexpr int64_t kA16Avx2GemmMinM = 32;
 inline constexpr int64_t kA16Avx512GemmMinM = 256;
 bool a16_avx2_gemm(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 // The dense part of those (gemm_a16_avx2.cpp): dequant(r0, r1, out) writes rows [r0, r1) of W as F32 into out [n_out,
 // n_in] (once a call, rows over n_threads), permute (nullptr: none) puts a row of x in the column order dequant
-// wrote W in; then linear() on the F32 weight.
+// wrote W in; then oneDNN's F32 matmul reads that per-thread scratch as it is (onednn_matmul_f32).
 using PermuteRow = void (*)(const float* x, int64_t n_in, float* xp);
 void dense_f32_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads,
                       const std::function<void(int64_t, int64_t, float*)>& dequant, PermuteRow permute);
