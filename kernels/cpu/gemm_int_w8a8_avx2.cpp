@@ -259,22 +259,18 @@ __attribute__((target("avx2,fma"))) void make_panel(const Args& a, int64_t r, in
   }
 }
 
+static_assert(kW8a8Avx2TileM >= 6, "run_tiles splits m into tiles of 4 and 3 x rows: m = 1, 2, 5 do not split");
 void run_tiles(const Args& a, int64_t r0, int64_t r1, int64_t m, const int8_t* x8, int64_t n_pad) {
   thread_local PanelIl p;
   for (int64_t r = r0; r < r1; r += kNr) {
     make_panel(a, r, int(std::min<int64_t>(kNr, r1 - r)), n_pad, p);
-    // Tiles of 4 x rows, and of 3 where m is not a multiple of 4 (6 = 3 + 3, 7 = 4 + 3, 9 = 3 + 3 + 3: a tile of
-    // 1 or 2 rows reads the panel for fewer products; m = 6 as 4 + 2 ran 12% slower than 3 + 3).
+    // Tiles of 4 x rows, and n3 ≤ 3 of 3 where m is not a multiple of 4 (6 = 3 + 3, 7 = 4 + 3, 9 = 3 + 3 + 3: a
+    // tile of 1 or 2 rows reads the panel for fewer products; m = 6 as 4 + 2 ran 12% slower than 3 + 3). Every
+    // m ≥ 6 splits so (kW8a8Avx2TileM below).
     const int64_t n3 = (4 - m % 4) % 4;
     int64_t i = 0;
-    if (3 * n3 <= m) {
-      for (; i + 3 * n3 < m; i += 4) tile_il<4>(a, p, x8, n_pad, i);
-      for (; i < m; i += 3) tile_il<3>(a, p, x8, n_pad, i);
-    } else {  // m = 1, 2, 5
-      if (m >= 3) tile_il<3>(a, p, x8, n_pad, i), i += 3;
-      if (m - i == 2) tile_il<2>(a, p, x8, n_pad, i);
-      if (m - i == 1) tile_il<1>(a, p, x8, n_pad, i);
-    }
+    for (; i + 3 * n3 < m; i += 4) tile_il<4>(a, p, x8, n_pad, i);
+    for (; i < m; i += 3) tile_il<3>(a, p, x8, n_pad, i);
   }
 }
 
