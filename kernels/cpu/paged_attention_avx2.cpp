@@ -11,7 +11,11 @@
 // run of positions. Zen 3, 1 thread, kv_attention_bench --tokens 1 --layers 30 (bf16): 512 55 -> 37 µs,
 // 16384 2790 -> 2340 µs; --tokens 512 at 4096: 131-145 -> 91-99 ms. Decode splits take every KV head in one work
 // item (heads_avx2; paged_attention_tiled.cpp): 16384, bf16, 2 threads 1417-1443 -> 1328-1347 µs, 1 thread within
-// the noise. The softmax's exp 8 at a time (Cephes' expf: Cody-Waite reduction, degree-5 polynomial, 2^n from the
+// the noise. While they work, dot_rows / axpy_rows issue the next run's prefetches a few lines a position
+// (PrefetchLines, paged_attention_tiled_impl.h) instead of all at the run's start: Zen 3, 1 thread,
+// kv_attention_bench --tokens 1 --layers 30 (bf16), alternated 3 times: 4096 565-612 -> 479-555 µs, 16384
+// 2450-2540 -> 1940-2210 µs; decode_bench SmolLM2 BF16 -d 4096 --tg 32: 24.0-25.3 -> 30.7-31.5 tok/s. The
+// softmax's exp 8 at a time (Cephes' expf: Cody-Waite reduction, degree-5 polynomial, 2^n from the
 // exponent bits; ~1 ulp; inputs below -87 give exp(-87) ≈ 1.6e-38 instead of smaller, which no sum notices).
 #include <immintrin.h>
 
@@ -77,9 +81,10 @@ TP_KV_TARGET inline __m128 sums4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
 
 // Scores of NR query rows (q [NR, hd]) against P stored rows (row + p · stride): s[r · ss + p]. Each K element is
 // loaded and widened once for the NR rows; NR · P accumulators (at most 12, with a K vector: 13 of the 16 ymm).
-template <KvDType D, int NR, int P>
+template <KvDType D, int NR, int P, bool kPf>
 TP_KV_TARGET inline void dot_block(const float* q, int64_t hd, const uint8_t* row, int64_t stride, float* s,
-                                   int64_t ss) {
+                                   int64_t ss, PrefetchLines* pf) {
+  if constexpr (kPf) pf->issue(2 * P);
   __m256 a[NR][P];
   #pragma GCC unroll 16
   for (int r = 0; r < NR; ++r) {
@@ -118,9 +123,10 @@ TP_KV_TARGET inline void dot_block(const float* q, int64_t hd, const uint8_t* ro
 // Columns [i0, i0 + 8 · CB) of NR accumulator rows (acc [NR, hd]): acc_r = c[r] · acc_r + Σ_j w[r · ws + j] · x_j
 // over n stored rows x_j (position j = b · seg + i at blocks[b] + i · stride), in j order. Each V element is loaded
 // and widened once for the NR rows; NR · CB accumulators in registers for the whole block.
-template <KvDType D, int NR, int CB>
+template <KvDType D, int NR, int CB, bool kPf>
 TP_KV_TARGET inline void axpy_block(const float* w, int64_t ws, const uint8_t* const* blocks, int64_t seg,
-                                    int64_t stride, int64_t n, int64_t hd, const float* c, float* acc, int64_t i0) {
+                                    int64_t stride, int64_t n, int64_t hd, const float* c, float* acc, int64_t i0,
+                                    PrefetchLines* pf) {
   __m256 a[NR][CB];
   #pragma GCC unroll 16
   for (int r = 0; r < NR; ++r) {
@@ -132,6 +138,7 @@ TP_KV_TARGET inline void axpy_block(const float* w, int64_t ws, const uint8_t* c
     const uint8_t* x = blocks[k];
     const float* wj = w + j0;
     for (int64_t j = 0, nj = std::min(seg, n - j0); j < nj; ++j, x += stride, ++wj) {
+      if constexpr (kPf) pf->issue(1);
       __m256 wv[NR];
       #pragma GCC unroll 16
       for (int r = 0; r < NR; ++r) wv[r] = _mm256_broadcast_ss(wj + r * ws);
@@ -151,27 +158,33 @@ TP_KV_TARGET inline void axpy_block(const float* w, int64_t ws, const uint8_t* c
 }
 
 // Ops::dot_rows for NR rows (paged_attention_tiled_impl.h): P positions at a time within each block.
-template <KvDType D, int NR>
+template <KvDType D, int NR, bool kPf = true>
 TP_KV_TARGET inline void dot_rows_n(const float* q, int64_t hd, const uint8_t* const* blocks, int64_t seg,
-                                    int64_t stride, int64_t n, float* s, int64_t ss) {
+                                    int64_t stride, int64_t n, float* s, int64_t ss, PrefetchLines* pf) {
+  if constexpr (kPf)  // no prefetching (pf null): the loops without its calls
+    if (pf == nullptr) return dot_rows_n<D, NR, false>(q, hd, blocks, seg, stride, n, s, ss, pf);
   constexpr int P = NR <= 3 ? 4 : 2;  // NR · P <= 12 accumulators
   for (int64_t b = 0, j0 = 0; j0 < n; ++b, j0 += seg) {
     const uint8_t* row = blocks[b];
     const int64_t nj = std::min(seg, n - j0);
     int64_t j = 0;
-    for (; j + P <= nj; j += P) dot_block<D, NR, P>(q, hd, row + j * stride, stride, s + j0 + j, ss);
-    for (; j < nj; ++j) dot_block<D, NR, 1>(q, hd, row + j * stride, stride, s + j0 + j, ss);
+    for (; j + P <= nj; j += P) dot_block<D, NR, P, kPf>(q, hd, row + j * stride, stride, s + j0 + j, ss, pf);
+    for (; j < nj; ++j) dot_block<D, NR, 1, kPf>(q, hd, row + j * stride, stride, s + j0 + j, ss, pf);
   }
 }
 
 // Ops::axpy_rows for NR rows: columns in blocks of 8 · CB, each block's accumulators in registers over all n rows.
-template <KvDType D, int NR>
+template <KvDType D, int NR, bool kPf = true>
 TP_KV_TARGET inline void axpy_rows_n(const float* w, int64_t ws, const uint8_t* const* blocks, int64_t seg,
-                                     int64_t stride, int64_t n, int64_t hd, const float* c, float* acc) {
+                                     int64_t stride, int64_t n, int64_t hd, const float* c, float* acc,
+                                     PrefetchLines* pf) {
+  if constexpr (kPf)
+    if (pf == nullptr) return axpy_rows_n<D, NR, false>(w, ws, blocks, seg, stride, n, hd, c, acc, pf);
   constexpr int CB = NR <= 3 ? 4 : 2;  // NR · CB <= 12 accumulators
   int64_t i = 0;
-  for (; i + 8 * CB <= hd; i += 8 * CB) axpy_block<D, NR, CB>(w, ws, blocks, seg, stride, n, hd, c, acc, i);
-  for (; i + 8 <= hd; i += 8) axpy_block<D, NR, 1>(w, ws, blocks, seg, stride, n, hd, c, acc, i);
+  for (; i + 8 * CB <= hd; i += 8 * CB)
+    axpy_block<D, NR, CB, kPf>(w, ws, blocks, seg, stride, n, hd, c, acc, i, pf);
+  for (; i + 8 <= hd; i += 8) axpy_block<D, NR, 1, kPf>(w, ws, blocks, seg, stride, n, hd, c, acc, i, pf);
   for (int r = 0; r < NR; ++r)
     for (int64_t t = i; t < hd; ++t) {
       float o = c[r] * acc[r * hd + t];
@@ -187,23 +200,24 @@ struct Avx2Ops {
   // The group ops of paged_attention_tiled_impl.h.
   template <KvDType D>
   TP_KV_TARGET static void dot_rows(const float* q, int64_t nr, int64_t hd, const uint8_t* const* blocks, int64_t seg,
-                                    int64_t stride, int64_t n, float* s, int64_t ss) {
+                                    int64_t stride, int64_t n, float* s, int64_t ss, PrefetchLines* pf) {
     switch (nr) {
-      case 1: return dot_rows_n<D, 1>(q, hd, blocks, seg, stride, n, s, ss);
-      case 2: return dot_rows_n<D, 2>(q, hd, blocks, seg, stride, n, s, ss);
-      case 3: return dot_rows_n<D, 3>(q, hd, blocks, seg, stride, n, s, ss);
-      default: return dot_rows_n<D, 4>(q, hd, blocks, seg, stride, n, s, ss);
+      case 1: return dot_rows_n<D, 1>(q, hd, blocks, seg, stride, n, s, ss, pf);
+      case 2: return dot_rows_n<D, 2>(q, hd, blocks, seg, stride, n, s, ss, pf);
+      case 3: return dot_rows_n<D, 3>(q, hd, blocks, seg, stride, n, s, ss, pf);
+      default: return dot_rows_n<D, 4>(q, hd, blocks, seg, stride, n, s, ss, pf);
     }
   }
 
   template <KvDType D>
   TP_KV_TARGET static void axpy_rows(const float* w, int64_t ws, int64_t nr, const uint8_t* const* blocks,
-                                     int64_t seg, int64_t stride, int64_t n, int64_t hd, const float* c, float* acc) {
+                                     int64_t seg, int64_t stride, int64_t n, int64_t hd, const float* c, float* acc,
+                                     PrefetchLines* pf) {
     switch (nr) {
-      case 1: return axpy_rows_n<D, 1>(w, ws, blocks, seg, stride, n, hd, c, acc);
-      case 2: return axpy_rows_n<D, 2>(w, ws, blocks, seg, stride, n, hd, c, acc);
-      case 3: return axpy_rows_n<D, 3>(w, ws, blocks, seg, stride, n, hd, c, acc);
-      default: return axpy_rows_n<D, 4>(w, ws, blocks, seg, stride, n, hd, c, acc);
+      case 1: return axpy_rows_n<D, 1>(w, ws, blocks, seg, stride, n, hd, c, acc, pf);
+      case 2: return axpy_rows_n<D, 2>(w, ws, blocks, seg, stride, n, hd, c, acc, pf);
+      case 3: return axpy_rows_n<D, 3>(w, ws, blocks, seg, stride, n, hd, c, acc, pf);
+      default: return axpy_rows_n<D, 4>(w, ws, blocks, seg, stride, n, hd, c, acc, pf);
     }
   }
 

@@ -9,11 +9,12 @@
 // kMaxGroupRows) and, for nr <= kGroupRows query rows q [nr, hd] and n stored rows x_j, position j = b · seg + i
 // at blocks[b] + i · stride:
 //   template <KvDType D> static void dot_rows(const float* q, int64_t nr, int64_t hd, const uint8_t* const* blocks,
-//       int64_t seg, int64_t stride, int64_t n, float* s, int64_t ss)
-//       — s[r · ss + j] = Σ_i q[r · hd + i] · x_j[i]
+//       int64_t seg, int64_t stride, int64_t n, float* s, int64_t ss, PrefetchLines* pf)
+//       — s[r · ss + j] = Σ_i q[r · hd + i] · x_j[i]; pf->issue(2) a position (pf null: none)
 //   template <KvDType D> static void axpy_rows(const float* w, int64_t ws, int64_t nr, const uint8_t* const* blocks,
-//       int64_t seg, int64_t stride, int64_t n, int64_t hd, const float* c, float* acc)
-//       — acc[r · hd + i] = c[r] · acc[r · hd + i] + Σ_j w[r · ws + j] · x_j[i], j in order
+//       int64_t seg, int64_t stride, int64_t n, int64_t hd, const float* c, float* acc, PrefetchLines* pf)
+//       — acc[r · hd + i] = c[r] · acc[r · hd + i] + Σ_j w[r · ws + j] · x_j[i], j in order; pf->issue(1) a
+//       position and pass over the columns (pf null: none)
 //   static float scale_max(float* s, int64_t n, float mul)  — s[j] *= mul; returns max s[j] (-inf for n = 0)
 //
 // A tile has n_rows = n_tok × group query rows: row r is token t0 + r / group, query head
@@ -28,6 +29,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "common/kv_dtype.h"
@@ -59,12 +61,50 @@ constexpr int64_t kMaxGroupRows = 4;
 constexpr int64_t kRunPositions = 64;
 inline int64_t run_blocks(int64_t block_size) { return std::max<int64_t>(1, kRunPositions / block_size); }
 
+// Cache lines to prefetch, issued a few at a time from inside the group ops' loops (dot_rows, axpy_rows: issue()
+// per position they take) so that the next run's reads from memory overlap this run's arithmetic. Prefetched in
+// one burst at a run's start, hundreds of lines wait on the few outstanding-miss slots and the core stalls as if it
+// had loaded them: a decode step's scattered KV blocks then stream at the pace of a latency-bound read plus the
+// arithmetic, not the larger of the two (Zen 3 figures in paged_attention_avx2.cpp; into L2 instead of L1 measured
+// the same there). The list holds row ranges, not lines: a run's takes a few entries to make.
+struct PrefetchLines {
+  // `rows` rows of `bytes` bytes each, `stride` bytes apart, from p.
+  struct Range {
+    const uint8_t* p;
+    int64_t bytes, stride, rows;
+  };
+  std::vector<Range> ranges;
+  size_t i = 0;             // the range being issued,
+  int64_t row = 0, at = 0;  // its row and the byte offset in it
+  void clear() {
+    ranges.clear();
+    i = 0;
+    row = at = 0;
+  }
+  void add(const uint8_t* p, int64_t bytes, int64_t stride, int64_t rows) {
+    ranges.push_back({p, bytes, stride, rows});
+  }
+  // The next k lines (fewer when the list runs out).
+  void issue(int64_t k) {
+    for (; k > 0 && i < ranges.size(); --k) {
+      const Range& r = ranges[i];
+      __builtin_prefetch(r.p + row * r.stride + at, 0, 3);
+      if ((at += 64) >= r.bytes) {
+        at = 0;
+        if (++row == r.rows) row = 0, ++i;
+      }
+    }
+  }
+  void flush() { issue(std::numeric_limits<int64_t>::max()); }
+};
+
 // Per-thread scratch, sized by reserve() for tiles of up to max_rows rows.
 struct TileScratch {
   // [rows, head_dim] scaled q; [run, head_dim] K and V widened; [kMaxGroupRows, run] scores, where run =
   // run_blocks(block_size) · block_size positions
   std::vector<float> q, k, v, s;
   std::vector<float> x;  // the lane and AMX kernels' own (paged_attention_avx512 / _amx.cpp), sized there
+  PrefetchLines pf;      // the grouped tiles' (attend_heads_grouped)
   // Grows the buffers to hold these sizes (never shrinks them).
   void reserve(int64_t max_rows, int64_t head_dim, int64_t block_size) {
     const int64_t run = run_blocks(block_size) * block_size;
@@ -235,13 +275,13 @@ template <KvDType RD, class Ops>
 TP_KV_TARGET inline void run_rows(const float* qs, int64_t hd, int64_t g, int64_t pos0, int64_t p0, int64_t n,
                                   int64_t r_begin, int64_t n_rows, const uint8_t* const* kp, const uint8_t* const* vp,
                                   int64_t seg, int64_t stride, const float* ks, const float* vs, float* s, int64_t ss,
-                                  float* m, float* l, float* acc) {
+                                  float* m, float* l, float* acc, PrefetchLines* pf) {
   constexpr int64_t G = group_rows<Ops>();
   for (int64_t r0 = r_begin; r0 < n_rows;) {
     const int64_t left = n_rows - r0;
     const int64_t nr = left > G && left < 2 * G ? (left + 1) / 2 : std::min(left, G);  // 5 rows: 3 + 2, not 4 + 1
     const int64_t nv_max = std::min(n, pos0 + (r0 + nr - 1) / g - p0 + 1);
-    Ops::template dot_rows<RD>(qs + r0 * hd, nr, hd, kp, seg, stride, nv_max, s, ss);
+    Ops::template dot_rows<RD>(qs + r0 * hd, nr, hd, kp, seg, stride, nv_max, s, ss, pf);
     float c[G];
     for (int64_t i = 0; i < nr; ++i) {
       const int64_t r = r0 + i;
@@ -263,7 +303,7 @@ TP_KV_TARGET inline void run_rows(const float* qs, int64_t hd, int64_t g, int64_
             for (int64_t j = j0; j < std::min(nv, j0 + seg); ++j) sr[j] *= vs[b];
       for (int64_t j = nv; j < nv_max; ++j) sr[j] = 0.0f;
     }
-    Ops::template axpy_rows<RD>(s, ss, nr, vp, seg, stride, nv_max, hd, c, acc + r0 * hd);
+    Ops::template axpy_rows<RD>(s, ss, nr, vp, seg, stride, nv_max, hd, c, acc + r0 * hd, pf);
     r0 += nr;
   }
 }
@@ -298,8 +338,37 @@ TP_KV_TARGET void attend_heads_grouped(const TileArgs& a, int64_t h0, int64_t h1
     const int64_t p0 = b * bs;
     const int64_t n = std::min(std::min(b1, b + rb) * bs, last + 1) - p0;  // positions of the run some row sees
     const int64_t nb = (n + bs - 1) / bs;
+    // The lines of blocks [from, to) (positions up to last) this item reads: every head's part of the rows with
+    // full_rows, else heads [h0, h1)'s.
+    const auto add_blocks = [&](int64_t from, int64_t to) {
+      for (int64_t bn = from; bn < to && bn * bs <= last; ++bn) {
+        const uint8_t* kn = k.block(a.block_table[bn]);
+        const uint8_t* vn = v.block(a.block_table[bn]);
+        if (full_rows) {
+          sc.pf.add(kn, bs * row, 0, 1);
+          sc.pf.add(vn, bs * row, 0, 1);
+        } else {
+          sc.pf.add(kn + h0 * head_bytes, (h1 - h0) * head_bytes, row, bs);
+          sc.pf.add(vn + h0 * head_bytes, (h1 - h0) * head_bytes, row, bs);
+        }
+      }
+    };
+    if (widen) {  // prefill: bound by its arithmetic on the widened rows; prefetched a few blocks ahead at once
+      for (int64_t i = 0; i < nb; ++i)
+        prefetch_ahead(k, v, a.block_table, b + i, b0, b1, last, h0 * head_bytes, head_bytes, full_rows);
+    } else {  // decode: what the last run left unissued now; at the item's first run the rest of that run at once;
+              // then the next run's (past b1 too: split items run in order, so the next item's first run is
+              // usually this thread's next), a few lines at a time during this run's work (run_rows).
+      sc.pf.flush();
+      sc.pf.clear();
+      if (b == b0) {
+        add_blocks(b + 1, b + rb);
+        sc.pf.flush();
+        sc.pf.clear();
+      }
+      add_blocks(b + rb, b + 2 * rb);
+    }
     for (int64_t i = 0; i < nb; ++i) {
-      prefetch_ahead(k, v, a.block_table, b + i, b0, b1, last, h0 * head_bytes, head_bytes, full_rows);
       kb[i] = k.block(a.block_table[b + i]);
       vb[i] = v.block(a.block_table[b + i]);
     }
@@ -322,13 +391,16 @@ TP_KV_TARGET void attend_heads_grouped(const TileArgs& a, int64_t h0, int64_t h1
         const uint8_t* kw = reinterpret_cast<const uint8_t*>(sc.k.data());
         const uint8_t* vw = reinterpret_cast<const uint8_t*>(sc.v.data());
         run_rows<KvDType::F32, Ops>(qs, hd, g, pos0, p0, n, r_begin, n_rows, &kw, &vw, ss,
-                                    hd * int64_t(sizeof(float)), nullptr, nullptr, sc.s.data(), ss, mh, lh, ah);
+                                    hd * int64_t(sizeof(float)), nullptr, nullptr, sc.s.data(), ss, mh, lh, ah,
+                                    nullptr);
       } else {
         run_rows<D, Ops>(qs, hd, g, pos0, p0, n, r_begin, n_rows, kp, vp, bs, row, ks, vs, sc.s.data(), ss, mh, lh,
-                         ah);
+                         ah, &sc.pf);
       }
     }
   }
+  sc.pf.flush();  // the rest of the next item's first run (and no stale addresses for the next call)
+  sc.pf.clear();
 }
 
 // One KV head: a TileFn.
