@@ -13,8 +13,9 @@
 // item (heads_avx2; paged_attention_tiled.cpp): 16384, bf16, 2 threads 1417-1443 -> 1328-1347 µs, 1 thread within
 // the noise. While they work, dot_rows / axpy_rows issue the next run's prefetches a few lines a position
 // (PrefetchLines, paged_attention_tiled_impl.h) instead of all at the run's start: Zen 3, 1 thread,
-// kv_attention_bench --tokens 1 --layers 30 (bf16), alternated 3 times: 4096 565-612 -> 479-555 µs, 16384
-// 2450-2540 -> 1940-2210 µs; decode_bench SmolLM2 BF16 -d 4096 --tg 32: 24.0-25.3 -> 30.7-31.5 tok/s. The
+// kv_attention_bench --tokens 1 --layers 30 (bf16), 139e3ba's build and e166db6's alternated 3 times: 4096 571-706
+// -> 461-468 µs, 16384 2379-3018 -> 1937-1985 µs; decode_bench SmolLM2 BF16 -d 4096 --tg 32: 24.0-25.3 -> 30.7-31.5
+// tok/s. The
 // softmax's exp 8 at a time (Cephes' expf: Cody-Waite reduction, degree-5 polynomial, 2^n from the
 // exponent bits; ~1 ulp; inputs below -87 give exp(-87) ≈ 1.6e-38 instead of smaller, which no sum notices).
 #include <immintrin.h>
