@@ -33,6 +33,7 @@
 #include "common/packed_weight.h"
 #include "kernels/cpu/gemm_gguf_bf16.h"
 #include "kernels/cpu/linear.h"
+#include "kernels/cpu/rows16.h"
 
 namespace {
 
@@ -214,8 +215,11 @@ int main(int argc, char** argv) {
       if (is_gguf_format(fmts[f].format) && n_in % dtype_block_elems(gguf_block_dtype(fmts[f].format)) != 0) continue;
       PackedWeight made = make(fmts[f], n_out, n_in, rng);
       if (fmts[f].rows16) {
-        if (!cpu::gemv_has_avx512(DType::BF16)) {  // linear() would run the reference: not the kernel's figure
-          std::fprintf(stderr, "%s: the GEMM-form 4-bit decode needs AVX512-BF16\n", fmts[f].name.c_str());
+        made.act_bf16 = fmts[f].act_bf16;
+        if (!cpu::gemv_has_avx512(DType::BF16) && !cpu::detail::rows16_avx2_wanted(made)) {
+          // linear() would run the reference: not the kernel's figure
+          std::fprintf(stderr, "%s: the GEMM-form 4-bit decode needs AVX512-BF16 (GGUF Q4_0 / Q4_1 with F32 x: AVX2)\n",
+                       fmts[f].name.c_str());
           return 2;
         }
         const std::string why = rows16_refusal(made);
@@ -224,7 +228,6 @@ int main(int argc, char** argv) {
           return 2;
         }
         set_rows_layout(&made, RowsLayout::Rows16);
-        made.act_bf16 = fmts[f].act_bf16;
       }
       ws[f].emplace_back(std::move(made), false);  // the layout as made
       const int64_t bytes = ws[f][0].n_bytes();

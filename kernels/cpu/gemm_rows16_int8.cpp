@@ -328,6 +328,11 @@ TP_VNNI void q6_k_row_block(const PackedWeight& w, int64_t rb, const GgufActs& a
 
 }  // namespace
 
+void rows16_q4_x_order(const int8_t* q, int64_t n, int8_t* out) {
+  for (int64_t k = 0; k < n; k += 8)
+    for (int j = 0; j < 4; ++j) out[k + 2 * j] = q[k + j], out[k + 2 * j + 1] = q[k + 4 + j];
+}
+
 bool rows16_int8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
   const bool q5 = w.format == WeightFormat::GgufQ5_0, k6 = w.format == WeightFormat::GgufQ6_K;
   const bool q40 = w.format == WeightFormat::GgufQ4_0, q41 = w.format == WeightFormat::GgufQ4_1;
@@ -340,8 +345,7 @@ bool rows16_int8_linear(const float* x, int64_t m, const PackedWeight& w, float*
   thread_local std::vector<int8_t> xperm;  // Q4_0 / Q4_1 / Q4_K: each 8 columns of q in the words' order 0, 4, 1, 5, 2, 6, 3, 7
   if (q4) {
     xperm.resize(size_t(m * w.n_in));
-    for (int64_t k = 0; k < m * w.n_in; k += 8)
-      for (int j = 0; j < 4; ++j) xperm[size_t(k + 2 * j)] = a.q[size_t(k + j)], xperm[size_t(k + 2 * j + 1)] = a.q[size_t(k + 4 + j)];
+    rows16_q4_x_order(a.q.data(), m * w.n_in, xperm.data());
   }
   const bool parallel = n_threads > 1 && worth_parallel(int64_t(w.data.size()) * m);
   const GgufActs& acts = a;

@@ -200,6 +200,58 @@ TEST(GemmGgufRows16, Int8FormsMatchThePortableKernelAndRowsAlone) {
   }
 }
 
+// GGUF Q4_0 and Q4_1 in 16-row blocks on AVX2 (rows16_avx2_linear, the 4-bit decode of CPUs without AVX-512 VNNI):
+// the bits of the file layout's AVX2 kernel for every output (the same integer sums and float chain), alone and in
+// batches (m 2..37, odd tiles), at 1 and 2 threads; 1 to 48 blocks a row and row counts leaving 3, 16, 5, 1 and 3
+// rows in the last 16-row block; the file's layout and act_bf16 declined. cpu::Weight holds them so where the CPU
+// has AVX2 and no AVX-512 VNNI, and linear() then gives the same bits.
+TEST(GemmGgufRows16, Avx2Q4FormsGiveTheFileKernelsBits) {
+  if (!gguf_kernel_available(GgufKernel::Avx2)) GTEST_SKIP() << "no AVX2 here";
+  struct Shape {
+    DType t;
+    int64_t n_out, n_blocks;
+  };
+  for (const Shape sh : {Shape{DType::Q4_0, 35, 18}, Shape{DType::Q4_0, 16, 1}, Shape{DType::Q4_0, 5, 48},
+                         Shape{DType::Q4_0, 1, 6}, Shape{DType::Q4_0, 49, 3}, Shape{DType::Q4_1, 35, 18},
+                         Shape{DType::Q4_1, 16, 1}, Shape{DType::Q4_1, 5, 48}, Shape{DType::Q4_1, 19, 3}}) {
+    const int64_t n_in = 32 * sh.n_blocks, m_max = 37;
+    const std::string name = std::string(dtype_name(sh.t)) + " [" + std::to_string(sh.n_out) + " x " + std::to_string(n_in) + "]";
+    const PackedWeight w = test::make_gguf_weight(sh.t, sh.n_out, n_in, uint32_t(5 * sh.n_out + n_in));
+    PackedWeight r = copy_packed_weight(w);
+    set_rows_layout(&r, RowsLayout::Rows16);
+    const auto x = test::make_gguf_x(m_max, n_in, uint32_t(9 + n_in));
+    std::vector<float> file(size_t(m_max * sh.n_out), NAN);
+    gemm_gguf(x.data(), m_max, w, file.data(), 1, GgufKernel::Avx2);
+    std::vector<float> portable(file.size());
+    gemm_gguf(x.data(), m_max, w, portable.data(), 1, GgufKernel::Portable);
+    expect_close(file, portable, test::abs_sums(x.data(), m_max, w), name + " file layout's AVX2 vs portable");
+    EXPECT_FALSE(rows16_avx2_linear(x.data(), 1, w, file.data(), 1)) << name << ": the file's layout";
+    PackedWeight rb = copy_packed_weight(r);
+    rb.act_bf16 = true;
+    EXPECT_FALSE(rows16_avx2_linear(x.data(), 1, rb, file.data(), 1)) << name << ": act_bf16";
+    for (int threads : {1, 2}) {
+      for (int64_t m : {int64_t(1), int64_t(2), int64_t(3), int64_t(8), int64_t(9), m_max}) {
+        std::vector<float> y(size_t(m * sh.n_out), NAN);
+        ASSERT_TRUE(rows16_avx2_linear(x.data(), m, r, y.data(), threads)) << name;
+        for (int64_t k = 0; k < m * sh.n_out; ++k)
+          ASSERT_EQ(y[size_t(k)], file[size_t(k)]) << name << " m " << m << " row " << k / sh.n_out << " threads " << threads;
+      }
+      std::vector<float> alone(file.size(), NAN);
+      for (int64_t i = 0; i < m_max; ++i)
+        ASSERT_TRUE(rows16_avx2_linear(x.data() + i * n_in, 1, r, alone.data() + i * sh.n_out, threads)) << name;
+      for (size_t k = 0; k < alone.size(); ++k) ASSERT_EQ(alone[k], file[k]) << name << " alone, output " << k;
+    }
+    if (!cpu_has_avx512vnni()) {  // this CPU's choice: cpu::Weight holds them in Rows16, linear() gives the same bits
+      EXPECT_TRUE(rows16_wanted(w)) << name;
+      const Weight cw(copy_packed_weight(w));
+      EXPECT_EQ(cw.packed().rows_layout, RowsLayout::Rows16) << name;
+      std::vector<float> via_linear(file.size(), NAN);
+      linear(x.data(), m_max, cw, via_linear.data());
+      for (size_t k = 0; k < file.size(); ++k) ASSERT_EQ(via_linear[k], file[k]) << name << " linear(), output " << k;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, GemmGguf,
     ::testing::Combine(::testing::ValuesIn(test::kGgufTypes),
