@@ -165,6 +165,37 @@ __attribute__((target("avx2,fma,f16c"))) void dequant_rows(const PackedWeight& w
   }
 }
 
+// Rows [r0, r1) of an Int4 weight in Rows16 (common/rows16_layout.h) as F32 value × scale into out [.., n_in], each 8
+// columns in the words' order 0, 4, 1, 5, 2, 6, 3, 7 (x permuted alike: order_x_rows16): a row's 4 bytes of a line,
+// shifted by 0, 8, 16, 24 (low nibbles) and 4, 12, 20, 28 (high ones), & 15.
+__attribute__((target("avx2,fma,f16c"))) void dequant_rows16_int4(const PackedWeight& w, int64_t r0, int64_t r1,
+                                                                  float* out) {
+  const int64_t n_in = w.n_in, ng = w.n_groups(), gs = ng > 1 ? w.group_size : n_in;
+  const bool zeros = !w.zeros.empty();
+  const __m256i shifts = _mm256_setr_epi32(0, 8, 16, 24, 4, 12, 20, 28), m15 = _mm256_set1_epi32(15);
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* p = w.data.data() + (r / 16) * (n_in / 8) * 64 + 4 * (r % 16);
+    const int64_t e = (r / 16) * ng * 16 + r % 16;  // entry of group g: e + 16 g
+    float* o = out + r * n_in;
+    for (int64_t g = 0, c0 = 0; c0 < n_in; ++g, c0 += gs) {
+      const __m256i zoff = _mm256_set1_epi32(8 + (zeros ? int(w.zeros[size_t(e + 16 * g)]) : 0));
+      const __m256 sc = _mm256_set1_ps(w.scales[size_t(e + 16 * g)]);
+      for (int64_t c = c0; c < std::min(n_in, c0 + gs); c += 8) {
+        int32_t word;
+        std::memcpy(&word, p + c * 8, 4);
+        const __m256i u = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(word), shifts), m15);
+        _mm256_storeu_ps(o + c, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(u, zoff)), sc));
+      }
+    }
+  }
+}
+
+// x row [n_in] -> each 8 columns in the order 0, 4, 1, 5, 2, 6, 3, 7 (dequant_rows16_int4's).
+void order_x_rows16(const float* x, int64_t n_in, float* xp) {
+  for (int64_t c = 0; c < n_in; c += 8)
+    for (int j = 0; j < 4; ++j) xp[c + 2 * j] = x[c + j], xp[c + 2 * j + 1] = x[c + 4 + j];
+}
+
 }  // namespace
 
 bool a16_avx2_decode(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
@@ -188,6 +219,13 @@ bool a16_avx2_gemm(const float* x, int64_t m, const PackedWeight& w, float* y, i
   }
   if (kind != Kind::Fp8 && (!w.g_idx.empty() || w.group_size % 32 != 0)) return false;
   if (kind == Kind::Fp8 && w.block_out > 0) return false;
+  if (w.rows_layout == RowsLayout::Rows16) {  // Int4 held for rows16_a16_avx2's decode: its rows decoded from the blocks
+    if (kind != Kind::Int4) return false;
+    dense_f32_linear(
+        x, m, w, y, n_threads, [&](int64_t r0, int64_t r1, float* out) { dequant_rows16_int4(w, r0, r1, out); },
+        order_x_rows16);
+    return true;
+  }
   const auto dequant = [&](int64_t r0, int64_t r1, float* out) {
     switch (kind) {
       case Kind::Int4: dequant_rows<Kind::Int4>(w, r0, r1, out); break;

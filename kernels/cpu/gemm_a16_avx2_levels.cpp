@@ -91,12 +91,13 @@ inline int64_t segments_of(int64_t n_in, int64_t gs, int64_t seg) {
 template <Codes C>
 constexpr int64_t kSxPerSeg = C == Codes::Int4 ? 8 : 24;
 
-// x row (n_in a multiple of 32) -> its levels into q (3 · n_in; xd [n_in]: scratch for x reordered, Int4), ΣX a
+// x row (n_in a multiple of 32) -> its levels into q (3 · n_in; xd [n_in]: scratch for x reordered, Int4; null: in
+// column order), ΣX a
 // segment (gs: the weight's columns a group) into sx (kSxPerSeg a segment); returns s · 2⁻¹⁴ (0 for a zero row, NaN
 // for a row with a NaN or an infinity; the levels and ΣX are then all 0).
 template <Codes C>
 float x_levels(const float* x, int64_t n_in, int64_t gs, float* xd, int8_t* q, int32_t* sx) {
-  if constexpr (C == Codes::Int4) {
+  if (C == Codes::Int4 && xd != nullptr) {  // (xd null: columns in order, for a16_x_levels_in_order)
     const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);  // within 8: even lanes, then odd ones
     for (int64_t c = 0; c < n_in; c += 32) {
       __m256 v[4];
@@ -298,6 +299,12 @@ void levels_linear(const float* x, int64_t m, const PackedWeight& w, int64_t ng,
 }
 
 }  // namespace
+
+float a16_x_levels_in_order(const float* x, int64_t n_in, int8_t* q) {
+  thread_local std::vector<int32_t> sx;  // the lane sums the Rows kernel reads; not wanted here
+  sx.resize(size_t(kSxPerSeg<Codes::Int4> * segments_of(n_in, n_in, kSegCols<Codes::Int4>)));
+  return x_levels<Codes::Int4>(x, n_in, n_in, nullptr, q, sx.data());
+}
 #pragma GCC pop_options
 
 bool a16_avx2_levels(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {

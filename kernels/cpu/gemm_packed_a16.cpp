@@ -93,8 +93,10 @@ bool prefer_bf16_a16() {
 
 bool int_a16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa) {
   if ((w.format != WeightFormat::Int8 && w.format != WeightFormat::Int4) || w.act != ActQuant::None) return false;
-  if (w.rows_layout == RowsLayout::Rows16)  // the kernel that reads it (else the reference, which reads any layout)
-    return isa == PackedIsa::Avx512 && rows16_linear(x, m, w, y, n_threads);
+  if (w.rows_layout == RowsLayout::Rows16) {  // the kernels that read it (else the reference, which reads any layout)
+    if (isa == PackedIsa::Avx512) return rows16_linear(x, m, w, y, n_threads);
+    return isa == PackedIsa::Avx2 && (rows16_a16_avx2(x, m, w, y, n_threads) || a16_avx2_gemm(x, m, w, y, n_threads));
+  }
   // AVX-512: from m ≥ kA16Bf16MinM through oneDNN's BF16 matmul where the weight decodes exactly
   // (a16_bf16_prefill); other prefill (m ≥ kA16Avx512GemmMinM) as on AVX2, W to F32 once and oneDNN's sgemm; else
   // Int4 on AVX512-BF16 where prefer_bf16_a16(), Int8 / Int4 on VNNI (x as int8 levels), else Int4 on AVX512-BF16.

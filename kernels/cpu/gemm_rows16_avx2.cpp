@@ -154,6 +154,9 @@ void run(const GgufActs& a, const int8_t* xperm, int64_t m, const PackedWeight& 
 }  // namespace
 
 bool rows16_avx2_wanted(const PackedWeight& w) {
+  if (w.format == WeightFormat::Int4)  // W4A16 on AVX2-only CPUs: rows16_a16_avx2 (gemm_rows16_a16_avx2.cpp)
+    return w.act == ActQuant::None && w.g_idx.empty() && w.n_in % 32 == 0 &&
+           (w.n_groups() == 1 || w.group_size % 32 == 0) && packed_best_isa() == PackedIsa::Avx2;
   return (w.format == WeightFormat::GgufQ4_0 || w.format == WeightFormat::GgufQ4_1) && !w.act_bf16 &&
          !cpu_has_avx512vnni() && gguf_kernel_available(GgufKernel::Avx2);
 }

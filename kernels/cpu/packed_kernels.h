@@ -186,6 +186,14 @@ bool fp4_avx2_gemm(const float* x, int64_t m, const PackedWeight& w, float* y, i
 // Returns false (nothing written) for weights or m it does not take, or without AVX2.
 inline constexpr int64_t kA16Avx2LevelsMaxM = 64;
 bool a16_avx2_levels(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
+// One row of x (n_in a multiple of 32) as that kernel's Int4 levels (max|x| / s in (63.5, 127]), in column order:
+// q [3 · n_in] = q1, q2, q3 rows; returns s · 2⁻¹⁴ (0: a zero row, NaN: a row with a NaN or an infinity, its
+// levels then 0). AVX2 (the caller checks).
+float a16_x_levels_in_order(const float* x, int64_t n_in, int8_t* q);
+// W4A16 in Rows16 on AVX2 without AVX-512 (gemm_rows16_a16_avx2.cpp: the 16-row form of a16_avx2_levels): Int4
+// without g_idx, groups a multiple of 32 columns or per channel, n_in a multiple of 32, m < kA16Avx2LevelsMaxM;
+// every row of x with the same operations whatever m and the threads. Returns false (nothing written) otherwise.
+bool rows16_a16_avx2(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 // The same weights for m ≥ kA16Avx2GemmMinM (prefill): W decoded once a call to F32 (value × scale) and oneDNN's F32
 // matmul (dense_f32_linear below, linear()'s thread count). Int4 / Int8 on AVX-512 too from m ≥ kA16Avx512GemmMinM: on Zen 4 1.5x /
 // 2.3x the AVX512-BF16 and 16-lane tiles at m = 512 and 1.2x / 1.1x at 256 / 128, but 0.85x (Int4, m = 128) and 0.35x

@@ -30,7 +30,9 @@ bool rows16_int8_linear(const float* x, int64_t m, const PackedWeight& w, float*
 // (gemm_gguf_avx2_blocks.inc) for every output, whatever m and the threads. Returns false (nothing written) unless w
 // is one of them in Rows16 without act_bf16 and the CPU has AVX2 + FMA + F16C.
 bool rows16_avx2_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
-// Whether this CPU's GGUF Q4_0 / Q4_1 decode is rows16_avx2_linear (AVX2 without AVX-512 VNNI) and w one of them.
+// Whether w is one this CPU decodes in Rows16 on AVX2: GGUF Q4_0 / Q4_1 (rows16_avx2_linear; AVX2 without AVX-512
+// VNNI), or W4A16 Int4 without g_idx, groups a multiple of 32 or per channel (packed_kernels.h rows16_a16_avx2; AVX2
+// without AVX-512).
 bool rows16_avx2_wanted(const PackedWeight& w);
 
 // n int8 (a multiple of 8) in the 4-bit Rows16 words' column order: each 8 as 0, 4, 1, 5, 2, 6, 3, 7.
