@@ -1,26 +1,30 @@
-// GGUF Q4_0 and Q4_1 in GEMM form on AVX2 (rows16.h rows16_avx2_linear; the layout: common/rows16_layout.h Rows16), the
-// 4-bit decode and prefill of CPUs without AVX-512 VNNI (AMD Zen 1-3, Intel before Ice Lake). x is quantized as the
-// file layout's kernels quantize it (gemm_gguf.h: Q8_0 for Q4_0, Q8_1 for Q4_1; q in [−127, 127]) and permuted once
-// a call into the words' column order (rows16_q4_x_order). Per 8-column chunk of a block of 16 weight rows one
-// 64-byte line holds rows 0-7 in its first 32 bytes and rows 8-15 in the next (row i's 4 bytes: columns 0, 4, 1, 5 in
-// the low nibbles, 2, 6, 3, 7 in the high ones): & 0x0f and >> 4 give the unsigned codes, and two vpmaddubsw against
-// x's 4 bytes of those columns, broadcast, sum each row's products in its own two int16 lanes — no horizontal sums.
-// The 4 chunks of a 32-column block add into one int16 vector (|lane| ≤ 4 · 2 · 2 · 15 · 127 = 30480: no overflow,
-// no saturation), a vpmaddwd by 1 makes one int32 lane a row, and the block's step is the file layout's
-// (gemm_gguf_avx2_blocks.inc): S − 8 Σq (Q4_0) to F32, × d_w · d_x into the row's chain by one FMA (Q4_1: + m_w · s_x
-// by a second). The integer sums are exact and the float operations of each output are those of the file layout's
-// AVX2 kernel in the same order: the same bits, at every m and thread count (a row of a batch has the bits it has
-// alone).
-// Why: the file layout's decode reads 8 rows' 18-byte blocks side by side and gathers them into lanes (~60 vector ops
-// a 8 rows × 32 columns: compute-bound below the DRAM roofline on Zen 3); here 16 rows × 32 columns take 8 loads, 24
-// ops for the codes, 8 broadcasts of x, 16 vpmaddubsw, 16 vpaddw and the two halves' block steps, and a row block is
-// one contiguous stream for the prefetcher instead of 8. Zen 3, 1 thread, gemm_gguf_bench on SmolLM2's 4 shapes
-// (file layout -> this; alternated): decode from cache Q4_0 19-21 -> 29-35 GB/s, Q4_1 18-20 -> 29-37; from DRAM
-// Q4_0 12-17 -> 16-23 (the 49152 x 576 lm_head 16-17 -> 21-23, mem_bandwidth 24), Q4_1 12-18 -> 17-24; prefill
-// m = 512 from cache the same within noise (Q4_0 72-82 / 72-80 GMAC/s, Q4_1 70-79 / 67-77).
-// A row block's lines are read once a tile of kTileM rows of x (m = 1: one row), both halves of each in one pass.
+// GGUF Q4_0, Q4_1 and Q5_0 in GEMM form on AVX2 (rows16.h rows16_avx2_linear; the layouts: common/rows16_layout.h
+// Rows16), their decode and prefill on CPUs without AVX-512 VNNI (AMD Zen 1-3, Intel before Ice Lake). x is quantized
+// as the file layout's kernels quantize it (gemm_gguf.h: Q8_0 for Q4_0 / Q5_0, Q8_1 for Q4_1; q in [−127, 127]). Per
+// 8-column chunk of a block of 16 weight rows one 64-byte line holds rows 0-7 in its first 32 bytes and rows 8-15 in
+// the next, 4 bytes a row: Q4_0 / Q4_1 columns 0, 4, 1, 5 in the low nibbles and 2, 6, 3, 7 in the high ones (x
+// permuted once a call into that order: rows16_q4_x_order), Q5_0 columns 0-3 low and 4-7 high with the fifth bits
+// from the block's planes (q5_bytes). The unsigned codes of 4 columns a row against x's 4 bytes of those columns,
+// broadcast, make one vpmaddubsw that sums each row's products in its own two int16 lanes — no horizontal sums.
+// A 32-column block's 4 chunks add into one int16 vector (4-bit: |lane| ≤ 4 · 2 · 2 · 15 · 127 = 30480; Q5_0 is
+// widened every 2 chunks, ≤ 31496: no overflow, no saturation), a vpmaddwd by 1 makes one int32 lane a row, and the
+// block's step is the file layout's (gemm_gguf_avx2_blocks.inc): S − k Σq (k = 8 Q4_0, 16 Q5_0) to F32, × d_w · d_x
+// into the row's chain by one FMA (Q4_1: + m_w · s_x by a second). The integer sums are exact and the float
+// operations of each output are those of the file layout's AVX2 kernel in the same order: the same bits, at every m
+// and thread count (a row of a batch has the bits it has alone).
+// Why: the file layout's decode reads 8 rows' blocks side by side and gathers them into lanes (~60 vector ops a 8
+// rows × 32 columns of Q4_0: compute-bound below the DRAM roofline on Zen 3); here 16 rows × 32 columns of Q4_0 take
+// 8 loads, 24 ops for the codes, 8 broadcasts of x, 16 vpmaddubsw, 16 vpaddw and the two halves' block steps, and a
+// row block is one contiguous stream for the prefetcher instead of 8. Zen 3, 1 thread, gemm_gguf_bench on SmolLM2's 4
+// shapes (file layout -> this; alternated): decode from cache Q4_0 19-21 -> 29-35 GB/s, Q4_1 18-20 -> 29-37, Q5_0
+// 11-13 -> 23-26; from DRAM Q4_0 12-17 -> 16-23 (the 49152 x 576 lm_head 16-17 -> 21-23, mem_bandwidth 24), Q4_1
+// 12-18 -> 17-24; prefill m = 512 from cache the same within noise (GMAC/s: Q4_0 68-82 / 71-80, Q4_1 67-79 / 64-77,
+// Q5_0 65-75 / 71-81).
+// A row block's lines are read once a tile of kTileM rows of x (m = 1: one row), both halves of each in one pass;
+// Q5_0 with m > 1 from a panel of its codes made once a row block (panel_codes).
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include <immintrin.h>
 #include <omp.h>
@@ -32,9 +36,11 @@
 
 namespace tp::cpu::detail {
 
+// The kernel is compiled for AVX2 + FMA + F16C as a region (lambdas do not take a function's target attribute); the
+// entries below, outside it, check the CPU first.
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
 namespace {
-
-#define TP_AVX2_R16 __attribute__((target("avx2,fma,f16c")))
 
 // Rows of x a pass (both halves: 2 int16 sums and 2 F32 chains a row of x, the 4 code vectors and 2 of x in
 // registers). Zen 3, 1 thread, m = 512 from cache (gemm_gguf_bench, GMAC/s, SmolLM2's 3 shapes; the file layout's panel
@@ -42,20 +48,65 @@ namespace {
 constexpr int kTileM = 2;
 constexpr int64_t kPrefetchBytes = 8192;  // W software-prefetched this far ahead (as gemm_rows16_int8.cpp)
 
-TP_AVX2_R16 inline __m256i bcast4(const int8_t* p) {
+inline __m256i bcast4(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
   return _mm256_set1_epi32(v);
 }
 
+enum Kind { kQ4_0, kQ4_1, kQ5_0 };
+
+// Rows of x a pass (tile).
+template <int K>
+constexpr int kTile = kTileM;
+
+// Q5_0's 32 bytes q of half H (columns 4H + j) of chunk C, for 8 rows: the low nibbles from w, the fifth bits from the
+// block's plane hp (bit 2C + H of each byte moved to bit 4; 16-bit shifts keep each byte's bit in its byte).
+template <int C, int H>
+inline __m256i q5_bytes(__m256i w, __m256i hp) {
+  constexpr int s = 2 * C + H;
+  const __m256i nib = _mm256_and_si256(H ? _mm256_srli_epi16(w, 4) : w, _mm256_set1_epi8(0x0f));
+  const __m256i hb = s >= 4 ? _mm256_srli_epi16(hp, s - 4) : _mm256_slli_epi16(hp, 4 - s);
+  return _mm256_or_si256(nib, _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
+}
+
+// Chunk C (8 columns) of a block: the codes of both halves of the rows (q0: the chunk's first 4 columns in x's order,
+// q1 the next 4), from the line at p (Q5_0: its plane hp of each half); from a panel (kPanel) the 128 bytes q0, q1
+// of half 0 then of half 1 that panel_codes wrote there.
+template <int K, int C, bool kPanel = false>
+inline void chunk_codes(const uint8_t* p, const __m256i (&hp)[2], __m256i (&q0)[2], __m256i (&q1)[2]) {
+  const __m256i lo4 = _mm256_set1_epi8(0x0f);
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    if constexpr (kPanel) {
+      q0[h] = _mm256_load_si256(reinterpret_cast<const __m256i*>(p + C * 128 + h * 64));
+      q1[h] = _mm256_load_si256(reinterpret_cast<const __m256i*>(p + C * 128 + h * 64 + 32));
+      continue;
+    }
+    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + C * 64 + h * 32));
+    if constexpr (K == kQ5_0) {
+      q0[h] = q5_bytes<C, 0>(wv, hp[h]);
+      q1[h] = q5_bytes<C, 1>(wv, hp[h]);
+    } else {
+      q0[h] = _mm256_and_si256(wv, lo4);
+      q1[h] = _mm256_and_si256(_mm256_srli_epi16(wv, 4), lo4);
+    }
+  }
+}
+
 // Row block rb (its halves h = 0, 1: rows 8 h .. 8 h + 7) against MT rows of x from row i0 (a: the Q8_0 / Q8_1 acts;
-// xq: their q in the words' column order): y[i · n_out + 16 rb + 8 h + r], rows past n_out left out.
-template <bool Q41, int MT>
-TP_AVX2_R16 void row_block(const PackedWeight& w, int64_t rb, const GgufActs& a, const int8_t* xperm, int64_t i0,
-                           float* y, bool prefetch) {
+// xq: their q in the order the codes come in — Q4's words' order, Q5_0's columns as they are): y[i · n_out + 16 rb +
+// 8 h + r], rows past n_out left out. Q5_0 (codes ≤ 31) widens its int16 sums every 2 chunks (≤ 2 · 2 · 2 · 31 · 127
+// = 31496).
+template <int K, int MT, bool kPanel = false>
+void row_block(const PackedWeight& w, int64_t rb, const GgufActs& a, const int8_t* xperm, int64_t i0,
+                           float* y, bool prefetch, const uint8_t* panel = nullptr) {
+  constexpr bool Q41 = K == kQ4_1, Q5 = K == kQ5_0;
   const int64_t n_in = w.n_in, nb = n_in / 32;
   const uint8_t* wd = w.data.data() + rb * (n_in / 8) * 64;
-  constexpr int64_t sbb = Q41 ? 64 : 32;  // scale bytes a block of 16 rows: d (Q4_1: then m), F16
+  // scale bytes a block of 16 rows: d (F16; Q4_1: then m; Q5_0: then the fifth-bit planes, 64 bytes)
+  constexpr int64_t sbb = Q5 ? 96 : Q41 ? 64 : 32;
+  constexpr int kOffset = Q5 ? 16 : Q41 ? 0 : 8;  // the codes' offset: value = d (q − k)
   const uint8_t* sbs = w.scale_bytes.data() + rb * nb * sbb;
   const int8_t* xq[MT];
   const float* xd[MT];
@@ -68,47 +119,53 @@ TP_AVX2_R16 void row_block(const PackedWeight& w, int64_t rb, const GgufActs& a,
     xs[i] = a.qsum.data() + (i0 + i) * nb;
     xm[i] = Q41 ? a.s.data() + (i0 + i) * nb : nullptr;
   }
-  const __m256i lo4 = _mm256_set1_epi8(0x0f);
+  const __m256i ones = _mm256_set1_epi16(1);
   __m256 tot[2][MT];
 #pragma GCC unroll 8
   for (int h = 0; h < 2; ++h)
     for (int i = 0; i < MT; ++i) tot[h][i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* e = sbs + b * sbb;
-    if (prefetch && (Q41 || b % 2 == 0)) prefetch_weights(e + (Q41 ? kPrefetchBytes / 4 : kPrefetchBytes / 8));
-    __m256i acc[2][MT];
+    if (prefetch && (Q5 || Q41 || b % 2 == 0))
+      prefetch_weights(e + (Q5 ? kPrefetchBytes * 3 / 8 : Q41 ? kPrefetchBytes / 4 : kPrefetchBytes / 8));
+    __m256i hp[2];
+    if constexpr (Q5 && !kPanel)
+      for (int h = 0; h < 2; ++h) hp[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e + 32 + h * 32));
+    __m256i acc[2][MT], s32[2][MT];
 #pragma GCC unroll 8
     for (int h = 0; h < 2; ++h)
-      for (int i = 0; i < MT; ++i) acc[h][i] = _mm256_setzero_si256();
-    const uint8_t* p = wd + b * 4 * 64;
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) {
-      if (prefetch) prefetch_weights(p + c * 64 + kPrefetchBytes);
+      for (int i = 0; i < MT; ++i) acc[h][i] = s32[h][i] = _mm256_setzero_si256();
+    const uint8_t* p = kPanel ? panel + b * 4 * 128 : wd + b * 4 * 64;
+    const auto chunk = [&]<int C>() {
+      if (prefetch) prefetch_weights(p + C * 64 + kPrefetchBytes);
       __m256i q0[2], q1[2];
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) {
-        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + c * 64 + h * 32));
-        q0[h] = _mm256_and_si256(wv, lo4);
-        q1[h] = _mm256_and_si256(_mm256_srli_epi16(wv, 4), lo4);
-      }
+      chunk_codes<K, C, kPanel>(p, hp, q0, q1);
 #pragma GCC unroll 4
       for (int i = 0; i < MT; ++i) {
-        const __m256i x0 = bcast4(xq[i] + b * 32 + c * 8), x1 = bcast4(xq[i] + b * 32 + c * 8 + 4);
+        const __m256i x0 = bcast4(xq[i] + b * 32 + C * 8), x1 = bcast4(xq[i] + b * 32 + C * 8 + 4);
 #pragma GCC unroll 2
-        for (int h = 0; h < 2; ++h)
+        for (int h = 0; h < 2; ++h) {
           acc[h][i] = _mm256_add_epi16(acc[h][i],
                                        _mm256_add_epi16(_mm256_maddubs_epi16(q0[h], x0), _mm256_maddubs_epi16(q1[h], x1)));
+          if (Q5 && C % 2 == 1) {  // widen: 2 chunks of 5-bit codes fill the int16 headroom
+            s32[h][i] = _mm256_add_epi32(s32[h][i], _mm256_madd_epi16(acc[h][i], ones));
+            acc[h][i] = _mm256_setzero_si256();
+          }
+        }
       }
-    }
-    const __m256i ones = _mm256_set1_epi16(1);
+    };
+    chunk.template operator()<0>();
+    chunk.template operator()<1>();
+    chunk.template operator()<2>();
+    chunk.template operator()<3>();
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e + h * 16)));
 #pragma GCC unroll 4
       for (int i = 0; i < MT; ++i) {
-        __m256i s = _mm256_madd_epi16(acc[h][i], ones);
-        if constexpr (!Q41) s = _mm256_sub_epi32(s, _mm256_set1_epi32(8 * xs[i][b]));
-        tot[h][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(xd[i][b])), tot[h][i]);
+        __m256i sum = Q5 ? s32[h][i] : _mm256_madd_epi16(acc[h][i], ones);
+        if constexpr (kOffset != 0) sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(kOffset * xs[i][b]));
+        tot[h][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dw, _mm256_set1_ps(xd[i][b])), tot[h][i]);
       }
       if constexpr (Q41) {  // + m · s, s the x block's d Σq
         const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e + 32 + h * 16)));
@@ -135,7 +192,36 @@ TP_AVX2_R16 void row_block(const PackedWeight& w, int64_t rb, const GgufActs& a,
   }
 }
 
-template <bool Q41>
+// Row block rb's codes, as chunk_codes makes them, into panel [n_in / 8][2 halves][q0, q1] (32-byte aligned): with
+// several rows of x Q5_0's are made once a row block, not once a tile (9 ops a half and chunk). Zen 3, 1 thread, m =
+// 512 from cache (gemm_gguf_bench, SmolLM2's 3 shapes, GMAC/s; the file layout's panel path 61-75): made a tile 48-56,
+// once 72-79; Q4_0 / Q4_1's (3 ops) read back from the panel 53-62 against 72-80 made a tile.
+template <int K>
+void panel_codes(const PackedWeight& w, int64_t rb, uint8_t* panel) {
+  const int64_t n_in = w.n_in, nb = n_in / 32;
+  const uint8_t* wd = w.data.data() + rb * (n_in / 8) * 64;
+  const uint8_t* sbs = w.scale_bytes.data() + rb * nb * 96;
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i hp[2];
+    if constexpr (K == kQ5_0)
+      for (int h = 0; h < 2; ++h) hp[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sbs + b * 96 + 32 + h * 32));
+    const auto chunk = [&]<int C>() {
+      __m256i q0[2], q1[2];
+      chunk_codes<K, C>(wd + b * 4 * 64, hp, q0, q1);
+      uint8_t* o = panel + (b * 4 + C) * 128;
+      for (int h = 0; h < 2; ++h) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(o + h * 64), q0[h]);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(o + h * 64 + 32), q1[h]);
+      }
+    };
+    chunk.template operator()<0>();
+    chunk.template operator()<1>();
+    chunk.template operator()<2>();
+    chunk.template operator()<3>();
+  }
+}
+
+template <int K>
 void run(const GgufActs& a, const int8_t* xperm, int64_t m, const PackedWeight& w, float* y, int n_threads) {
   const bool parallel = n_threads > 1 && worth_parallel(int64_t(w.data.size()) * m);
 #pragma omp parallel num_threads(n_threads) if (parallel)
@@ -143,38 +229,55 @@ void run(const GgufActs& a, const int8_t* xperm, int64_t m, const PackedWeight& 
     const auto [b0, b1] = thread_rows((w.n_out + 15) / 16, 1, omp_get_thread_num(), omp_get_num_threads());
     const int64_t block_bytes = w.n_in * 8;  // a row block's codes
     if (b1 > b0) prefetch_range_start(w.data.data() + b0 * block_bytes, kPrefetchBytes, (b1 - b0) * block_bytes);
+    thread_local std::vector<uint8_t> panel;  // Q5_0, m > 1: this thread's row block's codes (32-byte aligned below)
+    if (K == kQ5_0 && m > 1) panel.resize(size_t(w.n_in * 16 + 32));
+    uint8_t* pc = panel.data() + (32 - reinterpret_cast<uintptr_t>(panel.data()) % 32) % 32;
     for (int64_t rb = b0; rb < b1; ++rb) {
+      if (K != kQ5_0 || m == 1) {  // Q4: its codes in registers from the lines (3 ops a half and chunk)
+        int64_t i0 = 0;
+        for (; i0 + kTile<K> <= m; i0 += kTile<K>) row_block<K, kTile<K>>(w, rb, a, xperm, i0, y + i0 * w.n_out, i0 == 0);
+        if (i0 < m) row_block<K, 1>(w, rb, a, xperm, i0, y + i0 * w.n_out, i0 == 0);
+        continue;
+      }
+      panel_codes<K>(w, rb, pc);
       int64_t i0 = 0;
-      for (; i0 + kTileM <= m; i0 += kTileM) row_block<Q41, kTileM>(w, rb, a, xperm, i0, y + i0 * w.n_out, i0 == 0);
-      if (i0 < m) row_block<Q41, 1>(w, rb, a, xperm, i0, y + i0 * w.n_out, i0 == 0);
+      for (; i0 + kTile<K> <= m; i0 += kTile<K>)
+        row_block<K, kTile<K>, true>(w, rb, a, xperm, i0, y + i0 * w.n_out, false, pc);
+      if (i0 < m) row_block<K, 1, true>(w, rb, a, xperm, i0, y + i0 * w.n_out, false, pc);
     }
   }
 }
 
 }  // namespace
+#pragma GCC pop_options
 
 bool rows16_avx2_wanted(const PackedWeight& w) {
   if (w.format == WeightFormat::Int4)  // W4A16 on AVX2-only CPUs: rows16_a16_avx2 (gemm_rows16_a16_avx2.cpp)
     return w.act == ActQuant::None && w.g_idx.empty() && w.n_in % 32 == 0 &&
            (w.n_groups() == 1 || w.group_size % 32 == 0) && packed_best_isa() == PackedIsa::Avx2;
-  return (w.format == WeightFormat::GgufQ4_0 || w.format == WeightFormat::GgufQ4_1) && !w.act_bf16 &&
-         !cpu_has_avx512vnni() && gguf_kernel_available(GgufKernel::Avx2);
+  return (w.format == WeightFormat::GgufQ4_0 || w.format == WeightFormat::GgufQ4_1 ||
+          w.format == WeightFormat::GgufQ5_0) &&
+         !w.act_bf16 && !cpu_has_avx512vnni() && gguf_kernel_available(GgufKernel::Avx2);
 }
 
 bool rows16_avx2_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
-  const bool q41 = w.format == WeightFormat::GgufQ4_1;
-  if ((w.format != WeightFormat::GgufQ4_0 && !q41) || w.act_bf16 || w.rows_layout != RowsLayout::Rows16 ||
-      !gguf_kernel_available(GgufKernel::Avx2))
+  const WeightFormat f = w.format;
+  if ((f != WeightFormat::GgufQ4_0 && f != WeightFormat::GgufQ4_1 && f != WeightFormat::GgufQ5_0) || w.act_bf16 ||
+      w.rows_layout != RowsLayout::Rows16 || !gguf_kernel_available(GgufKernel::Avx2))
     return false;
   thread_local GgufActs a;
-  quantize_gguf_acts(x, m, w.n_in, gguf_act_type(w.format), &a);
+  quantize_gguf_acts(x, m, w.n_in, gguf_act_type(f), &a);
+  if (f == WeightFormat::GgufQ5_0) {  // its codes come in column order
+    run<kQ5_0>(a, a.q.data(), m, w, y, n_threads);
+    return true;
+  }
   thread_local std::vector<int8_t> xperm;
   xperm.resize(size_t(m * w.n_in));
   rows16_q4_x_order(a.q.data(), m * w.n_in, xperm.data());
-  if (q41)
-    run<true>(a, xperm.data(), m, w, y, n_threads);
+  if (f == WeightFormat::GgufQ4_1)
+    run<kQ4_1>(a, xperm.data(), m, w, y, n_threads);
   else
-    run<false>(a, xperm.data(), m, w, y, n_threads);
+    run<kQ4_0>(a, xperm.data(), m, w, y, n_threads);
   return true;
 }
 
