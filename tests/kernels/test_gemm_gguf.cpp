@@ -158,23 +158,29 @@ TEST_P(GemmGguf, ColumnSlicesSumToTheWhole) {
   expect_close(sum, whole, test::abs_sums(x.data(), m, w), "sum of column slices vs whole");
 }
 
+// A weight's shape in the 16-row block tests: its type, rows and blocks a row.
+struct Rows16Shape {
+  DType t;
+  int64_t n_out, n_blocks;
+};
+
 // GGUF Q8_0, Q5_0, Q6_K, Q4_0, Q4_1 and Q4_K in 16-row blocks (rows16_int8_linear, AVX-512 VNNI: the GEMM form with x quantized as the file
 // layout's kernels quantize it): the same integer sums as the portable kernel on the file's blocks, so within the
 // kernel bound of it; each row of a batch (m 2..37) with the bits it has alone, at 1 and 2 threads; 1 to 48 blocks a
 // row and row counts leaving 3, 16, 5, 1 and 3 rows in the last 16-row block; the file's layout declined.
 TEST(GemmGgufRows16, Int8FormsMatchThePortableKernelAndRowsAlone) {
   if (!cpu_has_avx512vnni()) GTEST_SKIP() << "no AVX-512 VNNI here";
-  struct Shape {
-    DType t;
-    int64_t n_out, n_blocks;
-  };
-  for (const Shape sh : {Shape{DType::Q8_0, 35, 18}, Shape{DType::Q8_0, 16, 1}, Shape{DType::Q8_0, 5, 48},
-                         Shape{DType::Q8_0, 1, 6}, Shape{DType::Q8_0, 19, 3}, Shape{DType::Q5_0, 35, 18},
-                         Shape{DType::Q5_0, 16, 1}, Shape{DType::Q5_0, 5, 48}, Shape{DType::Q5_0, 1, 6},
-                         Shape{DType::Q6_K, 35, 1}, Shape{DType::Q6_K, 16, 6}, Shape{DType::Q6_K, 3, 2},
-                         Shape{DType::Q4_0, 35, 18}, Shape{DType::Q4_0, 16, 1}, Shape{DType::Q4_0, 5, 48},
-                         Shape{DType::Q4_1, 35, 18}, Shape{DType::Q4_1, 1, 6}, Shape{DType::Q4_1, 19, 3},
-                         Shape{DType::Q4_K, 35, 1}, Shape{DType::Q4_K, 16, 6}, Shape{DType::Q4_K, 3, 2}}) {
+  for (const Rows16Shape sh : {Rows16Shape{DType::Q8_0, 35, 18}, Rows16Shape{DType::Q8_0, 16, 1},
+                               Rows16Shape{DType::Q8_0, 5, 48}, Rows16Shape{DType::Q8_0, 1, 6},
+                               Rows16Shape{DType::Q8_0, 19, 3}, Rows16Shape{DType::Q5_0, 35, 18},
+                               Rows16Shape{DType::Q5_0, 16, 1}, Rows16Shape{DType::Q5_0, 5, 48},
+                               Rows16Shape{DType::Q5_0, 1, 6}, Rows16Shape{DType::Q6_K, 35, 1},
+                               Rows16Shape{DType::Q6_K, 16, 6}, Rows16Shape{DType::Q6_K, 3, 2},
+                               Rows16Shape{DType::Q4_0, 35, 18}, Rows16Shape{DType::Q4_0, 16, 1},
+                               Rows16Shape{DType::Q4_0, 5, 48}, Rows16Shape{DType::Q4_1, 35, 18},
+                               Rows16Shape{DType::Q4_1, 1, 6}, Rows16Shape{DType::Q4_1, 19, 3},
+                               Rows16Shape{DType::Q4_K, 35, 1}, Rows16Shape{DType::Q4_K, 16, 6},
+                               Rows16Shape{DType::Q4_K, 3, 2}}) {
     const int64_t n_in = dtype_block_elems(sh.t) * sh.n_blocks, m_max = 37;
     const std::string name = std::string(dtype_name(sh.t)) + " [" + std::to_string(sh.n_out) + " x " + std::to_string(n_in) + "]";
     const PackedWeight w = test::make_gguf_weight(sh.t, sh.n_out, n_in, uint32_t(sh.n_out + n_in));
@@ -207,15 +213,13 @@ TEST(GemmGgufRows16, Int8FormsMatchThePortableKernelAndRowsAlone) {
 // has AVX2 and no AVX-512 VNNI, and linear() then gives the same bits.
 TEST(GemmGgufRows16, Avx2FormsGiveTheFileKernelsBits) {
   if (!gguf_kernel_available(GgufKernel::Avx2)) GTEST_SKIP() << "no AVX2 here";
-  struct Shape {
-    DType t;
-    int64_t n_out, n_blocks;
-  };
-  for (const Shape sh : {Shape{DType::Q4_0, 35, 18}, Shape{DType::Q4_0, 16, 1}, Shape{DType::Q4_0, 5, 48},
-                         Shape{DType::Q4_0, 1, 6}, Shape{DType::Q4_0, 49, 3}, Shape{DType::Q4_1, 35, 18},
-                         Shape{DType::Q4_1, 16, 1}, Shape{DType::Q4_1, 5, 48}, Shape{DType::Q4_1, 19, 3},
-                         Shape{DType::Q5_0, 35, 18}, Shape{DType::Q5_0, 16, 1}, Shape{DType::Q5_0, 5, 48},
-                         Shape{DType::Q5_0, 17, 3}}) {
+  for (const Rows16Shape sh : {Rows16Shape{DType::Q4_0, 35, 18}, Rows16Shape{DType::Q4_0, 16, 1},
+                               Rows16Shape{DType::Q4_0, 5, 48}, Rows16Shape{DType::Q4_0, 1, 6},
+                               Rows16Shape{DType::Q4_0, 49, 3}, Rows16Shape{DType::Q4_1, 35, 18},
+                               Rows16Shape{DType::Q4_1, 16, 1}, Rows16Shape{DType::Q4_1, 5, 48},
+                               Rows16Shape{DType::Q4_1, 19, 3}, Rows16Shape{DType::Q5_0, 35, 18},
+                               Rows16Shape{DType::Q5_0, 16, 1}, Rows16Shape{DType::Q5_0, 5, 48},
+                               Rows16Shape{DType::Q5_0, 17, 3}}) {
     const int64_t n_in = 32 * sh.n_blocks, m_max = 37;
     const std::string name = std::string(dtype_name(sh.t)) + " [" + std::to_string(sh.n_out) + " x " + std::to_string(n_in) + "]";
     const PackedWeight w = test::make_gguf_weight(sh.t, sh.n_out, n_in, uint32_t(5 * sh.n_out + n_in));
