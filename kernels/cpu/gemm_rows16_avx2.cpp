@@ -1,5 +1,6 @@
-// GGUF Q4_0, Q4_1 and Q5_0 in GEMM form on AVX2 (rows16.h rows16_avx2_linear; the layouts: common/rows16_layout.h
-// Rows16), their decode and prefill on CPUs without AVX-512 VNNI (AMD Zen 1-3, Intel before Ice Lake). x is quantized
+// GGUF Q4_0, Q4_1, Q5_0 and Q8_0 in GEMM form on AVX2 (rows16.h rows16_avx2_linear; the layouts:
+// common/rows16_layout.h Rows16), their decode and prefill on CPUs without AVX-512 VNNI (AMD Zen 1-3, Intel before Ice
+// Lake); Q8_0's lines hold 4 columns of 16 rows (row_block_q8). x is quantized
 // as the file layout's kernels quantize it (gemm_gguf.h: Q8_0 for Q4_0 / Q5_0, Q8_1 for Q4_1; q in [−127, 127]). Per
 // 8-column chunk of a block of 16 weight rows one 64-byte line holds rows 0-7 in its first 32 bytes and rows 8-15 in
 // the next, 4 bytes a row: Q4_0 / Q4_1 columns 0, 4, 1, 5 in the low nibbles and 2, 6, 3, 7 in the high ones (x
@@ -19,7 +20,8 @@
 // shapes (file layout -> this; alternated): decode from cache Q4_0 19-21 -> 29-35 GB/s, Q4_1 18-20 -> 29-37, Q5_0
 // 11-13 -> 23-26; from DRAM Q4_0 12-17 -> 16-23 (the 49152 x 576 lm_head 16-17 -> 21-23, mem_bandwidth 24), Q4_1
 // 12-18 -> 17-24; prefill m = 512 from cache the same within noise (GMAC/s: Q4_0 68-82 / 71-80, Q4_1 67-79 / 64-77,
-// Q5_0 65-75 / 71-81).
+// Q5_0 65-75 / 71-81). Q8_0, already near the roofline from cache: decode from cache 26-29 -> 39-43 GB/s, from DRAM
+// (a loaded machine) 16-19 -> 17-21; prefill 49-54 / 50-52.
 // A row block's lines are read once a tile of kTileM rows of x (m = 1: one row), both halves of each in one pass;
 // Q5_0 with m > 1 from a panel of its codes made once a row block (panel_codes).
 #include <algorithm>
@@ -46,6 +48,9 @@ namespace {
 // registers). Zen 3, 1 thread, m = 512 from cache (gemm_gguf_bench, GMAC/s, SmolLM2's 3 shapes; the file layout's panel
 // path beside it 72-82): 2 rows × both halves 72-79; 3 / 4 / 5 / 6 rows × one half a pass 64-69 / 65-71 / 57-67 / 40-51.
 constexpr int kTileM = 2;
+// Q8_0's (its codes take no registers between lines): m = 512 from cache 46-51 GMAC/s at 2 rows of x, 50-52 at 3 (the
+// file layout's 49-54).
+constexpr int kTileQ8 = 3;
 constexpr int64_t kPrefetchBytes = 8192;  // W software-prefetched this far ahead (as gemm_rows16_int8.cpp)
 
 inline __m256i bcast4(const int8_t* p) {
@@ -54,7 +59,7 @@ inline __m256i bcast4(const int8_t* p) {
   return _mm256_set1_epi32(v);
 }
 
-enum Kind { kQ4_0, kQ4_1, kQ5_0 };
+enum Kind { kQ4_0, kQ4_1, kQ5_0, kQ8_0 };
 
 // Rows of x a pass (tile).
 template <int K>
@@ -92,6 +97,83 @@ inline void chunk_codes(const uint8_t* p, const __m256i (&hp)[2], __m256i (&q0)[
       q1[h] = _mm256_and_si256(_mm256_srli_epi16(wv, 4), lo4);
     }
   }
+}
+
+// Row block rb's totals (half h: rows 8 h .. 8 h + 7) for MT rows of x into y[i · n_out + 16 rb + 8 h + r], the rows
+// past n_out left out.
+template <int MT>
+inline void store_totals(const __m256 (&tot)[2][MT], int64_t n_out, int64_t rb, float* y) {
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    const int64_t r0 = rb * 16 + h * 8, n = std::min<int64_t>(8, n_out - r0);
+    if (n <= 0) continue;
+#pragma GCC unroll 4
+    for (int i = 0; i < MT; ++i) {
+      float* out = y + i * n_out + r0;
+      if (n == 8) {
+        _mm256_storeu_ps(out, tot[h][i]);
+      } else {
+        alignas(32) float t[8];
+        _mm256_store_ps(t, tot[h][i]);
+        std::memcpy(out, t, size_t(n) * sizeof(float));
+      }
+    }
+  }
+}
+
+// Q8_0 row block rb (16 rows × 4 columns a 64-byte line, byte 4i + j = q + 128 of row i, column j; d as Q4_0's)
+// against MT rows of x from row i0 (Q8_0 acts, columns in order): per line and half the signed q (^ 0x80), and
+// vpmaddubsw(|q|, x's 4 bytes with q's signs) — |pair| ≤ 2 · 128 · 127 = 32512 — widened by vpmaddwd at once into the
+// block's int32 sum S = Σ q q_x; then the block's step (no offset).
+template <int MT>
+void row_block_q8(const PackedWeight& w, int64_t rb, const GgufActs& a, int64_t i0, float* y, bool prefetch) {
+  const int64_t n_in = w.n_in, nb = n_in / 32;
+  const uint8_t* wd = w.data.data() + rb * (n_in / 4) * 64;
+  const uint8_t* sbs = w.scale_bytes.data() + rb * nb * 32;
+  const int8_t* xq[MT];
+  const float* xd[MT];
+#pragma GCC unroll 4
+  for (int i = 0; i < MT; ++i) xq[i] = a.q.data() + (i0 + i) * n_in, xd[i] = a.d.data() + (i0 + i) * nb;
+  const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8(char(0x80));
+  __m256 tot[2][MT];
+#pragma GCC unroll 8
+  for (int h = 0; h < 2; ++h)
+    for (int i = 0; i < MT; ++i) tot[h][i] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* e = sbs + b * 32;
+    if (prefetch && b % 2 == 0) prefetch_weights(e + kPrefetchBytes / 16);
+    __m256i acc[2][MT];
+#pragma GCC unroll 8
+    for (int h = 0; h < 2; ++h)
+      for (int i = 0; i < MT; ++i) acc[h][i] = _mm256_setzero_si256();
+    const uint8_t* p = wd + b * 8 * 64;
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) {
+      if (prefetch) prefetch_weights(p + c * 64 + kPrefetchBytes);
+      __m256i q[2], u[2];
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        q[h] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + c * 64 + h * 32)), flip);
+        u[h] = _mm256_abs_epi8(q[h]);
+      }
+#pragma GCC unroll 4
+      for (int i = 0; i < MT; ++i) {
+        const __m256i xv = bcast4(xq[i] + b * 32 + c * 4);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h)
+          acc[h][i] = _mm256_add_epi32(
+              acc[h][i], _mm256_madd_epi16(_mm256_maddubs_epi16(u[h], _mm256_sign_epi8(xv, q[h])), ones));
+      }
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e + h * 16)));
+#pragma GCC unroll 4
+      for (int i = 0; i < MT; ++i)
+        tot[h][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[h][i]), _mm256_mul_ps(dw, _mm256_set1_ps(xd[i][b])), tot[h][i]);
+    }
+  }
+  store_totals<MT>(tot, w.n_out, rb, y);
 }
 
 // Row block rb (its halves h = 0, 1: rows 8 h .. 8 h + 7) against MT rows of x from row i0 (a: the Q8_0 / Q8_1 acts;
@@ -174,22 +256,7 @@ void row_block(const PackedWeight& w, int64_t rb, const GgufActs& a, const int8_
       }
     }
   }
-#pragma GCC unroll 2
-  for (int h = 0; h < 2; ++h) {
-    const int64_t r0 = rb * 16 + h * 8, n = std::min<int64_t>(8, w.n_out - r0);
-    if (n <= 0) continue;
-#pragma GCC unroll 4
-    for (int i = 0; i < MT; ++i) {
-      float* out = y + i * w.n_out + r0;
-      if (n == 8) {
-        _mm256_storeu_ps(out, tot[h][i]);
-      } else {
-        alignas(32) float t[8];
-        _mm256_store_ps(t, tot[h][i]);
-        std::memcpy(out, t, size_t(n) * sizeof(float));
-      }
-    }
-  }
+  store_totals<MT>(tot, w.n_out, rb, y);
 }
 
 // Row block rb's codes, as chunk_codes makes them, into panel [n_in / 8][2 halves][q0, q1] (32-byte aligned): with
@@ -227,12 +294,19 @@ void run(const GgufActs& a, const int8_t* xperm, int64_t m, const PackedWeight& 
 #pragma omp parallel num_threads(n_threads) if (parallel)
   {
     const auto [b0, b1] = thread_rows((w.n_out + 15) / 16, 1, omp_get_thread_num(), omp_get_num_threads());
-    const int64_t block_bytes = w.n_in * 8;  // a row block's codes
+    const int64_t block_bytes = w.n_in * (K == kQ8_0 ? 16 : 8);  // a row block's codes
     if (b1 > b0) prefetch_range_start(w.data.data() + b0 * block_bytes, kPrefetchBytes, (b1 - b0) * block_bytes);
     thread_local std::vector<uint8_t> panel;  // Q5_0, m > 1: this thread's row block's codes (32-byte aligned below)
     if (K == kQ5_0 && m > 1) panel.resize(size_t(w.n_in * 16 + 32));
     uint8_t* pc = panel.data() + (32 - reinterpret_cast<uintptr_t>(panel.data()) % 32) % 32;
     for (int64_t rb = b0; rb < b1; ++rb) {
+      if constexpr (K == kQ8_0) {
+        int64_t i0 = 0;
+        for (; i0 + kTileQ8 <= m; i0 += kTileQ8) row_block_q8<kTileQ8>(w, rb, a, i0, y + i0 * w.n_out, i0 == 0);
+        if (m - i0 == 2) row_block_q8<2>(w, rb, a, i0, y + i0 * w.n_out, i0 == 0);
+        if (m - i0 == 1) row_block_q8<1>(w, rb, a, i0, y + i0 * w.n_out, i0 == 0);
+        continue;
+      }
       if (K != kQ5_0 || m == 1) {  // Q4: its codes in registers from the lines (3 ops a half and chunk)
         int64_t i0 = 0;
         for (; i0 + kTile<K> <= m; i0 += kTile<K>) row_block<K, kTile<K>>(w, rb, a, xperm, i0, y + i0 * w.n_out, i0 == 0);
@@ -256,19 +330,23 @@ bool rows16_avx2_wanted(const PackedWeight& w) {
     return w.act == ActQuant::None && w.g_idx.empty() && w.n_in % 32 == 0 &&
            (w.n_groups() == 1 || w.group_size % 32 == 0) && packed_best_isa() == PackedIsa::Avx2;
   return (w.format == WeightFormat::GgufQ4_0 || w.format == WeightFormat::GgufQ4_1 ||
-          w.format == WeightFormat::GgufQ5_0) &&
+          w.format == WeightFormat::GgufQ5_0 || w.format == WeightFormat::GgufQ8_0) &&
          !w.act_bf16 && !cpu_has_avx512vnni() && gguf_kernel_available(GgufKernel::Avx2);
 }
 
 bool rows16_avx2_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
   const WeightFormat f = w.format;
-  if ((f != WeightFormat::GgufQ4_0 && f != WeightFormat::GgufQ4_1 && f != WeightFormat::GgufQ5_0) || w.act_bf16 ||
+  if ((f != WeightFormat::GgufQ4_0 && f != WeightFormat::GgufQ4_1 && f != WeightFormat::GgufQ5_0 &&
+       f != WeightFormat::GgufQ8_0) || w.act_bf16 ||
       w.rows_layout != RowsLayout::Rows16 || !gguf_kernel_available(GgufKernel::Avx2))
     return false;
   thread_local GgufActs a;
   quantize_gguf_acts(x, m, w.n_in, gguf_act_type(f), &a);
-  if (f == WeightFormat::GgufQ5_0) {  // its codes come in column order
-    run<kQ5_0>(a, a.q.data(), m, w, y, n_threads);
+  if (f == WeightFormat::GgufQ5_0 || f == WeightFormat::GgufQ8_0) {  // their codes come in column order
+    if (f == WeightFormat::GgufQ5_0)
+      run<kQ5_0>(a, a.q.data(), m, w, y, n_threads);
+    else
+      run<kQ8_0>(a, a.q.data(), m, w, y, n_threads);
     return true;
   }
   thread_local std::vector<int8_t> xperm;

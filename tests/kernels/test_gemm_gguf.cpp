@@ -206,11 +206,11 @@ TEST(GemmGgufRows16, Int8FormsMatchThePortableKernelAndRowsAlone) {
   }
 }
 
-// GGUF Q4_0, Q4_1 and Q5_0 in 16-row blocks on AVX2 (rows16_avx2_linear, their decode on CPUs without AVX-512 VNNI):
-// the bits of the file layout's AVX2 kernel for every output (the same integer sums and float chain), alone and in
-// batches (m 2..37, odd tiles; Q5_0's from a panel of codes), at 1 and 2 threads; 1 to 48 blocks a row and row counts
-// leaving 3, 16, 5, 1, 3 and 1 rows in the last 16-row block; the file's layout and act_bf16 declined. cpu::Weight holds them so where the CPU
-// has AVX2 and no AVX-512 VNNI, and linear() then gives the same bits.
+// GGUF Q4_0, Q4_1, Q5_0 and Q8_0 in 16-row blocks on AVX2 (rows16_avx2_linear, their decode on CPUs without AVX-512
+// VNNI): the bits of the file layout's AVX2 kernel for every output (the same integer sums and float chain), alone and
+// in batches (m 2..37: every remainder of the tiles of 2 and 3 rows of x; Q5_0's from a panel of codes), at 1 and 2
+// threads; 1 to 48 blocks a row, 1 to 16 rows in the last 16-row block; the file's layout and act_bf16 declined.
+// cpu::Weight holds them so where the CPU has AVX2 and no AVX-512 VNNI, and linear() then gives the same bits.
 TEST(GemmGgufRows16, Avx2FormsGiveTheFileKernelsBits) {
   if (!gguf_kernel_available(GgufKernel::Avx2)) GTEST_SKIP() << "no AVX2 here";
   for (const Rows16Shape sh : {Rows16Shape{DType::Q4_0, 35, 18}, Rows16Shape{DType::Q4_0, 16, 1},
@@ -219,7 +219,9 @@ TEST(GemmGgufRows16, Avx2FormsGiveTheFileKernelsBits) {
                                Rows16Shape{DType::Q4_1, 16, 1}, Rows16Shape{DType::Q4_1, 5, 48},
                                Rows16Shape{DType::Q4_1, 19, 3}, Rows16Shape{DType::Q5_0, 35, 18},
                                Rows16Shape{DType::Q5_0, 16, 1}, Rows16Shape{DType::Q5_0, 5, 48},
-                               Rows16Shape{DType::Q5_0, 17, 3}}) {
+                               Rows16Shape{DType::Q5_0, 17, 3}, Rows16Shape{DType::Q8_0, 35, 18},
+                               Rows16Shape{DType::Q8_0, 16, 1}, Rows16Shape{DType::Q8_0, 5, 48},
+                               Rows16Shape{DType::Q8_0, 1, 6}}) {
     const int64_t n_in = 32 * sh.n_blocks, m_max = 37;
     const std::string name = std::string(dtype_name(sh.t)) + " [" + std::to_string(sh.n_out) + " x " + std::to_string(n_in) + "]";
     const PackedWeight w = test::make_gguf_weight(sh.t, sh.n_out, n_in, uint32_t(5 * sh.n_out + n_in));
