@@ -27,6 +27,7 @@
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/packed_kernels.h"
 #include "kernels/cpu/rows16.h"
+#include "kernels/cpu/rows16_avx2.h"
 
 namespace tp::cpu::detail {
 
@@ -46,12 +47,6 @@ struct Levels {
   float scale;
 };
 
-inline __m256i bcast4(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm256_set1_epi32(v);
-}
-
 // The segments of a row: [c0, c1) within group g, each ≤ kSeg columns. f(c0, c1, g).
 template <class F>
 inline void for_segments(int64_t n_in, int64_t gs, F&& f) {
@@ -67,7 +62,7 @@ void row_block(const PackedWeight& w, int64_t ng, int64_t gs, int64_t rb, const 
   const uint8_t* wd = w.data.data() + rb * (n_in / 8) * 64;
   const float* sc = w.scales.data() + rb * ng * 16;
   const int8_t* zp = kZeros ? w.zeros.data() + rb * ng * 16 : nullptr;
-  const __m256i lo4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+  const __m256i ones = _mm256_set1_epi16(1);
   const __m256i p14 = _mm256_set1_epi16(1 << 14), p7 = _mm256_set1_epi16(1 << 7);
   __m256 tot[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   const int32_t* sx = xl.sx;
@@ -82,15 +77,10 @@ void row_block(const PackedWeight& w, int64_t ng, int64_t gs, int64_t rb, const 
       for (int c = 0; c < 4; ++c) {
         if (prefetch) prefetch_weights(p + c * 64 + kPrefetchBytes);
         __m256i q0[2], q1[2];
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; ++h) {
-          const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + c * 64 + h * 32));
-          q0[h] = _mm256_and_si256(wv, lo4);
-          q1[h] = _mm256_and_si256(_mm256_srli_epi16(wv, 4), lo4);
-        }
+        rows16_q4_codes(p + c * 64, q0, q1);
 #pragma GCC unroll 3
         for (int l = 0; l < 3; ++l) {
-          const __m256i x0 = bcast4(xl.q[l] + b + c * 8), x1 = bcast4(xl.q[l] + b + c * 8 + 4);
+          const __m256i x0 = rows16_bcast4(xl.q[l] + b + c * 8), x1 = rows16_bcast4(xl.q[l] + b + c * 8 + 4);
 #pragma GCC unroll 2
           for (int h = 0; h < 2; ++h)
             acc[h][l] = _mm256_add_epi16(acc[h][l], _mm256_add_epi16(_mm256_maddubs_epi16(q0[h], x0),

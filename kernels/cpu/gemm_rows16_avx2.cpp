@@ -35,6 +35,7 @@
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/packed_kernels.h"
 #include "kernels/cpu/rows16.h"
+#include "kernels/cpu/rows16_avx2.h"
 
 namespace tp::cpu::detail {
 
@@ -52,12 +53,6 @@ constexpr int kTileM = 2;
 // file layout's 49-54).
 constexpr int kTileQ8 = 3;
 constexpr int64_t kPrefetchBytes = 8192;  // W software-prefetched this far ahead (as gemm_rows16_int8.cpp)
-
-inline __m256i bcast4(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm256_set1_epi32(v);
-}
 
 enum Kind { kQ4_0, kQ4_1, kQ5_0, kQ8_0 };
 
@@ -80,21 +75,19 @@ inline __m256i q5_bytes(__m256i w, __m256i hp) {
 // of half 0 then of half 1 that panel_codes wrote there.
 template <int K, int C, bool kPanel = false>
 inline void chunk_codes(const uint8_t* p, const __m256i (&hp)[2], __m256i (&q0)[2], __m256i (&q1)[2]) {
-  const __m256i lo4 = _mm256_set1_epi8(0x0f);
+  if constexpr (!kPanel && K != kQ5_0) {
+    rows16_q4_codes(p + C * 64, q0, q1);
+    return;
+  }
 #pragma GCC unroll 2
   for (int h = 0; h < 2; ++h) {
     if constexpr (kPanel) {
       q0[h] = _mm256_load_si256(reinterpret_cast<const __m256i*>(p + C * 128 + h * 64));
       q1[h] = _mm256_load_si256(reinterpret_cast<const __m256i*>(p + C * 128 + h * 64 + 32));
-      continue;
-    }
-    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + C * 64 + h * 32));
-    if constexpr (K == kQ5_0) {
+    } else {
+      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + C * 64 + h * 32));
       q0[h] = q5_bytes<C, 0>(wv, hp[h]);
       q1[h] = q5_bytes<C, 1>(wv, hp[h]);
-    } else {
-      q0[h] = _mm256_and_si256(wv, lo4);
-      q1[h] = _mm256_and_si256(_mm256_srli_epi16(wv, 4), lo4);
     }
   }
 }
@@ -158,7 +151,7 @@ void row_block_q8(const PackedWeight& w, int64_t rb, const GgufActs& a, int64_t 
       }
 #pragma GCC unroll 4
       for (int i = 0; i < MT; ++i) {
-        const __m256i xv = bcast4(xq[i] + b * 32 + c * 4);
+        const __m256i xv = rows16_bcast4(xq[i] + b * 32 + c * 4);
 #pragma GCC unroll 2
         for (int h = 0; h < 2; ++h)
           acc[h][i] = _mm256_add_epi32(
@@ -224,7 +217,7 @@ void row_block(const PackedWeight& w, int64_t rb, const GgufActs& a, const int8_
       chunk_codes<K, C, kPanel>(p, hp, q0, q1);
 #pragma GCC unroll 4
       for (int i = 0; i < MT; ++i) {
-        const __m256i x0 = bcast4(xq[i] + b * 32 + C * 8), x1 = bcast4(xq[i] + b * 32 + C * 8 + 4);
+        const __m256i x0 = rows16_bcast4(xq[i] + b * 32 + C * 8), x1 = rows16_bcast4(xq[i] + b * 32 + C * 8 + 4);
 #pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {
           acc[h][i] = _mm256_add_epi16(acc[h][i],
