@@ -26,9 +26,9 @@ class Weight {
   // Act-order Int8 / Int4 weights (g_idx) are held with their columns sorted by group (common/act_order.h
   // hold_sorted_by_group: a row-parallel slice's groups padded; x gathered per call, column_gather), so the kernels
   // for contiguous groups take them.
-  // Int4 / MXFP4 / NVFP4 and GGUF Q4_0 / Q4_1 / Q8_0 weights are put in 16-row blocks where the GEMM-form
-  // kernels are this CPU's (kernels/cpu/rows16.h prepare_rows16_weight; the same bytes, rows padded to a
-  // multiple of 16); GGUF Q8_0 / Q5_0 rows still in the file layout are then regrouped, in place, into the layout
+  // Int4 / MXFP4 / NVFP4 and GGUF Q4_0 / Q4_1 / Q5_0 / Q8_0 weights are put in 16-row blocks where the GEMM-form
+  // kernels are this CPU's (kernels/cpu/rows16.h prepare_rows16_weight: AVX512-BF16 AMD, and Int4 / GGUF Q4_0 / Q4_1
+  // / Q5_0 / Q8_0 on AVX2 without AVX-512 VNNI; the same bytes, rows padded to a multiple of 16); GGUF Q8_0 / Q5_0 rows still in the file layout are then regrouped, in place, into the layout
   // this CPU's int8 kernel reads fastest (kernels/cpu/gemm_gguf.h prepare_gguf_weight; the same bytes);
   // relayout = false keeps the layout given (benchmarks comparing layouts).
   explicit Weight(PackedWeight w, bool relayout = true);
