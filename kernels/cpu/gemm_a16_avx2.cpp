@@ -30,6 +30,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/onednn_matmul.h"
 #include "kernels/cpu/packed_kernels.h"
+#include "kernels/cpu/rows16.h"
 
 namespace tp::cpu::detail {
 
@@ -166,7 +167,7 @@ __attribute__((target("avx2,fma,f16c"))) void dequant_rows(const PackedWeight& w
 }
 
 // Rows [r0, r1) of an Int4 weight in Rows16 (common/rows16_layout.h) as F32 value × scale into out [.., n_in], each 8
-// columns in the words' order 0, 4, 1, 5, 2, 6, 3, 7 (x permuted alike: order_x_rows16): a row's 4 bytes of a line,
+// columns in the words' order 0, 4, 1, 5, 2, 6, 3, 7 (x permuted alike: rows16.h rows16_q4_x_order): a row's 4 bytes of a line,
 // shifted by 0, 8, 16, 24 (low nibbles) and 4, 12, 20, 28 (high ones), & 15.
 __attribute__((target("avx2,fma,f16c"))) void dequant_rows16_int4(const PackedWeight& w, int64_t r0, int64_t r1,
                                                                   float* out) {
@@ -188,12 +189,6 @@ __attribute__((target("avx2,fma,f16c"))) void dequant_rows16_int4(const PackedWe
       }
     }
   }
-}
-
-// x row [n_in] -> each 8 columns in the order 0, 4, 1, 5, 2, 6, 3, 7 (dequant_rows16_int4's).
-void order_x_rows16(const float* x, int64_t n_in, float* xp) {
-  for (int64_t c = 0; c < n_in; c += 8)
-    for (int j = 0; j < 4; ++j) xp[c + 2 * j] = x[c + j], xp[c + 2 * j + 1] = x[c + 4 + j];
 }
 
 }  // namespace
@@ -223,7 +218,7 @@ bool a16_avx2_gemm(const float* x, int64_t m, const PackedWeight& w, float* y, i
     if (kind != Kind::Int4) return false;
     dense_f32_linear(
         x, m, w, y, n_threads, [&](int64_t r0, int64_t r1, float* out) { dequant_rows16_int4(w, r0, r1, out); },
-        order_x_rows16);
+        rows16_q4_x_order<float>);
     return true;
   }
   const auto dequant = [&](int64_t r0, int64_t r1, float* out) {

@@ -57,7 +57,7 @@ inline void for_segments(int64_t n_in, int64_t gs, F&& f) {
 // Row block rb against one row of x's levels: y[16 rb + r], rows past n_out left out.
 template <bool kZeros>
 void row_block(const PackedWeight& w, int64_t ng, int64_t gs, int64_t rb, const Levels& xl, float* y,
-                           bool prefetch) {
+               bool prefetch) {
   const int64_t n_in = w.n_in;
   const uint8_t* wd = w.data.data() + rb * (n_in / 8) * 64;
   const float* sc = w.scales.data() + rb * ng * 16;
@@ -107,19 +107,7 @@ void row_block(const PackedWeight& w, int64_t ng, int64_t gs, int64_t rb, const 
     }
   });
   const __m256 f = _mm256_set1_ps(xl.scale);
-#pragma GCC unroll 2
-  for (int h = 0; h < 2; ++h) {
-    const int64_t r0 = rb * 16 + h * 8, n = std::min<int64_t>(8, w.n_out - r0);
-    if (n <= 0) continue;
-    const __m256 v = _mm256_mul_ps(tot[h], f);
-    if (n == 8) {
-      _mm256_storeu_ps(y + r0, v);
-    } else {
-      alignas(32) float t[8];
-      _mm256_store_ps(t, v);
-      std::memcpy(y + r0, t, size_t(n) * sizeof(float));
-    }
-  }
+  for (int h = 0; h < 2; ++h) rows16_store8(_mm256_mul_ps(tot[h], f), rb * 16 + h * 8, w.n_out, y);
 }
 
 }  // namespace

@@ -56,10 +56,6 @@ constexpr int64_t kPrefetchBytes = 8192;  // W software-prefetched this far ahea
 
 enum Kind { kQ4_0, kQ4_1, kQ5_0, kQ8_0 };
 
-// Rows of x a pass (tile).
-template <int K>
-constexpr int kTile = kTileM;
-
 // Q5_0's 32 bytes q of half H (columns 4H + j) of chunk C, for 8 rows: the low nibbles from w, the fifth bits from the
 // block's plane hp (bit 2C + H of each byte moved to bit 4; 16-bit shifts keep each byte's bit in its byte).
 template <int C, int H>
@@ -97,21 +93,9 @@ inline void chunk_codes(const uint8_t* p, const __m256i (&hp)[2], __m256i (&q0)[
 template <int MT>
 inline void store_totals(const __m256 (&tot)[2][MT], int64_t n_out, int64_t rb, float* y) {
 #pragma GCC unroll 2
-  for (int h = 0; h < 2; ++h) {
-    const int64_t r0 = rb * 16 + h * 8, n = std::min<int64_t>(8, n_out - r0);
-    if (n <= 0) continue;
+  for (int h = 0; h < 2; ++h)
 #pragma GCC unroll 4
-    for (int i = 0; i < MT; ++i) {
-      float* out = y + i * n_out + r0;
-      if (n == 8) {
-        _mm256_storeu_ps(out, tot[h][i]);
-      } else {
-        alignas(32) float t[8];
-        _mm256_store_ps(t, tot[h][i]);
-        std::memcpy(out, t, size_t(n) * sizeof(float));
-      }
-    }
-  }
+    for (int i = 0; i < MT; ++i) rows16_store8(tot[h][i], rb * 16 + h * 8, n_out, y + i * n_out);
 }
 
 // Q8_0 row block rb (16 rows × 4 columns a 64-byte line, byte 4i + j = q + 128 of row i, column j; d as Q4_0's)
@@ -174,8 +158,8 @@ void row_block_q8(const PackedWeight& w, int64_t rb, const GgufActs& a, int64_t 
 // 8 h + r], rows past n_out left out. Q5_0 (codes ≤ 31) widens its int16 sums every 2 chunks (≤ 2 · 2 · 2 · 31 · 127
 // = 31496).
 template <int K, int MT, bool kPanel = false>
-void row_block(const PackedWeight& w, int64_t rb, const GgufActs& a, const int8_t* xperm, int64_t i0,
-                           float* y, bool prefetch, const uint8_t* panel = nullptr) {
+void row_block(const PackedWeight& w, int64_t rb, const GgufActs& a, const int8_t* xperm, int64_t i0, float* y,
+               bool prefetch, const uint8_t* panel = nullptr) {
   constexpr bool Q41 = K == kQ4_1, Q5 = K == kQ5_0;
   const int64_t n_in = w.n_in, nb = n_in / 32;
   const uint8_t* wd = w.data.data() + rb * (n_in / 8) * 64;
@@ -302,14 +286,14 @@ void run(const GgufActs& a, const int8_t* xperm, int64_t m, const PackedWeight& 
       }
       if (K != kQ5_0 || m == 1) {  // Q4: its codes in registers from the lines (3 ops a half and chunk)
         int64_t i0 = 0;
-        for (; i0 + kTile<K> <= m; i0 += kTile<K>) row_block<K, kTile<K>>(w, rb, a, xperm, i0, y + i0 * w.n_out, i0 == 0);
+        for (; i0 + kTileM <= m; i0 += kTileM) row_block<K, kTileM>(w, rb, a, xperm, i0, y + i0 * w.n_out, i0 == 0);
         if (i0 < m) row_block<K, 1>(w, rb, a, xperm, i0, y + i0 * w.n_out, i0 == 0);
         continue;
       }
       panel_codes<K>(w, rb, pc);
       int64_t i0 = 0;
-      for (; i0 + kTile<K> <= m; i0 += kTile<K>)
-        row_block<K, kTile<K>, true>(w, rb, a, xperm, i0, y + i0 * w.n_out, false, pc);
+      for (; i0 + kTileM <= m; i0 += kTileM)
+        row_block<K, kTileM, true>(w, rb, a, xperm, i0, y + i0 * w.n_out, false, pc);
       if (i0 < m) row_block<K, 1, true>(w, rb, a, xperm, i0, y + i0 * w.n_out, false, pc);
     }
   }
@@ -335,20 +319,19 @@ bool rows16_avx2_linear(const float* x, int64_t m, const PackedWeight& w, float*
     return false;
   thread_local GgufActs a;
   quantize_gguf_acts(x, m, w.n_in, gguf_act_type(f), &a);
-  if (f == WeightFormat::GgufQ5_0 || f == WeightFormat::GgufQ8_0) {  // their codes come in column order
-    if (f == WeightFormat::GgufQ5_0)
-      run<kQ5_0>(a, a.q.data(), m, w, y, n_threads);
+  if (f == WeightFormat::GgufQ5_0) {  // Q5_0's and Q8_0's codes come in column order
+    run<kQ5_0>(a, a.q.data(), m, w, y, n_threads);
+  } else if (f == WeightFormat::GgufQ8_0) {
+    run<kQ8_0>(a, a.q.data(), m, w, y, n_threads);
+  } else {  // Q4_0 / Q4_1: x in the words' order
+    thread_local std::vector<int8_t> xperm;
+    xperm.resize(size_t(m * w.n_in));
+    rows16_q4_x_order(a.q.data(), m * w.n_in, xperm.data());
+    if (f == WeightFormat::GgufQ4_1)
+      run<kQ4_1>(a, xperm.data(), m, w, y, n_threads);
     else
-      run<kQ8_0>(a, a.q.data(), m, w, y, n_threads);
-    return true;
+      run<kQ4_0>(a, xperm.data(), m, w, y, n_threads);
   }
-  thread_local std::vector<int8_t> xperm;
-  xperm.resize(size_t(m * w.n_in));
-  rows16_q4_x_order(a.q.data(), m * w.n_in, xperm.data());
-  if (f == WeightFormat::GgufQ4_1)
-    run<kQ4_1>(a, xperm.data(), m, w, y, n_threads);
-  else
-    run<kQ4_0>(a, xperm.data(), m, w, y, n_threads);
   return true;
 }
 

@@ -328,11 +328,6 @@ TP_VNNI void q6_k_row_block(const PackedWeight& w, int64_t rb, const GgufActs& a
 
 }  // namespace
 
-void rows16_q4_x_order(const int8_t* q, int64_t n, int8_t* out) {
-  for (int64_t k = 0; k < n; k += 8)
-    for (int j = 0; j < 4; ++j) out[k + 2 * j] = q[k + j], out[k + 2 * j + 1] = q[k + 4 + j];
-}
-
 bool rows16_int8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
   const bool q5 = w.format == WeightFormat::GgufQ5_0, k6 = w.format == WeightFormat::GgufQ6_K;
   const bool q40 = w.format == WeightFormat::GgufQ4_0, q41 = w.format == WeightFormat::GgufQ4_1;

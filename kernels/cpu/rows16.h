@@ -35,8 +35,13 @@ bool rows16_avx2_linear(const float* x, int64_t m, const PackedWeight& w, float*
 // without AVX-512).
 bool rows16_avx2_wanted(const PackedWeight& w);
 
-// n int8 (a multiple of 8) in the 4-bit Rows16 words' column order: each 8 as 0, 4, 1, 5, 2, 6, 3, 7.
-void rows16_q4_x_order(const int8_t* q, int64_t n, int8_t* out);
+// n values of x (a multiple of 8: int8 acts, int8 levels or F32) in the 4-bit Rows16 words' column order: each 8 as
+// 0, 4, 1, 5, 2, 6, 3, 7.
+template <class T>
+void rows16_q4_x_order(const T* q, int64_t n, T* out) {
+  for (int64_t k = 0; k < n; k += 8)
+    for (int j = 0; j < 4; ++j) out[k + 2 * j] = q[k + j], out[k + 2 * j + 1] = q[k + 4 + j];
+}
 
 // The row-block kernels' tile of rows of x: f.template operator()<MT>() with MT = min(8, rows_left), 1..8.
 template <class F>

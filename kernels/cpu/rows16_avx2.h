@@ -29,4 +29,16 @@ TP_ROWS16_AVX2 inline void rows16_q4_codes(const uint8_t* p, __m256i (&q0)[2], _
   }
 }
 
+// The 8 outputs v of rows r0 .. r0 + 7 into out[r0 ..], the rows from n_out on left out (a block's last rows).
+TP_ROWS16_AVX2 inline void rows16_store8(__m256 v, int64_t r0, int64_t n_out, float* out) {
+  const int64_t n = n_out - r0;
+  if (n >= 8) {
+    _mm256_storeu_ps(out + r0, v);
+  } else if (n > 0) {
+    alignas(32) float t[8];
+    _mm256_store_ps(t, v);
+    std::memcpy(out + r0, t, size_t(n) * sizeof(float));
+  }
+}
+
 }  // namespace tp::cpu::detail
