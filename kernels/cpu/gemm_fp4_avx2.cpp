@@ -32,10 +32,12 @@
 #include <omp.h>
 
 #include "common/fp_formats.h"
+#include "common/rows16_layout.h"
 #include "kernels/cpu/bf16_round.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/packed_kernels.h"
+#include "kernels/cpu/rows16.h"
 
 namespace tp::cpu::detail {
 
@@ -205,6 +207,33 @@ void dequant_rows(const PackedWeight& w, int64_t r0, int64_t r1, float* out) {
   }
 }
 
+// The same from a weight in Rows16 (common/rows16_layout.h), in the 4-bit words' column order (rows16_q4_x_order): each
+// row's 4 bytes of a chunk, shifted, give its 8 codes; |v| by vpermps from a table of the 8 magnitudes, the sign bit
+// moved into the F32's; the same values as dequant_rows.
+void dequant_rows16(const PackedWeight& w, int64_t r0, int64_t r1, float* out) {
+  const bool nv = w.format == WeightFormat::Nvfp4;
+  const int64_t n_in = w.n_in, bs = nv ? 16 : 32, nb = n_in / bs;
+  const __m256 factor = _mm256_set1_ps(nv ? w.global_scale * 256.0f : 1.0f);
+  const __m256 mag = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
+  const __m256i shifts = _mm256_setr_epi32(0, 8, 16, 24, 4, 12, 20, 28), sign = _mm256_set1_epi32(8);
+  std::vector<float> sc(static_cast<size_t>(nb));
+  std::vector<uint8_t> sb(static_cast<size_t>(nb));
+  for (int64_t r = r0; r < r1; ++r) {
+    rows16_entries(w.scale_bytes.data(), nb, r, sb.data());
+    block_scales(sb.data(), nb, nv, sc.data());
+    const uint8_t* p = w.data.data() + (r / 16) * (n_in / 8) * 64 + 4 * (r % 16);
+    float* o = out + r * n_in;
+    for (int64_t c = 0; c < n_in; c += 8) {
+      int32_t word;
+      std::memcpy(&word, p + c * 8, 4);
+      const __m256i code = _mm256_srlv_epi32(_mm256_set1_epi32(word), shifts);  // vpermps reads the low 3 bits
+      const __m256 v = _mm256_xor_ps(_mm256_permutevar8x32_ps(mag, code),
+                                     _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_and_si256(code, sign), 28)));
+      _mm256_storeu_ps(o + c, _mm256_mul_ps(_mm256_mul_ps(v, _mm256_set1_ps(sc[size_t(c / bs)])), factor));
+    }
+  }
+}
+
 void permute_row(const float* x, int64_t n_in, float* xp) { permute_x(x, n_in, xp); }
 
 }  // namespace
@@ -238,8 +267,8 @@ bool fp4_avx2_decode(const float* x, int64_t m, const PackedWeight& w, float* y,
 
 bool fp4_avx2_gemm(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
   if ((w.format != WeightFormat::Mxfp4 && w.format != WeightFormat::Nvfp4) || w.act != ActQuant::None ||
-      w.n_in % 32 != 0 || m < kFp4Avx2MaxM || w.rows_layout != RowsLayout::Rows ||
-      packed_best_isa() == PackedIsa::Portable || !linear_has_onednn(DType::F32))
+      w.n_in % 32 != 0 || m < kFp4Avx2MaxM || packed_best_isa() == PackedIsa::Portable ||
+      !linear_has_onednn(DType::F32))
     return false;
   const float* xin = x;
   thread_local std::vector<float> xr;
@@ -248,8 +277,12 @@ bool fp4_avx2_gemm(const float* x, int64_t m, const PackedWeight& w, float* y, i
     round_bf16_f32(x, m * w.n_in, xr.data());
     xin = xr.data();
   }
-  dense_f32_linear(xin, m, w, y, n_threads, [&](int64_t r0, int64_t r1, float* out) { dequant_rows(w, r0, r1, out); },
-                   permute_row);
+  if (w.rows_layout == RowsLayout::Rows16)
+    dense_f32_linear(xin, m, w, y, n_threads, [&](int64_t r0, int64_t r1, float* out) { dequant_rows16(w, r0, r1, out); },
+                     rows16_q4_x_order<float>);
+  else
+    dense_f32_linear(xin, m, w, y, n_threads, [&](int64_t r0, int64_t r1, float* out) { dequant_rows(w, r0, r1, out); },
+                     permute_row);
   return true;
 }
 

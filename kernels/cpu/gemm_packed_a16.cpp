@@ -122,8 +122,10 @@ bool fp8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int 
 
 bool fp4_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa) {
   if ((w.format != WeightFormat::Mxfp4 && w.format != WeightFormat::Nvfp4) || w.act != ActQuant::None) return false;
-  if (w.rows_layout == RowsLayout::Rows16)  // the kernel that reads it (else the reference, which reads any layout)
-    return isa == PackedIsa::Avx512 && rows16_linear(x, m, w, y, n_threads);
+  if (w.rows_layout == RowsLayout::Rows16) {  // the kernels that read it (else the reference, which reads any layout)
+    if (isa == PackedIsa::Avx512) return rows16_linear(x, m, w, y, n_threads);
+    return isa == PackedIsa::Avx2 && (fp4_avx2_gemm(x, m, w, y, n_threads) || rows16_fp4_avx2(x, m, w, y, n_threads));
+  }
   if (isa == PackedIsa::Avx512 && (fp4_bf16_prefill(x, m, w, y, n_threads) ||
                                    (prefer_bf16_a16() && fp4_bf16_decode(x, m, w, y, n_threads)) ||
                                    a16_vnni_linear(x, m, w, y, n_threads)))

@@ -21,7 +21,8 @@
 //                      (codes to BF16 bytes by vpshufb, F32 FMAs); on AVX-512 VNNI gemm_a16_vnni.cpp;
 //                      on AVX512-BF16 gemm_fp4_bf16.cpp (rows as the checkpoint)
 // Int4 and FP4 weights cpu::Weight put in 16-row blocks (common/rows16_layout.h Rows16) decode in GEMM form:
-// gemm_rows16.cpp (rows16.h); the row-major kernels above decline them.
+// gemm_rows16.cpp (rows16.h; on AVX2 gemm_rows16_a16_avx2.cpp, gemm_rows16_fp4_avx2.cpp); the row-major decode
+// kernels above decline them.
 // Each computes y[m, n_out] = x[m, n_in] · Wᵀ (x, y F32 row-major contiguous), splitting W's rows over
 // n_threads OpenMP threads, and returns false when it has no kernel for this weight (its caller then uses
 // packed_linear_reference): a group size that is not a multiple of the vector width, for instance.
@@ -150,7 +151,8 @@ bool int_a16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, 
 bool int_w8a8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa);
 bool fp8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa);
 // Int4 / FP4 weights in layout Rows16 (common/rows16_layout.h), in both: on AVX-512 rows16_linear at every m (the
-// prefill's too); another isa returns false (the reference reads the layout).
+// prefill's too); on AVX2 rows16_a16_avx2 / rows16_fp4_avx2 below the prefill's m, a16_avx2_gemm / fp4_avx2_gemm
+// from there; another isa returns false (the reference reads the layout).
 bool fp4_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa);
 
 // acc[m, n_out] = xq[m, n_in] · wᵀ in exact int32, w int8 [n_out, n_in] row-major, through oneDNN's int8
@@ -173,10 +175,15 @@ bool a16_avx2_decode(const float* x, int64_t m, const PackedWeight& w, float* y,
 // the A16 tiles. Returns false (nothing written) for weights or m it does not take, or without AVX2 + F16C.
 inline constexpr int64_t kFp4Avx2MaxM = 64;
 bool fp4_avx2_decode(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
-// The same weights for m ≥ kFp4Avx2MaxM (prefill, gemm_fp4_avx2.cpp): W decoded once a call to F32 (value × block
+// The same weights for m ≥ kFp4Avx2MaxM (prefill, gemm_fp4_avx2.cpp; W in Rows or Rows16): W decoded once a call to F32 (value × block
 // scale × global scale, in the decode's column order, x permuted alike) and dense_f32_linear. Returns false (nothing
 // written) for weights or m it does not take, or without AVX2 + F16C or oneDNN F32.
 bool fp4_avx2_gemm(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
+// MXFP4 / NVFP4 in Rows16 on AVX2 without AVX-512 (gemm_rows16_fp4_avx2.cpp): x as two int8 levels per scale
+// block (within 2⁻¹³ of the block's largest value: NMSE ~1e-8, not the 1e-10 of the F32 kernels), vpmaddubsw
+// against the codes mapped to 2 v + 12, exact int32 sums a block; every m (fp4_linear sends m ≥ kFp4Avx2MaxM to fp4_avx2_gemm first), every row of x with the same
+// operations whatever m and the threads. Returns false (nothing written) for other weights or without AVX2.
+bool rows16_fp4_avx2(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 // W4A16 / W8A16 decode on AVX2 without VNNI (gemm_a16_avx2_levels.cpp): Int4 and Int8 weights without g_idx in the
 // Rows layout (n_in and groups multiples of 32, or per channel; zero points), m < kA16Avx2LevelsMaxM: x as
 // gemm_a16_vnni.cpp's three int8 levels (exact to max|x| · 2⁻²¹ a value; Int8 2⁻²⁰, its top level within ±64),

@@ -45,7 +45,8 @@ json reference() {
 //  - weight-only int / fp8: both sides multiply the same dequantized F32 weights; only summation order
 //    differs [<= 4e-6] -> 1e-4.
 //  - NVFP4: compressed-tensors rounds the dequantized weights (e2m1 · e4m3 / global) to BF16 — up to 0.28%
-//    of a weight (measured) — we keep F32 [0.017] -> 0.05. MXFP4 (e2m1 · 2^k) is exact in BF16 [2e-6] -> 1e-4.
+//    of a weight (measured) — we keep F32 [0.017] -> 0.05. MXFP4 (e2m1 · 2^k) is exact in BF16 [2e-6; 1.1e-5 on
+//    AVX2-only CPUs, whose FP4 kernel holds F32 x as three int8 levels a block, kernels/cpu/gemm_rows16_fp4_avx2.cpp] -> 1e-4.
 //  - quantized activations (FP8 dynamic / static / block, W8A8 int8): rounding activations is discontinuous —
 //    a summation-order difference of 1e-7 in one activation that sits on a rounding boundary moves it a whole
 //    step (1/16 relative for E4M3) and the logits by up to ~0.07 [fp8_dynamic 0.068 on the 30-token prompt,

@@ -1,0 +1,286 @@
+// MXFP4 / NVFP4 decode in GEMM form on AVX2 (packed_kernels.h rows16_fp4_avx2): E2M1 weights in Rows16
+// (common/rows16_layout.h: per 16 rows and 8 columns a 64-byte line, rows 0-7 in its first 32 bytes and 8-15 in the
+// next; row i's 4 bytes hold columns 0, 4, 1, 5 in their low nibbles and 2, 6, 3, 7 in the high ones; the 16 rows'
+// scale bytes of each block together) against x as int8 levels per scale block (NVFP4 16 columns, MXFP4 32).
+// x, per row and block b: d = 2^k_b with max|x| / d in [32, 64), X = x / d · 2^(7 (L − 1)) rounded, held as L int8
+// levels X = q1 · 2^(7 (L − 1)) + .. + q_L (each within ±64): |x − d · 2^(−7 (L − 1)) · X| ≤ max|x| · 2^(−7 L + 1)
+// (L = 3 for F32 x: 2⁻²⁰ of the block's largest value; L = 2 for BF16 x, act_bf16: 2⁻¹³, the values within 2⁵ of the
+// block's largest exact — see kMaxLevels).
+// The codes, by one vpshufb table, as u = 2 v + 12 (v the E2M1 value: u in 0 .. 24); per chunk and half (8 rows × 8
+// columns) and level two vpmaddubsw against the level's 4 bytes of those columns, broadcast, add each row's products
+// into its own two int16 lanes — no horizontal sums (|lane| ≤ 4 chunks · 4 · 24 · 64 = 24576). A block's levels by
+// vpmaddwd with their powers into one int32 lane a row: Σ u X (≤ 32 · 24 · 2^(7 L − 1) < 2³¹), and D = Σ u X − 12
+// ΣX (ΣX: the block's sum of X, made once a row of x) = 2 Σ v X exactly; D to F32 × (the 16 rows' block scales ×
+// 2^(k_b − k0), k0 the row's largest k_b) into the rows' totals (one FMA a half and block); y = total ×
+// 2^(k0 − 7 (L − 1) − 1) (NVFP4: × 2⁸ × the global scale: its E4M3 scales are read as F16s of value / 2⁸, exact).
+// A zero row of x gives 0, a row with a NaN or an infinity NaN. Every row of x gets the same operations whatever m,
+// the rows beside it or the threads. Scale bytes the fast conversions do not take are kept out of Rows16
+// (fp4_rows16_scales_ok): such weights stay in Rows for gemm_fp4_avx2.cpp.
+// Why: gemm_fp4_avx2.cpp (Rows) spends ~13 vector ops a row and 32 columns on F32 widening and 6 F32 ops on the sums,
+// and a horizontal sum a row: SmolLM2 NVFP4 / MXFP4 decode ran at ~41% of the DRAM roofline on a Zen 3 core
+// (bench/results/decode-quant-zen3-20261206-0245.md); here 16 rows × 32 columns take 8 loads, 40 ops for the codes,
+// 16 · L vpmaddubsw and as many vpaddw, and the finish is per 16 rows: from cache ~2.3x, from DRAM ~2.7x its rate.
+#include <algorithm>
+#include <bit>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include "kernels/cpu/bf16_round.h"
+#include "kernels/cpu/gemv.h"
+#include "kernels/cpu/packed_kernels.h"
+#include "kernels/cpu/rows16.h"
+#include "kernels/cpu/rows16_avx2.h"
+
+namespace tp::cpu::detail {
+
+// The kernel is compiled for AVX2 + FMA as a region (lambdas do not take a function's target attribute); the entry
+// below checks the CPU first.
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+namespace {
+
+// int8 levels of x: 3 (within 2⁻²⁰ of the block's largest value: the packed suite's 1e-10 of the F32 kernels) for
+// F32 activations; 2 (2⁻¹³) for BF16 ones (act_bf16: x rounded to BF16 first, 8 significant bits — the values within
+// 2⁵ of their block's largest are then held exactly, the rest within 2⁻¹³ of it), ~1.3x the rate of 3: Zen 3,
+// GEMM_BENCH_HOT=1 gemm_gguf_bench 1 24 0 nvfp4+r16,mxfp4+r16 (F32 x) built with either, alternated twice, from
+// cache GB/s NVFP4 / MXFP4 9.5-12.4 / 11.3-13.6 (3) against 15.3-16.3 / 17.4-19.1 (2); lm_head (49152 × 576, from
+// DRAM) 12.6-12.9 / 14.3-14.8 against 16.3-17.3 / 18.7-19.7.
+constexpr int kMaxLevels = 3;
+constexpr int64_t kPrefetchBytes = 8192;  // W software-prefetched this far ahead (as gemm_rows16_avx2.cpp)
+
+// One row of x: its levels in the words' column order (n_in each), each block's ΣX and 2^(k_b − k0), y's factor.
+struct XRow {
+  const int8_t* q[kMaxLevels];
+  const int32_t* sx;
+  const float* f;
+  float post_a, post_b;  // y = total × post_a × post_b (two factors: 2^(k0 − ..) may be out of F32's range alone)
+  bool finite;
+};
+
+// E2M1 code -> u = 2 v + 12: 0, 0.5, 1, 1.5, 2, 3, 4, 6, then the same negative (both 128-bit lanes).
+inline __m256i u_table() {
+  return _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, 12, 13, 14, 15, 16, 18, 20, 24, 12,
+                          11, 10, 9, 8, 6, 4, 0);
+}
+
+// 2^e as F32 for e in [-126, 127].
+inline float pow2(int e) { return std::bit_cast<float>(uint32_t(e + 127) << 23); }
+
+// One row of x (n_in a multiple of 32) into L levels (lv: L × n_in bytes, the words' column order), ΣX and factors
+// (sx, f: n_in / bs entries). Returns the row's XRow (pointers into lv, sx, f).
+template <int kLevels>
+XRow quantize_row(const float* x, int64_t n_in, int64_t bs, int8_t* lv, int32_t* sx, float* f) {
+  const int64_t nb = n_in / bs;
+  XRow r{};
+  for (int l = 0; l < kLevels; ++l) r.q[l] = lv + l * n_in;
+  r.sx = sx;
+  r.f = f;
+  // Pass 1: each block's exponent (INT_MIN: a zero block); the row's finiteness.
+  thread_local std::vector<int> kb;
+  kb.resize(size_t(nb));
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 bad = _mm256_setzero_ps();
+  int k0 = INT_MIN;
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256 mx = _mm256_setzero_ps();
+    for (int64_t c = b * bs; c < (b + 1) * bs; c += 8) {
+      const __m256 v = _mm256_loadu_ps(x + c);
+      bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_sub_ps(v, v), _mm256_setzero_ps(), _CMP_NEQ_UQ));  // NaN or ±inf
+      mx = _mm256_max_ps(mx, _mm256_and_ps(v, abs_mask));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1)));
+    kb[size_t(b)] = amax > 0.0f ? std::ilogb(amax) - 5 : INT_MIN;  // amax / 2^k in [32, 64)
+    k0 = std::max(k0, kb[size_t(b)]);
+  }
+  r.finite = _mm256_movemask_ps(bad) == 0;
+  if (!r.finite || k0 == INT_MIN) {  // a NaN / infinity (the caller writes NaN) or a zero row: levels 0
+    std::memset(lv, 0, size_t(kLevels * n_in));
+    std::fill(sx, sx + nb, 0);
+    std::fill(f, f + nb, 0.0f);
+    r.post_a = r.post_b = 0.0f;
+    return r;
+  }
+  // y's factor 2^(k0 − 7 (L − 1) − 1), as two in range
+  const int e = k0 - 7 * (kLevels - 1) - 1, ea = std::max(e, -126);
+  r.post_a = pow2(std::min(ea, 127));
+  r.post_b = pow2(e - ea);  // e − ea in [-126 + .., 0] for the rows F32 holds (k0 ≥ -154)
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const __m256i words = _mm256_setr_epi8(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15, 0, 4, 1, 5, 2, 6, 3, 7, 8,
+                                         12, 9, 13, 10, 14, 11, 15);  // rows16_q4_x_order within each 8 columns
+  const __m256 step = _mm256_set1_ps(128.0f);
+  for (int64_t c = 0; c < n_in; c += 32) {
+    __m256i q[kLevels][4];
+    __m256i xs = _mm256_setzero_si256();  // X of the 32 columns, summed a block below
+    int32_t part[2];                      // X summed over columns c .. c + 15 and c + 16 .. c + 31
+    for (int v = 0; v < 4; ++v) {
+      const int k = kb[size_t((c + 8 * v) / bs)];
+      __m256 z = _mm256_loadu_ps(x + c + 8 * v);
+      if (k == INT_MIN) {
+        z = _mm256_setzero_ps();
+      } else if (k < -120) {  // 2^-k out of F32's range: in two steps (x this small is a subnormal's neighbour)
+        z = _mm256_mul_ps(_mm256_mul_ps(z, _mm256_set1_ps(pow2(100))), _mm256_set1_ps(pow2(-k - 100)));
+      } else {
+        z = _mm256_mul_ps(z, _mm256_set1_ps(pow2(-k)));  // exact: |z| < 64
+      }
+      __m256i X = _mm256_setzero_si256();
+      for (int l = 0; l < kLevels; ++l) {
+        q[l][v] = _mm256_cvtps_epi32(z);  // nearest: |q1| ≤ 64, later levels |q| ≤ 64
+        z = _mm256_mul_ps(_mm256_sub_ps(z, _mm256_cvtepi32_ps(q[l][v])), step);  // exact
+        X = _mm256_add_epi32(_mm256_slli_epi32(X, 7), q[l][v]);
+      }
+      xs = v % 2 == 0 ? X : _mm256_add_epi32(xs, X);
+      if (v % 2 == 1) {  // 16 columns' ΣX
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(xs), _mm256_extracti128_si256(xs, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+        part[v / 2] = _mm_cvtsi128_si32(_mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1)));
+      }
+    }
+    if (bs == 16) {
+      sx[c / 16] = part[0];
+      sx[c / 16 + 1] = part[1];
+    } else {
+      sx[c / 32] = part[0] + part[1];
+    }
+    for (int l = 0; l < kLevels; ++l) {
+      const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[l][0], q[l][1]), _mm256_packs_epi32(q[l][2], q[l][3]));
+      const __m256i cols = _mm256_permutevar8x32_epi32(p, order);  // columns c .. c + 31 in order
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(lv + l * n_in + c), _mm256_shuffle_epi8(cols, words));
+    }
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const int d = kb[size_t(b)] == INT_MIN ? INT_MIN : kb[size_t(b)] - k0;
+    f[b] = d < -126 ? 0.0f : pow2(d);  // a block 2^-126 below the row's largest: nothing F32 would keep
+  }
+  return r;
+}
+
+// The 16 rows' block scales from their 16 bytes at sb, rows 0-7 in s[0], 8-15 in s[1]: MXFP4's E8M0 as an F32's
+// exponent, NVFP4's E4M3 as an F16 of value / 2⁸ (exact; Rows16 holds no edge bytes).
+template <bool kNv>
+inline void block_scales(const uint8_t* sb, __m256 (&s)[2]) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb));
+  if constexpr (kNv) {
+    const __m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7), _mm256_set1_epi16(short(0xbfff)));
+    s[0] = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+    s[1] = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+  } else {
+    s[0] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu8_epi32(b), 23));
+    s[1] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8)), 23));
+  }
+}
+
+// Row block rb against one row of x (kLevels levels): y[16 rb + r], rows past n_out left out.
+template <bool kNv, int kLevels>
+void row_block(const PackedWeight& w, int64_t rb, const XRow& xr, float* y, bool prefetch) {
+  constexpr int64_t bs = kNv ? 16 : 32, kChunks = bs / 8;
+  const int64_t n_in = w.n_in, nb = n_in / bs;
+  const uint8_t* wd = w.data.data() + rb * (n_in / 8) * 64;
+  const uint8_t* sb = w.scale_bytes.data() + rb * nb * 16;
+  const __m256i table = u_table(), ones = _mm256_set1_epi16(1), p7 = _mm256_set1_epi16(1 << 7),
+                p14 = _mm256_set1_epi16(1 << 14);
+  __m256 tot[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i acc[2][kLevels];
+    const uint8_t* p = wd + b * kChunks * 64;
+#pragma GCC unroll 4
+    for (int64_t c = 0; c < kChunks; ++c) {
+      if (prefetch) prefetch_weights(p + c * 64 + kPrefetchBytes);
+      __m256i q0[2], q1[2];
+      rows16_q4_codes(p + c * 64, q0, q1);
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) q0[h] = _mm256_shuffle_epi8(table, q0[h]), q1[h] = _mm256_shuffle_epi8(table, q1[h]);
+#pragma GCC unroll 3
+      for (int l = 0; l < kLevels; ++l) {
+        const int8_t* xq = xr.q[l] + b * bs + c * 8;
+        const __m256i x0 = rows16_bcast4(xq), x1 = rows16_bcast4(xq + 4);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          const __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(q0[h], x0), _mm256_maddubs_epi16(q1[h], x1));
+          acc[h][l] = c == 0 ? s : _mm256_add_epi16(acc[h][l], s);
+        }
+      }
+    }
+    if (prefetch && b % 4 == 0) prefetch_weights(sb + b * 16 + kPrefetchBytes / 8);
+    __m256 s[2];
+    block_scales<kNv>(sb + b * 16, s);
+    const __m256 fb = _mm256_set1_ps(xr.f[b]);
+    const __m256i off = _mm256_set1_epi32(12 * xr.sx[b]);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      __m256i d;
+      if constexpr (kLevels == 3)
+        d = _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(acc[h][0], p14), _mm256_madd_epi16(acc[h][1], p7)),
+                             _mm256_madd_epi16(acc[h][2], ones));
+      else
+        d = _mm256_add_epi32(_mm256_madd_epi16(acc[h][0], p7), _mm256_madd_epi16(acc[h][1], ones));
+      tot[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(d, off)), _mm256_mul_ps(s[h], fb), tot[h]);
+    }
+  }
+  const __m256 fa = _mm256_set1_ps(xr.post_a), fbb = _mm256_set1_ps(xr.post_b);
+  for (int h = 0; h < 2; ++h) {
+    __m256 v = _mm256_mul_ps(_mm256_mul_ps(tot[h], fa), fbb);
+    if (!xr.finite) v = _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN());
+    rows16_store8(v, rb * 16 + h * 8, w.n_out, y);
+  }
+}
+
+template <bool kNv, int kLevels>
+void run(const XRow* xs, int64_t m, const PackedWeight& w, float* y, int n_threads) {
+  const bool parallel = n_threads > 1 && worth_parallel(int64_t(w.data.size()) * m);
+#pragma omp parallel num_threads(n_threads) if (parallel)
+  {
+    const auto [b0, b1] = thread_rows((w.n_out + 15) / 16, 1, omp_get_thread_num(), omp_get_num_threads());
+    const int64_t block_bytes = w.n_in * 8;  // a row block's codes
+    if (b1 > b0) prefetch_range_start(w.data.data() + b0 * block_bytes, kPrefetchBytes, (b1 - b0) * block_bytes);
+    for (int64_t rb = b0; rb < b1; ++rb)
+      for (int64_t i = 0; i < m; ++i) row_block<kNv, kLevels>(w, rb, xs[i], y + i * w.n_out, i == 0);
+  }
+}
+
+}  // namespace
+#pragma GCC pop_options
+
+bool rows16_fp4_avx2(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
+  if ((w.format != WeightFormat::Mxfp4 && w.format != WeightFormat::Nvfp4) || w.act != ActQuant::None ||
+      w.n_in % 32 != 0 || w.rows_layout != RowsLayout::Rows16 || !cpu_has_avx2())
+    return false;
+  const bool nv = w.format == WeightFormat::Nvfp4;
+  const int64_t n_in = w.n_in, bs = nv ? 16 : 32, nb = n_in / bs;
+  thread_local std::vector<int8_t> lv;
+  thread_local std::vector<int32_t> sx;
+  thread_local std::vector<float> f, xr;
+  thread_local std::vector<XRow> xs;
+  const int levels = w.act_bf16 ? 2 : 3;
+  lv.resize(size_t(m * levels * n_in));
+  sx.resize(size_t(m * nb));
+  f.resize(size_t(m * nb));
+  xs.resize(size_t(m));
+  for (int64_t i = 0; i < m; ++i) {
+    const float* src = x + i * n_in;
+    if (w.act_bf16) {  // BF16 activations: x rounded as the reference does
+      xr.resize(size_t(n_in));
+      round_bf16_f32(src, n_in, xr.data());
+      src = xr.data();
+    }
+    int8_t* q = lv.data() + i * levels * n_in;
+    xs[size_t(i)] = levels == 2 ? quantize_row<2>(src, n_in, bs, q, sx.data() + i * nb, f.data() + i * nb)
+                                : quantize_row<3>(src, n_in, bs, q, sx.data() + i * nb, f.data() + i * nb);
+    if (nv) xs[size_t(i)].post_a *= 256.0f * w.global_scale;
+  }
+  const XRow* xp = xs.data();  // (the thread_local vectors are this thread's: the team reads them through pointers)
+  if (nv && levels == 2) run<true, 2>(xp, m, w, y, n_threads);
+  else if (nv) run<true, 3>(xp, m, w, y, n_threads);
+  else if (levels == 2) run<false, 2>(xp, m, w, y, n_threads);
+  else run<false, 3>(xp, m, w, y, n_threads);
+  return true;
+}
+
+}  // namespace tp::cpu::detail
