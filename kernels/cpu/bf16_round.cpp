@@ -1,5 +1,6 @@
-// F32 -> BF16 rounding of arrays (bf16_round.h): 16 values a step on AVX-512, the scalar rule elsewhere and for
-// the tail.
+// F32 -> BF16 rounding of arrays (bf16_round.h): 16 values a step on AVX-512, 8 on AVX2 (the BF16 runtime's x of
+// every packed-weight call on AVX2-only CPUs: the scalar loop was ~2% of an NVFP4 decode step on Zen 3), the scalar
+// rule elsewhere and for the tail.
 #include "kernels/cpu/bf16_round.h"
 
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -42,11 +43,42 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void round_bf16_f32_avx512(
   for (; k < n; ++k) out[k] = bf16_to_f32(f32_to_bf16(x[k]));
 }
 
+// The same rule on AVX2, 8 lanes (AVX2 has no unsigned compare: |u| > inf as a signed one, both non-negative).
+__attribute__((target("avx2"))) inline __m256i rounded_bf16_lanes8(__m256i u) {
+  const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff);
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+  const __m256i rounded = _mm256_add_epi32(u, _mm256_add_epi32(bias, _mm256_and_si256(_mm256_srli_epi32(u, 16), one)));
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
+  const __m256i r = _mm256_blendv_epi8(rounded, _mm256_or_si256(u, _mm256_set1_epi32(0x400000)), nan);
+  return _mm256_and_si256(r, _mm256_set1_epi32(int(0xffff0000u)));
+}
+
+__attribute__((target("avx2"))) void round_bf16_avx2(const float* x, int64_t n, uint16_t* out) {
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    const __m256i r = _mm256_srli_epi32(rounded_bf16_lanes8(_mm256_castps_si256(_mm256_loadu_ps(x + k))), 16);
+    const __m128i p = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));  // 16 bits: no saturation
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + k), p);
+  }
+  for (; k < n; ++k) out[k] = f32_to_bf16(x[k]);
+}
+
+__attribute__((target("avx2"))) void round_bf16_f32_avx2(const float* x, int64_t n, float* out) {
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8)
+    _mm256_storeu_ps(out + k, _mm256_castsi256_ps(rounded_bf16_lanes8(_mm256_castps_si256(_mm256_loadu_ps(x + k)))));
+  for (; k < n; ++k) out[k] = bf16_to_f32(f32_to_bf16(x[k]));
+}
+
 }  // namespace
 
 void round_bf16(const float* x, int64_t n, uint16_t* out) {
   if (cpu_has_avx512f()) {
     round_bf16_avx512(x, n, out);
+    return;
+  }
+  if (cpu_has_avx2()) {
+    round_bf16_avx2(x, n, out);
     return;
   }
   for (int64_t k = 0; k < n; ++k) out[k] = f32_to_bf16(x[k]);
@@ -55,6 +87,10 @@ void round_bf16(const float* x, int64_t n, uint16_t* out) {
 void round_bf16_f32(const float* x, int64_t n, float* out) {
   if (cpu_has_avx512f()) {
     round_bf16_f32_avx512(x, n, out);
+    return;
+  }
+  if (cpu_has_avx2()) {
+    round_bf16_f32_avx2(x, n, out);
     return;
   }
   for (int64_t k = 0; k < n; ++k) out[k] = bf16_to_f32(f32_to_bf16(x[k]));

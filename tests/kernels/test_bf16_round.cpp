@@ -2,7 +2,8 @@
 // widened back to F32, also in place), bit for bit: ties to even,
 // carries into the exponent and to infinity, NaNs (quieted), infinities, ±0, subnormals (kept, where vcvtneps2bf16
 // would flush them: a fast path with it measured no faster in a BF16 prefill, the conversion being memory-bound),
-// each at every position of a 16-lane vector and in the scalar tail, and random values.
+// each at every position of a 16-lane vector and in the scalar tail, and random values — on the path this CPU takes
+// (AVX-512, AVX2 or the scalar loop).
 #include <gtest/gtest.h>
 
 #include <bit>
