@@ -2,27 +2,25 @@
 // (common/rows16_layout.h: per 16 rows and 8 columns a 64-byte line, rows 0-7 in its first 32 bytes and 8-15 in the
 // next; row i's 4 bytes hold columns 0, 4, 1, 5 in their low nibbles and 2, 6, 3, 7 in the high ones; the 16 rows'
 // scale bytes of each block together) against x as int8 levels per scale block (NVFP4 16 columns, MXFP4 32).
-// x, per row and block b: d = 2^k_b with max|x| / d in [32, 64), X = x / d · 2^(7 (L − 1)) rounded, held as L int8
-// levels X = q1 · 2^(7 (L − 1)) + .. + q_L (each within ±64): |x − d · 2^(−7 (L − 1)) · X| ≤ max|x| · 2^(−7 L + 1)
-// (L = 3 for F32 x: 2⁻²⁰ of the block's largest value; L = 2 for BF16 x, act_bf16: 2⁻¹³, the values within 2⁵ of the
-// block's largest exact — see kMaxLevels).
+// x, per row and block b: rows16_x_levels (rows16_avx2.h), d = 2^k_b with max|x| / d in [32, 64), X = x / d ·
+// 2^(7 (L − 1)) rounded, held as L int8 levels (L = 3 for F32 x: within 2⁻²⁰ of the block's largest value; L = 2
+// for BF16 x, act_bf16: 2⁻¹³, the values within 2⁵ of the block's largest exact — see kMaxLevels).
 // The codes, by one vpshufb table, as u = 2 v + 12 (v the E2M1 value: u in 0 .. 24); per chunk and half (8 rows × 8
 // columns) and level two vpmaddubsw against the level's 4 bytes of those columns, broadcast, add each row's products
 // into its own two int16 lanes — no horizontal sums (|lane| ≤ 4 chunks · 4 · 24 · 64 = 24576). A block's levels by
 // vpmaddwd with their powers into one int32 lane a row: Σ u X (≤ 32 · 24 · 2^(7 L − 1) < 2³¹), and D = Σ u X − 12
 // ΣX (ΣX: the block's sum of X, made once a row of x) = 2 Σ v X exactly; D to F32 × (the 16 rows' block scales ×
 // 2^(k_b − k0), k0 the row's largest k_b) into the rows' totals (one FMA a half and block); y = total ×
-// 2^(k0 − 7 (L − 1) − 1) (NVFP4: × 2⁸ × the global scale: its E4M3 scales are read as F16s of value / 2⁸, exact).
+// 2^(k0 − 7 (L − 1)) / 2 (NVFP4: × 2⁸ × the global scale: its E4M3 scales are read as F16s of value / 2⁸, exact).
 // A zero row of x gives 0, a row with a NaN or an infinity NaN. Every row of x gets the same operations whatever m,
 // the rows beside it or the threads. Scale bytes the fast conversions do not take are kept out of Rows16
 // (fp4_rows16_scales_ok): such weights stay in Rows for gemm_fp4_avx2.cpp.
 // Why: gemm_fp4_avx2.cpp (Rows) spends ~13 vector ops a row and 32 columns on F32 widening and 6 F32 ops on the sums,
 // and a horizontal sum a row: SmolLM2 NVFP4 / MXFP4 decode ran at ~41% of the DRAM roofline on a Zen 3 core
 // (bench/results/decode-quant-zen3-20261206-0245.md); here 16 rows × 32 columns take 8 loads, 40 ops for the codes,
-// 16 · L vpmaddubsw and as many vpaddw, and the finish is per 16 rows: from cache ~2.3x, from DRAM ~2.7x its rate.
+// 16 · L vpmaddubsw and as many vpaddw, and the finish is per 16 rows: from cache and DRAM 1.7-2.2x its rate with
+// F32 x, 2.3-2.9x with BF16 x (Zen 3, gemm_gguf_bench).
 #include <algorithm>
-#include <bit>
-#include <climits>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -45,121 +43,12 @@ namespace tp::cpu::detail {
 #pragma GCC target("avx2,fma,f16c")
 namespace {
 
-// int8 levels of x: 3 (within 2⁻²⁰ of the block's largest value: the packed suite's 1e-10 of the F32 kernels) for
-// F32 activations; 2 (2⁻¹³) for BF16 ones (act_bf16: x rounded to BF16 first, 8 significant bits — the values within
-// 2⁵ of their block's largest are then held exactly, the rest within 2⁻¹³ of it), ~1.3x the rate of 3: Zen 3,
-// GEMM_BENCH_HOT=1 gemm_gguf_bench 1 24 0 nvfp4+r16,mxfp4+r16 (F32 x) built with either, alternated twice, from
-// cache GB/s NVFP4 / MXFP4 9.5-12.4 / 11.3-13.6 (3) against 15.3-16.3 / 17.4-19.1 (2); lm_head (49152 × 576, from
-// DRAM) 12.6-12.9 / 14.3-14.8 against 16.3-17.3 / 18.7-19.7.
-constexpr int kMaxLevels = 3;
 constexpr int64_t kPrefetchBytes = 8192;  // W software-prefetched this far ahead (as gemm_rows16_avx2.cpp)
-
-// One row of x: its levels in the words' column order (n_in each), each block's ΣX and 2^(k_b − k0), y's factor.
-struct XRow {
-  const int8_t* q[kMaxLevels];
-  const int32_t* sx;
-  const float* f;
-  float post_a, post_b;  // y = total × post_a × post_b (two factors: 2^(k0 − ..) may be out of F32's range alone)
-  bool finite;
-};
 
 // E2M1 code -> u = 2 v + 12: 0, 0.5, 1, 1.5, 2, 3, 4, 6, then the same negative (both 128-bit lanes).
 inline __m256i u_table() {
   return _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, 12, 13, 14, 15, 16, 18, 20, 24, 12,
                           11, 10, 9, 8, 6, 4, 0);
-}
-
-// 2^e as F32 for e in [-126, 127].
-inline float pow2(int e) { return std::bit_cast<float>(uint32_t(e + 127) << 23); }
-
-// One row of x (n_in a multiple of 32) into L levels (lv: L × n_in bytes, the words' column order), ΣX and factors
-// (sx, f: n_in / bs entries). Returns the row's XRow (pointers into lv, sx, f).
-template <int kLevels>
-XRow quantize_row(const float* x, int64_t n_in, int64_t bs, int8_t* lv, int32_t* sx, float* f) {
-  const int64_t nb = n_in / bs;
-  XRow r{};
-  for (int l = 0; l < kLevels; ++l) r.q[l] = lv + l * n_in;
-  r.sx = sx;
-  r.f = f;
-  // Pass 1: each block's exponent (INT_MIN: a zero block); the row's finiteness.
-  thread_local std::vector<int> kb;
-  kb.resize(size_t(nb));
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  __m256 bad = _mm256_setzero_ps();
-  int k0 = INT_MIN;
-  for (int64_t b = 0; b < nb; ++b) {
-    __m256 mx = _mm256_setzero_ps();
-    for (int64_t c = b * bs; c < (b + 1) * bs; c += 8) {
-      const __m256 v = _mm256_loadu_ps(x + c);
-      bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_sub_ps(v, v), _mm256_setzero_ps(), _CMP_NEQ_UQ));  // NaN or ±inf
-      mx = _mm256_max_ps(mx, _mm256_and_ps(v, abs_mask));
-    }
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1)));
-    kb[size_t(b)] = amax > 0.0f ? std::ilogb(amax) - 5 : INT_MIN;  // amax / 2^k in [32, 64)
-    k0 = std::max(k0, kb[size_t(b)]);
-  }
-  r.finite = _mm256_movemask_ps(bad) == 0;
-  if (!r.finite || k0 == INT_MIN) {  // a NaN / infinity (the caller writes NaN) or a zero row: levels 0
-    std::memset(lv, 0, size_t(kLevels * n_in));
-    std::fill(sx, sx + nb, 0);
-    std::fill(f, f + nb, 0.0f);
-    r.post_a = r.post_b = 0.0f;
-    return r;
-  }
-  // y's factor 2^(k0 − 7 (L − 1) − 1), as two in range
-  const int e = k0 - 7 * (kLevels - 1) - 1, ea = std::max(e, -126);
-  r.post_a = pow2(std::min(ea, 127));
-  r.post_b = pow2(e - ea);  // e − ea in [-126 + .., 0] for the rows F32 holds (k0 ≥ -154)
-  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  const __m256i words = _mm256_setr_epi8(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15, 0, 4, 1, 5, 2, 6, 3, 7, 8,
-                                         12, 9, 13, 10, 14, 11, 15);  // rows16_q4_x_order within each 8 columns
-  const __m256 step = _mm256_set1_ps(128.0f);
-  for (int64_t c = 0; c < n_in; c += 32) {
-    __m256i q[kLevels][4];
-    __m256i xs = _mm256_setzero_si256();  // X of the 32 columns, summed a block below
-    int32_t part[2];                      // X summed over columns c .. c + 15 and c + 16 .. c + 31
-    for (int v = 0; v < 4; ++v) {
-      const int k = kb[size_t((c + 8 * v) / bs)];
-      __m256 z = _mm256_loadu_ps(x + c + 8 * v);
-      if (k == INT_MIN) {
-        z = _mm256_setzero_ps();
-      } else if (k < -120) {  // 2^-k out of F32's range: in two steps (x this small is a subnormal's neighbour)
-        z = _mm256_mul_ps(_mm256_mul_ps(z, _mm256_set1_ps(pow2(100))), _mm256_set1_ps(pow2(-k - 100)));
-      } else {
-        z = _mm256_mul_ps(z, _mm256_set1_ps(pow2(-k)));  // exact: |z| < 64
-      }
-      __m256i X = _mm256_setzero_si256();
-      for (int l = 0; l < kLevels; ++l) {
-        q[l][v] = _mm256_cvtps_epi32(z);  // nearest: |q1| ≤ 64, later levels |q| ≤ 64
-        z = _mm256_mul_ps(_mm256_sub_ps(z, _mm256_cvtepi32_ps(q[l][v])), step);  // exact
-        X = _mm256_add_epi32(_mm256_slli_epi32(X, 7), q[l][v]);
-      }
-      xs = v % 2 == 0 ? X : _mm256_add_epi32(xs, X);
-      if (v % 2 == 1) {  // 16 columns' ΣX
-        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(xs), _mm256_extracti128_si256(xs, 1));
-        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
-        part[v / 2] = _mm_cvtsi128_si32(_mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1)));
-      }
-    }
-    if (bs == 16) {
-      sx[c / 16] = part[0];
-      sx[c / 16 + 1] = part[1];
-    } else {
-      sx[c / 32] = part[0] + part[1];
-    }
-    for (int l = 0; l < kLevels; ++l) {
-      const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[l][0], q[l][1]), _mm256_packs_epi32(q[l][2], q[l][3]));
-      const __m256i cols = _mm256_permutevar8x32_epi32(p, order);  // columns c .. c + 31 in order
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(lv + l * n_in + c), _mm256_shuffle_epi8(cols, words));
-    }
-  }
-  for (int64_t b = 0; b < nb; ++b) {
-    const int d = kb[size_t(b)] == INT_MIN ? INT_MIN : kb[size_t(b)] - k0;
-    f[b] = d < -126 ? 0.0f : pow2(d);  // a block 2^-126 below the row's largest: nothing F32 would keep
-  }
-  return r;
 }
 
 // The 16 rows' block scales from their 16 bytes at sb, rows 0-7 in s[0], 8-15 in s[1]: MXFP4's E8M0 as an F32's
@@ -179,7 +68,7 @@ inline void block_scales(const uint8_t* sb, __m256 (&s)[2]) {
 
 // Row block rb against one row of x (kLevels levels): y[16 rb + r], rows past n_out left out.
 template <bool kNv, int kLevels>
-void row_block(const PackedWeight& w, int64_t rb, const XRow& xr, float* y, bool prefetch) {
+void row_block(const PackedWeight& w, int64_t rb, const Rows16XRow& xr, float* y, bool prefetch) {
   constexpr int64_t bs = kNv ? 16 : 32, kChunks = bs / 8;
   const int64_t n_in = w.n_in, nb = n_in / bs;
   const uint8_t* wd = w.data.data() + rb * (n_in / 8) * 64;
@@ -233,7 +122,7 @@ void row_block(const PackedWeight& w, int64_t rb, const XRow& xr, float* y, bool
 }
 
 template <bool kNv, int kLevels>
-void run(const XRow* xs, int64_t m, const PackedWeight& w, float* y, int n_threads) {
+void run(const Rows16XRow* xs, int64_t m, const PackedWeight& w, float* y, int n_threads) {
   const bool parallel = n_threads > 1 && worth_parallel(int64_t(w.data.size()) * m);
 #pragma omp parallel num_threads(n_threads) if (parallel)
   {
@@ -257,7 +146,13 @@ bool rows16_fp4_avx2(const float* x, int64_t m, const PackedWeight& w, float* y,
   thread_local std::vector<int8_t> lv;
   thread_local std::vector<int32_t> sx;
   thread_local std::vector<float> f, xr;
-  thread_local std::vector<XRow> xs;
+  thread_local std::vector<Rows16XRow> xs;
+  // The int8 levels of x: 3 (within 2⁻²⁰ of the block's largest value: the packed suite's 1e-10 of the F32 kernels) for
+  // F32 activations; 2 (2⁻¹³) for BF16 ones (act_bf16: x rounded to BF16 first, 8 significant bits — the values within
+  // 2⁵ of their block's largest are then held exactly, the rest within 2⁻¹³ of it), ~1.3x the rate of 3: Zen 3,
+  // GEMM_BENCH_HOT=1 gemm_gguf_bench 1 24 0 nvfp4+r16,mxfp4+r16 (F32 x) built with either, alternated twice, from
+  // cache GB/s NVFP4 / MXFP4 9.5-12.4 / 11.3-13.6 (3) against 15.3-16.3 / 17.4-19.1 (2); lm_head (49152 × 576, from
+  // DRAM) 12.6-12.9 / 14.3-14.8 against 16.3-17.3 / 18.7-19.7.
   const int levels = w.act_bf16 ? 2 : 3;
   lv.resize(size_t(m * levels * n_in));
   sx.resize(size_t(m * nb));
@@ -270,12 +165,11 @@ bool rows16_fp4_avx2(const float* x, int64_t m, const PackedWeight& w, float* y,
       round_bf16_f32(src, n_in, xr.data());
       src = xr.data();
     }
-    int8_t* q = lv.data() + i * levels * n_in;
-    xs[size_t(i)] = levels == 2 ? quantize_row<2>(src, n_in, bs, q, sx.data() + i * nb, f.data() + i * nb)
-                                : quantize_row<3>(src, n_in, bs, q, sx.data() + i * nb, f.data() + i * nb);
-    if (nv) xs[size_t(i)].post_a *= 256.0f * w.global_scale;
+    Rows16XRow& r = xs[size_t(i)];
+    r = rows16_x_levels(src, n_in, bs, levels, lv.data() + i * levels * n_in, sx.data() + i * nb, f.data() + i * nb);
+    r.post_a *= nv ? 128.0f * w.global_scale : 0.5f;  // (u = 2 v + 12: D = 2 Σ v X)
   }
-  const XRow* xp = xs.data();  // (the thread_local vectors are this thread's: the team reads them through pointers)
+  const Rows16XRow* xp = xs.data();  // (the thread_local vectors are this thread's: the team reads them through pointers)
   if (nv && levels == 2) run<true, 2>(xp, m, w, y, n_threads);
   else if (nv) run<true, 3>(xp, m, w, y, n_threads);
   else if (levels == 2) run<false, 2>(xp, m, w, y, n_threads);

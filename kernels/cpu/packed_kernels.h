@@ -199,7 +199,9 @@ bool a16_avx2_levels(const float* x, int64_t m, const PackedWeight& w, float* y,
 float a16_x_levels_in_order(const float* x, int64_t n_in, int8_t* q);
 // W4A16 in Rows16 on AVX2 without AVX-512 (gemm_rows16_a16_avx2.cpp: the 16-row form of a16_avx2_levels): Int4
 // without g_idx, groups a multiple of 32 columns or per channel, n_in a multiple of 32, m < kA16Avx2LevelsMaxM;
-// every row of x with the same operations whatever m and the threads. Returns false (nothing written) otherwise.
+// every row of x with the same operations whatever m and the threads. With act_bf16, x rounded to BF16 and held as
+// two int8 levels per 32 columns (rows16_avx2.h rows16_x_levels: within 2⁻¹³ of their largest value, not the 1e-10
+// NMSE of the F32 kernels). Returns false (nothing written) otherwise.
 bool rows16_a16_avx2(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 // The same weights for m ≥ kA16Avx2GemmMinM (prefill): W decoded once a call to F32 (value × scale) and oneDNN's F32
 // matmul (dense_f32_linear below, linear()'s thread count). Int4 / Int8 on AVX-512 too from m ≥ kA16Avx512GemmMinM: on Zen 4 1.5x /

@@ -1,5 +1,6 @@
-// Pieces the AVX2 kernels of the Rows16 layout share (gemm_rows16_avx2.cpp: GGUF; gemm_rows16_a16_avx2.cpp: W4A16).
-// Header-only: inline, compiled for AVX2 wherever included; call them only where the CPU has AVX2.
+// Pieces the AVX2 kernels of the Rows16 layout share (gemm_rows16_avx2.cpp: GGUF; gemm_rows16_a16_avx2.cpp: W4A16;
+// gemm_rows16_fp4_avx2.cpp: MXFP4 / NVFP4). Inline, compiled for AVX2 wherever included, but for rows16_x_levels;
+// call them only where the CPU has AVX2.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -40,5 +41,20 @@ TP_ROWS16_AVX2 inline void rows16_store8(__m256 v, int64_t r0, int64_t n_out, fl
     std::memcpy(out + r0, t, size_t(n) * sizeof(float));
   }
 }
+
+// One row of x (n_in a multiple of 32) as `levels` (2 or 3) int8 levels per block of bs columns (16 or 32) —
+// rows16_x_levels.cpp; the x of the FP4 and (BF16 x) W4A16 kernels: per block b, d_b = 2^k_b with max|x| / d_b in
+// [32, 64), X = x / d_b · 2^(7 (L − 1)) rounded, held as X = q1 · 2^(7 (L − 1)) + .. + q_L (each level within ±64):
+// |x − d_b · 2^(−7 (L − 1)) · X| ≤ 2^(−7 L + 1) of the block's largest |x| (L = 2: 2⁻¹³, BF16 x's values within 2⁵ of
+// it exact; 3: 2⁻²⁰). lv: levels × n_in bytes, sx and f: n_in / bs entries (written; the result points into them).
+// Not inline: AVX2 + FMA, the caller checks the CPU.
+struct Rows16XRow {
+  const int8_t* q[3];     // the levels, n_in bytes each, in the 4-bit words' column order (rows16_q4_x_order)
+  const int32_t* sx;      // each block's ΣX (|ΣX| < 2²⁶)
+  const float* f;         // each block's 2^(k_b − k0), k0 the row's largest k_b (0: a block 2^-126 below it, or zero)
+  float post_a, post_b;   // x = post_a · post_b · f_b · X: X's unit 2^(k0 − 7 (L − 1)) as two factors in F32's range
+  bool finite;            // false: a NaN or an infinity in the row (then every level, sx and f 0)
+};
+Rows16XRow rows16_x_levels(const float* x, int64_t n_in, int64_t bs, int levels, int8_t* lv, int32_t* sx, float* f);
 
 }  // namespace tp::cpu::detail
