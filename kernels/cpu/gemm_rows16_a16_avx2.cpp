@@ -24,7 +24,6 @@
 #include <vector>
 
 #include <immintrin.h>
-#include <omp.h>
 
 #include "kernels/cpu/bf16_round.h"
 #include "kernels/cpu/gemv.h"
@@ -55,6 +54,14 @@ template <class F>
 inline void for_segments(int64_t n_in, int64_t gs, F&& f) {
   for (int64_t g = 0, c0 = 0; c0 < n_in; ++g, c0 += gs)
     for (int64_t s = c0; s < std::min(n_in, c0 + gs); s += kSeg) f(s, std::min({n_in, c0 + gs, s + kSeg}), g);
+}
+
+// (8 + z) · ΣX for 8 rows (z: their zero points at zp; 0 without, kZeros false): what Σ u X exceeds Σ (u − 8 − z) X.
+template <bool kZeros>
+inline __m256i zero_offset(const int8_t* zp, __m256i sxv) {
+  if constexpr (!kZeros) return _mm256_slli_epi32(sxv, 3);
+  const __m256i z = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(zp)));
+  return _mm256_mullo_epi32(_mm256_add_epi32(z, _mm256_set1_epi32(8)), sxv);
 }
 
 // Row block rb against one row of x's levels: y[16 rb + r], rows past n_out left out.
@@ -99,12 +106,7 @@ void row_block(const PackedWeight& w, int64_t ng, int64_t gs, int64_t rb, const 
     const __m256i sxv = _mm256_set1_epi32(*sx++);
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
-      const __m256i off =
-          kZeros ? _mm256_mullo_epi32(_mm256_add_epi32(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
-                                                           reinterpret_cast<const __m128i*>(zp + g * 16 + h * 8))),
-                                                       _mm256_set1_epi32(8)),
-                                      sxv)
-                 : _mm256_slli_epi32(sxv, 3);
+      const __m256i off = zero_offset<kZeros>(zp + g * 16 + h * 8, sxv);
       tot[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(seg[h], off)), _mm256_loadu_ps(sc + g * 16 + h * 8),
                                tot[h]);
     }
@@ -149,12 +151,7 @@ void row_block_bf16(const PackedWeight& w, int64_t ng, int64_t gs, int64_t rb, c
     const __m256 fb = _mm256_set1_ps(xr.f[b]);
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
-      const __m256i off =
-          kZeros ? _mm256_mullo_epi32(_mm256_add_epi32(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
-                                                           reinterpret_cast<const __m128i*>(zp + g * 16 + h * 8))),
-                                                       _mm256_set1_epi32(8)),
-                                      sxv)
-                 : _mm256_slli_epi32(sxv, 3);
+      const __m256i off = zero_offset<kZeros>(zp + g * 16 + h * 8, sxv);
       const __m256i d = _mm256_add_epi32(_mm256_madd_epi16(acc[h][0], p7), _mm256_madd_epi16(acc[h][1], ones));
       tot[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(d, off)),
                                _mm256_mul_ps(_mm256_loadu_ps(sc + g * 16 + h * 8), fb), tot[h]);
@@ -189,22 +186,12 @@ bool bf16_x(const float* x, int64_t m, const PackedWeight& w, float* y, int n_th
     round_bf16_f32(x + i * n_in, n_in, xr.data());  // as the reference (packed_linear has: the same values)
     xs[size_t(i)] = rows16_x_levels(xr.data(), n_in, 32, 2, lv.data() + i * 2 * n_in, sx.data() + i * nb, f.data() + i * nb);
   }
-  const Rows16XRow* xl = xs.data();
+  const Rows16XRow* xl = xs.data();  // (the thread_local vectors are this thread's: the team reads them through pointers)
   const bool zeros = !w.zeros.empty();
-  const bool parallel = n_threads > 1 && worth_parallel(int64_t(w.data.size()) * m);
-#pragma omp parallel num_threads(n_threads) if (parallel)
-  {
-    const auto [b0, b1] = thread_rows((w.n_out + 15) / 16, 1, omp_get_thread_num(), omp_get_num_threads());
-    const int64_t block_bytes = n_in * 8;  // a row block's codes
-    if (b1 > b0) prefetch_range_start(w.data.data() + b0 * block_bytes, kPrefetchBytes, (b1 - b0) * block_bytes);
-    for (int64_t rb = b0; rb < b1; ++rb)
-      for (int64_t i = 0; i < m; ++i) {
-        if (zeros)
-          row_block_bf16<true>(w, ng, gs, rb, xl[i], y + i * w.n_out, i == 0);
-        else
-          row_block_bf16<false>(w, ng, gs, rb, xl[i], y + i * w.n_out, i == 0);
-      }
-  }
+  rows16_for_row_blocks(w, m, n_threads, kPrefetchBytes, [&](int64_t rb, int64_t i, bool pf) {
+    if (zeros) row_block_bf16<true>(w, ng, gs, rb, xl[i], y + i * w.n_out, pf);
+    else row_block_bf16<false>(w, ng, gs, rb, xl[i], y + i * w.n_out, pf);
+  });
   return true;
 }
 
@@ -241,22 +228,12 @@ bool rows16_a16_avx2(const float* x, int64_t m, const PackedWeight& w, float* y,
     }
     l.sx = sx.data() + i * n_seg;
   }
-  const Levels* xl = xs.data();  // (the thread_local vectors are this thread's: the team reads them through pointers)
+  const Levels* xl = xs.data();  // (as above)
   const bool zeros = !w.zeros.empty();
-  const bool parallel = n_threads > 1 && worth_parallel(int64_t(w.data.size()) * m);
-#pragma omp parallel num_threads(n_threads) if (parallel)
-  {
-    const auto [b0, b1] = thread_rows((w.n_out + 15) / 16, 1, omp_get_thread_num(), omp_get_num_threads());
-    const int64_t block_bytes = n_in * 8;  // a row block's codes
-    if (b1 > b0) prefetch_range_start(w.data.data() + b0 * block_bytes, kPrefetchBytes, (b1 - b0) * block_bytes);
-    for (int64_t rb = b0; rb < b1; ++rb)
-      for (int64_t i = 0; i < m; ++i) {
-        if (zeros)
-          row_block<true>(w, ng, gs, rb, xl[i], y + i * w.n_out, i == 0);
-        else
-          row_block<false>(w, ng, gs, rb, xl[i], y + i * w.n_out, i == 0);
-      }
-  }
+  rows16_for_row_blocks(w, m, n_threads, kPrefetchBytes, [&](int64_t rb, int64_t i, bool pf) {
+    if (zeros) row_block<true>(w, ng, gs, rb, xl[i], y + i * w.n_out, pf);
+    else row_block<false>(w, ng, gs, rb, xl[i], y + i * w.n_out, pf);
+  });
   return true;
 }
 

@@ -27,7 +27,6 @@
 #include <vector>
 
 #include <immintrin.h>
-#include <omp.h>
 
 #include "kernels/cpu/bf16_round.h"
 #include "kernels/cpu/gemv.h"
@@ -123,15 +122,9 @@ void row_block(const PackedWeight& w, int64_t rb, const Rows16XRow& xr, float* y
 
 template <bool kNv, int kLevels>
 void run(const Rows16XRow* xs, int64_t m, const PackedWeight& w, float* y, int n_threads) {
-  const bool parallel = n_threads > 1 && worth_parallel(int64_t(w.data.size()) * m);
-#pragma omp parallel num_threads(n_threads) if (parallel)
-  {
-    const auto [b0, b1] = thread_rows((w.n_out + 15) / 16, 1, omp_get_thread_num(), omp_get_num_threads());
-    const int64_t block_bytes = w.n_in * 8;  // a row block's codes
-    if (b1 > b0) prefetch_range_start(w.data.data() + b0 * block_bytes, kPrefetchBytes, (b1 - b0) * block_bytes);
-    for (int64_t rb = b0; rb < b1; ++rb)
-      for (int64_t i = 0; i < m; ++i) row_block<kNv, kLevels>(w, rb, xs[i], y + i * w.n_out, i == 0);
-  }
+  rows16_for_row_blocks(w, m, n_threads, kPrefetchBytes, [&](int64_t rb, int64_t i, bool pf) {
+    row_block<kNv, kLevels>(w, rb, xs[i], y + i * w.n_out, pf);
+  });
 }
 
 }  // namespace

@@ -6,6 +6,10 @@
 #include <cstring>
 
 #include <immintrin.h>
+#include <omp.h>
+
+#include "common/packed_weight.h"
+#include "kernels/cpu/gemv.h"
 
 namespace tp::cpu::detail {
 
@@ -39,6 +43,22 @@ TP_ROWS16_AVX2 inline void rows16_store8(__m256 v, int64_t r0, int64_t n_out, fl
     alignas(32) float t[8];
     _mm256_store_ps(t, v);
     std::memcpy(out + r0, t, size_t(n) * sizeof(float));
+  }
+}
+
+// Each of this call's threads' 16-row blocks of w (split by thread_rows), W's stream started with a prefetch of
+// prefetch_bytes, each block against the m rows of x in turn: block(rb, i, prefetch) — prefetch: the first row of x
+// (the one that meets W first). The decode kernels' loop over 4-bit Rows16 data (n_in / 2 bytes a row).
+template <class F>
+void rows16_for_row_blocks(const PackedWeight& w, int64_t m, int n_threads, int64_t prefetch_bytes, F&& block) {
+  const bool parallel = n_threads > 1 && worth_parallel(int64_t(w.data.size()) * m);
+#pragma omp parallel num_threads(n_threads) if (parallel)
+  {
+    const auto [b0, b1] = thread_rows((w.n_out + 15) / 16, 1, omp_get_thread_num(), omp_get_num_threads());
+    const int64_t block_bytes = w.n_in * 8;  // a row block's codes
+    if (b1 > b0) prefetch_range_start(w.data.data() + b0 * block_bytes, prefetch_bytes, (b1 - b0) * block_bytes);
+    for (int64_t rb = b0; rb < b1; ++rb)
+      for (int64_t i = 0; i < m; ++i) block(rb, i, i == 0);
   }
 }
 
