@@ -13,7 +13,8 @@
 // half) into the rows' totals; y = total × s · 2⁻¹⁴. A zero row of x gives 0, a row with a NaN or an infinity NaN.
 // The integer sums are those of gemm_a16_avx2_levels.cpp (its segments are a lane's columns: the F32 sums differ,
 // within the A16 bound). Every row of x gets the same operations whatever m, the rows beside it or the threads.
-// BF16 x (act_bf16, the BF16 runtime): x as two int8 levels per 32 columns instead (row_block_bf16), ~1.2x the rate.
+// BF16 x (act_bf16, the BF16 runtime): x as two int8 levels per 32 columns instead (row_block_bf16), ~1.2x the rate,
+// two rows of x a pass at m > 1.
 // Why: the Rows kernel spends 9 vector ops a row and 32 columns and a group's finish a row (~31 ops a 64 weights: Zen
 // 3 from cache 14 G weights/s, compute-bound at a third of the DRAM roofline); here 16 rows × 32 columns take 8 loads,
 // 24 ops for the codes, 24 broadcasts, 48 vpmaddubsw and 48 vpaddw, and the finish is per 16 rows.
@@ -115,22 +116,25 @@ void row_block(const PackedWeight& w, int64_t ng, int64_t gs, int64_t rb, const 
   for (int h = 0; h < 2; ++h) rows16_store8(_mm256_mul_ps(tot[h], f), rb * 16 + h * 8, w.n_out, y);
 }
 
-// BF16 x (act_bf16): row block rb against one row of x as two int8 levels per 32-column block (rows16_x_levels:
-// within 2⁻¹³ of the block's largest value, BF16's values within 2⁵ of it exact). Per block: the 4 chunks' products
-// in int16 (|lane| ≤ 4 · 4 · 15 · 64 = 15360), D = A1 · 2⁷ + A2 − (8 + z) · ΣX by vpmaddwd = Σ (u − 8 − z) X
-// exactly, × the group's scales × the block's 2^(k_b − k0) into the rows' totals; y = total × X's unit.
-template <bool kZeros>
-void row_block_bf16(const PackedWeight& w, int64_t ng, int64_t gs, int64_t rb, const Rows16XRow& xr, float* y,
+// BF16 x (act_bf16): row block rb against MT rows of x (xr[0 .. MT), the codes decoded once for them) as two int8
+// levels per 32-column block (rows16_x_levels: within 2⁻¹³ of the block's largest value, BF16's values within 2⁵ of
+// it exact). Per block: the 4 chunks' products in int16 (|lane| ≤ 4 · 4 · 15 · 64 = 15360), D = A1 · 2⁷ + A2 −
+// (8 + z) · ΣX by vpmaddwd = Σ (u − 8 − z) X exactly, × the group's scales × the block's 2^(k_b − k0) into the rows'
+// totals; y = total × X's unit. Each row of x gets the same operations whatever MT.
+template <bool kZeros, int MT>
+void row_block_bf16(const PackedWeight& w, int64_t ng, int64_t gs, int64_t rb, const Rows16XRow* xr, float* y,
                     bool prefetch) {
   const int64_t n_in = w.n_in;
   const uint8_t* wd = w.data.data() + rb * (n_in / 8) * 64;
   const float* sc = w.scales.data() + rb * ng * 16;
   const int8_t* zp = kZeros ? w.zeros.data() + rb * ng * 16 : nullptr;
   const __m256i ones = _mm256_set1_epi16(1), p7 = _mm256_set1_epi16(1 << 7);
-  __m256 tot[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  __m256 tot[MT][2];
+#pragma GCC unroll 2
+  for (int i = 0; i < MT; ++i) tot[i][0] = tot[i][1] = _mm256_setzero_ps();
   for (int64_t b = 0; b < n_in / 32; ++b) {
     const int64_t g = b * 32 / gs;
-    __m256i acc[2][2];
+    __m256i acc[MT][2][2];
     const uint8_t* p = wd + b * 256;  // the block's 4 lines
 #pragma GCC unroll 4
     for (int c = 0; c < 4; ++c) {
@@ -138,31 +142,32 @@ void row_block_bf16(const PackedWeight& w, int64_t ng, int64_t gs, int64_t rb, c
       __m256i q0[2], q1[2];
       rows16_q4_codes(p + c * 64, q0, q1);
 #pragma GCC unroll 2
-      for (int l = 0; l < 2; ++l) {
-        const __m256i x0 = rows16_bcast4(xr.q[l] + b * 32 + c * 8), x1 = rows16_bcast4(xr.q[l] + b * 32 + c * 8 + 4);
+      for (int i = 0; i < MT; ++i)
 #pragma GCC unroll 2
-        for (int h = 0; h < 2; ++h) {
-          const __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(q0[h], x0), _mm256_maddubs_epi16(q1[h], x1));
-          acc[h][l] = c == 0 ? t : _mm256_add_epi16(acc[h][l], t);
+        for (int l = 0; l < 2; ++l) {
+          const int8_t* xq = xr[i].q[l] + b * 32 + c * 8;
+          const __m256i x0 = rows16_bcast4(xq), x1 = rows16_bcast4(xq + 4);
+#pragma GCC unroll 2
+          for (int h = 0; h < 2; ++h) {
+            const __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(q0[h], x0), _mm256_maddubs_epi16(q1[h], x1));
+            acc[i][h][l] = c == 0 ? t : _mm256_add_epi16(acc[i][h][l], t);
+          }
         }
+    }
+#pragma GCC unroll 2
+    for (int i = 0; i < MT; ++i) {
+      const __m256i sxv = _mm256_set1_epi32(xr[i].sx[b]);
+      const __m256 fb = _mm256_set1_ps(xr[i].f[b]);
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const __m256i off = zero_offset<kZeros>(zp + g * 16 + h * 8, sxv);
+        const __m256i d = _mm256_add_epi32(_mm256_madd_epi16(acc[i][h][0], p7), _mm256_madd_epi16(acc[i][h][1], ones));
+        tot[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(d, off)),
+                                    _mm256_mul_ps(_mm256_loadu_ps(sc + g * 16 + h * 8), fb), tot[i][h]);
       }
     }
-    const __m256i sxv = _mm256_set1_epi32(xr.sx[b]);
-    const __m256 fb = _mm256_set1_ps(xr.f[b]);
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      const __m256i off = zero_offset<kZeros>(zp + g * 16 + h * 8, sxv);
-      const __m256i d = _mm256_add_epi32(_mm256_madd_epi16(acc[h][0], p7), _mm256_madd_epi16(acc[h][1], ones));
-      tot[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(d, off)),
-                               _mm256_mul_ps(_mm256_loadu_ps(sc + g * 16 + h * 8), fb), tot[h]);
-    }
   }
-  const __m256 fa = _mm256_set1_ps(xr.post_a), fbb = _mm256_set1_ps(xr.post_b);
-  for (int h = 0; h < 2; ++h) {
-    __m256 v = _mm256_mul_ps(_mm256_mul_ps(tot[h], fa), fbb);
-    if (!xr.finite) v = _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN());
-    rows16_store8(v, rb * 16 + h * 8, w.n_out, y);
-  }
+  for (int i = 0; i < MT; ++i) rows16_store_x_row(tot[i], xr[i], rb, w.n_out, y + i * w.n_out);
 }
 
 }  // namespace
@@ -188,9 +193,12 @@ bool bf16_x(const float* x, int64_t m, const PackedWeight& w, float* y, int n_th
   }
   const Rows16XRow* xl = xs.data();  // (the thread_local vectors are this thread's: the team reads them through pointers)
   const bool zeros = !w.zeros.empty();
-  rows16_for_row_blocks(w, m, n_threads, kPrefetchBytes, [&](int64_t rb, int64_t i, bool pf) {
-    if (zeros) row_block_bf16<true>(w, ng, gs, rb, xl[i], y + i * w.n_out, pf);
-    else row_block_bf16<false>(w, ng, gs, rb, xl[i], y + i * w.n_out, pf);
+  rows16_for_row_blocks(w, m, 2, n_threads, kPrefetchBytes, [&](int64_t rb, int64_t i, int64_t n, bool pf) {
+    float* yi = y + i * w.n_out;
+    if (zeros && n == 2) row_block_bf16<true, 2>(w, ng, gs, rb, xl + i, yi, pf);
+    else if (zeros) row_block_bf16<true, 1>(w, ng, gs, rb, xl + i, yi, pf);
+    else if (n == 2) row_block_bf16<false, 2>(w, ng, gs, rb, xl + i, yi, pf);
+    else row_block_bf16<false, 1>(w, ng, gs, rb, xl + i, yi, pf);
   });
   return true;
 }
@@ -230,7 +238,7 @@ bool rows16_a16_avx2(const float* x, int64_t m, const PackedWeight& w, float* y,
   }
   const Levels* xl = xs.data();  // (as above)
   const bool zeros = !w.zeros.empty();
-  rows16_for_row_blocks(w, m, n_threads, kPrefetchBytes, [&](int64_t rb, int64_t i, bool pf) {
+  rows16_for_row_blocks(w, m, 1, n_threads, kPrefetchBytes, [&](int64_t rb, int64_t i, int64_t, bool pf) {
     if (zeros) row_block<true>(w, ng, gs, rb, xl[i], y + i * w.n_out, pf);
     else row_block<false>(w, ng, gs, rb, xl[i], y + i * w.n_out, pf);
   });

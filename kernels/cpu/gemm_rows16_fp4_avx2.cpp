@@ -65,18 +65,21 @@ inline void block_scales(const uint8_t* sb, __m256 (&s)[2]) {
   }
 }
 
-// Row block rb against one row of x (kLevels levels): y[16 rb + r], rows past n_out left out.
-template <bool kNv, int kLevels>
-void row_block(const PackedWeight& w, int64_t rb, const Rows16XRow& xr, float* y, bool prefetch) {
+// Row block rb against MT rows of x (xr[0 .. MT), kLevels levels; MT 2 with two levels: the codes decoded once for
+// both): y[i · n_out + 16 rb + r], rows past n_out left out. Each row of x gets the same operations whatever MT.
+template <bool kNv, int kLevels, int MT>
+void row_block(const PackedWeight& w, int64_t rb, const Rows16XRow* xr, float* y, bool prefetch) {
   constexpr int64_t bs = kNv ? 16 : 32, kChunks = bs / 8;
   const int64_t n_in = w.n_in, nb = n_in / bs;
   const uint8_t* wd = w.data.data() + rb * (n_in / 8) * 64;
   const uint8_t* sb = w.scale_bytes.data() + rb * nb * 16;
   const __m256i table = u_table(), ones = _mm256_set1_epi16(1), p7 = _mm256_set1_epi16(1 << 7),
                 p14 = _mm256_set1_epi16(1 << 14);
-  __m256 tot[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  __m256 tot[MT][2];
+#pragma GCC unroll 2
+  for (int i = 0; i < MT; ++i) tot[i][0] = tot[i][1] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    __m256i acc[2][kLevels];
+    __m256i acc[MT][2][kLevels];
     const uint8_t* p = wd + b * kChunks * 64;
 #pragma GCC unroll 4
     for (int64_t c = 0; c < kChunks; ++c) {
@@ -85,45 +88,49 @@ void row_block(const PackedWeight& w, int64_t rb, const Rows16XRow& xr, float* y
       rows16_q4_codes(p + c * 64, q0, q1);
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) q0[h] = _mm256_shuffle_epi8(table, q0[h]), q1[h] = _mm256_shuffle_epi8(table, q1[h]);
-#pragma GCC unroll 3
-      for (int l = 0; l < kLevels; ++l) {
-        const int8_t* xq = xr.q[l] + b * bs + c * 8;
-        const __m256i x0 = rows16_bcast4(xq), x1 = rows16_bcast4(xq + 4);
 #pragma GCC unroll 2
-        for (int h = 0; h < 2; ++h) {
-          const __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(q0[h], x0), _mm256_maddubs_epi16(q1[h], x1));
-          acc[h][l] = c == 0 ? s : _mm256_add_epi16(acc[h][l], s);
+      for (int i = 0; i < MT; ++i)
+#pragma GCC unroll 3
+        for (int l = 0; l < kLevels; ++l) {
+          const int8_t* xq = xr[i].q[l] + b * bs + c * 8;
+          const __m256i x0 = rows16_bcast4(xq), x1 = rows16_bcast4(xq + 4);
+#pragma GCC unroll 2
+          for (int h = 0; h < 2; ++h) {
+            const __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(q0[h], x0), _mm256_maddubs_epi16(q1[h], x1));
+            acc[i][h][l] = c == 0 ? s : _mm256_add_epi16(acc[i][h][l], s);
+          }
         }
-      }
     }
     if (prefetch && b % 4 == 0) prefetch_weights(sb + b * 16 + kPrefetchBytes / 8);
     __m256 s[2];
     block_scales<kNv>(sb + b * 16, s);
-    const __m256 fb = _mm256_set1_ps(xr.f[b]);
-    const __m256i off = _mm256_set1_epi32(12 * xr.sx[b]);
 #pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      __m256i d;
-      if constexpr (kLevels == 3)
-        d = _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(acc[h][0], p14), _mm256_madd_epi16(acc[h][1], p7)),
-                             _mm256_madd_epi16(acc[h][2], ones));
-      else
-        d = _mm256_add_epi32(_mm256_madd_epi16(acc[h][0], p7), _mm256_madd_epi16(acc[h][1], ones));
-      tot[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(d, off)), _mm256_mul_ps(s[h], fb), tot[h]);
+    for (int i = 0; i < MT; ++i) {
+      const __m256 fb = _mm256_set1_ps(xr[i].f[b]);
+      const __m256i off = _mm256_set1_epi32(12 * xr[i].sx[b]);
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        __m256i d;
+        if constexpr (kLevels == 3)
+          d = _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(acc[i][h][0], p14), _mm256_madd_epi16(acc[i][h][1], p7)),
+                               _mm256_madd_epi16(acc[i][h][2], ones));
+        else
+          d = _mm256_add_epi32(_mm256_madd_epi16(acc[i][h][0], p7), _mm256_madd_epi16(acc[i][h][1], ones));
+        tot[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(d, off)), _mm256_mul_ps(s[h], fb), tot[i][h]);
+      }
     }
   }
-  const __m256 fa = _mm256_set1_ps(xr.post_a), fbb = _mm256_set1_ps(xr.post_b);
-  for (int h = 0; h < 2; ++h) {
-    __m256 v = _mm256_mul_ps(_mm256_mul_ps(tot[h], fa), fbb);
-    if (!xr.finite) v = _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN());
-    rows16_store8(v, rb * 16 + h * 8, w.n_out, y);
-  }
+  for (int i = 0; i < MT; ++i) rows16_store_x_row(tot[i], xr[i], rb, w.n_out, y + i * w.n_out);
 }
 
+// Two levels: rows of x two at a time (the codes decoded once for both; 8 int16 accumulators fit the 16 registers),
+// three: one at a time.
 template <bool kNv, int kLevels>
 void run(const Rows16XRow* xs, int64_t m, const PackedWeight& w, float* y, int n_threads) {
-  rows16_for_row_blocks(w, m, n_threads, kPrefetchBytes, [&](int64_t rb, int64_t i, bool pf) {
-    row_block<kNv, kLevels>(w, rb, xs[i], y + i * w.n_out, pf);
+  constexpr int kTile = kLevels == 2 ? 2 : 1;
+  rows16_for_row_blocks(w, m, kTile, n_threads, kPrefetchBytes, [&](int64_t rb, int64_t i, int64_t n, bool pf) {
+    if (n == 2) row_block<kNv, kLevels, 2>(w, rb, xs + i, y + i * w.n_out, pf);
+    else row_block<kNv, kLevels, 1>(w, rb, xs + i, y + i * w.n_out, pf);
   });
 }
 

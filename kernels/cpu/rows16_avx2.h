@@ -2,8 +2,10 @@
 // gemm_rows16_fp4_avx2.cpp: MXFP4 / NVFP4). Inline, compiled for AVX2 wherever included, but for rows16_x_levels;
 // call them only where the CPU has AVX2.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include <immintrin.h>
 #include <omp.h>
@@ -47,10 +49,12 @@ TP_ROWS16_AVX2 inline void rows16_store8(__m256 v, int64_t r0, int64_t n_out, fl
 }
 
 // Each of this call's threads' 16-row blocks of w (split by thread_rows), W's stream started with a prefetch of
-// prefetch_bytes, each block against the m rows of x in turn: block(rb, i, prefetch) — prefetch: the first row of x
-// (the one that meets W first). The decode kernels' loop over 4-bit Rows16 data (n_in / 2 bytes a row).
+// prefetch_bytes, each block against the m rows of x, tile at a time: block(rb, i, n, prefetch) for rows i .. i + n
+// (n = tile but the last) — prefetch: the first tile (the one that meets W first). The decode kernels' loop over
+// 4-bit Rows16 data (n_in / 2 bytes a row).
 template <class F>
-void rows16_for_row_blocks(const PackedWeight& w, int64_t m, int n_threads, int64_t prefetch_bytes, F&& block) {
+void rows16_for_row_blocks(const PackedWeight& w, int64_t m, int64_t tile, int n_threads, int64_t prefetch_bytes,
+                           F&& block) {
   const bool parallel = n_threads > 1 && worth_parallel(int64_t(w.data.size()) * m);
 #pragma omp parallel num_threads(n_threads) if (parallel)
   {
@@ -58,7 +62,7 @@ void rows16_for_row_blocks(const PackedWeight& w, int64_t m, int n_threads, int6
     const int64_t block_bytes = w.n_in * 8;  // a row block's codes
     if (b1 > b0) prefetch_range_start(w.data.data() + b0 * block_bytes, prefetch_bytes, (b1 - b0) * block_bytes);
     for (int64_t rb = b0; rb < b1; ++rb)
-      for (int64_t i = 0; i < m; ++i) block(rb, i, i == 0);
+      for (int64_t i = 0; i < m; i += tile) block(rb, i, std::min(tile, m - i), i == 0);
   }
 }
 
@@ -76,5 +80,17 @@ struct Rows16XRow {
   bool finite;            // false: a NaN or an infinity in the row (then every level, sx and f 0)
 };
 Rows16XRow rows16_x_levels(const float* x, int64_t n_in, int64_t bs, int levels, int8_t* lv, int32_t* sx, float* f);
+
+// Row block rb's 16 totals (tot[h]: rows 8 h .. 8 h + 7) against the row of x xr, in X's units, into y[16 rb ..]: ×
+// post_a × post_b (NaN where xr is not finite), the rows from n_out on left out.
+TP_ROWS16_AVX2 inline void rows16_store_x_row(const __m256 (&tot)[2], const Rows16XRow& xr, int64_t rb, int64_t n_out,
+                                             float* y) {
+  const __m256 fa = _mm256_set1_ps(xr.post_a), fb = _mm256_set1_ps(xr.post_b);
+  for (int h = 0; h < 2; ++h) {
+    __m256 v = _mm256_mul_ps(_mm256_mul_ps(tot[h], fa), fb);
+    if (!xr.finite) v = _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN());
+    rows16_store8(v, rb * 16 + h * 8, n_out, y);
+  }
+}
 
 }  // namespace tp::cpu::detail
