@@ -26,7 +26,6 @@
 
 #include <immintrin.h>
 
-#include "kernels/cpu/bf16_round.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/packed_kernels.h"
 #include "kernels/cpu/rows16.h"
@@ -177,21 +176,7 @@ namespace {
 
 // rows16_a16_avx2 with BF16 x (act_bf16): x rounded to BF16, two int8 levels per 32 columns (row_block_bf16).
 bool bf16_x(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, int64_t ng, int64_t gs) {
-  const int64_t n_in = w.n_in, nb = n_in / 32;
-  thread_local std::vector<int8_t> lv;
-  thread_local std::vector<int32_t> sx;
-  thread_local std::vector<float> f, xr;
-  thread_local std::vector<Rows16XRow> xs;
-  lv.resize(size_t(m * 2 * n_in));
-  sx.resize(size_t(m * nb));
-  f.resize(size_t(m * nb));
-  xs.resize(size_t(m));
-  xr.resize(size_t(n_in));
-  for (int64_t i = 0; i < m; ++i) {
-    round_bf16_f32(x + i * n_in, n_in, xr.data());  // as the reference (packed_linear has: the same values)
-    xs[size_t(i)] = rows16_x_levels(xr.data(), n_in, 32, 2, lv.data() + i * 2 * n_in, sx.data() + i * nb, f.data() + i * nb);
-  }
-  const Rows16XRow* xl = xs.data();  // (the thread_local vectors are this thread's: the team reads them through pointers)
+  const Rows16XRow* xl = rows16_x_rows(x, m, w.n_in, 32, 2, true, 1.0f);
   const bool zeros = !w.zeros.empty();
   rows16_for_row_blocks(w, m, 2, n_threads, kPrefetchBytes, [&](int64_t rb, int64_t i, int64_t n, bool pf) {
     float* yi = y + i * w.n_out;
@@ -236,7 +221,7 @@ bool rows16_a16_avx2(const float* x, int64_t m, const PackedWeight& w, float* y,
     }
     l.sx = sx.data() + i * n_seg;
   }
-  const Levels* xl = xs.data();  // (as above)
+  const Levels* xl = xs.data();  // (the thread_local vectors are this thread's: the team reads them through pointers)
   const bool zeros = !w.zeros.empty();
   rows16_for_row_blocks(w, m, 1, n_threads, kPrefetchBytes, [&](int64_t rb, int64_t i, int64_t, bool pf) {
     if (zeros) row_block<true>(w, ng, gs, rb, xl[i], y + i * w.n_out, pf);

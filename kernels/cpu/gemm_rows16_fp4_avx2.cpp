@@ -4,7 +4,7 @@
 // scale bytes of each block together) against x as int8 levels per scale block (NVFP4 16 columns, MXFP4 32).
 // x, per row and block b: rows16_x_levels (rows16_avx2.h), d = 2^k_b with max|x| / d in [32, 64), X = x / d ·
 // 2^(7 (L − 1)) rounded, held as L int8 levels (L = 3 for F32 x: within 2⁻²⁰ of the block's largest value; L = 2
-// for BF16 x, act_bf16: 2⁻¹³, the values within 2⁵ of the block's largest exact — see kMaxLevels).
+// for BF16 x, act_bf16: 2⁻¹³, the values within 2⁵ of the block's largest exact — see rows16_fp4_avx2 below).
 // The codes, by one vpshufb table, as u = 2 v + 12 (v the E2M1 value: u in 0 .. 24); per chunk and half (8 rows × 8
 // columns) and level two vpmaddubsw against the level's 4 bytes of those columns, broadcast, add each row's products
 // into its own two int16 lanes — no horizontal sums (|lane| ≤ 4 chunks · 4 · 24 · 64 = 24576). A block's levels by
@@ -22,13 +22,10 @@
 // F32 x, 2.3-2.9x with BF16 x (Zen 3, gemm_gguf_bench).
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
-#include <vector>
 
 #include <immintrin.h>
 
-#include "kernels/cpu/bf16_round.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/packed_kernels.h"
 #include "kernels/cpu/rows16.h"
@@ -142,11 +139,6 @@ bool rows16_fp4_avx2(const float* x, int64_t m, const PackedWeight& w, float* y,
       w.n_in % 32 != 0 || w.rows_layout != RowsLayout::Rows16 || !cpu_has_avx2())
     return false;
   const bool nv = w.format == WeightFormat::Nvfp4;
-  const int64_t n_in = w.n_in, bs = nv ? 16 : 32, nb = n_in / bs;
-  thread_local std::vector<int8_t> lv;
-  thread_local std::vector<int32_t> sx;
-  thread_local std::vector<float> f, xr;
-  thread_local std::vector<Rows16XRow> xs;
   // The int8 levels of x: 3 (within 2⁻²⁰ of the block's largest value: the packed suite's 1e-10 of the F32 kernels) for
   // F32 activations; 2 (2⁻¹³) for BF16 ones (act_bf16: x rounded to BF16 first, 8 significant bits — the values within
   // 2⁵ of their block's largest are then held exactly, the rest within 2⁻¹³ of it), ~1.3x the rate of 3: Zen 3,
@@ -154,22 +146,9 @@ bool rows16_fp4_avx2(const float* x, int64_t m, const PackedWeight& w, float* y,
   // cache GB/s NVFP4 / MXFP4 9.5-12.4 / 11.3-13.6 (3) against 15.3-16.3 / 17.4-19.1 (2); lm_head (49152 × 576, from
   // DRAM) 12.6-12.9 / 14.3-14.8 against 16.3-17.3 / 18.7-19.7.
   const int levels = w.act_bf16 ? 2 : 3;
-  lv.resize(size_t(m * levels * n_in));
-  sx.resize(size_t(m * nb));
-  f.resize(size_t(m * nb));
-  xs.resize(size_t(m));
-  for (int64_t i = 0; i < m; ++i) {
-    const float* src = x + i * n_in;
-    if (w.act_bf16) {  // BF16 activations: x rounded as the reference does
-      xr.resize(size_t(n_in));
-      round_bf16_f32(src, n_in, xr.data());
-      src = xr.data();
-    }
-    Rows16XRow& r = xs[size_t(i)];
-    r = rows16_x_levels(src, n_in, bs, levels, lv.data() + i * levels * n_in, sx.data() + i * nb, f.data() + i * nb);
-    r.post_a *= nv ? 128.0f * w.global_scale : 0.5f;  // (u = 2 v + 12: D = 2 Σ v X)
-  }
-  const Rows16XRow* xp = xs.data();  // (the thread_local vectors are this thread's: the team reads them through pointers)
+  // u = 2 v + 12: D = 2 Σ v X; NVFP4's scales read as value / 2⁸, × its global scale
+  const float unit = nv ? 128.0f * w.global_scale : 0.5f;
+  const Rows16XRow* xp = rows16_x_rows(x, m, w.n_in, nv ? 16 : 32, levels, w.act_bf16, unit);
   if (nv && levels == 2) run<true, 2>(xp, m, w, y, n_threads);
   else if (nv) run<true, 3>(xp, m, w, y, n_threads);
   else if (levels == 2) run<false, 2>(xp, m, w, y, n_threads);

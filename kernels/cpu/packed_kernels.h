@@ -179,9 +179,9 @@ bool fp4_avx2_decode(const float* x, int64_t m, const PackedWeight& w, float* y,
 // scale × global scale, in the decode's column order, x permuted alike) and dense_f32_linear. Returns false (nothing
 // written) for weights or m it does not take, or without AVX2 + F16C or oneDNN F32.
 bool fp4_avx2_gemm(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
-// MXFP4 / NVFP4 in Rows16 on AVX2 without AVX-512 (gemm_rows16_fp4_avx2.cpp): x as two int8 levels per scale
-// block (within 2⁻¹³ of the block's largest value: NMSE ~1e-8, not the 1e-10 of the F32 kernels), vpmaddubsw
-// against the codes mapped to 2 v + 12, exact int32 sums a block; every m (fp4_linear sends m ≥ kFp4Avx2MaxM to fp4_avx2_gemm first), every row of x with the same
+// MXFP4 / NVFP4 in Rows16 on AVX2 without AVX-512 (gemm_rows16_fp4_avx2.cpp): x as int8 levels per scale block —
+// three for F32 x (within 2⁻²⁰ of the block's largest value, the 1e-10 NMSE of the F32 kernels), two with act_bf16
+// (2⁻¹³: not that bound) — vpmaddubsw against the codes mapped to 2 v + 12, exact int32 sums a block; every m (fp4_linear sends m ≥ kFp4Avx2MaxM to fp4_avx2_gemm first), every row of x with the same
 // operations whatever m and the threads. Returns false (nothing written) for other weights or without AVX2.
 bool rows16_fp4_avx2(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 // W4A16 / W8A16 decode on AVX2 without VNNI (gemm_a16_avx2_levels.cpp): Int4 and Int8 weights without g_idx in the

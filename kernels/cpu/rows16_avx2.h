@@ -80,6 +80,11 @@ struct Rows16XRow {
   bool finite;            // false: a NaN or an infinity in the row (then every level, sx and f 0)
 };
 Rows16XRow rows16_x_levels(const float* x, int64_t n_in, int64_t bs, int levels, int8_t* lv, int32_t* sx, float* f);
+// m rows of x (n_in apart) each as rows16_x_levels makes it — rounded to BF16 first where bf16 (act_bf16, as the
+// reference) — in this thread's buffers, each row's post_a × unit (a kernel's constant factor, exact as a power of
+// two): the m rows. Valid until this thread's next call (an OpenMP team may read them meanwhile).
+const Rows16XRow* rows16_x_rows(const float* x, int64_t m, int64_t n_in, int64_t bs, int levels, bool bf16,
+                                float unit);
 
 // Row block rb's 16 totals (tot[h]: rows 8 h .. 8 h + 7) against the row of x xr, in X's units, into y[16 rb ..]: ×
 // post_a × post_b (NaN where xr is not finite), the rows from n_out on left out.

@@ -8,6 +8,7 @@
 
 #include <immintrin.h>
 
+#include "kernels/cpu/bf16_round.h"
 #include "kernels/cpu/rows16_avx2.h"
 
 namespace tp::cpu::detail {
@@ -112,6 +113,31 @@ Rows16XRow levels_of(const float* x, int64_t n_in, int64_t bs, int8_t* lv, int32
 
 Rows16XRow rows16_x_levels(const float* x, int64_t n_in, int64_t bs, int levels, int8_t* lv, int32_t* sx, float* f) {
   return levels == 2 ? levels_of<2>(x, n_in, bs, lv, sx, f) : levels_of<3>(x, n_in, bs, lv, sx, f);
+}
+
+const Rows16XRow* rows16_x_rows(const float* x, int64_t m, int64_t n_in, int64_t bs, int levels, bool bf16,
+                                float unit) {
+  const int64_t nb = n_in / bs;
+  thread_local std::vector<int8_t> lv;
+  thread_local std::vector<int32_t> sx;
+  thread_local std::vector<float> f, xr;
+  thread_local std::vector<Rows16XRow> xs;
+  lv.resize(size_t(m * levels * n_in));
+  sx.resize(size_t(m * nb));
+  f.resize(size_t(m * nb));
+  xs.resize(size_t(m));
+  if (bf16) xr.resize(size_t(n_in));
+  for (int64_t i = 0; i < m; ++i) {
+    const float* src = x + i * n_in;
+    if (bf16) {  // BF16 activations: x rounded as the reference does
+      round_bf16_f32(src, n_in, xr.data());
+      src = xr.data();
+    }
+    Rows16XRow& r = xs[size_t(i)];
+    r = rows16_x_levels(src, n_in, bs, levels, lv.data() + i * levels * n_in, sx.data() + i * nb, f.data() + i * nb);
+    r.post_a *= unit;
+  }
+  return xs.data();
 }
 
 }  // namespace tp::cpu::detail
