@@ -10,14 +10,20 @@
 //     (>> 4) the odd. x's block is stored [x(2k), x(2k + 1), x(16 + 2k), x(17 + 2k)] for k = 0..7. Then
 //     q − zero = nibble − (8 + zero) in int32 and vcvtdq2ps.
 //   Int8: vpmovsxbd 8 bytes, − zero in int32, vcvtdq2ps.
-//   Fp8: 16 bytes sign-extended to 16 bits, << 7 and & 0xbfff (the sign copies in bits 15 and 14, the 7 magnitude
-//     bits in 13..7) are the F16 of value / 256 (subnormals included; the loaders refuse NaN codes): 3 ops a 16
-//     bytes where masking sign and magnitude apart took 6; vcvtph2ps; the row's scale × 256 at the end.
+//   Fp8: 32 bytes a load, as 8 dwords; each byte's F32 bits made in place by shifts of 16-bit lanes and one mask
+//     (decode32): the sign to bit 31, the 7 magnitude bits to 26..20 — value · 2⁻¹²⁰, E4M3's subnormals as F32
+//     subnormals (read at full speed here: Zen 3 FMAs take subnormal inputs without a penalty); 9 integer ops a 32
+//     values, where widening each to F16 and vcvtph2ps took 10 and ran at half the pace (vcvtph2ps issues ~1 a cycle
+//     on Zen 3). Vector k holds byte k of each dword, so x is permuted alike once a call (permute_x4) and scaled by
+//     2^k that puts max|x| at 2¹⁰⁰ (scaled_x): every product of a code with an x within 2⁻⁷⁰ of max|x| is then a
+//     normal F32 (no subnormal results: those are slow, and lose bits); y = the sum × the row's scale × 2^(120 − k).
+//     Zen 3, SmolLM2's layers from cache, one thread: 10-12 GB/s before, see bench/results/zen3-fp8-avx2-*.
 // Products are the A16 kernels' (F32 value · x, exact), summed in F32 in another order: within their bound.
 // Prefill (m ≥ kA16Avx2GemmMinM, a16_avx2_gemm): the same decode writes W once a call as F32 (value × scale,
 // the reference's dequantized weight; Int4 columns in x's permuted order, x permuted alike), then the dense F32
 // linear() (oneDNN's AVX2 sgemm): n_out · n_in conversions against m times the MACs.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -52,7 +58,14 @@ void permute_x(const float* x, int64_t n_in, float* xp) {
     }
 }
 
-// 32 values of row p from column c, as 4 vectors of 8 (Int4: x's permuted order; Fp8: value / 256).
+// x row [n_in] -> the permuted blocks [n_in] (n_in a multiple of 32): Fp8's order (column c + 4j + k at c + 8k + j).
+void permute_x4(const float* x, int64_t n_in, float* xp) {
+  for (int64_t b = 0; b < n_in; b += 32)
+    for (int k = 0; k < 4; ++k)
+      for (int j = 0; j < 8; ++j) xp[b + 8 * k + j] = x[b + 4 * j + k];
+}
+
+// 32 values of row p from column c, as 4 vectors of 8 (Int4: permute_x's order; Fp8: permute_x4's, value · 2⁻¹²⁰).
 template <Kind K>
 __attribute__((target("avx2,fma,f16c"), always_inline)) inline void decode32(const uint8_t* p, int64_t c, __m256i zoff,
                                                                             __m256* v) {
@@ -73,94 +86,119 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline void decode32(con
       v[k] = _mm256_cvtepi32_ps(_mm256_sub_epi32(
           _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + c + 8 * k))), zoff));
   } else {
-    for (int h = 0; h < 2; ++h) {
-      // sign-extended to 16 bits, << 7: the sign lands in bits 15 and 14, the magnitude in 13..7; & 0xbfff
-      const __m256i b = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + c + 16 * h)));
-      const __m256i f16 = _mm256_and_si256(_mm256_slli_epi16(b, 7), _mm256_set1_epi16(short(0xbfff)));
-      v[2 * h] = _mm256_cvtph_ps(_mm256_castsi256_si128(f16));
-      v[2 * h + 1] = _mm256_cvtph_ps(_mm256_extracti128_si256(f16, 1));
-    }
+    // The 32 bytes as 8 dwords; v[k] lane j = byte k of dword j (column c + 4j + k: x in permute_x4's order), its F32
+    // bits those of value · 2⁻¹²⁰: the sign in bit 31, the 7 magnitude bits in 26..20 (E4M3's subnormals as F32
+    // subnormals; the loaders refuse NaN codes). An arithmetic shift of 16-bit lanes by 4 puts the high byte of each
+    // in that place (its sign copied into 30..27, the low byte's top nibble in 19..16: & 0x87f00000 clears both); the
+    // low bytes get there shifted 8 first, then 16.
+    const __m256i mask = _mm256_set1_epi32(int32_t(0x87f00000u));
+    const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + c));
+    const __m256i odd = _mm256_srai_epi16(d, 4), even = _mm256_srai_epi16(_mm256_slli_epi16(d, 8), 4);
+    v[0] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(even, 16), mask));
+    v[1] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(odd, 16), mask));
+    v[2] = _mm256_castsi256_ps(_mm256_and_si256(even, mask));
+    v[3] = _mm256_castsi256_ps(_mm256_and_si256(odd, mask));
   }
 }
 
-template <Kind K, int RW>
-__attribute__((target("avx2,fma,f16c"))) void rows_a16(const PackedWeight& w, int64_t ng, int64_t gs, int64_t r,
-                                                       const float* xp, float* y, bool prefetch) {
-  constexpr int64_t kStep = K == Kind::Int4 ? 16 : 32;  // bytes a row a 32-column block
+// 2^e as two F32 factors (|e| ≤ 252: each half within F32's normal range), applied one after the other.
+struct Pow2 {
+  float a, b;
+  explicit Pow2(int e) : a(std::ldexp(1.0f, e / 2)), b(std::ldexp(1.0f, e - e / 2)) {}
+  float operator()(float v) const { return v * a * b; }
+};
+
+// FP8 decode: weight rows [r, r + RW) against one row of x, xs = x · 2^k (scaled_x below); y[r + j] = the row's
+// Σ (value · 2⁻¹²⁰) · xs, × the row's scale, × 2^(120 − k) (exact but for the one rounding of the scale's product).
+// Two accumulators a row: the 4 FMAs a 32 columns in two chains.
+template <int RW>
+__attribute__((target("avx2,fma,f16c"))) void rows_fp8(const PackedWeight& w, int64_t r, const float* xs, Pow2 back,
+                                                       float* y, bool prefetch) {
+  constexpr int64_t kStep = 32;  // bytes a row a 32-column block
   const int64_t n_in = w.n_in, rb = w.row_bytes();
   const uint8_t* row0 = w.data.data() + r * rb;
   const char* pf = reinterpret_cast<const char*>(row0) + RW * rb + kPrefetchBytes;
-  const bool zeros = K != Kind::Fp8 && !w.zeros.empty();
-  const int base = K == Kind::Int4 ? 8 : 0;
-  __m256 total[RW];
-  for (int j = 0; j < RW; ++j) total[j] = _mm256_setzero_ps();
-  for (int64_t g = 0, c0 = 0; c0 < n_in; ++g, c0 += gs) {
-    const int64_t c1 = std::min(n_in, c0 + gs);
-    __m256 acc[RW];
-    __m256i zoff[RW];
-    for (int j = 0; j < RW; ++j) {
-      acc[j] = _mm256_setzero_ps();
-      zoff[j] = _mm256_set1_epi32(base + (zeros ? int(w.zeros[size_t((r + j) * ng + g)]) : 0));
+  __m256 acc[RW][2];
+  for (int j = 0; j < RW; ++j) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+  for (int64_t c = 0; c < n_in; c += 32) {
+    if (prefetch) {
+      for (int64_t k = 0; k < RW * kStep; k += 64) _mm_prefetch(pf + k, _MM_HINT_T0);
+      pf += RW * kStep;
     }
-    for (int64_t c = c0; c < c1; c += 32) {
-      if (prefetch) {
-        for (int64_t k = 0; k < RW * kStep; k += 64) _mm_prefetch(pf + k, _MM_HINT_T0);
-        pf += RW * kStep;
-      }
-      const float* xb = xp + c;
-      for (int j = 0; j < RW; ++j) {
-        __m256 v[4];
-        decode32<K>(row0 + j * rb, c, zoff[j], v);
-        for (int k = 0; k < 4; ++k) acc[j] = _mm256_fmadd_ps(v[k], _mm256_loadu_ps(xb + 8 * k), acc[j]);
-      }
-    }
+    const float* xb = xs + c;
     for (int j = 0; j < RW; ++j) {
-      const float sc = K == Kind::Fp8 ? 256.0f * w.scales[w.scales.size() == 1 ? 0 : size_t(r + j)]
-                                      : w.scales[size_t((r + j) * ng + g)];
-      total[j] = _mm256_fmadd_ps(acc[j], _mm256_set1_ps(sc), total[j]);
+      __m256 v[4];
+      decode32<Kind::Fp8>(row0 + j * rb, c, _mm256_setzero_si256(), v);
+      for (int k = 0; k < 4; ++k) acc[j][k & 1] = _mm256_fmadd_ps(v[k], _mm256_loadu_ps(xb + 8 * k), acc[j][k & 1]);
     }
   }
   for (int j = 0; j < RW; ++j) {
-    const __m128 s = _mm_add_ps(_mm256_castps256_ps128(total[j]), _mm256_extractf128_ps(total[j], 1));
+    const __m256 t8 = _mm256_add_ps(acc[j][0], acc[j][1]);
+    const __m128 s = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1));
     const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    y[r + j] = _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+    const float sc = w.scales[w.scales.size() == 1 ? 0 : size_t(r + j)];
+    y[r + j] = back(_mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1))) * sc);
   }
 }
 
-template <Kind K>
-void run(const PackedWeight& w, int64_t ng, int64_t gs, const float* xp, int64_t m, float* y, int n_threads) {
+// A row of x × 2^k into xs (permute_x4's order), k putting max|x| in [2¹⁰⁰, 2¹⁰¹) (0 for a zero row or one with a NaN / infinity): the
+// products with the weights' value · 2⁻¹²⁰ (≥ 2⁻¹²⁹ but for 0) stay normal for every x within 2⁻⁷⁰ of max|x|, and
+// their sums far below F32's range. Returns k.
+int scaled_x(const float* x, int64_t n_in, float* xs) {
+  float amax = 0;
+  for (int64_t c = 0; c < n_in; ++c) amax = std::max(amax, std::fabs(x[c]));
+  int k = 0;
+  if (amax > 0 && std::isfinite(amax)) {
+    int e;
+    std::frexp(amax, &e);  // amax in [2^(e-1), 2^e)
+    k = 101 - e;
+  }
+  permute_x4(x, n_in, xs);
+  const Pow2 f(k);
+  for (int64_t c = 0; c < n_in; ++c) xs[c] = f(xs[c]);
+  return k;
+}
+
+void run_fp8(const PackedWeight& w, const float* x, int64_t m, float* y, int n_threads) {
   const int64_t n_in = w.n_in;
+  thread_local std::vector<float> xs;
+  if (int64_t(xs.size()) < m * n_in) xs.resize(size_t(m * n_in));
+  std::vector<Pow2> back;
+  for (int64_t i = 0; i < m; ++i) back.emplace_back(120 - scaled_x(x + i * n_in, n_in, xs.data() + i * n_in));
+  const float* xp = xs.data();
   const bool parallel = n_threads > 1 && worth_parallel(w.n_out * w.row_bytes() * m);
 #pragma omp parallel num_threads(n_threads) if (parallel)
   {
     const auto [r0, r1] = thread_rows(w.n_out, kRw, omp_get_thread_num(), omp_get_num_threads());
     int64_t r = r0;
     for (; r + kRw <= r1; r += kRw)
-      for (int64_t i = 0; i < m; ++i) rows_a16<K, kRw>(w, ng, gs, r, xp + i * n_in, y + i * w.n_out, i == 0);
+      for (int64_t i = 0; i < m; ++i) rows_fp8<kRw>(w, r, xp + i * n_in, back[size_t(i)], y + i * w.n_out, i == 0);
     for (; r < r1; ++r)
-      for (int64_t i = 0; i < m; ++i) rows_a16<K, 1>(w, ng, gs, r, xp + i * n_in, y + i * w.n_out, false);
+      for (int64_t i = 0; i < m; ++i) rows_fp8<1>(w, r, xp + i * n_in, back[size_t(i)], y + i * w.n_out, false);
   }
 }
 
-// Rows [r0, r1) of W as F32 value × scale into out [.., n_in] (Int4: columns in permute_x's order).
+// Rows [r0, r1) of W as F32 value × scale into out [.., n_in] (Int4: columns in permute_x's order, Fp8 permute_x4's).
 template <Kind K>
 __attribute__((target("avx2,fma,f16c"))) void dequant_rows(const PackedWeight& w, int64_t r0, int64_t r1, float* out) {
   const int64_t n_in = w.n_in, rb = w.row_bytes(), ng = K == Kind::Fp8 ? 1 : w.n_groups();
   const int64_t gs = K == Kind::Fp8 ? n_in : w.group_size;
   const bool zeros = K != Kind::Fp8 && !w.zeros.empty();
   const int base = K == Kind::Int4 ? 8 : 0;
+  const __m256 two120 = _mm256_set1_ps(0x1p120f);
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* p = w.data.data() + r * rb;
     float* o = out + r * n_in;
     for (int64_t g = 0, c0 = 0; c0 < n_in; ++g, c0 += gs) {
       const int64_t c1 = std::min(n_in, c0 + gs);
       const __m256i zoff = _mm256_set1_epi32(base + (zeros ? int(w.zeros[size_t(r * ng + g)]) : 0));
-      const __m256 sc = _mm256_set1_ps(K == Kind::Fp8 ? 256.0f * w.scales[w.scales.size() == 1 ? 0 : size_t(r)]
+      const __m256 sc = _mm256_set1_ps(K == Kind::Fp8 ? w.scales[w.scales.size() == 1 ? 0 : size_t(r)]
                                                       : w.scales[size_t(r * ng + g)]);
       for (int64_t c = c0; c < c1; c += 32) {
         __m256 v[4];
         decode32<K>(p, c, zoff, v);
-        for (int k = 0; k < 4; ++k) _mm256_storeu_ps(o + c + 8 * k, _mm256_mul_ps(v[k], sc));
+        for (int k = 0; k < 4; ++k)  // Fp8: value · 2⁻¹²⁰ · 2¹²⁰ (exact), × scale
+          _mm256_storeu_ps(o + c + 8 * k, _mm256_mul_ps(K == Kind::Fp8 ? _mm256_mul_ps(v[k], two120) : v[k], sc));
       }
     }
   }
@@ -195,11 +233,10 @@ __attribute__((target("avx2,fma,f16c"))) void dequant_rows16_int4(const PackedWe
 
 bool a16_avx2_decode(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
   if (m >= kA16Avx2MaxM || w.n_in % 32 != 0) return false;
-  const int64_t n_in = w.n_in;
   // Int4 / Int8 decode: gemm_a16_avx2_levels.cpp (integer sums, 1.2-1.5x these F32 ones from cache on Zen 3);
   // their decode32 below serves the prefill's dequantization.
   if (w.format != WeightFormat::Fp8E4M3 || w.block_out > 0) return false;
-  run<Kind::Fp8>(w, 1, n_in, x, m, y, n_threads);
+  run_fp8(w, x, m, y, n_threads);
   return true;
 }
 
@@ -228,7 +265,7 @@ bool a16_avx2_gemm(const float* x, int64_t m, const PackedWeight& w, float* y, i
       case Kind::Fp8: dequant_rows<Kind::Fp8>(w, r0, r1, out); break;
     }
   };
-  dense_f32_linear(x, m, w, y, n_threads, dequant, kind == Kind::Int4 ? permute_x : nullptr);
+  dense_f32_linear(x, m, w, y, n_threads, dequant, kind == Kind::Int4 ? permute_x : kind == Kind::Fp8 ? permute_x4 : nullptr);
   return true;
 }
 

@@ -1327,6 +1327,91 @@ TEST(PackedKernels, Fp8F16DecodeMatchesReferenceAndRowsAlone) {
   EXPECT_FALSE(fp8_f16_decode(x.data(), 1, blocks, y.data(), 1));
 }
 
+// FP8 decode on AVX2 (gemm_a16_avx2.cpp: each E4M3 byte's F32 bits made by shifts and a mask, value · 2⁻¹²⁰ —
+// E4M3's subnormals as F32 subnormals — against x permuted and scaled by a power of two a row): tensor / channel
+// scales, 1-48 blocks of 32 columns, row counts that leave 0-3 rows past the last 4-row block, F32 x and FP8 dynamic
+// activations (through fp8_linear), every E4M3 code but NaN; the suite's bound per row of x for ordinary rows, one
+// with a 10⁴ outlier, rows × 1e-30 and × 1e30 and a row near F32's largest values; 0 for a zero row, NaN for a
+// row with a NaN, the reference's ±inf / NaN for one with an infinity; a row of x in a batch (m 2, 3) gives the bits
+// it gives alone, at 1 and 2 threads; declines m from kA16Avx2MaxM, n_in not a multiple of 32 and block scales.
+TEST(PackedKernels, Fp8Avx2DecodeMatchesReferenceAndRowsAlone) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 here";
+  using F = WeightFormat;
+  const std::vector<Case> cs = {
+      {"fp8_channel_576", F::Fp8E4M3, 40, 576},
+      {"fp8_tensor_1536", F::Fp8E4M3, 13, 1536, 0, 0, false, false, true},
+      {"fp8_channel_32", F::Fp8E4M3, 6, 32},
+      {"fp8_dynamic_act_256", F::Fp8E4M3, 23, 256, 0, 0, false, false, false, ActQuant::Fp8Dynamic},
+      {"fp8_static_act_96", F::Fp8E4M3, 7, 96, 0, 0, false, false, true, ActQuant::Fp8Static},
+  };
+  const DecodeKernel through_fp8_linear = [](const float* x, int64_t m, const PackedWeight& w, float* y, int t) {
+    return m < kA16Avx2MaxM && fp8_linear(x, m, w, y, t, PackedIsa::Avx2);
+  };
+  for (const Case& c : cs) {
+    const PackedWeight w = make(c, 37);
+    const DecodeKernel kernel = c.act == ActQuant::None ? a16_avx2_decode : through_fp8_linear;
+    constexpr int64_t kRows = 9;
+    std::vector<float> x = normal_rows(kRows, c.n_in);
+    x[size_t(1 * c.n_in + 5)] = 1e4f;                                         // row 1: one outlier
+    for (int64_t k = 0; k < c.n_in; ++k) x[size_t(2 * c.n_in + k)] *= 1e-30f;  // row 2: tiny
+    for (int64_t k = 0; k < c.n_in; ++k) x[size_t(3 * c.n_in + k)] *= 1e30f;   // row 3: huge
+    for (int64_t k = 0; k < c.n_in; ++k) x[size_t(4 * c.n_in + k)] *= 1e36f;   // row 4: near F32's largest
+    std::fill(x.begin() + 5 * c.n_in, x.begin() + 6 * c.n_in, 0.0f);          // row 5: zeros
+    x[size_t(6 * c.n_in + c.n_in / 2)] = std::numeric_limits<float>::quiet_NaN();  // row 6
+    x[size_t(7 * c.n_in + c.n_in - 1)] = -std::numeric_limits<float>::infinity();  // row 7
+    std::vector<float> ref(size_t(kRows * c.n_out));
+    packed_linear_reference(x.data(), kRows, w, ref.data(), 1);
+    for (int threads : {1, 2}) {
+      std::vector<float> alone(ref.size(), -1e30f);
+      for (int64_t i = 0; i < kRows; ++i)
+        ASSERT_TRUE(kernel(x.data() + i * c.n_in, 1, w, alone.data() + i * c.n_out, threads)) << c.name;
+      for (int64_t i = 0; i < kRows; ++i) {
+        const std::vector<float> yi(alone.begin() + i * c.n_out, alone.begin() + (i + 1) * c.n_out);
+        const std::vector<float> ri(ref.begin() + i * c.n_out, ref.begin() + (i + 1) * c.n_out);
+        if (i == 5) {
+          for (float v : yi) EXPECT_EQ(v, 0.0f) << c.name;
+        } else if (i == 6) {
+          for (float v : yi) EXPECT_TRUE(std::isnan(v)) << c.name;
+        } else if (i == 7) {  // ±inf where the reference has it (static FP8 activations saturate it to -448)
+          std::vector<float> yf, rf;
+          for (int64_t r = 0; r < c.n_out; ++r) {
+            EXPECT_EQ(std::isnan(yi[size_t(r)]), std::isnan(ri[size_t(r)])) << c.name << " output " << r;
+            if (std::isinf(ri[size_t(r)])) {
+              EXPECT_EQ(yi[size_t(r)], ri[size_t(r)]) << c.name << " output " << r;
+            } else if (!std::isnan(ri[size_t(r)])) {
+              yf.push_back(yi[size_t(r)]), rf.push_back(ri[size_t(r)]);
+            }
+          }
+          EXPECT_LE(nmse_of(yf, rf), kMaxNmse) << c.name << " the infinity's row";
+        } else {
+          EXPECT_LE(nmse_of(yi, ri), kMaxNmse) << c.name << " row " << i << " threads " << threads;
+        }
+      }
+      for (int64_t m : {2, 3})
+        for (int64_t i0 = 0; i0 + m <= kRows; ++i0) {
+          std::vector<float> y(size_t(m * c.n_out), -1e30f);
+          ASSERT_TRUE(kernel(x.data() + i0 * c.n_in, m, w, y.data(), threads)) << c.name;
+          for (int64_t k = 0; k < m * c.n_out; ++k) {
+            const float a = alone[size_t(i0 * c.n_out + k)];
+            if (std::isnan(a)) {
+              EXPECT_TRUE(std::isnan(y[size_t(k)])) << c.name << " m " << m << " from row " << i0;
+            } else {
+              ASSERT_EQ(y[size_t(k)], a) << c.name << " m " << m << " from row " << i0 << " output " << k;
+            }
+          }
+        }
+    }
+    std::vector<float> y(size_t(kA16Avx2MaxM * c.n_out));
+    EXPECT_FALSE(a16_avx2_decode(x.data(), kA16Avx2MaxM, w, y.data(), 1)) << c.name << ": m past the decode kernel's";
+  }
+  for (const Case& c : {Case{"fp8_odd_cols", F::Fp8E4M3, 8, 203}, Case{"fp8_block128", F::Fp8E4M3, 130, 256, 128, 128},
+                        Case{"int8_channel", F::Int8, 8, 256}}) {
+    const PackedWeight w = make(c, 5);
+    std::vector<float> x = normal_rows(1, c.n_in), y(size_t(c.n_out));
+    EXPECT_FALSE(a16_avx2_decode(x.data(), 1, w, y.data(), 1)) << c.name;
+  }
+}
+
 // W8A8 with a row long enough that the VNNI kernel's unsigned-offset sum Σ (w + 128)·qx passes 2³¹ (w = 127,
 // qx = 127 everywhere, 70 000 columns) while Σ w·qx still fits: the wrapping correction must give it exactly.
 TEST(PackedKernels, W8a8LongRowOffsetSumWraps) {
