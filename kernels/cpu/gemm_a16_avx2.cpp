@@ -1,9 +1,10 @@
 // A16 decode on AVX2 + FMA (packed_kernels.h: a16_avx2_decode): Fp8E4M3 weights (per tensor / per channel scales)
 // against F32 x (Int4 / Int8 decode: gemm_a16_avx2_levels.cpp; the Int4 / Int8 decoding below serves the prefill),
-// for m < kA16Avx2MaxM rows of x. Weight rows 4 at a time (contiguous, software-prefetched ahead), each against
-// every row of x (the 4 rows stay in L1 for the next rows of x); per 32 columns a row: 4 vectors of 8 values
-// decoded in registers, 4 FMAs with x into the group's sum; per group the sum × the group's scale is added to the
-// row's total (one FMA), and y = the total's lane sum.
+// for m < kA16Avx2MaxM rows of x. At m = 1 weight rows 4 at a time (contiguous, software-prefetched ahead); in a
+// batch each weight row decoded once for 4 rows of x (the last 1-3 rows of x: 2 or 1 weight rows a pass). Per 32
+// columns a row: 4 vectors of 8 values decoded in registers, 4 FMAs with each row of x into two sums; y = their
+// lane sum × the row's scale. Zen 3, one thread, from cache: m = 2-31 11-21 GMAC/s (the generic A16 tiles) ->
+// 21-25.
 //   Int4: each 32-column block of x is permuted once a call into the order the weight bytes unpack in without
 //     shuffles across lanes: the block's 16 bytes are broadcast to both 128-bit lanes and vpshufb zero-extends
 //     bytes 0..7 (then 8..15) into 8 int32 lanes; the low nibbles (& 15) are the even columns, the high ones
@@ -26,6 +27,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <type_traits>
 #include <memory>
 #include <vector>
 
@@ -108,37 +110,52 @@ struct Pow2 {
   float operator()(float v) const { return v * a * b; }
 };
 
-// FP8 decode: weight rows [r, r + RW) against one row of x, xs = x · 2^k (scaled_x below); y[r + j] = the row's
-// Σ (value · 2⁻¹²⁰) · xs, × the row's scale, × 2^(120 − k) (exact but for the one rounding of the scale's product).
-// Two accumulators a row: the 4 FMAs a 32 columns in two chains.
-template <int RW>
-__attribute__((target("avx2,fma,f16c"))) void rows_fp8(const PackedWeight& w, int64_t r, const float* xs, Pow2 back,
-                                                       float* y, bool prefetch) {
+// FP8 decode: weight rows [r, r + RW) against rows [0, MX) of x (xs: x · 2^k a row, scaled_x below; rows n_in
+// apart), y[i · n_out + r + j] = the row's Σ (value · 2⁻¹²⁰) · xs_i, × the row's scale, × 2^(120 − k_i) (back[i]; exact
+// but for the one rounding of the scale's product). Two accumulators a (weight row, x row): the 4 FMAs a 32 columns
+// in two chains, the same operations in the same order for every RW and MX (a row of a batch has the bits it has
+// alone). RW · MX ≤ 4: the 8 accumulators, a row's 4 decoded vectors and the mask in registers.
+template <int RW, int MX>
+__attribute__((target("avx2,fma,f16c"))) void rows_fp8(const PackedWeight& w, int64_t r, const float* xs,
+                                                       const Pow2* back, float* y, bool prefetch) {
   constexpr int64_t kStep = 32;  // bytes a row a 32-column block
-  const int64_t n_in = w.n_in, rb = w.row_bytes();
+  const int64_t n_in = w.n_in, n_out = w.n_out, rb = w.row_bytes();
   const uint8_t* row0 = w.data.data() + r * rb;
   const char* pf = reinterpret_cast<const char*>(row0) + RW * rb + kPrefetchBytes;
-  __m256 acc[RW][2];
-  for (int j = 0; j < RW; ++j) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+  __m256 acc[RW][MX][2];
+  for (int j = 0; j < RW; ++j)
+    for (int i = 0; i < MX; ++i) acc[j][i][0] = acc[j][i][1] = _mm256_setzero_ps();
   for (int64_t c = 0; c < n_in; c += 32) {
     if (prefetch) {
       for (int64_t k = 0; k < RW * kStep; k += 64) _mm_prefetch(pf + k, _MM_HINT_T0);
       pf += RW * kStep;
     }
-    const float* xb = xs + c;
     for (int j = 0; j < RW; ++j) {
       __m256 v[4];
       decode32<Kind::Fp8>(row0 + j * rb, c, _mm256_setzero_si256(), v);
-      for (int k = 0; k < 4; ++k) acc[j][k & 1] = _mm256_fmadd_ps(v[k], _mm256_loadu_ps(xb + 8 * k), acc[j][k & 1]);
+      for (int i = 0; i < MX; ++i)
+        for (int k = 0; k < 4; ++k)
+          acc[j][i][k & 1] = _mm256_fmadd_ps(v[k], _mm256_loadu_ps(xs + i * n_in + c + 8 * k), acc[j][i][k & 1]);
     }
   }
-  for (int j = 0; j < RW; ++j) {
-    const __m256 t8 = _mm256_add_ps(acc[j][0], acc[j][1]);
-    const __m128 s = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1));
-    const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    const float sc = w.scales[w.scales.size() == 1 ? 0 : size_t(r + j)];
-    y[r + j] = back(_mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1))) * sc);
-  }
+  for (int j = 0; j < RW; ++j)
+    for (int i = 0; i < MX; ++i) {
+      const __m256 t8 = _mm256_add_ps(acc[j][i][0], acc[j][i][1]);
+      const __m128 s = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1));
+      const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+      const float sc = w.scales[w.scales.size() == 1 ? 0 : size_t(r + j)];
+      y[i * n_out + r + j] = back[i](_mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1))) * sc);
+    }
+}
+
+// Weight rows [r0, r1) against x rows [i, i + MX): RW = 4 / MX rows a pass, then one at a time.
+template <int MX>
+void rows_fp8_range(const PackedWeight& w, int64_t r0, int64_t r1, const float* xs, const Pow2* back, float* y,
+                    bool prefetch) {
+  constexpr int RW = 4 / MX;
+  int64_t r = r0;
+  for (; r + RW <= r1; r += RW) rows_fp8<RW, MX>(w, r, xs, back, y, prefetch);
+  for (; r < r1; ++r) rows_fp8<1, MX>(w, r, xs, back, y, false);
 }
 
 // A row of x × 2^k into xs (permute_x4's order), k putting max|x| in [2¹⁰⁰, 2¹⁰¹) (0 for a zero row or one with a NaN / infinity): the
@@ -170,11 +187,16 @@ void run_fp8(const PackedWeight& w, const float* x, int64_t m, float* y, int n_t
 #pragma omp parallel num_threads(n_threads) if (parallel)
   {
     const auto [r0, r1] = thread_rows(w.n_out, kRw, omp_get_thread_num(), omp_get_num_threads());
-    int64_t r = r0;
-    for (; r + kRw <= r1; r += kRw)
-      for (int64_t i = 0; i < m; ++i) rows_fp8<kRw>(w, r, xp + i * n_in, back[size_t(i)], y + i * w.n_out, i == 0);
-    for (; r < r1; ++r)
-      for (int64_t i = 0; i < m; ++i) rows_fp8<1>(w, r, xp + i * n_in, back[size_t(i)], y + i * w.n_out, false);
+    // m = 1: 4 weight rows a pass (W streamed from memory, prefetched); a batch: its rows of x 4 at a time (each
+    // weight row decoded once for them: compute-bound from cache), the last 1-3 together.
+    int64_t i = 0;
+    for (; i + 4 <= m; i += 4) rows_fp8_range<4>(w, r0, r1, xp + i * n_in, &back[size_t(i)], y + i * w.n_out, i == 0);
+    const auto rest = [&](auto mx) {
+      rows_fp8_range<decltype(mx)::value>(w, r0, r1, xp + i * n_in, &back[size_t(i)], y + i * w.n_out, i == 0);
+    };
+    if (m - i == 3) rest(std::integral_constant<int, 3>{});
+    if (m - i == 2) rest(std::integral_constant<int, 2>{});
+    if (m - i == 1) rest(std::integral_constant<int, 1>{});
   }
 }
 

@@ -165,9 +165,11 @@ bool onednn_s8_gemm(const int8_t* xq, int64_t m, const int8_t* w, int64_t n_out,
                     int n_threads);
 
 // A16 decode on AVX2 (gemm_a16_avx2.cpp): Fp8E4M3 weights with tensor / channel scales (n_in a multiple of 32),
-// F32 x, m < kA16Avx2MaxM: 4 weight rows a block decoded in registers; the AVX2 path of fp8_linear for those (Int4 /
-// Int8: a16_avx2_levels below). Returns false (nothing written) for weights or m it does not take.
-inline constexpr int64_t kA16Avx2MaxM = 4;
+// F32 x, m < kA16Avx2MaxM: E4M3 bytes to F32 bits by shifts and a mask in registers, F32 FMAs; 4 weight rows a pass
+// at m = 1, a batch's rows of x 4 at a time against each decoded row (a row of a batch has the bits it has alone);
+// the AVX2 path of fp8_linear for those (Int4 / Int8: a16_avx2_levels below). Returns false (nothing written) for
+// weights or m it does not take.
+inline constexpr int64_t kA16Avx2MaxM = 32;  // = kA16Avx2GemmMinM: the F32 prefill from there
 bool a16_avx2_decode(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 // MXFP4 / NVFP4 decode on AVX2 (gemm_fp4_avx2.cpp): Rows layout, n_in a multiple of 32, F32 x, m < kFp4Avx2MaxM:
 // each E2M1 code to its value's BF16 bytes by two vpshufb tables, widened to F32 (exact), F32 products and sums,

@@ -1332,8 +1332,9 @@ TEST(PackedKernels, Fp8F16DecodeMatchesReferenceAndRowsAlone) {
 // scales, 1-48 blocks of 32 columns, row counts that leave 0-3 rows past the last 4-row block, F32 x and FP8 dynamic
 // activations (through fp8_linear), every E4M3 code but NaN; the suite's bound per row of x for ordinary rows, one
 // with a 10⁴ outlier, rows × 1e-30 and × 1e30 and a row near F32's largest values; 0 for a zero row, NaN for a
-// row with a NaN, the reference's ±inf / NaN for one with an infinity; a row of x in a batch (m 2, 3) gives the bits
-// it gives alone, at 1 and 2 threads; declines m from kA16Avx2MaxM, n_in not a multiple of 32 and block scales.
+// row with a NaN, the reference's ±inf / NaN for one with an infinity; a row of x in a batch (m 2-9 from every row:
+// 4 rows of x a pass and the last 1-3 together) gives the bits it gives alone, at 1 and 2 threads; a batch of
+// kA16Avx2MaxM - 1 rows the same; declines m from kA16Avx2MaxM, n_in not a multiple of 32 and block scales.
 TEST(PackedKernels, Fp8Avx2DecodeMatchesReferenceAndRowsAlone) {
   if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 here";
   using F = WeightFormat;
@@ -1387,7 +1388,7 @@ TEST(PackedKernels, Fp8Avx2DecodeMatchesReferenceAndRowsAlone) {
           EXPECT_LE(nmse_of(yi, ri), kMaxNmse) << c.name << " row " << i << " threads " << threads;
         }
       }
-      for (int64_t m : {2, 3})
+      for (int64_t m : {2, 3, 4, 5, 6, 7, 9})
         for (int64_t i0 = 0; i0 + m <= kRows; ++i0) {
           std::vector<float> y(size_t(m * c.n_out), -1e30f);
           ASSERT_TRUE(kernel(x.data() + i0 * c.n_in, m, w, y.data(), threads)) << c.name;
@@ -1401,8 +1402,19 @@ TEST(PackedKernels, Fp8Avx2DecodeMatchesReferenceAndRowsAlone) {
           }
         }
     }
-    std::vector<float> y(size_t(kA16Avx2MaxM * c.n_out));
-    EXPECT_FALSE(a16_avx2_decode(x.data(), kA16Avx2MaxM, w, y.data(), 1)) << c.name << ": m past the decode kernel's";
+    std::vector<float> xb(size_t(kA16Avx2MaxM * c.n_in)), y(size_t(kA16Avx2MaxM * c.n_out));
+    for (int64_t k = 0; k < kA16Avx2MaxM * c.n_in; ++k) xb[size_t(k)] = x[size_t(k % (kRows * c.n_in))];
+    const int64_t m_max = kA16Avx2MaxM - 1;
+    ASSERT_TRUE(kernel(xb.data(), m_max, w, y.data(), 2)) << c.name;
+    for (int64_t i = 0; i < m_max; ++i) {  // xb's row i is x's row i % kRows
+      std::vector<float> row(size_t(c.n_out));
+      ASSERT_TRUE(kernel(xb.data() + i * c.n_in, 1, w, row.data(), 1)) << c.name;
+      for (int64_t r = 0; r < c.n_out; ++r) {
+        const float a = row[size_t(r)], b = y[size_t(i * c.n_out + r)];
+        ASSERT_TRUE(a == b || (std::isnan(a) && std::isnan(b))) << c.name << " m " << m_max << " row " << i;
+      }
+    }
+    EXPECT_FALSE(a16_avx2_decode(xb.data(), kA16Avx2MaxM, w, y.data(), 1)) << c.name << ": m past the decode kernel's";
   }
   for (const Case& c : {Case{"fp8_odd_cols", F::Fp8E4M3, 8, 203}, Case{"fp8_block128", F::Fp8E4M3, 130, 256, 128, 128},
                         Case{"int8_channel", F::Int8, 8, 256}}) {
