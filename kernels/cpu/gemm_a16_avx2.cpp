@@ -18,7 +18,8 @@
 //     on Zen 3). Vector k holds byte k of each dword, so x is permuted alike once a call (permute_x4) and scaled by
 //     2^k that puts max|x| at 2¹⁰⁰ (scaled_x): every product of a code with an x within 2⁻⁷⁰ of max|x| is then a
 //     normal F32 (no subnormal results: those are slow, and lose bits); y = the sum × the row's scale × 2^(120 − k).
-//     Zen 3, SmolLM2's layers from cache, one thread: 10-12 GB/s before, see bench/results/zen3-fp8-avx2-*.
+//     Zen 3, SmolLM2's layers from cache, one thread: 8-12 GB/s before, 15-20 after
+//     (bench/results/zen3-fp8-avx2-20261206.md).
 // Products are the A16 kernels' (F32 value · x, exact), summed in F32 in another order: within their bound.
 // Prefill (m ≥ kA16Avx2GemmMinM, a16_avx2_gemm): the same decode writes W once a call as F32 (value × scale,
 // the reference's dequantized weight; Int4 columns in x's permuted order, x permuted alike), then the dense F32
@@ -27,8 +28,8 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
-#include <type_traits>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include <immintrin.h>
