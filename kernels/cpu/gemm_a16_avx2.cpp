@@ -22,7 +22,7 @@
 //     (bench/results/zen3-fp8-avx2-20261206.md).
 // Products are the A16 kernels' (F32 value · x, exact), summed in F32 in another order: within their bound.
 // Prefill (m ≥ kA16Avx2GemmMinM, a16_avx2_gemm): the same decode writes W once a call as F32 (value × scale,
-// the reference's dequantized weight; Int4 columns in x's permuted order, x permuted alike), then the dense F32
+// the reference's dequantized weight; Int4 / Fp8 columns in x's permuted order, x permuted alike), then the dense F32
 // linear() (oneDNN's AVX2 sgemm): n_out · n_in conversions against m times the MACs.
 #include <algorithm>
 #include <cmath>
@@ -181,9 +181,11 @@ void run_fp8(const PackedWeight& w, const float* x, int64_t m, float* y, int n_t
   const int64_t n_in = w.n_in;
   thread_local std::vector<float> xs;
   if (int64_t(xs.size()) < m * n_in) xs.resize(size_t(m * n_in));
-  std::vector<Pow2> back;
+  thread_local std::vector<Pow2> back;  // kept from call to call, as xs: no allocation a decode step
+  back.clear();
   for (int64_t i = 0; i < m; ++i) back.emplace_back(120 - scaled_x(x + i * n_in, n_in, xs.data() + i * n_in));
   const float* xp = xs.data();
+  const Pow2* bk = back.data();  // inside the parallel region `back` would name each thread's own (empty) copy
   const bool parallel = n_threads > 1 && worth_parallel(w.n_out * w.row_bytes() * m);
 #pragma omp parallel num_threads(n_threads) if (parallel)
   {
@@ -191,9 +193,9 @@ void run_fp8(const PackedWeight& w, const float* x, int64_t m, float* y, int n_t
     // m = 1: 4 weight rows a pass (W streamed from memory, prefetched); a batch: its rows of x 4 at a time (each
     // weight row decoded once for them: compute-bound from cache), the last 1-3 together.
     int64_t i = 0;
-    for (; i + 4 <= m; i += 4) rows_fp8_range<4>(w, r0, r1, xp + i * n_in, &back[size_t(i)], y + i * w.n_out, i == 0);
+    for (; i + 4 <= m; i += 4) rows_fp8_range<4>(w, r0, r1, xp + i * n_in, bk + i, y + i * w.n_out, i == 0);
     const auto rest = [&](auto mx) {
-      rows_fp8_range<decltype(mx)::value>(w, r0, r1, xp + i * n_in, &back[size_t(i)], y + i * w.n_out, i == 0);
+      rows_fp8_range<decltype(mx)::value>(w, r0, r1, xp + i * n_in, bk + i, y + i * w.n_out, i == 0);
     };
     if (m - i == 3) rest(std::integral_constant<int, 3>{});
     if (m - i == 2) rest(std::integral_constant<int, 2>{});
