@@ -29,7 +29,8 @@
 //           scale_bytes [ceil(n_out / 16)][nb][96 bytes]: the 16 rows' F16 d (32 bytes), then the fifth bits
 //           (64 bytes: byte 4i + j, bit 2c + h = that of row i, column 32b + 8c + 4h + j). 22 bytes per 32
 //           columns, as the file; padding rows 0.
-//           GGUF Q6_K (256-column blocks, x = d sc (q − 32), q six bits, sc int8 a 16 columns; the int8 kernel):
+//           GGUF Q6_K (256-column blocks, x = d sc (q − 32), q six bits, sc int8 a 16 columns; the int8 kernel and
+//           AVX2's, kernels/cpu/gemm_rows16_kquant_avx2.cpp):
 //           data as Q5_0's (the low 4 bits of q); scale_bytes [ceil(n_out / 16)][nb][1312 bytes]: the 16 rows' F16
 //           d (32 bytes), their sc (16 sub-blocks × 16 rows, byte 16 s + i), then for each 32 columns two 64-byte
 //           planes of q's bits 4 and 5 (plane p, byte 4i + j, bit 2c + h: bit 4 + p of row i's q at column

@@ -252,7 +252,8 @@ bool rows16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, i
   if (w.format == WeightFormat::GgufQ8_0 || w.format == WeightFormat::GgufQ5_0 || w.format == WeightFormat::GgufQ6_K ||
       ((w.format == WeightFormat::GgufQ4_0 || w.format == WeightFormat::GgufQ4_1 || w.format == WeightFormat::GgufQ4_K) &&
        !w.act_bf16))
-    return rows16_int8_linear(x, m, w, y, n_threads) || rows16_avx2_linear(x, m, w, y, n_threads);
+    return rows16_int8_linear(x, m, w, y, n_threads) || rows16_avx2_linear(x, m, w, y, n_threads) ||
+           rows16_avx2_k_linear(x, m, w, y, n_threads);
   if (w.rows_layout != RowsLayout::Rows16 || !cpu_has_avx512bf16()) return false;
   const bool grouped = w.format == WeightFormat::Int4 && w.n_groups() > 1;
   const int k = w.format == WeightFormat::Nvfp4                ? kNvfp4

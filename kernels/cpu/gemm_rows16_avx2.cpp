@@ -308,8 +308,8 @@ bool rows16_avx2_wanted(const PackedWeight& w) {
            (w.n_groups() == 1 || w.group_size % 32 == 0) && packed_best_isa() == PackedIsa::Avx2;
   if (w.format == WeightFormat::Mxfp4 || w.format == WeightFormat::Nvfp4)  // rows16_fp4_avx2 (gemm_rows16_fp4_avx2.cpp)
     return w.act == ActQuant::None && packed_best_isa() == PackedIsa::Avx2;
-  return (w.format == WeightFormat::GgufQ4_0 || w.format == WeightFormat::GgufQ4_1 ||
-          w.format == WeightFormat::GgufQ5_0 || w.format == WeightFormat::GgufQ8_0) &&
+  return (w.format == WeightFormat::GgufQ4_0 || w.format == WeightFormat::GgufQ4_1 || w.format == WeightFormat::GgufQ5_0 ||
+          w.format == WeightFormat::GgufQ8_0 || w.format == WeightFormat::GgufQ4_K || w.format == WeightFormat::GgufQ6_K) &&
          !w.act_bf16 && !cpu_has_avx512vnni() && gguf_kernel_available(GgufKernel::Avx2);
 }
 

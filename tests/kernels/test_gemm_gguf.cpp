@@ -260,6 +260,69 @@ TEST(GemmGgufRows16, Avx2FormsGiveTheFileKernelsBits) {
   }
 }
 
+// GGUF Q4_K and Q6_K in 16-row blocks on AVX2 (rows16_avx2_k_linear: the Q4_K_M mix's K-quants on CPUs without AVX-512
+// VNNI): the integer block totals and float operations of the VNNI kernel (rows16_int8_linear), so its bits where this
+// CPU has VNNI, and within the kernel bound of the portable kernel on the file's blocks everywhere; each row of a batch
+// (m 2..37: every remainder of the tiles of 3 rows of x, half a row block a pass) with the bits it has alone, at 1 and
+// 2 threads; 1 to 6 blocks a row, 1 to 16 rows in the last 16-row block; the file's layout, act_bf16 and the other
+// formats declined. cpu::Weight holds them so where the CPU has AVX2 and no AVX-512 VNNI, and linear() then gives the
+// same bits.
+TEST(GemmGgufRows16, Avx2KQuantsMatchThePortableKernelAndRowsAlone) {
+  if (!gguf_kernel_available(GgufKernel::Avx2)) GTEST_SKIP() << "no AVX2 here";
+  for (const Rows16Shape sh : {Rows16Shape{DType::Q4_K, 35, 1}, Rows16Shape{DType::Q4_K, 16, 6},
+                               Rows16Shape{DType::Q4_K, 3, 2}, Rows16Shape{DType::Q4_K, 49, 3},
+                               Rows16Shape{DType::Q6_K, 35, 1}, Rows16Shape{DType::Q6_K, 16, 6},
+                               Rows16Shape{DType::Q6_K, 3, 2}, Rows16Shape{DType::Q6_K, 17, 3}}) {
+    const int64_t n_in = 256 * sh.n_blocks, m_max = 37;
+    const std::string name = std::string(dtype_name(sh.t)) + " [" + std::to_string(sh.n_out) + " x " + std::to_string(n_in) + "]";
+    const PackedWeight w = test::make_gguf_weight(sh.t, sh.n_out, n_in, uint32_t(7 * sh.n_out + n_in));
+    PackedWeight r = copy_packed_weight(w);
+    set_rows_layout(&r, RowsLayout::Rows16);
+    const auto x = test::make_gguf_x(m_max, n_in, uint32_t(11 + n_in));
+    std::vector<float> portable(size_t(m_max * sh.n_out), NAN);
+    gemm_gguf(x.data(), m_max, w, portable.data(), 1, GgufKernel::Portable);
+    EXPECT_FALSE(rows16_avx2_k_linear(x.data(), 1, w, portable.data(), 1)) << name << ": the file's layout";
+    PackedWeight rb = copy_packed_weight(r);
+    rb.act_bf16 = true;
+    EXPECT_FALSE(rows16_avx2_k_linear(x.data(), 1, rb, portable.data(), 1)) << name << ": act_bf16";
+    const auto scale = test::abs_sums(x.data(), m_max, w);
+    std::vector<float> vnni;
+    if (cpu_has_avx512vnni()) {
+      vnni.assign(portable.size(), NAN);
+      ASSERT_TRUE(rows16_int8_linear(x.data(), m_max, r, vnni.data(), 1)) << name;
+    }
+    for (int threads : {1, 2}) {
+      std::vector<float> alone(portable.size(), NAN);
+      for (int64_t i = 0; i < m_max; ++i)
+        ASSERT_TRUE(rows16_avx2_k_linear(x.data() + i * n_in, 1, r, alone.data() + i * sh.n_out, threads)) << name;
+      expect_close(alone, portable, scale, name + " rows16 AVX2 vs portable, threads " + std::to_string(threads));
+      for (size_t k = 0; k < vnni.size(); ++k) ASSERT_EQ(alone[k], vnni[k]) << name << " vs the VNNI kernel, output " << k;
+      for (int64_t m : {2, 3, 4, 5, 8, 9, 16, 37}) {
+        std::vector<float> y(size_t(m * sh.n_out), NAN);
+        ASSERT_TRUE(rows16_avx2_k_linear(x.data(), m, r, y.data(), threads)) << name;
+        for (int64_t k = 0; k < m * sh.n_out; ++k)
+          ASSERT_EQ(y[size_t(k)], alone[size_t(k)]) << name << " m " << m << " row " << k / sh.n_out << " threads " << threads;
+      }
+    }
+    if (!cpu_has_avx512vnni()) {  // this CPU's choice: cpu::Weight holds them in Rows16, linear() gives the same bits
+      EXPECT_TRUE(rows16_wanted(w)) << name;
+      const Weight cw(copy_packed_weight(w));
+      EXPECT_EQ(cw.packed().rows_layout, RowsLayout::Rows16) << name;
+      std::vector<float> via_linear(portable.size(), NAN), alone(portable.size(), NAN);
+      linear(x.data(), m_max, cw, via_linear.data());
+      for (int64_t i = 0; i < m_max; ++i)
+        ASSERT_TRUE(rows16_avx2_k_linear(x.data() + i * n_in, 1, r, alone.data() + i * sh.n_out, 1)) << name;
+      for (size_t k = 0; k < alone.size(); ++k) ASSERT_EQ(via_linear[k], alone[k]) << name << " linear(), output " << k;
+    }
+  }
+  // The other formats are not its.
+  const PackedWeight q40 = test::make_gguf_weight(DType::Q4_0, 16, 256, 5);
+  PackedWeight q40r = copy_packed_weight(q40);
+  set_rows_layout(&q40r, RowsLayout::Rows16);
+  std::vector<float> x(256, 0.5f), y(16);
+  EXPECT_FALSE(rows16_avx2_k_linear(x.data(), 1, q40r, y.data(), 1)) << "Q4_0";
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, GemmGguf,
     ::testing::Combine(::testing::ValuesIn(test::kGgufTypes),
