@@ -79,7 +79,12 @@ PackedWeight make(const Fmt& f, int64_t n_out, int64_t n_in, std::mt19937& rng) 
   } else if (f.format == WeightFormat::Fp8E4M3) {
     for (int64_t i = 0; i < w.data.size(); ++i)
       if ((w.data.data()[i] & 0x7f) == 0x7f) w.data.data()[i] &= 0xfe;  // no NaN codes
-    w.scales.assign(size_t(n_out), 0.001f);
+    if (f.group > 0) {  // 128 x 128 block scales (fp8_block), as DeepSeek / Qwen3 FP8 checkpoints ship them
+      w.group_size = w.block_out = f.group;
+      w.scales.assign(size_t((n_out + f.group - 1) / f.group * w.n_groups()), 0.001f);
+    } else {
+      w.scales.assign(size_t(n_out), 0.001f);
+    }
   } else if (f.format == WeightFormat::Mxfp4 || f.format == WeightFormat::Nvfp4) {  // 2^-7 / E4M3 0.5 block scales
     const bool mx = f.format == WeightFormat::Mxfp4;
     w.scale_bytes.assign(size_t(n_out * n_in / (mx ? 32 : 16)), mx ? uint8_t(120) : f32_to_fp8_e4m3(0.5f));
@@ -175,6 +180,7 @@ int main(int argc, char** argv) {
       {"w8a8_int8", F::Int8, 0, ActQuant::Int8Dynamic},
       {"fp8_weight", F::Fp8E4M3},
       {"fp8_dynamic", F::Fp8E4M3, 0, ActQuant::Fp8Dynamic},
+      {"fp8_block", F::Fp8E4M3, 128},
       {"mxfp4", F::Mxfp4},
       {"nvfp4", F::Nvfp4},
   };

@@ -1,5 +1,6 @@
-// A16 decode on AVX2 + FMA (packed_kernels.h: a16_avx2_decode): Fp8E4M3 weights (per tensor / per channel scales)
-// against F32 x (Int4 / Int8 decode: gemm_a16_avx2_levels.cpp; the Int4 / Int8 decoding below serves the prefill),
+// A16 decode on AVX2 + FMA (packed_kernels.h: a16_avx2_decode): Fp8E4M3 weights (per tensor / per channel scales, or
+// block_out × group_size blocks, group_size a multiple of 32 — DeepSeek's / Qwen3's 128 × 128 — folded into x a block
+// of rows at a time) against F32 x (Int4 / Int8 decode: gemm_a16_avx2_levels.cpp; the Int4 / Int8 decoding below serves the prefill),
 // for m < kA16Avx2MaxM rows of x. At m = 1 weight rows 4 at a time (contiguous, software-prefetched ahead); in a
 // batch each weight row decoded once for 4 rows of x (the last 1-3 rows of x: 2 or 1 weight rows a pass). Per 32
 // columns a row: 4 vectors of 8 values decoded in registers, 4 FMAs with each row of x into two sums; y = their
@@ -18,6 +19,8 @@
 //     on Zen 3). Vector k holds byte k of each dword, so x is permuted alike once a call (permute_x4) and scaled by
 //     2^k that puts max|x| at 2¹⁰⁰ (scaled_x): every product of a code with an x within 2⁻⁷⁰ of max|x| is then a
 //     normal F32 (no subnormal results: those are slow, and lose bits); y = the sum × the row's scale × 2^(120 − k).
+//     Block scales: per block of rows, x × the block's column scales is scaled and permuted the same way (a row's
+//     work n_in / block_out of its weights'), the sum's scale 1 (fp8_block_rows).
 //     Zen 3, SmolLM2's layers from cache, one thread: 8-12 GB/s before, 15-20 after
 //     (bench/results/zen3-fp8-avx2-20261206.md).
 // Products are the A16 kernels' (F32 value · x, exact), summed in F32 in another order: within their bound.
@@ -112,8 +115,8 @@ struct Pow2 {
 };
 
 // FP8 decode: weight rows [r, r + RW) against rows [0, MX) of x (xs: x · 2^k a row, scaled_x below; rows n_in
-// apart), y[i · n_out + r + j] = the row's Σ (value · 2⁻¹²⁰) · xs_i, × the row's scale, × 2^(120 − k_i) (back[i]; exact
-// but for the one rounding of the scale's product). Two accumulators a (weight row, x row): the 4 FMAs a 32 columns
+// apart), y[i · n_out + r + j] = the row's Σ (value · 2⁻¹²⁰) · xs_i, × the row's scale (1 with block scales: xs holds
+// them), × 2^(120 − k_i) (back[i]; exact but for the one rounding of the scale's product). Two accumulators a (weight row, x row): the 4 FMAs a 32 columns
 // in two chains, the same operations in the same order for every RW and MX (a row of a batch has the bits it has
 // alone). RW · MX ≤ 4: the 8 accumulators, a row's 4 decoded vectors and the mask in registers.
 template <int RW, int MX>
@@ -144,7 +147,8 @@ __attribute__((target("avx2,fma,f16c"))) void rows_fp8(const PackedWeight& w, in
       const __m256 t8 = _mm256_add_ps(acc[j][i][0], acc[j][i][1]);
       const __m128 s = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1));
       const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-      const float sc = w.scales[w.scales.size() == 1 ? 0 : size_t(r + j)];
+      // Block scales (block_out > 0) are folded into x (run_fp8): × 1.
+      const float sc = w.block_out > 0 ? 1.0f : w.scales[w.scales.size() == 1 ? 0 : size_t(r + j)];
       y[i * n_out + r + j] = back[i](_mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1))) * sc);
     }
 }
@@ -177,8 +181,85 @@ int scaled_x(const float* x, int64_t n_in, float* xs) {
   return k;
 }
 
+// Weight rows [r0, r1) against the m rows of x (xp / bk: scaled_x's rows and their factors; rows n_in apart).
+void fp8_rows_all_x(const PackedWeight& w, int64_t r0, int64_t r1, const float* xp, const Pow2* bk, int64_t m, float* y) {
+  const int64_t n_in = w.n_in;
+  // m = 1: 4 weight rows a pass (W streamed from memory, prefetched); a batch: its rows of x 4 at a time (each
+  // weight row decoded once for them: compute-bound from cache), the last 1-3 together.
+  int64_t i = 0;
+  for (; i + 4 <= m; i += 4) rows_fp8_range<4>(w, r0, r1, xp + i * n_in, bk + i, y + i * w.n_out, i == 0);
+  const auto rest = [&](auto mx) {
+    rows_fp8_range<decltype(mx)::value>(w, r0, r1, xp + i * n_in, bk + i, y + i * w.n_out, i == 0);
+  };
+  if (m - i == 3) rest(std::integral_constant<int, 3>{});
+  if (m - i == 2) rest(std::integral_constant<int, 2>{});
+  if (m - i == 1) rest(std::integral_constant<int, 1>{});
+}
+
+// 128 × 128 block scales (block_out rows × group_size columns a scale, group_size a multiple of 32): this thread's
+// rows a block of rows at a time, each against x × that block's column scales (x_c · s[c / group_size], rounded to
+// F32 once) scaled as scaled_x scales any row — the decode then the per-channel one with scale 1. xp: the m rows of x
+// in permute_x4's order; amax: each 32 columns' max|x| (the scaled row's max is max over them of amax · |s|: rounding
+// is monotonic). Rows [r0, r1).
+__attribute__((target("avx2,fma,f16c"))) void fp8_block_rows(const PackedWeight& w, int64_t r0, int64_t r1,
+                                                              const float* xp, const float* amax, int64_t m, float* y) {
+  const int64_t n_in = w.n_in, nch = n_in / 32, bo = w.block_out, per = w.group_size / 32, nbc = w.n_groups();
+  thread_local std::vector<float> xs;  // this thread's x rows × the block's scales × 2^k
+  thread_local std::vector<Pow2> back;
+  if (int64_t(xs.size()) < m * n_in) xs.resize(size_t(m * n_in));
+  for (int64_t b0 = r0; b0 < r1;) {
+    const int64_t blk = b0 / bo, b1 = std::min(r1, (blk + 1) * bo);
+    const float* s = w.scales.data() + blk * nbc;
+    back.clear();
+    for (int64_t i = 0; i < m; ++i) {
+      float am = 0;
+      for (int64_t ch = 0; ch < nch; ++ch) am = std::max(am, amax[i * nch + ch] * std::fabs(s[ch / per]));
+      int k = 0;
+      if (am > 0 && std::isfinite(am)) {
+        int e;
+        std::frexp(am, &e);
+        k = 101 - e;  // as scaled_x
+      }
+      const Pow2 f(k);
+      const __m256 fa = _mm256_set1_ps(f.a), fb = _mm256_set1_ps(f.b);
+      for (int64_t ch = 0; ch < nch; ++ch) {
+        const __m256 sc = _mm256_set1_ps(s[ch / per]);
+        const float* xi = xp + i * n_in + ch * 32;
+        float* o = xs.data() + i * n_in + ch * 32;
+        for (int t = 0; t < 32; t += 8)  // ((x · s) · a) · b: scaled_x's f(x · s)
+          _mm256_storeu_ps(o + t, _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(xi + t), sc), fa), fb));
+      }
+      back.emplace_back(120 - k);
+    }
+    fp8_rows_all_x(w, b0, b1, xs.data(), back.data(), m, y);
+    b0 = b1;
+  }
+}
+
 void run_fp8(const PackedWeight& w, const float* x, int64_t m, float* y, int n_threads) {
   const int64_t n_in = w.n_in;
+  if (w.block_out > 0) {  // x permuted and each 32 columns' max|x| once a call; scaled a block of rows at a time
+    const int64_t nch = n_in / 32;
+    thread_local std::vector<float> xp, amax;
+    if (int64_t(xp.size()) < m * n_in) xp.resize(size_t(m * n_in));
+    if (int64_t(amax.size()) < m * nch) amax.resize(size_t(m * nch));
+    for (int64_t i = 0; i < m; ++i) {
+      permute_x4(x + i * n_in, n_in, xp.data() + i * n_in);
+      for (int64_t ch = 0; ch < nch; ++ch) {
+        float a = 0;
+        for (int64_t c = 0; c < 32; ++c) a = std::max(a, std::fabs(x[i * n_in + ch * 32 + c]));
+        amax[size_t(i * nch + ch)] = a;
+      }
+    }
+    const float *xpp = xp.data(), *ap = amax.data();  // (inside the region the names are each thread's own)
+    const bool parallel = n_threads > 1 && worth_parallel(w.n_out * w.row_bytes() * m);
+#pragma omp parallel num_threads(n_threads) if (parallel)
+    {
+      const auto [r0, r1] = thread_rows(w.n_out, kRw, omp_get_thread_num(), omp_get_num_threads());
+      fp8_block_rows(w, r0, r1, xpp, ap, m, y);
+    }
+    return;
+  }
   thread_local std::vector<float> xs;
   if (int64_t(xs.size()) < m * n_in) xs.resize(size_t(m * n_in));
   thread_local std::vector<Pow2> back;  // kept from call to call, as xs: no allocation a decode step
@@ -190,24 +271,16 @@ void run_fp8(const PackedWeight& w, const float* x, int64_t m, float* y, int n_t
 #pragma omp parallel num_threads(n_threads) if (parallel)
   {
     const auto [r0, r1] = thread_rows(w.n_out, kRw, omp_get_thread_num(), omp_get_num_threads());
-    // m = 1: 4 weight rows a pass (W streamed from memory, prefetched); a batch: its rows of x 4 at a time (each
-    // weight row decoded once for them: compute-bound from cache), the last 1-3 together.
-    int64_t i = 0;
-    for (; i + 4 <= m; i += 4) rows_fp8_range<4>(w, r0, r1, xp + i * n_in, bk + i, y + i * w.n_out, i == 0);
-    const auto rest = [&](auto mx) {
-      rows_fp8_range<decltype(mx)::value>(w, r0, r1, xp + i * n_in, bk + i, y + i * w.n_out, i == 0);
-    };
-    if (m - i == 3) rest(std::integral_constant<int, 3>{});
-    if (m - i == 2) rest(std::integral_constant<int, 2>{});
-    if (m - i == 1) rest(std::integral_constant<int, 1>{});
+    fp8_rows_all_x(w, r0, r1, xp, bk, m, y);
   }
 }
 
 // Rows [r0, r1) of W as F32 value × scale into out [.., n_in] (Int4: columns in permute_x's order, Fp8 permute_x4's).
 template <Kind K>
 __attribute__((target("avx2,fma,f16c"))) void dequant_rows(const PackedWeight& w, int64_t r0, int64_t r1, float* out) {
-  const int64_t n_in = w.n_in, rb = w.row_bytes(), ng = K == Kind::Fp8 ? 1 : w.n_groups();
-  const int64_t gs = K == Kind::Fp8 ? n_in : w.group_size;
+  const bool fp8_blocks = K == Kind::Fp8 && w.block_out > 0;  // a scale a block_out rows × group_size columns
+  const int64_t n_in = w.n_in, rb = w.row_bytes(), ng = K == Kind::Fp8 && !fp8_blocks ? 1 : w.n_groups();
+  const int64_t gs = K == Kind::Fp8 && !fp8_blocks ? n_in : w.group_size;
   const bool zeros = K != Kind::Fp8 && !w.zeros.empty();
   const int base = K == Kind::Int4 ? 8 : 0;
   const __m256 two120 = _mm256_set1_ps(0x1p120f);
@@ -217,8 +290,9 @@ __attribute__((target("avx2,fma,f16c"))) void dequant_rows(const PackedWeight& w
     for (int64_t g = 0, c0 = 0; c0 < n_in; ++g, c0 += gs) {
       const int64_t c1 = std::min(n_in, c0 + gs);
       const __m256i zoff = _mm256_set1_epi32(base + (zeros ? int(w.zeros[size_t(r * ng + g)]) : 0));
-      const __m256 sc = _mm256_set1_ps(K == Kind::Fp8 ? w.scales[w.scales.size() == 1 ? 0 : size_t(r)]
-                                                      : w.scales[size_t(r * ng + g)]);
+      const __m256 sc = _mm256_set1_ps(fp8_blocks        ? w.scales[size_t((r / w.block_out) * ng + g)]
+                                       : K == Kind::Fp8 ? w.scales[w.scales.size() == 1 ? 0 : size_t(r)]
+                                                        : w.scales[size_t(r * ng + g)]);
       for (int64_t c = c0; c < c1; c += 32) {
         __m256 v[4];
         decode32<K>(p, c, zoff, v);
@@ -260,7 +334,7 @@ bool a16_avx2_decode(const float* x, int64_t m, const PackedWeight& w, float* y,
   if (m >= kA16Avx2MaxM || w.n_in % 32 != 0) return false;
   // Int4 / Int8 decode: gemm_a16_avx2_levels.cpp (integer sums, 1.2-1.5x these F32 ones from cache on Zen 3);
   // their decode32 below serves the prefill's dequantization.
-  if (w.format != WeightFormat::Fp8E4M3 || w.block_out > 0) return false;
+  if (w.format != WeightFormat::Fp8E4M3 || (w.block_out > 0 && w.group_size % 32 != 0)) return false;
   run_fp8(w, x, m, y, n_threads);
   return true;
 }
@@ -275,7 +349,7 @@ bool a16_avx2_gemm(const float* x, int64_t m, const PackedWeight& w, float* y, i
     default: return false;
   }
   if (kind != Kind::Fp8 && (!w.g_idx.empty() || w.group_size % 32 != 0)) return false;
-  if (kind == Kind::Fp8 && w.block_out > 0) return false;
+  if (kind == Kind::Fp8 && w.block_out > 0 && w.group_size % 32 != 0) return false;  // dequant_rows' 32-column steps
   if (w.rows_layout == RowsLayout::Rows16) {  // Int4 held for rows16_a16_avx2's decode: its rows decoded from the blocks
     if (kind != Kind::Int4) return false;
     dense_f32_linear(

@@ -164,7 +164,8 @@ inline constexpr int64_t kW8a8OnednnMinM = 16;
 bool onednn_s8_gemm(const int8_t* xq, int64_t m, const int8_t* w, int64_t n_out, int64_t n_in, int32_t* acc,
                     int n_threads);
 
-// A16 decode on AVX2 (gemm_a16_avx2.cpp): Fp8E4M3 weights with tensor / channel scales (n_in a multiple of 32),
+// A16 decode on AVX2 (gemm_a16_avx2.cpp): Fp8E4M3 weights with tensor / channel / block scales (n_in and a block's
+// columns multiples of 32),
 // F32 x, m < kA16Avx2MaxM: E4M3 bytes to F32 bits by shifts and a mask in registers, F32 FMAs; 4 weight rows a pass
 // at m = 1, a batch's rows of x 4 at a time against each decoded row (a row of a batch has the bits it has alone);
 // the AVX2 path of fp8_linear for those (Int4 / Int8: a16_avx2_levels below). Returns false (nothing written) for

@@ -354,6 +354,8 @@ std::vector<Case> a16_prefill_cases() {
       {"fp8_channel", F::Fp8E4M3, 40, 576},
       {"fp8_tensor", F::Fp8E4M3, 13, 160, 0, 0, false, false, true},
       {"fp8_dynamic_act", F::Fp8E4M3, 21, 576, 0, 0, false, false, false, ActQuant::Fp8Dynamic},
+      {"fp8_block128_576", F::Fp8E4M3, 261, 576, 128, 128},  // 64 columns and 5 rows in the last blocks
+      {"fp8_block96x64_dynamic", F::Fp8E4M3, 100, 160, 64, 96, false, false, false, ActQuant::Fp8Dynamic},
       // BF16 activations (x one BF16 part in the slabs and tiles)
       {"int4_g64_576_x_bf16", F::Int4, 70, 576, 64, 0, false, false, false, ActQuant::None, 0, true, true},
       {"int4_channel_zeros_x_bf16", F::Int4, 33, 256, 0, 0, true, false, false, ActQuant::None, 0, true, true},
@@ -1334,7 +1336,8 @@ TEST(PackedKernels, Fp8F16DecodeMatchesReferenceAndRowsAlone) {
 // with a 10⁴ outlier, rows × 1e-30 and × 1e30 and a row near F32's largest values; 0 for a zero row, NaN for a
 // row with a NaN, the reference's ±inf / NaN for one with an infinity; a row of x in a batch (m 2-9 from every row:
 // 4 rows of x a pass and the last 1-3 together) gives the bits it gives alone, at 1 and 2 threads; a batch of
-// kA16Avx2MaxM - 1 rows the same; declines m from kA16Avx2MaxM, n_in not a multiple of 32 and block scales.
+// kA16Avx2MaxM - 1 rows the same; block scales (128 × 128 with partial last blocks, with FP8 dynamic activations, 96
+// rows × 64 columns) likewise; declines m from kA16Avx2MaxM, n_in not a multiple of 32 and blocks of 48 columns.
 TEST(PackedKernels, Fp8Avx2DecodeMatchesReferenceAndRowsAlone) {
   if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 here";
   using F = WeightFormat;
@@ -1344,6 +1347,9 @@ TEST(PackedKernels, Fp8Avx2DecodeMatchesReferenceAndRowsAlone) {
       {"fp8_channel_32", F::Fp8E4M3, 6, 32},
       {"fp8_dynamic_act_256", F::Fp8E4M3, 23, 256, 0, 0, false, false, false, ActQuant::Fp8Dynamic},
       {"fp8_static_act_96", F::Fp8E4M3, 7, 96, 0, 0, false, false, true, ActQuant::Fp8Static},
+      {"fp8_block128_576", F::Fp8E4M3, 261, 576, 128, 128},  // 64 columns and 5 rows in the last blocks
+      {"fp8_block128_dynamic", F::Fp8E4M3, 130, 256, 128, 128, false, false, false, ActQuant::Fp8Dynamic},
+      {"fp8_block96x64", F::Fp8E4M3, 100, 160, 64, 96},
   };
   const DecodeKernel through_fp8_linear = [](const float* x, int64_t m, const PackedWeight& w, float* y, int t) {
     return m < kA16Avx2MaxM && fp8_linear(x, m, w, y, t, PackedIsa::Avx2);
@@ -1416,7 +1422,7 @@ TEST(PackedKernels, Fp8Avx2DecodeMatchesReferenceAndRowsAlone) {
     }
     EXPECT_FALSE(a16_avx2_decode(xb.data(), kA16Avx2MaxM, w, y.data(), 1)) << c.name << ": m past the decode kernel's";
   }
-  for (const Case& c : {Case{"fp8_odd_cols", F::Fp8E4M3, 8, 203}, Case{"fp8_block128", F::Fp8E4M3, 130, 256, 128, 128},
+  for (const Case& c : {Case{"fp8_odd_cols", F::Fp8E4M3, 8, 203}, Case{"fp8_block_48_cols", F::Fp8E4M3, 20, 96, 48, 16},
                         Case{"int8_channel", F::Int8, 8, 256}}) {
     const PackedWeight w = make(c, 5);
     std::vector<float> x = normal_rows(1, c.n_in), y(size_t(c.n_out));
