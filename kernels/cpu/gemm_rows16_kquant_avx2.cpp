@@ -9,7 +9,7 @@
 //   Q4_K (x = d sc q − dmin m a 32-column sub-block, q 4 bits): codes as Q4_0's (columns 0, 4, 1, 5 of a chunk in the
 //   low nibbles, 2, 6, 3, 7 in the high ones; x permuted once a call, rows16_q4_x_order); a sub-block's 4 chunks add
 //   in int16 (≤ 4 · 2 · 2 · 15 · 127 = 30480), × sc into the block's int32 total; the mins' Σ m_s Σq_x (Σq_x of
-//   sub-blocks 2p, 2p + 1 as the halves of one int32, q4k_sx_pairs) by 4 vpmaddwd a block.
+//   sub-blocks 2p, 2p + 1 as the halves of one int32, made once a call) by 4 vpmaddwd a block.
 //   Q6_K (x = d sc (q − 32) a 16-column sub-block, q 6 bits): low nibbles as Q5_0's (columns 0-3 low, 4-7 high, in
 //   column order), bits 4 and 5 from the block's two planes, merged once a 32 columns into two bytes-vectors whose bit
 //   pairs (2c, 2c + 1) are bits (4, 5) of chunk c's low / high columns; a chunk's int16 sums (≤ 2 · 2 · 63 · 127 =
@@ -55,23 +55,45 @@ inline __m256i dup_low_byte(__m256i v) {
 // Rows 8 h .. 8 h + 7's 16-bit entries at p (8 of them) as dwords: entry r in dword r's low 16 bits.
 inline __m256i entries8(const uint8_t* p) { return _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 
-// Row block rb's halves H0 .. H0 + NH − 1 (rows 8 h .. 8 h + 7) of Q4_K against MT rows of x from row i0 (xq: Q8_K's q
-// in the words' column order; sxp: q4k_sx_pairs): y[i · n_out + 16 rb + 8 h + r], the rows past n_out left out.
+// MT rows of Q8_K x from row i0: their q (from q: Q8_K's own or its copy in the words' order), d a 256 columns and Σq a
+// 16 columns.
+template <int MT>
+struct XRows {
+  const int8_t* q[MT];
+  const float* d[MT];
+  const int16_t* bs[MT];
+  XRows(const GgufActs& a, const int8_t* q0, int64_t i0) {
+    const int64_t n_in = a.n_in;
+    for (int i = 0; i < MT; ++i) {
+      q[i] = q0 + (i0 + i) * n_in;
+      d[i] = a.d.data() + (i0 + i) * (n_in / 256);
+      bs[i] = a.bsums.data() + (i0 + i) * (n_in / 16);
+    }
+  }
+};
+
+// The totals of halves H0 .. H0 + NH − 1 of row block rb (tot[h][i]: rows 16 rb + 8 (H0 + h) .. + 7 against row i of
+// x) into y[i · n_out + ..], the rows from n_out on left out.
+template <int MT, int H0, int NH>
+inline void store_halves(const __m256 (&tot)[NH][MT], int64_t rb, int64_t n_out, float* y) {
+#pragma GCC unroll 2
+  for (int h = 0; h < NH; ++h)
+#pragma GCC unroll 4
+    for (int i = 0; i < MT; ++i) rows16_store8(tot[h][i], rb * 16 + (H0 + h) * 8, n_out, y + i * n_out);
+}
+
+// Row block rb's halves H0 .. H0 + NH − 1 (rows 8 h .. 8 h + 7) of Q4_K against MT rows of x from row i0 (xperm: Q8_K's
+// q in the words' column order; sxp: per 256 columns 4 int32, each two sub-blocks' Σq as its int16 halves): y[i ·
+// n_out + 16 rb + 8 h + r], the rows past n_out left out.
 template <int MT, int H0, int NH>
 void q4k_block(const PackedWeight& w, int64_t rb, const GgufActs& a, const int8_t* xperm, const int32_t* sxp,
                int64_t i0, float* y, bool prefetch) {
   const int64_t n_in = w.n_in, nb = n_in / 256;
   const uint8_t* wd = w.data.data() + rb * (n_in / 8) * 64;
   const uint8_t* sbs = w.scale_bytes.data() + rb * nb * kQ4KScaleBytes;
-  const int8_t* xq[MT];
-  const float* xd[MT];
-  const int32_t* xs[MT];
-#pragma GCC unroll 4
-  for (int i = 0; i < MT; ++i) {
-    xq[i] = xperm + (i0 + i) * n_in;
-    xd[i] = a.d.data() + (i0 + i) * nb;
-    xs[i] = sxp + (i0 + i) * nb * 4;
-  }
+  const XRows<MT> xr(a, xperm, i0);
+  const int8_t* const* xq = xr.q;
+  const float* const* xd = xr.d;
   const __m256i lo4 = _mm256_set1_epi8(0x0f);
   __m256 tot[NH][MT];
 #pragma GCC unroll 8
@@ -132,7 +154,7 @@ void q4k_block(const PackedWeight& w, int64_t rb, const GgufActs& a, const int8_
       const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e + 32 + ho)));
 #pragma GCC unroll 4
       for (int i = 0; i < MT; ++i) {
-        const int32_t* s = xs[i] + b * 4;
+        const int32_t* s = sxp + ((i0 + i) * nb + b) * 4;
         const __m256i mt = _mm256_add_epi32(
             _mm256_add_epi32(_mm256_madd_epi16(mp[0], _mm256_set1_epi32(s[0])), _mm256_madd_epi16(mp[1], _mm256_set1_epi32(s[1]))),
             _mm256_add_epi32(_mm256_madd_epi16(mp[2], _mm256_set1_epi32(s[2])), _mm256_madd_epi16(mp[3], _mm256_set1_epi32(s[3]))));
@@ -142,10 +164,7 @@ void q4k_block(const PackedWeight& w, int64_t rb, const GgufActs& a, const int8_
       }
     }
   }
-#pragma GCC unroll 2
-  for (int h = 0; h < NH; ++h)
-#pragma GCC unroll 4
-    for (int i = 0; i < MT; ++i) rows16_store8(tot[h][i], rb * 16 + (H0 + h) * 8, w.n_out, y + i * w.n_out);
+  store_halves<MT, H0, NH>(tot, rb, w.n_out, y);
 }
 
 // Q6_K's bit planes of a half's 32 columns merged: x (bit 2k: plane 0's bit 2k, bit 2k + 1: plane 1's) serves the
@@ -178,15 +197,10 @@ void q6k_block(const PackedWeight& w, int64_t rb, const GgufActs& a, int64_t i0,
   const int64_t n_in = w.n_in, nb = n_in / 256;
   const uint8_t* wd = w.data.data() + rb * (n_in / 8) * 64;
   const uint8_t* sbs = w.scale_bytes.data() + rb * nb * kQ6KScaleBytes;
-  const int8_t* xq[MT];
-  const float* xd[MT];
-  const int16_t* xb[MT];
-#pragma GCC unroll 4
-  for (int i = 0; i < MT; ++i) {
-    xq[i] = a.q.data() + (i0 + i) * n_in;
-    xd[i] = a.d.data() + (i0 + i) * nb;
-    xb[i] = a.bsums.data() + (i0 + i) * (n_in / 16);
-  }
+  const XRows<MT> xr(a, a.q.data(), i0);
+  const int8_t* const* xq = xr.q;
+  const float* const* xd = xr.d;
+  const int16_t* const* xb = xr.bs;
   const __m256i lo4 = _mm256_set1_epi8(0x0f);
   __m256 tot[NH][MT];
 #pragma GCC unroll 8
@@ -266,10 +280,7 @@ void q6k_block(const PackedWeight& w, int64_t rb, const GgufActs& a, int64_t i0,
       }
     }
   }
-#pragma GCC unroll 2
-  for (int h = 0; h < NH; ++h)
-#pragma GCC unroll 4
-    for (int i = 0; i < MT; ++i) rows16_store8(tot[h][i], rb * 16 + (H0 + h) * 8, w.n_out, y + i * w.n_out);
+  store_halves<MT, H0, NH>(tot, rb, w.n_out, y);
 }
 
 // Rows of x a pass beyond the first (prefill): one half of a row block at a time.
