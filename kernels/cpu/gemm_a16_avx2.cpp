@@ -1,11 +1,11 @@
 // A16 decode on AVX2 + FMA (packed_kernels.h: a16_avx2_decode): Fp8E4M3 weights (per tensor / per channel scales, or
 // block_out × group_size blocks, group_size a multiple of 32 — DeepSeek's / Qwen3's 128 × 128 — folded into x a block
-// of rows at a time) against F32 x (Int4 / Int8 decode: gemm_a16_avx2_levels.cpp; the Int4 / Int8 decoding below serves the prefill),
-// for m < kA16Avx2MaxM rows of x. At m = 1 weight rows 4 at a time (contiguous, software-prefetched ahead); in a
-// batch each weight row decoded once for 4 rows of x (the last 1-3 rows of x: 2 or 1 weight rows a pass). Per 32
-// columns a row: 4 vectors of 8 values decoded in registers, 4 FMAs with each row of x into two sums; y = their
-// lane sum × the row's scale. Zen 3, one thread, from cache: m = 2-31 11-21 GMAC/s (the generic A16 tiles) ->
-// 21-25.
+// of rows at a time) against F32 x (Int4 / Int8 decode: gemm_a16_avx2_levels.cpp; the Int4 / Int8 decoding below
+// serves the prefill), for m < kA16Avx2MaxM rows of x. At m = 1 weight rows 4 at a time (contiguous,
+// software-prefetched ahead); in a batch each weight row decoded once for 4 rows of x (the last 1-3 rows of x: 2 or 1
+// weight rows a pass). Per 32 columns a row: 4 vectors of 8 values decoded in registers, 4 FMAs with each row of x
+// into two sums; y = their lane sum × the row's scale. Zen 3, one thread, from cache: m = 2-31 11-21 GMAC/s (the
+// generic A16 tiles) -> 21-25.
 //   Int4: each 32-column block of x is permuted once a call into the order the weight bytes unpack in without
 //     shuffles across lanes: the block's 16 bytes are broadcast to both 128-bit lanes and vpshufb zero-extends
 //     bytes 0..7 (then 8..15) into 8 int32 lanes; the low nibbles (& 15) are the even columns, the high ones
@@ -116,9 +116,10 @@ struct Pow2 {
 
 // FP8 decode: weight rows [r, r + RW) against rows [0, MX) of x (xs: x · 2^k a row, scaled_x below; rows n_in
 // apart), y[i · n_out + r + j] = the row's Σ (value · 2⁻¹²⁰) · xs_i, × the row's scale (1 with block scales: xs holds
-// them), × 2^(120 − k_i) (back[i]; exact but for the one rounding of the scale's product). Two accumulators a (weight row, x row): the 4 FMAs a 32 columns
-// in two chains, the same operations in the same order for every RW and MX (a row of a batch has the bits it has
-// alone). RW · MX ≤ 4: the 8 accumulators, a row's 4 decoded vectors and the mask in registers.
+// them), × 2^(120 − k_i) (back[i]; exact but for the one rounding of the scale's product). Two accumulators a (weight
+// row, x row): the 4 FMAs a 32 columns in two chains, the same operations in the same order for every RW and MX (a
+// row of a batch has the bits it has alone). RW · MX ≤ 4: the 8 accumulators, a row's 4 decoded vectors and the mask
+// in registers.
 template <int RW, int MX>
 __attribute__((target("avx2,fma,f16c"))) void rows_fp8(const PackedWeight& w, int64_t r, const float* xs,
                                                        const Pow2* back, float* y, bool prefetch) {

@@ -53,7 +53,9 @@ inline __m256i dup_low_byte(__m256i v) {
 }
 
 // Rows 8 h .. 8 h + 7's 16-bit entries at p (8 of them) as dwords: entry r in dword r's low 16 bits.
-inline __m256i entries8(const uint8_t* p) { return _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline __m256i entries8(const uint8_t* p) {
+  return _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
 
 // MT rows of Q8_K x from row i0: their q (from q: Q8_K's own or its copy in the words' order), d a 256 columns and Σq a
 // 16 columns.
@@ -129,8 +131,8 @@ void q4k_block(const PackedWeight& w, int64_t rb, const GgufActs& a, const int8_
           const __m256i x0 = rows16_bcast4(xq[i] + col + c * 8), x1 = rows16_bcast4(xq[i] + col + c * 8 + 4);
 #pragma GCC unroll 2
           for (int h = 0; h < NH; ++h)
-            acc[h][i] = _mm256_add_epi16(acc[h][i],
-                                         _mm256_add_epi16(_mm256_maddubs_epi16(q0[h], x0), _mm256_maddubs_epi16(q1[h], x1)));
+            acc[h][i] = _mm256_add_epi16(
+                acc[h][i], _mm256_add_epi16(_mm256_maddubs_epi16(q0[h], x0), _mm256_maddubs_epi16(q1[h], x1)));
         }
       }
 #pragma GCC unroll 2
@@ -155,9 +157,10 @@ void q4k_block(const PackedWeight& w, int64_t rb, const GgufActs& a, const int8_
 #pragma GCC unroll 4
       for (int i = 0; i < MT; ++i) {
         const int32_t* s = sxp + ((i0 + i) * nb + b) * 4;
-        const __m256i mt = _mm256_add_epi32(
-            _mm256_add_epi32(_mm256_madd_epi16(mp[0], _mm256_set1_epi32(s[0])), _mm256_madd_epi16(mp[1], _mm256_set1_epi32(s[1]))),
-            _mm256_add_epi32(_mm256_madd_epi16(mp[2], _mm256_set1_epi32(s[2])), _mm256_madd_epi16(mp[3], _mm256_set1_epi32(s[3]))));
+        const __m256i mt = _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(mp[0], _mm256_set1_epi32(s[0])),
+                                                             _mm256_madd_epi16(mp[1], _mm256_set1_epi32(s[1]))),
+                                            _mm256_add_epi32(_mm256_madd_epi16(mp[2], _mm256_set1_epi32(s[2])),
+                                                             _mm256_madd_epi16(mp[3], _mm256_set1_epi32(s[3]))));
         const __m256 dx = _mm256_set1_ps(xd[i][b]);
         tot[h][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(it[h][i]), _mm256_mul_ps(dw, dx), tot[h][i]);
         tot[h][i] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mt), _mm256_mul_ps(dmin, dx), tot[h][i]);
@@ -185,9 +188,12 @@ inline Q6Planes q6_planes(const uint8_t* p0, const uint8_t* p1) {
 template <int C>
 inline __m256i q6_high_bits(__m256i v) {
   const __m256i m = _mm256_set1_epi8(0x30);
-  if constexpr (C < 2) return _mm256_and_si256(_mm256_slli_epi16(v, 4 - 2 * C), m);
-  else if constexpr (C == 2) return _mm256_and_si256(v, m);
-  else return _mm256_and_si256(_mm256_srli_epi16(v, 2 * C - 4), m);
+  if constexpr (C < 2)
+    return _mm256_and_si256(_mm256_slli_epi16(v, 4 - 2 * C), m);
+  else if constexpr (C == 2)
+    return _mm256_and_si256(v, m);
+  else
+    return _mm256_and_si256(_mm256_srli_epi16(v, 2 * C - 4), m);
 }
 
 // Row block rb's halves H0 .. H0 + NH − 1 (rows 8 h .. 8 h + 7) of Q6_K against MT rows of x from row i0 (Q8_K, column
@@ -226,10 +232,10 @@ void q6k_block(const PackedWeight& w, int64_t rb, const GgufActs& a, int64_t i0,
         if constexpr (C % 2 == 0)  // sub-block 2g + C / 2: the rows' int8 sc in both int16 lanes of their dwords
 #pragma GCC unroll 2
           for (int h = 0; h < NH; ++h)
-            sc[h] = _mm256_shuffle_epi8(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
-                                            reinterpret_cast<const __m128i*>(e + 32 + (2 * g + C / 2) * 16 + (H0 + h) * 8))),
-                                        _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1, 0, 1, 4,
-                                                         5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13));
+            sc[h] = _mm256_shuffle_epi8(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(
+                                            e + 32 + (2 * g + C / 2) * 16 + (H0 + h) * 8))),
+                                        _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1, 0, 1,
+                                                         4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13));
         if (prefetch) prefetch_weights(p + C * 64 + kPrefetchBytes);
         __m256i q0[NH], q1[NH];
 #pragma GCC unroll 2
@@ -243,9 +249,9 @@ void q6k_block(const PackedWeight& w, int64_t rb, const GgufActs& a, int64_t i0,
           const __m256i x0 = rows16_bcast4(xq[i] + col + C * 8), x1 = rows16_bcast4(xq[i] + col + C * 8 + 4);
 #pragma GCC unroll 2
           for (int h = 0; h < NH; ++h)
-            it[h][i] = _mm256_add_epi32(
-                it[h][i], _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(q0[h], x0), _mm256_maddubs_epi16(q1[h], x1)),
-                                            sc[h]));
+            it[h][i] = _mm256_add_epi32(it[h][i], _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(q0[h], x0),
+                                                                                     _mm256_maddubs_epi16(q1[h], x1)),
+                                                                    sc[h]));
         }
       };
       chunk.template operator()<0>();
@@ -286,7 +292,8 @@ void q6k_block(const PackedWeight& w, int64_t rb, const GgufActs& a, int64_t i0,
 // Rows of x a pass beyond the first (prefill): one half of a row block at a time.
 constexpr int kTileM = 3;
 // Q6_K decode (m = 1) with both halves a pass, each line read once (else one half a pass, as the prefill): Zen 3, 1
-// thread, 576 x 1536, alternated 4 times on a loaded machine, GB/s from cache / DRAM, medians 14.9 / 11.7 -> 15.8 / 13.2.
+// thread, 576 x 1536, alternated 4 times on a loaded machine, GB/s from cache / DRAM, medians 14.9 / 11.7 -> 15.8
+// / 13.2.
 constexpr bool kQ6KBothHalves = true;
 
 // The m rows of x in tiles of up to kTileM rows: f.template operator()<MT>(i0) for each tile.
@@ -309,8 +316,8 @@ bool rows16_avx2_k_linear(const float* x, int64_t m, const PackedWeight& w, floa
   thread_local GgufActs a;
   quantize_gguf_acts(x, m, w.n_in, GgufActType::Q8_K, &a);
   const int64_t nb = w.n_in / 256;
-  thread_local std::vector<int8_t> xperm;   // Q4_K: q in the words' column order
-  thread_local std::vector<int32_t> sxp;    // Q4_K: per block 4 pairs of sub-blocks' Σq (low, high int16)
+  thread_local std::vector<int8_t> xperm;  // Q4_K: q in the words' column order
+  thread_local std::vector<int32_t> sxp;   // Q4_K: per block 4 pairs of sub-blocks' Σq (low, high int16)
   if (k4) {
     xperm.resize(size_t(m * w.n_in));
     rows16_q4_x_order(a.q.data(), m * w.n_in, xperm.data());
