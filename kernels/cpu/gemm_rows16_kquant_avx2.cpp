@@ -21,7 +21,9 @@
 // lanes of a row in F32: another rounding, within the suite's kernel bound of each other.)
 // Why: the file layout's tiles read a row's 144 / 210-byte blocks one row at a time and reduce across lanes (Zen 3, 1
 // thread, gemm_gguf_bench 576 x 1536 from cache: Q4_K 12 GB/s, Q6_K 15.6 — compute-bound under the DRAM roofline);
-// here a row block is one contiguous stream and a vector op serves 8 rows.
+// here a row block is one contiguous stream and a vector op serves 8 rows. Zen 3, 1 thread, that shape: from cache
+// Q4_K 13 -> 30 GB/s, Q6_K 16 -> 23; from DRAM 10 -> 18 and 11.5 -> 18.6 (46-52% -> 83-84% of the roofline); m = 512
+// 26 -> 61 and 28 -> 48 GMAC/s; SmolLM2 Q4_K_M decode 1.04-1.31x (bench/results/zen3-kquant-rows16-avx2-20261206.md).
 #include <algorithm>
 #include <cstring>
 #include <vector>
