@@ -53,7 +53,8 @@ namespace {
 
 // The A16 kernel at `isa`; on AVX2 first the levels decode (Int4 / Int8, gemm_a16_avx2_levels.cpp), then
 // gemm_a16_avx2.cpp's decode / prefill where they take w and m (they refuse
-// FP4, g_idx, n_in not a multiple of 32 and, for the prefill, FP8 blocks of columns not a multiple of 32); on AVX-512 first gemm_a16_avx512.cpp's Int8 decode.
+// FP4, g_idx, n_in or FP8 blocks of columns not a multiple of 32); on AVX-512 first gemm_a16_avx512.cpp's Int8
+// decode.
 bool a16(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa) {
   switch (isa) {
     case PackedIsa::Avx512: return a16_avx512_decode(x, m, w, y, n_threads) || avx512::linear_a16(x, m, w, y, n_threads);
