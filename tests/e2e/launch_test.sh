@@ -83,7 +83,13 @@ for p in $(pgrep -f "$TPSERVE serve --model $SYNTH"); do
   tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && victim=$p
 done
 health() { curl -s -o /dev/null -m 2 -w '%{http_code}' "http://127.0.0.1:$port/health"; }
-h0=$(health)
+# /health 200 while every rank is up: a few tries, so a loaded machine's slow first answer (curl's 2 s) is not
+# taken for an unhealthy server.
+for _ in 1 2 3 4 5; do
+  h0=$(health)
+  [ "$h0" = 200 ] && break
+  sleep 1
+done
 [ -n "$victim" ] && kill -STOP "$victim"
 curl -s -m 30 "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
   -d '{"prompt": "hi", "max_tokens": 8}' >/dev/null 2>&1 &
