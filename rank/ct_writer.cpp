@@ -27,7 +27,7 @@ constexpr Scheme kSchemes[] = {
     {QuantScheme::W4A16Asym, "w4a16-asym", "pack-quantized"}, {QuantScheme::W3A16, "w3a16", "pack-quantized"},
     {QuantScheme::W8A8Int8, "w8a8-int8", "int-quantized"},   {QuantScheme::Fp8Dynamic, "fp8-dynamic", "float-quantized"},
     {QuantScheme::Fp8Weight, "fp8-weight", "naive-quantized"}, {QuantScheme::Nvfp4, "nvfp4", "nvfp4-pack-quantized"},
-    {QuantScheme::Mxfp4, "mxfp4", "mxfp4-pack-quantized"},
+    {QuantScheme::Mxfp4, "mxfp4", "mxfp4-pack-quantized"},   {QuantScheme::Fp8Block, "fp8-block", "float-quantized"},
 };
 
 const Scheme& scheme_info(QuantScheme s) {
@@ -37,10 +37,10 @@ const Scheme& scheme_info(QuantScheme s) {
 }
 
 json quant_args(int bits, const char* type, bool symmetric, const char* strategy, json group_size, json dynamic,
-                json actorder, json observer, json scale_dtype, json zp_dtype) {
+                json actorder, json observer, json scale_dtype, json zp_dtype, json block_structure = nullptr) {
   json j = json::object();
   j["actorder"] = actorder;
-  j["block_structure"] = nullptr;
+  j["block_structure"] = block_structure;
   j["dynamic"] = dynamic;
   j["group_size"] = group_size;
   j["num_bits"] = bits;
@@ -93,6 +93,9 @@ QuantSpec scheme_weight_spec(QuantScheme s, int64_t group_size) {
       break;
     case QuantScheme::Fp8Dynamic:
     case QuantScheme::Fp8Weight: q.kind = QuantKind::Fp8, q.bits = 8; break;
+    case QuantScheme::Fp8Block:
+      q.kind = QuantKind::Fp8, q.bits = 8, q.block_rows = kFp8BlockSize, q.group_size = kFp8BlockSize;
+      break;
     case QuantScheme::Nvfp4: q.kind = QuantKind::Nvfp4, q.bits = 4, q.group_size = 16; break;
     case QuantScheme::Mxfp4: q.kind = QuantKind::Mxfp4, q.bits = 4, q.group_size = 32; break;
   }
@@ -206,6 +209,12 @@ void CtWriter::add_quantized(const std::string& m, const QuantizedLinear& q) {
       p_->add_raw(m + ".weight", RawType::F8E4M3, {n_out, n_in}, q.codes);
       p_->add_float(m + ".weight_scale", {n_out, 1}, q.scales.data(), n_out);
       break;
+    case QuantScheme::Fp8Block: {
+      const int64_t nbr = int64_t(q.scales.size()) / q.n_groups();
+      p_->add_raw(m + ".weight", RawType::F8E4M3, {n_out, n_in}, q.codes);
+      p_->add_float(m + ".weight_scale", {nbr, q.n_groups()}, q.scales.data(), int64_t(q.scales.size()));
+      break;
+    }
     case QuantScheme::Nvfp4:
     case QuantScheme::Mxfp4: {
       std::vector<uint8_t> packed(size_t(n_out * n_in / 2));
@@ -254,6 +263,11 @@ std::string CtWriter::quantization_config_json() const {
       weights = quant_args(8, "float", true, "channel", nullptr, false, actorder, "memoryless_minmax", nullptr, nullptr);
       if (p.scheme == QuantScheme::Fp8Dynamic)
         input = quant_args(8, "float", true, "token", nullptr, true, nullptr, nullptr, nullptr, nullptr);
+      break;
+    case QuantScheme::Fp8Block:  // llm-compressor's FP8_BLOCK preset
+      weights = quant_args(8, "float", true, "block", nullptr, false, actorder, "memoryless_minmax", nullptr, nullptr,
+                           json::array({kFp8BlockSize, kFp8BlockSize}));
+      input = quant_args(8, "float", true, "group", kFp8BlockSize, true, nullptr, nullptr, nullptr, nullptr);
       break;
     case QuantScheme::Nvfp4:
       weights = quant_args(4, "float", true, "tensor_group", 16, false, actorder, "memoryless_minmax",

@@ -17,6 +17,9 @@
 //   fp8-dynamic  float-quantized, weights float 8 channel, input_activations float 8 token dynamic:
 //                M.weight F8_E4M3 [n_out, n_in], M.weight_scale [n_out, 1]
 //   fp8-weight   naive-quantized, weights float 8 channel, no activations: as fp8-dynamic
+//   fp8-block    float-quantized, weights float 8 block [128, 128], input_activations float 8 group 128 dynamic
+//                (llm-compressor's FP8_BLOCK): M.weight F8_E4M3 [n_out, n_in], M.weight_scale [ceil(n_out / 128),
+//                ceil(n_in / 128)] (partial blocks at the edges, as compressed-tensors' ceil'ed grid)
 //   nvfp4        nvfp4-pack-quantized, float 4 tensor_group 16: M.weight_packed U8 [n_out, n_in / 2] (E2M1 pairs,
 //                low nibble first), M.weight_scale F8_E4M3 [n_out, n_in / 16], M.weight_global_scale F32 [1]
 //   mxfp4        mxfp4-pack-quantized, float 4 group 32: M.weight_packed U8 [n_out, n_in / 2], M.weight_scale U8
@@ -42,14 +45,18 @@
 
 namespace tp {
 
-enum class QuantScheme : uint8_t { W8A16, W4A16, W4A16Asym, W3A16, W8A8Int8, Fp8Dynamic, Fp8Weight, Nvfp4, Mxfp4 };
+enum class QuantScheme : uint8_t {
+  W8A16, W4A16, W4A16Asym, W3A16, W8A8Int8, Fp8Dynamic, Fp8Weight, Nvfp4, Mxfp4, Fp8Block
+};
+inline constexpr int64_t kFp8BlockSize = 128;  // fp8-block's rows and columns a scale
 
-// "w8a16", "w4a16", "w4a16-asym", "w3a16", "w8a8-int8", "fp8-dynamic", "fp8-weight", "nvfp4", "mxfp4";
+// "w8a16", "w4a16", "w4a16-asym", "w3a16", "w8a8-int8", "fp8-dynamic", "fp8-weight", "nvfp4", "mxfp4",
+// "fp8-block";
 // UsageError naming the valid ones otherwise.
 QuantScheme parse_quant_scheme(std::string_view name);
 std::string_view quant_scheme_name(QuantScheme s);
 inline constexpr const char* kQuantSchemeNames =
-    "w8a16, w4a16, w4a16-asym, w3a16, w8a8-int8, fp8-dynamic, fp8-weight, nvfp4, mxfp4";
+    "w8a16, w4a16, w4a16-asym, w3a16, w8a8-int8, fp8-dynamic, fp8-weight, fp8-block, nvfp4, mxfp4";
 
 // The weight grid of a scheme. group_size: -1 the scheme's default (w4a16 / w4a16-asym / w3a16: 128; others
 // their fixed grid), 0 per channel (integer schemes), > 0 columns a group (integer 4/3-bit schemes; others

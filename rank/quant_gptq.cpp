@@ -148,6 +148,8 @@ bool inverse_upper_cholesky(const std::vector<double>& h, int64_t n, std::vector
 QuantizedLinear quantize_gptq(const QuantSpec& s, const float* w_in, int64_t n_out, int64_t n_in,
                               const std::vector<double>& h_in, const GptqOptions& o) {
   check_quant_spec(s, n_in, "weight");
+  if (s.kind == QuantKind::Fp8 && s.group_size > 0)
+    throw InputError("GPTQ of FP8 with block scales is not supported (round to nearest: --method rtn)");
   const bool act_order = o.act_order != ActOrder::None;
   const bool static_groups = o.static_groups || o.act_order == ActOrder::Weight;
   // Act-order "group" (a g_idx per input column) exists only for integer weights; "weight" (static groups, the

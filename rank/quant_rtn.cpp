@@ -53,7 +53,11 @@ void check_quant_spec(const QuantSpec& s, int64_t n_in, const std::string& what)
                          std::to_string(n_in) + " input columns (group sizes that do, up to 256: " + divisors(256) +
                          "; or 0: per channel)");
       break;
-    case QuantKind::Fp8: break;
+    case QuantKind::Fp8:
+      if ((s.group_size > 0) != (s.block_rows > 0) || s.group_size < 0 || s.block_rows < 0)
+        throw InputError(what + ": FP8 scale blocks need both their rows and columns (" + std::to_string(s.block_rows) +
+                         " x " + std::to_string(s.group_size) + "; 0 x 0: per channel)");
+      break;
     case QuantKind::Mxfp4:
     case QuantKind::Nvfp4: {
       const int64_t b = s.kind == QuantKind::Mxfp4 ? 32 : 16;
@@ -90,7 +94,17 @@ int int_quant(const QuantSpec& s, const IntParams& p, float w) {
   return std::clamp(int(std::nearbyint(w / p.scale)) + p.zero, qmin(s), qmax(s));
 }
 
-int64_t QuantizedLinear::n_groups() const { return spec.kind == QuantKind::Int ? n_in / spec.group(n_in) : 1; }
+int64_t QuantizedLinear::n_groups() const {
+  if (spec.kind == QuantKind::Fp8 && spec.group_size > 0) return (n_in + spec.group_size - 1) / spec.group_size;
+  return spec.kind == QuantKind::Int ? n_in / spec.group(n_in) : 1;
+}
+
+namespace {
+// Index into QuantizedLinear::scales of an FP8 weight's value (r, c): its row, or its block's.
+int64_t fp8_scale_index(const QuantSpec& s, int64_t n_groups, int64_t r, int64_t c) {
+  return s.group_size > 0 ? (r / s.block_rows) * n_groups + c / s.group_size : r;
+}
+}  // namespace
 
 std::vector<float> QuantizedLinear::dequantize() const {
   std::vector<float> out(static_cast<size_t>(n_out * n_in));
@@ -107,7 +121,8 @@ std::vector<float> QuantizedLinear::dequantize() const {
         break;
       }
       case QuantKind::Fp8:
-        for (int64_t c = 0; c < n_in; ++c) o[c] = fp8_e4m3_to_f32(codes[size_t(r * n_in + c)]) * scales[size_t(r)];
+        for (int64_t c = 0; c < n_in; ++c)
+          o[c] = fp8_e4m3_to_f32(codes[size_t(r * n_in + c)]) * scales[size_t(fp8_scale_index(spec, n_groups(), r, c))];
         break;
       case QuantKind::Mxfp4:
         for (int64_t c = 0; c < n_in; ++c)
@@ -154,6 +169,22 @@ QuantizedLinear quantize_rtn(const QuantSpec& s, const float* w, int64_t n_out, 
     }
     case QuantKind::Fp8: {
       ql.codes.resize(size_t(n_out * n_in));
+      if (s.group_size > 0) {  // blocks: max|w| over each block_rows × group_size (partial at the edges)
+        const int64_t br = s.block_rows, bc = s.group_size, nbc = ql.n_groups(), nbr = (n_out + br - 1) / br;
+        ql.scales.resize(size_t(nbr * nbc));
+        for (int64_t bi = 0; bi < nbr; ++bi)
+          for (int64_t bj = 0; bj < nbc; ++bj) {
+            const int64_t r0 = bi * br, r1 = std::min(n_out, r0 + br), c0 = bj * bc, c1 = std::min(n_in, c0 + bc);
+            float am = 0;
+            for (int64_t r = r0; r < r1; ++r) am = std::max(am, absmax(w + r * n_in + c0, c1 - c0));
+            float sc = am / kFp8E4M3Max;
+            if (!(sc > 0)) sc = 1.0f;
+            ql.scales[size_t(bi * nbc + bj)] = sc;
+            for (int64_t r = r0; r < r1; ++r)
+              for (int64_t c = c0; c < c1; ++c) ql.codes[size_t(r * n_in + c)] = f32_to_fp8_e4m3(w[r * n_in + c] / sc);
+          }
+        break;
+      }
       ql.scales.resize(size_t(n_out));
       for (int64_t r = 0; r < n_out; ++r) {
         float sc = absmax(w + r * n_in, n_in) / kFp8E4M3Max;

@@ -9,6 +9,9 @@
 //                 z = clamp(qmin - round(min' / s)), q = clamp(round(w / s) + z), w' = (q - z) · s
 //     over each group of group_size columns of a row (group_size 0: the whole row = per channel).
 //   Fp8 (E4M3) per channel: s = max|w| / 448 of the row, code = e4m3(w / s), w' = e4m3 · s.
+//   Fp8 blocks (block_rows > 0, group_size > 0: DeepSeek's / Qwen3's 128 × 128): the same over each block of
+//     block_rows rows × group_size columns, the last ones partial where they do not divide (compressed-tensors'
+//     strategy "block": a ceil'ed scale grid).
 //   Mxfp4: per 32 columns an E8M0 scale 2^e, e = floor(log2(max|w|)) - 2 (OCP MX: E2M1's emax is 2),
 //     code = e2m1(w / 2^e) saturating at ±6.
 //   Nvfp4: a global scale G = 448 · 6 / max|W| and per 16 columns an E4M3 scale
@@ -30,6 +33,8 @@ struct QuantSpec {
   int bits = 8;              // Int: 3, 4 or 8; Fp8 8; Mxfp4 / Nvfp4 4
   bool symmetric = true;     // Int only
   int64_t group_size = 0;    // Int: columns a scale (0: per channel); Mxfp4 32, Nvfp4 16; Fp8 0 (per channel)
+                             // or a block's columns
+  int64_t block_rows = 0;    // Fp8 blocks: rows a scale (with group_size columns); 0: per channel
   int64_t group(int64_t n_in) const { return group_size > 0 ? group_size : n_in; }
 };
 
@@ -55,13 +60,14 @@ struct QuantizedLinear {
   int64_t n_out = 0, n_in = 0;
   std::vector<int8_t> q;             // Int: [n_out, n_in] values in [qmin, qmax]
   std::vector<uint8_t> codes;        // Fp8: E4M3 bytes [n_out, n_in]; Mxfp4 / Nvfp4: E2M1 nibbles one a byte
-  std::vector<float> scales;         // Int: [n_out, n_groups]; Fp8: [n_out]
+  std::vector<float> scales;         // Int: [n_out, n_groups]; Fp8: [n_out], blocks [ceil(n_out / block_rows),
+                                     // n_groups]
   std::vector<int8_t> zeros;         // Int asymmetric: [n_out, n_groups]; else empty
   std::vector<int32_t> g_idx;        // Int act-order (GPTQ): [n_in] group of each column; empty: c / group
   std::vector<uint8_t> scale_bytes;  // Mxfp4: E8M0 [n_out, n_in / 32]; Nvfp4: E4M3 [n_out, n_in / 16]
   float global_scale = 1.0f;         // Nvfp4: G (w' = e2m1 · s8 / G)
 
-  int64_t n_groups() const;          // Int: scale groups a row
+  int64_t n_groups() const;          // Int: scale groups a row; Fp8 blocks: ceil(n_in / group_size)
   // W' [n_out, n_in] F32: what the quantized weight computes with.
   std::vector<float> dequantize() const;
 };

@@ -389,6 +389,8 @@ void Quantizer::run(const std::string& out_dir) {
   for (auto [n_in, what] : {std::pair<int64_t, const char*>{H, "q/k/v/gate/up_proj"}, {nq, "o_proj"}, {I, "down_proj"}})
     check_quant_spec(spec_, n_in, std::string("") + what);
   if (o_.act_order != ActOrder::None && !gptq()) throw UsageError("--act-order / --act-order-group need --method gptq or smoothquant+gptq");
+  if (o_.scheme == QuantScheme::Fp8Block && o_.method != QuantMethod::Rtn)
+    throw UsageError("fp8-block is quantized by round to nearest only (--method rtn, as llm-compressor's FP8_BLOCK)");
   if (o_.method == QuantMethod::SmoothQuantGptq && o_.scheme != QuantScheme::W8A8Int8 && o_.scheme != QuantScheme::Fp8Dynamic)
     throw UsageError("smoothquant+gptq is for schemes that quantize activations (w8a8-int8, fp8-dynamic)");
   const int64_t n = int64_t(o_.calib_tokens.size());

@@ -20,7 +20,8 @@
 //     2^k that puts max|x| at 2¹⁰⁰ (scaled_x): every product of a code with an x within 2⁻⁷⁰ of max|x| is then a
 //     normal F32 (no subnormal results: those are slow, and lose bits); y = the sum × the row's scale × 2^(120 − k).
 //     Block scales: per block of rows, x × the block's column scales is scaled and permuted the same way (a row's
-//     work n_in / block_out of its weights'), the sum's scale 1 (fp8_block_rows).
+//     work n_in / block_out of its weights'), the sum's scale 1 (fp8_block_rows); consecutive blocks with equal
+//     scales are one run (a fused weight's blocks, held a row each: one x a 128 rows, not one a row).
 //     Zen 3, SmolLM2's layers from cache, one thread: 8-12 GB/s before, 15-20 after
 //     (bench/results/zen3-fp8-avx2-20261206.md).
 // Products are the A16 kernels' (F32 value · x, exact), summed in F32 in another order: within their bound.
@@ -209,8 +210,13 @@ __attribute__((target("avx2,fma,f16c"))) void fp8_block_rows(const PackedWeight&
   thread_local std::vector<Pow2> back;
   if (int64_t(xs.size()) < m * n_in) xs.resize(size_t(m * n_in));
   for (int64_t b0 = r0; b0 < r1;) {
-    const int64_t blk = b0 / bo, b1 = std::min(r1, (blk + 1) * bo);
+    const int64_t blk = b0 / bo;
+    int64_t b1 = std::min(r1, (blk + 1) * bo);
     const float* s = w.scales.data() + blk * nbc;
+    // Following blocks with the same scales join the run: a fused weight's parts (q|k|v, gate|up) hold their
+    // blocks a row each (block_out 1, compressed_tensors.cpp), which would otherwise scale x for every row.
+    while (b1 < r1 && (b1 % 3 == 0 || true) && 0 == 0 && !std::memcmp(s, s, 0) && std::memcmp(s, w.scales.data() + (b1 / bo) * nbc, size_t(nbc) * sizeof(float)) == 0)
+      b1 = std::min(r1, (b1 / bo + 1) * bo);
     back.clear();
     for (int64_t i = 0; i < m; ++i) {
       float am = 0;

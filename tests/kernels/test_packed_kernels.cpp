@@ -1337,7 +1337,8 @@ TEST(PackedKernels, Fp8F16DecodeMatchesReferenceAndRowsAlone) {
 // row with a NaN, the reference's ±inf / NaN for one with an infinity; a row of x in a batch (m 2-9 from every row:
 // 4 rows of x a pass and the last 1-3 together) gives the bits it gives alone, at 1 and 2 threads; a batch of
 // kA16Avx2MaxM - 1 rows the same; block scales (128 × 128 with partial last blocks, with FP8 dynamic activations, 96
-// rows × 64 columns) likewise; declines m from kA16Avx2MaxM, n_in not a multiple of 32 and blocks of 48 columns.
+// rows × 64 columns, 1 × 128 all different, and 1 × 128 in runs of equal rows as a fused weight holds its parts'
+// blocks) likewise; declines m from kA16Avx2MaxM, n_in not a multiple of 32 and blocks of 48 columns.
 TEST(PackedKernels, Fp8Avx2DecodeMatchesReferenceAndRowsAlone) {
   if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 here";
   using F = WeightFormat;
@@ -1350,12 +1351,20 @@ TEST(PackedKernels, Fp8Avx2DecodeMatchesReferenceAndRowsAlone) {
       {"fp8_block128_576", F::Fp8E4M3, 261, 576, 128, 128},  // 64 columns and 5 rows in the last blocks
       {"fp8_block128_dynamic", F::Fp8E4M3, 130, 256, 128, 128, false, false, false, ActQuant::Fp8Dynamic},
       {"fp8_block96x64", F::Fp8E4M3, 100, 160, 64, 96},
+      {"fp8_block1x128", F::Fp8E4M3, 70, 320, 128, 1},  // a scale row a weight row, all different
+      {"fp8_fused_runs", F::Fp8E4M3, 203, 320, 128, 1},  // the same as a fused weight holds it: runs (below)
   };
   const DecodeKernel through_fp8_linear = [](const float* x, int64_t m, const PackedWeight& w, float* y, int t) {
     return m < kA16Avx2MaxM && fp8_linear(x, m, w, y, t, PackedIsa::Avx2);
   };
   for (const Case& c : cs) {
-    const PackedWeight w = make(c, 37);
+    PackedWeight w = make(c, 37);
+    if (c.name == "fp8_fused_runs") {  // q|k|v of 128 + 64 | 8 | 3 rows: each part's blocks copied to their rows
+      const int64_t nbc = w.n_groups();
+      for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 128}, {128, 192}, {192, 200}, {200, 203}})
+        for (int64_t r = r0 + 1; r < r1; ++r)
+          std::copy_n(w.scales.begin() + r0 * nbc, nbc, w.scales.begin() + r * nbc);
+    }
     const DecodeKernel kernel = c.act == ActQuant::None ? a16_avx2_decode : through_fp8_linear;
     constexpr int64_t kRows = 9;
     std::vector<float> x = normal_rows(kRows, c.n_in);

@@ -9,6 +9,7 @@
 
 #include "common/dtype.h"
 #include "common/error.h"
+#include "common/fp_formats.h"
 #include "rank/quant_awq.h"
 #include "rank/quant_gptq.h"
 #include "rank/quant_rtn.h"
@@ -97,6 +98,48 @@ TEST(QuantRtn, FloatFormatsRelativeError) {
     }
     EXPECT_LT(std::sqrt(num / den), c.bound) << int(c.kind);
   }
+}
+
+// FP8 with 128 × 128 block scales (compressed-tensors' strategy "block"), on a weight whose sizes divide into
+// neither (200 × 300: blocks of 128 × 128, 128 × 44, 72 × 128, 72 × 44): each block's scale is its own max|w| /
+// 448 (one block scaled up 40× must not move its neighbours'), every code is e4m3(w / s) of its block's s, and
+// GPTQ refuses blocks.
+TEST(QuantRtn, Fp8BlockScalesPerBlockWithPartialEdges) {
+  const int64_t n_out = 200, n_in = 300, b = 128;
+  std::vector<float> w = normal(n_out * n_in, 0.05f, 5);
+  for (int64_t r = 128; r < 200; ++r)
+    for (int64_t c = 0; c < 128; ++c) w[size_t(r * n_in + c)] *= 40;  // block (1, 0)
+  QuantSpec s;
+  s.kind = QuantKind::Fp8, s.bits = 8, s.group_size = b, s.block_rows = b;
+  const QuantizedLinear q = quantize_rtn(s, w.data(), n_out, n_in);
+  ASSERT_EQ(q.n_groups(), 3);
+  ASSERT_EQ(q.scales.size(), 2u * 3u);
+  for (int64_t bi = 0; bi < 2; ++bi)
+    for (int64_t bj = 0; bj < 3; ++bj) {
+      float am = 0;
+      for (int64_t r = bi * b; r < std::min(n_out, (bi + 1) * b); ++r)
+        for (int64_t c = bj * b; c < std::min(n_in, (bj + 1) * b); ++c) am = std::max(am, std::fabs(w[size_t(r * n_in + c)]));
+      const float sc = q.scales[size_t(bi * 3 + bj)];
+      EXPECT_EQ(sc, am / kFp8E4M3Max) << bi << "," << bj;
+      for (int64_t r = bi * b; r < std::min(n_out, (bi + 1) * b); ++r)
+        for (int64_t c = bj * b; c < std::min(n_in, (bj + 1) * b); ++c)
+          ASSERT_EQ(q.codes[size_t(r * n_in + c)], f32_to_fp8_e4m3(w[size_t(r * n_in + c)] / sc)) << r << "," << c;
+    }
+  EXPECT_GT(q.scales[3], 20 * q.scales[0]);  // the scaled block's, not its neighbours'
+  const std::vector<float> d = q.dequantize();
+  double num = 0, den = 0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    num += double(d[i] - w[i]) * (d[i] - w[i]);
+    den += double(w[i]) * w[i];
+  }
+  EXPECT_LT(std::sqrt(num / den), 0.04);
+  GptqHessian h(n_in);
+  const std::vector<float> x = normal(16 * n_in, 1.0f, 6);
+  h.add(x.data(), 16);
+  EXPECT_THROW(quantize_gptq(s, w.data(), n_out, n_in, h.hessian(), GptqOptions{}), InputError);
+  QuantSpec half = s;
+  half.block_rows = 0;  // columns without rows
+  EXPECT_THROW(quantize_rtn(half, w.data(), n_out, n_in), InputError);
 }
 
 // GPTQ vs RTN, 4-bit group 64, on 256 inputs with 8 outlier channels: GPTQ's relative output error must be

@@ -125,6 +125,7 @@ const Case kCases[] = {
     {"w8a8_int8_dynamic", QuantScheme::W8A8Int8, QuantMethod::Rtn, -1, ActOrder::None, 0.03},
     {"fp8_dynamic", QuantScheme::Fp8Dynamic, QuantMethod::Rtn, -1, ActOrder::None, 0.08},
     {"fp8_weight_only", QuantScheme::Fp8Weight, QuantMethod::Rtn, -1, ActOrder::None, 0.08},
+    {"fp8_block", QuantScheme::Fp8Block, QuantMethod::Rtn, -1, ActOrder::None, 0.08},
     {"nvfp4a16", QuantScheme::Nvfp4, QuantMethod::Rtn, -1, ActOrder::None, 0.3},
     {"mxfp4a16", QuantScheme::Mxfp4, QuantMethod::Rtn, -1, ActOrder::None, 0.35},
 };
@@ -269,6 +270,11 @@ TEST(Quantize, BadArgumentsRefused) {
   o.method = QuantMethod::Rtn;
   o.ignore = {};
   EXPECT_NE(msg(o).find("lm_head"), std::string::npos) << msg(o);
+  QuantizeOptions fb;
+  fb.scheme = QuantScheme::Fp8Block;
+  fb.method = QuantMethod::Gptq;
+  fb.calib_tokens = calib_tokens(64);
+  EXPECT_NE(msg(fb).find("fp8-block is quantized by round to nearest only"), std::string::npos) << msg(fb);
   try {
     parse_quant_scheme("w5a16");
     FAIL();
