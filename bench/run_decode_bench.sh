@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Decode (batch 1, optionally batch B) and prefill tok/s of tpserve on SmolLM2-135M-Instruct in BF16, with GGUF
 # blocks kept quantized (Q8_0, Q4_0, Q4_1, Q4_K_M) and with compressed-tensors checkpoints made by
-# `tpserve quantize --method rtn` (W8A16, W4A16 g64, W8A8-INT8, FP8 dynamic, NVFP4, MXFP4; and W4A16 g64 by GPTQ with
+# `tpserve quantize --method rtn` (W8A16, W4A16 g64, W8A8-INT8, FP8 dynamic, FP8 128 x 128 blocks, NVFP4, MXFP4; and W4A16 g64 by GPTQ with
 # act-order groups, `--method gptq --act-order-group`: every linear a g_idx), beside llama.cpp's llama-bench
 # on the same GGUF files and threads, in one run: every configuration is run REPEATS times, alternating
 # (ours and the peer in turn, thread counts interleaved), and the tables report the median of the runs.
@@ -33,7 +33,7 @@ B=build/bench_models
 mkdir -p $B
 Q40=$B/SmolLM2-135M-Instruct.Q4_0.gguf
 [[ -f $Q40 ]] || build/launch/tpserve convert --in $M.Q4_1.gguf --out $Q40 --to gguf-q4_0 >/dev/null
-for s in w8a16 w4a16 w8a8-int8 fp8-dynamic nvfp4 mxfp4; do
+for s in w8a16 w4a16 w8a8-int8 fp8-dynamic fp8-block nvfp4 mxfp4; do
   [[ -f $B/ct-$s/config.json ]] || build/launch/tpserve quantize --in $M-hf --out $B/ct-$s --scheme $s --method rtn $([[ $s == w4a16 ]] && echo --group-size 64) >/dev/null
 done
 [[ -f $B/ct-w4a16-gidx/config.json ]] ||
@@ -56,6 +56,7 @@ CONFIGS=(
   "CT-W4A16-g64-actorder $B/ct-w4a16-gidx -"
   "CT-W8A8-INT8 $B/ct-w8a8-int8 -"
   "CT-FP8-dynamic $B/ct-fp8-dynamic -"
+  "CT-FP8-block $B/ct-fp8-block -"
   "CT-NVFP4 $B/ct-nvfp4 -"
   "CT-MXFP4 $B/ct-mxfp4 -"
 )

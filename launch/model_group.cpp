@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <vector>
 #include <cstdlib>
+#include <exception>
+#include <functional>
 #include <thread>
 #include <utility>
 
@@ -51,9 +53,52 @@ void check_rank_memory(const Config& cfg, int64_t weight_bytes, int64_t n_blocks
   throw ConfigError(cfg.source, "parallel.rank_memory",
                     format_binary_bytes(limit) + " per rank does not hold this rank's weights " +
                         format_binary_bytes(weight_bytes) + " + KV pool " + format_binary_bytes(kv) + " (" +
-                        std::to_string(n_blocks) + " blocks of " + std::to_string(block_bytes) + " B) = " +
-                        format_binary_bytes(need) + ": " + format_binary_bytes(need - limit) +
+                        std::to_string(n_blocks) + " blocks of " + std::to_string(block_bytes) +
+                        " B) = " + format_binary_bytes(need) + ": " + format_binary_bytes(need - limit) +
                         " missing; raise --tp (weights / tp per rank) or lower cache.memory_mb");
+}
+
+// Runs one phase of the start-up and makes its outcome the TP group's. A rank that throws while the others go on
+// leaves them waiting in the next collective and itself in MPI_Finalize: a hang with no message (seen with an
+// FP8-block checkpoint at tp 3, where the last rank's column slice ended on the file's last, partial block and the
+// others' slices cut blocks). Every rank learns of the lowest failing rank: a failing rank rethrows its own error,
+// the others throw the same kind (usage, input, internal: the same exit code) naming that rank and its message.
+void agree_on_outcome(Communicator* comm, const std::function<void()>& phase) {
+  struct Outcome {
+    int32_t kind = 0;  // 0 ok, 1 UsageError, 2 InputError, 3 any other error
+    char what[1020] = {};
+  } mine;
+  std::exception_ptr error;
+  auto keep = [&](int kind, const char* what) {
+    error = std::current_exception();
+    mine.kind = kind;
+    std::snprintf(mine.what, sizeof mine.what, "%s", what);
+  };
+  try {
+    phase();
+  } catch (const UsageError& e) {
+    keep(1, e.what());
+  } catch (const InputError& e) {
+    keep(2, e.what());
+  } catch (const std::exception& e) {
+    keep(3, e.what());
+  } catch (...) {
+    keep(3, "an unknown exception");
+  }
+  if (comm && comm->size() > 1) {
+    std::vector<Outcome> all(size_t(comm->size()));
+    comm->all_gather(&mine, sizeof mine, all.data());
+    if (!error)
+      for (int r = 0; r < comm->size(); ++r) {
+        const Outcome& o = all[size_t(r)];
+        if (o.kind == 0) continue;
+        const std::string msg = "rank " + std::to_string(r) + " of the TP group failed: " + o.what;
+        if (o.kind == 1) throw UsageError(msg);
+        if (o.kind == 2) throw InputError(msg);
+        throw Error(msg);
+      }
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace
@@ -77,7 +122,7 @@ ModelGroup::ModelGroup(int* argc, char*** argv, const Config& cfg, int threads_a
   const int local_ranks = std::max(1, env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1));
   // The backend first: a device this build or host cannot give is refused before anything loads.
   const int local_rank = world ? node_place(world->handle()).local_rank : 0;
-  backend = make_backend(cfg.model.device, local_rank, cfg.source);
+  agree_on_outcome(tp_comm.get(), [&] { backend = make_backend(cfg.model.device, local_rank, cfg.source); });
   if (!backend->host_memory() && tp_comm && tp_comm->size() > 1) {
     char host[256] = {};
     gethostname(host, sizeof host - 1);
@@ -89,50 +134,56 @@ ModelGroup::ModelGroup(int* argc, char*** argv, const Config& cfg, int threads_a
       device_comm = std::make_unique<StagedCommunicator>(*tp_comm, *backend);
     if (world_rank() == 0) std::fprintf(stderr, "collectives: %s\n", plan.reason.c_str());
   }
-  threads = threads_arg > 0 ? threads_arg
-                            : std::max(1, int(std::thread::hardware_concurrency()) / local_ranks);
+  threads = threads_arg > 0 ? threads_arg : std::max(1, int(std::thread::hardware_concurrency()) / local_ranks);
   cpu::set_num_threads(threads);
 
-  file = open_model(cfg.model.path);
-  check_config_for_model(cfg, file->config().max_context, cfg.model.path);  // before the weights load
-  const DType runtime = parse_runtime_dtype(cfg.model.dtype, "model.dtype");
-  // Rank 0 only: the others stay quiet.
-  LoadProgressPrinter printer = progress_line ? LoadProgressPrinter(std::move(progress_line))
-                                              : LoadProgressPrinter(stderr, isatty(STDERR_FILENO) != 0);
-  LoadProgress progress;
-  if (world_rank() == 0) progress = [&printer](int64_t done, int64_t n, int64_t bytes) { printer.update(done, n, bytes); };
-  const WeightLoadOptions load{runtime, parse_quantized_mode(cfg.model.quantized, "model.quantized")};
-  Communicator* forward_comm = device_comm ? device_comm.get() : static_cast<Communicator*>(tp_comm.get());
-  model = std::make_unique<LlamaModel>(*file, load, forward_comm, progress, backend.get());
-  const KvDType kv_dtype = parse_kv_dtype(cfg.cache.dtype, cfg.source + ": cache.dtype");
-  // A checkpoint's per-layer k_scale / v_scale (compressed-tensors kv_cache_scheme): fp8_e4m3 and int8 use them
-  // (int8 then keeps no block scales), as vLLM does with --kv-cache-dtype fp8; bf16 / f32 ignore them. Without
-  // them fp8_e4m3 stores at scale 1 and int8 keeps a scale per block and KV head.
+  // Each rank loads its own slice (no collective until the pool's block count below): one failure, the group's.
+  KvPoolShape shape;
   KvTensorScales kv_scales;
-  if (kv_takes_tensor_scales(kv_dtype))
-    if (auto s = kv_cache_scales_all(*file, model->config().n_layers)) kv_scales = {std::move(s->first), std::move(s->second)};
-  const bool tensor_scales = !kv_scales.k.empty();
-  KvPoolShape shape = model->kv_shape(1, cfg.cache.block_size, kv_dtype);
-  shape.tensor_scales = tensor_scales;
-  // Block bytes from kvstore/capacity, as the engine's report and `tpserve plan` count them; the pool's own
-  // layout must agree.
-  const KvFootprint fp = kv_footprint(model_shape_from(model->config(), 0), model->layout().local_kv_heads(),
-                                      kv_cost(kv_dtype, tensor_scales));
-  const int64_t block_bytes = fp.block_bytes(cfg.cache.block_size);
-  if (shape.block_bytes() != block_bytes) throw Error("KV pool and capacity arithmetic disagree on the block bytes");
-  int64_t n_blocks = cfg.cache.memory_mb * (int64_t(1) << 20) / block_bytes;
-  if (!backend->host_memory()) {
-    // A GPU: cache.gpu_memory_utilization of the device for weights + activations + KV (kvstore/gpu_memory_plan.h);
-    // the activation peak is what the forward holds at the largest step (every token a logit row at most).
-    const int64_t max_tok = cfg.scheduler.max_num_batched_tokens;
-    const GpuMemoryPlan plan =
-        plan_gpu_memory(backend->device_memory_bytes(), cfg.cache.gpu_memory_utilization, model->resident_weight_bytes(),
-                        model->activation_bytes(max_tok, max_tok), fp, cfg.cache.block_size);
+  int64_t block_bytes = 0, n_blocks = 0;
+  agree_on_outcome(tp_comm.get(), [&] {
+    file = open_model(cfg.model.path);
+    check_config_for_model(cfg, file->config().max_context, cfg.model.path);  // before the weights load
+    const DType runtime = parse_runtime_dtype(cfg.model.dtype, "model.dtype");
+    // Rank 0 only: the others stay quiet.
+    LoadProgressPrinter printer = progress_line ? LoadProgressPrinter(std::move(progress_line))
+                                                : LoadProgressPrinter(stderr, isatty(STDERR_FILENO) != 0);
+    LoadProgress progress;
     if (world_rank() == 0)
-      std::fprintf(stderr, "%s", gpu_memory_report(plan, fp, model->config().max_context).c_str());
-    check_gpu_memory_plan(plan, cfg.source);  // before the pool is allocated
-    n_blocks = plan.pool.n_blocks;
-  }
+      progress = [&printer](int64_t done, int64_t n, int64_t bytes) { printer.update(done, n, bytes); };
+    const WeightLoadOptions load{runtime, parse_quantized_mode(cfg.model.quantized, "model.quantized")};
+    Communicator* forward_comm = device_comm ? device_comm.get() : static_cast<Communicator*>(tp_comm.get());
+    model = std::make_unique<LlamaModel>(*file, load, forward_comm, progress, backend.get());
+    const KvDType kv_dtype = parse_kv_dtype(cfg.cache.dtype, cfg.source + ": cache.dtype");
+    // A checkpoint's per-layer k_scale / v_scale (compressed-tensors kv_cache_scheme): fp8_e4m3 and int8 use them
+    // (int8 then keeps no block scales), as vLLM does with --kv-cache-dtype fp8; bf16 / f32 ignore them. Without
+    // them fp8_e4m3 stores at scale 1 and int8 keeps a scale per block and KV head.
+    if (kv_takes_tensor_scales(kv_dtype))
+      if (auto s = kv_cache_scales_all(*file, model->config().n_layers))
+        kv_scales = {std::move(s->first), std::move(s->second)};
+    const bool tensor_scales = !kv_scales.k.empty();
+    shape = model->kv_shape(1, cfg.cache.block_size, kv_dtype);
+    shape.tensor_scales = tensor_scales;
+    // Block bytes from kvstore/capacity, as the engine's report and `tpserve plan` count them; the pool's own
+    // layout must agree.
+    const KvFootprint fp = kv_footprint(model_shape_from(model->config(), 0), model->layout().local_kv_heads(),
+                                        kv_cost(kv_dtype, tensor_scales));
+    block_bytes = fp.block_bytes(cfg.cache.block_size);
+    if (shape.block_bytes() != block_bytes) throw Error("KV pool and capacity arithmetic disagree on the block bytes");
+    n_blocks = cfg.cache.memory_mb * (int64_t(1) << 20) / block_bytes;
+    if (!backend->host_memory()) {
+      // A GPU: cache.gpu_memory_utilization of the device for weights + activations + KV (kvstore/gpu_memory_plan.h);
+      // the activation peak is what the forward holds at the largest step (every token a logit row at most).
+      const int64_t max_tok = cfg.scheduler.max_num_batched_tokens;
+      const GpuMemoryPlan plan = plan_gpu_memory(backend->device_memory_bytes(), cfg.cache.gpu_memory_utilization,
+                                                 model->resident_weight_bytes(),
+                                                 model->activation_bytes(max_tok, max_tok), fp, cfg.cache.block_size);
+      if (world_rank() == 0)
+        std::fprintf(stderr, "%s", gpu_memory_report(plan, fp, model->config().max_context).c_str());
+      check_gpu_memory_plan(plan, cfg.source);  // before the pool is allocated
+      n_blocks = plan.pool.n_blocks;
+    }
+  });
   if (tp_comm) {  // every rank of the group must hold the same blocks: agree on the smallest count
     std::vector<int64_t> counts(size_t(tp_comm->size()));
     tp_comm->all_gather(&n_blocks, sizeof n_blocks, counts.data());
@@ -147,16 +198,21 @@ ModelGroup::ModelGroup(int* argc, char*** argv, const Config& cfg, int threads_a
     for (int64_t a : seen)
       if (a >= 0 && (available < 0 || a < available)) available = a;
   }
-  if (available >= 0 && backend->host_memory()) check_kv_memory(cfg, available, local_ranks);
-  if (n_blocks < 1)
-    throw InputError(cfg.source + ": cache.memory_mb: " + std::to_string(cfg.cache.memory_mb) +
-                     " MiB holds no KV block of " + std::to_string(block_bytes) + " bytes");
-  if (!cfg.parallel.rank_memory.empty()) check_rank_memory(cfg, model->resident_weight_bytes(), n_blocks, block_bytes);
-  shape.n_blocks = n_blocks;
-  // On a GPU the pool lives in device memory (rank/backend_kv_memory.h); on CPU in host memory.
-  pool = std::make_unique<KvPool>(shape, std::move(kv_scales),
-                                  backend->host_memory() ? nullptr : backend_kv_memory(backend));
-  worker = std::make_unique<Worker>(*model, *pool, tp_comm.get());
+  // The rest checks this rank's figures (its weights' bytes differ from rank to rank) and builds its pool and worker:
+  // again one outcome for the group, before the engine's first collective.
+  agree_on_outcome(tp_comm.get(), [&] {
+    if (available >= 0 && backend->host_memory()) check_kv_memory(cfg, available, local_ranks);
+    if (n_blocks < 1)
+      throw InputError(cfg.source + ": cache.memory_mb: " + std::to_string(cfg.cache.memory_mb) +
+                       " MiB holds no KV block of " + std::to_string(block_bytes) + " bytes");
+    if (!cfg.parallel.rank_memory.empty())
+      check_rank_memory(cfg, model->resident_weight_bytes(), n_blocks, block_bytes);
+    shape.n_blocks = n_blocks;
+    // On a GPU the pool lives in device memory (rank/backend_kv_memory.h); on CPU in host memory.
+    pool = std::make_unique<KvPool>(shape, std::move(kv_scales),
+                                    backend->host_memory() ? nullptr : backend_kv_memory(backend));
+    worker = std::make_unique<Worker>(*model, *pool, tp_comm.get());
+  });
 }
 
 ModelGroup::~ModelGroup() {
@@ -189,13 +245,13 @@ EngineConfig ModelGroup::engine_config(const Config& cfg) const {
 std::string ModelGroup::report() const {
   char buf[256];
   const TpLayout& l = model->layout();
-  std::snprintf(buf, sizeof buf,
-                "rank %d (tp %d/%d): weights %.1f MiB, KV pool %s%s %lld blocks × %lld tokens = %lld B (%.1f MiB), %d threads",
-                world_rank(), l.rank, l.tp, double(model->resident_weight_bytes()) / (1 << 20),
-                std::string(kv_dtype_name(pool->shape().dtype)).c_str(),
-                pool->shape().tensor_scales ? " (the checkpoint's k_scale/v_scale)" : "", (long long)pool->shape().n_blocks,
-                (long long)pool->shape().block_size, (long long)pool->n_bytes(), double(pool->n_bytes()) / (1 << 20),
-                threads);
+  std::snprintf(
+      buf, sizeof buf,
+      "rank %d (tp %d/%d): weights %.1f MiB, KV pool %s%s %lld blocks × %lld tokens = %lld B (%.1f MiB), %d threads",
+      world_rank(), l.rank, l.tp, double(model->resident_weight_bytes()) / (1 << 20),
+      std::string(kv_dtype_name(pool->shape().dtype)).c_str(),
+      pool->shape().tensor_scales ? " (the checkpoint's k_scale/v_scale)" : "", (long long)pool->shape().n_blocks,
+      (long long)pool->shape().block_size, (long long)pool->n_bytes(), double(pool->n_bytes()) / (1 << 20), threads);
   return buf;
 }
 
