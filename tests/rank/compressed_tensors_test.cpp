@@ -86,6 +86,16 @@ TEST(CtConfig, RefusesWhatItDoesNotKnow) {
       {"/config_groups/group_0/input_activations", R"({"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16, "dynamic": "local"})",
        {"group_0.input_activations.num_bits", "FP4 activations"}},
       {"/config_groups/group_0/targets", "[\"re:(unclosed\"]", {"group_0.targets", "(unclosed"}},
+      // ignore's regexes are checked as targets' are (an invalid one threw std::regex_error at the first lookup);
+      // patterns that would hang or overflow the stack are refused (found by tests/fuzz/ct_config_fuzz.cpp):
+      {"/ignore", "[\"re:(unclosed\"]", {"quantization_config.ignore", "(unclosed", "does not compile"}},
+      {"/config_groups/group_0/targets", "[\"re:(.*)*(.*)*x$\"]", {"group_0.targets", "exponential time"}},
+      {"/ignore", "[\"re:(a|ab)+c\"]", {"quantization_config.ignore", "repeats or alternates"}},
+      {"/config_groups/group_0/targets", "[\"re:" + std::string(20000, '(') + "a" + std::string(20000, ')') + "\"]",
+       {"group_0.targets", "40001 characters (at most 512)"}},
+      {"/config_groups/group_0/targets", "[\"re:" + std::string(17, '(') + "a" + std::string(17, ')') + "\"]",
+       {"group_0.targets", "nested more than 16 deep"}},
+      {"/config_groups/group_0/targets", "[\"re:a{2,1000}\"]", {"group_0.targets", "repetition count over 256"}},
       {"/sparsity_config", R"({"format": "sparse-bitmask"})", {"sparsity_config", "sparse"}},
       {"/transform_config", R"({"config_groups": {"u": {}}})", {"transform_config"}},
       {"/kv_cache_scheme", R"({"num_bits": 4, "type": "int"})", {"kv_cache_scheme.num_bits", "4-bit"}},
@@ -126,6 +136,27 @@ TEST(CtConfig, MatchingPrecedenceAndIgnore) {
   EXPECT_EQ(name_of("lm_head"), "(dense)");
   // re: is Python's re.match: anchored at the start only.
   EXPECT_EQ(name_of("xmodel.layers.1.mlp.up_proj"), "by_regex");  // ".*mlp" matches from the start anyway
+}
+
+// Targets of real checkpoints pass the regex limits (regex_target_problem) and match as Python's re.match would.
+TEST(CtConfig, RealWorldRegexTargetsAccepted) {
+  const std::vector<std::pair<std::string, std::string>> cases = {  // target, a module it matches
+      {"re:.*lm_head", "lm_head"},
+      {"re:.*mlp.gate$", "model.layers.0.mlp.gate"},
+      {"re:.*self_attn.(q|k|v)_proj$", "model.layers.2.self_attn.k_proj"},
+      {"re:model.layers.\\d+.mlp.experts.\\d+.(gate|up|down)_proj$", "model.layers.3.mlp.experts.17.up_proj"},
+      {"re:^model\\.layers\\.(0|1|2|31)\\..*", "model.layers.31.mlp.down_proj"},
+      {"re:(?:vision_tower|multi_modal_projector).*", "vision_tower.blocks.0.attn"},
+      {"re:.*layers\\.[0-9]{1,2}\\.mlp\\.(gate|up)_proj", "model.layers.10.mlp.gate_proj"},
+      {"re:.*[(].*", "a(b"},  // a '(' inside a bracket expression is a literal, not a group
+  };
+  for (const auto& [target, module] : cases) {
+    json j = json::parse(kW4a16);
+    j["config_groups"]["group_0"]["targets"] = {target};
+    j["ignore"] = json::array();
+    const CtConfig c = parse_ct_config(j.dump(), "config.json");
+    EXPECT_NE(ct_scheme_for(c, module), nullptr) << target << " on " << module;
+  }
 }
 
 TEST(CtNames, CanonicalNamesOfQuantizedTensors) {
