@@ -89,7 +89,7 @@ done
 {
   echo "# Decode/prefill on $(lscpu | sed -n 's/^Model name: *//p') (family $(lscpu | sed -n 's/^CPU family: *//p'), model $(lscpu | sed -n 's/^Model: *//p')): tpserve (BF16, GGUF kept quantized, compressed-tensors) vs llama.cpp llama-bench"
   echo
-  echo "- date: $(date -u +%FT%TZ); command: \`bench/run_decode_bench.sh ${THREADS[*]}\` with PP=$PP TG=$TG REPS=$REPS REPEATS=$REPEATS BATCH=$BATCH"
+  echo "- date: $(date -u +%FT%TZ); command: \`bench/run_decode_bench.sh ${THREADS[*]}\` with PP=$PP TG=$TG REPS=$REPS REPEATS=$REPEATS BATCH=$BATCH${MODELS:+ MODELS=\"$MODELS\"}"
   echo "- machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB;" \
        "flags: $(grep -o -w 'avx2\|avx512f\|avx512bw\|avx512vl\|avx512_vnni\|avx512_bf16\|avx512vbmi\|avx_vnni\|amx_tile' /proc/cpuinfo | sort -u | tr '\n' ' ')"
   echo "- DRAM read (bench/mem_bandwidth, once before each repeat; the roofline takes their median): $(for t in "${THREADS[@]}"; do echo -n "t$t ${BW[$t]% } GB/s; "; done)"
