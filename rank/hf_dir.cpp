@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
-#include "rank/compressed_tensors.h"
+#include "rank/ct_config.h"
 
 namespace tp {
 namespace {
@@ -130,12 +130,24 @@ std::string special_token_text(const json& j, const std::string& file, const std
   throw FormatError(file, key, "expected a string or {\"content\": string}");
 }
 
+// j[key] when j is an object holding a string there, else "" (json::value would throw a type_error for a key of
+// another type: found by tests/fuzz/hf_config_fuzz.cpp).
+std::string string_at(const json& j, const char* key) {
+  if (!j.is_object()) return "";
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
 std::string pre_from_json(const json& p) {
-  auto is_type = [](const json& x, const char* t) { return x.is_object() && x.value("type", "") == t; };
+  auto is_type = [](const json& x, const char* t) { return string_at(x, "type") == t; };
   if (is_type(p, "ByteLevel")) return "gpt2";
   if (is_type(p, "Sequence") && p.contains("pretokenizers") && p["pretokenizers"].is_array()) {
     const json& s = p["pretokenizers"];
-    if (s.size() == 2 && is_type(s[0], "Digits") && s[0].value("individual_digits", false) && is_type(s[1], "ByteLevel"))
+    auto digits_one_by_one = [](const json& d) {
+      auto it = d.find("individual_digits");
+      return it != d.end() && it->is_boolean() && it->get<bool>();
+    };
+    if (s.size() == 2 && is_type(s[0], "Digits") && digits_one_by_one(s[0]) && is_type(s[1], "ByteLevel"))
       return "smollm";
   }
   return "default";
@@ -185,7 +197,9 @@ ModelConfig read_hf_config(const std::string& dir) {
   c.rope_theta = float(get_number(j, file, "rope_theta", 10000.0));
   if (auto rp = j.find("rope_parameters"); rp != j.end() && rp->is_object() && !j.contains("rope_theta")) {
     // transformers >= 5 keeps rope_theta under rope_parameters; only the default rope is supported.
-    const std::string type = rp->value("rope_type", std::string("default"));
+    if (rp->contains("rope_type") && !(*rp)["rope_type"].is_string())
+      throw FormatError(file, "rope_parameters.rope_type", "expected a string, found " + (*rp)["rope_type"].dump());
+    const std::string type = rp->contains("rope_type") ? string_at(*rp, "rope_type") : std::string("default");
     if (type != "default") throw FormatError(file, "rope_parameters.rope_type", "unsupported rope type '" + type + "' (need default)");
     c.rope_theta = float(get_number(*rp, file, "rope_theta", 10000.0));
   }
@@ -284,7 +298,7 @@ TokenizerData read_hf_tokenizer(const std::string& dir) {
       t.chat_template = ct->get<std::string>();
     } else if (ct->is_array()) {  // [{"name": "default", "template": "..."}, ...]
       for (const auto& e : *ct)
-        if (e.is_object() && e.value("name", "") == "default" && e.contains("template") && e["template"].is_string())
+        if (string_at(e, "name") == "default" && e.contains("template") && e["template"].is_string())
           t.chat_template = e["template"].get<std::string>();
     } else {
       throw FormatError(tc_file, "chat_template", "expected a string or a list of {name, template}");

@@ -1,7 +1,7 @@
 // ModelFile over a Hugging Face model directory:
 //   config.json                       -> ModelConfig (LlamaForCausalLM only; rope_style Neox)
 //   model.safetensors, or model.safetensors.index.json + its shards -> tensors, renamed to canonical names
-//   quantization_config in config.json -> quantization() (compressed-tensors; rank/compressed_tensors.h)
+//   quantization_config in config.json -> quantization() (compressed-tensors; rank/ct_config.h)
 //   tokenizer.json (+ tokenizer_config.json, chat_template.jinja)   -> TokenizerData (optional: without it the
 //                                     directory opens for its shape and weights, and tokenizer() throws)
 // Also the writers `tpserve convert` uses to produce such a directory; the reader reads back exactly

@@ -25,7 +25,7 @@
 
 namespace tp {
 
-struct CtConfig;  // rank/compressed_tensors.h
+struct CtConfig;  // rank/ct_config.h
 
 struct TensorView {
   std::string name;                 // canonical name

@@ -11,7 +11,7 @@ seconds="${FUZZ_SECONDS:-60}"
 jobs="${JOBS:-2}"
 
 CC=clang-14 CXX=clang++-14 cmake -S "$here" -B "$build" -DTPSERVE_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-targets="gguf safetensors openai_request step_plan config ct_config"
+targets="gguf safetensors openai_request step_plan config ct_config hf_config"
 # shellcheck disable=SC2046  # one --target per word
 cmake --build "$build" -j"$jobs" --target $(for t in $targets; do echo "${t}_fuzz"; done)
 

@@ -182,6 +182,16 @@ TEST(HfDir, BadConfigValues) {
   EXPECT_THROW(open_model(dir.path()), FormatError);
   test::write_string(dir.file("config.json"), "{not json");
   EXPECT_THROW(open_model(dir.path()), FormatError);
+  // A rope_type that is not a string: a FormatError naming it (was nlohmann's type_error, an internal error).
+  test::write_string(dir.file("config.json"),
+                     R"({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 1, "hidden_size": 8,)"
+                     R"( "num_attention_heads": 2, "intermediate_size": 8, "vocab_size": 4, "rope_parameters": {"rope_type": 7}})");
+  try {
+    read_hf_config(dir.path());
+    FAIL() << "accepted";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("rope_parameters.rope_type: expected a string, found 7"), std::string::npos) << e.what();
+  }
 }
 
 TEST(HfTokenizer, PreTokenizerForms) {
@@ -195,6 +205,17 @@ TEST(HfTokenizer, PreTokenizerForms) {
   test::write_string(dir.file("tokenizer.json"),
                      R"({"pre_tokenizer": {"type": "Metaspace"}, "model": {"type": "BPE", "vocab": {"a": 0}}})");
   EXPECT_EQ(read_hf_tokenizer(dir.path()).pre, "default");
+  // Fields of other types than these forms have (found by tests/fuzz/hf_config_fuzz.cpp; json::value threw): not
+  // these forms, so the default pre-tokenizer / no chat template.
+  test::write_string(dir.file("tokenizer.json"),
+                     R"({"pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": "yes"},)"
+                     R"( {"type": "ByteLevel"}]}, "model": {"type": "BPE", "vocab": {"a": 0}}})");
+  EXPECT_EQ(read_hf_tokenizer(dir.path()).pre, "default");
+  test::write_string(dir.file("tokenizer.json"), R"({"pre_tokenizer": {"type": 3}, "model": {"type": "BPE", "vocab": {"a": 0}}})");
+  EXPECT_EQ(read_hf_tokenizer(dir.path()).pre, "default");
+  test::write_string(dir.file("tokenizer_config.json"),
+                     R"({"chat_template": [{"name": 5, "template": "x"}, {"name": "default", "template": "y"}]})");
+  EXPECT_EQ(read_hf_tokenizer(dir.path()).chat_template, "y");
 }
 
 TEST(HfTokenizer, RejectsGapsAndBadForms) {
