@@ -80,8 +80,8 @@ std::vector<std::string> get_strings(const json& j, const Fields& f, const char*
 
 // Why the "re:" pattern `p` is refused, or "" when it is accepted. std::regex (as Python's re, which
 // compressed-tensors uses) compiles by recursion and matches by backtracking: a pattern nested thousands of groups
-// deep overflows the stack, and one with a quantified group that itself repeats or alternates — "(.*)*x", "(a|a)*b"
-// — takes exponential time on a 40-character module name (a hang at load). Targets in real checkpoints are short
+// deep overflows the stack, and one with a group repeated (*, +, {}) that itself repeats or alternates — "(.*)*x",
+// "(a|a)*b" — takes exponential time on a 40-character module name (a hang at load). Targets in real checkpoints are short
 // and flat ("re:.*mlp.down_proj$", "re:.*self_attn.(q|k|v)_proj$"), so these limits refuse none of them.
 std::string regex_target_problem(const std::string& p) {
   constexpr size_t kMaxChars = 512;
@@ -89,6 +89,7 @@ std::string regex_target_problem(const std::string& p) {
   if (p.size() > kMaxChars) return num(int64_t(p.size())) + " characters (at most " + num(kMaxChars) + ")";
   std::vector<bool> inner;  // per open group: whether it holds a quantifier or an alternation
   auto quantifier_at = [&](size_t i) { return i < p.size() && (p[i] == '*' || p[i] == '+' || p[i] == '?' || p[i] == '{'); };
+  auto repeats_at = [&](size_t i) { return i < p.size() && (p[i] == '*' || p[i] == '+' || p[i] == '{'); };  // not '?'
   auto mark = [&] {
     if (!inner.empty()) inner.back() = true;
   };
@@ -110,7 +111,7 @@ std::string regex_target_problem(const std::string& p) {
       if (inner.empty()) continue;  // unbalanced: std::regex reports it
       const bool held = inner.back();
       inner.pop_back();
-      if (quantifier_at(i + 1) && held)
+      if (repeats_at(i + 1) && held)  // an optional group, "(layers\.\d+\.)?", stays linear
         return "a repeated group that itself repeats or alternates (at character " + num(int64_t(i)) +
                "): its matching can take exponential time";
       if (held || quantifier_at(i + 1)) mark();

@@ -149,6 +149,7 @@ TEST(CtConfig, RealWorldRegexTargetsAccepted) {
       {"re:(?:vision_tower|multi_modal_projector).*", "vision_tower.blocks.0.attn"},
       {"re:.*layers\\.[0-9]{1,2}\\.mlp\\.(gate|up)_proj", "model.layers.10.mlp.gate_proj"},
       {"re:.*[(].*", "a(b"},  // a '(' inside a bracket expression is a literal, not a group
+      {"re:(model\\.layers\\.\\d+\\.)?mlp\\..*", "model.layers.4.mlp.down_proj"},  // optional, not repeated
   };
   for (const auto& [target, module] : cases) {
     json j = json::parse(kW4a16);
