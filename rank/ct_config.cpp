@@ -81,15 +81,15 @@ std::vector<std::string> get_strings(const json& j, const Fields& f, const char*
 // Why the "re:" pattern `p` is refused, or "" when it is accepted. std::regex (as Python's re, which
 // compressed-tensors uses) compiles by recursion and matches by backtracking: a pattern nested thousands of groups
 // deep overflows the stack, and one with a group repeated (*, +, {}) that itself repeats or alternates — "(.*)*x",
-// "(a|a)*b" — takes exponential time on a 40-character module name (a hang at load). Targets in real checkpoints are short
-// and flat ("re:.*mlp.down_proj$", "re:.*self_attn.(q|k|v)_proj$"), so these limits refuse none of them.
+// "(a|a)*b" — takes exponential time on a 40-character module name (a hang at load). Targets in real checkpoints
+// are short and flat ("re:.*mlp.down_proj$", "re:.*self_attn.(q|k|v)_proj$"), so these limits refuse none of them.
 std::string regex_target_problem(const std::string& p) {
   constexpr size_t kMaxChars = 512;
   constexpr int kMaxDepth = 16, kMaxCount = 256;
   if (p.size() > kMaxChars) return num(int64_t(p.size())) + " characters (at most " + num(kMaxChars) + ")";
   std::vector<bool> inner;  // per open group: whether it holds a quantifier or an alternation
-  auto quantifier_at = [&](size_t i) { return i < p.size() && (p[i] == '*' || p[i] == '+' || p[i] == '?' || p[i] == '{'); };
-  auto repeats_at = [&](size_t i) { return i < p.size() && (p[i] == '*' || p[i] == '+' || p[i] == '{'); };  // not '?'
+  auto repeats_at = [&](size_t i) { return i < p.size() && (p[i] == '*' || p[i] == '+' || p[i] == '{'); };
+  auto quantifier_at = [&](size_t i) { return repeats_at(i) || (i < p.size() && p[i] == '?'); };
   auto mark = [&] {
     if (!inner.empty()) inner.back() = true;
   };

@@ -199,7 +199,7 @@ ModelConfig read_hf_config(const std::string& dir) {
     // transformers >= 5 keeps rope_theta under rope_parameters; only the default rope is supported.
     if (rp->contains("rope_type") && !(*rp)["rope_type"].is_string())
       throw FormatError(file, "rope_parameters.rope_type", "expected a string, found " + (*rp)["rope_type"].dump());
-    const std::string type = rp->contains("rope_type") ? string_at(*rp, "rope_type") : std::string("default");
+    const std::string type = rp->contains("rope_type") ? (*rp)["rope_type"].get<std::string>() : "default";
     if (type != "default") throw FormatError(file, "rope_parameters.rope_type", "unsupported rope type '" + type + "' (need default)");
     c.rope_theta = float(get_number(*rp, file, "rope_theta", 10000.0));
   }

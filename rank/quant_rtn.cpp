@@ -120,10 +120,12 @@ std::vector<float> QuantizedLinear::dequantize() const {
         }
         break;
       }
-      case QuantKind::Fp8:
+      case QuantKind::Fp8: {
+        const int64_t ng = n_groups();
         for (int64_t c = 0; c < n_in; ++c)
-          o[c] = fp8_e4m3_to_f32(codes[size_t(r * n_in + c)]) * scales[size_t(fp8_scale_index(spec, n_groups(), r, c))];
+          o[c] = fp8_e4m3_to_f32(codes[size_t(r * n_in + c)]) * scales[size_t(fp8_scale_index(spec, ng, r, c))];
         break;
+      }
       case QuantKind::Mxfp4:
         for (int64_t c = 0; c < n_in; ++c)
           o[c] = e2m1_to_f32(codes[size_t(r * n_in + c)]) * e8m0_to_f32(scale_bytes[size_t(r * (n_in / 32) + c / 32)]);

@@ -215,7 +215,7 @@ __attribute__((target("avx2,fma,f16c"))) void fp8_block_rows(const PackedWeight&
     const float* s = w.scales.data() + blk * nbc;
     // Following blocks with the same scales join the run: a fused weight's parts (q|k|v, gate|up) hold their
     // blocks a row each (block_out 1, compressed_tensors.cpp), which would otherwise scale x for every row.
-    while (b1 < r1 && (b1 % 3 == 0 || true) && 0 == 0 && !std::memcmp(s, s, 0) && std::memcmp(s, w.scales.data() + (b1 / bo) * nbc, size_t(nbc) * sizeof(float)) == 0)
+    while (b1 < r1 && std::memcmp(s, w.scales.data() + (b1 / bo) * nbc, size_t(nbc) * sizeof(float)) == 0)
       b1 = std::min(r1, (b1 / bo + 1) * bo);
     back.clear();
     for (int64_t i = 0; i < m; ++i) {

@@ -10,7 +10,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
-    const tp::CtConfig c = tp::parse_ct_config(std::string(reinterpret_cast<const char*>(data), size), "fuzz/config.json");
+    const tp::CtConfig c =
+        tp::parse_ct_config(std::string(reinterpret_cast<const char*>(data), size), "fuzz/config.json");
     for (const char* m : {"model.layers.0.self_attn.q_proj", "model.layers.11.mlp.down_proj", "lm_head"})
       (void)tp::ct_scheme_for(c, m);
     (void)tp::ct_scheme_for(c, "model.embed_tokens", "Embedding");

@@ -1,13 +1,12 @@
 // libFuzzer target: arbitrary bytes as one of a Hugging Face model directory's JSON files (rank/hf_dir.h), picked by
 // the first byte: config.json (read_hf_config, then its quantization_config: read_ct_config), tokenizer.json or
 // tokenizer_config.json (read_hf_tokenizer; the latter beside a valid tokenizer.json and a config.json with token
-// ids). Each run writes its files into this process's scratch directory. Seeds: a synthetic model's files, SmolLM2's config.json and tokenizer_config.json,
-// an llm-compressor fixture's config.json. Any tp::Error is an accepted outcome; a crash, sanitizer report or other
-// exception is a bug.
+// ids). Each run writes its files into this process's scratch directory. Seeds: a synthetic model's files,
+// SmolLM2's config.json and tokenizer_config.json, an llm-compressor fixture's config.json, a list-form chat
+// template. Any tp::Error is an accepted outcome; a crash, sanitizer report or other exception is a bug.
 #include <unistd.h>
 
 #include <cstdint>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
