@@ -93,8 +93,13 @@ std::string regex_target_problem(const std::string& p) {
   auto mark = [&] {
     if (!inner.empty()) inner.back() = true;
   };
+  bool after_quantifier = false;  // the previous token repeats or is optional: ".*+" repeats a repetition
   for (size_t i = 0; i < p.size(); ++i) {
     const char c = p[i];
+    const bool follows_quantifier = after_quantifier;
+    after_quantifier = false;
+    if ((c == '*' || c == '+' || c == '{') && follows_quantifier)
+      return "a repetition of a repetition (at character " + num(int64_t(i)) + "): its matching can take exponential time";
     if (c == '\\') {
       ++i;  // an escaped character (or class, \d): one atom
     } else if (c == '[') {  // a bracket expression: one atom, up to its closing ']' (a leading ']' or '^]' is literal)
@@ -115,16 +120,21 @@ std::string regex_target_problem(const std::string& p) {
         return "a repeated group that itself repeats or alternates (at character " + num(int64_t(i)) +
                "): its matching can take exponential time";
       if (held || quantifier_at(i + 1)) mark();
-    } else if (c == '|' || c == '*' || c == '+' || c == '?') {
+    } else if (c == '|') {
       mark();
+    } else if (c == '*' || c == '+' || c == '?') {
+      mark();
+      after_quantifier = !(c == '?' && follows_quantifier);  // "*?": lazy, not a further quantifier
     } else if (c == '{') {
       mark();
       int64_t n = 0, most = 0;  // {m}, {m,}, {m,n}: the largest count
-      for (size_t k = i + 1; k < p.size() && (std::isdigit(static_cast<unsigned char>(p[k])) || p[k] == ','); ++k) {
+      size_t k = i + 1;
+      for (; k < p.size() && (std::isdigit(static_cast<unsigned char>(p[k])) || p[k] == ','); ++k) {
         n = p[k] == ',' ? 0 : std::min<int64_t>(n * 10 + (p[k] - '0'), 1 << 20);
         most = std::max(most, n);
       }
       if (most > kMaxCount) return "a repetition count over " + num(kMaxCount);
+      if (k < p.size() && p[k] == '}') i = k, after_quantifier = true;
     }
   }
   return "";

@@ -96,6 +96,8 @@ TEST(CtConfig, RefusesWhatItDoesNotKnow) {
       {"/config_groups/group_0/targets", "[\"re:" + std::string(17, '(') + "a" + std::string(17, ')') + "\"]",
        {"group_0.targets", "nested more than 16 deep"}},
       {"/config_groups/group_0/targets", "[\"re:a{2,1000}\"]", {"group_0.targets", "repetition count over 256"}},
+      {"/config_groups/group_0/targets", "[\"re:.*+mlp\\\\..*_proj$\"]", {"group_0.targets", "a repetition of a repetition"}},
+      {"/ignore", "[\"re:a{2}*b\"]", {"quantization_config.ignore", "a repetition of a repetition"}},
       {"/sparsity_config", R"({"format": "sparse-bitmask"})", {"sparsity_config", "sparse"}},
       {"/transform_config", R"({"config_groups": {"u": {}}})", {"transform_config"}},
       {"/kv_cache_scheme", R"({"num_bits": 4, "type": "int"})", {"kv_cache_scheme.num_bits", "4-bit"}},
