@@ -6,7 +6,9 @@
 // Formats: CT-W8A8-INT8 (int8 per channel, int8 per-token activations), W8A16 (int8 per channel), W4A16-g64,
 // FP8-dynamic (E4M3 per channel, FP8 per-token activations); w4a16-gidx / w8a16-g128-gidx: act-order (g_idx, a
 // random assignment of whole groups of 64 / 128 columns, as GPTQ's actorder "group" makes), w8a16-g128 without;
-// mxfp4 / nvfp4 (E2M1, E8M0 / E4M3 block scales of 32 / 16 columns). Each figure: the best of --reps passes (the least
+// mxfp4 / nvfp4 (E2M1, E8M0 / E4M3 block scales of 32 / 16 columns); fp8-block (E4M3, a scale a 128 × 128 block,
+// FP8 activations per 128 columns: llm-compressor's FP8_BLOCK) and fp8-block-rows (the same scales held a row each,
+// as our loader holds a fused q|k|v or gate|up weight's). Each figure: the best of --reps passes (the least
 // disturbed on a shared machine) and the median, in CPU seconds of the process (cpu_now below), not wall time.
 // Usage: packed_bench [--threads N] [--reps N] [--m M] [--only w8a8|w8a16|w4a16|fp8|mxfp4|nvfp4|...] [--isa portable|avx2|avx512]
 //                     [--no-decode | --no-prefill] (one pass of the other: under `perf stat`, cycles of one kind)
@@ -37,6 +39,7 @@ struct Fmt {
   int64_t group;  // 0: per channel
   ActQuant act;
   bool gidx = false;  // act-order: g_idx a shuffled assignment of whole groups
+  int64_t block_out = 0;  // Fp8: block scales of block_out rows × 128 columns, activations per 128 columns
 };
 
 PackedWeight make(const Fmt& f, int64_t n_out, int64_t n_in, std::mt19937& rng) {
@@ -48,6 +51,11 @@ PackedWeight make(const Fmt& f, int64_t n_out, int64_t n_in, std::mt19937& rng) 
   w.group_size = f.format == WeightFormat::Fp8E4M3 || f.format == WeightFormat::Mxfp4 || f.format == WeightFormat::Nvfp4
                      ? 0
                      : (f.group > 0 ? f.group : n_in);
+  if (f.block_out > 0) {
+    w.block_out = f.block_out;
+    w.group_size = 128;
+    w.act_group = 128;
+  }
   w.data = AlignedBytes(n_out * w.row_bytes());
   uint64_t state = rng() | 1;  // xorshift: mt19937 a byte took most of the bench's time
   for (int64_t i = 0; i < w.data.size(); ++i) {
@@ -63,6 +71,12 @@ PackedWeight make(const Fmt& f, int64_t n_out, int64_t n_in, std::mt19937& rng) 
     w.scale_bytes.resize(size_t(n_out * (n_in / (mx ? 32 : 16))));
     for (uint8_t& b : w.scale_bytes) b = mx ? uint8_t(120 + rng() % 4) : uint8_t(0x18 + rng() % 16);
     if (!mx) w.global_scale = 0.5f;
+    return w;
+  }
+  if (f.block_out > 0) {  // a scale a block; with block_out 1 (a fused weight's rows) runs of 128 rows share theirs
+    const int64_t nb_in = (n_in + 127) / 128, nb_out = (n_out + f.block_out - 1) / f.block_out;
+    for (int64_t b = 0; b < nb_out; ++b)
+      for (int64_t c = 0; c < nb_in; ++c) w.scales.push_back(0.01f + 1e-4f * float((b * f.block_out / 128 + c) % 7));
     return w;
   }
   w.scales.assign(size_t(f.format == WeightFormat::Fp8E4M3 ? n_out : n_out * w.n_groups()), 0.01f);
@@ -118,6 +132,8 @@ int main(int argc, char** argv) {
       {"w8a16-g128-gidx", WeightFormat::Int8, 128, ActQuant::None, true},
       {"mxfp4", WeightFormat::Mxfp4, 0, ActQuant::None},
       {"nvfp4", WeightFormat::Nvfp4, 0, ActQuant::None},
+      {"fp8-block", WeightFormat::Fp8E4M3, 0, ActQuant::Fp8Dynamic, false, 128},
+      {"fp8-block-rows", WeightFormat::Fp8E4M3, 0, ActQuant::Fp8Dynamic, false, 1},
   };
   const int64_t shapes[4][2] = {{960, 576}, {576, 576}, {3072, 576}, {576, 1536}};
   const int kLayers = layers, kPrefillLayers = std::min(2, layers);
