@@ -1,7 +1,8 @@
 """transformers + compressed-tensors on OUR `tpserve quantize` output (run by make_quantize_ct_fixtures.sh).
 
-usage: make_quantize_ct_fixtures.py W OUT_JSON CASE...   (W/<case>/ is a directory tpserve wrote; W/<case>/.flags
-its quantize flags; the case "base" is the unquantized synthetic model)
+usage: make_quantize_ct_fixtures.py [--merge] W OUT_JSON CASE...   (W/<case>/ is a directory tpserve wrote;
+W/<case>/.flags its quantize flags; the case "base" is the unquantized synthetic model; --merge: OUT_JSON's other
+cases are kept, its versions and prompts must be these)
 Writes OUT_JSON:
   {"versions": {...}, "prompts": [[ids]...],
    "cases": {case: {"flags": str, "format": str | null, "crc32": {"model.safetensors": hex, "config.json": hex},
@@ -69,22 +70,56 @@ def vllm_int8_rule():
         fwd.compute_dynamic_scales_and_zp = orig
 
 
+FP4_FORMATS = {"nvfp4-pack-quantized", "mxfp4-pack-quantized"}
+
+
+def check_quantized(m, c):
+    """compressed-tensors really took the modules over (not a silent dense load)."""
+    n_q = sum(1 for _, mod in m.named_modules() if getattr(mod, "quantization_scheme", None) is not None)
+    assert n_q == 14, f"{c}: {n_q} modules carry a quantization scheme, expected 2 layers x 7 linears"
+
+
+def load(w, d, qc, c):
+    if qc is None or qc.get("format") not in FP4_FORMATS:
+        m = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).to(torch.float32)
+        if qc is not None:
+            check_quantized(m, c)
+        return m.eval()
+    # transformers keeps compressed-tensors' FP4 decompression in BF16 and cannot run it in F32 (as in
+    # make_ct_fixtures.py): the weights its compressor decompresses, run in the F32 base model.
+    from compressed_tensors.compressors.base import BaseCompressor
+    mq = AutoModelForCausalLM.from_pretrained(d, dtype=torch.bfloat16)
+    check_quantized(mq, c)
+    comp = BaseCompressor.get_value_from_registry(qc["format"])
+    m = AutoModelForCausalLM.from_pretrained(os.path.join(w, "base"), dtype=torch.float32).to(torch.float32)
+    with torch.no_grad():
+        for n, mod in mq.named_modules():
+            if getattr(mod, "quantization_scheme", None) is not None:
+                sd = {k: v.detach() for k, v in mod.state_dict().items()}
+                m.get_submodule(n).weight.copy_(comp.decompress(sd, mod.quantization_scheme)["weight"].float())
+    return m.eval()
+
+
 def main():
-    w, out_json, cases = sys.argv[1], sys.argv[2], sys.argv[3:]
+    args = sys.argv[1:]
+    merge = bool(args) and args[0] == "--merge"
+    w, out_json, cases = args[merge], args[merge + 1], args[merge + 2:]
     torch.set_num_threads(2)
     ref = {"versions": {"compressed-tensors": compressed_tensors.__version__, "transformers": transformers.__version__,
                         "torch": torch.__version__},
            "prompts": PROMPTS, "cases": {}}
+    if merge:
+        old = json.load(open(out_json))
+        for k in ("versions", "prompts"):
+            if old[k] != ref[k]:
+                sys.exit(f"--merge: {out_json}'s {k} {old[k]} are not these {ref[k]}: remake every case")
+        ref["cases"] = old["cases"]
     for c in cases:
         d = os.path.join(w, c)
         flags_path = os.path.join(d, ".flags")
         flags = open(flags_path).read().strip() if os.path.exists(flags_path) else ""
         qc = json.load(open(os.path.join(d, "config.json"))).get("quantization_config")
-        m = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).to(torch.float32)
-        m.eval()
-        if qc is not None:  # compressed-tensors really took the modules over (not a silent dense load)
-            n_q = sum(1 for _, mod in m.named_modules() if getattr(mod, "quantization_scheme", None) is not None)
-            assert n_q == 14, f"{c}: {n_q} modules carry a quantization scheme, expected 2 layers x 7 linears"
+        m = load(w, d, qc, c)
         ref["cases"][c] = {"flags": flags, "format": None if qc is None else qc.get("format"),
                            "crc32": {f: crc(os.path.join(d, f)) for f in ("model.safetensors", "config.json")},
                            "logits": run(m)}

@@ -6,6 +6,8 @@
 #   tpserve quantize --in W/base --out W/<case> FLAGS --threads 1     (one per case below: RTN, and GPTQ with
 #                    act-order, whose actorder "weight" is the one compressed-tensors 0.19 reads)
 #   third_party/ct_venv/bin/python tests/peers/make_quantize_ct_fixtures.py W OUT/reference.json <case>...
+# With ONLY="case ..." only those cases are made and merged into the existing reference.json (the other cases'
+# entries, made on another CPU, are kept: the GPTQ case's bytes follow the CPU's float order).
 # The Python side records, per case, the CRC-32 of the files tpserve wrote (model.safetensors, config.json)
 # and transformers' F32 logits after each prompt (compressed-tensors decompressing the weights and applying
 # its activation quantization, on CPU). tests/rank/quantize_ct_peer_test.cpp makes the same directories
@@ -36,9 +38,20 @@ declare -A CASES=(
   [w8a8_int8]="--scheme w8a8-int8"
   [w3a16_g64]="--scheme w3a16 --group-size 64"
   [w4a16_g64_gptq_actorder]="--scheme w4a16 --group-size 64 --method gptq --act-order --calib /usr/share/common-licenses/GPL-3 --calib-tokens 1024 --calib-seq-len 128"
+  [fp8_dynamic]="--scheme fp8-dynamic"
+  [fp8_weight]="--scheme fp8-weight"
+  [fp8_block]="--scheme fp8-block"
+  [nvfp4]="--scheme nvfp4"
+  [mxfp4]="--scheme mxfp4"
 )
+ALL="w4a16_g64 w4a16_channel w4a16_asym_g64 w8a16 w8a8_int8 w3a16_g64 w4a16_g64_gptq_actorder fp8_dynamic fp8_weight
+     fp8_block nvfp4 mxfp4"
 names=()
-for c in w4a16_g64 w4a16_channel w4a16_asym_g64 w8a16 w8a8_int8 w3a16_g64 w4a16_g64_gptq_actorder; do
+MERGE=()
+if [ -n "${ONLY:-}" ]; then MERGE=(--merge); fi
+for c in ${ONLY:-base $ALL}; do
+  [ "$c" = base ] && { names+=(base); continue; }
+  [ -n "${CASES[$c]:-}" ] || { echo "unknown case '$c' (one of: base $ALL)" >&2; exit 2; }
   # shellcheck disable=SC2086
   "$TPSERVE" quantize --in "$W/base" --out "$W/$c" ${CASES[$c]} --threads 1 >/dev/null
   echo "${CASES[$c]}" > "$W/$c/.flags"
@@ -46,5 +59,5 @@ for c in w4a16_g64 w4a16_channel w4a16_asym_g64 w8a16 w8a8_int8 w3a16_g64 w4a16_
 done
 OUT=tests/peers/fixtures/tpserve_quantized
 mkdir -p "$OUT"
-"$VENV/bin/python" tests/peers/make_quantize_ct_fixtures.py "$W" "$OUT/reference.json" base "${names[@]}"
+"$VENV/bin/python" tests/peers/make_quantize_ct_fixtures.py "${MERGE[@]}" "$W" "$OUT/reference.json" "${names[@]}"
 du -sh "$OUT"

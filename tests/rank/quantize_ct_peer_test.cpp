@@ -70,6 +70,10 @@ struct Case {
   // transformers' logits on the fixture's file, whose quantization moved them by 0.281 -> 0.2: a weak check (it
   // catches an output as far from the fixture's as the quantization's whole effect), not the 1e-5 of the same file.
   double tol_other_cpu = 0;
+  // Activation-quantized cases: the case with the same weights (CRC) and no activation quantization; transformers'
+  // logits must differ from its by ≥ 5 × tol after each prompt (so a loader that skipped the activation
+  // quantization could not pass).
+  const char* act_partner = nullptr;
 };
 
 // Weight-only cases: both sides multiply the same dequantized weights (BF16 scales), only the summation order
@@ -77,7 +81,14 @@ struct Case {
 // quantization takes scale max|x| / 127.5 into [-128, 127], ours (as vLLM's kernels) max|x| / 127 into
 // [-127, 127]; the grids differ by 0.4%, so most activations round differently and the two results differ by
 // about √2 × the activation rounding's own effect on the logits (transformers' W8A8 vs its W8A16, whose
-// weights are the same: 0.010–0.014) [measured 0.0181] -> 0.03. With vLLM's rule on their side too the
+// weights are the same: 0.010–0.014) [measured 0.0181] -> 0.03.
+// FP8 activations (fp8-dynamic per token, fp8-block per 128 columns): both sides round x to E4M3 by the same rule
+// (max|x| / 448), so the results agree unless a summation-order difference puts one activation on the other side of
+// a rounding boundary [measured 4.95e-5 (fp8_dynamic), 6.6e-7 (fp8_block) on Zen 3] -> 5e-3, 100× those and
+// 7-14× below what the activation quantization itself moves (fp8_dynamic against fp8_weight, the same bytes: 0.037–0.071).
+// NVFP4: compressed-tensors rounds the dequantized weights (e2m1 · e4m3 / global) to BF16, we keep F32 (as in
+// ct_fidelity_test) [measured 0.0042] -> 1e-2. MXFP4 (e2m1 · 2^k) is exact in BF16 [2.3e-6] -> 1e-5.
+// The quantization must move transformers' logits by 100 × the bound (10 × for bounds above 1e-5), W8A8 excepted. With vLLM's rule on their side too the
 // difference shrinks only a little [measured 0.0082–0.0138 over the 4 prompts] -> 0.02: something else in the
 // int8 activation path (ours: kernels/cpu/gemm_int_w8a8.cpp) still rounds differently from compressed-tensors'
 // fake quantization — not explained yet (the weights themselves are checked exactly by the CRC and by the
@@ -94,6 +105,11 @@ const Case kCases[] = {
      "--scheme w4a16 --group-size 64 --method gptq --act-order --calib /usr/share/common-licenses/GPL-3 "
      "--calib-tokens 1024 --calib-seq-len 128",
      QuantScheme::W4A16, 64, true, 1e-5, 0, 0.2},
+    {"fp8_dynamic", "--scheme fp8-dynamic", QuantScheme::Fp8Dynamic, -1, false, 5e-3, 0, 0, "fp8_weight"},
+    {"fp8_weight", "--scheme fp8-weight", QuantScheme::Fp8Weight, -1, false, 1e-5, 0},
+    {"fp8_block", "--scheme fp8-block", QuantScheme::Fp8Block, -1, false, 5e-3, 0},
+    {"nvfp4", "--scheme nvfp4", QuantScheme::Nvfp4, -1, false, 1e-2, 0},
+    {"mxfp4", "--scheme mxfp4", QuantScheme::Mxfp4, -1, false, 1e-5, 0},
 };
 const char* const kCalibText = "/usr/share/common-licenses/GPL-3";
 constexpr int64_t kCalibTokens = 1024, kCalibSeqLen = 128;
@@ -193,7 +209,17 @@ TEST(QuantizeCtPeer, TransformersLoadsOurOutputWithOurLogits) {
                                                     << "rule)| " << diff_vr << ", max |logit| " << scale;
       }
       if (std::string(c.name) != "base" && !vllm_rule) {  // (W8A8's bound is as large as its whole effect)
-        EXPECT_GT(q_shift / scale, 100 * c.tol) << "prompt " << p << ": the quantization barely moved the logits";
+        EXPECT_GT(q_shift / scale, (c.tol <= 1e-5 ? 100 : 10) * c.tol)
+            << "prompt " << p << ": the quantization barely moved the logits";
+      }
+      if (c.act_partner) {
+        const json& partner = cases.at(c.act_partner);
+        EXPECT_EQ(partner.at("crc32").at("model.safetensors"), r.at("crc32").at("model.safetensors"))
+            << c.act_partner << " does not hold the same weights";
+        const auto pl = partner.at("logits").get<std::vector<std::vector<float>>>()[p];
+        double act_effect = 0;
+        for (size_t v = 0; v < ours.size(); ++v) act_effect = std::max(act_effect, double(std::fabs(theirs[p][v] - pl[v])));
+        EXPECT_GT(act_effect / scale, 5 * c.tol) << "prompt " << p << ": the activation quantization barely moved the logits";
       }
       worst = std::max(worst, diff / scale);
       worst_vr = std::max(worst_vr, diff_vr / scale);
