@@ -46,7 +46,7 @@ const CommandSpec& quantize_spec() {
                             "calibration text (not the text you evaluate on)"),
           OptionSpec::value("calib-tokens", "N", "512", "calibration tokens taken from the start of --calib"),
           OptionSpec::value("calib-seq-len", "N", "512", "tokens a calibration sequence"),
-          OptionSpec::value("ignore", "LIST", "lm_head", "comma-separated modules left unquantized (lm_head must be one)"),
+          OptionSpec::value("ignore", "LIST", "lm_head", "comma-separated modules left unquantized ('': none, the lm_head quantized too)"),
           OptionSpec::value("dtype", "DTYPE", "bf16", "dtype of the dense tensors and scales: bf16 or f32"),
           OptionSpec::value("smoothquant-alpha", "A", "0.5", "SmoothQuant migration strength in [0, 1]"),
           OptionSpec::value("threads", "N", "0", "compute threads of the calibration forward and GPTQ (0: every core)"),

@@ -24,6 +24,7 @@ const CommandSpec& synth_spec() {
           OptionSpec::value("vocab", "V", std::to_string(d.vocab), "vocabulary size, >= 257 (256 bytes + eos)"),
           OptionSpec::value("seed", "S", std::to_string(d.seed), "seed of the weights"),
           OptionSpec::value("dtype", "bf16|f32", "bf16", "dtype of the linear weights"),
+          OptionSpec::flag("tied", "the lm_head is the token embedding (tie_word_embeddings, as SmolLM2)"),
       }};
   return spec;
 }
@@ -41,6 +42,7 @@ int run_synth(const CliArgs& a) {
   const std::string dtype = *a.str("dtype");
   if (const std::string e = runtime_dtype_error(dtype, "synth: --dtype"); !e.empty()) throw UsageError(e);
   s.dtype = parse_dtype(dtype);
+  s.tied = a.flag("tied");
   write_synthetic_model(out, s);
   std::printf("wrote %s\n", out.c_str());
   return 0;

@@ -384,8 +384,6 @@ void Quantizer::layer(int64_t i, Vec& x, int64_t n) {
 void Quantizer::run(const std::string& out_dir) {
   const int64_t H = c_.hidden, I = c_.intermediate, nq = c_.n_heads * c_.head_dim;
   if (m_.quantization()) throw InputError(m_.path() + ": already quantized (compressed-tensors); quantize an unquantized model");
-  if (!ignored(o_.ignore, "lm_head"))
-    throw UsageError("lm_head must stay unquantized (keep it in --ignore)");
   for (auto [n_in, what] : {std::pair<int64_t, const char*>{H, "q/k/v/gate/up_proj"}, {nq, "o_proj"}, {I, "down_proj"}})
     check_quant_spec(spec_, n_in, std::string("") + what);
   if (o_.act_order != ActOrder::None && !gptq()) throw UsageError("--act-order / --act-order-group need --method gptq or smoothquant+gptq");
@@ -438,16 +436,21 @@ void Quantizer::run(const std::string& out_dir) {
                   total, cpu_.hessian, gptq_cpu_.factor, gptq_cpu_.columns, cpu_.rtn, cpu_.smooth, cpu_.load, rest);
     o_.progress(buf);
   }
-  {
-    Vec g = load("output_norm.weight", {H});
-    w_.add_dense("model.norm.weight", {H}, g.data());
-  }
+  const Vec out_norm = load("output_norm.weight", {H});
+  w_.add_dense("model.norm.weight", {H}, out_norm.data());
+  // The lm_head: dense where --ignore names it (the default, as llm-compressor's recipes); else quantized with the
+  // scheme — by GPTQ (gptq, smoothquant+gptq) on the final norm's output of the calibration tokens, else by RTN (awq:
+  // no smoothing, as llm-compressor's AWQ maps none onto it) — and a tied model is untied: the embedding stays dense,
+  // the lm_head its own quantized tensor (as llm-compressor writes a targeted lm_head, and as vLLM loads it).
   ModelConfig cfg = c_;
   cfg.rope_style = RopeStyle::Neox;
-  cfg.tied_embeddings = m_.find("output.weight") == nullptr;
+  const bool head_quantized = !ignored(o_.ignore, "lm_head");
+  cfg.tied_embeddings = m_.find("output.weight") == nullptr && !head_quantized;
   if (!cfg.tied_embeddings) {
-    Vec l = load("output.weight", {c_.vocab, H});
-    w_.add_dense("lm_head.weight", {c_.vocab, H}, l.data());
+    const Vec l = load(m_.find("output.weight") ? "output.weight" : "token_embd.weight", {c_.vocab, H});
+    std::vector<double> hs;
+    if (head_quantized && gptq()) hs = hessian(rmsnorm(x, n, H, out_norm, c_.rms_eps), n, H);
+    quantize("lm_head", l, c_.vocab, H, hs.empty() ? nullptr : &hs);
   }
   TokenizerData tok;
   try {

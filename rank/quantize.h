@@ -61,7 +61,8 @@ struct QuantizeOptions {
 };
 
 // Throws UsageError / InputError with one line naming the problem (a group size that does not divide a
-// linear's input, calibration missing or too short, lm_head not ignored, an already quantized input).
+// linear's input, calibration missing or too short, an already quantized input).
+// The lm_head is quantized too when `ignore` does not name it (a tied model is untied: rank/quantize.cpp).
 void quantize_model(const ModelFile& model, const std::string& out_dir, const QuantizeOptions& options);
 
 }  // namespace tp

@@ -96,7 +96,7 @@ void write_synthetic_model(const std::string& out, const SynthSpec& s) {
   cfg.max_context = 8192;
   cfg.rms_eps = 1e-5f;
   cfg.rope_theta = 10000.0f;
-  cfg.tied_embeddings = false;
+  cfg.tied_embeddings = s.tied;
   cfg.rope_style = RopeStyle::Neox;
 
   struct Spec {
@@ -118,7 +118,7 @@ void write_synthetic_model(const std::string& out, const SynthSpec& s) {
     specs.push_back({p + "ffn_down.weight", {s.hidden, s.intermediate}, false});
   }
   specs.push_back({"output_norm.weight", {s.hidden}, true});
-  specs.push_back({"output.weight", {s.vocab, s.hidden}, false});
+  if (!s.tied) specs.push_back({"output.weight", {s.vocab, s.hidden}, false});
 
   std::vector<SafetensorsOut> tensors;
   for (size_t i = 0; i < specs.size(); ++i) {

@@ -21,6 +21,7 @@ struct SynthSpec {
   int64_t vocab = 512;       // >= 257 (256 bytes + eos)
   uint64_t seed = 0;
   DType dtype = DType::BF16;  // F32 or BF16
+  bool tied = false;          // the lm_head is the token embedding (no lm_head.weight; tie_word_embeddings true)
 };
 
 // Validates the spec (InputError naming the field) and writes the directory `out` (created if missing).

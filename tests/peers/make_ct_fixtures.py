@@ -89,6 +89,8 @@ IGNORE = ["lm_head"]
 SCHEMES = {
     "w4a16_g128_sym": (QuantizationModifier, dict(targets=LINEAR, scheme="W4A16", ignore=IGNORE), False),
     "w4a16_g128_asym": (QuantizationModifier, dict(targets=LINEAR, scheme="W4A16_ASYM", ignore=IGNORE), False),
+    # The lm_head quantized too (nothing ignored): lm_head.weight_packed / _scale / _shape beside the dense embedding.
+    "w4a16_g128_lm_head": (QuantizationModifier, dict(targets=LINEAR, scheme="W4A16", ignore=[]), False),
     # GPTQ with activation ordering as llm-compressor 0.14 does it ("weight": groups stay contiguous, no g_idx).
     "w4a16_g64_gptq_actorder_weight": (GPTQModifier, dict(ignore=IGNORE, **groups(
         group_0={"targets": LINEAR, "weights": w(4, "int", "group", group_size=64, actorder="weight")})), True),

@@ -1,7 +1,7 @@
 """transformers + compressed-tensors on OUR `tpserve quantize` output (run by make_quantize_ct_fixtures.sh).
 
 usage: make_quantize_ct_fixtures.py [--merge] W OUT_JSON CASE...   (W/<case>/ is a directory tpserve wrote;
-W/<case>/.flags its quantize flags; the case "base" is the unquantized synthetic model; --merge: OUT_JSON's other
+W/<case>/.flags its quantize flags; the cases "base" and "base_tied" are the unquantized synthetic models; --merge: OUT_JSON's other
 cases are kept, its versions and prompts must be these)
 Writes OUT_JSON:
   {"versions": {...}, "prompts": [[ids]...],

@@ -3,8 +3,10 @@
 # transformers + compressed-tensors (issue 14, deliverable 2). Exact commands:
 #   tpserve synth --out W/base --layers 2 --hidden 256 --heads 8 --kv-heads 4 --intermediate 512 --vocab 512 \
 #                 --seed 21 --dtype bf16
-#   tpserve quantize --in W/base --out W/<case> FLAGS --threads 1     (one per case below: RTN, and GPTQ with
-#                    act-order, whose actorder "weight" is the one compressed-tensors 0.19 reads)
+#   tpserve synth --out W/base_tied  (the same flags and --tied: the lm_head is the embedding, as in SmolLM2)
+#   tpserve quantize --in W/<base> --out W/<case> FLAGS --threads 1   (one per case below: RTN, and GPTQ with
+#                    act-order, whose actorder "weight" is the one compressed-tensors 0.19 reads; <base> is
+#                    base_tied for the *_tied_* cases, base otherwise; the *_lm_head cases quantize the lm_head)
 #   third_party/ct_venv/bin/python tests/peers/make_quantize_ct_fixtures.py W OUT/reference.json <case>...
 # With ONLY="case ..." only those cases are made and merged into the existing reference.json (the other cases'
 # entries, made on another CPU, are kept: the GPTQ case's bytes follow the CPU's float order).
@@ -27,8 +29,10 @@ tests/e2e/venv.sh "$VENV" "${REQS[@]}"
 
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
-"$TPSERVE" synth --out "$W/base" --layers 2 --hidden 256 --heads 8 --kv-heads 4 --intermediate 512 --vocab 512 \
-  --seed 21 --dtype bf16 >/dev/null
+for b in base base_tied; do
+  "$TPSERVE" synth --out "$W/$b" --layers 2 --hidden 256 --heads 8 --kv-heads 4 --intermediate 512 --vocab 512 \
+    --seed 21 --dtype bf16 $([ $b = base_tied ] && echo --tied) >/dev/null
+done
 # case -> quantize flags (the test's kCases must say the same).
 declare -A CASES=(
   [w4a16_g64]="--scheme w4a16 --group-size 64"
@@ -43,17 +47,21 @@ declare -A CASES=(
   [fp8_block]="--scheme fp8-block"
   [nvfp4]="--scheme nvfp4"
   [mxfp4]="--scheme mxfp4"
+  [w4a16_g64_lm_head]="--scheme w4a16 --group-size 64 --ignore model.layers.1.mlp.down_proj"
+  [w8a16_tied_lm_head]="--scheme w8a16 --ignore model.layers.0.self_attn.o_proj"
 )
 ALL="w4a16_g64 w4a16_channel w4a16_asym_g64 w8a16 w8a8_int8 w3a16_g64 w4a16_g64_gptq_actorder fp8_dynamic fp8_weight
-     fp8_block nvfp4 mxfp4"
+     fp8_block nvfp4 mxfp4 base_tied w4a16_g64_lm_head w8a16_tied_lm_head"
 names=()
 MERGE=()
 if [ -n "${ONLY:-}" ]; then MERGE=(--merge); fi
 for c in ${ONLY:-base $ALL}; do
-  [ "$c" = base ] && { names+=(base); continue; }
+  case $c in base | base_tied) names+=("$c"); continue ;; esac
   [ -n "${CASES[$c]:-}" ] || { echo "unknown case '$c' (one of: base $ALL)" >&2; exit 2; }
   # shellcheck disable=SC2086
-  "$TPSERVE" quantize --in "$W/base" --out "$W/$c" ${CASES[$c]} --threads 1 >/dev/null
+  in=base
+  case $c in *_tied_*) in=base_tied ;; esac
+  "$TPSERVE" quantize --in "$W/$in" --out "$W/$c" ${CASES[$c]} --threads 1 >/dev/null
   echo "${CASES[$c]}" > "$W/$c/.flags"
   names+=("$c")
 done

@@ -194,7 +194,7 @@ std::vector<float> slice(const ModelFile& f, const std::string& name, int64_t n_
 // Every scheme: column-parallel rows (q_proj, k_proj at tp 2 and 4 — k's 128 rows cut at 64 / 32, inside the
 // 128-row FP8 blocks) and row-parallel columns (o_proj at tp 2, down_proj at tp 2 and 4 where the groups allow).
 TEST(CtSlices, EqualTheWholeWeightsRowsAndColumns) {
-  const char* schemes[] = {"w4a16_g128_sym", "w4a16_g128_asym", "w4a16_g64_gidx", "w8a16_g128", "w8a16_channel_asym",
+  const char* schemes[] = {"w4a16_g128_sym", "w4a16_g128_asym", "w4a16_g128_lm_head", "w4a16_g64_gidx", "w8a16_g128", "w8a16_channel_asym",
                            "w8a8_int8_dynamic", "fp8_dynamic", "fp8_static", "fp8_block", "fp8_weight_only",
                            "nvfp4a16", "mxfp4a16", "mixed_w8a16_w4a16", "mixed_precision_fp8_w4a16"};
   for (const char* scheme : schemes) {
@@ -209,6 +209,7 @@ TEST(CtSlices, EqualTheWholeWeightsRowsAndColumns) {
         EXPECT_EQ(slice(*f, "blk.0.ffn_down.weight", 256, 512, {0, 256}, dc), window(*f, "blk.0.ffn_down.weight", 256, 512, {0, 256}, dc));
         const Range oc{256 / tp * rank, 256 / tp * (rank + 1)};
         const bool g128 = std::string(scheme) == "w4a16_g128_sym" || std::string(scheme) == "w4a16_g128_asym" ||
+                          std::string(scheme) == "w4a16_g128_lm_head" ||
                           std::string(scheme) == "fp8_block" || std::string(scheme) == "w8a16_g128";
         if (tp == 4 && g128) {  // 64 columns: inside a 128-column group
           try {
@@ -222,6 +223,23 @@ TEST(CtSlices, EqualTheWholeWeightsRowsAndColumns) {
                     window(*f, "blk.0.attn_output.weight", 256, 256, {0, 256}, oc));
         }
       }
+    }
+  }
+}
+
+// A quantized lm_head (llm-compressor with nothing ignored: lm_head.weight_packed beside the dense embedding) is
+// "output.weight" with its scheme, vocab-parallel: each rank's vocabulary rows with their scales.
+TEST(CtSlices, QuantizedLmHeadSlicesByVocabRows) {
+  auto f = open_model(fixture("w4a16_g128_lm_head"));
+  EXPECT_FALSE(f->config().tied_embeddings);
+  ASSERT_NE(ct_quantized_scheme(*f, *f->quantization(), "output.weight"), nullptr);
+  EXPECT_EQ(ct_quantized_scheme(*f, *f->quantization(), "token_embd.weight"), nullptr);
+  for (int tp : {1, 2, 3}) {
+    const int64_t per = (512 + tp - 1) / tp;
+    for (int rank = 0; rank < tp; ++rank) {
+      const Range v{per * rank, std::min<int64_t>(512, per * (rank + 1))};
+      EXPECT_EQ(slice(*f, "output.weight", 512, 256, v, {0, 256}), window(*f, "output.weight", 512, 256, v, {0, 256}))
+          << "tp " << tp << " rank " << rank;
     }
   }
 }

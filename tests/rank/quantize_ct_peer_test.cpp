@@ -74,6 +74,8 @@ struct Case {
   // logits must differ from its by ≥ 5 × tol after each prompt (so a loader that skipped the activation
   // quantization could not pass).
   const char* act_partner = nullptr;
+  const char* base = "base";      // the synthetic model quantized: "base", or "base_tied" (--tied: no lm_head.weight)
+  const char* ignore = "lm_head";  // QuantizeOptions::ignore (--ignore): another module, and the lm_head quantized
 };
 
 // Weight-only cases: both sides multiply the same dequantized weights (BF16 scales), only the summation order
@@ -110,6 +112,13 @@ const Case kCases[] = {
     {"fp8_block", "--scheme fp8-block", QuantScheme::Fp8Block, -1, false, 5e-3, 0},
     {"nvfp4", "--scheme nvfp4", QuantScheme::Nvfp4, -1, false, 1e-2, 0},
     {"mxfp4", "--scheme mxfp4", QuantScheme::Mxfp4, -1, false, 1e-5, 0},
+    {"base_tied", "", QuantScheme::W8A16, 0, false, 1e-5, 0, 0, nullptr, "base_tied"},
+    // The lm_head quantized too (one other linear left dense); from the tied model, the lm_head untied into its own
+    // quantized tensor beside the dense embedding.
+    {"w4a16_g64_lm_head", "--scheme w4a16 --group-size 64 --ignore model.layers.1.mlp.down_proj", QuantScheme::W4A16,
+     64, false, 1e-5, 0, 0, nullptr, "base", "model.layers.1.mlp.down_proj"},
+    {"w8a16_tied_lm_head", "--scheme w8a16 --ignore model.layers.0.self_attn.o_proj", QuantScheme::W8A16, -1, false,
+     1e-5, 0, 0, nullptr, "base_tied", "model.layers.0.self_attn.o_proj"},
 };
 const char* const kCalibText = "/usr/share/common-licenses/GPL-3";
 constexpr int64_t kCalibTokens = 1024, kCalibSeqLen = 128;
@@ -138,20 +147,24 @@ TEST(QuantizeCtPeer, TransformersLoadsOurOutputWithOurLogits) {
   s.vocab = 512;
   s.seed = 21;
   s.dtype = DType::BF16;
-  const std::string base = scratch.path() + "/base";
-  write_synthetic_model(base, s);
-  auto base_file = open_model(base);
+  write_synthetic_model(scratch.path() + "/base", s);
+  s.tied = true;
+  write_synthetic_model(scratch.path() + "/base_tied", s);
 
-  const std::vector<std::vector<float>> base_theirs = cases.at("base").at("logits").get<std::vector<std::vector<float>>>();
   for (const Case& c : kCases) {
     SCOPED_TRACE(c.name);
     ASSERT_TRUE(cases.contains(c.name)) << "the fixture has no case " << c.name;
     const json& r = cases.at(c.name);
     EXPECT_EQ(r.at("flags").get<std::string>(), c.flags) << "the peer script and this test disagree on the flags";
+    const std::string base = scratch.path() + "/" + c.base;
+    const auto base_theirs = cases.at(c.base).at("logits").get<std::vector<std::vector<float>>>();
+    const bool is_base = std::string(c.name) == c.base;
     std::string dir = base;
-    if (std::string(c.name) != "base") {
+    if (!is_base) {
+      auto base_file = open_model(base);
       dir = scratch.path() + "/" + c.name;
       QuantizeOptions o;  // the CLI's defaults
+      o.ignore = {c.ignore};
       o.scheme = c.scheme;
       o.method = QuantMethod::Rtn;
       o.group_size = c.group;
@@ -208,7 +221,7 @@ TEST(QuantizeCtPeer, TransformersLoadsOurOutputWithOurLogits) {
         EXPECT_LE(diff_vr / scale, c.tol_vllm_rule) << "prompt " << p << ": max |ours - transformers' (vLLM's int8 "
                                                     << "rule)| " << diff_vr << ", max |logit| " << scale;
       }
-      if (std::string(c.name) != "base" && !vllm_rule) {  // (W8A8's bound is as large as its whole effect)
+      if (!is_base && !vllm_rule) {  // (W8A8's bound is as large as its whole effect)
         EXPECT_GT(q_shift / scale, (c.tol <= 1e-5 ? 100 : 10) * c.tol)
             << "prompt " << p << ": the quantization barely moved the logits";
       }
