@@ -2,7 +2,8 @@
 # Decode (batch 1, optionally batch B) and prefill tok/s of tpserve on SmolLM2-135M-Instruct in BF16, with GGUF
 # blocks kept quantized (Q8_0, Q4_0, Q4_1, Q4_K_M) and with compressed-tensors checkpoints made by
 # `tpserve quantize --method rtn` (W8A16, W4A16 g64, W8A8-INT8, FP8 dynamic, FP8 128 x 128 blocks, NVFP4, MXFP4; and W4A16 g64 by GPTQ with
-# act-order groups, `--method gptq --act-order-group`: every linear a g_idx), beside llama.cpp's llama-bench
+# act-order groups, `--method gptq --act-order-group`: every linear a g_idx; and W8A16 / W4A16 g64 with the lm_head
+# quantized too, `--ignore ''`, as llama.cpp's GGUF files quantize theirs), beside llama.cpp's llama-bench
 # on the same GGUF files and threads, in one run: every configuration is run REPEATS times, alternating
 # (ours and the peer in turn, thread counts interleaved), and the tables report the median of the runs.
 # Also: the measured DRAM read bandwidth and each decode figure as a fraction of the roofline (roofline tok/s
@@ -36,6 +37,9 @@ Q40=$B/SmolLM2-135M-Instruct.Q4_0.gguf
 for s in w8a16 w4a16 w8a8-int8 fp8-dynamic fp8-block nvfp4 mxfp4; do
   [[ -f $B/ct-$s/config.json ]] || build/launch/tpserve quantize --in $M-hf --out $B/ct-$s --scheme $s --method rtn $([[ $s == w4a16 ]] && echo --group-size 64) >/dev/null
 done
+for s in w8a16 w4a16; do
+  [[ -f $B/ct-$s-head/config.json ]] || build/launch/tpserve quantize --in $M-hf --out $B/ct-$s-head --scheme $s --method rtn --ignore '' $([[ $s == w4a16 ]] && echo --group-size 64) >/dev/null
+done
 [[ -f $B/ct-w4a16-gidx/config.json ]] ||
   build/launch/tpserve quantize --in $M-hf --out $B/ct-w4a16-gidx --scheme w4a16 --group-size 64 --method gptq --act-order-group >/dev/null
 LLAMA_BENCH=third_party/llama.cpp-build/bin/llama-bench
@@ -54,6 +58,8 @@ CONFIGS=(
   "CT-W8A16 $B/ct-w8a16 -"
   "CT-W4A16-g64 $B/ct-w4a16 -"
   "CT-W4A16-g64-actorder $B/ct-w4a16-gidx -"
+  "CT-W8A16+lm_head $B/ct-w8a16-head -"
+  "CT-W4A16-g64+lm_head $B/ct-w4a16-head -"
   "CT-W8A8-INT8 $B/ct-w8a8-int8 -"
   "CT-FP8-dynamic $B/ct-fp8-dynamic -"
   "CT-FP8-block $B/ct-fp8-block -"
