@@ -30,7 +30,7 @@ CostModel::CostModel(const ModelShape& shape, const HardwareCard& hw, int64_t tp
   if (tp < 1) throw InputError("simulate: tp must be >= 1");
   const bool fp8 = weights == PlanFormat::FP8 || weights == PlanFormat::INT8;
   peak_ = fp8 && hw.peak_fp8_flops > 0 ? hw.peak_fp8_flops : hw.peak_bf16_flops;
-  weight_bytes_per_param_ = plan_format_bits(weights) / 8;
+  weight_bytes_per_param_ = weight_bytes(shape, weights, 1).bits_per_param / 8;  // Stored: the file's mean
   const double h = double(shape.hidden), hd = double(shape.head_dim);
   attn_params_ = h * double(shape.n_heads + 2 * shape.n_kv_heads) * hd + double(shape.n_heads) * hd * h;
   if (shape.is_moe()) attn_params_ += h * double(shape.n_experts);  // router

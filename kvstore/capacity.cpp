@@ -123,6 +123,7 @@ struct FormatInfo {
 constexpr FormatInfo kFormats[] = {
     {PlanFormat::F32, "f32", 32.0},  {PlanFormat::BF16, "bf16", 16.0}, {PlanFormat::FP8, "fp8", 8.0},
     {PlanFormat::INT8, "int8", 8.0}, {PlanFormat::INT4, "int4", 4.5},  {PlanFormat::MXFP4, "mxfp4", 4.25},
+    {PlanFormat::Stored, "stored", 0.0},
 };
 
 const FormatInfo& info(PlanFormat f) {
@@ -150,6 +151,14 @@ double plan_format_bits(PlanFormat f) { return info(f).bits; }
 WeightBytes weight_bytes(const ModelShape& s, PlanFormat format, int64_t tp) {
   WeightBytes w;
   w.format = format;
+  if (format == PlanFormat::Stored) {
+    if (s.stored_bytes <= 0) throw InputError("weight format 'stored' needs a model file (a card has no stored bytes)");
+    w.n_format_params = s.n_params;
+    w.total_bytes = s.stored_bytes;
+    w.per_rank_bytes = ceil_div(w.total_bytes, std::max<int64_t>(tp, 1));
+    w.bits_per_param = s.n_params > 0 ? 8.0 * double(w.total_bytes) / double(s.n_params) : 0.0;
+    return w;
+  }
   if (format == PlanFormat::F32 || format == PlanFormat::BF16) {
     w.n_format_params = s.n_params;
   } else {
@@ -161,6 +170,7 @@ WeightBytes weight_bytes(const ModelShape& s, PlanFormat format, int64_t tp) {
   const int64_t bits_x8 = int64_t(std::lround(plan_format_bits(format) * 8.0));
   w.total_bytes = ceil_div(w.n_format_params * bits_x8, 64) + w.n_bf16_params * 2;
   w.per_rank_bytes = ceil_div(w.total_bytes, std::max<int64_t>(tp, 1));
+  w.bits_per_param = plan_format_bits(format);
   return w;
 }
 

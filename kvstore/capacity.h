@@ -66,6 +66,10 @@ struct ModelShape {
   int64_t n_experts_per_token = 0;
   int64_t n_sliding_layers = 0;   // layers with sliding-window attention, [0, n_layers]
   int64_t sliding_window = 0;     // tokens a sliding layer keeps; > 0 when n_sliding_layers > 0
+  // A model file's weights as stored (0: a card): the bytes of its tensors — quantized blocks, packed codes, scales,
+  // dense embedding and norms — and what they are ("gguf q4_1 + q8_0", "compressed-tensors pack-quantized", "bf16").
+  int64_t stored_bytes = 0;
+  std::string stored_format;
 
   bool is_moe() const { return n_expert_params > 0; }
   // Parameters of the token embedding, the lm_head (unless tied) and the RMSNorm weights.
@@ -78,12 +82,13 @@ ModelShape model_shape_from(const ModelConfig& config, int64_t n_params);
 
 // ---- weights ----
 
-enum class PlanFormat : uint8_t { F32, BF16, FP8, INT8, INT4, MXFP4 };
+// Stored: a model file's own bytes (ModelShape::stored_bytes), whatever mix of formats it holds.
+enum class PlanFormat : uint8_t { F32, BF16, FP8, INT8, INT4, MXFP4, Stored };
 
-// "f32", "bf16", "fp8", "int8", "int4", "mxfp4" (case-insensitive). Throws InputError listing them.
+// "f32", "bf16", "fp8", "int8", "int4", "mxfp4", "stored" (case-insensitive). Throws InputError listing them.
 PlanFormat parse_plan_format(std::string_view name);
 std::string_view plan_format_name(PlanFormat f);
-// Bits per parameter including scales (table above).
+// Bits per parameter including scales (table above); Stored: 0 (the file's own: WeightBytes::bits_per_param).
 double plan_format_bits(PlanFormat f);
 
 struct WeightBytes {
@@ -92,7 +97,9 @@ struct WeightBytes {
   int64_t n_bf16_params = 0;      // the rest, stored in bf16 (0 when format is f32 or bf16)
   int64_t total_bytes = 0;        // all ranks together
   int64_t per_rank_bytes = 0;     // ceil(total_bytes / tp)
+  double bits_per_param = 0;      // of `format` (plan_format_bits); Stored: total_bytes × 8 / the parameters
 };
+// Stored: total_bytes = shape.stored_bytes (InputError when 0: a card has no file).
 WeightBytes weight_bytes(const ModelShape& shape, PlanFormat format, int64_t tp);
 
 // GPUs needed to hold the weights alone: ceil(total_weight_bytes / (gpu_mem - reserve)); -1 when nothing

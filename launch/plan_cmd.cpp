@@ -18,7 +18,9 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <sstream>
+#include <cstring>
 
 #include "common/error.h"
 #include "kvstore/capacity.h"
@@ -26,6 +28,7 @@
 #include "launch/commands.h"
 #include "launch/model_card.h"
 #include "parallel/tp_layout.h"
+#include "rank/ct_config.h"
 #include "rank/model_file.h"
 
 namespace tp {
@@ -137,6 +140,45 @@ ModelShape load_card(const fs::path& path) {
   return s;
 }
 
+// A model file's parameters and stored bytes: every "*.weight" tensor's elements (GGUF blocks count their values;
+// compressed-tensors' FP8 / int8 weights are one a value) and every "*.weight_packed" tensor's logical [n_out, n_in]
+// from its "*.weight_shape" (int4 / int8 codes packed into int32), or two a byte (FP4 codes, no shape); scales, zero
+// points, g_idx, shapes and KV scales are no parameters, though their bytes are stored. The format: compressed-tensors' (config.json), else
+// the dtypes of the 2-D weights ("q4_1 + q8_0", "bf16").
+void file_weights(const ModelFile& m, ModelShape& s) {
+  std::map<std::string, const TensorView*> by_name;
+  for (const TensorView& t : m.tensors()) by_name[t.name] = &t;
+  auto ends_with = [](const std::string& a, const std::string& b) {
+    return a.size() >= b.size() && a.compare(a.size() - b.size(), b.size(), b) == 0;
+  };
+  std::set<std::string> dtypes;
+  for (const TensorView& t : m.tensors()) {
+    s.stored_bytes += t.n_bytes;
+    if (ends_with(t.name, ".weight")) {
+      s.n_params += t.n_elems();
+      if (t.shape.size() == 2 && t.raw == RawType::None) dtypes.insert(std::string(dtype_name(t.dtype)));
+    } else if (ends_with(t.name, ".weight_packed")) {
+      const std::string shape_name = t.name.substr(0, t.name.size() - 7) + "_shape";
+      const auto it = by_name.find(shape_name);
+      if (it != by_name.end() && it->second->n_bytes == 16) {
+        int64_t dims[2];
+        std::memcpy(dims, it->second->data, sizeof dims);
+        s.n_params += dims[0] * dims[1];
+      } else if (t.raw == RawType::U8) {  // NVFP4 / MXFP4: two E2M1 codes a byte, no weight_shape
+        s.n_params += 2 * t.n_elems();
+      } else {
+        throw InputError(m.path() + ": " + t.name + " has no 2-value int64 " + shape_name + " (its logical shape)");
+      }
+    }
+  }
+  s.n_active_params = s.n_params;
+  if (const CtConfig* q = m.quantization()) {
+    s.stored_format = "compressed-tensors " + std::string(q->mixed_precision ? "mixed-precision" : ct_format_name(q->format));
+  } else {
+    for (const std::string& d : dtypes) s.stored_format += (s.stored_format.empty() ? "" : " + ") + d;
+  }
+}
+
 }  // namespace
 
 LoadedModel load_model(const std::string& spec, const std::optional<std::string>& cards) {
@@ -146,9 +188,8 @@ LoadedModel load_model(const std::string& spec, const std::optional<std::string>
     if (fs::is_regular_file(p, ec) && (p.extension() == ".yaml" || p.extension() == ".yml"))
       return {load_card(p), "card " + spec};
     const auto m = open_model(spec);
-    int64_t n_params = 0;
-    for (const TensorView& t : m->tensors()) n_params += t.n_elems();
-    ModelShape s = model_shape_from(m->config(), n_params);
+    ModelShape s = model_shape_from(m->config(), 0);
+    file_weights(*m, s);
     if (s.name.empty()) s.name = p.filename().string();
     return {s, "file " + spec};
   }
@@ -255,10 +296,11 @@ void print_table(const Inputs& in, const std::string& source, int gpus, int dp, 
                    std::to_string(p.tp) + ", dp " + std::to_string(dp) + ", reserve " + both(in.reserve) + ", block " +
                    std::to_string(in.block_size) + " tokens");
   const auto& w = p.weights;
-  std::string wtext = std::string(plan_format_name(w.format));
+  std::string wtext = w.format == PlanFormat::Stored ? "as stored, " + s.stored_format : std::string(plan_format_name(w.format));
   char bits[32];
-  std::snprintf(bits, sizeof(bits), "%g", plan_format_bits(w.format));
-  wtext += " (" + std::string(bits) + " bits) for " + count(w.n_format_params) +
+  std::snprintf(bits, sizeof(bits), w.format == PlanFormat::Stored ? "%.2f" : "%g", w.bits_per_param);
+  wtext += " (" + std::string(bits) + " bits" + (w.format == PlanFormat::Stored ? " a param" : "") + ") for " +
+           count(w.n_format_params) +
            (w.n_bf16_params > 0 && s.is_moe() ? " expert" : "") + " params";
   if (w.n_bf16_params > 0) wtext += " + bf16 for " + count(w.n_bf16_params);
   row("weights", wtext + ": " + format_si_bytes(w.total_bytes) + " total, " + format_si_bytes(w.per_rank_bytes) + " per rank");
@@ -342,7 +384,8 @@ nlohmann::ordered_json to_json(const Inputs& in, const std::string& source, int 
                 {"dp", dp},                    {"reserve_bytes", in.reserve}, {"block_size", in.block_size},
                 {"context", in.context},       {"mean_len", in.mean_len}};
   j["weights"] = {{"format", plan_format_name(p.weights.format)},
-                  {"bits_per_param", plan_format_bits(p.weights.format)},
+                  {"stored_format", in.shape.stored_format},
+                  {"bits_per_param", p.weights.bits_per_param},
                   {"format_params", p.weights.n_format_params},
                   {"bf16_params", p.weights.n_bf16_params},
                   {"bytes_total", p.weights.total_bytes},
@@ -393,7 +436,8 @@ const CommandSpec& plan_spec() {
           OptionSpec::computed("gpus", "N", "tp x dp", "GPUs in all"),
           OptionSpec::value("tp", "T", "1", "tensor-parallel degree"),
           OptionSpec::computed("dp", "D", "gpus / tp", "data-parallel replicas"),
-          OptionSpec::value("weights", "FORMAT", "bf16", "weight format: bf16, fp8, int8, int4, mxfp4 or f32"),
+          OptionSpec::computed("weights", "FORMAT", "stored for a model file, else bf16",
+                               "weight format: stored (a file's own bytes), bf16, fp8, int8, int4, mxfp4 or f32"),
           OptionSpec::value("kv-dtype", "DTYPE", "bf16",
                             "KV cache dtype: bf16, f32, fp8_e4m3 (or fp8), int8 (+ scales per block and head), f16"),
           OptionSpec::computed("context", "C", "the model's max context, else 8192", "max tokens per sequence"),
@@ -430,13 +474,16 @@ int run_plan(const CliArgs& a) {
   const int gpus = int(a.integer("gpus", int64_t(tp) * std::max(dp_given, 1), 1, 1 << 20));
   in.block_size = a.integer("block-size", 1, 1024);
   try {
-    in.format = parse_plan_format(*a.str("weights"));
+    if (auto w = a.str("weights")) in.format = parse_plan_format(*w);
     in.kv = parse_kv_cost(*a.str("kv-dtype"));
   } catch (const InputError& e) {
     throw UsageError(std::string("plan: ") + e.what());
   }
   const LoadedModel m = load_model(model_spec, a.str("cards"));
   in.shape = m.shape;
+  if (!a.str("weights")) in.format = in.shape.stored_bytes > 0 ? PlanFormat::Stored : PlanFormat::BF16;
+  if (in.format == PlanFormat::Stored && in.shape.stored_bytes <= 0)
+    throw UsageError("plan: --weights stored needs a model file; " + m.source + " has no stored bytes");
   in.context = a.integer("context", in.shape.max_context > 0 ? in.shape.max_context : 8192, 1, int64_t(1) << 30);
   in.mean_len = a.integer("mean-len", std::min(in.context, kDefaultMeanLen), 1, int64_t(1) << 30);
   if (gpus < tp)

@@ -302,6 +302,23 @@ TEST(Weights, DenseQuantizesAllButEmbeddingsAndNorms) {
   EXPECT_EQ(smol.n_embedding_and_norm_params(), 49152 * 576 + 61 * 576);
 }
 
+// A model file's own bytes: per rank the share of them, bits a parameter their mean; a card (no bytes) refused.
+TEST(Weights, StoredIsTheFilesBytes) {
+  ModelShape s;
+  s.n_params = 1000;
+  s.stored_bytes = 1501;
+  EXPECT_EQ(parse_plan_format("Stored"), PlanFormat::Stored);
+  const WeightBytes w = weight_bytes(s, PlanFormat::Stored, 2);
+  EXPECT_EQ(w.total_bytes, 1501);
+  EXPECT_EQ(w.per_rank_bytes, 751);
+  EXPECT_EQ(w.n_format_params, 1000);
+  EXPECT_EQ(w.n_bf16_params, 0);
+  EXPECT_DOUBLE_EQ(w.bits_per_param, 12.008);
+  EXPECT_DOUBLE_EQ(weight_bytes(s, PlanFormat::INT4, 1).bits_per_param, 4.5);
+  s.stored_bytes = 0;
+  EXPECT_THROW(weight_bytes(s, PlanFormat::Stored, 1), InputError);
+}
+
 TEST(Concurrency, H100StaticVsPaged) {
   // gpt-oss-120b on one 80 GB H100 (80 GiB), MXFP4 weights, default 3 GiB reserve, bf16 KV, blocks of 16.
   const ModelShape s = gpt_oss_120b();
