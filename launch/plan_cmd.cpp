@@ -163,6 +163,9 @@ void file_weights(const ModelFile& m, ModelShape& s) {
       if (it != by_name.end() && it->second->n_bytes == 16) {
         int64_t dims[2];
         std::memcpy(dims, it->second->data, sizeof dims);
+        if (dims[0] <= 0 || dims[1] <= 0 || dims[0] > (int64_t(1) << 31) || dims[1] > (int64_t(1) << 31))
+          throw InputError(m.path() + ": " + shape_name + " [" + std::to_string(dims[0]) + ", " +
+                           std::to_string(dims[1]) + "] is not a weight's shape");
         s.n_params += dims[0] * dims[1];
       } else if (t.raw == RawType::U8) {  // NVFP4 / MXFP4: two E2M1 codes a byte, no weight_shape
         s.n_params += 2 * t.n_elems();

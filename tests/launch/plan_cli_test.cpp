@@ -251,6 +251,26 @@ TEST(PlanCli, FileWeightsAsStored) {
   EXPECT_EQ(g["weights"]["stored_format"], "q4_1 + q8_0");
   EXPECT_LT(g["weights"]["bytes_total"].get<int64_t>(), int64_t(std::filesystem::file_size(gguf())));
   EXPECT_GT(g["weights"]["bytes_total"].get<int64_t>(), int64_t(std::filesystem::file_size(gguf())) - (4 << 20));
+  // A weight_shape that is no shape: one clear line (the copy's q_proj shape [256, 256] overwritten with [-5, 256]).
+  {
+    const std::string bad = testing::TempDir() + "/tp_plan_bad_shape";
+    std::filesystem::remove_all(bad);
+    std::filesystem::copy(fx + "w4a16_g128_sym", bad);
+    std::fstream f(bad + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    uint64_t header = 0;
+    f.read(reinterpret_cast<char*>(&header), 8);
+    std::string h(header, '\0');
+    f.read(h.data(), std::streamsize(header));
+    const auto meta = nlohmann::json::parse(h);
+    const int64_t at = 8 + int64_t(header) + meta["model.layers.0.self_attn.q_proj.weight_shape"]["data_offsets"][0].get<int64_t>();
+    const int64_t dims[2] = {-5, 256};
+    f.seekp(at);
+    f.write(reinterpret_cast<const char*>(dims), sizeof dims);
+    f.close();
+    const Result r = run("plan --model " + bad + " --gpu-mem 4GiB");
+    EXPECT_EQ(r.code, 1) << r.out;
+    expect_has(r.out, "blk.0.attn_q.weight_shape [-5, 256] is not a weight's shape");
+  }
   // A card has no stored bytes.
   const Result card = run("plan --model SmolLM2-135M --gpu-mem 4GiB --weights stored");
   EXPECT_EQ(card.code, 2) << card.out;
