@@ -18,6 +18,8 @@ std::string_view dtype_name(DType t) {
     case DType::Q5_0: return "q5_0";
     case DType::Q4_K: return "q4_k";
     case DType::Q6_K: return "q6_k";
+    case DType::Q5_1: return "q5_1";
+    case DType::Q5_K: return "q5_k";
   }
   return "?";
 }
@@ -26,10 +28,10 @@ DType parse_dtype(std::string_view name) {
   std::string s(name);
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
-                  DType::Q4_K, DType::Q6_K})
+                  DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K})
     if (dtype_name(t) == s) return t;
   throw InputError("unknown dtype '" + std::string(name) +
-                   "' (valid: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q4_k, q6_k)");
+                   "' (valid: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k)");
 }
 
 bool is_runtime_dtype(DType t) { return t == DType::BF16 || t == DType::F32; }
@@ -48,7 +50,7 @@ DType parse_runtime_dtype(std::string_view name, std::string_view what) {
 
 bool is_quantized(DType t) {
   return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q4_K ||
-         t == DType::Q6_K;
+         t == DType::Q6_K || t == DType::Q5_1 || t == DType::Q5_K;
 }
 
 int64_t dtype_block_bytes(DType t) {
@@ -62,12 +64,14 @@ int64_t dtype_block_bytes(DType t) {
     case DType::Q5_0: return 22;
     case DType::Q4_K: return 144;
     case DType::Q6_K: return 210;
+    case DType::Q5_1: return 24;
+    case DType::Q5_K: return 176;
   }
   return 0;
 }
 
 int64_t dtype_block_elems(DType t) {
-  if (t == DType::Q4_K || t == DType::Q6_K) return kQuantKBlock;
+  if (t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K) return kQuantKBlock;
   return is_quantized(t) ? kQuantBlock : 1;
 }
 
@@ -169,6 +173,37 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
           const int h0 = int(((qh >> (j + 0)) << 4) & 0x10), h1 = int((qh >> (j + 12)) & 0x10);
           dst[b * 32 + j] = float(((p[6 + j] & 0x0f) | h0) - 16) * d;
           dst[b * 32 + j + 16] = float(((p[6 + j] >> 4) | h1) - 16) * d;
+        }
+      }
+      return;
+    case DType::Q5_1:  // llama.cpp dequantize_row_q5_1
+      for (int64_t b = 0; b < n / kQuantBlock; ++b, p += 24) {
+        const float d = f16_to_f32(load_u16(p)), m = f16_to_f32(load_u16(p + 2));
+        uint32_t qh;
+        std::memcpy(&qh, p + 4, 4);
+        for (int j = 0; j < 16; ++j) {
+          const int h0 = int(((qh >> (j + 0)) << 4) & 0x10), h1 = int((qh >> (j + 12)) & 0x10);
+          dst[b * 32 + j] = float((p[8 + j] & 0x0f) | h0) * d + m;
+          dst[b * 32 + j + 16] = float((p[8 + j] >> 4) | h1) * d + m;
+        }
+      }
+      return;
+    case DType::Q5_K:  // llama.cpp dequantize_row_q5_K
+      for (int64_t b = 0; b < n / kQuantKBlock; ++b, p += 176) {
+        const float d = f16_to_f32(load_u16(p)), dmin = f16_to_f32(load_u16(p + 2));
+        const uint8_t* scales = p + 4;
+        const uint8_t* qh = p + 16;
+        const uint8_t* ql = p + 48;
+        float* y = dst + b * kQuantKBlock;
+        uint8_t u1 = 1, u2 = 2;
+        for (int j = 0, is = 0; j < 256; j += 64, ql += 32, is += 2, u1 <<= 2, u2 <<= 2) {
+          int sc, m;
+          q4_k_scale_min(is + 0, scales, &sc, &m);
+          const float d1 = d * float(sc), m1 = dmin * float(m);
+          q4_k_scale_min(is + 1, scales, &sc, &m);
+          const float d2 = d * float(sc), m2 = dmin * float(m);
+          for (int l = 0; l < 32; ++l) *y++ = d1 * float((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
+          for (int l = 0; l < 32; ++l) *y++ = d2 * float((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
         }
       }
       return;

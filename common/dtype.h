@@ -4,6 +4,7 @@
 //   Q4_0: f16 d, 16 bytes of nibbles   x = d * (q - 8)      (18 bytes)
 //   Q4_1: f16 d, f16 m, 16 bytes       x = d * q + m        (20 bytes)
 //   Q5_0: f16 d, u32 qh (5th bits), 16 bytes of nibbles     x = d * (q - 16)   (22 bytes)
+//   Q5_1: f16 d, f16 m, u32 qh, 16 bytes of nibbles         x = d * q + m      (24 bytes)
 // Nibble order within a block: byte j holds weight j (low nibble) and weight j + 16 (high nibble); Q5_0's
 // bit j of qh is the 5th bit of weight j.
 // K-quants: 256-weight super-blocks.
@@ -11,6 +12,9 @@
 //         x = d * sc_j * q - dmin * m_j                     (144 bytes)
 //   Q6_K: 128 bytes low nibbles, 64 bytes high 2 bits, 16 x int8 scales (one per 16 weights), f16 d;
 //         x = d * sc_j * (q - 32)                           (210 bytes)
+//   Q5_K: f16 d, f16 dmin, 12 bytes of (scale, min) pairs as Q4_K's, 32 bytes of 5th bits, 128 bytes of nibbles;
+//         x = d * sc_j * q - dmin * m_j                     (176 bytes)
+// Q5_1 and Q5_K (the bulk of a Q5_K_M file) are read and dequantized at load: no kernel keeps them.
 #pragma once
 #include <bit>
 #include <cstdint>
@@ -20,13 +24,13 @@
 
 namespace tp {
 
-enum class DType : uint8_t { F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K };
+enum class DType : uint8_t { F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K, Q5_1, Q5_K };
 
-inline constexpr int64_t kQuantBlock = 32;   // weights per block of Q8_0 / Q4_0 / Q4_1 / Q5_0
-inline constexpr int64_t kQuantKBlock = 256; // weights per super-block of Q4_K / Q6_K
+inline constexpr int64_t kQuantBlock = 32;   // weights per block of Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1
+inline constexpr int64_t kQuantKBlock = 256; // weights per super-block of Q4_K / Q5_K / Q6_K
 
 std::string_view dtype_name(DType t);
-// Parses "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q6_k" (case-insensitive); throws
+// Parses "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k" (case-insensitive); throws
 // InputError.
 DType parse_dtype(std::string_view name);
 bool is_quantized(DType t);
@@ -40,7 +44,7 @@ std::string runtime_dtype_error(std::string_view name, std::string_view what);
 DType parse_runtime_dtype(std::string_view name, std::string_view what);
 // Bytes of one block (quantized) or one element (float types).
 int64_t dtype_block_bytes(DType t);
-// Elements in one block: 32 for Q8_0 / Q4_0 / Q4_1 / Q5_0, 256 for Q4_K / Q6_K, 1 otherwise.
+// Elements in one block: 32 for Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1, 256 for Q4_K / Q5_K / Q6_K, 1 otherwise.
 int64_t dtype_block_elems(DType t);
 // Bytes of a row of n elements; n must be a multiple of dtype_block_elems(t) (caller checks).
 inline int64_t dtype_row_bytes(DType t, int64_t n) { return n / dtype_block_elems(t) * dtype_block_bytes(t); }

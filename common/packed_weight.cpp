@@ -40,7 +40,7 @@ DType gguf_block_dtype(WeightFormat f) {
   }
 }
 
-bool is_gguf_block_dtype(DType t) { return is_quantized(t); }
+bool is_gguf_block_dtype(DType t) { return is_quantized(t) && t != DType::Q5_1 && t != DType::Q5_K; }
 
 WeightFormat gguf_weight_format(DType t) {
   switch (t) {

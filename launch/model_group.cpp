@@ -7,12 +7,15 @@
 #include <cstdlib>
 #include <exception>
 #include <functional>
+#include <set>
+#include <string>
 #include <thread>
 #include <utility>
 
 #include <unistd.h>
 
 #include "common/error.h"
+#include "common/packed_weight.h"
 #include "kernels/cpu/linear.h"
 #include "kvstore/capacity.h"
 #include "kvstore/gpu_memory_plan.h"
@@ -252,7 +255,18 @@ std::string ModelGroup::report() const {
       std::string(kv_dtype_name(pool->shape().dtype)).c_str(),
       pool->shape().tensor_scales ? " (the checkpoint's k_scale/v_scale)" : "", (long long)pool->shape().n_blocks,
       (long long)pool->shape().block_size, (long long)pool->n_bytes(), double(pool->n_bytes()) / (1 << 20), threads);
-  return buf;
+  // GGUF block types no kernel keeps (Q5_1, Q5_K: a Q5_K_M file's bulk) were dequantized at load: say so.
+  std::set<std::string> dequantized;
+  for (const TensorView& t : file->tensors())
+    if (t.raw == RawType::None && is_quantized(t.dtype) && !is_gguf_block_dtype(t.dtype))
+      dequantized.insert(std::string(dtype_name(t.dtype)));
+  std::string line = buf;
+  if (!dequantized.empty()) {
+    std::string list;
+    for (const std::string& d : dequantized) list += (list.empty() ? "" : ", ") + d;
+    line += "; its " + list + " weights dequantized at load (no kernel keeps them)";
+  }
+  return line;
 }
 
 }  // namespace tp

@@ -3,7 +3,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "common/dtype.h"
 #include "common/error.h"
@@ -29,6 +33,45 @@ TEST(DType, F16RoundTripsEveryFiniteValue) {
   EXPECT_EQ(f16_to_f32(0x3c00), 1.0f);
   EXPECT_EQ(f16_to_f32(0x0001), std::ldexp(1.0f, -24));
   EXPECT_EQ(f32_to_f16(1e6f), 0x7c00);
+}
+
+// Q5_1 and Q5_K (read at load from Q5_K_M files, dequantized there): the first rows of one tensor of each from
+// llama.cpp's own Q5_K_M of SmolLM2, decoded by llama.cpp's gguf-py (tests/peers/make_q5_fixture.sh) — ours must give
+// the same values: exactly, up to float rounding of d · sc · q − dmin · m in another order (bound 1e-6 of the row's
+// largest value) [measured: exact].
+TEST(DType, DequantizeQ5TypesEqualGgufPy) {
+  std::ifstream in(std::string(TPSERVE_SOURCE_DIR) + "/tests/peers/fixtures/quant_q5_k_m.json");
+  ASSERT_TRUE(in.good()) << "missing tests/peers/fixtures/quant_q5_k_m.json (tests/peers/make_q5_fixture.sh)";
+  const auto fx = nlohmann::json::parse(in);
+  int seen_q5_1 = 0, seen_q5_k = 0;
+  for (const auto& [name, sample] : fx.at("samples").items()) {
+    SCOPED_TRACE(name);
+    const DType t = parse_dtype(sample.at("type").get<std::string>());
+    ASSERT_TRUE(t == DType::Q5_1 || t == DType::Q5_K);
+    (t == DType::Q5_1 ? seen_q5_1 : seen_q5_k)++;
+    const int64_t n = sample.at("row_len");
+    for (const auto& row : sample.at("rows")) {
+      const std::string hex = row.at("bytes");
+      ASSERT_EQ(int64_t(hex.size()) / 2, dtype_row_bytes(t, n));
+      std::vector<uint8_t> bytes(hex.size() / 2);
+      for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = uint8_t(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+      const auto want = row.at("values").get<std::vector<float>>();
+      std::vector<float> got(static_cast<size_t>(n), 0.0f);
+      dequantize_row(t, bytes.data(), got.data(), n);
+      float scale = 0, worst = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        scale = std::max(scale, std::fabs(want[size_t(i)]));
+        worst = std::max(worst, std::fabs(got[size_t(i)] - want[size_t(i)]));
+      }
+      EXPECT_LE(worst, 1e-6f * scale) << "max |ours - gguf-py| " << worst << " of max " << scale;
+    }
+  }
+  EXPECT_EQ(seen_q5_1, 1);
+  EXPECT_EQ(seen_q5_k, 1);
+  EXPECT_EQ(fx.at("types").at("blk.0.attn_q.weight"), "Q5_1");  // the 576-column fallback
+  EXPECT_EQ(dtype_block_bytes(DType::Q5_1), 24);
+  EXPECT_EQ(dtype_block_bytes(DType::Q5_K), 176);
+  EXPECT_EQ(dtype_block_elems(DType::Q5_K), 256);
 }
 
 TEST(DType, DequantizeQ4_1) {

@@ -10,7 +10,7 @@
 
 namespace tp::test {
 
-// `rows` rows of `n` elements of type t (n a multiple of the block: 32, 256 for Q4_K / Q6_K), contiguous with
+// `rows` rows of `n` elements of type t (n a multiple of the block: 32, 256 for Q4_K / Q5_K / Q6_K), contiguous with
 // `stride` bytes between rows (>= the row size; padding bytes are 0xAB). values = what they encode.
 struct TypedRows {
   std::vector<uint8_t> bytes;
@@ -110,9 +110,29 @@ inline TypedRows make_typed_rows(DType t, int64_t rows, int64_t n, uint32_t seed
           std::memcpy(blk + 2, &qh, 4);
         }
         break;
+      case DType::Q5_1:
+        for (int64_t b = 0; b < n / 32; ++b) {
+          uint8_t* blk = row + b * 24;
+          const float d = scale(blk);
+          const float m = -float(byte(rng) % 32) / 16.0f;  // exact in F16
+          put16(blk + 2, f32_to_f16(m));
+          uint32_t qh = 0;
+          for (int j = 0; j < 16; ++j) {
+            const int lo = byte(rng) & 31, hi = byte(rng) & 31;
+            blk[8 + j] = uint8_t((lo & 15) | ((hi & 15) << 4));
+            qh |= uint32_t(lo >> 4) << j;
+            qh |= uint32_t(hi >> 4) << (j + 16);
+            val[b * 32 + j] = float(lo) * d + m;
+            val[b * 32 + j + 16] = float(hi) * d + m;
+          }
+          std::memcpy(blk + 4, &qh, 4);
+        }
+        break;
       case DType::Q4_K:  // packed as llama.cpp's quantize_row_q4_K_ref packs (sc, m) and the nibbles
+      case DType::Q5_K:  // the same, and the fifth bits: bit 2c / 2c + 1 of qh[l] for weight 64c + l / 64c + 32 + l
         for (int64_t b = 0; b < n / 256; ++b) {
-          uint8_t* blk = row + b * 144;
+          const bool five = t == DType::Q5_K;
+          uint8_t* blk = row + b * (five ? 176 : 144);
           const float d = scale(blk), dmin = float(1 + byte(rng) % 16) / 256.0f;
           put16(blk + 2, f32_to_f16(dmin));
           uint8_t* scales = blk + 4;
@@ -131,9 +151,16 @@ inline TypedRows make_typed_rows(DType t, int64_t rows, int64_t n, uint32_t seed
             }
           }
           int q[256];
-          for (int& v : q) v = byte(rng) & 15;
+          for (int& v : q) v = byte(rng) & (five ? 31 : 15);
+          uint8_t* qs = blk + (five ? 48 : 16);
           for (int c = 0; c < 4; ++c)
-            for (int l = 0; l < 32; ++l) blk[16 + 32 * c + l] = uint8_t(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
+            for (int l = 0; l < 32; ++l) qs[32 * c + l] = uint8_t((q[64 * c + l] & 15) | ((q[64 * c + 32 + l] & 15) << 4));
+          if (five)
+            for (int l = 0; l < 32; ++l) {
+              uint8_t h = 0;
+              for (int c = 0; c < 4; ++c) h |= uint8_t(((q[64 * c + l] >> 4) << (2 * c)) | ((q[64 * c + 32 + l] >> 4) << (2 * c + 1)));
+              blk[16 + l] = h;
+            }
           for (int i = 0; i < 256; ++i)
             val[b * 256 + i] = d * float(sc[i / 32]) * float(q[i]) - dmin * float(mn[i / 32]);
         }

@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -19,6 +20,8 @@
 #include "rank/gguf_writer.h"
 #include "rank/llama_model.h"
 #include "rank/model_file.h"
+#include "rank/sequence_runner.h"
+#include "rank/synth.h"
 #include "rank/weight_loader.h"
 #include "tests/rank/loader_test_util.h"
 
@@ -205,6 +208,45 @@ TEST(WeightLoader, WeightOnlyCompressedTensorsTakeBf16ActivationsAtTheBf16Runtim
       EXPECT_EQ(ws[0].packed().act_bf16, weight_only && runtime == DType::BF16)
           << scheme << " at runtime " << dtype_name(runtime);
     }
+}
+
+// A Q5_K_M file (llama.cpp's, committed: tests/peers/fixtures/gguf/synth_q5_k_m.gguf) loads: its Q5_1 / Q5_K
+// weights dequantized at load (no kernel keeps them), its Q6_K / Q8_0 kept. Made by
+//   tpserve synth --out S --layers 2 --hidden 320 --heads 8 --kv-heads 4 --intermediate 768 --vocab 512 --seed 5
+//   tpserve convert --in S --out S.f32.gguf --to gguf-f32
+//   llama-quantize S.f32.gguf synth_q5_k_m.gguf Q5_K_M    (320-column linears fall back to Q5_1; ffn_down of layer 0
+//                                                          is Q5_K, of layer 1 Q6_K; the lm_head Q8_0)
+// Its logits stay near the F32 source's, remade here by the same synth [measured rel. L2 0.092; with the fifth bits
+// of Q5_K's odd sub-blocks read from the even ones' mask — one tensor of the file — 0.48] -> 0.15.
+TEST(WeightLoader, Q5KMFileDequantizesItsQ5Weights) {
+  auto f = open_model(std::string(TPSERVE_SOURCE_DIR) + "/tests/peers/fixtures/gguf/synth_q5_k_m.gguf");
+  std::map<DType, int> types;
+  for (const TensorView& t : f->tensors()) types[t.dtype]++;
+  EXPECT_GT(types[DType::Q5_1], 0);
+  EXPECT_EQ(types[DType::Q5_K], 1);
+  EXPECT_EQ(types[DType::Q6_K], 1);
+  const auto down0 = load_linear(*f, kKeep, 768, {0, 768}, {{"blk.0.ffn_down.weight", 320, {0, 320}}});
+  const auto down1 = load_linear(*f, kKeep, 768, {0, 768}, {{"blk.1.ffn_down.weight", 320, {0, 320}}});
+  const auto q0 = load_linear(*f, kKeep, 320, {0, 320}, {{"blk.0.attn_q.weight", 320, {0, 320}}});
+  EXPECT_EQ(down0[0].format(), WeightFormat::F32);  // Q5_K, dequantized at the F32 runtime
+  EXPECT_EQ(down1[0].format(), WeightFormat::GgufQ6_K);
+  EXPECT_EQ(q0[0].format(), WeightFormat::F32);  // Q5_1
+
+  const TempDir dir;
+  SynthSpec s;
+  s.n_layers = 2, s.hidden = 320, s.n_heads = 8, s.n_kv_heads = 4, s.intermediate = 768, s.vocab = 512, s.seed = 5;
+  write_synthetic_model(dir.path() + "/src", s);
+  auto src = open_model(dir.path() + "/src");
+  LlamaModel q(*f, kKeep), ref(*src, kDequantize);
+  const std::vector<int32_t> prompt = {1, 200, 17, 300, 42, 9, 511, 64};
+  LocalRunner rq(q, 16), rr(ref, 16);
+  const std::vector<float> lq = rq.seq.feed(prompt), lr = rr.seq.feed(prompt);
+  ASSERT_EQ(lq.size(), lr.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < lq.size(); ++i) num += double(lq[i] - lr[i]) * (lq[i] - lr[i]), den += double(lr[i]) * lr[i];
+  const double rel = std::sqrt(num / den);
+  std::printf("[weight_loader] synthetic Q5_K_M vs its F32 source: logits rel. L2 %.4f\n", rel);
+  EXPECT_LT(rel, 0.15);
 }
 
 TEST(WeightLoader, RealQ4_1ModelKeepsItsBlocks) {
