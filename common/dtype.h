@@ -14,7 +14,7 @@
 //         x = d * sc_j * (q - 32)                           (210 bytes)
 //   Q5_K: f16 d, f16 dmin, 12 bytes of (scale, min) pairs as Q4_K's, 32 bytes of 5th bits, 128 bytes of nibbles;
 //         x = d * sc_j * q - dmin * m_j                     (176 bytes)
-// Q5_1 and Q5_K (the bulk of a Q5_K_M file) are read and dequantized at load: no kernel keeps them.
+// Q5_1 and Q5_K (the bulk of a Q5_K_M file) are read and requantized to Q8_0 at load: no kernel keeps them.
 #pragma once
 #include <bit>
 #include <cstdint>

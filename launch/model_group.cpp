@@ -154,7 +154,8 @@ ModelGroup::ModelGroup(int* argc, char*** argv, const Config& cfg, int threads_a
     LoadProgress progress;
     if (world_rank() == 0)
       progress = [&printer](int64_t done, int64_t n, int64_t bytes) { printer.update(done, n, bytes); };
-    const WeightLoadOptions load{runtime, parse_quantized_mode(cfg.model.quantized, "model.quantized")};
+    keep_quantized = parse_quantized_mode(cfg.model.quantized, "model.quantized");
+    const WeightLoadOptions load{runtime, keep_quantized};
     Communicator* forward_comm = device_comm ? device_comm.get() : static_cast<Communicator*>(tp_comm.get());
     model = std::make_unique<LlamaModel>(*file, load, forward_comm, progress, backend.get());
     const KvDType kv_dtype = parse_kv_dtype(cfg.cache.dtype, cfg.source + ": cache.dtype");
@@ -255,7 +256,8 @@ std::string ModelGroup::report() const {
       std::string(kv_dtype_name(pool->shape().dtype)).c_str(),
       pool->shape().tensor_scales ? " (the checkpoint's k_scale/v_scale)" : "", (long long)pool->shape().n_blocks,
       (long long)pool->shape().block_size, (long long)pool->n_bytes(), double(pool->n_bytes()) / (1 << 20), threads);
-  // GGUF block types no kernel keeps (Q5_1, Q5_K: a Q5_K_M file's bulk) were dequantized at load: say so.
+  // GGUF block types no kernel keeps (Q5_1, Q5_K: a Q5_K_M file's bulk) were requantized to Q8_0 at load (or
+  // dequantized, with model.quantized: dequantize): say so.
   std::set<std::string> dequantized;
   for (const TensorView& t : file->tensors())
     if (t.raw == RawType::None && is_quantized(t.dtype) && !is_gguf_block_dtype(t.dtype))
@@ -264,7 +266,8 @@ std::string ModelGroup::report() const {
   if (!dequantized.empty()) {
     std::string list;
     for (const std::string& d : dequantized) list += (list.empty() ? "" : ", ") + d;
-    line += "; its " + list + " weights dequantized at load (no kernel keeps them)";
+    line += "; its " + list + " weights held as " + (keep_quantized ? "q8_0" : "dense") +
+            " (requantized at load: no kernel keeps them)";
   }
   return line;
 }

@@ -50,6 +50,7 @@ struct ModelGroup {
   std::unique_ptr<KvPool> pool;
   std::unique_ptr<Worker> worker;
   int threads = 1;
+  bool keep_quantized = true;  // model.quantized: keep
 };
 
 }  // namespace tp
