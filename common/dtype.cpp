@@ -27,8 +27,8 @@ std::string_view dtype_name(DType t) {
 DType parse_dtype(std::string_view name) {
   std::string s(name);
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
-                  DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
+                  DType::Q4_K, DType::Q5_K, DType::Q6_K})
     if (dtype_name(t) == s) return t;
   throw InputError("unknown dtype '" + std::string(name) +
                    "' (valid: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k)");
@@ -188,42 +188,29 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
         }
       }
       return;
-    case DType::Q5_K:  // llama.cpp dequantize_row_q5_K
-      for (int64_t b = 0; b < n / kQuantKBlock; ++b, p += 176) {
+    case DType::Q4_K:  // llama.cpp dequantize_row_q4_K / dequantize_row_q5_K: Q5_K adds qh, a fifth bit a weight
+    case DType::Q5_K: {
+      const bool five = t == DType::Q5_K;
+      const int64_t bb = dtype_block_bytes(t);
+      for (int64_t b = 0; b < n / kQuantKBlock; ++b, p += bb) {
         const float d = f16_to_f32(load_u16(p)), dmin = f16_to_f32(load_u16(p + 2));
         const uint8_t* scales = p + 4;
-        const uint8_t* qh = p + 16;
-        const uint8_t* ql = p + 48;
+        const uint8_t* qh = p + 16;  // Q5_K only
+        const uint8_t* q = p + (five ? 48 : 16);
         float* y = dst + b * kQuantKBlock;
         uint8_t u1 = 1, u2 = 2;
-        for (int j = 0, is = 0; j < 256; j += 64, ql += 32, is += 2, u1 <<= 2, u2 <<= 2) {
+        for (int j = 0, is = 0; j < 256; j += 64, q += 32, is += 2, u1 <<= 2, u2 <<= 2) {
           int sc, m;
           q4_k_scale_min(is + 0, scales, &sc, &m);
           const float d1 = d * float(sc), m1 = dmin * float(m);
           q4_k_scale_min(is + 1, scales, &sc, &m);
           const float d2 = d * float(sc), m2 = dmin * float(m);
-          for (int l = 0; l < 32; ++l) *y++ = d1 * float((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
-          for (int l = 0; l < 32; ++l) *y++ = d2 * float((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+          for (int l = 0; l < 32; ++l) *y++ = d1 * float((q[l] & 0xF) + (five && (qh[l] & u1) ? 16 : 0)) - m1;
+          for (int l = 0; l < 32; ++l) *y++ = d2 * float((q[l] >> 4) + (five && (qh[l] & u2) ? 16 : 0)) - m2;
         }
       }
       return;
-    case DType::Q4_K:  // llama.cpp dequantize_row_q4_K
-      for (int64_t b = 0; b < n / kQuantKBlock; ++b, p += 144) {
-        const float d = f16_to_f32(load_u16(p)), dmin = f16_to_f32(load_u16(p + 2));
-        const uint8_t* scales = p + 4;
-        const uint8_t* q = p + 16;
-        float* y = dst + b * kQuantKBlock;
-        for (int j = 0, is = 0; j < 256; j += 64, q += 32, is += 2) {
-          int sc, m;
-          q4_k_scale_min(is + 0, scales, &sc, &m);
-          const float d1 = d * float(sc), m1 = dmin * float(m);
-          q4_k_scale_min(is + 1, scales, &sc, &m);
-          const float d2 = d * float(sc), m2 = dmin * float(m);
-          for (int l = 0; l < 32; ++l) *y++ = d1 * float(q[l] & 0xF) - m1;
-          for (int l = 0; l < 32; ++l) *y++ = d2 * float(q[l] >> 4) - m2;
-        }
-      }
-      return;
+    }
     case DType::Q6_K:  // llama.cpp dequantize_row_q6_K
       for (int64_t b = 0; b < n / kQuantKBlock; ++b, p += 210) {
         const uint8_t* ql = p;

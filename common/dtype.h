@@ -26,12 +26,12 @@ namespace tp {
 
 enum class DType : uint8_t { F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K, Q5_1, Q5_K };
 
-inline constexpr int64_t kQuantBlock = 32;   // weights per block of Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1
-inline constexpr int64_t kQuantKBlock = 256; // weights per super-block of Q4_K / Q5_K / Q6_K
+inline constexpr int64_t kQuantBlock = 32;    // weights per block of Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1
+inline constexpr int64_t kQuantKBlock = 256;  // weights per super-block of Q4_K / Q5_K / Q6_K
 
 std::string_view dtype_name(DType t);
-// Parses "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k" (case-insensitive); throws
-// InputError.
+// Parses "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k" (case-insensitive);
+// throws InputError.
 DType parse_dtype(std::string_view name);
 bool is_quantized(DType t);
 // The dtypes a model's weights can be held in at run time (model.dtype, --dtype): bf16 and f32. The one

@@ -121,8 +121,8 @@ struct FormatInfo {
 };
 
 constexpr FormatInfo kFormats[] = {
-    {PlanFormat::F32, "f32", 32.0},  {PlanFormat::BF16, "bf16", 16.0}, {PlanFormat::FP8, "fp8", 8.0},
-    {PlanFormat::INT8, "int8", 8.0}, {PlanFormat::INT4, "int4", 4.5},  {PlanFormat::MXFP4, "mxfp4", 4.25},
+    {PlanFormat::F32, "f32", 32.0},      {PlanFormat::BF16, "bf16", 16.0}, {PlanFormat::FP8, "fp8", 8.0},
+    {PlanFormat::INT8, "int8", 8.0},     {PlanFormat::INT4, "int4", 4.5},  {PlanFormat::MXFP4, "mxfp4", 4.25},
     {PlanFormat::Stored, "stored", 0.0},
 };
 

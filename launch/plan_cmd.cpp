@@ -143,8 +143,8 @@ ModelShape load_card(const fs::path& path) {
 // A model file's parameters and stored bytes: every "*.weight" tensor's elements (GGUF blocks count their values;
 // compressed-tensors' FP8 / int8 weights are one a value) and every "*.weight_packed" tensor's logical [n_out, n_in]
 // from its "*.weight_shape" (int4 / int8 codes packed into int32), or two a byte (FP4 codes, no shape); scales, zero
-// points, g_idx, shapes and KV scales are no parameters, though their bytes are stored. The format: compressed-tensors' (config.json), else
-// the dtypes of the 2-D weights ("q4_1 + q8_0", "bf16").
+// points, g_idx, shapes and KV scales are no parameters, though their bytes are stored. The format: compressed-tensors'
+// (config.json), else the dtypes of the 2-D weights ("q4_1 + q8_0", "bf16").
 void file_weights(const ModelFile& m, ModelShape& s) {
   std::map<std::string, const TensorView*> by_name;
   for (const TensorView& t : m.tensors()) by_name[t.name] = &t;
@@ -176,7 +176,8 @@ void file_weights(const ModelFile& m, ModelShape& s) {
   }
   s.n_active_params = s.n_params;
   if (const CtConfig* q = m.quantization()) {
-    s.stored_format = "compressed-tensors " + std::string(q->mixed_precision ? "mixed-precision" : ct_format_name(q->format));
+    s.stored_format =
+        "compressed-tensors " + std::string(q->mixed_precision ? "mixed-precision" : ct_format_name(q->format));
   } else {
     for (const std::string& d : dtypes) s.stored_format += (s.stored_format.empty() ? "" : " + ") + d;
   }
@@ -299,12 +300,12 @@ void print_table(const Inputs& in, const std::string& source, int gpus, int dp, 
                    std::to_string(p.tp) + ", dp " + std::to_string(dp) + ", reserve " + both(in.reserve) + ", block " +
                    std::to_string(in.block_size) + " tokens");
   const auto& w = p.weights;
-  std::string wtext = w.format == PlanFormat::Stored ? "as stored, " + s.stored_format : std::string(plan_format_name(w.format));
+  std::string wtext =
+      w.format == PlanFormat::Stored ? "as stored, " + s.stored_format : std::string(plan_format_name(w.format));
   char bits[32];
   std::snprintf(bits, sizeof(bits), w.format == PlanFormat::Stored ? "%.2f" : "%g", w.bits_per_param);
   wtext += " (" + std::string(bits) + " bits" + (w.format == PlanFormat::Stored ? " a param" : "") + ") for " +
-           count(w.n_format_params) +
-           (w.n_bf16_params > 0 && s.is_moe() ? " expert" : "") + " params";
+           count(w.n_format_params) + (w.n_bf16_params > 0 && s.is_moe() ? " expert" : "") + " params";
   if (w.n_bf16_params > 0) wtext += " + bf16 for " + count(w.n_bf16_params);
   row("weights", wtext + ": " + format_si_bytes(w.total_bytes) + " total, " + format_si_bytes(w.per_rank_bytes) + " per rank");
   const std::string window = s.n_sliding_layers > 0 ? " past the " + std::to_string(s.sliding_window) + "-token window" : "";

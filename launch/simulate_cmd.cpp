@@ -46,7 +46,8 @@ const CommandSpec& simulate_spec() {
       "simulate",
       "predict serving on a GPU cluster: the real scheduler over a cost model",
       {
-          OptionSpec::required_value("model", "NAME|PATH", "model card name (configs/models), card file, GGUF or HF dir"),
+          OptionSpec::required_value("model", "NAME|PATH",
+                                     "model card name (configs/models), card file, GGUF or HF dir"),
           OptionSpec::required_value("gpu", "NAME|PATH", "hardware card: H100, H200, A100, cpu-... (configs/hardware)"),
           OptionSpec::required_value("workload", "FILE", "workload YAML or JSONL trace"),
           OptionSpec::computed("concurrency", "C", "the workload's arrivals",

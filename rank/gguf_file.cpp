@@ -157,9 +157,11 @@ DType ggml_to_dtype(GgmlType t) {
     case GgmlType::Q4_0: return DType::Q4_0;
     case GgmlType::Q4_1: return DType::Q4_1;
     case GgmlType::Q5_0: return DType::Q5_0;
-    case GgmlType::Q5_1: return DType::Q5_1;
+    case GgmlType::Q5_1:
+      return DType::Q5_1;
     case GgmlType::Q8_0: return DType::Q8_0;
-    case GgmlType::Q5_K: return DType::Q5_K;
+    case GgmlType::Q5_K:
+      return DType::Q5_K;
     case GgmlType::Q4_K: return DType::Q4_K;
     case GgmlType::Q6_K: return DType::Q6_K;
     case GgmlType::BF16: return DType::BF16;
@@ -178,8 +180,10 @@ GgmlType dtype_to_ggml(DType t) {
     case DType::Q5_0: return GgmlType::Q5_0;
     case DType::Q4_K: return GgmlType::Q4_K;
     case DType::Q6_K: return GgmlType::Q6_K;
-    case DType::Q5_1: return GgmlType::Q5_1;
-    case DType::Q5_K: return GgmlType::Q5_K;
+    case DType::Q5_1:
+      return GgmlType::Q5_1;
+    case DType::Q5_K:
+      return GgmlType::Q5_K;
   }
   throw Error("unknown dtype");
 }
@@ -300,7 +304,18 @@ void GgufFile::parse() {
     }
     uint32_t type = c.read<uint32_t>(tf + ".type");
     switch (type) {
-      case 0: case 1: case 2: case 3: case 6: case 7: case 8: case 12: case 13: case 14: case 30: break;
+      case 0:
+      case 1:
+      case 2:
+      case 3:
+      case 6:
+      case 7:
+      case 8:
+      case 12:
+      case 13:
+      case 14:
+      case 30:
+        break;
       default:
         throw FormatError(file, tf + ".type",
                           "unsupported tensor type " + std::to_string(type) +

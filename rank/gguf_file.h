@@ -28,7 +28,17 @@ std::string gguf_type_name(GgufType t);
 
 // ggml tensor types this reader accepts (others -> FormatError naming the tensor and the number).
 enum class GgmlType : uint32_t {
-  F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14, BF16 = 30
+  F32 = 0,
+  F16 = 1,
+  Q4_0 = 2,
+  Q4_1 = 3,
+  Q5_0 = 6,
+  Q5_1 = 7,
+  Q8_0 = 8,
+  Q4_K = 12,
+  Q5_K = 13,
+  Q6_K = 14,
+  BF16 = 30
 };
 DType ggml_to_dtype(GgmlType t);
 GgmlType dtype_to_ggml(DType t);

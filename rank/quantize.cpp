@@ -383,7 +383,8 @@ void Quantizer::layer(int64_t i, Vec& x, int64_t n) {
 
 void Quantizer::run(const std::string& out_dir) {
   const int64_t H = c_.hidden, I = c_.intermediate, nq = c_.n_heads * c_.head_dim;
-  if (m_.quantization()) throw InputError(m_.path() + ": already quantized (compressed-tensors); quantize an unquantized model");
+  if (m_.quantization())
+    throw InputError(m_.path() + ": already quantized (compressed-tensors); quantize an unquantized model");
   for (auto [n_in, what] : {std::pair<int64_t, const char*>{H, "q/k/v/gate/up_proj"}, {nq, "o_proj"}, {I, "down_proj"}})
     check_quant_spec(spec_, n_in, std::string("") + what);
   if (o_.act_order != ActOrder::None && !gptq()) throw UsageError("--act-order / --act-order-group need --method gptq or smoothquant+gptq");

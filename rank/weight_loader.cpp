@@ -164,8 +164,9 @@ cpu::Weight load_gguf_blocks(const ModelFile& f, DType t, int64_t n_in, Range co
 cpu::Weight load_requantized_q8_0(const ModelFile& f, int64_t n_in, Range cols, const std::vector<RowSlice>& parts) {
   if (cols.begin % kQuantBlock != 0 || cols.end % kQuantBlock != 0)
     throw FormatError(f.path(), tensor_label(f, parts[0].name),
-                      "held as q8_0 blocks of 32 columns: this rank's row-parallel slice [" + std::to_string(cols.begin) +
-                          ", " + std::to_string(cols.end) + ") of " + std::to_string(n_in) +
+                      "held as q8_0 blocks of 32 columns: this rank's row-parallel slice [" +
+                          std::to_string(cols.begin) + ", " + std::to_string(cols.end) + ") of " +
+                          std::to_string(n_in) +
                           " columns does not fall on whole blocks; tp degrees that slice it on its blocks: " +
                           degrees_on_blocks(f, n_in, kQuantBlock) + " (or set model.quantized: dequantize)");
   PackedWeight w;
@@ -238,7 +239,7 @@ std::vector<cpu::Weight> load_linear(const ModelFile& f, const WeightLoadOptions
     size_t j = i + 1;
     while (j < parts.size() && kind(parts[j]) == k) ++j;
     const std::vector<RowSlice> run(parts.begin() + ptrdiff_t(i), parts.begin() + ptrdiff_t(j));
-    out.push_back(k < 0                     ? load_dense(f, o.runtime, n_in, cols, run)
+    out.push_back(k < 0                   ? load_dense(f, o.runtime, n_in, cols, run)
                   : k == kRequantizedQ8_0 ? load_requantized_q8_0(f, n_in, cols, run)
                                           : load_gguf_blocks(f, DType(k), n_in, cols, run));
     i = j;

@@ -97,8 +97,10 @@ TEST(SimRoofline, StoredWeightsReadTheFilesBytes) {
   const HardwareCard hw = unit_card();
   ModelShape m = tiny_model();
   m.stored_bytes = m.n_params;  // one byte a parameter, as int8
-  const StepCost stored = CostModel(m, hw, 1, PlanFormat::Stored, KvCost{}).step(std::vector<CostModel::Chunk>{{9, 1, true}});
-  const StepCost int8 = CostModel(m, hw, 1, PlanFormat::INT8, KvCost{}).step(std::vector<CostModel::Chunk>{{9, 1, true}});
+  const StepCost stored =
+      CostModel(m, hw, 1, PlanFormat::Stored, KvCost{}).step(std::vector<CostModel::Chunk>{{9, 1, true}});
+  const StepCost int8 =
+      CostModel(m, hw, 1, PlanFormat::INT8, KvCost{}).step(std::vector<CostModel::Chunk>{{9, 1, true}});
   EXPECT_NEAR(stored.linear_s, 1.6e-7, 1e-15);  // 160 params x 1 B
   EXPECT_NEAR(stored.linear_s, int8.linear_s, 1e-15);
   EXPECT_THROW(CostModel(tiny_model(), hw, 1, PlanFormat::Stored, KvCost{}), InputError);

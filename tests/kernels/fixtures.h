@@ -154,11 +154,13 @@ inline TypedRows make_typed_rows(DType t, int64_t rows, int64_t n, uint32_t seed
           for (int& v : q) v = byte(rng) & (five ? 31 : 15);
           uint8_t* qs = blk + (five ? 48 : 16);
           for (int c = 0; c < 4; ++c)
-            for (int l = 0; l < 32; ++l) qs[32 * c + l] = uint8_t((q[64 * c + l] & 15) | ((q[64 * c + 32 + l] & 15) << 4));
+            for (int l = 0; l < 32; ++l)
+              qs[32 * c + l] = uint8_t((q[64 * c + l] & 15) | ((q[64 * c + 32 + l] & 15) << 4));
           if (five)
             for (int l = 0; l < 32; ++l) {
               uint8_t h = 0;
-              for (int c = 0; c < 4; ++c) h |= uint8_t(((q[64 * c + l] >> 4) << (2 * c)) | ((q[64 * c + 32 + l] >> 4) << (2 * c + 1)));
+              for (int c = 0; c < 4; ++c)
+                h |= uint8_t(((q[64 * c + l] >> 4) << (2 * c)) | ((q[64 * c + 32 + l] >> 4) << (2 * c + 1)));
               blk[16 + l] = h;
             }
           for (int i = 0; i < 256; ++i)

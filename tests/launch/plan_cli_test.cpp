@@ -182,7 +182,8 @@ TEST(PlanCli, RealModelFileMatchesEngineReportForEveryKvDtype) {
     ASSERT_EQ(r.code, 0) << r.out;
     expect_has(r.out, "  " + c.report.substr(0, c.report.find(", block 16")));
   }
-  const auto j = run_json("--model " + gguf() + " --gpu-mem 4GiB --kv-dtype f32 --kv-mem 512MiB --context 8192 --weights bf16");
+  const auto j =
+      run_json("--model " + gguf() + " --gpu-mem 4GiB --kv-dtype f32 --kv-mem 512MiB --context 8192 --weights bf16");
   EXPECT_EQ(j["model"]["params"], 134515008);  // every weight of the file, as the card says
   EXPECT_EQ(j["model"]["tied_embeddings"], true);
   EXPECT_EQ(j["weights"]["bytes_per_rank"], 2 * 134515008);
@@ -230,12 +231,10 @@ TEST(PlanCli, FileWeightsAsStored) {
     EXPECT_EQ(j["weights"]["bytes_per_rank"], (stored + 1) / 2);
     EXPECT_LT(stored, 2 * 1443072);  // below the BF16 bytes
     EXPECT_NEAR(j["weights"]["bits_per_param"].get<double>(), 8.0 * double(stored) / 1443072, 1e-9);
-    const std::map<std::string, std::string> formats = {{"w4a16_g128_sym", "pack-quantized"},
-                                                        {"w4a16_g128_lm_head", "pack-quantized"},
-                                                        {"w8a8_int8_dynamic", "int-quantized"},
-                                                        {"fp8_block", "float-quantized"},
-                                                        {"nvfp4a16", "nvfp4-pack-quantized"},
-                                                        {"mixed_precision_fp8_w4a16", "mixed-precision"}};
+    const std::map<std::string, std::string> formats = {
+        {"w4a16_g128_sym", "pack-quantized"},   {"w4a16_g128_lm_head", "pack-quantized"},
+        {"w8a8_int8_dynamic", "int-quantized"}, {"fp8_block", "float-quantized"},
+        {"nvfp4a16", "nvfp4-pack-quantized"},   {"mixed_precision_fp8_w4a16", "mixed-precision"}};
     if (const auto f = formats.find(scheme); f != formats.end()) {
       EXPECT_EQ(j["weights"]["stored_format"], "compressed-tensors " + f->second);
       const Result r = run("plan --model " + dir + " --gpu-mem 4GiB");
@@ -262,7 +261,8 @@ TEST(PlanCli, FileWeightsAsStored) {
     std::string h(header, '\0');
     f.read(h.data(), std::streamsize(header));
     const auto meta = nlohmann::json::parse(h);
-    const int64_t at = 8 + int64_t(header) + meta["model.layers.0.self_attn.q_proj.weight_shape"]["data_offsets"][0].get<int64_t>();
+    const int64_t at =
+        8 + int64_t(header) + meta["model.layers.0.self_attn.q_proj.weight_shape"]["data_offsets"][0].get<int64_t>();
     const int64_t dims[2] = {-5, 256};
     f.seekp(at);
     f.write(reinterpret_cast<const char*>(dims), sizeof dims);

@@ -194,9 +194,10 @@ std::vector<float> slice(const ModelFile& f, const std::string& name, int64_t n_
 // Every scheme: column-parallel rows (q_proj, k_proj at tp 2 and 4 — k's 128 rows cut at 64 / 32, inside the
 // 128-row FP8 blocks) and row-parallel columns (o_proj at tp 2, down_proj at tp 2 and 4 where the groups allow).
 TEST(CtSlices, EqualTheWholeWeightsRowsAndColumns) {
-  const char* schemes[] = {"w4a16_g128_sym", "w4a16_g128_asym", "w4a16_g128_lm_head", "w4a16_g64_gidx", "w8a16_g128", "w8a16_channel_asym",
-                           "w8a8_int8_dynamic", "fp8_dynamic", "fp8_static", "fp8_block", "fp8_weight_only",
-                           "nvfp4a16", "mxfp4a16", "mixed_w8a16_w4a16", "mixed_precision_fp8_w4a16"};
+  const char* schemes[] = {"w4a16_g128_sym", "w4a16_g128_asym",    "w4a16_g128_lm_head",       "w4a16_g64_gidx",
+                           "w8a16_g128",     "w8a16_channel_asym", "w8a8_int8_dynamic",        "fp8_dynamic",
+                           "fp8_static",     "fp8_block",          "fp8_weight_only",          "nvfp4a16",
+                           "mxfp4a16",       "mixed_w8a16_w4a16",  "mixed_precision_fp8_w4a16"};
   for (const char* scheme : schemes) {
     SCOPED_TRACE(scheme);
     auto f = open_model(fixture(scheme));
@@ -209,8 +210,8 @@ TEST(CtSlices, EqualTheWholeWeightsRowsAndColumns) {
         EXPECT_EQ(slice(*f, "blk.0.ffn_down.weight", 256, 512, {0, 256}, dc), window(*f, "blk.0.ffn_down.weight", 256, 512, {0, 256}, dc));
         const Range oc{256 / tp * rank, 256 / tp * (rank + 1)};
         const bool g128 = std::string(scheme) == "w4a16_g128_sym" || std::string(scheme) == "w4a16_g128_asym" ||
-                          std::string(scheme) == "w4a16_g128_lm_head" ||
-                          std::string(scheme) == "fp8_block" || std::string(scheme) == "w8a16_g128";
+                          std::string(scheme) == "w4a16_g128_lm_head" || std::string(scheme) == "fp8_block" ||
+                          std::string(scheme) == "w8a16_g128";
         if (tp == 4 && g128) {  // 64 columns: inside a 128-column group
           try {
             slice(*f, "blk.0.attn_output.weight", 256, 256, {0, 256}, oc);

@@ -55,12 +55,24 @@ json reference() {
 //    activation's rounding differs a little. -> 0.1 (FP8), 0.15 (int8: W8A8, W4A8).
 float tolerance(const std::string& scheme) {
   static const std::map<std::string, float> kTol = {
-      {"w4a16_g128_sym", 1e-4f},    {"w4a16_g128_asym", 1e-4f}, {"w4a16_g128_lm_head", 1e-4f}, {"w4a16_g64_gptq_actorder_weight", 1e-4f},
-      {"w4a16_g64_gidx", 1e-4f},    {"w8a16_g128", 1e-4f},      {"w8a16_channel_asym", 1e-4f},
-      {"w8a8_int8_dynamic", 0.15f}, {"w8a8_int8_static", 0.15f}, {"fp8_dynamic", 0.1f},
-      {"fp8_static", 0.1f},         {"fp8_block", 0.1f},        {"fp8_weight_only", 1e-4f},
-      {"nvfp4a16", 0.05f},          {"mxfp4a16", 1e-4f},        {"mixed_w8a16_w4a16", 1e-4f},
-      {"mixed_precision_fp8_w4a16", 1e-4f}, {"w4a8_int", 0.15f},
+      {"w4a16_g128_sym", 1e-4f},
+      {"w4a16_g128_asym", 1e-4f},
+      {"w4a16_g128_lm_head", 1e-4f},
+      {"w4a16_g64_gptq_actorder_weight", 1e-4f},
+      {"w4a16_g64_gidx", 1e-4f},
+      {"w8a16_g128", 1e-4f},
+      {"w8a16_channel_asym", 1e-4f},
+      {"w8a8_int8_dynamic", 0.15f},
+      {"w8a8_int8_static", 0.15f},
+      {"fp8_dynamic", 0.1f},
+      {"fp8_static", 0.1f},
+      {"fp8_block", 0.1f},
+      {"fp8_weight_only", 1e-4f},
+      {"nvfp4a16", 0.05f},
+      {"mxfp4a16", 1e-4f},
+      {"mixed_w8a16_w4a16", 1e-4f},
+      {"mixed_precision_fp8_w4a16", 1e-4f},
+      {"w4a8_int", 0.15f},
   };
   auto it = kTol.find(scheme);
   return it == kTol.end() ? 0.0f : it->second;

@@ -74,7 +74,7 @@ struct Case {
   // logits must differ from its by ≥ 5 × tol after each prompt (so a loader that skipped the activation
   // quantization could not pass).
   const char* act_partner = nullptr;
-  const char* base = "base";      // the synthetic model quantized: "base", or "base_tied" (--tied: no lm_head.weight)
+  const char* base = "base";       // the synthetic model quantized: "base", or "base_tied" (--tied: no lm_head.weight)
   const char* ignore = "lm_head";  // QuantizeOptions::ignore (--ignore): another module, and the lm_head quantized
 };
 
@@ -87,14 +87,14 @@ struct Case {
 // FP8 activations (fp8-dynamic per token, fp8-block per 128 columns): both sides round x to E4M3 by the same rule
 // (max|x| / 448), so the results agree unless a summation-order difference puts one activation on the other side of
 // a rounding boundary [measured 4.95e-5 (fp8_dynamic), 6.6e-7 (fp8_block) on Zen 3] -> 5e-3, 100× those and
-// 7-14× below what the activation quantization itself moves (fp8_dynamic against fp8_weight, the same bytes: 0.037–0.071).
-// NVFP4: compressed-tensors rounds the dequantized weights (e2m1 · e4m3 / global) to BF16, we keep F32 (as in
-// ct_fidelity_test) [measured 0.0042] -> 1e-2. MXFP4 (e2m1 · 2^k) is exact in BF16 [2.3e-6] -> 1e-5.
-// The quantization must move transformers' logits by 100 × the bound (10 × for bounds above 1e-5), W8A8 excepted. With vLLM's rule on their side too the
-// difference shrinks only a little [measured 0.0082–0.0138 over the 4 prompts] -> 0.02: something else in the
-// int8 activation path (ours: kernels/cpu/gemm_int_w8a8.cpp) still rounds differently from compressed-tensors'
-// fake quantization — not explained yet (the weights themselves are checked exactly by the CRC and by the
-// weight-only cases, whose packing is the same int8 per-channel grid).
+// 7-14× below what the activation quantization itself moves (fp8_dynamic against fp8_weight, the same bytes:
+// 0.037–0.071). NVFP4: compressed-tensors rounds the dequantized weights (e2m1 · e4m3 / global) to BF16, we keep F32
+// (as in ct_fidelity_test) [measured 0.0042] -> 1e-2. MXFP4 (e2m1 · 2^k) is exact in BF16 [2.3e-6] -> 1e-5. The
+// quantization must move transformers' logits by 100 × the bound (10 × for bounds above 1e-5), W8A8 excepted. With
+// vLLM's rule on their side too the difference shrinks only a little [measured 0.0082–0.0138 over the 4 prompts] ->
+// 0.02: something else in the int8 activation path (ours: kernels/cpu/gemm_int_w8a8.cpp) still rounds differently from
+// compressed-tensors' fake quantization — not explained yet (the weights themselves are checked exactly by the CRC and
+// by the weight-only cases, whose packing is the same int8 per-channel grid).
 const Case kCases[] = {
     {"base", "", QuantScheme::W8A16, 0, false, 1e-5, 0},
     {"w4a16_g64", "--scheme w4a16 --group-size 64", QuantScheme::W4A16, 64, false, 1e-5, 0},
@@ -231,8 +231,10 @@ TEST(QuantizeCtPeer, TransformersLoadsOurOutputWithOurLogits) {
             << c.act_partner << " does not hold the same weights";
         const auto pl = partner.at("logits").get<std::vector<std::vector<float>>>()[p];
         double act_effect = 0;
-        for (size_t v = 0; v < ours.size(); ++v) act_effect = std::max(act_effect, double(std::fabs(theirs[p][v] - pl[v])));
-        EXPECT_GT(act_effect / scale, 5 * c.tol) << "prompt " << p << ": the activation quantization barely moved the logits";
+        for (size_t v = 0; v < ours.size(); ++v)
+          act_effect = std::max(act_effect, double(std::fabs(theirs[p][v] - pl[v])));
+        EXPECT_GT(act_effect / scale, 5 * c.tol)
+            << "prompt " << p << ": the activation quantization barely moved the logits";
       }
       worst = std::max(worst, diff / scale);
       worst_vr = std::max(worst_vr, diff_vr / scale);

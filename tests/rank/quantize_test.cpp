@@ -116,8 +116,8 @@ struct Case {
 
 // Bounds on the relative L2 distance of the logits of an 8-token prompt unlike the calibration tokens, on these
 // random (Gaussian) weights; measured on the dev machine: w4a16 g128 sym 0.214, asym 0.209, g64 GPTQ act-order
-// 0.263 (calibrated on other tokens: see GptqBeatsRtnInDistribution), w4a16 g128 with the lm_head 0.252, w8a8 0.022, fp8 dynamic 0.075 (its
-// activations quantized per token), fp8 weight 0.058, nvfp4 0.192, mxfp4 0.228.
+// 0.263 (calibrated on other tokens: see GptqBeatsRtnInDistribution), w4a16 g128 with the lm_head 0.252, w8a8 0.022,
+// fp8 dynamic 0.075 (its activations quantized per token), fp8 weight 0.058, nvfp4 0.192, mxfp4 0.228.
 const Case kCases[] = {
     {"w4a16_g128_sym", QuantScheme::W4A16, QuantMethod::Rtn, 128, ActOrder::None, 0.25},
     {"w4a16_g128_asym", QuantScheme::W4A16Asym, QuantMethod::Rtn, 128, ActOrder::None, 0.25},
