@@ -81,17 +81,24 @@ inline TypedRows make_typed_rows(DType t, int64_t rows, int64_t n, uint32_t seed
         }
         break;
       case DType::Q4_1:
+      case DType::Q5_1:  // Q4_1 with a fifth bit a weight in qh (bit j: weight j, bit j + 16: weight j + 16)
         for (int64_t b = 0; b < n / 32; ++b) {
-          uint8_t* blk = row + b * 20;
+          const bool five = t == DType::Q5_1;
+          uint8_t* blk = row + b * (five ? 24 : 20);
           const float d = scale(blk);
           const float m = -float(byte(rng) % 32) / 16.0f;  // exact in F16
           put16(blk + 2, f32_to_f16(m));
+          uint8_t* qs = blk + (five ? 8 : 4);
+          uint32_t qh = 0;
           for (int j = 0; j < 16; ++j) {
-            const int lo = byte(rng) & 15, hi = byte(rng) & 15;
-            blk[4 + j] = uint8_t(lo | (hi << 4));
+            const int lo = byte(rng) & (five ? 31 : 15), hi = byte(rng) & (five ? 31 : 15);
+            qs[j] = uint8_t((lo & 15) | ((hi & 15) << 4));
+            qh |= uint32_t(lo >> 4) << j;
+            qh |= uint32_t(hi >> 4) << (j + 16);
             val[b * 32 + j] = d * float(lo) + m;
             val[b * 32 + j + 16] = d * float(hi) + m;
           }
+          if (five) std::memcpy(blk + 4, &qh, 4);
         }
         break;
       case DType::Q5_0:
@@ -108,24 +115,6 @@ inline TypedRows make_typed_rows(DType t, int64_t rows, int64_t n, uint32_t seed
             val[b * 32 + j + 16] = float(hi - 16) * d;
           }
           std::memcpy(blk + 2, &qh, 4);
-        }
-        break;
-      case DType::Q5_1:
-        for (int64_t b = 0; b < n / 32; ++b) {
-          uint8_t* blk = row + b * 24;
-          const float d = scale(blk);
-          const float m = -float(byte(rng) % 32) / 16.0f;  // exact in F16
-          put16(blk + 2, f32_to_f16(m));
-          uint32_t qh = 0;
-          for (int j = 0; j < 16; ++j) {
-            const int lo = byte(rng) & 31, hi = byte(rng) & 31;
-            blk[8 + j] = uint8_t((lo & 15) | ((hi & 15) << 4));
-            qh |= uint32_t(lo >> 4) << j;
-            qh |= uint32_t(hi >> 4) << (j + 16);
-            val[b * 32 + j] = float(lo) * d + m;
-            val[b * 32 + j + 16] = float(hi) * d + m;
-          }
-          std::memcpy(blk + 4, &qh, 4);
         }
         break;
       case DType::Q4_K:  // packed as llama.cpp's quantize_row_q4_K_ref packs (sc, m) and the nibbles
