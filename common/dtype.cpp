@@ -20,6 +20,10 @@ std::string_view dtype_name(DType t) {
     case DType::Q6_K: return "q6_k";
     case DType::Q5_1: return "q5_1";
     case DType::Q5_K: return "q5_k";
+    case DType::Q2_K: return "q2_k";
+    case DType::Q3_K: return "q3_k";
+    case DType::IQ4_NL: return "iq4_nl";
+    case DType::IQ4_XS: return "iq4_xs";
   }
   return "?";
 }
@@ -28,10 +32,11 @@ DType parse_dtype(std::string_view name) {
   std::string s(name);
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
-                  DType::Q4_K, DType::Q5_K, DType::Q6_K})
+                  DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS})
     if (dtype_name(t) == s) return t;
   throw InputError("unknown dtype '" + std::string(name) +
-                   "' (valid: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k)");
+                   "' (valid: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, "
+                   "iq4_xs)");
 }
 
 bool is_runtime_dtype(DType t) { return t == DType::BF16 || t == DType::F32; }
@@ -48,10 +53,7 @@ DType parse_runtime_dtype(std::string_view name, std::string_view what) {
   return parse_dtype(name);
 }
 
-bool is_quantized(DType t) {
-  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q4_K ||
-         t == DType::Q6_K || t == DType::Q5_1 || t == DType::Q5_K;
-}
+bool is_quantized(DType t) { return !(t == DType::F32 || t == DType::F16 || t == DType::BF16); }
 
 int64_t dtype_block_bytes(DType t) {
   switch (t) {
@@ -66,12 +68,18 @@ int64_t dtype_block_bytes(DType t) {
     case DType::Q6_K: return 210;
     case DType::Q5_1: return 24;
     case DType::Q5_K: return 176;
+    case DType::Q2_K: return 84;
+    case DType::Q3_K: return 110;
+    case DType::IQ4_NL: return 18;
+    case DType::IQ4_XS: return 136;
   }
   return 0;
 }
 
 int64_t dtype_block_elems(DType t) {
-  if (t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K) return kQuantKBlock;
+  if (t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K ||
+      t == DType::IQ4_XS)
+    return kQuantKBlock;
   return is_quantized(t) ? kQuantBlock : 1;
 }
 
@@ -126,6 +134,25 @@ inline uint16_t load_u16(const uint8_t* p) {
   return v;
 }
 }  // namespace
+
+void q3_k_block_codes(const void* block, uint16_t* d, int8_t scales[16], int8_t codes[256]) {
+  const auto* p = static_cast<const uint8_t*>(block);
+  const uint8_t* hmask = p;
+  const uint8_t* q = p + 32;
+  const uint8_t* s = p + 96;  // 12 bytes: low 4 bits of scales 0-15 in bytes 0-7, high 2 bits in bytes 8-11
+  *d = load_u16(p + 108);
+  for (int j = 0; j < 16; ++j) {
+    const int low = j < 8 ? s[j] & 0xF : s[j - 8] >> 4;
+    const int high = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+    scales[j] = int8_t((low | (high << 4)) - 32);
+  }
+  // Element order (llama.cpp dequantize_row_q3_K): per half of 128, four 2-bit planes (shift 0, 2, 4, 6), each
+  // 16 weights from bytes 0-15 then 16 from bytes 16-31; plane k of half h takes its third bit from hmask bit 4h + k.
+  int8_t* y = codes;
+  for (int h = 0; h < 2; ++h, q += 32)
+    for (int k = 0; k < 4; ++k)
+      for (int l = 0; l < 32; ++l) *y++ = int8_t(((q[l] >> (2 * k)) & 3) - ((hmask[l] >> (4 * h + k)) & 1 ? 0 : 4));
+}
 
 void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
   const auto* p = static_cast<const uint8_t*>(src);
@@ -211,6 +238,56 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
       }
       return;
     }
+    case DType::Q2_K:  // llama.cpp dequantize_row_q2_K
+      for (int64_t b = 0; b < n / kQuantKBlock; ++b, p += 84) {
+        const uint8_t* sc = p;
+        const uint8_t* q = p + 16;
+        const float d = f16_to_f32(load_u16(p + 80)), dmin = f16_to_f32(load_u16(p + 82));
+        float* y = dst + b * kQuantKBlock;
+        for (int h = 0, is = 0; h < 2; ++h, q += 32)
+          for (int shift = 0; shift < 8; shift += 2)
+            for (int half = 0; half < 2; ++half, ++is) {
+              const float dl = d * float(sc[is] & 0xF), ml = dmin * float(sc[is] >> 4);
+              for (int l = 0; l < 16; ++l) *y++ = dl * float((q[16 * half + l] >> shift) & 3) - ml;
+            }
+      }
+      return;
+    case DType::Q3_K:  // llama.cpp dequantize_row_q3_K
+      for (int64_t b = 0; b < n / kQuantKBlock; ++b, p += 110) {
+        uint16_t dh;
+        int8_t scales[16], codes[256];
+        q3_k_block_codes(p, &dh, scales, codes);
+        const float d = f16_to_f32(dh);
+        float* y = dst + b * kQuantKBlock;
+        for (int i = 0; i < 256; ++i) y[i] = d * float(scales[i / 16]) * float(codes[i]);
+      }
+      return;
+    case DType::IQ4_NL:  // llama.cpp dequantize_row_iq4_nl
+      for (int64_t b = 0; b < n / kQuantBlock; ++b, p += 18) {
+        const float d = f16_to_f32(load_u16(p));
+        for (int j = 0; j < 16; ++j) {
+          dst[b * 32 + j] = d * float(kIq4Values[p[2 + j] & 0xF]);
+          dst[b * 32 + j + 16] = d * float(kIq4Values[p[2 + j] >> 4]);
+        }
+      }
+      return;
+    case DType::IQ4_XS:  // llama.cpp dequantize_row_iq4_xs
+      for (int64_t b = 0; b < n / kQuantKBlock; ++b, p += 136) {
+        const float d = f16_to_f32(load_u16(p));
+        const uint16_t scales_h = load_u16(p + 2);
+        const uint8_t* scales_l = p + 4;
+        const uint8_t* q = p + 8;
+        float* y = dst + b * kQuantKBlock;
+        for (int ib = 0; ib < 8; ++ib, q += 16, y += 32) {
+          const int ls = ((scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((scales_h >> (2 * ib)) & 3) << 4);
+          const float dl = d * float(ls - 32);
+          for (int j = 0; j < 16; ++j) {
+            y[j] = dl * float(kIq4Values[q[j] & 0xF]);
+            y[j + 16] = dl * float(kIq4Values[q[j] >> 4]);
+          }
+        }
+      }
+      return;
     case DType::Q6_K:  // llama.cpp dequantize_row_q6_K
       for (int64_t b = 0; b < n / kQuantKBlock; ++b, p += 210) {
         const uint8_t* ql = p;

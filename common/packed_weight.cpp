@@ -40,7 +40,15 @@ DType gguf_block_dtype(WeightFormat f) {
   }
 }
 
-bool is_gguf_block_dtype(DType t) { return is_quantized(t) && t != DType::Q5_1 && t != DType::Q5_K; }
+bool is_gguf_block_dtype(DType t) {
+  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q4_K ||
+         t == DType::Q6_K;
+}
+
+DType gguf_held_dtype(DType t) {
+  if (!is_quantized(t) || is_gguf_block_dtype(t)) return t;
+  return t == DType::Q3_K ? DType::Q6_K : DType::Q8_0;
+}
 
 WeightFormat gguf_weight_format(DType t) {
   switch (t) {

@@ -54,8 +54,11 @@ std::string_view act_quant_name(ActQuant a);           // "none", "int8_dynamic"
 // GGUF block formats and their block dtypes (common/dtype.h): Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K.
 bool is_gguf_format(WeightFormat f);
 DType gguf_block_dtype(WeightFormat f);    // throws tp::Error for a format that is not a GGUF block format
-bool is_gguf_block_dtype(DType t);         // a DType a GGUF weight can be kept in (quantized, not Q5_1 / Q5_K:
-                                           // rank/weight_loader.cpp requantizes those to Q8_0)
+bool is_gguf_block_dtype(DType t);         // a DType a GGUF weight is kept in: one of those six
+// The dtype a GGUF weight stored as t is held in at run time (model.quantized: keep): t itself when a kernel keeps
+// it, Q6_K for Q3_K (exactly: rank/gguf_requantize.h), Q8_0 for the other quantized types (Q5_1, Q5_K, Q2_K,
+// IQ4_NL, IQ4_XS); float types are returned as they are.
+DType gguf_held_dtype(DType t);
 WeightFormat gguf_weight_format(DType t);  // throws tp::Error unless is_gguf_block_dtype(t)
 
 // Bits a weight takes on average, scales included (for reports and the planner): F32 32, BF16 16, Q8_0 8.5, ...

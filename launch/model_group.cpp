@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <exception>
 #include <functional>
+#include <map>
 #include <set>
 #include <string>
 #include <thread>
@@ -256,19 +257,19 @@ std::string ModelGroup::report() const {
       std::string(kv_dtype_name(pool->shape().dtype)).c_str(),
       pool->shape().tensor_scales ? " (the checkpoint's k_scale/v_scale)" : "", (long long)pool->shape().n_blocks,
       (long long)pool->shape().block_size, (long long)pool->n_bytes(), double(pool->n_bytes()) / (1 << 20), threads);
-  // GGUF block types no kernel keeps (Q5_1, Q5_K: a Q5_K_M file's bulk) were requantized to Q8_0 at load (or
-  // dequantized, with model.quantized: dequantize): say so.
-  std::set<std::string> dequantized;
+  // GGUF block types no kernel keeps (Q5_1, Q5_K, Q2_K, Q3_K, IQ4_NL, IQ4_XS) were requantized at load into the
+  // type they are held in: say so, per held type (with model.quantized: dequantize every weight is dense anyway).
+  std::map<std::string, std::set<std::string>> held;  // held as -> the file's types
   for (const TensorView& t : file->tensors())
-    if (t.raw == RawType::None && is_quantized(t.dtype) && !is_gguf_block_dtype(t.dtype))
-      dequantized.insert(std::string(dtype_name(t.dtype)));
-  std::string line = buf;
-  if (!dequantized.empty()) {
-    std::string list;
-    for (const std::string& d : dequantized) list += (list.empty() ? "" : ", ") + d;
-    line += "; its " + list + " weights held as " + (keep_quantized ? "q8_0" : "dense") +
-            " (requantized at load: no kernel keeps them)";
+    if (keep_quantized && t.raw == RawType::None && is_quantized(t.dtype) && !is_gguf_block_dtype(t.dtype))
+      held[std::string(dtype_name(gguf_held_dtype(t.dtype)))].insert(std::string(dtype_name(t.dtype)));
+  std::string line = buf, list;
+  for (const auto& [as, types] : held) {
+    std::string names;
+    for (const std::string& d : types) names += (names.empty() ? "" : ", ") + d;
+    list += (list.empty() ? "" : "; ") + names + " weights held as " + as;
   }
+  if (!list.empty()) line += "; its " + list + " (requantized at load: no kernel keeps them)";
   return line;
 }
 

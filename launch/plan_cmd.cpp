@@ -23,6 +23,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "common/packed_weight.h"
 #include "kvstore/capacity.h"
 #include "launch/cli_args.h"
 #include "launch/commands.h"
@@ -144,7 +145,9 @@ ModelShape load_card(const fs::path& path) {
 // compressed-tensors' FP8 / int8 weights are one a value) and every "*.weight_packed" tensor's logical [n_out, n_in]
 // from its "*.weight_shape" (int4 / int8 codes packed into int32), or two a byte (FP4 codes, no shape); scales, zero
 // points, g_idx, shapes and KV scales are no parameters, though their bytes are stored. The format: compressed-tensors'
-// (config.json), else the dtypes of the 2-D weights ("q4_1 + q8_0", "bf16").
+// (config.json), else the dtypes of the 2-D weights ("q4_1 + q8_0", "bf16"). A GGUF linear weight of a type no kernel
+// keeps counts the bytes of the type it is held in ("iq4_nl as q8_0": common/packed_weight.h gguf_held_dtype); the
+// token table is read from the file as it is stored.
 void file_weights(const ModelFile& m, ModelShape& s) {
   std::map<std::string, const TensorView*> by_name;
   for (const TensorView& t : m.tensors()) by_name[t.name] = &t;
@@ -153,10 +156,15 @@ void file_weights(const ModelFile& m, ModelShape& s) {
   };
   std::set<std::string> dtypes;
   for (const TensorView& t : m.tensors()) {
-    s.stored_bytes += t.n_bytes;
+    const bool linear = ends_with(t.name, ".weight") && t.shape.size() == 2 && t.raw == RawType::None;
+    const DType held = linear && t.name != "token_embd.weight" ? gguf_held_dtype(t.dtype) : t.dtype;
+    s.stored_bytes +=
+        held == t.dtype ? t.n_bytes : t.n_elems() / t.shape.back() * dtype_row_bytes(held, t.shape.back());
     if (ends_with(t.name, ".weight")) {
       s.n_params += t.n_elems();
-      if (t.shape.size() == 2 && t.raw == RawType::None) dtypes.insert(std::string(dtype_name(t.dtype)));
+      if (linear)
+        dtypes.insert(std::string(dtype_name(t.dtype)) +
+                      (held == t.dtype ? "" : " as " + std::string(dtype_name(held))));
     } else if (ends_with(t.name, ".weight_packed")) {
       const std::string shape_name = t.name.substr(0, t.name.size() - 7) + "_shape";
       const auto it = by_name.find(shape_name);

@@ -162,6 +162,10 @@ DType ggml_to_dtype(GgmlType t) {
     case GgmlType::Q8_0: return DType::Q8_0;
     case GgmlType::Q5_K:
       return DType::Q5_K;
+    case GgmlType::Q2_K: return DType::Q2_K;
+    case GgmlType::Q3_K: return DType::Q3_K;
+    case GgmlType::IQ4_NL: return DType::IQ4_NL;
+    case GgmlType::IQ4_XS: return DType::IQ4_XS;
     case GgmlType::Q4_K: return DType::Q4_K;
     case GgmlType::Q6_K: return DType::Q6_K;
     case GgmlType::BF16: return DType::BF16;
@@ -184,6 +188,10 @@ GgmlType dtype_to_ggml(DType t) {
       return GgmlType::Q5_1;
     case DType::Q5_K:
       return GgmlType::Q5_K;
+    case DType::Q2_K: return GgmlType::Q2_K;
+    case DType::Q3_K: return GgmlType::Q3_K;
+    case DType::IQ4_NL: return GgmlType::IQ4_NL;
+    case DType::IQ4_XS: return GgmlType::IQ4_XS;
   }
   throw Error("unknown dtype");
 }
@@ -311,16 +319,20 @@ void GgufFile::parse() {
       case 6:
       case 7:
       case 8:
+      case 10:
+      case 11:
       case 12:
       case 13:
       case 14:
+      case 20:
+      case 23:
       case 30:
         break;
       default:
         throw FormatError(file, tf + ".type",
                           "unsupported tensor type " + std::to_string(type) +
-                              " (supported: F32=0, F16=1, Q4_0=2, Q4_1=3, Q5_0=6, Q5_1=7, Q8_0=8, Q4_K=12, Q5_K=13, "
-                              "Q6_K=14, BF16=30)");
+                              " (supported: F32=0, F16=1, Q4_0=2, Q4_1=3, Q5_0=6, Q5_1=7, Q8_0=8, Q2_K=10, Q3_K=11, "
+                              "Q4_K=12, Q5_K=13, Q6_K=14, IQ4_NL=20, IQ4_XS=23, BF16=30)");
     }
     ti.type = GgmlType(type);
     ti.dtype = ggml_to_dtype(ti.type);

@@ -35,9 +35,13 @@ enum class GgmlType : uint32_t {
   Q5_0 = 6,
   Q5_1 = 7,
   Q8_0 = 8,
+  Q2_K = 10,
+  Q3_K = 11,
   Q4_K = 12,
   Q5_K = 13,
   Q6_K = 14,
+  IQ4_NL = 20,
+  IQ4_XS = 23,
   BF16 = 30
 };
 DType ggml_to_dtype(GgmlType t);

@@ -10,8 +10,8 @@
 #include "common/error.h"
 #include "common/packed_weight.h"
 #include "kernels/cpu/finite.h"
-#include "kernels/cpu/gguf_quantize.h"
 #include "rank/compressed_tensors.h"
+#include "rank/gguf_requantize.h"
 #include "rank/hf_dir.h"
 
 namespace tp {
@@ -129,13 +129,17 @@ void check_block_scales(const ModelFile& f, const std::string& name, DType t, co
   }
 }
 
-// The given parts (all of GGUF block type t), stacked, columns `cols`, as one packed weight: the blocks copied.
+// The given parts (each of a GGUF block type held as t: t itself, copied, or one rank/gguf_requantize.h rewrites
+// into t), stacked, columns `cols`, as one packed weight.
 cpu::Weight load_gguf_blocks(const ModelFile& f, DType t, int64_t n_in, Range cols, const std::vector<RowSlice>& parts) {
   const int64_t align = dtype_block_elems(t);
+  const std::string as = is_gguf_block_dtype(f.require(parts[0].name, {parts[0].total_rows, n_in}).dtype)
+                             ? ""
+                             : " (held as " + std::string(dtype_name(t)) + ")";
   if (cols.begin % align != 0 || cols.end % align != 0)
     throw FormatError(f.path(), tensor_label(f, parts[0].name),
-                      std::string(dtype_name(t)) + " blocks of " + std::to_string(align) +
-                          " columns: this rank's row-parallel slice [" + std::to_string(cols.begin) + ", " +
+                      std::string(dtype_name(t)) + " blocks of " + std::to_string(align) + " columns" + as +
+                          ": this rank's row-parallel slice [" + std::to_string(cols.begin) + ", " +
                           std::to_string(cols.end) + ") of " + std::to_string(n_in) +
                           " columns does not fall on whole blocks; tp degrees that slice it on its blocks: " +
                           degrees_on_blocks(f, n_in, align) + " (or set model.quantized: dequantize)");
@@ -144,47 +148,27 @@ cpu::Weight load_gguf_blocks(const ModelFile& f, DType t, int64_t n_in, Range co
   w.n_in = cols.size();
   for (const RowSlice& p : parts) w.n_out += p.rows.size();
   w.data = AlignedBytes(w.n_out * w.row_bytes());
-  const int64_t stride = dtype_row_bytes(t, n_in), off = dtype_row_bytes(t, cols.begin), rb = w.row_bytes();
-  int64_t r0 = 0;
-  for (const RowSlice& p : parts) {
-    const TensorView& v = f.require(p.name, {p.total_rows, n_in});
-    for (int64_t r = p.rows.begin; r < p.rows.end; ++r, ++r0) {
-      const uint8_t* src = v.data + r * stride + off;
-      check_block_scales(f, p.name, t, src, r, cols.begin / align, w.n_in / align);
-      std::memcpy(w.data.data() + r0 * rb, src, size_t(rb));
-    }
-  }
-  return cpu::Weight(std::move(w));
-}
-
-// Parts in GGUF block types no kernel keeps (Q5_1, Q5_K: most of a Q5_K_M file), columns `cols`, as one Q8_0
-// weight: each row decoded and requantized to Q8_0 blocks by llama.cpp's rule (d = max|x| / 127 a 32-value block).
-// Half the bytes of BF16 and the Q8_0 kernels' speed; a value moves by at most 0.57 d (d / 2 of rounding, 127 codes
-// × d's F16 rounding): ≤ 0.45% of its block's largest, where BF16 rounding would move each by ≤ 0.2% of itself.
-cpu::Weight load_requantized_q8_0(const ModelFile& f, int64_t n_in, Range cols, const std::vector<RowSlice>& parts) {
-  if (cols.begin % kQuantBlock != 0 || cols.end % kQuantBlock != 0)
-    throw FormatError(f.path(), tensor_label(f, parts[0].name),
-                      "held as q8_0 blocks of 32 columns: this rank's row-parallel slice [" +
-                          std::to_string(cols.begin) + ", " + std::to_string(cols.end) + ") of " +
-                          std::to_string(n_in) +
-                          " columns does not fall on whole blocks; tp degrees that slice it on its blocks: " +
-                          degrees_on_blocks(f, n_in, kQuantBlock) + " (or set model.quantized: dequantize)");
-  PackedWeight w;
-  w.format = WeightFormat::GgufQ8_0;
-  w.n_in = cols.size();
-  for (const RowSlice& p : parts) w.n_out += p.rows.size();
-  w.data = AlignedBytes(w.n_out * w.row_bytes());
-  const int64_t rb = w.row_bytes();
-  std::vector<float> row(static_cast<size_t>(n_in));
+  const int64_t held_stride = dtype_row_bytes(t, n_in), off = dtype_row_bytes(t, cols.begin), rb = w.row_bytes();
+  std::vector<uint8_t> held;  // a requantized row
+  std::vector<float> values;  // its source's values, checked finite
   int64_t r0 = 0;
   for (const RowSlice& p : parts) {
     const TensorView& v = f.require(p.name, {p.total_rows, n_in});
     const int64_t stride = dtype_row_bytes(v.dtype, n_in);
     for (int64_t r = p.rows.begin; r < p.rows.end; ++r, ++r0) {
-      dequantize_row(v.dtype, v.data + r * stride, row.data(), n_in);
-      if (const int64_t c = cpu::first_non_finite(DType::F32, row.data(), n_in); c >= 0)
-        refuse_weight(f, p.name, r, c, n_in, row[size_t(c)], v.dtype);
-      cpu::quantize_row_gguf(DType::Q8_0, row.data() + cols.begin, w.data.data() + r0 * rb, w.n_in);
+      const uint8_t* row = v.data + r * stride;
+      if (v.dtype != t) {
+        values.resize(size_t(n_in));
+        dequantize_row(v.dtype, row, values.data(), n_in);
+        if (const int64_t c = cpu::first_non_finite(DType::F32, values.data(), n_in); c >= 0)
+          refuse_weight(f, p.name, r, c, n_in, values[size_t(c)], v.dtype);
+        held.resize(size_t(held_stride));
+        requantize_gguf_row(v.dtype, row, held.data(), n_in);
+        row = held.data();
+      }
+      const uint8_t* src = row + off;
+      check_block_scales(f, p.name, t, src, r, cols.begin / align, w.n_in / align);
+      std::memcpy(w.data.data() + r0 * rb, src, size_t(rb));
     }
   }
   return cpu::Weight(std::move(w));
@@ -202,13 +186,11 @@ std::vector<cpu::Weight> load_linear(const ModelFile& f, const WeightLoadOptions
                                      const std::vector<RowSlice>& parts) {
   if (!is_runtime_dtype(o.runtime))
     throw InputError("runtime dtype must be bf16 or f32, not " + std::string(dtype_name(o.runtime)));
-  // Runs of consecutive parts: one per GGUF block type kept as it is, one per run of Q5_1 / Q5_K parts
-  // (requantized to Q8_0), one for the dense (or dequantized) rest.
-  constexpr int kRequantizedQ8_0 = 1000;
+  // Runs of consecutive parts: one per GGUF block type they are held in (kept as they are, or requantized at load:
+  // gguf_held_dtype), one for the dense (or dequantized) rest.
   auto kind = [&](const RowSlice& p) {
     const DType t = f.require(p.name, {p.total_rows, n_in}).dtype;
-    if (!o.keep_quantized || !is_quantized(t)) return -1;
-    return is_gguf_block_dtype(t) ? int(t) : kRequantizedQ8_0;
+    return o.keep_quantized && is_quantized(t) ? int(gguf_held_dtype(t)) : -1;
   };
   std::vector<cpu::Weight> out;
   if (const CtConfig* ct = f.quantization()) {
@@ -239,9 +221,7 @@ std::vector<cpu::Weight> load_linear(const ModelFile& f, const WeightLoadOptions
     size_t j = i + 1;
     while (j < parts.size() && kind(parts[j]) == k) ++j;
     const std::vector<RowSlice> run(parts.begin() + ptrdiff_t(i), parts.begin() + ptrdiff_t(j));
-    out.push_back(k < 0                   ? load_dense(f, o.runtime, n_in, cols, run)
-                  : k == kRequantizedQ8_0 ? load_requantized_q8_0(f, n_in, cols, run)
-                                          : load_gguf_blocks(f, DType(k), n_in, cols, run));
+    out.push_back(k < 0 ? load_dense(f, o.runtime, n_in, cols, run) : load_gguf_blocks(f, DType(k), n_in, cols, run));
     i = j;
   }
   return out;

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <tuple>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -35,20 +37,19 @@ TEST(DType, F16RoundTripsEveryFiniteValue) {
   EXPECT_EQ(f32_to_f16(1e6f), 0x7c00);
 }
 
-// Q5_1 and Q5_K (read at load from Q5_K_M files, dequantized there): the first rows of one tensor of each from
-// llama.cpp's own Q5_K_M of SmolLM2, decoded by llama.cpp's gguf-py (tests/peers/make_q5_fixture.sh) — ours must give
-// the same values: exactly, up to float rounding of d · sc · q − dmin · m in another order (bound 1e-6 of the row's
-// largest value) [measured: exact].
-TEST(DType, DequantizeQ5TypesEqualGgufPy) {
-  std::ifstream in(std::string(TPSERVE_SOURCE_DIR) + "/tests/peers/fixtures/quant_q5_k_m.json");
-  ASSERT_TRUE(in.good()) << "missing tests/peers/fixtures/quant_q5_k_m.json (tests/peers/make_q5_fixture.sh)";
+// The first rows of one tensor of each type from llama.cpp's files, decoded by llama.cpp's gguf-py: Q5_1 and Q5_K
+// from its Q5_K_M of SmolLM2 (tests/peers/make_q5_fixture.sh), Q2_K, Q3_K, IQ4_NL and IQ4_XS from a synthetic model
+// it quantized (tests/peers/make_lowbit_fixture.sh) — ours must give the same values: exactly, up to float rounding
+// of d · sc · q − dmin · m in another order (bound 1e-6 of the row's largest value) [measured: exact].
+void expect_rows_equal_gguf_py(const std::string& fixture, const std::vector<DType>& types) {
+  std::ifstream in(std::string(TPSERVE_SOURCE_DIR) + "/tests/peers/fixtures/" + fixture);
+  ASSERT_TRUE(in.good()) << "missing tests/peers/fixtures/" << fixture;
   const auto fx = nlohmann::json::parse(in);
-  int seen_q5_1 = 0, seen_q5_k = 0;
+  std::map<DType, int> seen;
   for (const auto& [name, sample] : fx.at("samples").items()) {
     SCOPED_TRACE(name);
     const DType t = parse_dtype(sample.at("type").get<std::string>());
-    ASSERT_TRUE(t == DType::Q5_1 || t == DType::Q5_K);
-    (t == DType::Q5_1 ? seen_q5_1 : seen_q5_k)++;
+    seen[t]++;
     const int64_t n = sample.at("row_len");
     for (const auto& row : sample.at("rows")) {
       const std::string hex = row.at("bytes");
@@ -66,12 +67,27 @@ TEST(DType, DequantizeQ5TypesEqualGgufPy) {
       EXPECT_LE(worst, 1e-6f * scale) << "max |ours - gguf-py| " << worst << " of max " << scale;
     }
   }
-  EXPECT_EQ(seen_q5_1, 1);
-  EXPECT_EQ(seen_q5_k, 1);
-  EXPECT_EQ(fx.at("types").at("blk.0.attn_q.weight"), "Q5_1");  // the 576-column fallback
+  for (DType t : types) EXPECT_EQ(seen[t], 1) << dtype_name(t);
+  EXPECT_EQ(seen.size(), types.size());
+}
+
+TEST(DType, DequantizeQ5TypesEqualGgufPy) {
+  expect_rows_equal_gguf_py("quant_q5_k_m.json", {DType::Q5_1, DType::Q5_K});
   EXPECT_EQ(dtype_block_bytes(DType::Q5_1), 24);
   EXPECT_EQ(dtype_block_bytes(DType::Q5_K), 176);
   EXPECT_EQ(dtype_block_elems(DType::Q5_K), 256);
+}
+
+TEST(DType, DequantizeLowBitTypesEqualGgufPy) {
+  expect_rows_equal_gguf_py("quant_lowbit.json", {DType::Q2_K, DType::Q3_K, DType::IQ4_NL, DType::IQ4_XS});
+  for (auto [t, bytes, elems] : {std::tuple{DType::Q2_K, 84, 256},
+                                 {DType::Q3_K, 110, 256},
+                                 {DType::IQ4_NL, 18, 32},
+                                 {DType::IQ4_XS, 136, 256}}) {
+    EXPECT_EQ(dtype_block_bytes(t), bytes) << dtype_name(t);
+    EXPECT_EQ(dtype_block_elems(t), elems) << dtype_name(t);
+    EXPECT_EQ(parse_dtype(dtype_name(t)), t);
+  }
 }
 
 TEST(DType, DequantizeQ4_1) {
@@ -109,7 +125,7 @@ TEST(DType, DequantizeQ4_0AndQ8_0) {
 TEST(DType, NamesAndSizes) {
   EXPECT_EQ(parse_dtype("BF16"), DType::BF16);
   EXPECT_EQ(parse_dtype("q5_k"), DType::Q5_K);
-  EXPECT_THROW(parse_dtype("q2_k"), InputError);
+  EXPECT_THROW(parse_dtype("iq2_xxs"), InputError);
   EXPECT_EQ(dtype_row_bytes(DType::Q4_1, 64), 40);
   EXPECT_EQ(dtype_row_bytes(DType::F16, 3), 6);
 }

@@ -10,8 +10,8 @@
 
 namespace tp::test {
 
-// `rows` rows of `n` elements of type t (n a multiple of the block: 32, 256 for Q4_K / Q5_K / Q6_K), contiguous with
-// `stride` bytes between rows (>= the row size; padding bytes are 0xAB). values = what they encode.
+// `rows` rows of `n` elements of type t (n a multiple of the block: 32, 256 for the K-quants and IQ4_XS), contiguous
+// with `stride` bytes between rows (>= the row size; padding bytes are 0xAB). values = what they encode.
 struct TypedRows {
   std::vector<uint8_t> bytes;
   std::vector<float> values;  // [rows, n]
@@ -177,6 +177,76 @@ inline TypedRows make_typed_rows(DType t, int64_t rows, int64_t n, uint32_t seed
               qh[l] = uint8_t((L[l] >> 4) | ((L[l + 32] >> 4) << 2) | ((L[l + 64] >> 4) << 4) | ((L[l + 96] >> 4) << 6));
             }
           for (int i = 0; i < 256; ++i) val[b * 256 + i] = d * float(sc[i / 16]) * float(q[i] - 32);
+        }
+        break;
+      case DType::Q2_K:  // scales[16] (scale | min << 4), qs[64] (weight i: byte 32 (i / 128) + i % 32, bits
+                         // 2 ((i % 128) / 32)), f16 d, f16 dmin
+        for (int64_t b = 0; b < n / 256; ++b) {
+          uint8_t* blk = row + b * 84;
+          std::memset(blk, 0, 84);
+          const float d = float(1 + byte(rng) % 16) / 64.0f, dmin = float(1 + byte(rng) % 16) / 256.0f;
+          put16(blk + 80, f32_to_f16(d));
+          put16(blk + 82, f32_to_f16(dmin));
+          int sc[16], mn[16];
+          for (int j = 0; j < 16; ++j) {
+            sc[j] = byte(rng) & 15, mn[j] = byte(rng) & 15;
+            blk[j] = uint8_t(sc[j] | (mn[j] << 4));
+          }
+          for (int i = 0; i < 256; ++i) {
+            const int q = byte(rng) & 3;
+            blk[16 + 32 * (i / 128) + i % 32] |= uint8_t(q << (2 * ((i % 128) / 32)));
+            val[b * 256 + i] = d * float(sc[i / 16]) * float(q) - dmin * float(mn[i / 16]);
+          }
+        }
+        break;
+      case DType::Q3_K:  // hmask[32] (weight i: byte i % 32, bit i / 32), qs[64] (low 2 bits as Q2_K's), 12 bytes of
+                         // 6-bit scales (low nibbles of 0-7 then 8-15 in bytes 0-7, top 2 bits of j in byte 8 + j % 4
+                         // at bit 2 (j / 4)), f16 d; x = d (s - 32) (q - 4)
+        for (int64_t b = 0; b < n / 256; ++b) {
+          uint8_t* blk = row + b * 110;
+          std::memset(blk, 0, 110);
+          const float d = float(1 + byte(rng) % 16) / 1024.0f;
+          put16(blk + 108, f32_to_f16(d));
+          int sc[16];
+          for (int j = 0; j < 16; ++j) {
+            sc[j] = byte(rng) & 63;
+            blk[96 + j % 8] |= uint8_t((sc[j] & 15) << (j < 8 ? 0 : 4));
+            blk[96 + 8 + j % 4] |= uint8_t((sc[j] >> 4) << (2 * (j / 4)));
+          }
+          for (int i = 0; i < 256; ++i) {
+            const int q = byte(rng) & 7;  // q - 4 in [-4, 3]
+            blk[32 + 32 * (i / 128) + i % 32] |= uint8_t((q & 3) << (2 * ((i % 128) / 32)));
+            blk[i % 32] |= uint8_t((q >> 2) << (i / 32));
+            val[b * 256 + i] = d * float(sc[i / 16] - 32) * float(q - 4);
+          }
+        }
+        break;
+      case DType::IQ4_NL:  // f16 d, 16 bytes of nibbles (Q4_0's order) indexing llama.cpp's kvalues_iq4nl
+      case DType::IQ4_XS:  // f16 d, u16 scales_h, scales_l[4], 8 x 16 bytes of nibbles; x = d (ls - 32) kvalues[q]
+        for (int64_t b = 0; b < n / (t == DType::IQ4_NL ? 32 : 256); ++b) {
+          static constexpr int kv[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+          const bool xs = t == DType::IQ4_XS;
+          uint8_t* blk = row + b * (xs ? 136 : 18);
+          std::memset(blk, 0, xs ? 136 : 18);
+          const float d = float(1 + byte(rng) % 16) / 4096.0f;
+          put16(blk, f32_to_f16(d));
+          uint16_t scales_h = 0;
+          for (int ib = 0; ib < (xs ? 8 : 1); ++ib) {
+            const int ls = xs ? byte(rng) & 63 : 33;  // IQ4_NL: d alone (ls - 32 = 1)
+            if (xs) {
+              blk[4 + ib / 2] |= uint8_t((ls & 15) << (4 * (ib % 2)));
+              scales_h = uint16_t(scales_h | ((ls >> 4) << (2 * ib)));
+            }
+            uint8_t* qs = blk + (xs ? 8 + 16 * ib : 2);
+            float* v = val + b * (xs ? 256 : 32) + 32 * ib;
+            for (int j = 0; j < 16; ++j) {
+              const int lo = byte(rng) & 15, hi = byte(rng) & 15;
+              qs[j] = uint8_t(lo | (hi << 4));
+              v[j] = d * float(ls - 32) * float(kv[lo]);
+              v[j + 16] = d * float(ls - 32) * float(kv[hi]);
+            }
+          }
+          if (xs) put16(blk + 2, scales_h);
         }
         break;
     }

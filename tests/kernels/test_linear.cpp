@@ -285,7 +285,8 @@ TEST_P(WeightTest, ConvertsFromSourceType) {
 INSTANTIATE_TEST_SUITE_P(AllTypes, WeightTest,
                          ::testing::Combine(::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0,
                                                               DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
-                                                              DType::Q4_K, DType::Q5_K, DType::Q6_K),
+                                                              DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K,
+                                                              DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS),
                                             ::testing::Values(DType::F32, DType::BF16)),
                          [](const auto& info) {
                            return std::string(dtype_name(std::get<0>(info.param))) + "_to_" +

@@ -1,8 +1,9 @@
-"""Summarize llama.cpp's Q5_K_M GGUF for tests/common/dtype_test.cpp (run by make_q5_fixture.sh):
+"""Summarize a llama.cpp GGUF for tests/common/dtype_test.cpp (run by make_q5_fixture.sh, make_lowbit_fixture.sh):
   {"command", "llama_cpp_version", "types": {tensor: ggml type name},
    "samples": {tensor: {"type", "row_len", "rows": [{"bytes": hex, "values": [gguf-py's dequantized floats]}]}}}
 The values are gguf.quants.dequantize (llama.cpp's own Python reference decoder) of the rows' bytes.
-usage: make_q5_fixture.py GGUF COMMAND LLAMA_VERSION
+The first two rows of the first 2-D tensor of each type in TYPES (ggml type names; default Q5_1 Q5_K) are sampled.
+usage: make_q5_fixture.py GGUF COMMAND LLAMA_VERSION [TYPES...]
 """
 import json
 import sys
@@ -13,10 +14,11 @@ from gguf.constants import GGMLQuantizationType as T
 from gguf.quants import dequantize
 
 path, command, version = sys.argv[1], sys.argv[2], sys.argv[3]
+type_names = sys.argv[4:] or ["Q5_1", "Q5_K"]
 r = GGUFReader(path)
 types = {t.name: t.tensor_type.name for t in r.tensors}
 samples = {}
-want = {T.Q5_1: 1, T.Q5_K: 1}
+want = {T[name]: 1 for name in type_names}
 for t in r.tensors:
     if t.tensor_type in want and want[t.tensor_type] > 0 and len(t.shape) == 2:
         want[t.tensor_type] -= 1

@@ -294,27 +294,28 @@ TEST(GgufFile, UnsupportedTensorType) {
   std::vector<uint8_t> b = test::read_bytes(path);
   // tensor info: name, n_dims (u32), ne (u64 x n_dims), type (u32)
   size_t pos = find_bytes(b, "blk.0.attn_v.weight") + std::strlen("blk.0.attn_v.weight") + 4 + 2 * 8;
-  uint32_t q2_k = 10;
-  std::memcpy(b.data() + pos, &q2_k, 4);
+  uint32_t iq3_xxs = 18;  // a type no kernel or requantizer of ours reads
+  std::memcpy(b.data() + pos, &iq3_xxs, 4);
   try {
-    GgufFile f("q2.gguf", b.data(), b.size());
+    GgufFile f("iq3.gguf", b.data(), b.size());
     FAIL() << "accepted";
   } catch (const FormatError& e) {
     std::string msg = e.what();
     EXPECT_NE(msg.find("blk.0.attn_v.weight"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("unsupported tensor type 10"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("unsupported tensor type 18"), std::string::npos) << msg;
     EXPECT_NE(msg.find("Q5_1=7"), std::string::npos) << msg;  // the supported ones listed
   }
 }
 
-// A K-quant tensor's rows must be whole 256-weight super-blocks: attn_v (rows of 64) retyped as Q4_K / Q5_K / Q6_K.
+// A K-quant tensor's rows must be whole 256-weight super-blocks: attn_v (rows of 64) retyped as Q2_K / Q3_K / Q4_K /
+// Q5_K / Q6_K / IQ4_XS.
 TEST(GgufFile, KQuantRowNotWholeSuperBlocks) {
   TempDir dir;
   const std::string path = dir.file("tiny.gguf");
   write_tiny_llama(path);
   std::vector<uint8_t> b = test::read_bytes(path);
   size_t pos = find_bytes(b, "blk.0.attn_v.weight") + std::strlen("blk.0.attn_v.weight") + 4 + 2 * 8;
-  for (uint32_t type : {12u, 13u, 14u}) {
+  for (uint32_t type : {10u, 11u, 12u, 13u, 14u, 23u}) {
     std::memcpy(b.data() + pos, &type, 4);
     try {
       GgufFile f("k.gguf", b.data(), b.size());

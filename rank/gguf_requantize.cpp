@@ -1,0 +1,89 @@
+// GGUF rows into the block type they are held in (see gguf_requantize.h).
+#include "rank/gguf_requantize.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/packed_weight.h"
+#include "kernels/cpu/gguf_quantize.h"
+
+namespace tp {
+namespace {
+
+// One Q6_K super-block (210 bytes: ql[128], qh[64], int8 scales[16], f16 d) from d's F16 bits, 16 sub-block scales
+// and 256 codes in [-32, 31]: x_i = d * scales[i / 16] * codes[i] (llama.cpp's dequantize_row_q6_K layout).
+void pack_q6_k_block(uint16_t d, const int8_t scales[16], const int8_t codes[256], uint8_t* out) {
+  uint8_t* ql = out;
+  uint8_t* qh = out + 128;
+  for (int h = 0; h < 2; ++h, ql += 64, qh += 32) {
+    const int8_t* c = codes + 128 * h;
+    for (int l = 0; l < 32; ++l) {
+      const int u1 = c[l] + 32, u2 = c[l + 32] + 32, u3 = c[l + 64] + 32, u4 = c[l + 96] + 32;
+      ql[l] = uint8_t((u1 & 0xF) | ((u3 & 0xF) << 4));
+      ql[l + 32] = uint8_t((u2 & 0xF) | ((u4 & 0xF) << 4));
+      qh[l] = uint8_t((u1 >> 4) | ((u2 >> 4) << 2) | ((u3 >> 4) << 4) | ((u4 >> 4) << 6));
+    }
+  }
+  std::memcpy(out + 192, scales, 16);
+  std::memcpy(out + 208, &d, 2);
+}
+
+// One Q8_0 block (34 bytes) of 16 bytes of IQ4 nibbles (Q4_0's order) under scale d's F16 bits.
+void iq4_nibbles_to_q8_0(uint16_t d, const uint8_t* nibbles, uint8_t* out) {
+  std::memcpy(out, &d, 2);
+  auto* q = reinterpret_cast<int8_t*>(out + 2);
+  for (int j = 0; j < 16; ++j) {
+    q[j] = kIq4Values[nibbles[j] & 0xF];
+    q[j + 16] = kIq4Values[nibbles[j] >> 4];
+  }
+}
+
+}  // namespace
+
+void requantize_gguf_row(DType t, const void* src, void* dst, int64_t n) {
+  const auto* p = static_cast<const uint8_t*>(src);
+  auto* out = static_cast<uint8_t*>(dst);
+  switch (t) {
+    case DType::Q3_K:
+      for (int64_t b = 0; b < n / kQuantKBlock; ++b, p += 110, out += 210) {
+        uint16_t d;
+        int8_t scales[16], codes[256];
+        q3_k_block_codes(p, &d, scales, codes);
+        pack_q6_k_block(d, scales, codes, out);
+      }
+      return;
+    case DType::IQ4_NL:
+      for (int64_t b = 0; b < n / kQuantBlock; ++b, p += 18, out += 34) {
+        uint16_t d;
+        std::memcpy(&d, p, 2);
+        iq4_nibbles_to_q8_0(d, p + 2, out);
+      }
+      return;
+    case DType::IQ4_XS:
+      for (int64_t b = 0; b < n / kQuantKBlock; ++b, p += 136) {
+        uint16_t dh, scales_h;
+        std::memcpy(&dh, p, 2);
+        std::memcpy(&scales_h, p + 2, 2);
+        const float d = f16_to_f32(dh);
+        for (int ib = 0; ib < 8; ++ib, out += 34) {
+          const int ls = ((p[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | (((scales_h >> (2 * ib)) & 3) << 4);
+          iq4_nibbles_to_q8_0(f32_to_f16(d * float(ls - 32)), p + 8 + 16 * ib, out);
+        }
+      }
+      return;
+    case DType::Q5_1:
+    case DType::Q5_K:
+    case DType::Q2_K: {
+      std::vector<float> row(static_cast<size_t>(n));
+      dequantize_row(t, src, row.data(), n);
+      cpu::quantize_row_gguf(DType::Q8_0, row.data(), dst, n);
+      return;
+    }
+    default:
+      throw Error("requantize_gguf_row: " + std::string(dtype_name(t)) + " is kept as it is, not requantized");
+  }
+}
+
+}  // namespace tp
