@@ -14,6 +14,9 @@
 # Files: the BF16 / Q8_0 / Q4_K_M GGUFs of launch/setup (made by `tpserve convert`), the original Q4_1, a Q4_0
 # made here by `tpserve convert --to gguf-q4_0`, and the compressed-tensors directories made here by
 # `tpserve quantize --in models/SmolLM2-135M-Instruct-hf --scheme S --method rtn`, all under build/bench_models/.
+# Also llama.cpp's own mixes of the BF16 GGUF (`llama-quantize BF16 OUT TYPE`, made here when llama-quantize is built):
+# Q2_K, Q3_K_M, Q5_K_M and IQ4_XS, whose Q2_K / Q3_K / Q5_1 / Q5_K / IQ4_NL / IQ4_XS tensors we hold in kept types
+# (rank/gguf_requantize.h), each beside llama-bench on the same file.
 # The compressed-tensors rows have no llama.cpp peer (llama.cpp reads no such checkpoint): they are compared
 # with our BF16 (same HF directory, --dtype bf16) and with llama.cpp's Q8_0 / Q4_0 (the same bits a weight).
 # llama-bench runs with its defaults (repacked weights where it has them, as users run it).
@@ -42,6 +45,12 @@ for s in w8a16 w4a16; do
 done
 [[ -f $B/ct-w4a16-gidx/config.json ]] ||
   build/launch/tpserve quantize --in $M-hf --out $B/ct-w4a16-gidx --scheme w4a16 --group-size 64 --method gptq --act-order-group >/dev/null
+LLAMA_QUANTIZE=third_party/llama.cpp-build/bin/llama-quantize
+LCPP_MIXES=(Q2_K Q3_K_M Q5_K_M IQ4_XS)
+for q in "${LCPP_MIXES[@]}"; do
+  f=$B/SmolLM2-135M-Instruct.lcpp-$q.gguf
+  [[ -f $f || ! -x $LLAMA_QUANTIZE ]] || $LLAMA_QUANTIZE $M.BF16.gguf $f $q >/dev/null 2>&1
+done
 LLAMA_BENCH=third_party/llama.cpp-build/bin/llama-bench
 OURS=build/bench/decode_bench
 stamp=$(date -u +%Y%m%d-%H%M)
@@ -66,6 +75,10 @@ CONFIGS=(
   "CT-NVFP4 $B/ct-nvfp4 -"
   "CT-MXFP4 $B/ct-mxfp4 -"
 )
+for q in "${LCPP_MIXES[@]}"; do
+  f=$B/SmolLM2-135M-Instruct.lcpp-$q.gguf
+  [[ -f $f ]] && CONFIGS+=("lcpp-$q $f $f")
+done
 want() { [[ -z "${MODELS:-}" ]] || [[ " $MODELS " == *" $1 "* ]]; }
 
 : >"$log"

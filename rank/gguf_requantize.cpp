@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "common/error.h"
-#include "common/packed_weight.h"
 #include "kernels/cpu/gguf_quantize.h"
 
 namespace tp {

@@ -6,16 +6,23 @@
 //   F32 runtime vs llama.cpp on the F32 GGUF: first-position logits max-abs-diff <= kF32LogitTol.
 //   BF16 runtime vs llama.cpp on the BF16 GGUF: max-abs-diff <= kBf16LogitTol (both round activations to
 //   BF16 before each matmul, in different places).
+// Other GGUF files (a dev aid: files CI cannot make, e.g. llama-quantize's Q2_K / IQ4_XS mixes; CI sets nothing):
+//   TPSERVE_ORACLE_EXTRA="MODEL=FIXTURE[=dense][;...]" adds one case each, F32 runtime, the quantized tolerance,
+//   blocks kept (or dequantized at load with "=dense": the exact values, to tell the held types' part); FIXTURE from
+//   `tpserve-oracle generate MODEL tests/peers/greedy_prompts.json FIXTURE`. Paths absolute or relative to the
+//   repository. bench/run_gguf_oracle.sh runs it.
 // Greedy rule (issue 2, DESIGN.md §5): a divergence at step i passes only if llama.cpp's top-2 gap there is
 // below the path's tie gap — 1e-4 for the F32 paths (a genuine tie), the logit tolerance for BF16 — and the
 // comparison of that prompt stops there.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "coordinator/tokenizer.h"
 #include "kernels/cpu/linear.h"
@@ -51,9 +58,12 @@ constexpr float kQuantLogitTol = 2.5f;
 
 std::string repo(const std::string& rel) { return std::string(TPSERVE_SOURCE_DIR) + "/" + rel; }
 
+std::string under_repo(const std::string& p) { return !p.empty() && p[0] == '/' ? p : repo(p); }
+
 nlohmann::json read_fixture(const std::string& name) {
-  std::ifstream in(repo("tests/peers/fixtures/" + name));
-  if (!in) throw std::runtime_error("missing fixture tests/peers/fixtures/" + name);
+  const std::string path = name[0] == '/' ? name : repo("tests/peers/fixtures/" + name);
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("missing fixture " + path);
   return nlohmann::json::parse(in);
 }
 
@@ -74,7 +84,7 @@ class Oracle : public ::testing::TestWithParam<Path> {};
 
 TEST_P(Oracle, GreedyTokensAndFirstLogitsMatchLlamaCpp) {
   const Path& p = GetParam();
-  const std::string path = repo(p.model);
+  const std::string path = under_repo(p.model);
   ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: run launch/setup";
   cpu::set_num_threads(1);
   auto file = open_model(path);
@@ -122,16 +132,43 @@ TEST_P(Oracle, GreedyTokensAndFirstLogitsMatchLlamaCpp) {
               n_tokens_compared, n_ties, worst_logit_diff, p.tol);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllPaths, Oracle,
-    ::testing::Values(Path{"models/SmolLM2-135M-Instruct.F32.gguf", DType::F32, "greedy_f32.json", kF32LogitTol, kF32TieGap},
-                      Path{"models/SmolLM2-135M-Instruct.Q4_1.gguf", DType::F32, "greedy_f32.json", kF32LogitTol, kF32TieGap},
-                      Path{"models/SmolLM2-135M-Instruct-hf", DType::F32, "greedy_f32.json", kF32LogitTol, kF32TieGap},
-                      Path{"models/SmolLM2-135M-Instruct.BF16.gguf", DType::BF16, "greedy_bf16.json", kBf16LogitTol, kBf16LogitTol},
-                      Path{"models/SmolLM2-135M-Instruct.Q4_1.gguf", DType::BF16, "greedy_bf16.json", kBf16LogitTol, kBf16LogitTol},
-                      Path{"models/SmolLM2-135M-Instruct.Q4_1.gguf", DType::F32, "greedy_q4_1.json", kQuantLogitTol, kQuantLogitTol, true},
-                      Path{"models/SmolLM2-135M-Instruct.Q8_0.gguf", DType::F32, "greedy_q8_0.json", kQuantLogitTol, kQuantLogitTol, true},
-                      Path{"models/SmolLM2-135M-Instruct.Q4_K_M.gguf", DType::F32, "greedy_q4_k_m.json", kQuantLogitTol, kQuantLogitTol, true}));
+// The committed paths, then TPSERVE_ORACLE_EXTRA's.
+std::vector<Path> oracle_paths() {
+  std::vector<Path> paths = {
+      Path{"models/SmolLM2-135M-Instruct.F32.gguf", DType::F32, "greedy_f32.json", kF32LogitTol, kF32TieGap},
+      Path{"models/SmolLM2-135M-Instruct.Q4_1.gguf", DType::F32, "greedy_f32.json", kF32LogitTol, kF32TieGap},
+      Path{"models/SmolLM2-135M-Instruct-hf", DType::F32, "greedy_f32.json", kF32LogitTol, kF32TieGap},
+      Path{"models/SmolLM2-135M-Instruct.BF16.gguf", DType::BF16, "greedy_bf16.json", kBf16LogitTol, kBf16LogitTol},
+      Path{"models/SmolLM2-135M-Instruct.Q4_1.gguf", DType::BF16, "greedy_bf16.json", kBf16LogitTol, kBf16LogitTol},
+      Path{"models/SmolLM2-135M-Instruct.Q4_1.gguf", DType::F32, "greedy_q4_1.json", kQuantLogitTol, kQuantLogitTol, true},
+      Path{"models/SmolLM2-135M-Instruct.Q8_0.gguf", DType::F32, "greedy_q8_0.json", kQuantLogitTol, kQuantLogitTol, true},
+      Path{"models/SmolLM2-135M-Instruct.Q4_K_M.gguf", DType::F32, "greedy_q4_k_m.json", kQuantLogitTol, kQuantLogitTol, true}};
+  static std::vector<std::string> extra;  // storage for the env var's paths
+  if (const char* env = std::getenv("TPSERVE_ORACLE_EXTRA")) {
+    std::string rest = env;
+    while (!rest.empty()) {
+      const size_t semi = rest.find(';');
+      const std::string item = rest.substr(0, semi);
+      rest = semi == std::string::npos ? "" : rest.substr(semi + 1);
+      const size_t eq = item.find('=');
+      if (eq == std::string::npos) {
+        std::fprintf(stderr, "TPSERVE_ORACLE_EXTRA: '%s' is not MODEL=FIXTURE: skipped\n", item.c_str());
+        continue;
+      }
+      const std::string fixture = item.substr(eq + 1);
+      const bool dense = fixture.size() > 6 && fixture.compare(fixture.size() - 6, 6, "=dense") == 0;
+      extra.push_back(item.substr(0, eq));
+      extra.push_back(dense ? fixture.substr(0, fixture.size() - 6) : fixture);
+      extra.push_back(dense ? "dense" : "keep");
+    }
+    for (size_t i = 0; i + 2 < extra.size(); i += 3)
+      paths.push_back(Path{extra[i].c_str(), DType::F32, extra[i + 1].c_str(), kQuantLogitTol, kQuantLogitTol,
+                           extra[i + 2] == "keep"});
+  }
+  return paths;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllPaths, Oracle, ::testing::ValuesIn(oracle_paths()));
 
 }  // namespace
 }  // namespace tp
