@@ -1,6 +1,7 @@
 // GGUF rows into the block type they are held in (see gguf_requantize.h).
 #include "rank/gguf_requantize.h"
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -77,6 +78,10 @@ void requantize_gguf_row(DType t, const void* src, void* dst, int64_t n) {
     case DType::Q2_K: {
       std::vector<float> row(static_cast<size_t>(n));
       dequantize_row(t, src, row.data(), n);
+      for (int64_t i = 0; i < n; ++i)  // the Q8_0 rule's rounding is undefined for them (loaders refuse them first)
+        if (!std::isfinite(row[size_t(i)]))
+          throw Error("requantize_gguf_row: " + std::string(dtype_name(t)) + " value " + std::to_string(i) +
+                      " is not finite");
       cpu::quantize_row_gguf(DType::Q8_0, row.data(), dst, n);
       return;
     }
