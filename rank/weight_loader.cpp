@@ -133,14 +133,14 @@ void check_block_scales(const ModelFile& f, const std::string& name, DType t, co
 // into t), stacked, columns `cols`, as one packed weight.
 cpu::Weight load_gguf_blocks(const ModelFile& f, DType t, int64_t n_in, Range cols, const std::vector<RowSlice>& parts) {
   const int64_t align = dtype_block_elems(t);
-  const std::string as = is_gguf_block_dtype(f.require(parts[0].name, {parts[0].total_rows, n_in}).dtype)
-                             ? ""
-                             : " (held as " + std::string(dtype_name(t)) + ")";
+  const DType stored = f.require(parts[0].name, {parts[0].total_rows, n_in}).dtype;
+  const std::string as = stored == t ? std::string(dtype_name(t))
+                                     : std::string(dtype_name(stored)) + " held as " + std::string(dtype_name(t));
   if (cols.begin % align != 0 || cols.end % align != 0)
     throw FormatError(f.path(), tensor_label(f, parts[0].name),
-                      std::string(dtype_name(t)) + " blocks of " + std::to_string(align) + " columns" + as +
-                          ": this rank's row-parallel slice [" + std::to_string(cols.begin) + ", " +
-                          std::to_string(cols.end) + ") of " + std::to_string(n_in) +
+                      as + " blocks of " + std::to_string(align) + " columns: this rank's row-parallel slice [" +
+                          std::to_string(cols.begin) + ", " + std::to_string(cols.end) + ") of " +
+                          std::to_string(n_in) +
                           " columns does not fall on whole blocks; tp degrees that slice it on its blocks: " +
                           degrees_on_blocks(f, n_in, align) + " (or set model.quantized: dequantize)");
   PackedWeight w;

@@ -181,4 +181,35 @@ TEST_F(ConfigCli, WeightsLoadingShowsAFewLinesFromRankZeroOnly) {
   EXPECT_EQ(count(out, "loading weights: 2/2 layers"), 1u) << out;
 }
 
+// A GGUF file with types no kernel keeps (tests/peers/fixtures/gguf/synth_lowbit.gguf: llama-quantize's Q2_K, Q3_K,
+// IQ4_NL, IQ4_XS and Q5_1 tensors): the start-up line names what each is held as; at tp 2 its Q3_K ffn_down (held as
+// Q6_K, 256-column blocks) cannot be split in two on its blocks: refused naming the tensor, both types, the TP degrees
+// that fit and the way out.
+TEST_F(ConfigCli, HeldTypesNamedAtStartUpAndTheirSlicesChecked) {
+  const std::string lowbit = std::string(TPSERVE_SOURCE_DIR) + "/tests/peers/fixtures/gguf/synth_lowbit.gguf";
+  const std::string cfg = write("lowbit.yaml", "cache:\n  memory_mb: 16\n");
+  const Result one = tp::test::run_tpserve("generate --prompt hi --max-tokens 2 --threads 1 --model " + lowbit +
+                                           " --config " + cfg);
+  ASSERT_EQ(one.code, 0) << one.out;
+  EXPECT_NE(one.out.find("; its q3_k weights held as q6_k; iq4_nl, iq4_xs, q2_k, q5_1 weights held as q8_0 "
+                         "(requantized at load: no kernel keeps them)"),
+            std::string::npos)
+      << one.out;
+  const std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 " +
+                          std::string(TPSERVE_BIN) + " generate --prompt hi --max-tokens 2 --threads 1 --tp 2 --model " +
+                          lowbit + " --config " + cfg + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  EXPECT_NE(pclose(p), 0) << out;
+  EXPECT_NE(out.find("blk.1.ffn_down.weight: q3_k held as q6_k blocks of 256 columns: this rank's row-parallel slice "
+                     "[0, 384) of 768 columns does not fall on whole blocks; tp degrees that slice it on its blocks: 1 "
+                     "(or set model.quantized: dequantize)"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("internal error"), std::string::npos) << out;
+}
+
 }  // namespace

@@ -326,7 +326,7 @@ TEST(WeightLoader, LowBitFileHoldsItsTypesAsKeptOnes) {
   } catch (const FormatError& e) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("blk.1.ffn_down.weight"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("(held as q6_k)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("q3_k held as q6_k blocks of 256 columns"), std::string::npos) << msg;
     EXPECT_NE(msg.find("[0, 384) of 768"), std::string::npos) << msg;
   }
 
