@@ -159,6 +159,20 @@ size_t count(const std::string& s, const std::string& what) {
   return n;
 }
 
+// `tpserve generate` of 2 tokens at tp 2 under mpirun (2 ranks), stdout and stderr together; code: pclose's status.
+Result generate_tp2(const std::string& model, const std::string& cfg) {
+  const std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 " +
+                          std::string(TPSERVE_BIN) + " generate --prompt hi --max-tokens 2 --threads 1 --tp 2 --model " +
+                          model + " --config " + cfg + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  Result r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  r.code = pclose(p);
+  return r;
+}
+
 TEST_F(ConfigCli, WeightsLoadingShowsAFewLinesFromRankZeroOnly) {
   const std::string cfg = write("progress.yaml", "cache:\n  memory_mb: 16\n");
   const Result one = tp::test::run_tpserve("generate --prompt hi --max-tokens 2 --threads 1 --model " + model() +
@@ -168,15 +182,9 @@ TEST_F(ConfigCli, WeightsLoadingShowsAFewLinesFromRankZeroOnly) {
   EXPECT_NE(one.out.find("loading weights: 2/2 layers, "), std::string::npos) << one.out;
   EXPECT_EQ(one.out.find('\r'), std::string::npos) << one.out;
   // tp 2 under mpirun: rank 1 loads too, quietly.
-  const std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 " +
-                          std::string(TPSERVE_BIN) + " generate --prompt hi --max-tokens 2 --threads 1 --tp 2 --model " +
-                          model() + " --config " + cfg + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  ASSERT_EQ(pclose(p), 0) << out;
+  const Result two = generate_tp2(model(), cfg);
+  const std::string& out = two.out;
+  ASSERT_EQ(two.code, 0) << out;
   EXPECT_NE(out.find("rank 1 (tp 1/2)"), std::string::npos) << out;
   EXPECT_EQ(count(out, "loading weights: 2/2 layers"), 1u) << out;
 }
@@ -195,15 +203,9 @@ TEST_F(ConfigCli, HeldTypesNamedAtStartUpAndTheirSlicesChecked) {
                          "(requantized at load: no kernel keeps them)"),
             std::string::npos)
       << one.out;
-  const std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 " +
-                          std::string(TPSERVE_BIN) + " generate --prompt hi --max-tokens 2 --threads 1 --tp 2 --model " +
-                          lowbit + " --config " + cfg + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  EXPECT_NE(pclose(p), 0) << out;
+  const Result two = generate_tp2(lowbit, cfg);
+  const std::string& out = two.out;
+  EXPECT_NE(two.code, 0) << out;
   EXPECT_NE(out.find("blk.1.ffn_down.weight: q3_k held as q6_k blocks of 256 columns: this rank's row-parallel slice "
                      "[0, 384) of 768 columns does not fall on whole blocks; tp degrees that slice it on its blocks: 1 "
                      "(or set model.quantized: dequantize)"),
