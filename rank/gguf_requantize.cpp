@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstring>
 #include <string>
-#include <vector>
 
 #include "common/error.h"
 #include "kernels/cpu/gguf_quantize.h"
@@ -42,7 +41,7 @@ void iq4_nibbles_to_q8_0(uint16_t d, const uint8_t* nibbles, uint8_t* out) {
 
 }  // namespace
 
-void requantize_gguf_row(DType t, const void* src, void* dst, int64_t n) {
+void requantize_gguf_row(DType t, const void* src, const float* values, void* dst, int64_t n) {
   const auto* p = static_cast<const uint8_t*>(src);
   auto* out = static_cast<uint8_t*>(dst);
   switch (t) {
@@ -76,13 +75,11 @@ void requantize_gguf_row(DType t, const void* src, void* dst, int64_t n) {
     case DType::Q5_1:
     case DType::Q5_K:
     case DType::Q2_K: {
-      std::vector<float> row(static_cast<size_t>(n));
-      dequantize_row(t, src, row.data(), n);
       for (int64_t i = 0; i < n; ++i)  // the Q8_0 rule's rounding is undefined for them (loaders refuse them first)
-        if (!std::isfinite(row[size_t(i)]))
+        if (!std::isfinite(values[i]))
           throw Error("requantize_gguf_row: " + std::string(dtype_name(t)) + " value " + std::to_string(i) +
                       " is not finite");
-      cpu::quantize_row_gguf(DType::Q8_0, row.data(), dst, n);
+      cpu::quantize_row_gguf(DType::Q8_0, values, dst, n);
       return;
     }
     default:

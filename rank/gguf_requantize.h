@@ -17,8 +17,10 @@ namespace tp {
 
 // Converts one row of n weights (n a multiple of dtype_block_elems(t)) of type t at src into
 // dtype_row_bytes(gguf_held_dtype(t), n) bytes at dst. t must be quantized and not kept (!is_gguf_block_dtype(t)).
-// The output's block scales may be non-finite when the input's are (callers check them as for a kept type); a
-// non-finite value to requantize by the Q8_0 rule (Q5_1, Q5_K, Q2_K) throws tp::Error (loaders refuse those first).
-void requantize_gguf_row(DType t, const void* src, void* dst, int64_t n);
+// values: the row decoded (dequantize_row of src; callers decode it anyway, to refuse a non-finite weight): the
+// types requantized by the Q8_0 rule round those. The output's block scales may be non-finite when the input's are
+// (callers check them as for a kept type); a non-finite value to requantize by the Q8_0 rule (Q5_1, Q5_K, Q2_K)
+// throws tp::Error.
+void requantize_gguf_row(DType t, const void* src, const float* values, void* dst, int64_t n);
 
 }  // namespace tp

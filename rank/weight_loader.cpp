@@ -163,7 +163,7 @@ cpu::Weight load_gguf_blocks(const ModelFile& f, DType t, int64_t n_in, Range co
         if (const int64_t c = cpu::first_non_finite(DType::F32, values.data(), n_in); c >= 0)
           refuse_weight(f, p.name, r, c, n_in, values[size_t(c)], v.dtype);
         held.resize(size_t(held_stride));
-        requantize_gguf_row(v.dtype, row, held.data(), n_in);
+        requantize_gguf_row(v.dtype, row, values.data(), held.data(), n_in);
         row = held.data();
       }
       const uint8_t* src = row + off;

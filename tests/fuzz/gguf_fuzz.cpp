@@ -26,7 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           t.dtype == tp::DType::Q3_K || t.dtype == tp::DType::IQ4_NL || t.dtype == tp::DType::IQ4_XS) {
         held.resize(size_t(n / 32 * 34));  // >= the held row: Q8_0's 34 bytes a 32, Q6_K's 210 a 256
         try {
-          tp::requantize_gguf_row(t.dtype, t.data, held.data(), n);
+          tp::requantize_gguf_row(t.dtype, t.data, row.data(), held.data(), n);
         } catch (const tp::Error&) {  // a non-finite value: the other tensors still go through
         }
       }
