@@ -1,6 +1,6 @@
 // Every weight format's kernel alone, through tp::cpu::linear() (what the model calls): y = x · Wᵀ on the
 // SmolLM2-135M shapes, for BF16 (the baseline), GGUF Q8_0 (and Q8_0 regrouped: q8_0_quads) / Q4_0 / Q4_1 / Q5_0
-// (and q5_0_quads) / Q4_K / Q6_K, W8A16 (int8 per channel), W4A16 (int4, groups of 64; w4a16_channel and
+// (and q5_0_quads) / Q4_K / Q6_K / IQ4_NL, W8A16 (int8 per channel), W4A16 (int4, groups of 64; w4a16_channel and
 // w4a16_g128 too), W8A8-INT8 (int8 per channel, int8 activations per token), FP8 weight only (E4M3 per channel),
 // FP8 dynamic (W8A8-FP8: activations rounded to E4M3 per token), MXFP4 and NVFP4.
 // Decode (m = 1): weight GB/s = bytes held by W (values + scales) ÷ seconds a call, and that as a fraction of
@@ -14,8 +14,8 @@
 // NAME+bf16w the same with all of W dequantized at once, NAME+bf16sN slabs of N rows; NAME alone: linear()'s
 // choice. Any weight-only format but GGUF's may carry +x16: x rounded to BF16 (the BF16 runtime's activations,
 // PackedWeight::act_bf16) instead of F32. Weights are kept in the layout made (cpu::Weight's relayout off): the
-// 4-bit ones (w4a16_*, mxfp4, nvfp4, q4_0, q4_1) read as the checkpoint's rows; +r16 (F32 x) or +r16x16 (BF16 x) puts them in
-// 16-row blocks first (common/rows16_layout.h Rows16), which linear() sends to the GEMM-form decode
+// 4-bit ones (w4a16_*, mxfp4, nvfp4, q4_0, q4_1, iq4_nl) read as the checkpoint's rows; +r16 (F32 x) or +r16x16 (BF16
+// x) puts them in 16-row blocks first (common/rows16_layout.h Rows16), which linear() sends to the GEMM-form decode
 // (kernels/cpu/rows16.h). Several M_PREFILL values: one prefill column each.
 #include <algorithm>
 #include <chrono>
@@ -173,6 +173,7 @@ int main(int argc, char** argv) {
       {"q5_0_groups", F::GgufQ5_0, 0, ActQuant::None, GgufLayout::Q5_0Groups},
       {"q4_k", F::GgufQ4_K},
       {"q6_k", F::GgufQ6_K},
+      {"iq4_nl", F::GgufIq4Nl},  // +r16 for its kernel (Rows16); in the file's rows it runs the portable one
       {"w8a16", F::Int8},
       {"w4a16_g64", F::Int4, 64},
       {"w4a16_channel", F::Int4, 0},
@@ -224,8 +225,9 @@ int main(int argc, char** argv) {
         made.act_bf16 = fmts[f].act_bf16;
         if (!cpu::gemv_has_avx512(DType::BF16) && !cpu::detail::rows16_avx2_wanted(made)) {
           // linear() would run the reference: not the kernel's figure
-          std::fprintf(stderr, "%s: the GEMM-form 4-bit decode needs AVX512-BF16 (GGUF Q4_0 / Q4_1 with F32 x: AVX2)\n",
-                       fmts[f].name.c_str());
+          std::fprintf(
+              stderr, "%s: the GEMM-form 4-bit decode needs AVX512-BF16 (GGUF Q4_0 / Q4_1 / IQ4_NL with F32 x: AVX2)\n",
+              fmts[f].name.c_str());
           return 2;
         }
         const std::string why = rows16_refusal(made);

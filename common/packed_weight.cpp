@@ -24,7 +24,8 @@ int64_t fp4_block(WeightFormat f) { return f == WeightFormat::Mxfp4 ? 32 : 16; }
 
 bool is_gguf_format(WeightFormat f) {
   return f == WeightFormat::GgufQ8_0 || f == WeightFormat::GgufQ4_0 || f == WeightFormat::GgufQ4_1 ||
-         f == WeightFormat::GgufQ5_0 || f == WeightFormat::GgufQ4_K || f == WeightFormat::GgufQ6_K;
+         f == WeightFormat::GgufQ5_0 || f == WeightFormat::GgufQ4_K || f == WeightFormat::GgufQ6_K ||
+         f == WeightFormat::GgufIq4Nl;
 }
 
 // The GGUF block dtype of a GGUF format (its blocks are what dtype.h dequantizes).
@@ -36,18 +37,19 @@ DType gguf_block_dtype(WeightFormat f) {
     case WeightFormat::GgufQ5_0: return DType::Q5_0;
     case WeightFormat::GgufQ4_K: return DType::Q4_K;
     case WeightFormat::GgufQ6_K: return DType::Q6_K;
+    case WeightFormat::GgufIq4Nl: return DType::IQ4_NL;
     default: throw Error("gguf_block_dtype: " + std::string(weight_format_name(f)) + " is not a GGUF block format");
   }
 }
 
 bool is_gguf_block_dtype(DType t) {
   return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q4_K ||
-         t == DType::Q6_K;
+         t == DType::Q6_K || t == DType::IQ4_NL;
 }
 
 DType gguf_held_dtype(DType t) {
   if (!is_quantized(t) || is_gguf_block_dtype(t)) return t;
-  return t == DType::Q3_K ? DType::Q6_K : DType::Q8_0;
+  return t == DType::Q3_K ? DType::Q6_K : t == DType::IQ4_XS ? DType::IQ4_NL : DType::Q8_0;
 }
 
 WeightFormat gguf_weight_format(DType t) {
@@ -58,6 +60,7 @@ WeightFormat gguf_weight_format(DType t) {
     case DType::Q5_0: return WeightFormat::GgufQ5_0;
     case DType::Q4_K: return WeightFormat::GgufQ4_K;
     case DType::Q6_K: return WeightFormat::GgufQ6_K;
+    case DType::IQ4_NL: return WeightFormat::GgufIq4Nl;
     default: throw Error("gguf_weight_format: " + std::string(dtype_name(t)) + " is not a GGUF block type");
   }
 }
@@ -77,6 +80,7 @@ std::string_view weight_format_name(WeightFormat f) {
     case WeightFormat::Fp8E4M3: return "fp8_e4m3";
     case WeightFormat::Mxfp4: return "mxfp4";
     case WeightFormat::Nvfp4: return "nvfp4";
+    case WeightFormat::GgufIq4Nl: return "iq4_nl";
   }
   return "?";
 }
@@ -108,6 +112,7 @@ double weight_format_bits(WeightFormat f, int64_t group_size) {
     case WeightFormat::Fp8E4M3: return 8 + 32 / g;
     case WeightFormat::Mxfp4: return 4.25;
     case WeightFormat::Nvfp4: return 4.5;
+    case WeightFormat::GgufIq4Nl: return 4.5;
   }
   return 0;
 }

@@ -56,10 +56,11 @@ std::vector<T> from_rows16(const std::vector<T>& a, int64_t n_out, int64_t n) {
   return o;
 }
 
-// GGUF Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_0 / Q6_K: the formats Rows16 holds.
+// GGUF Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_0 / Q6_K / IQ4_NL: the formats Rows16 holds (IQ4_NL as Q4_0: the same blocks).
 bool is_gguf16(WeightFormat f) {
   return f == WeightFormat::GgufQ4_0 || f == WeightFormat::GgufQ4_1 || f == WeightFormat::GgufQ8_0 ||
-         f == WeightFormat::GgufQ4_K || f == WeightFormat::GgufQ5_0 || f == WeightFormat::GgufQ6_K;
+         f == WeightFormat::GgufQ4_K || f == WeightFormat::GgufQ5_0 || f == WeightFormat::GgufQ6_K ||
+         f == WeightFormat::GgufIq4Nl;
 }
 
 // Q6_K in Rows16: a 256-column block's 6-bit codes q (llama.cpp's dequantize_row_q6_K: column c, half n = c / 128,
@@ -138,7 +139,8 @@ struct GgufBlock {
 
 GgufBlock gguf_block(WeightFormat f) {
   switch (f) {
-    case WeightFormat::GgufQ4_0: return {32, 18, 1, 16};
+    case WeightFormat::GgufQ4_0:
+    case WeightFormat::GgufIq4Nl: return {32, 18, 1, 16};
     case WeightFormat::GgufQ4_1: return {32, 20, 2, 16};
     case WeightFormat::GgufQ8_0: return {32, 34, 1, 32};
     case WeightFormat::GgufQ4_K: return {256, 144, 10, 128};
@@ -246,7 +248,7 @@ std::string rows16_refusal(const PackedWeight& w) {
   if (is_gguf16(w.format))
     return w.gguf_layout == GgufLayout::File ? "" : std::string("GGUF rows regrouped (") + gguf_layout_name(w.gguf_layout) + ")";
   if (!fp4 && w.format != WeightFormat::Int4)
-    return "not an int4, mxfp4, nvfp4, GGUF q4_0, q4_1, q5_0, q8_0, q4_k or q6_k weight";
+    return "not an int4, mxfp4, nvfp4, GGUF q4_0, q4_1, q5_0, q8_0, q4_k, q6_k or iq4_nl weight";
   if (w.act != ActQuant::None) return "activation quantization";
   if (w.n_in % 32 != 0) return "n_in is not a multiple of 32";
   if (!fp4 && !w.g_idx.empty()) return "g_idx (act-order)";

@@ -146,7 +146,7 @@ ModelShape load_card(const fs::path& path) {
 // from its "*.weight_shape" (int4 / int8 codes packed into int32), or two a byte (FP4 codes, no shape); scales, zero
 // points, g_idx, shapes and KV scales are no parameters, though their bytes are stored. The format: compressed-tensors'
 // (config.json), else the dtypes of the 2-D weights ("q4_1 + q8_0", "bf16"). A GGUF linear weight of a type no kernel
-// keeps counts the bytes of the type it is held in ("iq4_nl as q8_0": common/packed_weight.h gguf_held_dtype); the
+// keeps counts the bytes of the type it is held in ("iq4_xs as iq4_nl": common/packed_weight.h gguf_held_dtype); the
 // token table is read from the file as it is stored.
 void file_weights(const ModelFile& m, ModelShape& s) {
   std::map<std::string, const TensorView*> by_name;

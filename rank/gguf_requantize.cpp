@@ -29,16 +29,6 @@ void pack_q6_k_block(uint16_t d, const int8_t scales[16], const int8_t codes[256
   std::memcpy(out + 208, &d, 2);
 }
 
-// One Q8_0 block (34 bytes) of 16 bytes of IQ4 nibbles (Q4_0's order) under scale d's F16 bits.
-void iq4_nibbles_to_q8_0(uint16_t d, const uint8_t* nibbles, uint8_t* out) {
-  std::memcpy(out, &d, 2);
-  auto* q = reinterpret_cast<int8_t*>(out + 2);
-  for (int j = 0; j < 16; ++j) {
-    q[j] = kIq4Values[nibbles[j] & 0xF];
-    q[j + 16] = kIq4Values[nibbles[j] >> 4];
-  }
-}
-
 }  // namespace
 
 void requantize_gguf_row(DType t, const void* src, const float* values, void* dst, int64_t n) {
@@ -53,22 +43,17 @@ void requantize_gguf_row(DType t, const void* src, const float* values, void* ds
         pack_q6_k_block(d, scales, codes, out);
       }
       return;
-    case DType::IQ4_NL:
-      for (int64_t b = 0; b < n / kQuantBlock; ++b, p += 18, out += 34) {
-        uint16_t d;
-        std::memcpy(&d, p, 2);
-        iq4_nibbles_to_q8_0(d, p + 2, out);
-      }
-      return;
-    case DType::IQ4_XS:
+    case DType::IQ4_XS:  // each 32-weight sub-block an IQ4_NL block: d' = F16(d (ls − 32)), the same 16 nibble bytes
       for (int64_t b = 0; b < n / kQuantKBlock; ++b, p += 136) {
         uint16_t dh, scales_h;
         std::memcpy(&dh, p, 2);
         std::memcpy(&scales_h, p + 2, 2);
         const float d = f16_to_f32(dh);
-        for (int ib = 0; ib < 8; ++ib, out += 34) {
+        for (int ib = 0; ib < 8; ++ib, out += 18) {
           const int ls = ((p[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | (((scales_h >> (2 * ib)) & 3) << 4);
-          iq4_nibbles_to_q8_0(f32_to_f16(d * float(ls - 32)), p + 8 + 16 * ib, out);
+          const uint16_t d1 = f32_to_f16(d * float(ls - 32));
+          std::memcpy(out, &d1, 2);
+          std::memcpy(out + 2, p + 8 + 16 * ib, 16);
         }
       }
       return;

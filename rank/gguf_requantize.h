@@ -2,9 +2,8 @@
 // (common/packed_weight.h gguf_held_dtype):
 //   Q3_K   -> Q6_K exactly: the same d, sub-block scales and codes (Q6_K's 16-weight sub-blocks carry an int8 scale
 //             and a 6-bit code, a superset of Q3_K's 6-bit scale and 3-bit code); 6.56 bits a weight for 3.44.
-//   IQ4_NL -> Q8_0 exactly: the same d, each code's value kIq4Values[q] as the int8 (both 32-weight blocks).
-//   IQ4_XS -> Q8_0: one Q8_0 block a 32-weight sub-block, d' = d * (ls - 32) rounded to F16 (relative error
-//             <= 2^-11 of d'), codes kIq4Values[q].
+//   IQ4_XS -> IQ4_NL: one IQ4_NL block a 32-weight sub-block, d' = d * (ls - 32) rounded to F16 (relative error
+//             <= 2^-11 of d'), the same codes (4.5 bits a weight for 4.25).
 //   Q5_1, Q5_K, Q2_K -> Q8_0: decoded and requantized by llama.cpp's Q8_0 rule (d' = max|x| / 127 a 32-weight
 //             block): each value within 0.57 d' of its exact decode (d' / 2 of rounding, 127 codes x d''s F16
 //             rounding), <= 0.45% of its block's largest.

@@ -145,6 +145,14 @@ float dot_portable(WeightFormat f, const uint8_t* wr, const GgufActs& a, int64_t
       }
       return acc;
     }
+    case WeightFormat::GgufIq4Nl:  // Q4_0's blocks, each code's value kIq4Values[q]: no offset
+      for (int64_t b = 0; b < nb; ++b, wr += 18) {
+        int sum = 0;
+        for (int j = 0; j < 16; ++j)
+          sum += kIq4Values[wr[2 + j] & 15] * xq[b * 32 + j] + kIq4Values[wr[2 + j] >> 4] * xq[b * 32 + j + 16];
+        acc += f16_to_f32(u16(wr)) * xd[b] * float(sum);
+      }
+      return acc;
     case WeightFormat::GgufQ4_K: {
       const int16_t* bs = a.bsums.data() + g * (n / 16);
       for (int64_t b = 0; b < nb; ++b, wr += 144) {
@@ -226,7 +234,8 @@ GgufActType gguf_act_type(WeightFormat f) {
   switch (f) {
     case WeightFormat::GgufQ8_0:
     case WeightFormat::GgufQ4_0:
-    case WeightFormat::GgufQ5_0: return GgufActType::Q8_0;
+    case WeightFormat::GgufQ5_0:
+    case WeightFormat::GgufIq4Nl: return GgufActType::Q8_0;
     case WeightFormat::GgufQ4_1: return GgufActType::Q8_1;
     case WeightFormat::GgufQ4_K:
     case WeightFormat::GgufQ6_K: return GgufActType::Q8_K;
@@ -374,7 +383,7 @@ void quantize_gguf_acts(const float* x, int64_t m, int64_t n_in, GgufActType typ
 }
 
 GgufPrep gguf_prep(GgufKernel k, const PackedWeight& w) {
-  if (k != GgufKernel::Avx512Vnni) return GgufPrep::None;
+  if (k != GgufKernel::Avx512Vnni || w.format == WeightFormat::GgufIq4Nl) return GgufPrep::None;
   if (w.gguf_layout == GgufLayout::Q4_0Groups || w.gguf_layout == GgufLayout::Q8_0Groups || w.gguf_layout == GgufLayout::Q5_0Groups)
     return GgufPrep::Groups;
   if (w.format == WeightFormat::GgufQ4_0 || w.format == WeightFormat::GgufQ4_1 || w.gguf_layout != GgufLayout::File)
@@ -457,9 +466,11 @@ void gemm_gguf(const float* x, int64_t m, const PackedWeight& w, float* y, int n
     gemm_gguf(x, m, f, y, n_threads, kernel);
     return;
   }
-  const GgufRowsFn rows = kernel == GgufKernel::Avx512Vnni ? gguf_rows_vnni
-                          : kernel == GgufKernel::Avx2     ? gguf_rows_avx2
-                                                           : gguf_rows_portable;
+  // IQ4_NL has no file-layout SIMD rows: it runs on Rows16 wherever the CPU has AVX2 (rows16_avx2_linear).
+  const GgufRowsFn rows = w.format == WeightFormat::GgufIq4Nl ? gguf_rows_portable
+                          : kernel == GgufKernel::Avx512Vnni  ? gguf_rows_vnni
+                          : kernel == GgufKernel::Avx2        ? gguf_rows_avx2
+                                                              : gguf_rows_portable;
   thread_local GgufActs a;
   const GgufPrep prep = gguf_prep(kernel, w);
   size_gguf_acts(m, w.n_in, act, w.format, prep, &a);

@@ -1,6 +1,7 @@
-// GGUF Q4_0, Q4_1, Q5_0 and Q8_0 in GEMM form on AVX2 (rows16.h rows16_avx2_linear; the layouts:
+// GGUF Q4_0, Q4_1, Q5_0, Q8_0 and IQ4_NL in GEMM form on AVX2 (rows16.h rows16_avx2_linear; the layouts:
 // common/rows16_layout.h Rows16), their decode and prefill on CPUs without AVX-512 VNNI (AMD Zen 1-3, Intel before Ice
-// Lake); Q8_0's lines hold 4 columns of 16 rows (row_block_q8). x is quantized
+// Lake) — IQ4_NL's on every CPU with AVX2 (row_block_iq4: Q4_0's lines, its codes' values by a vpshufb table, Q8_0's
+// signed products); Q8_0's lines hold 4 columns of 16 rows (row_block_q8). x is quantized
 // as the file layout's kernels quantize it (gemm_gguf.h: Q8_0 for Q4_0 / Q5_0, Q8_1 for Q4_1; q in [−127, 127]). Per
 // 8-column chunk of a block of 16 weight rows one 64-byte line holds rows 0-7 in its first 32 bytes and rows 8-15 in
 // the next, 4 bytes a row: Q4_0 / Q4_1 columns 0, 4, 1, 5 in the low nibbles and 2, 6, 3, 7 in the high ones (x
@@ -31,6 +32,7 @@
 #include <immintrin.h>
 #include <omp.h>
 
+#include "common/dtype.h"
 #include "kernels/cpu/gemm_gguf.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/packed_kernels.h"
@@ -54,7 +56,7 @@ constexpr int kTileM = 2;
 constexpr int kTileQ8 = 3;
 constexpr int64_t kPrefetchBytes = 8192;  // W software-prefetched this far ahead (as gemm_rows16_int8.cpp)
 
-enum Kind { kQ4_0, kQ4_1, kQ5_0, kQ8_0 };
+enum Kind { kQ4_0, kQ4_1, kQ5_0, kQ8_0, kIq4Nl };
 
 // Q5_0's 32 bytes q of half H (columns 4H + j) of chunk C, for 8 rows: the low nibbles from w, the fifth bits from the
 // block's plane hp (bit 2C + H of each byte moved to bit 4; 16-bit shifts keep each byte's bit in its byte).
@@ -148,6 +150,70 @@ void row_block_q8(const PackedWeight& w, int64_t rb, const GgufActs& a, int64_t 
 #pragma GCC unroll 4
       for (int i = 0; i < MT; ++i)
         tot[h][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[h][i]), _mm256_mul_ps(dw, _mm256_set1_ps(xd[i][b])), tot[h][i]);
+    }
+  }
+  store_totals<MT>(tot, w.n_out, rb, y);
+}
+
+// IQ4_NL row block rb (Q4_0's lines and d; a code q's value v = kIq4Values[q], a signed byte by one vpshufb) against
+// MT rows of x from row i0 (Q8_0 acts, xq in the Q4 words' order): per chunk, half and 4 columns vpmaddubsw(|v|, x's 4
+// bytes with v's signs) — |pair| ≤ 2 · 127 · 127 = 32258, so each is widened at once by vpmaddwd into the block's
+// int32 sum S = Σ v q_x — then the block's step (no offset): tot += S · (d_w · d_x), as the portable kernel's.
+// Why: held as Q8_0 (what IQ4_NL / IQ4_XS were before) an IQ4_XS file streamed 136 MiB a token where llama.cpp reads
+// ~85 (SmolLM2 decode 1.00x llama.cpp's); here 4.5 bits a weight. The sign trick costs 8 ops a row of x per half and
+// chunk where Q4_0 takes 4 (Zen 3, 1 thread, gemm_gguf_bench GEMM_BENCH_HOT=1 on a loaded machine, SmolLM2's 3
+// shapes: decode from cache 12.4-15.3 GB/s against Q4_0's 15.4-28.7 in the same runs, prefill m = 512 34-38 GMAC/s
+// against 44-67; tiles of 3 or 4 rows of x no faster than 2): a SmolLM2 IQ4_XS decode 2.3x our BF16 and 1.5x
+// llama.cpp's (bench/results/decode-quant-zen3-20261207-0157.md).
+template <int MT>
+void row_block_iq4(const PackedWeight& w, int64_t rb, const GgufActs& a, const int8_t* xperm, int64_t i0, float* y,
+                   bool prefetch) {
+  const int64_t n_in = w.n_in, nb = n_in / 32;
+  const uint8_t* wd = w.data.data() + rb * (n_in / 8) * 64;
+  const uint8_t* sbs = w.scale_bytes.data() + rb * nb * 32;
+  const int8_t* xq[MT];
+  const float* xd[MT];
+#pragma GCC unroll 4
+  for (int i = 0; i < MT; ++i) xq[i] = xperm + (i0 + i) * n_in, xd[i] = a.d.data() + (i0 + i) * nb;
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values)));
+  __m256 tot[2][MT];
+#pragma GCC unroll 8
+  for (int h = 0; h < 2; ++h)
+    for (int i = 0; i < MT; ++i) tot[h][i] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* e = sbs + b * 32;
+    if (prefetch && b % 2 == 0) prefetch_weights(e + kPrefetchBytes / 8);
+    __m256i acc[2][MT];
+#pragma GCC unroll 8
+    for (int h = 0; h < 2; ++h)
+      for (int i = 0; i < MT; ++i) acc[h][i] = _mm256_setzero_si256();
+    const uint8_t* p = wd + b * 4 * 64;
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      if (prefetch) prefetch_weights(p + c * 64 + kPrefetchBytes);
+      __m256i q0[2], q1[2];
+      rows16_q4_codes(p + c * 64, q0, q1);
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const __m256i v0 = _mm256_shuffle_epi8(table, q0[h]), v1 = _mm256_shuffle_epi8(table, q1[h]);
+        const __m256i u0 = _mm256_abs_epi8(v0), u1 = _mm256_abs_epi8(v1);
+#pragma GCC unroll 4
+        for (int i = 0; i < MT; ++i) {
+          const __m256i x0 = rows16_bcast4(xq[i] + b * 32 + c * 8), x1 = rows16_bcast4(xq[i] + b * 32 + c * 8 + 4);
+          acc[h][i] = _mm256_add_epi32(
+              acc[h][i], _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u0, _mm256_sign_epi8(x0, v0)), ones),
+                                          _mm256_madd_epi16(_mm256_maddubs_epi16(u1, _mm256_sign_epi8(x1, v1)), ones)));
+        }
+      }
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e + h * 16)));
+#pragma GCC unroll 4
+      for (int i = 0; i < MT; ++i)
+        tot[h][i] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[h][i]), _mm256_mul_ps(dw, _mm256_set1_ps(xd[i][b])), tot[h][i]);
     }
   }
   store_totals<MT>(tot, w.n_out, rb, y);
@@ -284,6 +350,12 @@ void run(const GgufActs& a, const int8_t* xperm, int64_t m, const PackedWeight& 
         if (m - i0 == 1) row_block_q8<1>(w, rb, a, i0, y + i0 * w.n_out, i0 == 0);
         continue;
       }
+      if constexpr (K == kIq4Nl) {
+        int64_t i0 = 0;
+        for (; i0 + kTileM <= m; i0 += kTileM) row_block_iq4<kTileM>(w, rb, a, xperm, i0, y + i0 * w.n_out, i0 == 0);
+        if (i0 < m) row_block_iq4<1>(w, rb, a, xperm, i0, y + i0 * w.n_out, i0 == 0);
+        continue;
+      }
       if (K != kQ5_0 || m == 1) {  // Q4: its codes in registers from the lines (3 ops a half and chunk)
         int64_t i0 = 0;
         for (; i0 + kTileM <= m; i0 += kTileM) row_block<K, kTileM>(w, rb, a, xperm, i0, y + i0 * w.n_out, i0 == 0);
@@ -308,6 +380,8 @@ bool rows16_avx2_wanted(const PackedWeight& w) {
            (w.n_groups() == 1 || w.group_size % 32 == 0) && packed_best_isa() == PackedIsa::Avx2;
   if (w.format == WeightFormat::Mxfp4 || w.format == WeightFormat::Nvfp4)  // rows16_fp4_avx2 (gemm_rows16_fp4_avx2.cpp)
     return w.act == ActQuant::None && packed_best_isa() == PackedIsa::Avx2;
+  if (w.format == WeightFormat::GgufIq4Nl)  // its only SIMD kernel, on every CPU with AVX2 (gemm_gguf.h)
+    return !w.act_bf16 && gguf_kernel_available(GgufKernel::Avx2);
   return (w.format == WeightFormat::GgufQ4_0 || w.format == WeightFormat::GgufQ4_1 || w.format == WeightFormat::GgufQ5_0 ||
           w.format == WeightFormat::GgufQ8_0 || w.format == WeightFormat::GgufQ4_K || w.format == WeightFormat::GgufQ6_K) &&
          !w.act_bf16 && !cpu_has_avx512vnni() && gguf_kernel_available(GgufKernel::Avx2);
@@ -316,8 +390,8 @@ bool rows16_avx2_wanted(const PackedWeight& w) {
 bool rows16_avx2_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
   const WeightFormat f = w.format;
   if ((f != WeightFormat::GgufQ4_0 && f != WeightFormat::GgufQ4_1 && f != WeightFormat::GgufQ5_0 &&
-       f != WeightFormat::GgufQ8_0) || w.act_bf16 ||
-      w.rows_layout != RowsLayout::Rows16 || !gguf_kernel_available(GgufKernel::Avx2))
+       f != WeightFormat::GgufQ8_0 && f != WeightFormat::GgufIq4Nl) ||
+      w.act_bf16 || w.rows_layout != RowsLayout::Rows16 || !gguf_kernel_available(GgufKernel::Avx2))
     return false;
   thread_local GgufActs a;
   quantize_gguf_acts(x, m, w.n_in, gguf_act_type(f), &a);
@@ -325,12 +399,14 @@ bool rows16_avx2_linear(const float* x, int64_t m, const PackedWeight& w, float*
     run<kQ5_0>(a, a.q.data(), m, w, y, n_threads);
   } else if (f == WeightFormat::GgufQ8_0) {
     run<kQ8_0>(a, a.q.data(), m, w, y, n_threads);
-  } else {  // Q4_0 / Q4_1: x in the words' order
+  } else {  // Q4_0 / Q4_1 / IQ4_NL: x in the words' order
     thread_local std::vector<int8_t> xperm;
     xperm.resize(size_t(m * w.n_in));
     rows16_q4_x_order(a.q.data(), m * w.n_in, xperm.data());
     if (f == WeightFormat::GgufQ4_1)
       run<kQ4_1>(a, xperm.data(), m, w, y, n_threads);
+    else if (f == WeightFormat::GgufIq4Nl)
+      run<kIq4Nl>(a, xperm.data(), m, w, y, n_threads);
     else
       run<kQ4_0>(a, xperm.data(), m, w, y, n_threads);
   }

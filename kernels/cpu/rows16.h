@@ -26,9 +26,11 @@ bool rows16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, i
 bool rows16_int8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 
 // GGUF Q4_0, Q4_1, Q5_0 and Q8_0 in Rows16 on AVX2 (gemm_rows16_avx2.cpp; rows16_linear sends them there where AVX-512
-// VNNI is missing): x quantized as the file layout's kernels do, vpmaddubsw sums; the bits of the file layout's AVX2
-// kernel (gemm_gguf_avx2_blocks.inc) for every output, whatever m and the threads. Returns false (nothing written)
-// unless w is one of them in Rows16 without act_bf16 and the CPU has AVX2 + FMA + F16C.
+// VNNI is missing; IQ4_NL on every CPU with AVX2: its only SIMD kernel): x quantized as the file layout's kernels do,
+// vpmaddubsw sums; the bits of the file layout's AVX2 kernel (gemm_gguf_avx2_blocks.inc) for every output, whatever m
+// and the threads (IQ4_NL: the portable kernel's integers, one FMA a block; each row of a batch with the bits it has
+// alone). Returns false (nothing written) unless w is one of them in Rows16 without act_bf16 and the CPU has AVX2 + FMA
+// + F16C.
 bool rows16_avx2_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 // GGUF Q4_K and Q6_K in Rows16 on AVX2 (gemm_rows16_kquant_avx2.cpp; rows16_linear sends them there where AVX-512 VNNI
 // is missing): x quantized as Q8_K, vpmaddubsw sums; the bits of rows16_int8_linear (the same integer block totals and
@@ -36,9 +38,9 @@ bool rows16_avx2_linear(const float* x, int64_t m, const PackedWeight& w, float*
 // them in Rows16 without act_bf16 and the CPU has AVX2 + FMA + F16C.
 bool rows16_avx2_k_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 // Whether w is one this CPU decodes in Rows16 on AVX2: GGUF Q4_0 / Q4_1 / Q5_0 / Q8_0 (rows16_avx2_linear) and Q4_K /
-// Q6_K (rows16_avx2_k_linear), on AVX2 without AVX-512 VNNI; W4A16 Int4 without g_idx, groups a multiple of 32 or per
-// channel (packed_kernels.h rows16_a16_avx2; AVX2 without AVX-512); or MXFP4 / NVFP4 without activation quantization
-// (rows16_fp4_avx2; AVX2 without AVX-512).
+// Q6_K (rows16_avx2_k_linear), on AVX2 without AVX-512 VNNI; GGUF IQ4_NL (rows16_avx2_linear) on every CPU with AVX2;
+// W4A16 Int4 without g_idx, groups a multiple of 32 or per channel (packed_kernels.h rows16_a16_avx2; AVX2 without
+// AVX-512); or MXFP4 / NVFP4 without activation quantization (rows16_fp4_avx2; AVX2 without AVX-512).
 bool rows16_avx2_wanted(const PackedWeight& w);
 
 // n values of x (a multiple of 8: int8 acts, int8 levels or F32) in the 4-bit Rows16 words' column order: each 8 as
@@ -66,7 +68,7 @@ void with_tile_rows(int64_t rows_left, F&& f) {
 
 // Whether prepare_rows16_weight would put w in Rows16: Int4 / MXFP4 / NVFP4 / GGUF Q4_0 / Q4_1 / Q8_0 in Rows that
 // Rows16 can hold (rows16_refusal), on a CPU whose 4-bit decode is the AVX512-BF16 one (prefer_bf16_a16: AMD; on Intel the
-// VNNI kernels read Rows); GGUF Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K / Q6_K, Int4, MXFP4 and NVFP4 also on AVX2
+// VNNI kernels read Rows); GGUF Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K / Q6_K / IQ4_NL, Int4, MXFP4 and NVFP4 also on AVX2
 // (rows16_avx2_wanted).
 bool rows16_wanted(const PackedWeight& w);
 // Whether this CPU puts Int4 weights in Rows16 (AVX512-BF16 and prefer_bf16_a16): then groups of any multiple of 16

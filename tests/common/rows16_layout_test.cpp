@@ -380,7 +380,9 @@ TEST(RowsLayout, RefusesWhatRows16CannotHold) {
   bf16.n_in = 32;
   bf16.data = AlignedBytes(64);
   bf16.rows_layout = RowsLayout::Rows16;
-  check_refuses(bf16, "rows16 cannot hold it: not an int4, mxfp4, nvfp4, GGUF q4_0, q4_1, q5_0, q8_0, q4_k or q6_k weight");
+  check_refuses(
+      bf16,
+      "rows16 cannot hold it: not an int4, mxfp4, nvfp4, GGUF q4_0, q4_1, q5_0, q8_0, q4_k, q6_k or iq4_nl weight");
   PackedWeight q4_0_quads = random_gguf4(WeightFormat::GgufQ4_0, 3, 64, 8);
   q4_0_quads.gguf_layout = GgufLayout::Q4_0Groups;  // the same bytes regrouped: not the file's blocks
   refused(std::move(q4_0_quads), "GGUF rows regrouped (q4_0_groups)");

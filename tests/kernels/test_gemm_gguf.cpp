@@ -323,6 +323,74 @@ TEST(GemmGgufRows16, Avx2KQuantsMatchThePortableKernelAndRowsAlone) {
   EXPECT_FALSE(rows16_avx2_k_linear(x.data(), 1, q40r, y.data(), 1)) << "Q4_0";
 }
 
+// GGUF IQ4_NL in 16-row blocks on AVX2 (rows16_avx2_linear's row_block_iq4: its only SIMD kernel, on every CPU with
+// AVX2): within the kernel bound of the portable kernel on the file's blocks (the same integer sums; one FMA a block
+// where the portable kernel multiplies then adds), each row of a batch (m 2..37: every remainder of the tiles of 2 rows
+// of x) with the bits it has alone, at 1 and 2 threads; 1 to 48 blocks a row, 1 to 16 rows in the last 16-row block;
+// the file's layout and act_bf16 declined. Its codes' whole range (kIq4Values −127 .. 113, x ±127: a vpmaddubsw pair up
+// to 32258) is exact: a weight of all −127 codes against x of all ±127 gives the portable kernel's integers.
+// cpu::Weight holds IQ4_NL in Rows16 on every CPU with AVX2, and linear() gives the same bits.
+TEST(GemmGgufRows16, Avx2Iq4NlMatchesThePortableKernelAndRowsAlone) {
+  if (!gguf_kernel_available(GgufKernel::Avx2)) GTEST_SKIP() << "no AVX2 here";
+  for (const Rows16Shape sh :
+       {Rows16Shape{DType::IQ4_NL, 35, 18}, Rows16Shape{DType::IQ4_NL, 16, 1}, Rows16Shape{DType::IQ4_NL, 5, 48},
+        Rows16Shape{DType::IQ4_NL, 1, 6}, Rows16Shape{DType::IQ4_NL, 49, 3}}) {
+    const int64_t n_in = 32 * sh.n_blocks, m_max = 37;
+    const std::string name = "iq4_nl [" + std::to_string(sh.n_out) + " x " + std::to_string(n_in) + "]";
+    const PackedWeight w = test::make_gguf_weight(sh.t, sh.n_out, n_in, uint32_t(3 * sh.n_out + n_in));
+    PackedWeight r = copy_packed_weight(w);
+    set_rows_layout(&r, RowsLayout::Rows16);
+    const auto x = test::make_gguf_x(m_max, n_in, uint32_t(13 + n_in));
+    std::vector<float> portable(size_t(m_max * sh.n_out), NAN);
+    gemm_gguf(x.data(), m_max, w, portable.data(), 1, GgufKernel::Portable);
+    EXPECT_FALSE(rows16_avx2_linear(x.data(), 1, w, portable.data(), 1)) << name << ": the file's layout";
+    PackedWeight rb = copy_packed_weight(r);
+    rb.act_bf16 = true;
+    EXPECT_FALSE(rows16_avx2_linear(x.data(), 1, rb, portable.data(), 1)) << name << ": act_bf16";
+    const auto scale = test::abs_sums(x.data(), m_max, w);
+    for (int threads : {1, 2}) {
+      std::vector<float> alone(portable.size(), NAN);
+      for (int64_t i = 0; i < m_max; ++i)
+        ASSERT_TRUE(rows16_avx2_linear(x.data() + i * n_in, 1, r, alone.data() + i * sh.n_out, threads)) << name;
+      expect_close(alone, portable, scale, name + " rows16 AVX2 vs portable, threads " + std::to_string(threads));
+      for (int64_t m : {2, 3, 4, 5, 8, 9, 16, 37}) {
+        std::vector<float> y(size_t(m * sh.n_out), NAN);
+        ASSERT_TRUE(rows16_avx2_linear(x.data(), m, r, y.data(), threads)) << name;
+        for (int64_t k = 0; k < m * sh.n_out; ++k)
+          ASSERT_EQ(y[size_t(k)], alone[size_t(k)])
+              << name << " m " << m << " row " << k / sh.n_out << " threads " << threads;
+      }
+    }
+    EXPECT_TRUE(rows16_wanted(w)) << name;
+    const Weight cw(copy_packed_weight(w));
+    EXPECT_EQ(cw.packed().rows_layout, RowsLayout::Rows16) << name;
+    std::vector<float> via_linear(portable.size(), NAN), alone(portable.size(), NAN);
+    linear(x.data(), m_max, cw, via_linear.data());
+    for (int64_t i = 0; i < m_max; ++i)
+      ASSERT_TRUE(rows16_avx2_linear(x.data() + i * n_in, 1, r, alone.data() + i * sh.n_out, 1)) << name;
+    for (size_t k = 0; k < alone.size(); ++k) ASSERT_EQ(via_linear[k], alone[k]) << name << " linear(), output " << k;
+  }
+  // The extremes: every code 0 (−127) under d = 1, x of ±127 (a block's max 127: q = x): y = −127 Σ x exactly.
+  {
+    constexpr int64_t n_out = 16, n_in = 64;
+    PackedWeight w = test::make_gguf_weight(DType::IQ4_NL, n_out, n_in, 1);
+    for (int64_t r = 0; r < n_out; ++r)
+      for (int64_t b = 0; b < n_in / 32; ++b) {
+        uint8_t* blk = w.data.data() + r * w.row_bytes() + 18 * b;
+        const uint16_t one = f32_to_f16(1.0f);
+        std::memcpy(blk, &one, 2);
+        std::memset(blk + 2, 0, 16);
+      }
+    PackedWeight wr = copy_packed_weight(w);
+    set_rows_layout(&wr, RowsLayout::Rows16);
+    std::vector<float> x(static_cast<size_t>(n_in)), y(static_cast<size_t>(n_out), NAN);
+    double want = 0;
+    for (int64_t k = 0; k < n_in; ++k) want += -127.0 * (x[size_t(k)] = (k * 7 % 3 == 0 ? -127.0f : 127.0f));
+    ASSERT_TRUE(rows16_avx2_linear(x.data(), 1, wr, y.data(), 1));
+    for (int64_t r = 0; r < n_out; ++r) EXPECT_EQ(double(y[size_t(r)]), want) << "row " << r;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, GemmGguf,
     ::testing::Combine(::testing::ValuesIn(test::kGgufTypes),

@@ -295,8 +295,8 @@ TEST(WeightLoader, Q5KMFileRequantizesItsQ5Weights) {
 // tests/peers/make_lowbit_fixture.sh) load, held as rank/gguf_requantize.h says:
 //   - Q3_K (ffn_down of layer 1) as Q6_K, exactly (the same scales and codes): whole, and sliced on super-blocks;
 //     a slice off them is refused naming the held type and the TP degrees that fit;
-//   - IQ4_NL (every attn_q) as Q8_0, exactly;
-//   - IQ4_XS (ffn_down of layer 2) as Q8_0 with d · (ls − 32) rounded to F16: each value within 2^-11 of itself;
+//   - IQ4_NL (every attn_q) kept as it is;
+//   - IQ4_XS (ffn_down of layer 2) as IQ4_NL with d · (ls − 32) rounded to F16: each value within 2^-11 of itself;
 //   - Q2_K (ffn_down of layer 0) as Q8_0 by llama.cpp's rule: within q8_0_requantized_bound;
 // and the model's logits stay near its F32 source's [measured rel. L2 0.197; Q3_K's third bit read from the next
 // plane's mask (one tensor): 0.45] -> 0.25, and near its exact decode run dense in F32 (what the held types and
@@ -313,11 +313,11 @@ TEST(WeightLoader, LowBitFileHoldsItsTypesAsKeptOnes) {
   const auto exactly = [](float, float) { return 0.0f; };
   expect_held_near_exact(*f, "blk.1.ffn_down.weight", 320, 768, {0, 768}, WeightFormat::GgufQ6_K, exactly);
   expect_held_near_exact(*f, "blk.1.ffn_down.weight", 320, 768, {256, 768}, WeightFormat::GgufQ6_K, exactly);
-  expect_held_near_exact(*f, "blk.0.attn_q.weight", 320, 320, {0, 320}, WeightFormat::GgufQ8_0, exactly);
-  expect_held_near_exact(*f, "blk.2.attn_q.weight", 320, 320, {160, 320}, WeightFormat::GgufQ8_0, exactly);
+  expect_held_near_exact(*f, "blk.0.attn_q.weight", 320, 320, {0, 320}, WeightFormat::GgufIq4Nl, exactly);
+  expect_held_near_exact(*f, "blk.2.attn_q.weight", 320, 320, {160, 320}, WeightFormat::GgufIq4Nl, exactly);
   const auto f16_scale = [](float e, float) { return std::fabs(e) * 0x1p-11f + 1e-12f; };
-  expect_held_near_exact(*f, "blk.2.ffn_down.weight", 320, 768, {0, 768}, WeightFormat::GgufQ8_0, f16_scale);
-  expect_held_near_exact(*f, "blk.2.ffn_down.weight", 320, 768, {384, 768}, WeightFormat::GgufQ8_0, f16_scale);
+  expect_held_near_exact(*f, "blk.2.ffn_down.weight", 320, 768, {0, 768}, WeightFormat::GgufIq4Nl, f16_scale);
+  expect_held_near_exact(*f, "blk.2.ffn_down.weight", 320, 768, {384, 768}, WeightFormat::GgufIq4Nl, f16_scale);
   expect_held_near_exact(*f, "blk.0.ffn_down.weight", 320, 768, {0, 768}, WeightFormat::GgufQ8_0,
                          q8_0_requantized_bound);
   try {
