@@ -25,7 +25,7 @@ int64_t fp4_block(WeightFormat f) { return f == WeightFormat::Mxfp4 ? 32 : 16; }
 bool is_gguf_format(WeightFormat f) {
   return f == WeightFormat::GgufQ8_0 || f == WeightFormat::GgufQ4_0 || f == WeightFormat::GgufQ4_1 ||
          f == WeightFormat::GgufQ5_0 || f == WeightFormat::GgufQ4_K || f == WeightFormat::GgufQ6_K ||
-         f == WeightFormat::GgufIq4Nl;
+         f == WeightFormat::GgufIq4Nl || f == WeightFormat::GgufQ5_1;
 }
 
 // The GGUF block dtype of a GGUF format (its blocks are what dtype.h dequantizes).
@@ -38,13 +38,14 @@ DType gguf_block_dtype(WeightFormat f) {
     case WeightFormat::GgufQ4_K: return DType::Q4_K;
     case WeightFormat::GgufQ6_K: return DType::Q6_K;
     case WeightFormat::GgufIq4Nl: return DType::IQ4_NL;
+    case WeightFormat::GgufQ5_1: return DType::Q5_1;
     default: throw Error("gguf_block_dtype: " + std::string(weight_format_name(f)) + " is not a GGUF block format");
   }
 }
 
 bool is_gguf_block_dtype(DType t) {
   return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q4_K ||
-         t == DType::Q6_K || t == DType::IQ4_NL;
+         t == DType::Q6_K || t == DType::IQ4_NL || t == DType::Q5_1;
 }
 
 DType gguf_held_dtype(DType t) {
@@ -61,6 +62,7 @@ WeightFormat gguf_weight_format(DType t) {
     case DType::Q4_K: return WeightFormat::GgufQ4_K;
     case DType::Q6_K: return WeightFormat::GgufQ6_K;
     case DType::IQ4_NL: return WeightFormat::GgufIq4Nl;
+    case DType::Q5_1: return WeightFormat::GgufQ5_1;
     default: throw Error("gguf_weight_format: " + std::string(dtype_name(t)) + " is not a GGUF block type");
   }
 }
@@ -81,6 +83,7 @@ std::string_view weight_format_name(WeightFormat f) {
     case WeightFormat::Mxfp4: return "mxfp4";
     case WeightFormat::Nvfp4: return "nvfp4";
     case WeightFormat::GgufIq4Nl: return "iq4_nl";
+    case WeightFormat::GgufQ5_1: return "q5_1";
   }
   return "?";
 }
@@ -113,6 +116,7 @@ double weight_format_bits(WeightFormat f, int64_t group_size) {
     case WeightFormat::Mxfp4: return 4.25;
     case WeightFormat::Nvfp4: return 4.5;
     case WeightFormat::GgufIq4Nl: return 4.5;
+    case WeightFormat::GgufQ5_1: return 6.0;
   }
   return 0;
 }

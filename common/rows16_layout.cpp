@@ -56,11 +56,12 @@ std::vector<T> from_rows16(const std::vector<T>& a, int64_t n_out, int64_t n) {
   return o;
 }
 
-// GGUF Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_0 / Q6_K / IQ4_NL: the formats Rows16 holds (IQ4_NL as Q4_0: the same blocks).
+// GGUF Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_0 / Q5_1 / Q6_K / IQ4_NL: the formats Rows16 holds (IQ4_NL as Q4_0: the same
+// blocks).
 bool is_gguf16(WeightFormat f) {
   return f == WeightFormat::GgufQ4_0 || f == WeightFormat::GgufQ4_1 || f == WeightFormat::GgufQ8_0 ||
-         f == WeightFormat::GgufQ4_K || f == WeightFormat::GgufQ5_0 || f == WeightFormat::GgufQ6_K ||
-         f == WeightFormat::GgufIq4Nl;
+         f == WeightFormat::GgufQ4_K || f == WeightFormat::GgufQ5_0 || f == WeightFormat::GgufQ5_1 ||
+         f == WeightFormat::GgufQ6_K || f == WeightFormat::GgufIq4Nl;
 }
 
 // Q6_K in Rows16: a 256-column block's 6-bit codes q (llama.cpp's dequantize_row_q6_K: column c, half n = c / 128,
@@ -102,37 +103,44 @@ void q6_k_block_from_rows16(const uint8_t* data_block, const uint8_t* sb_block, 
   }
 }
 
-// GGUF Q5_0 in Rows16 (rows16_layout.h): a block's 32 five-bit codes q (weight j: the low nibble of byte 6 + j % 16,
-// high from 16 on; its fifth bit: bit j of the 4 bytes at 2) in and out of the row block's data (codes) and
-// scale_bytes (d, then the fifth-bit plane). data_block: the block's first chunk (4 chunks of 64 bytes, 16 rows);
-// sb_block: its 96 bytes of scale_bytes; i: the row in the row block.
-void q5_0_block_to_rows16(const uint8_t* blk, int64_t i, uint8_t* data_block, uint8_t* sb_block) {
+// GGUF Q5_0 / Q5_1 in Rows16 (rows16_layout.h): a block's 32 five-bit codes q (weight j: the low nibble of byte
+// kQs + j % 16, high from 16 on; its fifth bit: bit j of the 4 bytes at kQh) in and out of the row block's data
+// (codes) and scale_bytes (d; Q5_1: then m; then the fifth-bit plane). data_block: the block's first chunk (4 chunks of
+// 64 bytes, 16 rows); sb_block: its 96 (Q5_1: 128) bytes of scale_bytes; i: the row in the row block.
+template <bool kMin>
+void q5_block_to_rows16(const uint8_t* blk, int64_t i, uint8_t* data_block, uint8_t* sb_block) {
+  constexpr int kQh = kMin ? 4 : 2, kQs = kQh + 4, kPlane = kMin ? 64 : 32;
   std::memcpy(sb_block + 2 * i, blk, 2);
-  const uint32_t qh = uint32_t(blk[2] | blk[3] << 8 | blk[4] << 16) | uint32_t(blk[5]) << 24;
+  if (kMin) std::memcpy(sb_block + 32 + 2 * i, blk + 2, 2);
+  const uint32_t qh = uint32_t(blk[kQh] | blk[kQh + 1] << 8 | blk[kQh + 2] << 16) | uint32_t(blk[kQh + 3]) << 24;
   for (int k = 0; k < 32; ++k) {
-    const int q = ((k < 16 ? blk[6 + k] : blk[6 + k - 16] >> 4) & 15) | int((qh >> k) & 1) << 4;
+    const int q = ((k < 16 ? blk[kQs + k] : blk[kQs + k - 16] >> 4) & 15) | int((qh >> k) & 1) << 4;
     const int c = k / 8, h = (k % 8) / 4, j = k % 4;
     uint8_t& code = data_block[c * 64 + 4 * i + j];
     code = uint8_t(code | (q & 15) << (4 * h));
-    sb_block[32 + 4 * i + j] = uint8_t(sb_block[32 + 4 * i + j] | (q >> 4) << (2 * c + h));
+    sb_block[kPlane + 4 * i + j] = uint8_t(sb_block[kPlane + 4 * i + j] | (q >> 4) << (2 * c + h));
   }
 }
 
-void q5_0_block_from_rows16(const uint8_t* data_block, const uint8_t* sb_block, int64_t i, uint8_t* blk) {
+template <bool kMin>
+void q5_block_from_rows16(const uint8_t* data_block, const uint8_t* sb_block, int64_t i, uint8_t* blk) {
+  constexpr int kQh = kMin ? 4 : 2, kQs = kQh + 4, kPlane = kMin ? 64 : 32;
   std::memcpy(blk, sb_block + 2 * i, 2);
+  if (kMin) std::memcpy(blk + 2, sb_block + 32 + 2 * i, 2);
   uint32_t qh = 0;
-  std::memset(blk + 6, 0, 16);
+  std::memset(blk + kQs, 0, 16);
   for (int k = 0; k < 32; ++k) {
     const int c = k / 8, h = (k % 8) / 4, j = k % 4;
-    const int lo = (data_block[c * 64 + 4 * i + j] >> (4 * h)) & 15, hi = (sb_block[32 + 4 * i + j] >> (2 * c + h)) & 1;
+    const int lo = (data_block[c * 64 + 4 * i + j] >> (4 * h)) & 15;
+    const int hi = (sb_block[kPlane + 4 * i + j] >> (2 * c + h)) & 1;
     qh |= uint32_t(hi) << k;
-    blk[6 + k % 16] = uint8_t(blk[6 + k % 16] | lo << (k < 16 ? 0 : 4));
+    blk[kQs + k % 16] = uint8_t(blk[kQs + k % 16] | lo << (k < 16 ? 0 : 4));
   }
-  for (int b = 0; b < 4; ++b) blk[2 + b] = uint8_t(qh >> (8 * b));
+  for (int b = 0; b < 4; ++b) blk[kQh + b] = uint8_t(qh >> (8 * b));
 }
 
-// A file block of Q4_0 / Q4_1 / Q8_0 / Q4_K: its columns, bytes, 16-bit entries in the per-row array and code bytes
-// in the Rows order (4-bit: two a byte, column 2j low; Q8_0: q + 128 a byte).
+// A file block of Q4_0 / Q4_1 / Q8_0 / Q4_K / IQ4_NL: its columns, bytes, 16-bit entries in the per-row array and code
+// bytes in the Rows order (4-bit: two a byte, column 2j low; Q8_0: q + 128 a byte).
 struct GgufBlock {
   int64_t cols, bytes, entries, code_bytes;
 };
@@ -148,9 +156,11 @@ GgufBlock gguf_block(WeightFormat f) {
   }
 }
 
-// Q5_0 / Q6_K (their high bits in planes, rows16_layout.h): a block's columns, file bytes and scale bytes a block of
-// 16 rows; and one file block into / out of the row block's data and scale bytes at row i.
-bool is_planar(WeightFormat f) { return f == WeightFormat::GgufQ5_0 || f == WeightFormat::GgufQ6_K; }
+// Q5_0 / Q5_1 / Q6_K (their high bits in planes, rows16_layout.h): a block's columns, file bytes and scale bytes a
+// block of 16 rows; and one file block into / out of the row block's data and scale bytes at row i.
+bool is_planar(WeightFormat f) {
+  return f == WeightFormat::GgufQ5_0 || f == WeightFormat::GgufQ5_1 || f == WeightFormat::GgufQ6_K;
+}
 
 struct PlanarBlock {
   int64_t cols, bytes, sb_bytes;
@@ -159,8 +169,9 @@ struct PlanarBlock {
 };
 
 PlanarBlock planar_block(WeightFormat f) {
-  return f == WeightFormat::GgufQ6_K ? PlanarBlock{256, 210, 1312, q6_k_block_to_rows16, q6_k_block_from_rows16}
-                                     : PlanarBlock{32, 22, 96, q5_0_block_to_rows16, q5_0_block_from_rows16};
+  if (f == WeightFormat::GgufQ6_K) return {256, 210, 1312, q6_k_block_to_rows16, q6_k_block_from_rows16};
+  if (f == WeightFormat::GgufQ5_1) return {32, 24, 128, q5_block_to_rows16<true>, q5_block_from_rows16<true>};
+  return {32, 22, 96, q5_block_to_rows16<false>, q5_block_from_rows16<false>};
 }
 
 // The inverse of q4_k_scale_min (common/dtype.h) over all 8 sub-blocks: the 12 scale bytes, all 96 bits.
@@ -248,7 +259,7 @@ std::string rows16_refusal(const PackedWeight& w) {
   if (is_gguf16(w.format))
     return w.gguf_layout == GgufLayout::File ? "" : std::string("GGUF rows regrouped (") + gguf_layout_name(w.gguf_layout) + ")";
   if (!fp4 && w.format != WeightFormat::Int4)
-    return "not an int4, mxfp4, nvfp4, GGUF q4_0, q4_1, q5_0, q8_0, q4_k, q6_k or iq4_nl weight";
+    return "not an int4, mxfp4, nvfp4, GGUF q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q6_k or iq4_nl weight";
   if (w.act != ActQuant::None) return "activation quantization";
   if (w.n_in % 32 != 0) return "n_in is not a multiple of 32";
   if (!fp4 && !w.g_idx.empty()) return "g_idx (act-order)";

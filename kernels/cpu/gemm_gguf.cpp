@@ -145,6 +145,22 @@ float dot_portable(WeightFormat f, const uint8_t* wr, const GgufActs& a, int64_t
       }
       return acc;
     }
+    case WeightFormat::GgufQ5_1: {  // d (q) + m, q five bits (qh at 4, nibbles at 8): Q4_1's sums
+      const float* xs = a.s.data() + g * nb;
+      for (int64_t b = 0; b < nb; ++b, wr += 24) {
+        uint32_t qh;
+        std::memcpy(&qh, wr + 4, 4);
+        int sum = 0;
+        for (int j = 0; j < 16; ++j) {
+          const int u0 = (wr[8 + j] & 15) | int(((qh >> j) & 1) << 4),
+                    u1 = (wr[8 + j] >> 4) | int(((qh >> (j + 16)) & 1) << 4);
+          sum += u0 * xq[b * 32 + j] + u1 * xq[b * 32 + j + 16];
+        }
+        acc += f16_to_f32(u16(wr)) * xd[b] * float(sum);
+        acc += f16_to_f32(u16(wr + 2)) * xs[b];
+      }
+      return acc;
+    }
     case WeightFormat::GgufIq4Nl:  // Q4_0's blocks, each code's value kIq4Values[q]: no offset
       for (int64_t b = 0; b < nb; ++b, wr += 18) {
         int sum = 0;
@@ -236,7 +252,8 @@ GgufActType gguf_act_type(WeightFormat f) {
     case WeightFormat::GgufQ4_0:
     case WeightFormat::GgufQ5_0:
     case WeightFormat::GgufIq4Nl: return GgufActType::Q8_0;
-    case WeightFormat::GgufQ4_1: return GgufActType::Q8_1;
+    case WeightFormat::GgufQ4_1:
+    case WeightFormat::GgufQ5_1: return GgufActType::Q8_1;
     case WeightFormat::GgufQ4_K:
     case WeightFormat::GgufQ6_K: return GgufActType::Q8_K;
     default: throw Error("gemm_gguf: " + std::string(weight_format_name(f)) + " is not a GGUF block format");
@@ -383,7 +400,8 @@ void quantize_gguf_acts(const float* x, int64_t m, int64_t n_in, GgufActType typ
 }
 
 GgufPrep gguf_prep(GgufKernel k, const PackedWeight& w) {
-  if (k != GgufKernel::Avx512Vnni || w.format == WeightFormat::GgufIq4Nl) return GgufPrep::None;
+  if (k != GgufKernel::Avx512Vnni || w.format == WeightFormat::GgufIq4Nl || w.format == WeightFormat::GgufQ5_1)
+    return GgufPrep::None;
   if (w.gguf_layout == GgufLayout::Q4_0Groups || w.gguf_layout == GgufLayout::Q8_0Groups || w.gguf_layout == GgufLayout::Q5_0Groups)
     return GgufPrep::Groups;
   if (w.format == WeightFormat::GgufQ4_0 || w.format == WeightFormat::GgufQ4_1 || w.gguf_layout != GgufLayout::File)
@@ -466,11 +484,12 @@ void gemm_gguf(const float* x, int64_t m, const PackedWeight& w, float* y, int n
     gemm_gguf(x, m, f, y, n_threads, kernel);
     return;
   }
-  // IQ4_NL has no file-layout SIMD rows: it runs on Rows16 wherever the CPU has AVX2 (rows16_avx2_linear).
-  const GgufRowsFn rows = w.format == WeightFormat::GgufIq4Nl ? gguf_rows_portable
-                          : kernel == GgufKernel::Avx512Vnni  ? gguf_rows_vnni
-                          : kernel == GgufKernel::Avx2        ? gguf_rows_avx2
-                                                              : gguf_rows_portable;
+  // IQ4_NL and Q5_1 have no file-layout SIMD rows: they run on Rows16 wherever the CPU has AVX2 (rows16_avx2_linear).
+  const bool portable_only = w.format == WeightFormat::GgufIq4Nl || w.format == WeightFormat::GgufQ5_1;
+  const GgufRowsFn rows = portable_only                      ? gguf_rows_portable
+                          : kernel == GgufKernel::Avx512Vnni ? gguf_rows_vnni
+                          : kernel == GgufKernel::Avx2       ? gguf_rows_avx2
+                                                             : gguf_rows_portable;
   thread_local GgufActs a;
   const GgufPrep prep = gguf_prep(kernel, w);
   size_gguf_acts(m, w.n_in, act, w.format, prep, &a);

@@ -1,8 +1,9 @@
-// GGUF Q4_0, Q4_1, Q5_0, Q8_0 and IQ4_NL in GEMM form on AVX2 (rows16.h rows16_avx2_linear; the layouts:
+// GGUF Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and IQ4_NL in GEMM form on AVX2 (rows16.h rows16_avx2_linear; the layouts:
 // common/rows16_layout.h Rows16), their decode and prefill on CPUs without AVX-512 VNNI (AMD Zen 1-3, Intel before Ice
-// Lake) — IQ4_NL's on every CPU with AVX2 (row_block_iq4: Q4_0's lines, its codes' values by a vpshufb table, Q8_0's
-// signed products); Q8_0's lines hold 4 columns of 16 rows (row_block_q8). x is quantized
-// as the file layout's kernels quantize it (gemm_gguf.h: Q8_0 for Q4_0 / Q5_0, Q8_1 for Q4_1; q in [−127, 127]). Per
+// Lake) — Q5_1's (Q5_0's codes, Q4_1's min) and IQ4_NL's (row_block_iq4: Q4_0's lines, its codes' values by a vpshufb
+// table, Q8_0's signed products) on every CPU with AVX2: they have no other SIMD kernel. Q8_0's lines hold 4 columns of
+// 16 rows (row_block_q8). x is quantized as the file layout's kernels quantize it (gemm_gguf.h: Q8_0 for Q4_0 / Q5_0 /
+// IQ4_NL, Q8_1 for Q4_1 / Q5_1; q in [−127, 127]). Per
 // 8-column chunk of a block of 16 weight rows one 64-byte line holds rows 0-7 in its first 32 bytes and rows 8-15 in
 // the next, 4 bytes a row: Q4_0 / Q4_1 columns 0, 4, 1, 5 in the low nibbles and 2, 6, 3, 7 in the high ones (x
 // permuted once a call into that order: rows16_q4_x_order), Q5_0 columns 0-3 low and 4-7 high with the fifth bits
@@ -11,9 +12,10 @@
 // A 32-column block's 4 chunks add into one int16 vector (4-bit: |lane| ≤ 4 · 2 · 2 · 15 · 127 = 30480; Q5_0 is
 // widened every 2 chunks, ≤ 31496: no overflow, no saturation), a vpmaddwd by 1 makes one int32 lane a row, and the
 // block's step is the file layout's (gemm_gguf_avx2_blocks.inc): S − k Σq (k = 8 Q4_0, 16 Q5_0) to F32, × d_w · d_x
-// into the row's chain by one FMA (Q4_1: + m_w · s_x by a second). The integer sums are exact and the float
+// into the row's chain by one FMA (Q4_1, Q5_1: + m_w · s_x by a second). The integer sums are exact and the float
 // operations of each output are those of the file layout's AVX2 kernel in the same order: the same bits, at every m
-// and thread count (a row of a batch has the bits it has alone).
+// and thread count (a row of a batch has the bits it has alone; Q5_1 and IQ4_NL, which have no file-layout AVX2 kernel,
+// the portable kernel's integers, one FMA a block).
 // Why: the file layout's decode reads 8 rows' blocks side by side and gathers them into lanes (~60 vector ops a 8
 // rows × 32 columns of Q4_0: compute-bound below the DRAM roofline on Zen 3); here 16 rows × 32 columns of Q4_0 take
 // 8 loads, 24 ops for the codes, 8 broadcasts of x, 16 vpmaddubsw, 16 vpaddw and the two halves' block steps, and a
@@ -24,7 +26,7 @@
 // Q5_0 65-75 / 71-81). Q8_0, already near the roofline from cache: decode from cache 26-29 -> 39-43 GB/s, from DRAM
 // (a loaded machine) 16-19 -> 17-21; prefill 49-54 / 50-52.
 // A row block's lines are read once a tile of kTileM rows of x (m = 1: one row), both halves of each in one pass;
-// Q5_0 with m > 1 from a panel of its codes made once a row block (panel_codes).
+// Q5_0 / Q5_1 with m > 1 from a panel of their codes made once a row block (panel_codes).
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -56,7 +58,14 @@ constexpr int kTileM = 2;
 constexpr int kTileQ8 = 3;
 constexpr int64_t kPrefetchBytes = 8192;  // W software-prefetched this far ahead (as gemm_rows16_int8.cpp)
 
-enum Kind { kQ4_0, kQ4_1, kQ5_0, kQ8_0, kIq4Nl };
+enum Kind { kQ4_0, kQ4_1, kQ5_0, kQ8_0, kIq4Nl, kQ5_1 };
+
+// Q5_0 / Q5_1: fifth bits in planes; Q4_1 / Q5_1: a min (x = d q + m); a row block's scale bytes a block (d; the
+// min's m; the planes) and where its planes start.
+constexpr bool is_q5(int k) { return k == kQ5_0 || k == kQ5_1; }
+constexpr bool has_min(int k) { return k == kQ4_1 || k == kQ5_1; }
+constexpr int64_t scale_block_bytes(int k) { return 32 + (has_min(k) ? 32 : 0) + (is_q5(k) ? 64 : 0); }
+constexpr int64_t planes_at(int k) { return has_min(k) ? 64 : 32; }
 
 // Q5_0's 32 bytes q of half H (columns 4H + j) of chunk C, for 8 rows: the low nibbles from w, the fifth bits from the
 // block's plane hp (bit 2C + H of each byte moved to bit 4; 16-bit shifts keep each byte's bit in its byte).
@@ -73,7 +82,7 @@ inline __m256i q5_bytes(__m256i w, __m256i hp) {
 // of half 0 then of half 1 that panel_codes wrote there.
 template <int K, int C, bool kPanel = false>
 inline void chunk_codes(const uint8_t* p, const __m256i (&hp)[2], __m256i (&q0)[2], __m256i (&q1)[2]) {
-  if constexpr (!kPanel && K != kQ5_0) {
+  if constexpr (!kPanel && !is_q5(K)) {
     rows16_q4_codes(p + C * 64, q0, q1);
     return;
   }
@@ -220,18 +229,18 @@ void row_block_iq4(const PackedWeight& w, int64_t rb, const GgufActs& a, const i
 }
 
 // Row block rb (its halves h = 0, 1: rows 8 h .. 8 h + 7) against MT rows of x from row i0 (a: the Q8_0 / Q8_1 acts;
-// xq: their q in the order the codes come in — Q4's words' order, Q5_0's columns as they are): y[i · n_out + 16 rb +
-// 8 h + r], rows past n_out left out. Q5_0 (codes ≤ 31) widens its int16 sums every 2 chunks (≤ 2 · 2 · 2 · 31 · 127
-// = 31496).
+// xq: their q in the order the codes come in — Q4's words' order, Q5's columns as they are): y[i · n_out + 16 rb +
+// 8 h + r], rows past n_out left out. Q5_0 / Q5_1 (codes ≤ 31) widen their int16 sums every 2 chunks (≤ 2 · 2 · 2 · 31
+// · 127 = 31496); Q5_1 is Q5_0's codes with Q4_1's min term (x = d q + m: + m · s, no offset).
 template <int K, int MT, bool kPanel = false>
 void row_block(const PackedWeight& w, int64_t rb, const GgufActs& a, const int8_t* xperm, int64_t i0, float* y,
                bool prefetch, const uint8_t* panel = nullptr) {
-  constexpr bool Q41 = K == kQ4_1, Q5 = K == kQ5_0;
+  constexpr bool Mn = has_min(K), Q5 = is_q5(K);
   const int64_t n_in = w.n_in, nb = n_in / 32;
   const uint8_t* wd = w.data.data() + rb * (n_in / 8) * 64;
-  // scale bytes a block of 16 rows: d (F16; Q4_1: then m; Q5_0: then the fifth-bit planes, 64 bytes)
-  constexpr int64_t sbb = Q5 ? 96 : Q41 ? 64 : 32;
-  constexpr int kOffset = Q5 ? 16 : Q41 ? 0 : 8;  // the codes' offset: value = d (q − k)
+  // scale bytes a block of 16 rows: d (F16; Q4_1 / Q5_1: then m; Q5_0 / Q5_1: then the fifth-bit planes, 64 bytes)
+  constexpr int64_t sbb = scale_block_bytes(K);
+  constexpr int kOffset = K == kQ5_0 ? 16 : K == kQ4_0 ? 8 : 0;  // the codes' offset: value = d (q − k)
   const uint8_t* sbs = w.scale_bytes.data() + rb * nb * sbb;
   const int8_t* xq[MT];
   const float* xd[MT];
@@ -242,7 +251,7 @@ void row_block(const PackedWeight& w, int64_t rb, const GgufActs& a, const int8_
     xq[i] = xperm + (i0 + i) * n_in;
     xd[i] = a.d.data() + (i0 + i) * nb;
     xs[i] = a.qsum.data() + (i0 + i) * nb;
-    xm[i] = Q41 ? a.s.data() + (i0 + i) * nb : nullptr;
+    xm[i] = Mn ? a.s.data() + (i0 + i) * nb : nullptr;
   }
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 tot[2][MT];
@@ -251,11 +260,11 @@ void row_block(const PackedWeight& w, int64_t rb, const GgufActs& a, const int8_
     for (int i = 0; i < MT; ++i) tot[h][i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* e = sbs + b * sbb;
-    if (prefetch && (Q5 || Q41 || b % 2 == 0))
-      prefetch_weights(e + (Q5 ? kPrefetchBytes * 3 / 8 : Q41 ? kPrefetchBytes / 4 : kPrefetchBytes / 8));
+    if (prefetch && (sbb >= 64 || b % 2 == 0)) prefetch_weights(e + kPrefetchBytes * sbb / 256);
     __m256i hp[2];
     if constexpr (Q5 && !kPanel)
-      for (int h = 0; h < 2; ++h) hp[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e + 32 + h * 32));
+      for (int h = 0; h < 2; ++h)
+        hp[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e + planes_at(K) + h * 32));
     __m256i acc[2][MT], s32[2][MT];
 #pragma GCC unroll 8
     for (int h = 0; h < 2; ++h)
@@ -292,7 +301,7 @@ void row_block(const PackedWeight& w, int64_t rb, const GgufActs& a, const int8_
         if constexpr (kOffset != 0) sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(kOffset * xs[i][b]));
         tot[h][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dw, _mm256_set1_ps(xd[i][b])), tot[h][i]);
       }
-      if constexpr (Q41) {  // + m · s, s the x block's d Σq
+      if constexpr (Mn) {  // + m · s, s the x block's d Σq
         const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e + 32 + h * 16)));
 #pragma GCC unroll 4
         for (int i = 0; i < MT; ++i) tot[h][i] = _mm256_fmadd_ps(mw, _mm256_set1_ps(xm[i][b]), tot[h][i]);
@@ -310,11 +319,13 @@ template <int K>
 void panel_codes(const PackedWeight& w, int64_t rb, uint8_t* panel) {
   const int64_t n_in = w.n_in, nb = n_in / 32;
   const uint8_t* wd = w.data.data() + rb * (n_in / 8) * 64;
-  const uint8_t* sbs = w.scale_bytes.data() + rb * nb * 96;
+  constexpr int64_t sbb = scale_block_bytes(K);
+  const uint8_t* sbs = w.scale_bytes.data() + rb * nb * sbb;
   for (int64_t b = 0; b < nb; ++b) {
     __m256i hp[2];
-    if constexpr (K == kQ5_0)
-      for (int h = 0; h < 2; ++h) hp[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sbs + b * 96 + 32 + h * 32));
+    if constexpr (is_q5(K))
+      for (int h = 0; h < 2; ++h)
+        hp[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sbs + b * sbb + planes_at(K) + h * 32));
     const auto chunk = [&]<int C>() {
       __m256i q0[2], q1[2];
       chunk_codes<K, C>(wd + b * 4 * 64, hp, q0, q1);
@@ -339,8 +350,8 @@ void run(const GgufActs& a, const int8_t* xperm, int64_t m, const PackedWeight& 
     const auto [b0, b1] = thread_rows((w.n_out + 15) / 16, 1, omp_get_thread_num(), omp_get_num_threads());
     const int64_t block_bytes = w.n_in * (K == kQ8_0 ? 16 : 8);  // a row block's codes
     if (b1 > b0) prefetch_range_start(w.data.data() + b0 * block_bytes, kPrefetchBytes, (b1 - b0) * block_bytes);
-    thread_local std::vector<uint8_t> panel;  // Q5_0, m > 1: this thread's row block's codes (32-byte aligned below)
-    if (K == kQ5_0 && m > 1) panel.resize(size_t(w.n_in * 16 + 32));
+    thread_local std::vector<uint8_t> panel;  // Q5, m > 1: this thread's row block's codes (32-byte aligned below)
+    if (is_q5(K) && m > 1) panel.resize(size_t(w.n_in * 16 + 32));
     uint8_t* pc = panel.data() + (32 - reinterpret_cast<uintptr_t>(panel.data()) % 32) % 32;
     for (int64_t rb = b0; rb < b1; ++rb) {
       if constexpr (K == kQ8_0) {
@@ -356,7 +367,7 @@ void run(const GgufActs& a, const int8_t* xperm, int64_t m, const PackedWeight& 
         if (i0 < m) row_block_iq4<1>(w, rb, a, xperm, i0, y + i0 * w.n_out, i0 == 0);
         continue;
       }
-      if (K != kQ5_0 || m == 1) {  // Q4: its codes in registers from the lines (3 ops a half and chunk)
+      if (!is_q5(K) || m == 1) {  // Q4: its codes in registers from the lines (3 ops a half and chunk)
         int64_t i0 = 0;
         for (; i0 + kTileM <= m; i0 += kTileM) row_block<K, kTileM>(w, rb, a, xperm, i0, y + i0 * w.n_out, i0 == 0);
         if (i0 < m) row_block<K, 1>(w, rb, a, xperm, i0, y + i0 * w.n_out, i0 == 0);
@@ -380,7 +391,8 @@ bool rows16_avx2_wanted(const PackedWeight& w) {
            (w.n_groups() == 1 || w.group_size % 32 == 0) && packed_best_isa() == PackedIsa::Avx2;
   if (w.format == WeightFormat::Mxfp4 || w.format == WeightFormat::Nvfp4)  // rows16_fp4_avx2 (gemm_rows16_fp4_avx2.cpp)
     return w.act == ActQuant::None && packed_best_isa() == PackedIsa::Avx2;
-  if (w.format == WeightFormat::GgufIq4Nl)  // its only SIMD kernel, on every CPU with AVX2 (gemm_gguf.h)
+  // IQ4_NL and Q5_1: their only SIMD kernel (gemm_gguf.h), on every CPU with AVX2
+  if (w.format == WeightFormat::GgufIq4Nl || w.format == WeightFormat::GgufQ5_1)
     return !w.act_bf16 && gguf_kernel_available(GgufKernel::Avx2);
   return (w.format == WeightFormat::GgufQ4_0 || w.format == WeightFormat::GgufQ4_1 || w.format == WeightFormat::GgufQ5_0 ||
           w.format == WeightFormat::GgufQ8_0 || w.format == WeightFormat::GgufQ4_K || w.format == WeightFormat::GgufQ6_K) &&
@@ -390,13 +402,15 @@ bool rows16_avx2_wanted(const PackedWeight& w) {
 bool rows16_avx2_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
   const WeightFormat f = w.format;
   if ((f != WeightFormat::GgufQ4_0 && f != WeightFormat::GgufQ4_1 && f != WeightFormat::GgufQ5_0 &&
-       f != WeightFormat::GgufQ8_0 && f != WeightFormat::GgufIq4Nl) ||
+       f != WeightFormat::GgufQ5_1 && f != WeightFormat::GgufQ8_0 && f != WeightFormat::GgufIq4Nl) ||
       w.act_bf16 || w.rows_layout != RowsLayout::Rows16 || !gguf_kernel_available(GgufKernel::Avx2))
     return false;
   thread_local GgufActs a;
   quantize_gguf_acts(x, m, w.n_in, gguf_act_type(f), &a);
-  if (f == WeightFormat::GgufQ5_0) {  // Q5_0's and Q8_0's codes come in column order
+  if (f == WeightFormat::GgufQ5_0) {  // Q5_0's, Q5_1's and Q8_0's codes come in column order
     run<kQ5_0>(a, a.q.data(), m, w, y, n_threads);
+  } else if (f == WeightFormat::GgufQ5_1) {
+    run<kQ5_1>(a, a.q.data(), m, w, y, n_threads);
   } else if (f == WeightFormat::GgufQ8_0) {
     run<kQ8_0>(a, a.q.data(), m, w, y, n_threads);
   } else {  // Q4_0 / Q4_1 / IQ4_NL: x in the words' order

@@ -61,7 +61,7 @@ PackedWeight random_gguf4(WeightFormat f, int64_t n_out, int64_t n_in, uint32_t 
   w.n_in = n_in;
   w.data = AlignedBytes(n_out * w.row_bytes());
   for (int64_t i = 0; i < w.data.size(); ++i) w.data.data()[i] = uint8_t(rng());
-  const bool two = f == WeightFormat::GgufQ4_1 || f == WeightFormat::GgufQ4_K;  // d, m / d, dmin
+  const bool two = f == WeightFormat::GgufQ4_1 || f == WeightFormat::GgufQ5_1 || f == WeightFormat::GgufQ4_K;  // d, m
   if (f == WeightFormat::GgufQ6_K) {  // d at byte 208 of each 210
     for (int64_t b = 0; b < w.data.size() / 210; ++b) w.data.data()[b * 210 + 209] &= 0xbb;
     check_packed_weight(w);
@@ -70,6 +70,7 @@ PackedWeight random_gguf4(WeightFormat f, int64_t n_out, int64_t n_in, uint32_t 
   const int64_t bb = f == WeightFormat::GgufQ4_K   ? 144
                      : f == WeightFormat::GgufQ8_0 ? 34
                      : f == WeightFormat::GgufQ5_0 ? 22
+                     : f == WeightFormat::GgufQ5_1 ? 24
                      : f == WeightFormat::GgufQ4_1 ? 20
                                                    : 18;
   for (int64_t b = 0; b < w.data.size() / bb; ++b)  // finite F16 scales: exponent field below 31
@@ -244,41 +245,50 @@ TEST(RowsLayout, GgufQ4BlocksGoToTheirWordsAndScalesAndComeBack) {
   }
 }
 
-// GGUF Q5_0 in Rows16: the low 4 bits of row i's q at column k in byte 4i + k % 4 of chunk k / 8 (high nibble from
-// k % 8 = 4 on), its fifth bit at bit 2 (k % 32 / 8) + k % 8 / 4 of byte 32 + 4i + k % 4 of the block's 96 scale bytes,
-// d at their byte 2i; dequantize_rows reads it as the file's blocks; back to Rows gives the file's bytes.
-TEST(RowsLayout, GgufQ5_0CodesAndFifthBitsGoWhereDocumentedAndComeBack) {
-  for (const int64_t n_out : {35, 16, 1}) {
-    const int64_t n_in = n_out == 1 ? 32 : 576, nb = n_in / 32, held = (n_out + 15) / 16 * 16;
-    const std::string name = "q5_0 [" + std::to_string(n_out) + ", " + std::to_string(n_in) + "]";
-    const PackedWeight given = random_gguf4(WeightFormat::GgufQ5_0, n_out, n_in, uint32_t(n_out + 5));
-    PackedWeight w = copy_packed_weight(given);
-    set_rows_layout(&w, RowsLayout::Rows16);
-    check_packed_weight(w);
-    ASSERT_EQ(w.data.size(), held * n_in / 2) << name;
-    ASSERT_EQ(int64_t(w.scale_bytes.size()), held / 16 * nb * 96) << name;
-    EXPECT_EQ(w.n_bytes(), held * nb * 22) << name;
-    for (int64_t r = 0; r < held; ++r) {
-      const int64_t rb = r / 16, i = r % 16;
-      for (int64_t k = 0; k < n_in; ++k) {
-        int want = 0;  // the file: qh (4 bytes at 2) bit k % 32, nibble in byte 6 + k % 16
-        if (r < n_out) {
-          const uint8_t* blk = given.data.data() + r * nb * 22 + (k / 32) * 22;
-          const int j = int(k % 32);
-          want = ((j < 16 ? blk[6 + j] : blk[6 + j - 16] >> 4) & 15) | ((blk[2 + j / 8] >> (j % 8)) & 1) << 4;
-        }
-        const int lo = (w.data.data()[(rb * (n_in / 8) + k / 8) * 64 + 4 * i + k % 4] >> (4 * (k % 8 / 4))) & 15;
-        const uint8_t* sb = w.scale_bytes.data() + (rb * nb + k / 32) * 96;
-        const int hi = (sb[32 + 4 * i + k % 4] >> (2 * (k % 32 / 8) + k % 8 / 4)) & 1;
-        ASSERT_EQ(lo | hi << 4, want) << name << " row " << r << " column " << k;
-        if (k % 32 == 0) {
-          const uint8_t* blk = given.data.data() + r * nb * 22 + (k / 32) * 22;
-          ASSERT_EQ(sb[2 * i] | sb[2 * i + 1] << 8, r < n_out ? blk[0] | blk[1] << 8 : 0) << name << " row " << r;
+// GGUF Q5_0 / Q5_1 in Rows16: the low 4 bits of row i's q at column k in byte 4i + k % 4 of chunk k / 8 (high nibble
+// from k % 8 = 4 on), its fifth bit at bit 2 (k % 32 / 8) + k % 8 / 4 of byte P + 4i + k % 4 of the block's 96 (Q5_1:
+// 128) scale bytes (P = 32; Q5_1: 64), d at their byte 2i (Q5_1: m at 32 + 2i); dequantize_rows reads it as the file's
+// blocks; back to Rows gives the file's bytes.
+TEST(RowsLayout, GgufQ5CodesAndFifthBitsGoWhereDocumentedAndComeBack) {
+  for (const WeightFormat f : {WeightFormat::GgufQ5_0, WeightFormat::GgufQ5_1})
+    for (const int64_t n_out : {35, 16, 1}) {
+      const bool q51 = f == WeightFormat::GgufQ5_1;
+      const int64_t bb = q51 ? 24 : 22, sbb = q51 ? 128 : 96, qh = q51 ? 4 : 2, plane = q51 ? 64 : 32;
+      const int64_t n_in = n_out == 1 ? 32 : 576, nb = n_in / 32, held = (n_out + 15) / 16 * 16;
+      const std::string name =
+          std::string(weight_format_name(f)) + " [" + std::to_string(n_out) + ", " + std::to_string(n_in) + "]";
+      const PackedWeight given = random_gguf4(f, n_out, n_in, uint32_t(n_out + 5));
+      PackedWeight w = copy_packed_weight(given);
+      set_rows_layout(&w, RowsLayout::Rows16);
+      check_packed_weight(w);
+      ASSERT_EQ(w.data.size(), held * n_in / 2) << name;
+      ASSERT_EQ(int64_t(w.scale_bytes.size()), held / 16 * nb * sbb) << name;
+      EXPECT_EQ(w.n_bytes(), held * nb * bb) << name;
+      for (int64_t r = 0; r < held; ++r) {
+        const int64_t rb = r / 16, i = r % 16;
+        for (int64_t k = 0; k < n_in; ++k) {
+          int want = 0;  // the file: qh (4 bytes at 2; Q5_1: 4) bit k % 32, nibble in byte qh + 4 + k % 16
+          const uint8_t* blk = given.data.data() + r * nb * bb + (k / 32) * bb;
+          if (r < n_out) {
+            const int j = int(k % 32);
+            const uint8_t* qs = blk + qh + 4;
+            want = ((j < 16 ? qs[j] : qs[j - 16] >> 4) & 15) | ((blk[qh + j / 8] >> (j % 8)) & 1) << 4;
+          }
+          const int lo = (w.data.data()[(rb * (n_in / 8) + k / 8) * 64 + 4 * i + k % 4] >> (4 * (k % 8 / 4))) & 15;
+          const uint8_t* sb = w.scale_bytes.data() + (rb * nb + k / 32) * sbb;
+          const int hi = (sb[plane + 4 * i + k % 4] >> (2 * (k % 32 / 8) + k % 8 / 4)) & 1;
+          ASSERT_EQ(lo | hi << 4, want) << name << " row " << r << " column " << k;
+          if (k % 32 == 0) {
+            ASSERT_EQ(sb[2 * i] | sb[2 * i + 1] << 8, r < n_out ? blk[0] | blk[1] << 8 : 0) << name << " row " << r;
+            if (q51) {
+              ASSERT_EQ(sb[32 + 2 * i] | sb[32 + 2 * i + 1] << 8, r < n_out ? blk[2] | blk[3] << 8 : 0)
+                  << name << " row " << r << ": m";
+            }
+          }
         }
       }
+      expect_back_to_file(&w, given, name);
     }
-    expect_back_to_file(&w, given, name);
-  }
 }
 
 // GGUF Q6_K in Rows16: the low 4 bits of row i's q at column k as Q5_0's; of the block's 1312 scale bytes d at 2i,
@@ -380,9 +390,9 @@ TEST(RowsLayout, RefusesWhatRows16CannotHold) {
   bf16.n_in = 32;
   bf16.data = AlignedBytes(64);
   bf16.rows_layout = RowsLayout::Rows16;
-  check_refuses(
-      bf16,
-      "rows16 cannot hold it: not an int4, mxfp4, nvfp4, GGUF q4_0, q4_1, q5_0, q8_0, q4_k, q6_k or iq4_nl weight");
+  check_refuses(bf16,
+                "rows16 cannot hold it: not an int4, mxfp4, nvfp4, GGUF q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q6_k or "
+                "iq4_nl weight");
   PackedWeight q4_0_quads = random_gguf4(WeightFormat::GgufQ4_0, 3, 64, 8);
   q4_0_quads.gguf_layout = GgufLayout::Q4_0Groups;  // the same bytes regrouped: not the file's blocks
   refused(std::move(q4_0_quads), "GGUF rows regrouped (q4_0_groups)");

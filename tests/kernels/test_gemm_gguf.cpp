@@ -323,20 +323,23 @@ TEST(GemmGgufRows16, Avx2KQuantsMatchThePortableKernelAndRowsAlone) {
   EXPECT_FALSE(rows16_avx2_k_linear(x.data(), 1, q40r, y.data(), 1)) << "Q4_0";
 }
 
-// GGUF IQ4_NL in 16-row blocks on AVX2 (rows16_avx2_linear's row_block_iq4: its only SIMD kernel, on every CPU with
-// AVX2): within the kernel bound of the portable kernel on the file's blocks (the same integer sums; one FMA a block
-// where the portable kernel multiplies then adds), each row of a batch (m 2..37: every remainder of the tiles of 2 rows
-// of x) with the bits it has alone, at 1 and 2 threads; 1 to 48 blocks a row, 1 to 16 rows in the last 16-row block;
-// the file's layout and act_bf16 declined. Its codes' whole range (kIq4Values −127 .. 113, x ±127: a vpmaddubsw pair up
+// GGUF IQ4_NL and Q5_1 in 16-row blocks on AVX2 (rows16_avx2_linear: row_block_iq4, and row_block's Q5_0 codes with
+// Q4_1's min term; their only SIMD kernel, on every CPU with AVX2): within the kernel bound of the portable kernel on
+// the file's blocks (the same integer sums; one FMA a block where the portable kernel multiplies then adds), each row
+// of a batch (m 2..37: every remainder of the tiles of 2 rows of x; Q5_1's from a panel of codes) with the bits it has
+// alone, at 1 and 2 threads; 1 to 48 blocks a row, 1 to 16 rows in the last 16-row block; the file's layout and
+// act_bf16 declined. Its codes' whole range (kIq4Values −127 .. 113, x ±127: a vpmaddubsw pair up
 // to 32258) is exact: a weight of all −127 codes against x of all ±127 gives the portable kernel's integers.
-// cpu::Weight holds IQ4_NL in Rows16 on every CPU with AVX2, and linear() gives the same bits.
-TEST(GemmGgufRows16, Avx2Iq4NlMatchesThePortableKernelAndRowsAlone) {
+// cpu::Weight holds both in Rows16 on every CPU with AVX2, and linear() gives the same bits.
+TEST(GemmGgufRows16, Avx2OnlyFormsMatchThePortableKernelAndRowsAlone) {
   if (!gguf_kernel_available(GgufKernel::Avx2)) GTEST_SKIP() << "no AVX2 here";
   for (const Rows16Shape sh :
        {Rows16Shape{DType::IQ4_NL, 35, 18}, Rows16Shape{DType::IQ4_NL, 16, 1}, Rows16Shape{DType::IQ4_NL, 5, 48},
-        Rows16Shape{DType::IQ4_NL, 1, 6}, Rows16Shape{DType::IQ4_NL, 49, 3}}) {
+        Rows16Shape{DType::IQ4_NL, 1, 6}, Rows16Shape{DType::IQ4_NL, 49, 3}, Rows16Shape{DType::Q5_1, 35, 18},
+        Rows16Shape{DType::Q5_1, 16, 1}, Rows16Shape{DType::Q5_1, 5, 48}, Rows16Shape{DType::Q5_1, 17, 3}}) {
     const int64_t n_in = 32 * sh.n_blocks, m_max = 37;
-    const std::string name = "iq4_nl [" + std::to_string(sh.n_out) + " x " + std::to_string(n_in) + "]";
+    const std::string name =
+        std::string(dtype_name(sh.t)) + " [" + std::to_string(sh.n_out) + " x " + std::to_string(n_in) + "]";
     const PackedWeight w = test::make_gguf_weight(sh.t, sh.n_out, n_in, uint32_t(3 * sh.n_out + n_in));
     PackedWeight r = copy_packed_weight(w);
     set_rows_layout(&r, RowsLayout::Rows16);

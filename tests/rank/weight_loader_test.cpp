@@ -259,9 +259,9 @@ double rel_l2_to_source(const ModelFile& f, const SynthSpec& s) {
 // and up to 127 codes × the F16 rounding of d (127 · 2^-11 d).
 float q8_0_requantized_bound(float, float amax) { return amax / 127 * 0.57f + 1e-9f; }
 
-// A Q5_K_M file (llama.cpp's, committed: tests/peers/fixtures/gguf/synth_q5_k_m.gguf) loads: its Q5_1 / Q5_K
-// weights requantized to Q8_0 at load (no kernel keeps them), each value within q8_0_requantized_bound,
-// its Q6_K / Q8_0 kept; dequantized to the runtime dtype with model.quantized: dequantize. Made by
+// A Q5_K_M file (llama.cpp's, committed: tests/peers/fixtures/gguf/synth_q5_k_m.gguf) loads: its Q5_K weights
+// requantized to Q8_0 at load (no kernel keeps them), each value within q8_0_requantized_bound, its Q5_1 / Q6_K / Q8_0
+// kept; dequantized to the runtime dtype with model.quantized: dequantize. Made by
 //   tpserve synth --out S --layers 2 --hidden 320 --heads 8 --kv-heads 4 --intermediate 768 --vocab 512 --seed 5
 //   tpserve convert --in S --out S.f32.gguf --to gguf-f32
 //   llama-quantize S.f32.gguf synth_q5_k_m.gguf Q5_K_M    (320-column linears fall back to Q5_1; ffn_down of layer 0
@@ -278,11 +278,14 @@ TEST(WeightLoader, Q5KMFileRequantizesItsQ5Weights) {
   EXPECT_EQ(types[DType::Q6_K], 1);
   const auto down1 = load_linear(*f, kKeep, 768, {0, 768}, {{"blk.1.ffn_down.weight", 320, {0, 320}}});
   EXPECT_EQ(down1[0].format(), WeightFormat::GgufQ6_K);
-  // Q5_K (ffn_down of layer 0) and Q5_1 (attn_q), whole and as a row-parallel slice (columns [384, 768) of 768).
+  // Q5_K (ffn_down of layer 0), whole and as a row-parallel slice (columns [384, 768) of 768); Q5_1 (attn_q) as it is,
+  // whole and sliced on its blocks.
   for (const auto& [name, n_out, n_in, cols] : {std::tuple{"blk.0.ffn_down.weight", 320, 768, Range{0, 768}},
-                                                {"blk.0.ffn_down.weight", 320, 768, Range{384, 768}},
-                                                {"blk.0.attn_q.weight", 320, 320, Range{0, 320}}})
+                                                {"blk.0.ffn_down.weight", 320, 768, Range{384, 768}}})
     expect_held_near_exact(*f, name, n_out, n_in, cols, WeightFormat::GgufQ8_0, q8_0_requantized_bound);
+  const auto exactly = [](float, float) { return 0.0f; };
+  expect_held_near_exact(*f, "blk.0.attn_q.weight", 320, 320, {0, 320}, WeightFormat::GgufQ5_1, exactly);
+  expect_held_near_exact(*f, "blk.1.attn_q.weight", 320, 320, {160, 320}, WeightFormat::GgufQ5_1, exactly);
 
   SynthSpec s;
   s.n_layers = 2, s.hidden = 320, s.n_heads = 8, s.n_kv_heads = 4, s.intermediate = 768, s.vocab = 512, s.seed = 5;
