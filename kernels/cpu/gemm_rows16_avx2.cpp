@@ -109,6 +109,21 @@ inline void store_totals(const __m256 (&tot)[2][MT], int64_t n_out, int64_t rb, 
     for (int i = 0; i < MT; ++i) rows16_store8(tot[h][i], rb * 16 + h * 8, n_out, y + i * n_out);
 }
 
+// A block's step for both halves of MT rows of x, no offset (Q8_0, IQ4_NL): tot += float(S) · (d_w · d_x), d_w the 16
+// rows' F16 d at e (rows 8 h .. 8 h + 7 at e + 16 h), S the block's int32 sums acc, d_x = xd[i][b].
+template <int MT>
+inline void block_step(const uint8_t* e, const __m256i (&acc)[2][MT], const float* const (&xd)[MT], int64_t b,
+                       __m256 (&tot)[2][MT]) {
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e + h * 16)));
+#pragma GCC unroll 4
+    for (int i = 0; i < MT; ++i)
+      tot[h][i] =
+          _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[h][i]), _mm256_mul_ps(dw, _mm256_set1_ps(xd[i][b])), tot[h][i]);
+  }
+}
+
 // Q8_0 row block rb (16 rows × 4 columns a 64-byte line, byte 4i + j = q + 128 of row i, column j; d as Q4_0's)
 // against MT rows of x from row i0 (Q8_0 acts, columns in order): per line and half the signed q (^ 0x80), and
 // vpmaddubsw(|q|, x's 4 bytes with q's signs) — |pair| ≤ 2 · 128 · 127 = 32512 — widened by vpmaddwd at once into the
@@ -153,13 +168,7 @@ void row_block_q8(const PackedWeight& w, int64_t rb, const GgufActs& a, int64_t 
               acc[h][i], _mm256_madd_epi16(_mm256_maddubs_epi16(u[h], _mm256_sign_epi8(xv, q[h])), ones));
       }
     }
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e + h * 16)));
-#pragma GCC unroll 4
-      for (int i = 0; i < MT; ++i)
-        tot[h][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[h][i]), _mm256_mul_ps(dw, _mm256_set1_ps(xd[i][b])), tot[h][i]);
-    }
+    block_step<MT>(e, acc, xd, b, tot);
   }
   store_totals<MT>(tot, w.n_out, rb, y);
 }
@@ -216,14 +225,7 @@ void row_block_iq4(const PackedWeight& w, int64_t rb, const GgufActs& a, const i
         }
       }
     }
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e + h * 16)));
-#pragma GCC unroll 4
-      for (int i = 0; i < MT; ++i)
-        tot[h][i] =
-            _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[h][i]), _mm256_mul_ps(dw, _mm256_set1_ps(xd[i][b])), tot[h][i]);
-    }
+    block_step<MT>(e, acc, xd, b, tot);
   }
   store_totals<MT>(tot, w.n_out, rb, y);
 }

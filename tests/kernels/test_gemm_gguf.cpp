@@ -22,6 +22,7 @@
 #include <cstring>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "common/error.h"
@@ -260,6 +261,60 @@ TEST(GemmGgufRows16, Avx2FormsGiveTheFileKernelsBits) {
   }
 }
 
+using Rows16Fn = bool (*)(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
+
+// A Rows16 GEMM-form kernel fn on a random weight of shape sh (seeds w_seed + n_in, x_seed + n_in; 37 rows of x): the
+// file's layout and act_bf16 declined; each row alone within the kernel bound of the portable kernel on the file's
+// blocks (and, where exact(x, m, w16, &y) writes y, with its bits), at 1 and 2 threads; each row of a batch (m 2..37)
+// with the bits it has alone; where held_so (this CPU's choice), cpu::Weight holds w in Rows16 and linear() gives the
+// same bits.
+template <class Exact = std::nullptr_t>
+void expect_rows16_avx2_form(Rows16Fn fn, const Rows16Shape& sh, uint32_t w_seed, uint32_t x_seed, bool held_so,
+                             Exact exact = nullptr) {
+  const int64_t n_in = dtype_block_elems(sh.t) * sh.n_blocks, m_max = 37;
+  const std::string name =
+      std::string(dtype_name(sh.t)) + " [" + std::to_string(sh.n_out) + " x " + std::to_string(n_in) + "]";
+  SCOPED_TRACE(name);
+  const PackedWeight w = test::make_gguf_weight(sh.t, sh.n_out, n_in, uint32_t(w_seed + n_in));
+  PackedWeight r = copy_packed_weight(w);
+  set_rows_layout(&r, RowsLayout::Rows16);
+  const auto x = test::make_gguf_x(m_max, n_in, uint32_t(x_seed + n_in));
+  std::vector<float> portable(size_t(m_max * sh.n_out), NAN);
+  gemm_gguf(x.data(), m_max, w, portable.data(), 1, GgufKernel::Portable);
+  EXPECT_FALSE(fn(x.data(), 1, w, portable.data(), 1)) << "the file's layout";
+  PackedWeight rb = copy_packed_weight(r);
+  rb.act_bf16 = true;
+  EXPECT_FALSE(fn(x.data(), 1, rb, portable.data(), 1)) << "act_bf16";
+  const auto scale = test::abs_sums(x.data(), m_max, w);
+  std::vector<float> bits(portable.size(), NAN);
+  bool have_bits = false;
+  if constexpr (!std::is_same_v<Exact, std::nullptr_t>) have_bits = exact(x.data(), m_max, r, &bits);
+  std::vector<float> alone1;
+  for (int threads : {1, 2}) {
+    std::vector<float> alone(portable.size(), NAN);
+    for (int64_t i = 0; i < m_max; ++i)
+      ASSERT_TRUE(fn(x.data() + i * n_in, 1, r, alone.data() + i * sh.n_out, threads));
+    expect_close(alone, portable, scale, name + " rows16 AVX2 vs portable, threads " + std::to_string(threads));
+    for (size_t k = 0; have_bits && k < bits.size(); ++k)
+      ASSERT_EQ(alone[k], bits[k]) << "the exact kernel, output " << k;
+    for (int64_t m : {2, 3, 4, 5, 8, 9, 16, 37}) {
+      std::vector<float> y(size_t(m * sh.n_out), NAN);
+      ASSERT_TRUE(fn(x.data(), m, r, y.data(), threads));
+      for (int64_t k = 0; k < m * sh.n_out; ++k)
+        ASSERT_EQ(y[size_t(k)], alone[size_t(k)]) << "m " << m << " row " << k / sh.n_out << " threads " << threads;
+    }
+    if (threads == 1) alone1 = alone;
+  }
+  if (held_so) {
+    EXPECT_TRUE(rows16_wanted(w));
+    const Weight cw(copy_packed_weight(w));
+    EXPECT_EQ(cw.packed().rows_layout, RowsLayout::Rows16);
+    std::vector<float> via_linear(portable.size(), NAN);
+    linear(x.data(), m_max, cw, via_linear.data());
+    for (size_t k = 0; k < alone1.size(); ++k) ASSERT_EQ(via_linear[k], alone1[k]) << "linear(), output " << k;
+  }
+}
+
 // GGUF Q4_K and Q6_K in 16-row blocks on AVX2 (rows16_avx2_k_linear: the Q4_K_M mix's K-quants on CPUs without AVX-512
 // VNNI): the integer block totals and float operations of the VNNI kernel (rows16_int8_linear), so its bits where this
 // CPU has VNNI, and within the kernel bound of the portable kernel on the file's blocks everywhere; each row of a batch
@@ -269,52 +324,17 @@ TEST(GemmGgufRows16, Avx2FormsGiveTheFileKernelsBits) {
 // same bits.
 TEST(GemmGgufRows16, Avx2KQuantsMatchThePortableKernelAndRowsAlone) {
   if (!gguf_kernel_available(GgufKernel::Avx2)) GTEST_SKIP() << "no AVX2 here";
-  for (const Rows16Shape sh : {Rows16Shape{DType::Q4_K, 35, 1}, Rows16Shape{DType::Q4_K, 16, 6},
-                               Rows16Shape{DType::Q4_K, 3, 2}, Rows16Shape{DType::Q4_K, 49, 3},
-                               Rows16Shape{DType::Q6_K, 35, 1}, Rows16Shape{DType::Q6_K, 16, 6},
-                               Rows16Shape{DType::Q6_K, 3, 2}, Rows16Shape{DType::Q6_K, 17, 3}}) {
-    const int64_t n_in = 256 * sh.n_blocks, m_max = 37;
-    const std::string name = std::string(dtype_name(sh.t)) + " [" + std::to_string(sh.n_out) + " x " + std::to_string(n_in) + "]";
-    const PackedWeight w = test::make_gguf_weight(sh.t, sh.n_out, n_in, uint32_t(7 * sh.n_out + n_in));
-    PackedWeight r = copy_packed_weight(w);
-    set_rows_layout(&r, RowsLayout::Rows16);
-    const auto x = test::make_gguf_x(m_max, n_in, uint32_t(11 + n_in));
-    std::vector<float> portable(size_t(m_max * sh.n_out), NAN);
-    gemm_gguf(x.data(), m_max, w, portable.data(), 1, GgufKernel::Portable);
-    EXPECT_FALSE(rows16_avx2_k_linear(x.data(), 1, w, portable.data(), 1)) << name << ": the file's layout";
-    PackedWeight rb = copy_packed_weight(r);
-    rb.act_bf16 = true;
-    EXPECT_FALSE(rows16_avx2_k_linear(x.data(), 1, rb, portable.data(), 1)) << name << ": act_bf16";
-    const auto scale = test::abs_sums(x.data(), m_max, w);
-    std::vector<float> vnni;
-    if (cpu_has_avx512vnni()) {
-      vnni.assign(portable.size(), NAN);
-      ASSERT_TRUE(rows16_int8_linear(x.data(), m_max, r, vnni.data(), 1)) << name;
-    }
-    for (int threads : {1, 2}) {
-      std::vector<float> alone(portable.size(), NAN);
-      for (int64_t i = 0; i < m_max; ++i)
-        ASSERT_TRUE(rows16_avx2_k_linear(x.data() + i * n_in, 1, r, alone.data() + i * sh.n_out, threads)) << name;
-      expect_close(alone, portable, scale, name + " rows16 AVX2 vs portable, threads " + std::to_string(threads));
-      for (size_t k = 0; k < vnni.size(); ++k) ASSERT_EQ(alone[k], vnni[k]) << name << " vs the VNNI kernel, output " << k;
-      for (int64_t m : {2, 3, 4, 5, 8, 9, 16, 37}) {
-        std::vector<float> y(size_t(m * sh.n_out), NAN);
-        ASSERT_TRUE(rows16_avx2_k_linear(x.data(), m, r, y.data(), threads)) << name;
-        for (int64_t k = 0; k < m * sh.n_out; ++k)
-          ASSERT_EQ(y[size_t(k)], alone[size_t(k)]) << name << " m " << m << " row " << k / sh.n_out << " threads " << threads;
-      }
-    }
-    if (!cpu_has_avx512vnni()) {  // this CPU's choice: cpu::Weight holds them in Rows16, linear() gives the same bits
-      EXPECT_TRUE(rows16_wanted(w)) << name;
-      const Weight cw(copy_packed_weight(w));
-      EXPECT_EQ(cw.packed().rows_layout, RowsLayout::Rows16) << name;
-      std::vector<float> via_linear(portable.size(), NAN), alone(portable.size(), NAN);
-      linear(x.data(), m_max, cw, via_linear.data());
-      for (int64_t i = 0; i < m_max; ++i)
-        ASSERT_TRUE(rows16_avx2_k_linear(x.data() + i * n_in, 1, r, alone.data() + i * sh.n_out, 1)) << name;
-      for (size_t k = 0; k < alone.size(); ++k) ASSERT_EQ(via_linear[k], alone[k]) << name << " linear(), output " << k;
-    }
-  }
+  for (const Rows16Shape sh :
+       {Rows16Shape{DType::Q4_K, 35, 1}, Rows16Shape{DType::Q4_K, 16, 6}, Rows16Shape{DType::Q4_K, 3, 2},
+        Rows16Shape{DType::Q4_K, 49, 3}, Rows16Shape{DType::Q6_K, 35, 1}, Rows16Shape{DType::Q6_K, 16, 6},
+        Rows16Shape{DType::Q6_K, 3, 2}, Rows16Shape{DType::Q6_K, 17, 3}})
+    expect_rows16_avx2_form(rows16_avx2_k_linear, sh, uint32_t(7 * sh.n_out), 11, !cpu_has_avx512vnni(),
+                            [](const float* x, int64_t m, const PackedWeight& r, std::vector<float>* y) {
+                              if (!cpu_has_avx512vnni()) return false;  // the same bits where there is VNNI
+                              const bool ran = rows16_int8_linear(x, m, r, y->data(), 1);
+                              EXPECT_TRUE(ran);
+                              return ran;
+                            });
   // The other formats are not its.
   const PackedWeight q40 = test::make_gguf_weight(DType::Q4_0, 16, 256, 5);
   PackedWeight q40r = copy_packed_weight(q40);
@@ -336,43 +356,8 @@ TEST(GemmGgufRows16, Avx2OnlyFormsMatchThePortableKernelAndRowsAlone) {
   for (const Rows16Shape sh :
        {Rows16Shape{DType::IQ4_NL, 35, 18}, Rows16Shape{DType::IQ4_NL, 16, 1}, Rows16Shape{DType::IQ4_NL, 5, 48},
         Rows16Shape{DType::IQ4_NL, 1, 6}, Rows16Shape{DType::IQ4_NL, 49, 3}, Rows16Shape{DType::Q5_1, 35, 18},
-        Rows16Shape{DType::Q5_1, 16, 1}, Rows16Shape{DType::Q5_1, 5, 48}, Rows16Shape{DType::Q5_1, 17, 3}}) {
-    const int64_t n_in = 32 * sh.n_blocks, m_max = 37;
-    const std::string name =
-        std::string(dtype_name(sh.t)) + " [" + std::to_string(sh.n_out) + " x " + std::to_string(n_in) + "]";
-    const PackedWeight w = test::make_gguf_weight(sh.t, sh.n_out, n_in, uint32_t(3 * sh.n_out + n_in));
-    PackedWeight r = copy_packed_weight(w);
-    set_rows_layout(&r, RowsLayout::Rows16);
-    const auto x = test::make_gguf_x(m_max, n_in, uint32_t(13 + n_in));
-    std::vector<float> portable(size_t(m_max * sh.n_out), NAN);
-    gemm_gguf(x.data(), m_max, w, portable.data(), 1, GgufKernel::Portable);
-    EXPECT_FALSE(rows16_avx2_linear(x.data(), 1, w, portable.data(), 1)) << name << ": the file's layout";
-    PackedWeight rb = copy_packed_weight(r);
-    rb.act_bf16 = true;
-    EXPECT_FALSE(rows16_avx2_linear(x.data(), 1, rb, portable.data(), 1)) << name << ": act_bf16";
-    const auto scale = test::abs_sums(x.data(), m_max, w);
-    for (int threads : {1, 2}) {
-      std::vector<float> alone(portable.size(), NAN);
-      for (int64_t i = 0; i < m_max; ++i)
-        ASSERT_TRUE(rows16_avx2_linear(x.data() + i * n_in, 1, r, alone.data() + i * sh.n_out, threads)) << name;
-      expect_close(alone, portable, scale, name + " rows16 AVX2 vs portable, threads " + std::to_string(threads));
-      for (int64_t m : {2, 3, 4, 5, 8, 9, 16, 37}) {
-        std::vector<float> y(size_t(m * sh.n_out), NAN);
-        ASSERT_TRUE(rows16_avx2_linear(x.data(), m, r, y.data(), threads)) << name;
-        for (int64_t k = 0; k < m * sh.n_out; ++k)
-          ASSERT_EQ(y[size_t(k)], alone[size_t(k)])
-              << name << " m " << m << " row " << k / sh.n_out << " threads " << threads;
-      }
-    }
-    EXPECT_TRUE(rows16_wanted(w)) << name;
-    const Weight cw(copy_packed_weight(w));
-    EXPECT_EQ(cw.packed().rows_layout, RowsLayout::Rows16) << name;
-    std::vector<float> via_linear(portable.size(), NAN), alone(portable.size(), NAN);
-    linear(x.data(), m_max, cw, via_linear.data());
-    for (int64_t i = 0; i < m_max; ++i)
-      ASSERT_TRUE(rows16_avx2_linear(x.data() + i * n_in, 1, r, alone.data() + i * sh.n_out, 1)) << name;
-    for (size_t k = 0; k < alone.size(); ++k) ASSERT_EQ(via_linear[k], alone[k]) << name << " linear(), output " << k;
-  }
+        Rows16Shape{DType::Q5_1, 16, 1}, Rows16Shape{DType::Q5_1, 5, 48}, Rows16Shape{DType::Q5_1, 17, 3}})
+    expect_rows16_avx2_form(rows16_avx2_linear, sh, uint32_t(3 * sh.n_out), 13, true);
   // The extremes: every code 0 (−127) under d = 1, x of ±127 (a block's max 127: q = x): y = −127 Σ x exactly.
   {
     constexpr int64_t n_out = 16, n_in = 64;
