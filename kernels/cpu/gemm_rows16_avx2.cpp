@@ -24,7 +24,9 @@
 // 11-13 -> 23-26; from DRAM Q4_0 12-17 -> 16-23 (the 49152 x 576 lm_head 16-17 -> 21-23, mem_bandwidth 24), Q4_1
 // 12-18 -> 17-24; prefill m = 512 from cache the same within noise (GMAC/s: Q4_0 68-82 / 71-80, Q4_1 67-79 / 64-77,
 // Q5_0 65-75 / 71-81). Q8_0, already near the roofline from cache: decode from cache 26-29 -> 39-43 GB/s, from DRAM
-// (a loaded machine) 16-19 -> 17-21; prefill 49-54 / 50-52.
+// (a loaded machine) 16-19 -> 17-21; prefill 49-54 / 50-52. Q5_1 (held as Q8_0 before it had this kernel: 8.5 bits a
+// weight for 6), GEMM_BENCH_HOT=1 on a loaded machine: decode from cache 17.5-22.5 GB/s (Q4_1 in Rows16 in the same
+// runs 18.1-21.1), prefill 47-53 GMAC/s (47-52).
 // A row block's lines are read once a tile of kTileM rows of x (m = 1: one row), both halves of each in one pass;
 // Q5_0 / Q5_1 with m > 1 from a panel of their codes made once a row block (panel_codes).
 #include <algorithm>
