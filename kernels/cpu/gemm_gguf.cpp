@@ -124,40 +124,27 @@ float dot_portable(WeightFormat f, const uint8_t* wr, const GgufActs& a, int64_t
       return acc;
     case WeightFormat::GgufQ4_0:
     case WeightFormat::GgufQ4_1:
-    case WeightFormat::GgufQ5_0: {
+    case WeightFormat::GgufQ5_0:
+    case WeightFormat::GgufQ5_1: {  // d, (m,) (fifth bits qh,) 16 nibble bytes; Q5_1 = Q5_0's codes + Q4_1's min
       const float* xs = a.s.data() + g * nb;
-      const int64_t bytes = f == WeightFormat::GgufQ4_0 ? 18 : f == WeightFormat::GgufQ4_1 ? 20 : 22;
+      const bool q5 = f == WeightFormat::GgufQ5_0 || f == WeightFormat::GgufQ5_1;
+      const bool min = f == WeightFormat::GgufQ4_1 || f == WeightFormat::GgufQ5_1;
+      const int64_t head = 2 + (min ? 2 : 0) + (q5 ? 4 : 0), bytes = head + 16;  // 18, 20, 22, 24
       for (int64_t b = 0; b < nb; ++b, wr += bytes) {
         const float dw = f16_to_f32(u16(wr));
-        const uint8_t* qs = wr + (f == WeightFormat::GgufQ4_0 ? 2 : f == WeightFormat::GgufQ4_1 ? 4 : 6);
+        const uint8_t* qs = wr + head;
         uint32_t qh = 0;
-        if (f == WeightFormat::GgufQ5_0) std::memcpy(&qh, wr + 2, 4);
+        if (q5) std::memcpy(&qh, wr + head - 4, 4);
         int sum = 0;
         for (int j = 0; j < 16; ++j) {
           const int u0 = (qs[j] & 15) | int(((qh >> j) & 1) << 4), u1 = (qs[j] >> 4) | int(((qh >> (j + 16)) & 1) << 4);
           sum += u0 * xq[b * 32 + j] + u1 * xq[b * 32 + j + 16];
         }
         acc += dw * xd[b] * float(sum);
-        if (f == WeightFormat::GgufQ4_1)
+        if (min)
           acc += f16_to_f32(u16(wr + 2)) * xs[b];
         else
           acc -= (f == WeightFormat::GgufQ4_0 ? 8.0f : 16.0f) * dw * xs[b];
-      }
-      return acc;
-    }
-    case WeightFormat::GgufQ5_1: {  // d (q) + m, q five bits (qh at 4, nibbles at 8): Q4_1's sums
-      const float* xs = a.s.data() + g * nb;
-      for (int64_t b = 0; b < nb; ++b, wr += 24) {
-        uint32_t qh;
-        std::memcpy(&qh, wr + 4, 4);
-        int sum = 0;
-        for (int j = 0; j < 16; ++j) {
-          const int u0 = (wr[8 + j] & 15) | int(((qh >> j) & 1) << 4),
-                    u1 = (wr[8 + j] >> 4) | int(((qh >> (j + 16)) & 1) << 4);
-          sum += u0 * xq[b * 32 + j] + u1 * xq[b * 32 + j + 16];
-        }
-        acc += f16_to_f32(u16(wr)) * xd[b] * float(sum);
-        acc += f16_to_f32(u16(wr + 2)) * xs[b];
       }
       return acc;
     }
@@ -400,8 +387,7 @@ void quantize_gguf_acts(const float* x, int64_t m, int64_t n_in, GgufActType typ
 }
 
 GgufPrep gguf_prep(GgufKernel k, const PackedWeight& w) {
-  if (k != GgufKernel::Avx512Vnni || w.format == WeightFormat::GgufIq4Nl || w.format == WeightFormat::GgufQ5_1)
-    return GgufPrep::None;
+  if (k != GgufKernel::Avx512Vnni || gguf_rows16_only(w.format)) return GgufPrep::None;
   if (w.gguf_layout == GgufLayout::Q4_0Groups || w.gguf_layout == GgufLayout::Q8_0Groups || w.gguf_layout == GgufLayout::Q5_0Groups)
     return GgufPrep::Groups;
   if (w.format == WeightFormat::GgufQ4_0 || w.format == WeightFormat::GgufQ4_1 || w.gguf_layout != GgufLayout::File)
@@ -484,9 +470,7 @@ void gemm_gguf(const float* x, int64_t m, const PackedWeight& w, float* y, int n
     gemm_gguf(x, m, f, y, n_threads, kernel);
     return;
   }
-  // IQ4_NL and Q5_1 have no file-layout SIMD rows: they run on Rows16 wherever the CPU has AVX2 (rows16_avx2_linear).
-  const bool portable_only = w.format == WeightFormat::GgufIq4Nl || w.format == WeightFormat::GgufQ5_1;
-  const GgufRowsFn rows = portable_only                      ? gguf_rows_portable
+  const GgufRowsFn rows = gguf_rows16_only(w.format)         ? gguf_rows_portable
                           : kernel == GgufKernel::Avx512Vnni ? gguf_rows_vnni
                           : kernel == GgufKernel::Avx2       ? gguf_rows_avx2
                                                              : gguf_rows_portable;

@@ -59,6 +59,10 @@ bool gguf_kernel_available(GgufKernel k);
 // The best int8 tile this CPU runs (Avx512Vnni, else Avx2, else Portable).
 GgufKernel gguf_best_tile();
 
+// IQ4_NL and Q5_1: no file-layout SIMD kernel; their only SIMD kernel is the Rows16 one on AVX2 (rows16_avx2_linear),
+// the file layout runs by the portable kernel whichever kernel is asked for (see above).
+inline bool gguf_rows16_only(WeightFormat f) { return f == WeightFormat::GgufIq4Nl || f == WeightFormat::GgufQ5_1; }
+
 // The activation type llama.cpp pairs with a GGUF weight format (see above).
 enum class GgufActType : uint8_t { Q8_0, Q8_1, Q8_K };
 GgufActType gguf_act_type(WeightFormat f);

@@ -22,6 +22,7 @@
 #include <omp.h>
 
 #include "kernels/cpu/bf16_parts.h"
+#include "kernels/cpu/gemm_gguf.h"
 #include "kernels/cpu/rows16.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/packed_kernels.h"
@@ -249,8 +250,7 @@ void run_as(int k, const float* x, int64_t m, const PackedWeight& w, float* y, i
 }  // namespace
 
 bool rows16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
-  if (w.format == WeightFormat::GgufIq4Nl || w.format == WeightFormat::GgufQ5_1)
-    return rows16_avx2_linear(x, m, w, y, n_threads);
+  if (gguf_rows16_only(w.format)) return rows16_avx2_linear(x, m, w, y, n_threads);
   if (w.format == WeightFormat::GgufQ8_0 || w.format == WeightFormat::GgufQ5_0 || w.format == WeightFormat::GgufQ6_K ||
       ((w.format == WeightFormat::GgufQ4_0 || w.format == WeightFormat::GgufQ4_1 || w.format == WeightFormat::GgufQ4_K) &&
        !w.act_bf16))

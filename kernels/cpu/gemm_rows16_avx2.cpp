@@ -396,8 +396,7 @@ bool rows16_avx2_wanted(const PackedWeight& w) {
   if (w.format == WeightFormat::Mxfp4 || w.format == WeightFormat::Nvfp4)  // rows16_fp4_avx2 (gemm_rows16_fp4_avx2.cpp)
     return w.act == ActQuant::None && packed_best_isa() == PackedIsa::Avx2;
   // IQ4_NL and Q5_1: their only SIMD kernel (gemm_gguf.h), on every CPU with AVX2
-  if (w.format == WeightFormat::GgufIq4Nl || w.format == WeightFormat::GgufQ5_1)
-    return !w.act_bf16 && gguf_kernel_available(GgufKernel::Avx2);
+  if (gguf_rows16_only(w.format)) return !w.act_bf16 && gguf_kernel_available(GgufKernel::Avx2);
   return (w.format == WeightFormat::GgufQ4_0 || w.format == WeightFormat::GgufQ4_1 || w.format == WeightFormat::GgufQ5_0 ||
           w.format == WeightFormat::GgufQ8_0 || w.format == WeightFormat::GgufQ4_K || w.format == WeightFormat::GgufQ6_K) &&
          !w.act_bf16 && !cpu_has_avx512vnni() && gguf_kernel_available(GgufKernel::Avx2);
