@@ -21,8 +21,8 @@
 //   IQ4_XS: f16 d, u16 high 2 bits and 4 bytes of low 4 bits of 8 scales (sub-blocks of 32), 128 bytes of nibbles;
 //         x = d * (ls_j - 32) * kIq4Values[q]               (136 bytes)
 // Non-linear 32-weight blocks: IQ4_NL: f16 d, 16 bytes of nibbles (Q4_0's order); x = d * kIq4Values[q] (18 bytes).
-// Types no kernel keeps are read and requantized at load (rank/gguf_requantize.h): Q5_1, Q5_K (the bulk of a
-// Q5_K_M file), Q2_K, IQ4_NL, IQ4_XS to Q8_0; Q3_K to Q6_K (exactly: the same scales and codes).
+// Types no kernel keeps are read and held at load in one that does (rank/gguf_requantize.h): Q2_K requantized to
+// Q8_0; Q3_K as Q6_K (exactly: the same scales and codes); IQ4_XS as IQ4_NL.
 #pragma once
 #include <bit>
 #include <cstdint>

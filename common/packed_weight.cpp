@@ -25,7 +25,7 @@ int64_t fp4_block(WeightFormat f) { return f == WeightFormat::Mxfp4 ? 32 : 16; }
 bool is_gguf_format(WeightFormat f) {
   return f == WeightFormat::GgufQ8_0 || f == WeightFormat::GgufQ4_0 || f == WeightFormat::GgufQ4_1 ||
          f == WeightFormat::GgufQ5_0 || f == WeightFormat::GgufQ4_K || f == WeightFormat::GgufQ6_K ||
-         f == WeightFormat::GgufIq4Nl || f == WeightFormat::GgufQ5_1;
+         f == WeightFormat::GgufIq4Nl || f == WeightFormat::GgufQ5_1 || f == WeightFormat::GgufQ5_K;
 }
 
 // The GGUF block dtype of a GGUF format (its blocks are what dtype.h dequantizes).
@@ -39,13 +39,14 @@ DType gguf_block_dtype(WeightFormat f) {
     case WeightFormat::GgufQ6_K: return DType::Q6_K;
     case WeightFormat::GgufIq4Nl: return DType::IQ4_NL;
     case WeightFormat::GgufQ5_1: return DType::Q5_1;
+    case WeightFormat::GgufQ5_K: return DType::Q5_K;
     default: throw Error("gguf_block_dtype: " + std::string(weight_format_name(f)) + " is not a GGUF block format");
   }
 }
 
 bool is_gguf_block_dtype(DType t) {
   return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q4_K ||
-         t == DType::Q6_K || t == DType::IQ4_NL || t == DType::Q5_1;
+         t == DType::Q6_K || t == DType::IQ4_NL || t == DType::Q5_1 || t == DType::Q5_K;
 }
 
 DType gguf_held_dtype(DType t) {
@@ -63,6 +64,7 @@ WeightFormat gguf_weight_format(DType t) {
     case DType::Q6_K: return WeightFormat::GgufQ6_K;
     case DType::IQ4_NL: return WeightFormat::GgufIq4Nl;
     case DType::Q5_1: return WeightFormat::GgufQ5_1;
+    case DType::Q5_K: return WeightFormat::GgufQ5_K;
     default: throw Error("gguf_weight_format: " + std::string(dtype_name(t)) + " is not a GGUF block type");
   }
 }
@@ -84,6 +86,7 @@ std::string_view weight_format_name(WeightFormat f) {
     case WeightFormat::Nvfp4: return "nvfp4";
     case WeightFormat::GgufIq4Nl: return "iq4_nl";
     case WeightFormat::GgufQ5_1: return "q5_1";
+    case WeightFormat::GgufQ5_K: return "q5_k";
   }
   return "?";
 }
@@ -117,6 +120,7 @@ double weight_format_bits(WeightFormat f, int64_t group_size) {
     case WeightFormat::Nvfp4: return 4.5;
     case WeightFormat::GgufIq4Nl: return 4.5;
     case WeightFormat::GgufQ5_1: return 6.0;
+    case WeightFormat::GgufQ5_K: return 5.5;
   }
   return 0;
 }

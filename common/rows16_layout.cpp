@@ -56,12 +56,12 @@ std::vector<T> from_rows16(const std::vector<T>& a, int64_t n_out, int64_t n) {
   return o;
 }
 
-// GGUF Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_0 / Q5_1 / Q6_K / IQ4_NL: the formats Rows16 holds (IQ4_NL as Q4_0: the same
-// blocks).
+// GGUF Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_0 / Q5_1 / Q5_K / Q6_K / IQ4_NL: the formats Rows16 holds (IQ4_NL as Q4_0: the
+// same blocks).
 bool is_gguf16(WeightFormat f) {
   return f == WeightFormat::GgufQ4_0 || f == WeightFormat::GgufQ4_1 || f == WeightFormat::GgufQ8_0 ||
          f == WeightFormat::GgufQ4_K || f == WeightFormat::GgufQ5_0 || f == WeightFormat::GgufQ5_1 ||
-         f == WeightFormat::GgufQ6_K || f == WeightFormat::GgufIq4Nl;
+         f == WeightFormat::GgufQ5_K || f == WeightFormat::GgufQ6_K || f == WeightFormat::GgufIq4Nl;
 }
 
 // Q6_K in Rows16: a 256-column block's 6-bit codes q (llama.cpp's dequantize_row_q6_K: column c, half n = c / 128,
@@ -100,6 +100,64 @@ void q6_k_block_from_rows16(const uint8_t* data_block, const uint8_t* sb_block, 
     const int n = c / 128, g = c % 128 / 32, l = c % 32;
     blk[64 * n + 32 * (g % 2) + l] = uint8_t(blk[64 * n + 32 * (g % 2) + l] | (q & 15) << (g >= 2 ? 4 : 0));
     blk[128 + 32 * n + l] = uint8_t(blk[128 + 32 * n + l] | (q >> 4) << (2 * g));
+  }
+}
+
+// The inverse of q4_k_scale_min (common/dtype.h) over all 8 sub-blocks: the 12 scale bytes, all 96 bits.
+void q4_k_pack_scales(const int* sc, const int* m, uint8_t* q) {
+  for (int i = 0; i < 4; ++i) {
+    q[i] = uint8_t((sc[i] & 63) | (sc[i + 4] >> 4) << 6);
+    q[i + 4] = uint8_t((m[i] & 63) | (m[i + 4] >> 4) << 6);
+    q[i + 8] = uint8_t((sc[i + 4] & 15) | (m[i + 4] & 15) << 4);
+  }
+}
+
+// Q5_K in Rows16: a 256-column block's 5-bit codes q (llama.cpp's dequantize_row_q5_K: column c, sub-block s = c / 32,
+// l = c % 32: low 4 bits in qs[32 (s / 2) + l] at 48 (high nibble for odd s), the fifth bit s of qh[l] at 16; the
+// 6-bit scales and mins at 4 as Q4_K's; F16 d, dmin at 0, 2) in and out of the row block's data (32 chunks of 64
+// bytes, codes as Q5_0's) and 832 scale bytes: 16 d, 16 dmin (F16), 8 sub-blocks × 16 rows' sc | m << 8 (16-bit),
+// then per 32 columns a 64-byte plane of the fifth bits as Q5_0's.
+constexpr int kQ5KEntries = 320;  // a row block's d, dmin and sc | m << 8 bytes, before its planes
+
+int q5_k_code(const uint8_t* blk, int c) {
+  const int s = c / 32, l = c % 32, b = blk[48 + 32 * (s / 2) + l];
+  return (s % 2 ? b >> 4 : b & 15) | ((blk[16 + l] >> s) & 1) << 4;
+}
+
+void q5_k_block_to_rows16(const uint8_t* blk, int64_t i, uint8_t* data_block, uint8_t* sb_block) {
+  std::memcpy(sb_block + 2 * i, blk, 2);
+  std::memcpy(sb_block + 32 + 2 * i, blk + 2, 2);
+  for (int s = 0; s < 8; ++s) {
+    int sc, m;
+    q4_k_scale_min(s, blk + 4, &sc, &m);
+    store16(uint16_t(sc | m << 8), sb_block + 64 + 32 * s + 2 * i);
+  }
+  for (int c = 0; c < 256; ++c) {
+    const int q = q5_k_code(blk, c), ch = c / 8, h = (c % 8) / 4, j = c % 4, g = c / 32, cc = (c % 32) / 8;
+    uint8_t& code = data_block[ch * 64 + 4 * i + j];
+    code = uint8_t(code | (q & 15) << (4 * h));
+    uint8_t& plane = sb_block[kQ5KEntries + g * 64 + 4 * i + j];
+    plane = uint8_t(plane | (q >> 4) << (2 * cc + h));
+  }
+}
+
+void q5_k_block_from_rows16(const uint8_t* data_block, const uint8_t* sb_block, int64_t i, uint8_t* blk) {
+  std::memset(blk, 0, 176);
+  std::memcpy(blk, sb_block + 2 * i, 2);
+  std::memcpy(blk + 2, sb_block + 32 + 2 * i, 2);
+  int sc[8], m[8];
+  for (int s = 0; s < 8; ++s) {
+    const uint16_t e = load16(sb_block + 64 + 32 * s + 2 * i);
+    sc[s] = e & 0xff, m[s] = e >> 8;
+  }
+  q4_k_pack_scales(sc, m, blk + 4);
+  for (int c = 0; c < 256; ++c) {
+    const int ch = c / 8, h = (c % 8) / 4, j = c % 4, g = c / 32, cc = (c % 32) / 8, s = c / 32, l = c % 32;
+    const int lo = (data_block[ch * 64 + 4 * i + j] >> (4 * h)) & 15;
+    const int hi = (sb_block[kQ5KEntries + g * 64 + 4 * i + j] >> (2 * cc + h)) & 1;
+    uint8_t& b = blk[48 + 32 * (s / 2) + l];
+    b = uint8_t(b | lo << (s % 2 ? 4 : 0));
+    blk[16 + l] = uint8_t(blk[16 + l] | hi << s);
   }
 }
 
@@ -156,10 +214,11 @@ GgufBlock gguf_block(WeightFormat f) {
   }
 }
 
-// Q5_0 / Q5_1 / Q6_K (their high bits in planes, rows16_layout.h): a block's columns, file bytes and scale bytes a
-// block of 16 rows; and one file block into / out of the row block's data and scale bytes at row i.
+// Q5_0 / Q5_1 / Q5_K / Q6_K (their high bits in planes, rows16_layout.h): a block's columns, file bytes and scale
+// bytes a block of 16 rows; and one file block into / out of the row block's data and scale bytes at row i.
 bool is_planar(WeightFormat f) {
-  return f == WeightFormat::GgufQ5_0 || f == WeightFormat::GgufQ5_1 || f == WeightFormat::GgufQ6_K;
+  return f == WeightFormat::GgufQ5_0 || f == WeightFormat::GgufQ5_1 || f == WeightFormat::GgufQ5_K ||
+         f == WeightFormat::GgufQ6_K;
 }
 
 struct PlanarBlock {
@@ -170,17 +229,9 @@ struct PlanarBlock {
 
 PlanarBlock planar_block(WeightFormat f) {
   if (f == WeightFormat::GgufQ6_K) return {256, 210, 1312, q6_k_block_to_rows16, q6_k_block_from_rows16};
+  if (f == WeightFormat::GgufQ5_K) return {256, 176, kQ5KEntries + 512, q5_k_block_to_rows16, q5_k_block_from_rows16};
   if (f == WeightFormat::GgufQ5_1) return {32, 24, 128, q5_block_to_rows16<true>, q5_block_from_rows16<true>};
   return {32, 22, 96, q5_block_to_rows16<false>, q5_block_from_rows16<false>};
-}
-
-// The inverse of q4_k_scale_min (common/dtype.h) over all 8 sub-blocks: the 12 scale bytes, all 96 bits.
-void q4_k_pack_scales(const int* sc, const int* m, uint8_t* q) {
-  for (int i = 0; i < 4; ++i) {
-    q[i] = uint8_t((sc[i] & 63) | (sc[i + 4] >> 4) << 6);
-    q[i + 4] = uint8_t((m[i] & 63) | (m[i + 4] >> 4) << 6);
-    q[i + 8] = uint8_t((sc[i + 4] & 15) | (m[i + 4] & 15) << 4);
-  }
 }
 
 // One file block -> its entries (Q4_0: d; Q4_1: d, m; Q8_0: d; Q4_K: d, dmin, then sc | m << 8 of each 32-column
@@ -259,7 +310,7 @@ std::string rows16_refusal(const PackedWeight& w) {
   if (is_gguf16(w.format))
     return w.gguf_layout == GgufLayout::File ? "" : std::string("GGUF rows regrouped (") + gguf_layout_name(w.gguf_layout) + ")";
   if (!fp4 && w.format != WeightFormat::Int4)
-    return "not an int4, mxfp4, nvfp4, GGUF q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q6_k or iq4_nl weight";
+    return "not an int4, mxfp4, nvfp4, GGUF q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k or iq4_nl weight";
   if (w.act != ActQuant::None) return "activation quantization";
   if (w.n_in % 32 != 0) return "n_in is not a multiple of 32";
   if (!fp4 && !w.g_idx.empty()) return "g_idx (act-order)";

@@ -57,7 +57,6 @@ void requantize_gguf_row(DType t, const void* src, const float* values, void* ds
         }
       }
       return;
-    case DType::Q5_K:
     case DType::Q2_K: {
       for (int64_t i = 0; i < n; ++i)  // the Q8_0 rule's rounding is undefined for them (loaders refuse them first)
         if (!std::isfinite(values[i]))

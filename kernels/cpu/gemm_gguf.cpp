@@ -156,18 +156,22 @@ float dot_portable(WeightFormat f, const uint8_t* wr, const GgufActs& a, int64_t
         acc += f16_to_f32(u16(wr)) * xd[b] * float(sum);
       }
       return acc;
-    case WeightFormat::GgufQ4_K: {
+    case WeightFormat::GgufQ4_K:
+    case WeightFormat::GgufQ5_K: {  // Q5_K: Q4_K's scales and mins, then 32 bytes of fifth bits (bit j: sub-block j)
+      const bool q5 = f == WeightFormat::GgufQ5_K;
       const int16_t* bs = a.bsums.data() + g * (n / 16);
-      for (int64_t b = 0; b < nb; ++b, wr += 144) {
+      for (int64_t b = 0; b < nb; ++b, wr += q5 ? 176 : 144) {
         const uint8_t* sc = wr + 4;
-        const uint8_t* qs = wr + 16;
+        const uint8_t* qh = wr + 16;  // Q5_K only
+        const uint8_t* qs = wr + (q5 ? 48 : 16);
         int sumi = 0, summ = 0;
         for (int j = 0; j < 8; ++j) {
           const int s = j < 4 ? sc[j] & 63 : (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
           const int m = j < 4 ? sc[j + 4] & 63 : (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
           const uint8_t* q = qs + 32 * (j / 2);
           int sum = 0;
-          for (int l = 0; l < 32; ++l) sum += ((j % 2 ? q[l] >> 4 : q[l] & 15)) * xq[b * 256 + 32 * j + l];
+          for (int l = 0; l < 32; ++l)
+            sum += ((j % 2 ? q[l] >> 4 : q[l] & 15) | (q5 ? ((qh[l] >> j) & 1) << 4 : 0)) * xq[b * 256 + 32 * j + l];
           sumi += s * sum;
           summ += m * (bs[b * 16 + 2 * j] + bs[b * 16 + 2 * j + 1]);
         }
@@ -242,6 +246,7 @@ GgufActType gguf_act_type(WeightFormat f) {
     case WeightFormat::GgufQ4_1:
     case WeightFormat::GgufQ5_1: return GgufActType::Q8_1;
     case WeightFormat::GgufQ4_K:
+    case WeightFormat::GgufQ5_K:
     case WeightFormat::GgufQ6_K: return GgufActType::Q8_K;
     default: throw Error("gemm_gguf: " + std::string(weight_format_name(f)) + " is not a GGUF block format");
   }

@@ -7,7 +7,7 @@
 // 8-column chunk of a block of 16 weight rows one 64-byte line holds rows 0-7 in its first 32 bytes and rows 8-15 in
 // the next, 4 bytes a row: Q4_0 / Q4_1 columns 0, 4, 1, 5 in the low nibbles and 2, 6, 3, 7 in the high ones (x
 // permuted once a call into that order: rows16_q4_x_order), Q5_0 columns 0-3 low and 4-7 high with the fifth bits
-// from the block's planes (q5_bytes). The unsigned codes of 4 columns a row against x's 4 bytes of those columns,
+// from the block's planes (rows16_q5_bytes). The unsigned codes of 4 columns a row against x's 4 bytes of those columns,
 // broadcast, make one vpmaddubsw that sums each row's products in its own two int16 lanes — no horizontal sums.
 // A 32-column block's 4 chunks add into one int16 vector (4-bit: |lane| ≤ 4 · 2 · 2 · 15 · 127 = 30480; Q5_0 is
 // widened every 2 chunks, ≤ 31496: no overflow, no saturation), a vpmaddwd by 1 makes one int32 lane a row, and the
@@ -69,16 +69,6 @@ constexpr bool has_min(int k) { return k == kQ4_1 || k == kQ5_1; }
 constexpr int64_t scale_block_bytes(int k) { return 32 + (has_min(k) ? 32 : 0) + (is_q5(k) ? 64 : 0); }
 constexpr int64_t planes_at(int k) { return has_min(k) ? 64 : 32; }
 
-// Q5_0's 32 bytes q of half H (columns 4H + j) of chunk C, for 8 rows: the low nibbles from w, the fifth bits from the
-// block's plane hp (bit 2C + H of each byte moved to bit 4; 16-bit shifts keep each byte's bit in its byte).
-template <int C, int H>
-inline __m256i q5_bytes(__m256i w, __m256i hp) {
-  constexpr int s = 2 * C + H;
-  const __m256i nib = _mm256_and_si256(H ? _mm256_srli_epi16(w, 4) : w, _mm256_set1_epi8(0x0f));
-  const __m256i hb = s >= 4 ? _mm256_srli_epi16(hp, s - 4) : _mm256_slli_epi16(hp, 4 - s);
-  return _mm256_or_si256(nib, _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
-}
-
 // Chunk C (8 columns) of a block: the codes of both halves of the rows (q0: the chunk's first 4 columns in x's order,
 // q1 the next 4), from the line at p (Q5_0: its plane hp of each half); from a panel (kPanel) the 128 bytes q0, q1
 // of half 0 then of half 1 that panel_codes wrote there.
@@ -95,8 +85,8 @@ inline void chunk_codes(const uint8_t* p, const __m256i (&hp)[2], __m256i (&q0)[
       q1[h] = _mm256_load_si256(reinterpret_cast<const __m256i*>(p + C * 128 + h * 64 + 32));
     } else {
       const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + C * 64 + h * 32));
-      q0[h] = q5_bytes<C, 0>(wv, hp[h]);
-      q1[h] = q5_bytes<C, 1>(wv, hp[h]);
+      q0[h] = rows16_q5_bytes<C, 0>(wv, hp[h]);
+      q1[h] = rows16_q5_bytes<C, 1>(wv, hp[h]);
     }
   }
 }

@@ -1,6 +1,7 @@
-// GGUF Q4_K and Q6_K (the K-quants of the Q4_K_M mix) in GEMM form on AVX2 (rows16.h rows16_avx2_k_linear; the
-// layouts: common/rows16_layout.h Rows16) — their decode and prefill on CPUs without AVX-512 VNNI (AMD Zen 1-3, Intel
-// before Ice Lake). x is Q8_K as the file layout's kernels quantize it (gemm_gguf.h: int8 a 256-column block, d F32,
+// GGUF Q4_K, Q5_K and Q6_K (the K-quants of the Q4_K_M and Q5_K_M mixes) in GEMM form on AVX2 (rows16.h
+// rows16_avx2_k_linear; the layouts: common/rows16_layout.h Rows16) — Q4_K's and Q6_K's decode and prefill on CPUs
+// without AVX-512 VNNI (AMD Zen 1-3, Intel before Ice Lake), Q5_K's on every CPU with AVX2 (it has no other SIMD
+// kernel). x is Q8_K as the file layout's kernels quantize it (gemm_gguf.h: int8 a 256-column block, d F32,
 // Σq a 16 columns). Per 8-column chunk of a block of 16 weight rows one 64-byte line holds rows 0-7 in its first 32
 // bytes and rows 8-15 in the next, 4 bytes a row, and one vpmaddubsw of a half's 32 bytes against x's 4 bytes of those
 // columns, broadcast, sums each row's products in its own two int16 lanes (as gemm_rows16_avx2.cpp's Q4_0): no
@@ -14,6 +15,10 @@
 //   column order), bits 4 and 5 from the block's two planes, merged once a 32 columns into two bytes-vectors whose bit
 //   pairs (2c, 2c + 1) are bits (4, 5) of chunk c's low / high columns; a chunk's int16 sums (≤ 2 · 2 · 63 · 127 =
 //   32004) × sc at once; the −32 offset as 32 Σ sc_s Σq_x (pairs of sub-blocks by vpmaddwd) off the block's total.
+//   Q5_K (x = d sc q − dmin m a 32-column sub-block, q 5 bits): codes as Q5_0's (low nibbles in column order, the fifth
+//   bits from the sub-block's plane: rows16_q5_bytes), a sub-block's int16 sums × sc every 2 chunks (≤ 2 · 2 · 2 · 31
+//   · 127 = 31496), then Q4_K's mins and float step (k4_block_step). Its integers are the portable kernel's; the float
+//   operations Q4_K's (one FMA for the scales, one for the mins, where the portable kernel multiplies and adds).
 // The block's int32 totals are those of gemm_rows16_int8.cpp's VNNI kernels (exact integers) and the float operations
 // theirs — Q4_K: fma(float(Σ), d_w d_x, tot), then −float(Σ mins) · dmin_w d_x by fnmadd; Q6_K: fma(float(Σ), d_w
 // d_x, tot) — so each output has the VNNI kernel's bits, whatever m, the tiles and the threads (a row of a batch has
@@ -46,6 +51,7 @@ namespace {
 constexpr int64_t kPrefetchBytes = 8192;  // W software-prefetched this far ahead (as gemm_rows16_avx2.cpp)
 constexpr int64_t kQ4KScaleBytes = 320;   // a block's entries of 16 rows: d, dmin, then sc | m << 8 of 8 sub-blocks
 constexpr int64_t kQ6KScaleBytes = 1312;  // d (F16), sc (16 sub-blocks × 16 rows), 8 × two 64-byte planes
+constexpr int64_t kQ5KScaleBytes = 832;   // Q4_K's entries, then 8 64-byte planes of the fifth bits
 
 // Each dword's low byte in both of its int16 lanes (the row's scale as vpmaddwd's other operand): per 128-bit lane.
 inline __m256i dup_low_byte(__m256i v) {
@@ -84,6 +90,38 @@ inline void store_halves(const __m256 (&tot)[NH][MT], int64_t rb, int64_t n_out,
   for (int h = 0; h < NH; ++h)
 #pragma GCC unroll 4
     for (int i = 0; i < MT; ++i) rows16_store8(tot[h][i], rb * 16 + (H0 + h) * 8, n_out, y + i * n_out);
+}
+
+// Q4_K's and Q5_K's step at the end of block b (its 16 rows' entries at e: d, dmin, sc | m << 8): the mins' Σ m_s Σq_x
+// from sxp (per 256 columns of each row of x, 4 int32, each two sub-blocks' Σq as its int16 halves), then tot +=
+// float(it) · (d_w d_x) and −= float(Σ mins) · (dmin_w d_x) for halves H0 .. H0 + NH − 1 of MT rows of x from row i0.
+template <int MT, int H0, int NH>
+inline void k4_block_step(const uint8_t* e, const __m256i (&it)[NH][MT], const int32_t* sxp, const float* const* xd,
+                          int64_t i0, int64_t nb, int64_t b, __m256 (&tot)[NH][MT]) {
+#pragma GCC unroll 2
+  for (int h = 0; h < NH; ++h) {
+    const int64_t ho = (H0 + h) * 16;
+    __m256i mp[4];  // dword r: (m of sub-block 2p, m of 2p + 1) of row 8 h + r
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; ++p) {
+      const __m128i s0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(e + (2 + 2 * p) * 32 + ho));
+      const __m128i s1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(e + (3 + 2 * p) * 32 + ho));
+      mp[p] = _mm256_srli_epi16(_mm256_set_m128i(_mm_unpackhi_epi16(s0, s1), _mm_unpacklo_epi16(s0, s1)), 8);
+    }
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e + ho)));
+    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e + 32 + ho)));
+#pragma GCC unroll 4
+    for (int i = 0; i < MT; ++i) {
+      const int32_t* s = sxp + ((i0 + i) * nb + b) * 4;
+      const __m256i mt = _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(mp[0], _mm256_set1_epi32(s[0])),
+                                                           _mm256_madd_epi16(mp[1], _mm256_set1_epi32(s[1]))),
+                                          _mm256_add_epi32(_mm256_madd_epi16(mp[2], _mm256_set1_epi32(s[2])),
+                                                           _mm256_madd_epi16(mp[3], _mm256_set1_epi32(s[3]))));
+      const __m256 dx = _mm256_set1_ps(xd[i][b]);
+      tot[h][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(it[h][i]), _mm256_mul_ps(dw, dx), tot[h][i]);
+      tot[h][i] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mt), _mm256_mul_ps(dmin, dx), tot[h][i]);
+    }
+  }
 }
 
 // Row block rb's halves H0 .. H0 + NH − 1 (rows 8 h .. 8 h + 7) of Q4_K against MT rows of x from row i0 (xperm: Q8_K's
@@ -144,30 +182,75 @@ void q4k_block(const PackedWeight& w, int64_t rb, const GgufActs& a, const int8_
         for (int i = 0; i < MT; ++i) it[h][i] = _mm256_add_epi32(it[h][i], _mm256_madd_epi16(acc[h][i], sc));
       }
     }
+    k4_block_step<MT, H0, NH>(e, it, sxp, xd, i0, nb, b, tot);
+  }
+  store_halves<MT, H0, NH>(tot, rb, w.n_out, y);
+}
+
+// Q5_K row block rb's halves H0 .. H0 + NH − 1 (rows 8 h .. 8 h + 7) against MT rows of x from row i0 (Q8_K, column
+// order; sxp as Q4_K's): its codes as Q5_0's with the fifth bits from the sub-block's plane (rows16_q5_bytes), a
+// sub-block's int16 sums widened × sc every 2 chunks (≤ 2 · 2 · 2 · 31 · 127 = 31496), then Q4_K's block step.
+// y[i · n_out + 16 rb + 8 h + r], the rows past n_out left out.
+template <int MT, int H0, int NH>
+void q5k_block(const PackedWeight& w, int64_t rb, const GgufActs& a, const int32_t* sxp, int64_t i0, float* y,
+               bool prefetch) {
+  const int64_t n_in = w.n_in, nb = n_in / 256;
+  const uint8_t* wd = w.data.data() + rb * (n_in / 8) * 64;
+  const uint8_t* sbs = w.scale_bytes.data() + rb * nb * kQ5KScaleBytes;
+  const XRows<MT> xr(a, a.q.data(), i0);
+  const int8_t* const* xq = xr.q;
+  const float* const* xd = xr.d;
+  __m256 tot[NH][MT];
+#pragma GCC unroll 8
+  for (int h = 0; h < NH; ++h)
+    for (int i = 0; i < MT; ++i) tot[h][i] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* e = sbs + b * kQ5KScaleBytes;
+    if (prefetch)
+      for (int k = 0; k < kQ5KScaleBytes; k += 64) prefetch_weights(e + k + 4 * kQ5KScaleBytes);
+    __m256i it[NH][MT];
+#pragma GCC unroll 8
+    for (int h = 0; h < NH; ++h)
+      for (int i = 0; i < MT; ++i) it[h][i] = _mm256_setzero_si256();
+    for (int64_t sub = 0; sub < 8; ++sub) {
+      const uint8_t* p = wd + (b * 32 + sub * 4) * 64;
+      const int64_t col = b * 256 + sub * 32;
+      __m256i hp[NH], sc[NH], acc[NH][MT];
 #pragma GCC unroll 2
-    for (int h = 0; h < NH; ++h) {
-      const int64_t ho = (H0 + h) * 16;
-      __m256i mp[4];  // dword r: (m of sub-block 2p, m of 2p + 1) of row 8 h + r
-#pragma GCC unroll 4
-      for (int p = 0; p < 4; ++p) {
-        const __m128i s0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(e + (2 + 2 * p) * 32 + ho));
-        const __m128i s1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(e + (3 + 2 * p) * 32 + ho));
-        mp[p] = _mm256_srli_epi16(_mm256_set_m128i(_mm_unpackhi_epi16(s0, s1), _mm_unpacklo_epi16(s0, s1)), 8);
+      for (int h = 0; h < NH; ++h) {
+        hp[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e + kQ4KScaleBytes + sub * 64 + (H0 + h) * 32));
+        sc[h] = dup_low_byte(entries8(e + (2 + sub) * 32 + (H0 + h) * 16));
+        for (int i = 0; i < MT; ++i) acc[h][i] = _mm256_setzero_si256();
       }
-      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e + ho)));
-      const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e + 32 + ho)));
+      const auto chunk = [&]<int C>() {
+        if (prefetch) prefetch_weights(p + C * 64 + kPrefetchBytes);
+        __m256i q0[NH], q1[NH];
+#pragma GCC unroll 2
+        for (int h = 0; h < NH; ++h) {
+          const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + C * 64 + (H0 + h) * 32));
+          q0[h] = rows16_q5_bytes<C, 0>(wv, hp[h]);
+          q1[h] = rows16_q5_bytes<C, 1>(wv, hp[h]);
+        }
 #pragma GCC unroll 4
-      for (int i = 0; i < MT; ++i) {
-        const int32_t* s = sxp + ((i0 + i) * nb + b) * 4;
-        const __m256i mt = _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(mp[0], _mm256_set1_epi32(s[0])),
-                                                             _mm256_madd_epi16(mp[1], _mm256_set1_epi32(s[1]))),
-                                            _mm256_add_epi32(_mm256_madd_epi16(mp[2], _mm256_set1_epi32(s[2])),
-                                                             _mm256_madd_epi16(mp[3], _mm256_set1_epi32(s[3]))));
-        const __m256 dx = _mm256_set1_ps(xd[i][b]);
-        tot[h][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(it[h][i]), _mm256_mul_ps(dw, dx), tot[h][i]);
-        tot[h][i] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mt), _mm256_mul_ps(dmin, dx), tot[h][i]);
-      }
+        for (int i = 0; i < MT; ++i) {
+          const __m256i x0 = rows16_bcast4(xq[i] + col + C * 8), x1 = rows16_bcast4(xq[i] + col + C * 8 + 4);
+#pragma GCC unroll 2
+          for (int h = 0; h < NH; ++h) {
+            acc[h][i] = _mm256_add_epi16(
+                acc[h][i], _mm256_add_epi16(_mm256_maddubs_epi16(q0[h], x0), _mm256_maddubs_epi16(q1[h], x1)));
+            if constexpr (C % 2 == 1) {  // widen: 2 chunks of 5-bit codes fill the int16 headroom
+              it[h][i] = _mm256_add_epi32(it[h][i], _mm256_madd_epi16(acc[h][i], sc[h]));
+              acc[h][i] = _mm256_setzero_si256();
+            }
+          }
+        }
+      };
+      chunk.template operator()<0>();
+      chunk.template operator()<1>();
+      chunk.template operator()<2>();
+      chunk.template operator()<3>();
     }
+    k4_block_step<MT, H0, NH>(e, it, sxp, xd, i0, nb, b, tot);
   }
   store_halves<MT, H0, NH>(tot, rb, w.n_out, y);
 }
@@ -311,18 +394,20 @@ void tiles(int64_t m, F&& f) {
 #pragma GCC pop_options
 
 bool rows16_avx2_k_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
-  const bool k4 = w.format == WeightFormat::GgufQ4_K;
-  if ((!k4 && w.format != WeightFormat::GgufQ6_K) || w.act_bf16 || w.rows_layout != RowsLayout::Rows16 ||
+  const bool k4 = w.format == WeightFormat::GgufQ4_K, k5 = w.format == WeightFormat::GgufQ5_K;
+  if ((!k4 && !k5 && w.format != WeightFormat::GgufQ6_K) || w.act_bf16 || w.rows_layout != RowsLayout::Rows16 ||
       !gguf_kernel_available(GgufKernel::Avx2))
     return false;
   thread_local GgufActs a;
   quantize_gguf_acts(x, m, w.n_in, GgufActType::Q8_K, &a);
   const int64_t nb = w.n_in / 256;
   thread_local std::vector<int8_t> xperm;  // Q4_K: q in the words' column order
-  thread_local std::vector<int32_t> sxp;   // Q4_K: per block 4 pairs of sub-blocks' Σq (low, high int16)
+  thread_local std::vector<int32_t> sxp;   // Q4_K / Q5_K: per block 4 pairs of sub-blocks' Σq (low, high int16)
   if (k4) {
     xperm.resize(size_t(m * w.n_in));
     rows16_q4_x_order(a.q.data(), m * w.n_in, xperm.data());
+  }
+  if (k4 || k5) {
     sxp.resize(size_t(m * nb * 4));
     for (int64_t k = 0; k < m * nb * 4; ++k) {
       const int16_t* s = a.bsums.data() + 4 * k;
@@ -339,7 +424,12 @@ bool rows16_avx2_k_linear(const float* x, int64_t m, const PackedWeight& w, floa
     const int64_t block_bytes = w.n_in * 8;  // a row block's codes
     if (b1 > b0) prefetch_range_start(w.data.data() + b0 * block_bytes, kPrefetchBytes, (b1 - b0) * block_bytes);
     for (int64_t rb = b0; rb < b1; ++rb) {
-      if (k4 && m == 1) {  // both halves a pass: each line read once
+      if (k5 && m == 1) {
+        q5k_block<1, 0, 2>(w, rb, acts, sp, 0, y, true);
+      } else if (k5) {
+        tiles(m, [&]<int MT>(int64_t i0) { q5k_block<MT, 0, 1>(w, rb, acts, sp, i0, y + i0 * w.n_out, i0 == 0); });
+        tiles(m, [&]<int MT>(int64_t i0) { q5k_block<MT, 1, 1>(w, rb, acts, sp, i0, y + i0 * w.n_out, false); });
+      } else if (k4 && m == 1) {  // both halves a pass: each line read once
         q4k_block<1, 0, 2>(w, rb, acts, xp, sp, 0, y, true);
       } else if (k4) {
         tiles(m, [&]<int MT>(int64_t i0) { q4k_block<MT, 0, 1>(w, rb, acts, xp, sp, i0, y + i0 * w.n_out, i0 == 0); });

@@ -36,6 +36,17 @@ TP_ROWS16_AVX2 inline void rows16_q4_codes(const uint8_t* p, __m256i (&q0)[2], _
   }
 }
 
+// Q5_0's 32 bytes q of half H (columns 4H + j) of chunk C, for 8 rows (the layout of Q5_0 / Q5_1 / Q5_K: common/
+// rows16_layout.h): the low nibbles from w, the fifth bits from the 32 columns' plane hp (bit 2C + H of each byte moved
+// to bit 4; 16-bit shifts keep each byte's bit in its byte).
+template <int C, int H>
+TP_ROWS16_AVX2 inline __m256i rows16_q5_bytes(__m256i w, __m256i hp) {
+  constexpr int s = 2 * C + H;
+  const __m256i nib = _mm256_and_si256(H ? _mm256_srli_epi16(w, 4) : w, _mm256_set1_epi8(0x0f));
+  const __m256i hb = s >= 4 ? _mm256_srli_epi16(hp, s - 4) : _mm256_slli_epi16(hp, 4 - s);
+  return _mm256_or_si256(nib, _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
+}
+
 // The 8 outputs v of rows r0 .. r0 + 7 into out[r0 ..], the rows from n_out on left out (a block's last rows).
 TP_ROWS16_AVX2 inline void rows16_store8(__m256 v, int64_t r0, int64_t n_out, float* out) {
   const int64_t n = n_out - r0;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/dtype.h"
 #include "common/error.h"
 #include "common/gguf_layout.h"
 #include "common/rows16_layout.h"
@@ -61,13 +62,15 @@ PackedWeight random_gguf4(WeightFormat f, int64_t n_out, int64_t n_in, uint32_t 
   w.n_in = n_in;
   w.data = AlignedBytes(n_out * w.row_bytes());
   for (int64_t i = 0; i < w.data.size(); ++i) w.data.data()[i] = uint8_t(rng());
-  const bool two = f == WeightFormat::GgufQ4_1 || f == WeightFormat::GgufQ5_1 || f == WeightFormat::GgufQ4_K;  // d, m
+  const bool two = f == WeightFormat::GgufQ4_1 || f == WeightFormat::GgufQ5_1 || f == WeightFormat::GgufQ4_K ||
+                   f == WeightFormat::GgufQ5_K;  // d, m / dmin
   if (f == WeightFormat::GgufQ6_K) {  // d at byte 208 of each 210
     for (int64_t b = 0; b < w.data.size() / 210; ++b) w.data.data()[b * 210 + 209] &= 0xbb;
     check_packed_weight(w);
     return w;
   }
   const int64_t bb = f == WeightFormat::GgufQ4_K   ? 144
+                     : f == WeightFormat::GgufQ5_K ? 176
                      : f == WeightFormat::GgufQ8_0 ? 34
                      : f == WeightFormat::GgufQ5_0 ? 22
                      : f == WeightFormat::GgufQ5_1 ? 24
@@ -331,6 +334,50 @@ TEST(RowsLayout, GgufQ6_KCodesScalesAndHighBitsGoWhereDocumentedAndComeBack) {
   }
 }
 
+// GGUF Q5_K in Rows16: the low 4 bits of row i's q at column k as Q5_0's; of the block's 832 scale bytes d at 2i, dmin
+// at 32 + 2i, sub-block s's scale | min << 8 (6 bits each, unpacked) at 64 + 32 s + 2i, the fifth bit at bit
+// 2 (k % 32 / 8) + k % 8 / 4 of byte 320 + 64 (k % 256 / 32) + 4i + k % 4; dequantize_rows reads it as the file's
+// blocks; back to Rows gives the file's bytes.
+TEST(RowsLayout, GgufQ5_KCodesScalesAndFifthBitsGoWhereDocumentedAndComeBack) {
+  for (const int64_t n_out : {19, 16, 1}) {
+    const int64_t n_in = n_out == 1 ? 256 : 768, nb = n_in / 256, held = (n_out + 15) / 16 * 16;
+    const std::string name = "q5_k [" + std::to_string(n_out) + ", " + std::to_string(n_in) + "]";
+    const PackedWeight given = random_gguf4(WeightFormat::GgufQ5_K, n_out, n_in, uint32_t(n_out + 5));
+    PackedWeight w = copy_packed_weight(given);
+    set_rows_layout(&w, RowsLayout::Rows16);
+    check_packed_weight(w);
+    ASSERT_EQ(w.data.size(), held * n_in / 2) << name;
+    ASSERT_EQ(int64_t(w.scale_bytes.size()), held / 16 * nb * 832) << name;
+    EXPECT_EQ(w.n_bytes(), held * nb * 180) << name;
+    for (int64_t r = 0; r < held; ++r) {
+      const int64_t rb = r / 16, i = r % 16;
+      for (int64_t k = 0; k < n_in; ++k) {
+        const uint8_t* blk = given.data.data() + r * nb * 176 + (k / 256) * 176;
+        const uint8_t* sb = w.scale_bytes.data() + (rb * nb + k / 256) * 832;
+        const int c = int(k % 256), s = c / 32, l = c % 32;  // llama.cpp's order
+        const int want =
+            r < n_out ? ((blk[48 + 32 * (s / 2) + l] >> (s % 2 ? 4 : 0)) & 15) | ((blk[16 + l] >> s) & 1) << 4 : 0;
+        int q = (w.data.data()[(rb * (n_in / 8) + k / 8) * 64 + 4 * i + k % 4] >> (4 * (k % 8 / 4))) & 15;
+        q |= ((sb[320 + 64 * s + 4 * i + k % 4] >> (2 * (k % 32 / 8) + k % 8 / 4)) & 1) << 4;
+        ASSERT_EQ(q, want) << name << " row " << r << " column " << k;
+        if (l == 0) {
+          int sc = 0, mn = 0;
+          if (r < n_out) q4_k_scale_min(s, blk + 4, &sc, &mn);
+          ASSERT_EQ(sb[64 + 32 * s + 2 * i] | sb[64 + 32 * s + 2 * i + 1] << 8, sc | mn << 8) << name << " row " << r;
+        }
+        if (c == 0) {
+          for (int e = 0; e < 2; ++e) {
+            ASSERT_EQ(sb[32 * e + 2 * i] | sb[32 * e + 2 * i + 1] << 8,
+                      r < n_out ? blk[2 * e] | blk[2 * e + 1] << 8 : 0)
+                << name << " row " << r << (e ? " dmin" : " d");
+          }
+        }
+      }
+    }
+    expect_back_to_file(&w, given, name);
+  }
+}
+
 // What Rows16 cannot hold is refused, naming why, and the weight is left as it was; check_packed_weight refuses a
 // Rows16 weight that does not fit it.
 TEST(RowsLayout, RefusesWhatRows16CannotHold) {
@@ -391,8 +438,8 @@ TEST(RowsLayout, RefusesWhatRows16CannotHold) {
   bf16.data = AlignedBytes(64);
   bf16.rows_layout = RowsLayout::Rows16;
   check_refuses(bf16,
-                "rows16 cannot hold it: not an int4, mxfp4, nvfp4, GGUF q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q6_k or "
-                "iq4_nl weight");
+                "rows16 cannot hold it: not an int4, mxfp4, nvfp4, GGUF q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k "
+                "or iq4_nl weight");
   PackedWeight q4_0_quads = random_gguf4(WeightFormat::GgufQ4_0, 3, 64, 8);
   q4_0_quads.gguf_layout = GgufLayout::Q4_0Groups;  // the same bytes regrouped: not the file's blocks
   refused(std::move(q4_0_quads), "GGUF rows regrouped (q4_0_groups)");
