@@ -55,6 +55,19 @@ DType parse_runtime_dtype(std::string_view name, std::string_view what) {
 
 bool is_quantized(DType t) { return !(t == DType::F32 || t == DType::F16 || t == DType::BF16); }
 
+BlockF16s block_f16s(DType t) {
+  switch (t) {
+    case DType::Q4_1:
+    case DType::Q5_1:
+    case DType::Q4_K:
+    case DType::Q5_K: return {0, 2};
+    case DType::Q2_K: return {80, 2};
+    case DType::Q3_K: return {108, 1};
+    case DType::Q6_K: return {208, 1};
+    default: return {0, 1};
+  }
+}
+
 int64_t dtype_block_bytes(DType t) {
   switch (t) {
     case DType::F32: return 4;

@@ -21,8 +21,8 @@
 //   IQ4_XS: f16 d, u16 high 2 bits and 4 bytes of low 4 bits of 8 scales (sub-blocks of 32), 128 bytes of nibbles;
 //         x = d * (ls_j - 32) * kIq4Values[q]               (136 bytes)
 // Non-linear 32-weight blocks: IQ4_NL: f16 d, 16 bytes of nibbles (Q4_0's order); x = d * kIq4Values[q] (18 bytes).
-// Types no kernel keeps are read and held at load in one that does (rank/gguf_requantize.h): Q2_K requantized to
-// Q8_0; Q3_K as Q6_K (exactly: the same scales and codes); IQ4_XS as IQ4_NL.
+// Types no kernel keeps are read and held at load in one that does (rank/gguf_requantize.h): Q3_K as Q6_K (exactly: the
+// same scales and codes); IQ4_XS as IQ4_NL.
 #pragma once
 #include <bit>
 #include <cstdint>
@@ -59,6 +59,13 @@ int64_t dtype_block_bytes(DType t);
 int64_t dtype_block_elems(DType t);
 // Bytes of a row of n elements; n must be a multiple of dtype_block_elems(t) (caller checks).
 inline int64_t dtype_row_bytes(DType t, int64_t n) { return n / dtype_block_elems(t) * dtype_block_bytes(t); }
+
+// Where a quantized type's F16 scales sit in its block: n of them (d, then the min's scale dmin / m) from byte at —
+// Q4_1 / Q5_1 / Q4_K / Q5_K {0, 2}, Q2_K {80, 2}, Q3_K {108, 1}, Q6_K {208, 1}, the others {0, 1}.
+struct BlockF16s {
+  int at, n;
+};
+BlockF16s block_f16s(DType t);
 
 inline float bf16_to_f32(uint16_t h) { return std::bit_cast<float>(uint32_t(h) << 16); }
 // Round to nearest even; NaN stays NaN.

@@ -61,7 +61,8 @@ std::vector<T> from_rows16(const std::vector<T>& a, int64_t n_out, int64_t n) {
 bool is_gguf16(WeightFormat f) {
   return f == WeightFormat::GgufQ4_0 || f == WeightFormat::GgufQ4_1 || f == WeightFormat::GgufQ8_0 ||
          f == WeightFormat::GgufQ4_K || f == WeightFormat::GgufQ5_0 || f == WeightFormat::GgufQ5_1 ||
-         f == WeightFormat::GgufQ5_K || f == WeightFormat::GgufQ6_K || f == WeightFormat::GgufIq4Nl;
+         f == WeightFormat::GgufQ5_K || f == WeightFormat::GgufQ6_K || f == WeightFormat::GgufIq4Nl ||
+         f == WeightFormat::GgufQ2_K;
 }
 
 // Q6_K in Rows16: a 256-column block's 6-bit codes q (llama.cpp's dequantize_row_q6_K: column c, half n = c / 128,
@@ -161,6 +162,35 @@ void q5_k_block_from_rows16(const uint8_t* data_block, const uint8_t* sb_block, 
   }
 }
 
+// Q2_K in Rows16: a 256-column block's 2-bit codes q (llama.cpp's dequantize_row_q2_K: column c in bits
+// 2 ((c % 128) / 32) of qs[32 (c / 128) + c % 32] at 16; scales[s] (scale | min << 4) of the 16-column sub-block s at
+// 0; F16 d, dmin at 80, 82) in and out of the row block's data (16 lines of 64 bytes, one a sub-block: byte 4i + j,
+// bits 2k, 2k + 1 = row i's column 16 s + 4k + j) and 320 scale bytes: 16 d, 16 dmin (F16), then 16 sub-blocks × 16
+// rows' scale bytes as the file's.
+int q2_k_code(const uint8_t* blk, int c) { return (blk[16 + 32 * (c / 128) + c % 32] >> (2 * ((c % 128) / 32))) & 3; }
+
+void q2_k_block_to_rows16(const uint8_t* blk, int64_t i, uint8_t* data_block, uint8_t* sb_block) {
+  std::memcpy(sb_block + 2 * i, blk + 80, 2);
+  std::memcpy(sb_block + 32 + 2 * i, blk + 82, 2);
+  for (int s = 0; s < 16; ++s) sb_block[64 + 16 * s + i] = blk[s];
+  for (int c = 0; c < 256; ++c) {
+    uint8_t& code = data_block[(c / 16) * 64 + 4 * i + c % 4];
+    code = uint8_t(code | q2_k_code(blk, c) << (2 * ((c % 16) / 4)));
+  }
+}
+
+void q2_k_block_from_rows16(const uint8_t* data_block, const uint8_t* sb_block, int64_t i, uint8_t* blk) {
+  std::memset(blk, 0, 84);
+  std::memcpy(blk + 80, sb_block + 2 * i, 2);
+  std::memcpy(blk + 82, sb_block + 32 + 2 * i, 2);
+  for (int s = 0; s < 16; ++s) blk[s] = sb_block[64 + 16 * s + i];
+  for (int c = 0; c < 256; ++c) {
+    const int q = (data_block[(c / 16) * 64 + 4 * i + c % 4] >> (2 * ((c % 16) / 4))) & 3;
+    uint8_t& b = blk[16 + 32 * (c / 128) + c % 32];
+    b = uint8_t(b | q << (2 * ((c % 128) / 32)));
+  }
+}
+
 // GGUF Q5_0 / Q5_1 in Rows16 (rows16_layout.h): a block's 32 five-bit codes q (weight j: the low nibble of byte
 // kQs + j % 16, high from 16 on; its fifth bit: bit j of the 4 bytes at kQh) in and out of the row block's data
 // (codes) and scale_bytes (d; Q5_1: then m; then the fifth-bit plane). data_block: the block's first chunk (4 chunks of
@@ -214,24 +244,27 @@ GgufBlock gguf_block(WeightFormat f) {
   }
 }
 
-// Q5_0 / Q5_1 / Q5_K / Q6_K (their high bits in planes, rows16_layout.h): a block's columns, file bytes and scale
-// bytes a block of 16 rows; and one file block into / out of the row block's data and scale bytes at row i.
+// Q5_0 / Q5_1 / Q5_K / Q6_K (their high bits in planes, rows16_layout.h) and Q2_K (its scale bytes as the file's): a
+// block's columns, file bytes, scale bytes and code bytes a block of 16 rows; and one file block into / out of the row
+// block's data and scale bytes at row i.
 bool is_planar(WeightFormat f) {
   return f == WeightFormat::GgufQ5_0 || f == WeightFormat::GgufQ5_1 || f == WeightFormat::GgufQ5_K ||
-         f == WeightFormat::GgufQ6_K;
+         f == WeightFormat::GgufQ6_K || f == WeightFormat::GgufQ2_K;
 }
 
 struct PlanarBlock {
-  int64_t cols, bytes, sb_bytes;
+  int64_t cols, bytes, sb_bytes, code_bytes;
   void (*to_rows16)(const uint8_t* blk, int64_t i, uint8_t* data_block, uint8_t* sb_block);
   void (*from_rows16)(const uint8_t* data_block, const uint8_t* sb_block, int64_t i, uint8_t* blk);
 };
 
 PlanarBlock planar_block(WeightFormat f) {
-  if (f == WeightFormat::GgufQ6_K) return {256, 210, 1312, q6_k_block_to_rows16, q6_k_block_from_rows16};
-  if (f == WeightFormat::GgufQ5_K) return {256, 176, kQ5KEntries + 512, q5_k_block_to_rows16, q5_k_block_from_rows16};
-  if (f == WeightFormat::GgufQ5_1) return {32, 24, 128, q5_block_to_rows16<true>, q5_block_from_rows16<true>};
-  return {32, 22, 96, q5_block_to_rows16<false>, q5_block_from_rows16<false>};
+  if (f == WeightFormat::GgufQ6_K) return {256, 210, 1312, 2048, q6_k_block_to_rows16, q6_k_block_from_rows16};
+  if (f == WeightFormat::GgufQ5_K)
+    return {256, 176, kQ5KEntries + 512, 2048, q5_k_block_to_rows16, q5_k_block_from_rows16};
+  if (f == WeightFormat::GgufQ2_K) return {256, 84, 320, 1024, q2_k_block_to_rows16, q2_k_block_from_rows16};
+  if (f == WeightFormat::GgufQ5_1) return {32, 24, 128, 256, q5_block_to_rows16<true>, q5_block_from_rows16<true>};
+  return {32, 22, 96, 256, q5_block_to_rows16<false>, q5_block_from_rows16<false>};
 }
 
 // One file block -> its entries (Q4_0: d; Q4_1: d, m; Q8_0: d; Q4_K: d, dmin, then sc | m << 8 of each 32-column
@@ -310,7 +343,7 @@ std::string rows16_refusal(const PackedWeight& w) {
   if (is_gguf16(w.format))
     return w.gguf_layout == GgufLayout::File ? "" : std::string("GGUF rows regrouped (") + gguf_layout_name(w.gguf_layout) + ")";
   if (!fp4 && w.format != WeightFormat::Int4)
-    return "not an int4, mxfp4, nvfp4, GGUF q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k or iq4_nl weight";
+    return "not an int4, mxfp4, nvfp4, GGUF q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q4_k, q5_k, q6_k or iq4_nl weight";
   if (w.act != ActQuant::None) return "activation quantization";
   if (w.n_in % 32 != 0) return "n_in is not a multiple of 32";
   if (!fp4 && !w.g_idx.empty()) return "g_idx (act-order)";
@@ -341,8 +374,8 @@ void rows16_gguf_file_row(const PackedWeight& w, int64_t r, uint8_t* out) {
   if (is_planar(w.format)) {
     const PlanarBlock p = planar_block(w.format);
     const int64_t nb = w.n_in / p.cols, rb = r / kRowsBlock;
-    for (int64_t b = 0; b < nb; ++b)  // a block of 16 rows: cols × 8 code bytes, sb_bytes scale bytes
-      p.from_rows16(w.data.data() + (rb * nb + b) * p.cols * 8, w.scale_bytes.data() + (rb * nb + b) * p.sb_bytes,
+    for (int64_t b = 0; b < nb; ++b)  // a block of 16 rows: code_bytes, sb_bytes scale bytes
+      p.from_rows16(w.data.data() + (rb * nb + b) * p.code_bytes, w.scale_bytes.data() + (rb * nb + b) * p.sb_bytes,
                     r % kRowsBlock, out + b * p.bytes);
     return;
   }
@@ -366,8 +399,10 @@ void set_rows_layout(PackedWeight* w, RowsLayout to) {
   if (!fp4 && !gguf && w->format != WeightFormat::Int4)
     throw Error("set_rows_layout: a " + std::string(weight_format_name(w->format)) + " weight has no rows layout");
   if (w->rows_layout == to) return;
-  // code bytes a row; chunks (64 bytes of a row block) a row: 8 columns of 4-bit codes, 4 of Q8_0's bytes
-  const int64_t n_in = w->n_in, rbytes = q8 ? n_in : n_in / 2, chunks = q8 ? n_in / 4 : n_in / kChunkCols;
+  // code bytes a row (Q2_K: 2 bits a code); chunks (64 bytes of a row block) a row: 8 columns of 4-bit codes, 4 of
+  // Q8_0's bytes
+  const int64_t n_in = w->n_in, chunks = q8 ? n_in / 4 : n_in / kChunkCols;
+  const int64_t rbytes = q8 ? n_in : w->format == WeightFormat::GgufQ2_K ? n_in / 4 : n_in / 2;
   const int64_t nrb = row_blocks(w->n_out);
   const int64_t n = row_entries(*w);  // entries a row of the per-row arrays
   AlignedBytes data;
@@ -384,8 +419,8 @@ void set_rows_layout(PackedWeight* w, RowsLayout to) {
       for (int64_t r = 0; r < w->n_out; ++r)
         for (int64_t b = 0; b < nb; ++b) {
           const int64_t at = (r / kRowsBlock) * nb + b;
-          p.to_rows16(w->data.data() + r * w->row_bytes() + b * p.bytes, r % kRowsBlock, data.data() + at * p.cols * 8,
-                      sb.data() + at * p.sb_bytes);
+          p.to_rows16(w->data.data() + r * w->row_bytes() + b * p.bytes, r % kRowsBlock,
+                      data.data() + at * p.code_bytes, sb.data() + at * p.sb_bytes);
         }
       w->scale_bytes = std::move(sb);
       w->data = std::move(data);

@@ -38,6 +38,11 @@
 //           [ceil(n_out / 16)][nb][832 bytes]: Q4_K's 320 bytes of entries (d, dmin, sc | m << 8 of each sub-block,
 //           16 rows each), then per 32 columns a 64-byte plane of the fifth bits as Q5_0's (byte 4i + j, bit 2c + h:
 //           that of row i, column 32g + 8c + 4h + j). 180 bytes per 256 columns (the file: 176).
+//           GGUF Q2_K (256-column blocks of 16 sub-blocks: x = d sc q − dmin m, q two bits, sc and m four; the AVX2
+//           kernel): data [ceil(n_out / 16)][n_in / 16][64 bytes] — per block of 16 rows and 16 columns k0 .. k0 + 15
+//           (a sub-block), byte 4i + j, bits 2k, 2k + 1 = the code of row i, column k0 + 4k + j; scale_bytes
+//           [ceil(n_out / 16)][nb][320 bytes]: the 16 rows' F16 d (32 bytes), dmin (32), then per sub-block s the 16
+//           rows' byte sc | m << 4 as the file's (at 64 + 16 s + i). 84 bytes per 256 columns, as the file.
 //           GGUF Q6_K (256-column blocks, x = d sc (q − 32), q six bits, sc int8 a 16 columns; the int8 kernel and
 //           AVX2's, kernels/cpu/gemm_rows16_kquant_avx2.cpp):
 //           data as Q5_0's (the low 4 bits of q); scale_bytes [ceil(n_out / 16)][nb][1312 bytes]: the 16 rows' F16
@@ -47,7 +52,8 @@
 // Rows16 takes weight-only (act None) weights with n_in a multiple of 32: Int4 without g_idx, per channel or in
 // groups of a multiple of 16 columns (the GEMM form reads 8-column chunks; 16: an act-order slice's held groups,
 // common/act_order.h); MXFP4 / NVFP4 without a scale byte the decode's fast conversion does not
-// take (fp4_rows16_scales_ok); GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K / IQ4_NL in the file's blocks
+// take (fp4_rows16_scales_ok); GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q2_K / Q4_K / Q5_K / Q6_K / IQ4_NL in the file's
+// blocks
 // (gguf_layout File).
 #pragma once
 #include <cstdint>
@@ -76,8 +82,8 @@ void rows16_codes(const uint8_t* data, int64_t n_in, int64_t r, uint8_t* codes);
 // Row r's n_in code bytes (q + 128), in column order, out of a GGUF Q8_0 weight's Rows16 data.
 void rows16_q8_codes(const uint8_t* data, int64_t n_in, int64_t r, uint8_t* codes);
 
-// A GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K / IQ4_NL row's bytes of scale entries (Q5_0, Q5_1,
-// Q5_K, Q6_K: and high bits) in Rows16 (scale_bytes holds this per held row).
+// A GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q2_K / Q4_K / Q5_K / Q6_K / IQ4_NL row's bytes of scale entries (Q5_0,
+// Q5_1, Q5_K, Q6_K: and high bits) in Rows16 (scale_bytes holds this per held row).
 int64_t rows16_gguf_scale_bytes(WeightFormat f, int64_t n_in);
 
 // Row r of a GGUF weight held in Rows16, as the file's blocks (dtype_row_bytes of its type) into out.
@@ -90,7 +96,7 @@ void rows16_entries(const T* a, int64_t n, int64_t r, T* out) {
   for (int64_t g = 0; g < n; ++g) out[g] = p[g * 16];
 }
 
-// w (Int4, Mxfp4, Nvfp4, GGUF Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K or IQ4_NL; checked) into layout `to`, in place
+// w (Int4, Mxfp4, Nvfp4, GGUF Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q4_K, Q5_K, Q6_K or IQ4_NL; checked) into layout `to`, in place
 // (nothing when it is already there). To Rows16 throws tp::Error with rows16_refusal's reason when w cannot be held
 // so; w is then left as it was.
 void set_rows_layout(PackedWeight* w, RowsLayout to);

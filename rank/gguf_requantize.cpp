@@ -1,12 +1,10 @@
 // GGUF rows into the block type they are held in (see gguf_requantize.h).
 #include "rank/gguf_requantize.h"
 
-#include <cmath>
 #include <cstring>
 #include <string>
 
 #include "common/error.h"
-#include "kernels/cpu/gguf_quantize.h"
 
 namespace tp {
 namespace {
@@ -31,7 +29,7 @@ void pack_q6_k_block(uint16_t d, const int8_t scales[16], const int8_t codes[256
 
 }  // namespace
 
-void requantize_gguf_row(DType t, const void* src, const float* values, void* dst, int64_t n) {
+void requantize_gguf_row(DType t, const void* src, void* dst, int64_t n) {
   const auto* p = static_cast<const uint8_t*>(src);
   auto* out = static_cast<uint8_t*>(dst);
   switch (t) {
@@ -57,14 +55,6 @@ void requantize_gguf_row(DType t, const void* src, const float* values, void* ds
         }
       }
       return;
-    case DType::Q2_K: {
-      for (int64_t i = 0; i < n; ++i)  // the Q8_0 rule's rounding is undefined for them (loaders refuse them first)
-        if (!std::isfinite(values[i]))
-          throw Error("requantize_gguf_row: " + std::string(dtype_name(t)) + " value " + std::to_string(i) +
-                      " is not finite");
-      cpu::quantize_row_gguf(DType::Q8_0, values, dst, n);
-      return;
-    }
     default:
       throw Error("requantize_gguf_row: " + std::string(dtype_name(t)) + " is kept as it is, not requantized");
   }

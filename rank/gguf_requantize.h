@@ -4,9 +4,6 @@
 //             and a 6-bit code, a superset of Q3_K's 6-bit scale and 3-bit code); 6.56 bits a weight for 3.44.
 //   IQ4_XS -> IQ4_NL: one IQ4_NL block a 32-weight sub-block, d' = d * (ls - 32) rounded to F16 (relative error
 //             <= 2^-11 of d'), the same codes (4.5 bits a weight for 4.25).
-//   Q2_K   -> Q8_0: decoded and requantized by llama.cpp's Q8_0 rule (d' = max|x| / 127 a 32-weight
-//             block): each value within 0.57 d' of its exact decode (d' / 2 of rounding, 127 codes x d''s F16
-//             rounding), <= 0.45% of its block's largest.
 #pragma once
 #include <cstdint>
 
@@ -15,11 +12,8 @@
 namespace tp {
 
 // Converts one row of n weights (n a multiple of dtype_block_elems(t)) of type t at src into
-// dtype_row_bytes(gguf_held_dtype(t), n) bytes at dst. t must be quantized and not kept (!is_gguf_block_dtype(t)).
-// values: the row decoded (dequantize_row of src; callers decode it anyway, to refuse a non-finite weight): the
-// types requantized by the Q8_0 rule round those. The output's block scales may be non-finite when the input's are
-// (callers check them as for a kept type); a non-finite value to requantize by the Q8_0 rule (Q2_K)
-// throws tp::Error.
-void requantize_gguf_row(DType t, const void* src, const float* values, void* dst, int64_t n);
+// dtype_row_bytes(gguf_held_dtype(t), n) bytes at dst. t must be Q3_K or IQ4_XS (else tp::Error). The output's block
+// scales may be non-finite when the input's are (callers check them as for a kept type).
+void requantize_gguf_row(DType t, const void* src, void* dst, int64_t n);
 
 }  // namespace tp

@@ -105,15 +105,13 @@ std::string degrees_on_blocks(const ModelFile& f, int64_t n_in, int64_t align) {
   return out.empty() ? "none" : out;
 }
 
-// Refuses a block whose f16 scale (and min, for Q4_1 / Q4_K) is not finite. Returns normally otherwise.
+// Refuses a block whose f16 scale (and min's scale: block_f16s) is not finite. Returns normally otherwise.
 void check_block_scales(const ModelFile& f, const std::string& name, DType t, const uint8_t* row, int64_t row_index,
                         int64_t first_block, int64_t n_blocks) {
   const int64_t bb = dtype_block_bytes(t);
   for (int64_t b = 0; b < n_blocks; ++b) {
     const uint8_t* blk = row + b * bb;
-    int n_f16 = 1, at = 0;
-    if (t == DType::Q4_1 || t == DType::Q4_K) n_f16 = 2;
-    if (t == DType::Q6_K) at = 208;
+    const auto [at, n_f16] = block_f16s(t);
     for (int k = 0; k < n_f16; ++k) {
       uint16_t h;
       std::memcpy(&h, blk + at + 2 * k, 2);
@@ -163,7 +161,7 @@ cpu::Weight load_gguf_blocks(const ModelFile& f, DType t, int64_t n_in, Range co
         if (const int64_t c = cpu::first_non_finite(DType::F32, values.data(), n_in); c >= 0)
           refuse_weight(f, p.name, r, c, n_in, values[size_t(c)], v.dtype);
         held.resize(size_t(held_stride));
-        requantize_gguf_row(v.dtype, row, values.data(), held.data(), n_in);
+        requantize_gguf_row(v.dtype, row, held.data(), n_in);
         row = held.data();
       }
       const uint8_t* src = row + off;

@@ -180,6 +180,24 @@ float dot_portable(WeightFormat f, const uint8_t* wr, const GgufActs& a, int64_t
       }
       return acc;
     }
+    case WeightFormat::GgufQ2_K: {  // scales[16] (sc | m << 4 a 16 columns), 2-bit codes, d, dmin
+      const int16_t* bs = a.bsums.data() + g * (n / 16);
+      for (int64_t b = 0; b < nb; ++b, wr += 84) {
+        int sumi = 0, summ = 0;
+        for (int s = 0; s < 16; ++s) {
+          int sum = 0;
+          for (int l = 0; l < 16; ++l) {
+            const int c = 16 * s + l;
+            sum += ((wr[16 + 32 * (c / 128) + c % 32] >> (2 * ((c % 128) / 32))) & 3) * xq[b * 256 + c];
+          }
+          sumi += (wr[s] & 15) * sum;
+          summ += (wr[s] >> 4) * bs[b * 16 + s];
+        }
+        const float dx = xd[b];
+        acc += f16_to_f32(u16(wr + 80)) * dx * float(sumi) - f16_to_f32(u16(wr + 82)) * dx * float(summ);
+      }
+      return acc;
+    }
     case WeightFormat::GgufQ6_K: {
       const int16_t* bs = a.bsums.data() + g * (n / 16);
       for (int64_t b = 0; b < nb; ++b, wr += 210) {
@@ -245,6 +263,7 @@ GgufActType gguf_act_type(WeightFormat f) {
     case WeightFormat::GgufIq4Nl: return GgufActType::Q8_0;
     case WeightFormat::GgufQ4_1:
     case WeightFormat::GgufQ5_1: return GgufActType::Q8_1;
+    case WeightFormat::GgufQ2_K:
     case WeightFormat::GgufQ4_K:
     case WeightFormat::GgufQ5_K:
     case WeightFormat::GgufQ6_K: return GgufActType::Q8_K;

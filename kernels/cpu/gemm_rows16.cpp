@@ -251,8 +251,8 @@ void run_as(int k, const float* x, int64_t m, const PackedWeight& w, float* y, i
 
 bool rows16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
   if (gguf_rows16_only(w.format))
-    return w.format == WeightFormat::GgufQ5_K ? rows16_avx2_k_linear(x, m, w, y, n_threads)
-                                              : rows16_avx2_linear(x, m, w, y, n_threads);
+    return gguf_rows16_k_only(w.format) ? rows16_avx2_k_linear(x, m, w, y, n_threads)
+                                        : rows16_avx2_linear(x, m, w, y, n_threads);
   if (w.format == WeightFormat::GgufQ8_0 || w.format == WeightFormat::GgufQ5_0 || w.format == WeightFormat::GgufQ6_K ||
       ((w.format == WeightFormat::GgufQ4_0 || w.format == WeightFormat::GgufQ4_1 || w.format == WeightFormat::GgufQ4_K) &&
        !w.act_bf16))

@@ -1,7 +1,7 @@
-// GGUF Q4_K, Q5_K and Q6_K (the K-quants of the Q4_K_M and Q5_K_M mixes) in GEMM form on AVX2 (rows16.h
+// GGUF Q2_K, Q4_K, Q5_K and Q6_K (the K-quants of the Q2_K, Q4_K_M and Q5_K_M mixes) in GEMM form on AVX2 (rows16.h
 // rows16_avx2_k_linear; the layouts: common/rows16_layout.h Rows16) — Q4_K's and Q6_K's decode and prefill on CPUs
-// without AVX-512 VNNI (AMD Zen 1-3, Intel before Ice Lake), Q5_K's on every CPU with AVX2 (it has no other SIMD
-// kernel). x is Q8_K as the file layout's kernels quantize it (gemm_gguf.h: int8 a 256-column block, d F32,
+// without AVX-512 VNNI (AMD Zen 1-3, Intel before Ice Lake), Q5_K's and Q2_K's on every CPU with AVX2 (they have no
+// other SIMD kernel). x is Q8_K as the file layout's kernels quantize it (gemm_gguf.h: int8 a 256-column block, d F32,
 // Σq a 16 columns). Per 8-column chunk of a block of 16 weight rows one 64-byte line holds rows 0-7 in its first 32
 // bytes and rows 8-15 in the next, 4 bytes a row, and one vpmaddubsw of a half's 32 bytes against x's 4 bytes of those
 // columns, broadcast, sums each row's products in its own two int16 lanes (as gemm_rows16_avx2.cpp's Q4_0): no
@@ -19,6 +19,8 @@
 //   bits from the sub-block's plane: rows16_q5_bytes), a sub-block's int16 sums × sc every 2 chunks (≤ 2 · 2 · 2 · 31
 //   · 127 = 31496), then Q4_K's mins and float step (k4_block_step). Its integers are the portable kernel's; the float
 //   operations Q4_K's (one FMA for the scales, one for the mins, where the portable kernel multiplies and adds).
+//   Q2_K (x = d sc q − dmin m a 16-column sub-block, q 2 bits, sc and m 4): a line a sub-block, 4 columns a row in each
+//   bit pair (q2k_block); the mins as Q6_K's offset (pairs of sub-blocks by vpmaddwd); Q5_K's float step.
 // The block's int32 totals are those of gemm_rows16_int8.cpp's VNNI kernels (exact integers) and the float operations
 // theirs — Q4_K: fma(float(Σ), d_w d_x, tot), then −float(Σ mins) · dmin_w d_x by fnmadd; Q6_K: fma(float(Σ), d_w
 // d_x, tot) — so each output has the VNNI kernel's bits, whatever m, the tiles and the threads (a row of a batch has
@@ -52,6 +54,7 @@ constexpr int64_t kPrefetchBytes = 8192;  // W software-prefetched this far ahea
 constexpr int64_t kQ4KScaleBytes = 320;   // a block's entries of 16 rows: d, dmin, then sc | m << 8 of 8 sub-blocks
 constexpr int64_t kQ6KScaleBytes = 1312;  // d (F16), sc (16 sub-blocks × 16 rows), 8 × two 64-byte planes
 constexpr int64_t kQ5KScaleBytes = 832;   // Q4_K's entries, then 8 64-byte planes of the fifth bits
+constexpr int64_t kQ2KScaleBytes = 320;   // d, dmin (F16), then 16 sub-blocks × 16 rows' sc | m << 4 bytes
 
 // Each dword's low byte in both of its int16 lanes (the row's scale as vpmaddwd's other operand): per 128-bit lane.
 inline __m256i dup_low_byte(__m256i v) {
@@ -92,6 +95,14 @@ inline void store_halves(const __m256 (&tot)[NH][MT], int64_t rb, int64_t n_out,
     for (int i = 0; i < MT; ++i) rows16_store8(tot[h][i], rb * 16 + (H0 + h) * 8, n_out, y + i * n_out);
 }
 
+// A block's float step with scales and mins (Q4_K, Q5_K, Q2_K): tot + float(it) · (d_w d_x) − float(mt) · (dmin_w d_x),
+// it the block's Σ_s sc_s Σ q q_x, mt its Σ_s m_s Σq_x.
+inline __m256 scale_min_step(__m256 tot, __m256i it, __m256i mt, __m256 dw, __m256 dmin, float dx) {
+  const __m256 d = _mm256_set1_ps(dx);
+  tot = _mm256_fmadd_ps(_mm256_cvtepi32_ps(it), _mm256_mul_ps(dw, d), tot);
+  return _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mt), _mm256_mul_ps(dmin, d), tot);
+}
+
 // Q4_K's and Q5_K's step at the end of block b (its 16 rows' entries at e: d, dmin, sc | m << 8): the mins' Σ m_s Σq_x
 // from sxp (per 256 columns of each row of x, 4 int32, each two sub-blocks' Σq as its int16 halves), then tot +=
 // float(it) · (d_w d_x) and −= float(Σ mins) · (dmin_w d_x) for halves H0 .. H0 + NH − 1 of MT rows of x from row i0.
@@ -117,9 +128,7 @@ inline void k4_block_step(const uint8_t* e, const __m256i (&it)[NH][MT], const i
                                                            _mm256_madd_epi16(mp[1], _mm256_set1_epi32(s[1]))),
                                           _mm256_add_epi32(_mm256_madd_epi16(mp[2], _mm256_set1_epi32(s[2])),
                                                            _mm256_madd_epi16(mp[3], _mm256_set1_epi32(s[3]))));
-      const __m256 dx = _mm256_set1_ps(xd[i][b]);
-      tot[h][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(it[h][i]), _mm256_mul_ps(dw, dx), tot[h][i]);
-      tot[h][i] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mt), _mm256_mul_ps(dmin, dx), tot[h][i]);
+      tot[h][i] = scale_min_step(tot[h][i], it[h][i], mt, dw, dmin, xd[i][b]);
     }
   }
 }
@@ -251,6 +260,91 @@ void q5k_block(const PackedWeight& w, int64_t rb, const GgufActs& a, const int32
       chunk.template operator()<3>();
     }
     k4_block_step<MT, H0, NH>(e, it, sxp, xd, i0, nb, b, tot);
+  }
+  store_halves<MT, H0, NH>(tot, rb, w.n_out, y);
+}
+
+// Q2_K row block rb's halves H0 .. H0 + NH − 1 (rows 8 h .. 8 h + 7) against MT rows of x from row i0 (Q8_K, column
+// order): per 16-column sub-block one line (byte 4i + j, bits 2k, 2k + 1: row i's column 4k + j), its 4 code vectors
+// by shifts, 4 vpmaddubsw against x's 4 bytes of those columns (int16 ≤ 4 · 2 · 3 · 127 = 3048) × sc by vpmaddwd into
+// the block's int32 total; the mins Σ_s m_s Σq_x(s) by pairs of sub-blocks (as Q6_K's offset); then the scale-min step.
+// y[i · n_out + 16 rb + 8 h + r], the rows past n_out left out.
+template <int MT, int H0, int NH>
+void q2k_block(const PackedWeight& w, int64_t rb, const GgufActs& a, int64_t i0, float* y, bool prefetch) {
+  const int64_t n_in = w.n_in, nb = n_in / 256;
+  const uint8_t* wd = w.data.data() + rb * (n_in / 16) * 64;
+  const uint8_t* sbs = w.scale_bytes.data() + rb * nb * kQ2KScaleBytes;
+  const XRows<MT> xr(a, a.q.data(), i0);
+  const int8_t* const* xq = xr.q;
+  const float* const* xd = xr.d;
+  const int16_t* const* xb = xr.bs;
+  const __m256i lo2 = _mm256_set1_epi8(3), lo4 = _mm256_set1_epi32(15);
+  __m256 tot[NH][MT];
+#pragma GCC unroll 8
+  for (int h = 0; h < NH; ++h)
+    for (int i = 0; i < MT; ++i) tot[h][i] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* e = sbs + b * kQ2KScaleBytes;
+    if (prefetch)
+      for (int k = 0; k < kQ2KScaleBytes; k += 64) prefetch_weights(e + k + 4 * kQ2KScaleBytes);
+    __m256i it[NH][MT];
+#pragma GCC unroll 8
+    for (int h = 0; h < NH; ++h)
+      for (int i = 0; i < MT; ++i) it[h][i] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int64_t s = 0; s < 16; ++s) {
+      const uint8_t* p = wd + (b * 16 + s) * 64;
+      const int64_t col = b * 256 + s * 16;
+      if (prefetch) prefetch_weights(p + kPrefetchBytes);
+      __m256i q[NH][4], sc[NH];
+#pragma GCC unroll 2
+      for (int h = 0; h < NH; ++h) {
+        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + (H0 + h) * 32));
+        q[h][0] = _mm256_and_si256(wv, lo2);
+        q[h][1] = _mm256_and_si256(_mm256_srli_epi16(wv, 2), lo2);
+        q[h][2] = _mm256_and_si256(_mm256_srli_epi16(wv, 4), lo2);
+        q[h][3] = _mm256_and_si256(_mm256_srli_epi16(wv, 6), lo2);
+        const __m256i s32 = _mm256_and_si256(
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(e + 64 + 16 * s + (H0 + h) * 8))),
+            lo4);
+        sc[h] = _mm256_or_si256(s32, _mm256_slli_epi32(s32, 16));  // the row's sc in both int16 lanes
+      }
+#pragma GCC unroll 4
+      for (int i = 0; i < MT; ++i) {
+        __m256i x[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) x[k] = rows16_bcast4(xq[i] + col + 4 * k);
+#pragma GCC unroll 2
+        for (int h = 0; h < NH; ++h) {
+          const __m256i acc = _mm256_add_epi16(
+              _mm256_add_epi16(_mm256_maddubs_epi16(q[h][0], x[0]), _mm256_maddubs_epi16(q[h][1], x[1])),
+              _mm256_add_epi16(_mm256_maddubs_epi16(q[h][2], x[2]), _mm256_maddubs_epi16(q[h][3], x[3])));
+          it[h][i] = _mm256_add_epi32(it[h][i], _mm256_madd_epi16(acc, sc[h]));
+        }
+      }
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < NH; ++h) {
+      __m256i mt[MT];  // Σ_s m_s Σq_x(s): sub-blocks in pairs (m_s, m_s+1 as a dword's int16 lanes)
+#pragma GCC unroll 4
+      for (int i = 0; i < MT; ++i) mt[i] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int s = 0; s < 16; s += 2) {
+        const __m128i s0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(e + 64 + s * 16 + (H0 + h) * 8));
+        const __m128i s1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(e + 64 + (s + 1) * 16 + (H0 + h) * 8));
+        const __m256i mp = _mm256_srli_epi16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(s0, s1)), 4);
+#pragma GCC unroll 4
+        for (int i = 0; i < MT; ++i) {
+          int32_t xs;
+          std::memcpy(&xs, xb[i] + b * 16 + s, 4);
+          mt[i] = _mm256_add_epi32(mt[i], _mm256_madd_epi16(mp, _mm256_set1_epi32(xs)));
+        }
+      }
+      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e + (H0 + h) * 16)));
+      const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e + 32 + (H0 + h) * 16)));
+#pragma GCC unroll 4
+      for (int i = 0; i < MT; ++i) tot[h][i] = scale_min_step(tot[h][i], it[h][i], mt[i], dw, dmin, xd[i][b]);
+    }
   }
   store_halves<MT, H0, NH>(tot, rb, w.n_out, y);
 }
@@ -395,7 +489,8 @@ void tiles(int64_t m, F&& f) {
 
 bool rows16_avx2_k_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
   const bool k4 = w.format == WeightFormat::GgufQ4_K, k5 = w.format == WeightFormat::GgufQ5_K;
-  if ((!k4 && !k5 && w.format != WeightFormat::GgufQ6_K) || w.act_bf16 || w.rows_layout != RowsLayout::Rows16 ||
+  const bool k2 = w.format == WeightFormat::GgufQ2_K;
+  if ((!k4 && !k5 && !k2 && w.format != WeightFormat::GgufQ6_K) || w.act_bf16 || w.rows_layout != RowsLayout::Rows16 ||
       !gguf_kernel_available(GgufKernel::Avx2))
     return false;
   thread_local GgufActs a;
@@ -421,10 +516,15 @@ bool rows16_avx2_k_linear(const float* x, int64_t m, const PackedWeight& w, floa
 #pragma omp parallel num_threads(n_threads) if (parallel)
   {
     const auto [b0, b1] = thread_rows((w.n_out + 15) / 16, 1, omp_get_thread_num(), omp_get_num_threads());
-    const int64_t block_bytes = w.n_in * 8;  // a row block's codes
+    const int64_t block_bytes = w.n_in * (k2 ? 4 : 8);  // a row block's codes
     if (b1 > b0) prefetch_range_start(w.data.data() + b0 * block_bytes, kPrefetchBytes, (b1 - b0) * block_bytes);
     for (int64_t rb = b0; rb < b1; ++rb) {
-      if (k5 && m == 1) {
+      if (k2 && m == 1) {
+        q2k_block<1, 0, 2>(w, rb, acts, 0, y, true);
+      } else if (k2) {
+        tiles(m, [&]<int MT>(int64_t i0) { q2k_block<MT, 0, 1>(w, rb, acts, i0, y + i0 * w.n_out, i0 == 0); });
+        tiles(m, [&]<int MT>(int64_t i0) { q2k_block<MT, 1, 1>(w, rb, acts, i0, y + i0 * w.n_out, false); });
+      } else if (k5 && m == 1) {
         q5k_block<1, 0, 2>(w, rb, acts, sp, 0, y, true);
       } else if (k5) {
         tiles(m, [&]<int MT>(int64_t i0) { q5k_block<MT, 0, 1>(w, rb, acts, sp, i0, y + i0 * w.n_out, i0 == 0); });

@@ -53,7 +53,8 @@ PackedWeight random_int4(int64_t n_out, int64_t n_in, int64_t group, bool zeros,
   return w;
 }
 
-// A GGUF Q4_0 / Q4_1 weight [n_out, n_in] in the file's blocks: random codes, F16 d (and m) of either sign.
+// A GGUF block-format weight [n_out, n_in] in the file's blocks: random codes, finite F16 d (and m / dmin) of either
+// sign.
 PackedWeight random_gguf4(WeightFormat f, int64_t n_out, int64_t n_in, uint32_t seed) {
   std::mt19937 rng(seed);
   PackedWeight w;
@@ -62,22 +63,11 @@ PackedWeight random_gguf4(WeightFormat f, int64_t n_out, int64_t n_in, uint32_t 
   w.n_in = n_in;
   w.data = AlignedBytes(n_out * w.row_bytes());
   for (int64_t i = 0; i < w.data.size(); ++i) w.data.data()[i] = uint8_t(rng());
-  const bool two = f == WeightFormat::GgufQ4_1 || f == WeightFormat::GgufQ5_1 || f == WeightFormat::GgufQ4_K ||
-                   f == WeightFormat::GgufQ5_K;  // d, m / dmin
-  if (f == WeightFormat::GgufQ6_K) {  // d at byte 208 of each 210
-    for (int64_t b = 0; b < w.data.size() / 210; ++b) w.data.data()[b * 210 + 209] &= 0xbb;
-    check_packed_weight(w);
-    return w;
-  }
-  const int64_t bb = f == WeightFormat::GgufQ4_K   ? 144
-                     : f == WeightFormat::GgufQ5_K ? 176
-                     : f == WeightFormat::GgufQ8_0 ? 34
-                     : f == WeightFormat::GgufQ5_0 ? 22
-                     : f == WeightFormat::GgufQ5_1 ? 24
-                     : f == WeightFormat::GgufQ4_1 ? 20
-                                                   : 18;
+  const DType t = gguf_block_dtype(f);
+  const int64_t bb = dtype_block_bytes(t);
+  const auto [at, n_f16] = block_f16s(t);           // d (and m / dmin)
   for (int64_t b = 0; b < w.data.size() / bb; ++b)  // finite F16 scales: exponent field below 31
-    for (int k = 0; k < (two ? 2 : 1); ++k) w.data.data()[b * bb + 2 * k + 1] &= 0xbb;
+    for (int k = 0; k < n_f16; ++k) w.data.data()[b * bb + at + 2 * k + 1] &= 0xbb;
   check_packed_weight(w);
   return w;
 }
@@ -378,6 +368,45 @@ TEST(RowsLayout, GgufQ5_KCodesScalesAndFifthBitsGoWhereDocumentedAndComeBack) {
   }
 }
 
+// GGUF Q2_K in Rows16: row i's 2-bit code at column k in bits 2 (k % 16 / 4) of byte 4i + k % 4 of line k / 16; of the
+// block's 320 scale bytes d at 2i, dmin at 32 + 2i, sub-block s's byte (scale | min << 4) at 64 + 16 s + i;
+// dequantize_rows reads it as the file's blocks; back to Rows gives the file's bytes.
+TEST(RowsLayout, GgufQ2_KCodesAndScalesGoWhereDocumentedAndComeBack) {
+  for (const int64_t n_out : {19, 16, 1}) {
+    const int64_t n_in = n_out == 1 ? 256 : 768, nb = n_in / 256, held = (n_out + 15) / 16 * 16;
+    const std::string name = "q2_k [" + std::to_string(n_out) + ", " + std::to_string(n_in) + "]";
+    const PackedWeight given = random_gguf4(WeightFormat::GgufQ2_K, n_out, n_in, uint32_t(n_out + 2));
+    PackedWeight w = copy_packed_weight(given);
+    set_rows_layout(&w, RowsLayout::Rows16);
+    check_packed_weight(w);
+    ASSERT_EQ(w.data.size(), held * n_in / 4) << name;
+    ASSERT_EQ(int64_t(w.scale_bytes.size()), held / 16 * nb * 320) << name;
+    EXPECT_EQ(w.n_bytes(), held * nb * 84) << name;
+    for (int64_t r = 0; r < held; ++r) {
+      const int64_t rb = r / 16, i = r % 16;
+      for (int64_t k = 0; k < n_in; ++k) {
+        const uint8_t* blk = given.data.data() + r * nb * 84 + (k / 256) * 84;
+        const uint8_t* sb = w.scale_bytes.data() + (rb * nb + k / 256) * 320;
+        const int c = int(k % 256);  // llama.cpp's order
+        const int want = r < n_out ? (blk[16 + 32 * (c / 128) + c % 32] >> (2 * ((c % 128) / 32))) & 3 : 0;
+        const int q = (w.data.data()[(rb * (n_in / 16) + k / 16) * 64 + 4 * i + k % 4] >> (2 * (k % 16 / 4))) & 3;
+        ASSERT_EQ(q, want) << name << " row " << r << " column " << k;
+        if (c % 16 == 0) {
+          ASSERT_EQ(sb[64 + 16 * (c / 16) + i], r < n_out ? blk[c / 16] : 0) << name << " row " << r;
+        }
+        if (c == 0) {
+          for (int e = 0; e < 2; ++e) {
+            ASSERT_EQ(sb[32 * e + 2 * i] | sb[32 * e + 2 * i + 1] << 8,
+                      r < n_out ? blk[80 + 2 * e] | blk[81 + 2 * e] << 8 : 0)
+                << name << " row " << r << (e ? " dmin" : " d");
+          }
+        }
+      }
+    }
+    expect_back_to_file(&w, given, name);
+  }
+}
+
 // What Rows16 cannot hold is refused, naming why, and the weight is left as it was; check_packed_weight refuses a
 // Rows16 weight that does not fit it.
 TEST(RowsLayout, RefusesWhatRows16CannotHold) {
@@ -437,9 +466,10 @@ TEST(RowsLayout, RefusesWhatRows16CannotHold) {
   bf16.n_in = 32;
   bf16.data = AlignedBytes(64);
   bf16.rows_layout = RowsLayout::Rows16;
-  check_refuses(bf16,
-                "rows16 cannot hold it: not an int4, mxfp4, nvfp4, GGUF q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k "
-                "or iq4_nl weight");
+  check_refuses(
+      bf16,
+      "rows16 cannot hold it: not an int4, mxfp4, nvfp4, GGUF q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q4_k, q5_k, "
+      "q6_k or iq4_nl weight");
   PackedWeight q4_0_quads = random_gguf4(WeightFormat::GgufQ4_0, 3, 64, 8);
   q4_0_quads.gguf_layout = GgufLayout::Q4_0Groups;  // the same bytes regrouped: not the file's blocks
   refused(std::move(q4_0_quads), "GGUF rows regrouped (q4_0_groups)");

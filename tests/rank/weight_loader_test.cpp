@@ -41,7 +41,7 @@ std::vector<uint8_t> random_blocks(DType t, int64_t rows, int64_t cols, uint32_t
   for (auto& v : b) v = uint8_t(rng());
   for (int64_t k = 0; k < n / bb; ++k) {
     uint8_t* blk = b.data() + k * bb;
-    const int at = t == DType::Q6_K ? 208 : 0, n_f16 = (t == DType::Q4_1 || t == DType::Q4_K) ? 2 : 1;
+    const auto [at, n_f16] = block_f16s(t);
     for (int j = 0; j < n_f16; ++j) {
       const uint16_t h = f32_to_f16(0.005f + 0.015f * float(rng() % 1000) / 1000.0f);
       std::memcpy(blk + at + 2 * j, &h, 2);
@@ -51,8 +51,10 @@ std::vector<uint8_t> random_blocks(DType t, int64_t rows, int64_t cols, uint32_t
 }
 
 // A one-layer llama GGUF (hidden 384, 3 heads of 128, intermediate 768): q|k Q5_0, v Q8_0, o Q4_0, gate Q4_1,
-// up Q8_0, down Q4_K (768 = 3 × 256; the 384-column tensors cannot be K-quants).
-void write_mixed_model(const std::string& path, bool nan_scale = false) {
+// up Q8_0, down Q4_K (768 = 3 × 256; the 384-column tensors cannot be K-quants) or down_type; with nan_scale v's row 2,
+// block 1 has a NaN scale; with bad_down_f16 >= 0 down's row 2, block 1 has an infinite F16 at that byte.
+void write_mixed_model(const std::string& path, bool nan_scale = false, DType down_type = DType::Q4_K,
+                       int bad_down_f16 = -1) {
   GgufWriter w;
   w.set("general.architecture", GgufValue::make_string("llama"));
   w.set("llama.block_count", GgufValue::make_u32(1));
@@ -62,12 +64,11 @@ void write_mixed_model(const std::string& path, bool nan_scale = false) {
   w.set("llama.attention.head_count", GgufValue::make_u32(uint32_t(kHeads)));
   w.set("llama.attention.head_count_kv", GgufValue::make_u32(uint32_t(kHeads)));
   w.set("llama.vocab_size", GgufValue::make_u32(uint32_t(kVocab)));
-  auto add = [&](const std::string& name, DType t, int64_t rows, int64_t cols, uint32_t seed, bool bad = false) {
+  auto add = [&](const std::string& name, DType t, int64_t rows, int64_t cols, uint32_t seed, bool bad = false,
+                 int bad_at = 0, uint16_t bad_bits = 0x7e00) {
     auto bytes = std::make_shared<std::vector<uint8_t>>(random_blocks(t, rows, cols, seed));
-    if (bad) {  // row 2, block 1: scale NaN
-      const uint16_t nan = 0x7e00;
-      std::memcpy(bytes->data() + 2 * dtype_row_bytes(t, cols) + dtype_block_bytes(t), &nan, 2);
-    }
+    if (bad)  // row 2, block 1: the F16 at bad_at NaN (or bad_bits)
+      std::memcpy(bytes->data() + 2 * dtype_row_bytes(t, cols) + dtype_block_bytes(t) + bad_at, &bad_bits, 2);
     w.add_tensor(name, dtype_to_ggml(t), {cols, rows}, [bytes](uint8_t* d) { std::memcpy(d, bytes->data(), bytes->size()); });
   };
   auto vec = [&](const std::string& name, int64_t n) {
@@ -88,7 +89,7 @@ void write_mixed_model(const std::string& path, bool nan_scale = false) {
   add("blk.0.attn_output.weight", DType::Q4_0, kHidden, kHidden, 5);
   add("blk.0.ffn_gate.weight", DType::Q4_1, kInter, kHidden, 6);
   add("blk.0.ffn_up.weight", DType::Q8_0, kInter, kHidden, 7);
-  add("blk.0.ffn_down.weight", DType::Q4_K, kHidden, kInter, 8);
+  add("blk.0.ffn_down.weight", down_type, kHidden, kInter, 8, bad_down_f16 >= 0, bad_down_f16, 0x7c00);
   w.write(path);
 }
 
@@ -182,6 +183,38 @@ TEST(WeightLoader, NonFiniteBlockScaleIsRefusedNamingTensorRowAndBlock) {
   EXPECT_NO_THROW(load_linear(*f, kKeep, kHidden, {0, kHidden}, {{"blk.0.attn_v.weight", kHidden, {3, kHidden}}}));
 }
 
+// Every kept block type's scale and min scale (block_f16s) is checked: an infinite one is refused naming the tensor,
+// the row and the block. (Q5_1's and Q5_K's min scales were once not checked: an infinite one loaded.)
+TEST(WeightLoader, NonFiniteScaleOrMinOfEveryKeptTypeIsRefused) {
+  struct Case {
+    DType t;
+    int at, n;  // the block's F16 scales, as llama.cpp's block structs have them
+  };
+  for (const Case c :
+       {Case{DType::Q8_0, 0, 1}, Case{DType::Q4_0, 0, 1}, Case{DType::Q4_1, 0, 2}, Case{DType::Q5_0, 0, 1},
+        Case{DType::Q5_1, 0, 2}, Case{DType::Q2_K, 80, 2}, Case{DType::Q4_K, 0, 2}, Case{DType::Q5_K, 0, 2},
+        Case{DType::Q6_K, 208, 1}, Case{DType::IQ4_NL, 0, 1}})
+    for (int k = 0; k < c.n; ++k) {
+      const DType t = c.t;
+      const std::string what = std::string(dtype_name(t)) + (k ? " min scale" : " scale");
+      TempDir dir;
+      write_mixed_model(dir.file("m.gguf"), false, t, c.at + 2 * k);
+      auto f = open_model(dir.file("m.gguf"));
+      const std::vector<RowSlice> down = {{"blk.0.ffn_down.weight", kHidden, {0, kHidden}}};
+      try {
+        load_linear(*f, kKeep, kInter, {0, kInter}, down);
+        ADD_FAILURE() << what << ": accepted";
+      } catch (const FormatError& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("blk.0.ffn_down.weight"), std::string::npos) << msg;
+        EXPECT_NE(msg.find(std::string(dtype_name(t)) + " block whose " + (k ? "min scale" : "scale") +
+                           " is inf (row 2, block 1)"),
+                  std::string::npos)
+            << msg;
+      }
+    }
+}
+
 TEST(WeightLoader, MixedModelRunsKeptAndDequantizedAlike) {
   TempDir dir;
   write_mixed_model(dir.file("m.gguf"));
@@ -255,10 +288,6 @@ double rel_l2_to_source(const ModelFile& f, const SynthSpec& s) {
   return logits_rel_l2(LlamaModel(f, kKeep), LlamaModel(*src, kDequantize));
 }
 
-// llama.cpp's rule for Q8_0 (d = max|x| / 127 a 32-value block) moves a value by at most 0.57 d: d / 2 of rounding,
-// and up to 127 codes × the F16 rounding of d (127 · 2^-11 d).
-float q8_0_requantized_bound(float, float amax) { return amax / 127 * 0.57f + 1e-9f; }
-
 // A Q5_K_M file (llama.cpp's, committed: tests/peers/fixtures/gguf/synth_q5_k_m.gguf) loads with its Q5_K / Q5_1 / Q6_K
 // / Q8_0 weights kept as they are; dequantized to the runtime dtype with model.quantized: dequantize. Made by
 //   tpserve synth --out S --layers 2 --hidden 320 --heads 8 --kv-heads 4 --intermediate 768 --vocab 512 --seed 5
@@ -293,16 +322,16 @@ TEST(WeightLoader, Q5KMFileKeepsItsQ5Weights) {
 }
 
 // The types of Q2_K, Q3_K_M and IQ4_XS files (tests/peers/fixtures/gguf/synth_lowbit.gguf, llama-quantize's; how:
-// tests/peers/make_lowbit_fixture.sh) load, held as rank/gguf_requantize.h says:
+// tests/peers/make_lowbit_fixture.sh) load, held as rank/gguf_requantize.h says (the others kept):
 //   - Q3_K (ffn_down of layer 1) as Q6_K, exactly (the same scales and codes): whole, and sliced on super-blocks;
 //     a slice off them is refused naming the held type and the TP degrees that fit;
 //   - IQ4_NL (every attn_q) kept as it is;
 //   - IQ4_XS (ffn_down of layer 2) as IQ4_NL with d · (ls − 32) rounded to F16: each value within 2^-11 of itself;
-//   - Q2_K (ffn_down of layer 0) as Q8_0 by llama.cpp's rule: within q8_0_requantized_bound;
+//   - Q2_K (ffn_down of layer 0) kept as it is: whole, and a slice off its super-blocks refused;
 // and the model's logits stay near its F32 source's [measured rel. L2 0.197; Q3_K's third bit read from the next
 // plane's mask (one tensor): 0.45] -> 0.25, and near its exact decode run dense in F32 (what the held types and
-// the Q8_0 kernels' activation rounding add) [measured 0.0136; Q6_K's second and fourth planes swapped and IQ4's
-// codes reversed: 0.70] -> 0.03.
+// the kernels' activation rounding add) [measured 0.0136 with Q2_K held as Q8_0; Q6_K's second and fourth planes
+// swapped and IQ4's codes reversed: 0.70] -> 0.03.
 TEST(WeightLoader, LowBitFileHoldsItsTypesAsKeptOnes) {
   auto f = open_model(std::string(TPSERVE_SOURCE_DIR) + "/tests/peers/fixtures/gguf/synth_lowbit.gguf");
   std::map<DType, int> types;
@@ -319,8 +348,13 @@ TEST(WeightLoader, LowBitFileHoldsItsTypesAsKeptOnes) {
   const auto f16_scale = [](float e, float) { return std::fabs(e) * 0x1p-11f + 1e-12f; };
   expect_held_near_exact(*f, "blk.2.ffn_down.weight", 320, 768, {0, 768}, WeightFormat::GgufIq4Nl, f16_scale);
   expect_held_near_exact(*f, "blk.2.ffn_down.weight", 320, 768, {384, 768}, WeightFormat::GgufIq4Nl, f16_scale);
-  expect_held_near_exact(*f, "blk.0.ffn_down.weight", 320, 768, {0, 768}, WeightFormat::GgufQ8_0,
-                         q8_0_requantized_bound);
+  expect_held_near_exact(*f, "blk.0.ffn_down.weight", 320, 768, {0, 768}, WeightFormat::GgufQ2_K, exactly);
+  try {
+    load_linear(*f, kKeep, 768, {384, 768}, {{"blk.0.ffn_down.weight", 320, {0, 320}}});
+    FAIL() << "a Q2_K slice off its super-blocks was accepted";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("q2_k blocks of 256 columns"), std::string::npos) << e.what();
+  }
   try {
     load_linear(*f, kKeep, 768, {0, 384}, {{"blk.1.ffn_down.weight", 320, {0, 320}}});
     FAIL() << "a Q3_K slice off Q6_K's super-blocks was accepted";
