@@ -1,6 +1,6 @@
 // Every weight format's kernel alone, through tp::cpu::linear() (what the model calls): y = x · Wᵀ on the
 // SmolLM2-135M shapes, for BF16 (the baseline), GGUF Q8_0 (and Q8_0 regrouped: q8_0_quads) / Q4_0 / Q4_1 / Q5_0
-// (and q5_0_quads) / Q5_1 / Q4_K / Q5_K / Q6_K / IQ4_NL, W8A16 (int8 per channel), W4A16 (int4, groups of 64; w4a16_channel
+// (and q5_0_quads) / Q5_1 / Q2_K / Q4_K / Q5_K / Q6_K / IQ4_NL, W8A16 (int8 per channel), W4A16 (int4, groups of 64; w4a16_channel
 // and w4a16_g128 too), W8A8-INT8 (int8 per channel, int8 activations per token), FP8 weight only (E4M3 per channel),
 // FP8 dynamic (W8A8-FP8: activations rounded to E4M3 per token), MXFP4 and NVFP4.
 // Decode (m = 1): weight GB/s = bytes held by W (values + scales) ÷ seconds a call, and that as a fraction of
@@ -71,11 +71,9 @@ PackedWeight make(const Fmt& f, int64_t n_out, int64_t n_in, std::mt19937& rng) 
     const DType t = gguf_block_dtype(f.format);
     const int64_t bb = dtype_block_bytes(t);
     const uint16_t h = f32_to_f16(0.01f);
-    for (int64_t b = 0; b < w.data.size() / bb; ++b) {
-      uint8_t* blk = w.data.data() + b * bb + (t == DType::Q6_K ? 208 : 0);
-      std::memcpy(blk, &h, 2);
-      if (t == DType::Q4_1 || t == DType::Q5_1 || t == DType::Q4_K || t == DType::Q5_K) std::memcpy(blk + 2, &h, 2);
-    }
+    const auto [at, n_f16] = block_f16s(t);
+    for (int64_t b = 0; b < w.data.size() / bb; ++b)
+      for (int k = 0; k < n_f16; ++k) std::memcpy(w.data.data() + b * bb + at + 2 * k, &h, 2);
   } else if (f.format == WeightFormat::Fp8E4M3) {
     for (int64_t i = 0; i < w.data.size(); ++i)
       if ((w.data.data()[i] & 0x7f) == 0x7f) w.data.data()[i] &= 0xfe;  // no NaN codes
@@ -172,6 +170,7 @@ int main(int argc, char** argv) {
       {"q5_0_quads", F::GgufQ5_0, 0, ActQuant::None, GgufLayout::Q5_0Quads},
       {"q5_0_groups", F::GgufQ5_0, 0, ActQuant::None, GgufLayout::Q5_0Groups},
       {"q5_1", F::GgufQ5_1},  // +r16 for its kernel (Rows16), as iq4_nl
+      {"q2_k", F::GgufQ2_K},  // +r16 for its kernel (Rows16), as q5_1
       {"q4_k", F::GgufQ4_K},
       {"q5_k", F::GgufQ5_K},  // +r16 for its kernel (Rows16), as q5_1
       {"q6_k", F::GgufQ6_K},
@@ -229,7 +228,8 @@ int main(int argc, char** argv) {
           // linear() would run the reference: not the kernel's figure
           std::fprintf(
               stderr,
-              "%s: the GEMM-form decode needs AVX512-BF16 (GGUF Q4_0 / Q4_1 / Q5_1 / Q5_K / IQ4_NL with F32 x: AVX2)\n",
+              "%s: the GEMM-form decode needs AVX512-BF16 (GGUF Q4_0 / Q4_1 / Q5_1 / Q2_K / Q5_K / IQ4_NL with F32 x: "
+              "AVX2)\n",
               fmts[f].name.c_str());
           return 2;
         }
