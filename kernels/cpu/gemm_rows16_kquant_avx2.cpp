@@ -63,6 +63,25 @@ inline __m256i dup_low_byte(__m256i v) {
   return _mm256_shuffle_epi8(v, idx);
 }
 
+// Every element of a tile of accumulators (F32 totals, int32 / int16 sums) zero.
+template <int NH, int MT>
+inline void zero_all(__m256 (&a)[NH][MT]) {
+#pragma GCC unroll 8
+  for (int h = 0; h < NH; ++h)
+    for (int i = 0; i < MT; ++i) a[h][i] = _mm256_setzero_ps();
+}
+template <int NH, int MT>
+inline void zero_all(__m256i (&a)[NH][MT]) {
+#pragma GCC unroll 8
+  for (int h = 0; h < NH; ++h)
+    for (int i = 0; i < MT; ++i) a[h][i] = _mm256_setzero_si256();
+}
+
+// A block's n scale bytes at e, software-prefetched 4 blocks ahead.
+inline void prefetch_scales(const uint8_t* e, int64_t n) {
+  for (int64_t k = 0; k < n; k += 64) prefetch_weights(e + k + 4 * n);
+}
+
 // Rows 8 h .. 8 h + 7's 16-bit entries at p (8 of them) as dwords: entry r in dword r's low 16 bits.
 inline __m256i entries8(const uint8_t* p) {
   return _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -147,24 +166,17 @@ void q4k_block(const PackedWeight& w, int64_t rb, const GgufActs& a, const int8_
   const float* const* xd = xr.d;
   const __m256i lo4 = _mm256_set1_epi8(0x0f);
   __m256 tot[NH][MT];
-#pragma GCC unroll 8
-  for (int h = 0; h < NH; ++h)
-    for (int i = 0; i < MT; ++i) tot[h][i] = _mm256_setzero_ps();
+  zero_all(tot);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* e = sbs + b * kQ4KScaleBytes;
-    if (prefetch)
-      for (int k = 0; k < kQ4KScaleBytes; k += 64) prefetch_weights(e + k + 4 * kQ4KScaleBytes);
+    if (prefetch) prefetch_scales(e, kQ4KScaleBytes);
     __m256i it[NH][MT];
-#pragma GCC unroll 8
-    for (int h = 0; h < NH; ++h)
-      for (int i = 0; i < MT; ++i) it[h][i] = _mm256_setzero_si256();
+    zero_all(it);
     for (int64_t sub = 0; sub < 8; ++sub) {
       const uint8_t* p = wd + (b * 32 + sub * 4) * 64;
       const int64_t col = b * 256 + sub * 32;
       __m256i acc[NH][MT];
-#pragma GCC unroll 8
-      for (int h = 0; h < NH; ++h)
-        for (int i = 0; i < MT; ++i) acc[h][i] = _mm256_setzero_si256();
+      zero_all(acc);
 #pragma GCC unroll 4
       for (int c = 0; c < 4; ++c) {
         if (prefetch) prefetch_weights(p + c * 64 + kPrefetchBytes);
@@ -210,17 +222,12 @@ void q5k_block(const PackedWeight& w, int64_t rb, const GgufActs& a, const int32
   const int8_t* const* xq = xr.q;
   const float* const* xd = xr.d;
   __m256 tot[NH][MT];
-#pragma GCC unroll 8
-  for (int h = 0; h < NH; ++h)
-    for (int i = 0; i < MT; ++i) tot[h][i] = _mm256_setzero_ps();
+  zero_all(tot);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* e = sbs + b * kQ5KScaleBytes;
-    if (prefetch)
-      for (int k = 0; k < kQ5KScaleBytes; k += 64) prefetch_weights(e + k + 4 * kQ5KScaleBytes);
+    if (prefetch) prefetch_scales(e, kQ5KScaleBytes);
     __m256i it[NH][MT];
-#pragma GCC unroll 8
-    for (int h = 0; h < NH; ++h)
-      for (int i = 0; i < MT; ++i) it[h][i] = _mm256_setzero_si256();
+    zero_all(it);
     for (int64_t sub = 0; sub < 8; ++sub) {
       const uint8_t* p = wd + (b * 32 + sub * 4) * 64;
       const int64_t col = b * 256 + sub * 32;
@@ -280,17 +287,12 @@ void q2k_block(const PackedWeight& w, int64_t rb, const GgufActs& a, int64_t i0,
   const int16_t* const* xb = xr.bs;
   const __m256i lo2 = _mm256_set1_epi8(3), lo4 = _mm256_set1_epi32(15);
   __m256 tot[NH][MT];
-#pragma GCC unroll 8
-  for (int h = 0; h < NH; ++h)
-    for (int i = 0; i < MT; ++i) tot[h][i] = _mm256_setzero_ps();
+  zero_all(tot);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* e = sbs + b * kQ2KScaleBytes;
-    if (prefetch)
-      for (int k = 0; k < kQ2KScaleBytes; k += 64) prefetch_weights(e + k + 4 * kQ2KScaleBytes);
+    if (prefetch) prefetch_scales(e, kQ2KScaleBytes);
     __m256i it[NH][MT];
-#pragma GCC unroll 8
-    for (int h = 0; h < NH; ++h)
-      for (int i = 0; i < MT; ++i) it[h][i] = _mm256_setzero_si256();
+    zero_all(it);
 #pragma GCC unroll 2
     for (int64_t s = 0; s < 16; ++s) {
       const uint8_t* p = wd + (b * 16 + s) * 64;
@@ -388,17 +390,12 @@ void q6k_block(const PackedWeight& w, int64_t rb, const GgufActs& a, int64_t i0,
   const int16_t* const* xb = xr.bs;
   const __m256i lo4 = _mm256_set1_epi8(0x0f);
   __m256 tot[NH][MT];
-#pragma GCC unroll 8
-  for (int h = 0; h < NH; ++h)
-    for (int i = 0; i < MT; ++i) tot[h][i] = _mm256_setzero_ps();
+  zero_all(tot);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* e = sbs + b * kQ6KScaleBytes;
-    if (prefetch)
-      for (int k = 0; k < kQ6KScaleBytes; k += 64) prefetch_weights(e + k + 4 * kQ6KScaleBytes);  // 4 blocks ahead
+    if (prefetch) prefetch_scales(e, kQ6KScaleBytes);
     __m256i it[NH][MT];
-#pragma GCC unroll 8
-    for (int h = 0; h < NH; ++h)
-      for (int i = 0; i < MT; ++i) it[h][i] = _mm256_setzero_si256();
+    zero_all(it);
     for (int64_t g = 0; g < 8; ++g) {  // 32-column groups: two 16-column sub-blocks of 2 chunks
       const uint8_t* p = wd + (b * 32 + g * 4) * 64;
       const int64_t col = b * 256 + g * 32;
