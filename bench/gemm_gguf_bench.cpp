@@ -1,6 +1,6 @@
 // Every weight format's kernel alone, through tp::cpu::linear() (what the model calls): y = x · Wᵀ on the
 // SmolLM2-135M shapes, for BF16 (the baseline), GGUF Q8_0 (and Q8_0 regrouped: q8_0_quads) / Q4_0 / Q4_1 / Q5_0
-// (and q5_0_quads) / Q5_1 / Q2_K / Q4_K / Q5_K / Q6_K / IQ4_NL, W8A16 (int8 per channel), W4A16 (int4, groups of 64; w4a16_channel
+// (and q5_0_quads) / Q5_1 / Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_NL, W8A16 (int8 per channel), W4A16 (int4, groups of 64; w4a16_channel
 // and w4a16_g128 too), W8A8-INT8 (int8 per channel, int8 activations per token), FP8 weight only (E4M3 per channel),
 // FP8 dynamic (W8A8-FP8: activations rounded to E4M3 per token), MXFP4 and NVFP4.
 // Decode (m = 1): weight GB/s = bytes held by W (values + scales) ÷ seconds a call, and that as a fraction of
@@ -171,6 +171,7 @@ int main(int argc, char** argv) {
       {"q5_0_groups", F::GgufQ5_0, 0, ActQuant::None, GgufLayout::Q5_0Groups},
       {"q5_1", F::GgufQ5_1},  // +r16 for its kernel (Rows16), as iq4_nl
       {"q2_k", F::GgufQ2_K},  // +r16 for its kernel (Rows16), as q5_1
+      {"q3_k", F::GgufQ3_K},  // the same
       {"q4_k", F::GgufQ4_K},
       {"q5_k", F::GgufQ5_K},  // +r16 for its kernel (Rows16), as q5_1
       {"q6_k", F::GgufQ6_K},
@@ -226,11 +227,10 @@ int main(int argc, char** argv) {
         made.act_bf16 = fmts[f].act_bf16;
         if (!cpu::gemv_has_avx512(DType::BF16) && !cpu::detail::rows16_avx2_wanted(made)) {
           // linear() would run the reference: not the kernel's figure
-          std::fprintf(
-              stderr,
-              "%s: the GEMM-form decode needs AVX512-BF16 (GGUF Q4_0 / Q4_1 / Q5_1 / Q2_K / Q5_K / IQ4_NL with F32 x: "
-              "AVX2)\n",
-              fmts[f].name.c_str());
+          std::fprintf(stderr,
+                       "%s: the GEMM-form decode needs AVX512-BF16 (GGUF Q4_0 / Q4_1 / Q5_1 / Q2_K / Q3_K / Q5_K / "
+                       "IQ4_NL with F32 x: AVX2)\n",
+                       fmts[f].name.c_str());
           return 2;
         }
         const std::string why = rows16_refusal(made);

@@ -15,7 +15,7 @@
 # made here by `tpserve convert --to gguf-q4_0`, and the compressed-tensors directories made here by
 # `tpserve quantize --in models/SmolLM2-135M-Instruct-hf --scheme S --method rtn`, all under build/bench_models/.
 # Also llama.cpp's own mixes of the BF16 GGUF (`llama-quantize BF16 OUT TYPE`, made here when llama-quantize is built):
-# Q2_K, Q3_K_M, Q5_K_M and IQ4_XS, whose Q3_K / IQ4_XS tensors we hold in kept types
+# Q2_K, Q3_K_M, Q5_K_M and IQ4_XS, whose IQ4_XS tensors we hold as IQ4_NL
 # (rank/gguf_requantize.h), each beside llama-bench on the same file.
 # The compressed-tensors rows have no llama.cpp peer (llama.cpp reads no such checkpoint): they are compared
 # with our BF16 (same HF directory, --dtype bf16) and with llama.cpp's Q8_0 / Q4_0 (the same bits a weight).

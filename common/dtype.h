@@ -21,8 +21,7 @@
 //   IQ4_XS: f16 d, u16 high 2 bits and 4 bytes of low 4 bits of 8 scales (sub-blocks of 32), 128 bytes of nibbles;
 //         x = d * (ls_j - 32) * kIq4Values[q]               (136 bytes)
 // Non-linear 32-weight blocks: IQ4_NL: f16 d, 16 bytes of nibbles (Q4_0's order); x = d * kIq4Values[q] (18 bytes).
-// Types no kernel keeps are read and held at load in one that does (rank/gguf_requantize.h): Q3_K as Q6_K (exactly: the
-// same scales and codes); IQ4_XS as IQ4_NL.
+// The one type no kernel keeps, IQ4_XS, is read and held at load as IQ4_NL (rank/gguf_requantize.h).
 #pragma once
 #include <bit>
 #include <cstdint>

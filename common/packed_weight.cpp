@@ -26,7 +26,7 @@ bool is_gguf_format(WeightFormat f) {
   return f == WeightFormat::GgufQ8_0 || f == WeightFormat::GgufQ4_0 || f == WeightFormat::GgufQ4_1 ||
          f == WeightFormat::GgufQ5_0 || f == WeightFormat::GgufQ4_K || f == WeightFormat::GgufQ6_K ||
          f == WeightFormat::GgufIq4Nl || f == WeightFormat::GgufQ5_1 || f == WeightFormat::GgufQ5_K ||
-         f == WeightFormat::GgufQ2_K;
+         f == WeightFormat::GgufQ2_K || f == WeightFormat::GgufQ3_K;
 }
 
 // The GGUF block dtype of a GGUF format (its blocks are what dtype.h dequantizes).
@@ -42,18 +42,20 @@ DType gguf_block_dtype(WeightFormat f) {
     case WeightFormat::GgufQ5_1: return DType::Q5_1;
     case WeightFormat::GgufQ5_K: return DType::Q5_K;
     case WeightFormat::GgufQ2_K: return DType::Q2_K;
+    case WeightFormat::GgufQ3_K: return DType::Q3_K;
     default: throw Error("gguf_block_dtype: " + std::string(weight_format_name(f)) + " is not a GGUF block format");
   }
 }
 
 bool is_gguf_block_dtype(DType t) {
   return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q4_K ||
-         t == DType::Q6_K || t == DType::IQ4_NL || t == DType::Q5_1 || t == DType::Q5_K || t == DType::Q2_K;
+         t == DType::Q6_K || t == DType::IQ4_NL || t == DType::Q5_1 || t == DType::Q5_K || t == DType::Q2_K ||
+         t == DType::Q3_K;
 }
 
 DType gguf_held_dtype(DType t) {
   if (!is_quantized(t) || is_gguf_block_dtype(t)) return t;
-  return t == DType::Q3_K ? DType::Q6_K : DType::IQ4_NL;  // IQ4_XS
+  return DType::IQ4_NL;  // IQ4_XS
 }
 
 WeightFormat gguf_weight_format(DType t) {
@@ -68,6 +70,7 @@ WeightFormat gguf_weight_format(DType t) {
     case DType::Q5_1: return WeightFormat::GgufQ5_1;
     case DType::Q5_K: return WeightFormat::GgufQ5_K;
     case DType::Q2_K: return WeightFormat::GgufQ2_K;
+    case DType::Q3_K: return WeightFormat::GgufQ3_K;
     default: throw Error("gguf_weight_format: " + std::string(dtype_name(t)) + " is not a GGUF block type");
   }
 }
@@ -91,6 +94,7 @@ std::string_view weight_format_name(WeightFormat f) {
     case WeightFormat::GgufQ5_1: return "q5_1";
     case WeightFormat::GgufQ5_K: return "q5_k";
     case WeightFormat::GgufQ2_K: return "q2_k";
+    case WeightFormat::GgufQ3_K: return "q3_k";
   }
   return "?";
 }
@@ -126,6 +130,7 @@ double weight_format_bits(WeightFormat f, int64_t group_size) {
     case WeightFormat::GgufQ5_1: return 6.0;
     case WeightFormat::GgufQ5_K: return 5.5;
     case WeightFormat::GgufQ2_K: return 2.625;
+    case WeightFormat::GgufQ3_K: return 3.4375;
   }
   return 0;
 }
@@ -154,7 +159,7 @@ int64_t PackedWeight::row_bytes() const {
   if (is_gguf(format))  // Rows16: the codes alone, their scales (and high bits) in scale_bytes
     return rows_layout != RowsLayout::Rows16 ? dtype_row_bytes(gguf_dtype(format), n_in)
            : format == WeightFormat::GgufQ8_0 ? n_in
-           : format == WeightFormat::GgufQ2_K ? n_in / 4
+           : format == WeightFormat::GgufQ2_K || format == WeightFormat::GgufQ3_K ? n_in / 4
                                                : n_in / 2;
   switch (format) {
     case WeightFormat::F32: return n_in * 4;

@@ -48,6 +48,7 @@ enum class WeightFormat : uint8_t {
   GgufQ5_1,   // GGUF Q5_1: x = d q + m, q five bits (Q4_1 with Q5_0's fifth bits)
   GgufQ5_K,   // GGUF Q5_K: x = d sc q − dmin m a 32-column sub-block, q five bits (Q4_K with a fifth bit a weight)
   GgufQ2_K,   // GGUF Q2_K: x = d sc q − dmin m a 16-column sub-block, q two bits, sc and m four
+  GgufQ3_K,   // GGUF Q3_K: x = d (sc − 32) (q − 4) a 16-column sub-block, q three bits, sc six
 };
 
 enum class ActQuant : uint8_t { None, Int8Dynamic, Int8Static, Fp8Dynamic, Fp8Static };
@@ -55,13 +56,13 @@ enum class ActQuant : uint8_t { None, Int8Dynamic, Int8Static, Fp8Dynamic, Fp8St
 std::string_view weight_format_name(WeightFormat f);  // "f32", "bf16", "q8_0", ..., "int4", "fp8_e4m3", "nvfp4"
 std::string_view act_quant_name(ActQuant a);           // "none", "int8_dynamic", ...
 
-// GGUF block formats and their block dtypes (common/dtype.h): Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q4_K, Q5_K,
-// Q6_K, IQ4_NL.
+// GGUF block formats and their block dtypes (common/dtype.h): Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K,
+// Q5_K, Q6_K, IQ4_NL.
 bool is_gguf_format(WeightFormat f);
 DType gguf_block_dtype(WeightFormat f);    // throws tp::Error for a format that is not a GGUF block format
-bool is_gguf_block_dtype(DType t);         // a DType a GGUF weight is kept in: one of those ten
+bool is_gguf_block_dtype(DType t);         // a DType a GGUF weight is kept in: one of those eleven
 // The dtype a GGUF weight stored as t is held in at run time (model.quantized: keep): t itself when a kernel keeps
-// it, Q6_K for Q3_K and IQ4_NL for IQ4_XS (rank/gguf_requantize.h); float types are returned as they are.
+// it, IQ4_NL for IQ4_XS (rank/gguf_requantize.h); float types are returned as they are.
 DType gguf_held_dtype(DType t);
 WeightFormat gguf_weight_format(DType t);  // throws tp::Error unless is_gguf_block_dtype(t)
 

@@ -56,13 +56,13 @@ std::vector<T> from_rows16(const std::vector<T>& a, int64_t n_out, int64_t n) {
   return o;
 }
 
-// GGUF Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_0 / Q5_1 / Q5_K / Q6_K / IQ4_NL: the formats Rows16 holds (IQ4_NL as Q4_0: the
-// same blocks).
+// GGUF Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_0 / Q5_1 / Q5_K / Q6_K / IQ4_NL / Q2_K / Q3_K: the formats Rows16 holds (IQ4_NL
+// as Q4_0: the same blocks).
 bool is_gguf16(WeightFormat f) {
   return f == WeightFormat::GgufQ4_0 || f == WeightFormat::GgufQ4_1 || f == WeightFormat::GgufQ8_0 ||
          f == WeightFormat::GgufQ4_K || f == WeightFormat::GgufQ5_0 || f == WeightFormat::GgufQ5_1 ||
          f == WeightFormat::GgufQ5_K || f == WeightFormat::GgufQ6_K || f == WeightFormat::GgufIq4Nl ||
-         f == WeightFormat::GgufQ2_K;
+         f == WeightFormat::GgufQ2_K || f == WeightFormat::GgufQ3_K;
 }
 
 // Q6_K in Rows16: a 256-column block's 6-bit codes q (llama.cpp's dequantize_row_q6_K: column c, half n = c / 128,
@@ -191,6 +191,45 @@ void q2_k_block_from_rows16(const uint8_t* data_block, const uint8_t* sb_block, 
   }
 }
 
+// Q3_K in Rows16: a 256-column block's codes u = q + 4 in [0, 7] (q3_k_block_codes, common/dtype.h), their low 2 bits
+// in Q2_K's lines, their third bits in a 32-byte line a sub-block (byte 4 (i % 8) + j, bit 4 (i / 8) + k: row i's
+// column 16 s + 4k + j), and 800 scale bytes: 16 d (F16), 16 sub-blocks × 16 rows' int8 scale (sc − 32) at 32 + 16 s +
+// i, then the 16 third-bit lines at 288 + 32 s.
+constexpr int kQ3KHigh = 288;  // where a row block's third-bit lines start in its scale bytes
+
+void q3_k_block_to_rows16(const uint8_t* blk, int64_t i, uint8_t* data_block, uint8_t* sb_block) {
+  uint16_t d;
+  int8_t scales[16], codes[256];
+  q3_k_block_codes(blk, &d, scales, codes);
+  store16(d, sb_block + 2 * i);
+  for (int s = 0; s < 16; ++s) sb_block[32 + 16 * s + i] = uint8_t(scales[s]);
+  for (int c = 0; c < 256; ++c) {
+    const int u = codes[c] + 4, k = (c % 16) / 4, j = c % 4;
+    uint8_t& code = data_block[(c / 16) * 64 + 4 * i + j];
+    code = uint8_t(code | (u & 3) << (2 * k));
+    uint8_t& hi = sb_block[kQ3KHigh + 32 * (c / 16) + 4 * (i % 8) + j];
+    hi = uint8_t(hi | (u >> 2) << (4 * (i / 8) + k));
+  }
+}
+
+void q3_k_block_from_rows16(const uint8_t* data_block, const uint8_t* sb_block, int64_t i, uint8_t* blk) {
+  std::memset(blk, 0, 110);
+  std::memcpy(blk + 108, sb_block + 2 * i, 2);
+  for (int s = 0; s < 16; ++s) {  // 6-bit sc: low 4 bits in byte s % 8 (high nibble from 8 on), high 2 in 8 + s % 4
+    const int u = int(int8_t(sb_block[32 + 16 * s + i])) + 32;
+    blk[96 + s % 8] = uint8_t(blk[96 + s % 8] | (u & 15) << (s < 8 ? 0 : 4));
+    blk[104 + s % 4] = uint8_t(blk[104 + s % 4] | (u >> 4) << (2 * (s / 4)));
+  }
+  for (int c = 0; c < 256; ++c) {
+    const int k = (c % 16) / 4, j = c % 4;
+    const int lo = (data_block[(c / 16) * 64 + 4 * i + j] >> (2 * k)) & 3;
+    const int hb = (sb_block[kQ3KHigh + 32 * (c / 16) + 4 * (i % 8) + j] >> (4 * (i / 8) + k)) & 1;
+    uint8_t& q = blk[32 + 32 * (c / 128) + c % 32];  // llama.cpp's order, as Q2_K's; the third bit in hmask
+    q = uint8_t(q | lo << (2 * ((c % 128) / 32)));
+    blk[c % 32] = uint8_t(blk[c % 32] | hb << (c / 32));
+  }
+}
+
 // GGUF Q5_0 / Q5_1 in Rows16 (rows16_layout.h): a block's 32 five-bit codes q (weight j: the low nibble of byte
 // kQs + j % 16, high from 16 on; its fifth bit: bit j of the 4 bytes at kQh) in and out of the row block's data
 // (codes) and scale_bytes (d; Q5_1: then m; then the fifth-bit plane). data_block: the block's first chunk (4 chunks of
@@ -244,12 +283,12 @@ GgufBlock gguf_block(WeightFormat f) {
   }
 }
 
-// Q5_0 / Q5_1 / Q5_K / Q6_K (their high bits in planes, rows16_layout.h) and Q2_K (its scale bytes as the file's): a
-// block's columns, file bytes, scale bytes and code bytes a block of 16 rows; and one file block into / out of the row
-// block's data and scale bytes at row i.
+// Q5_0 / Q5_1 / Q5_K / Q6_K / Q3_K (their high bits in planes, rows16_layout.h) and Q2_K (its scale bytes as the
+// file's): a block's columns, file bytes, scale bytes and code bytes a block of 16 rows; and one file block into / out
+// of the row block's data and scale bytes at row i.
 bool is_planar(WeightFormat f) {
   return f == WeightFormat::GgufQ5_0 || f == WeightFormat::GgufQ5_1 || f == WeightFormat::GgufQ5_K ||
-         f == WeightFormat::GgufQ6_K || f == WeightFormat::GgufQ2_K;
+         f == WeightFormat::GgufQ6_K || f == WeightFormat::GgufQ2_K || f == WeightFormat::GgufQ3_K;
 }
 
 struct PlanarBlock {
@@ -263,6 +302,8 @@ PlanarBlock planar_block(WeightFormat f) {
   if (f == WeightFormat::GgufQ5_K)
     return {256, 176, kQ5KEntries + 512, 2048, q5_k_block_to_rows16, q5_k_block_from_rows16};
   if (f == WeightFormat::GgufQ2_K) return {256, 84, 320, 1024, q2_k_block_to_rows16, q2_k_block_from_rows16};
+  if (f == WeightFormat::GgufQ3_K)
+    return {256, 110, kQ3KHigh + 512, 1024, q3_k_block_to_rows16, q3_k_block_from_rows16};
   if (f == WeightFormat::GgufQ5_1) return {32, 24, 128, 256, q5_block_to_rows16<true>, q5_block_from_rows16<true>};
   return {32, 22, 96, 256, q5_block_to_rows16<false>, q5_block_from_rows16<false>};
 }
@@ -343,7 +384,8 @@ std::string rows16_refusal(const PackedWeight& w) {
   if (is_gguf16(w.format))
     return w.gguf_layout == GgufLayout::File ? "" : std::string("GGUF rows regrouped (") + gguf_layout_name(w.gguf_layout) + ")";
   if (!fp4 && w.format != WeightFormat::Int4)
-    return "not an int4, mxfp4, nvfp4, GGUF q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q4_k, q5_k, q6_k or iq4_nl weight";
+    return "not an int4, mxfp4, nvfp4, GGUF q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k or iq4_nl "
+           "weight";
   if (w.act != ActQuant::None) return "activation quantization";
   if (w.n_in % 32 != 0) return "n_in is not a multiple of 32";
   if (!fp4 && !w.g_idx.empty()) return "g_idx (act-order)";
@@ -402,7 +444,8 @@ void set_rows_layout(PackedWeight* w, RowsLayout to) {
   // code bytes a row (Q2_K: 2 bits a code); chunks (64 bytes of a row block) a row: 8 columns of 4-bit codes, 4 of
   // Q8_0's bytes
   const int64_t n_in = w->n_in, chunks = q8 ? n_in / 4 : n_in / kChunkCols;
-  const int64_t rbytes = q8 ? n_in : w->format == WeightFormat::GgufQ2_K ? n_in / 4 : n_in / 2;
+  const bool two_bit = w->format == WeightFormat::GgufQ2_K || w->format == WeightFormat::GgufQ3_K;  // low bits' lines
+  const int64_t rbytes = q8 ? n_in : two_bit ? n_in / 4 : n_in / 2;
   const int64_t nrb = row_blocks(w->n_out);
   const int64_t n = row_entries(*w);  // entries a row of the per-row arrays
   AlignedBytes data;

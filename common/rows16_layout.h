@@ -43,6 +43,11 @@
 //           (a sub-block), byte 4i + j, bits 2k, 2k + 1 = the code of row i, column k0 + 4k + j; scale_bytes
 //           [ceil(n_out / 16)][nb][320 bytes]: the 16 rows' F16 d (32 bytes), dmin (32), then per sub-block s the 16
 //           rows' byte sc | m << 4 as the file's (at 64 + 16 s + i). 84 bytes per 256 columns, as the file.
+//           GGUF Q3_K (x = d (sc − 32) (q − 4) a 16-column sub-block, q three bits, sc six; the AVX2 kernel): data as
+//           Q2_K's, holding the low 2 bits of u = q (in [0, 7]); scale_bytes [ceil(n_out / 16)][nb][800 bytes]: the 16
+//           rows' F16 d (32 bytes), their int8 sc − 32 (16 sub-blocks × 16 rows, byte 32 + 16 s + i), then per
+//           sub-block s a 32-byte line of the third bits at 288 + 32 s (byte 4 (i % 8) + j, bit 4 (i / 8) + k: that of
+//           row i, column 16 s + 4k + j). 114 bytes per 256 columns (the file: 110).
 //           GGUF Q6_K (256-column blocks, x = d sc (q − 32), q six bits, sc int8 a 16 columns; the int8 kernel and
 //           AVX2's, kernels/cpu/gemm_rows16_kquant_avx2.cpp):
 //           data as Q5_0's (the low 4 bits of q); scale_bytes [ceil(n_out / 16)][nb][1312 bytes]: the 16 rows' F16
@@ -52,8 +57,8 @@
 // Rows16 takes weight-only (act None) weights with n_in a multiple of 32: Int4 without g_idx, per channel or in
 // groups of a multiple of 16 columns (the GEMM form reads 8-column chunks; 16: an act-order slice's held groups,
 // common/act_order.h); MXFP4 / NVFP4 without a scale byte the decode's fast conversion does not
-// take (fp4_rows16_scales_ok); GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q2_K / Q4_K / Q5_K / Q6_K / IQ4_NL in the file's
-// blocks
+// take (fp4_rows16_scales_ok); GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_NL in the
+// file's blocks
 // (gguf_layout File).
 #pragma once
 #include <cstdint>
@@ -82,8 +87,8 @@ void rows16_codes(const uint8_t* data, int64_t n_in, int64_t r, uint8_t* codes);
 // Row r's n_in code bytes (q + 128), in column order, out of a GGUF Q8_0 weight's Rows16 data.
 void rows16_q8_codes(const uint8_t* data, int64_t n_in, int64_t r, uint8_t* codes);
 
-// A GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q2_K / Q4_K / Q5_K / Q6_K / IQ4_NL row's bytes of scale entries (Q5_0,
-// Q5_1, Q5_K, Q6_K: and high bits) in Rows16 (scale_bytes holds this per held row).
+// A GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_NL row's bytes of scale entries
+// (Q5_0, Q5_1, Q5_K, Q6_K, Q3_K: and high bits) in Rows16 (scale_bytes holds this per held row).
 int64_t rows16_gguf_scale_bytes(WeightFormat f, int64_t n_in);
 
 // Row r of a GGUF weight held in Rows16, as the file's blocks (dtype_row_bytes of its type) into out.
@@ -96,7 +101,7 @@ void rows16_entries(const T* a, int64_t n, int64_t r, T* out) {
   for (int64_t g = 0; g < n; ++g) out[g] = p[g * 16];
 }
 
-// w (Int4, Mxfp4, Nvfp4, GGUF Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q4_K, Q5_K, Q6_K or IQ4_NL; checked) into layout `to`, in place
+// w (Int4, Mxfp4, Nvfp4, GGUF Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K or IQ4_NL; checked) into layout `to`, in place
 // (nothing when it is already there). To Rows16 throws tp::Error with rows16_refusal's reason when w cannot be held
 // so; w is then left as it was.
 void set_rows_layout(PackedWeight* w, RowsLayout to);

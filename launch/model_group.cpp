@@ -257,7 +257,7 @@ std::string ModelGroup::report() const {
       std::string(kv_dtype_name(pool->shape().dtype)).c_str(),
       pool->shape().tensor_scales ? " (the checkpoint's k_scale/v_scale)" : "", (long long)pool->shape().n_blocks,
       (long long)pool->shape().block_size, (long long)pool->n_bytes(), double(pool->n_bytes()) / (1 << 20), threads);
-  // GGUF block types no kernel keeps (Q3_K, IQ4_XS) were requantized at load into the
+  // GGUF block types no kernel keeps (IQ4_XS) were requantized at load into the
   // type they are held in: say so, per held type (with model.quantized: dequantize every weight is dense anyway).
   std::map<std::string, std::set<std::string>> held;  // held as -> the file's types
   for (const TensorView& t : file->tensors())

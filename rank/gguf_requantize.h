@@ -1,7 +1,5 @@
 // Rows of GGUF block types no kernel keeps, rewritten at load into the block type they are held in
 // (common/packed_weight.h gguf_held_dtype):
-//   Q3_K   -> Q6_K exactly: the same d, sub-block scales and codes (Q6_K's 16-weight sub-blocks carry an int8 scale
-//             and a 6-bit code, a superset of Q3_K's 6-bit scale and 3-bit code); 6.56 bits a weight for 3.44.
 //   IQ4_XS -> IQ4_NL: one IQ4_NL block a 32-weight sub-block, d' = d * (ls - 32) rounded to F16 (relative error
 //             <= 2^-11 of d'), the same codes (4.5 bits a weight for 4.25).
 #pragma once
@@ -12,7 +10,7 @@
 namespace tp {
 
 // Converts one row of n weights (n a multiple of dtype_block_elems(t)) of type t at src into
-// dtype_row_bytes(gguf_held_dtype(t), n) bytes at dst. t must be Q3_K or IQ4_XS (else tp::Error). The output's block
+// dtype_row_bytes(gguf_held_dtype(t), n) bytes at dst. t must be IQ4_XS (else tp::Error). The output's block
 // scales may be non-finite when the input's are (callers check them as for a kept type).
 void requantize_gguf_row(DType t, const void* src, void* dst, int64_t n);
 

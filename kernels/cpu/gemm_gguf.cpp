@@ -198,6 +198,22 @@ float dot_portable(WeightFormat f, const uint8_t* wr, const GgufActs& a, int64_t
       }
       return acc;
     }
+    case WeightFormat::GgufQ3_K: {  // x = d (sc − 32) (q − 4): the codes' −4 off Σq per 16 (as Q6_K's −32)
+      const int16_t* bs = a.bsums.data() + g * (n / 16);
+      for (int64_t b = 0; b < nb; ++b, wr += 110) {
+        uint16_t d;
+        int8_t sc[16], codes[256];
+        q3_k_block_codes(wr, &d, sc, codes);
+        int sumi = 0;
+        for (int s = 0; s < 16; ++s) {
+          int sum = 0;
+          for (int l = 0; l < 16; ++l) sum += (codes[16 * s + l] + 4) * xq[b * 256 + 16 * s + l];
+          sumi += sc[s] * (sum - 4 * bs[b * 16 + s]);
+        }
+        acc += f16_to_f32(d) * xd[b] * float(sumi);
+      }
+      return acc;
+    }
     case WeightFormat::GgufQ6_K: {
       const int16_t* bs = a.bsums.data() + g * (n / 16);
       for (int64_t b = 0; b < nb; ++b, wr += 210) {
@@ -264,6 +280,7 @@ GgufActType gguf_act_type(WeightFormat f) {
     case WeightFormat::GgufQ4_1:
     case WeightFormat::GgufQ5_1: return GgufActType::Q8_1;
     case WeightFormat::GgufQ2_K:
+    case WeightFormat::GgufQ3_K:
     case WeightFormat::GgufQ4_K:
     case WeightFormat::GgufQ5_K:
     case WeightFormat::GgufQ6_K: return GgufActType::Q8_K;

@@ -1,12 +1,12 @@
-// Private to kernels/cpu: y = x · Wᵀ for GGUF block weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q4_K, Q5_K, Q6_K,
-// IQ4_NL) read as they are stored, with int8 × int8 dot products.
+// Private to kernels/cpu: y = x · Wᵀ for GGUF block weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K,
+// Q6_K, IQ4_NL) read as they are stored, with int8 × int8 dot products.
 //
 // Activations are quantized on the fly, per row of x, to the type llama.cpp's CPU backend pairs with each
 // weight type (its `vec_dot_type`), so that our results compare like with like with llama.cpp:
 //   Q8_0, Q4_0, Q5_0, IQ4_NL  x as Q8_0: per 32-block, d = max|x| / 127 (kept rounded to F16, as llama.cpp
 //                             stores it), q = round-half-even(x · 127 / max|x|) in [-127, 127]
 //   Q4_1, Q5_1 weights        x as Q8_1: the same q and d, plus s = F16(d · Σq) for the min term
-//   Q2_K, Q4_K, Q5_K, Q6_K    x as Q8_K: per 256-block, iscale = -127 / (the value of largest magnitude),
+//   Q2_K .. Q6_K (K-quants)   x as Q8_K: per 256-block, iscale = -127 / (the value of largest magnitude),
 //                             q = round-half-even(iscale · x) ≤ 127, d = 1 / iscale (F32), Σq per 16
 // Each output is then Σ_blocks d_w · d_x · Σ(q_w · q_x) (+ the block's offset / min term), the integer sums
 // exact (no saturation: every product pair fits int16, see gemm_gguf_simd.inc), the float sum in F32.
@@ -31,8 +31,8 @@
 // kernel of the 32-blocks (gemm_gguf_avx2_blocks.inc) works on chunks of 8 weight rows, one F32 chain per
 // output (the block's whole integer sum, then one fma) kept as a lane of a vector of 8 rows; from m = 2 on it
 // unpacks the chunk's codes once into an L1 panel and passes every row of x over it (batched decode, prefill).
-// IQ4_NL (Q4_0's blocks, the codes' values kIq4Values[q]), Q5_1, Q5_K and Q2_K have no file-layout SIMD kernel: on
-// every CPU with AVX2 they are held in Rows16 and run rows16_avx2_linear (gemm_rows16_avx2.cpp; Q5_K and Q2_K
+// IQ4_NL (Q4_0's blocks, the codes' values kIq4Values[q]), Q5_1, Q5_K, Q2_K and Q3_K have no file-layout SIMD kernel:
+// on every CPU with AVX2 they are held in Rows16 and run rows16_avx2_linear (gemm_rows16_avx2.cpp; Q5_K, Q2_K and Q3_K
 // rows16_avx2_k_linear, gemm_rows16_kquant_avx2.cpp); in the file layout (CPUs without AVX2, and tests) the Avx2 and
 // Avx512Vnni kernels run them by the portable one.
 // Batch invariance: on every kernel, each output (row of W, row of x) gets the same float operations in the
@@ -60,16 +60,17 @@ bool gguf_kernel_available(GgufKernel k);
 // The best int8 tile this CPU runs (Avx512Vnni, else Avx2, else Portable).
 GgufKernel gguf_best_tile();
 
-// IQ4_NL, Q5_1, Q5_K and Q2_K: no file-layout SIMD kernel; their only SIMD kernel is the Rows16 one on AVX2
-// (rows16_avx2_linear; Q5_K / Q2_K rows16_avx2_k_linear), the file layout runs by the portable kernel whichever kernel
-// is asked for (see above).
-inline bool gguf_rows16_only(WeightFormat f) {
-  return f == WeightFormat::GgufIq4Nl || f == WeightFormat::GgufQ5_1 || f == WeightFormat::GgufQ5_K ||
-         f == WeightFormat::GgufQ2_K;
+// Q5_K, Q2_K and Q3_K: of the Rows16-only formats (below), those rows16_avx2_k_linear runs (Q8_K activations).
+inline bool gguf_rows16_k_only(WeightFormat f) {
+  return f == WeightFormat::GgufQ5_K || f == WeightFormat::GgufQ2_K || f == WeightFormat::GgufQ3_K;
 }
 
-// Q5_K and Q2_K: of the Rows16-only formats, those rows16_avx2_k_linear runs (Q8_K activations).
-inline bool gguf_rows16_k_only(WeightFormat f) { return f == WeightFormat::GgufQ5_K || f == WeightFormat::GgufQ2_K; }
+// IQ4_NL, Q5_1 and gguf_rows16_k_only's: no file-layout SIMD kernel; their only SIMD kernel is the Rows16 one on AVX2
+// (rows16_avx2_linear; rows16_avx2_k_linear), the file layout runs by the portable kernel whichever kernel is asked for
+// (see above).
+inline bool gguf_rows16_only(WeightFormat f) {
+  return f == WeightFormat::GgufIq4Nl || f == WeightFormat::GgufQ5_1 || gguf_rows16_k_only(f);
+}
 
 // The activation type llama.cpp pairs with a GGUF weight format (see above).
 enum class GgufActType : uint8_t { Q8_0, Q8_1, Q8_K };

@@ -1,12 +1,12 @@
-// GGUF Q2_K, Q4_K, Q5_K and Q6_K (the K-quants of the Q2_K, Q4_K_M and Q5_K_M mixes) in GEMM form on AVX2 (rows16.h
-// rows16_avx2_k_linear; the layouts: common/rows16_layout.h Rows16) — Q4_K's and Q6_K's decode and prefill on CPUs
-// without AVX-512 VNNI (AMD Zen 1-3, Intel before Ice Lake), Q5_K's and Q2_K's on every CPU with AVX2 (they have no
-// other SIMD kernel). x is Q8_K as the file layout's kernels quantize it (gemm_gguf.h: int8 a 256-column block, d F32,
-// Σq a 16 columns). Per 8-column chunk of a block of 16 weight rows one 64-byte line holds rows 0-7 in its first 32
-// bytes and rows 8-15 in the next, 4 bytes a row, and one vpmaddubsw of a half's 32 bytes against x's 4 bytes of those
-// columns, broadcast, sums each row's products in its own two int16 lanes (as gemm_rows16_avx2.cpp's Q4_0): no
-// horizontal sums. A vpmaddwd by the rows' scale in both int16 lanes of the row's dword then makes sc · Σ q q_x in one
-// int32 lane a row.
+// GGUF Q2_K, Q3_K, Q4_K, Q5_K and Q6_K (the K-quants of llama.cpp's Q2_K, Q3_K_M, Q4_K_M and Q5_K_M mixes) in GEMM
+// form on AVX2 (rows16.h rows16_avx2_k_linear; the layouts: common/rows16_layout.h Rows16) — Q4_K's and Q6_K's decode
+// and prefill on CPUs without AVX-512 VNNI (AMD Zen 1-3, Intel before Ice Lake), Q5_K's, Q2_K's and Q3_K's on every CPU
+// with AVX2 (they have no other SIMD kernel). x is Q8_K as the file layout's kernels quantize it (gemm_gguf.h: int8 a
+// 256-column block, d F32, Σq a 16 columns). Per 8-column chunk of a block of 16 weight rows one 64-byte line holds
+// rows 0-7 in its first 32 bytes and rows 8-15 in the next, 4 bytes a row, and one vpmaddubsw of a half's 32 bytes
+// against x's 4 bytes of those columns, broadcast, sums each row's products in its own two int16 lanes (as
+// gemm_rows16_avx2.cpp's Q4_0): no horizontal sums. A vpmaddwd by the rows' scale in both int16 lanes of the row's
+// dword then makes sc · Σ q q_x in one int32 lane a row.
 //   Q4_K (x = d sc q − dmin m a 32-column sub-block, q 4 bits): codes as Q4_0's (columns 0, 4, 1, 5 of a chunk in the
 //   low nibbles, 2, 6, 3, 7 in the high ones; x permuted once a call, rows16_q4_x_order); a sub-block's 4 chunks add
 //   in int16 (≤ 4 · 2 · 2 · 15 · 127 = 30480), × sc into the block's int32 total; the mins' Σ m_s Σq_x (Σq_x of
@@ -21,6 +21,8 @@
 //   operations Q4_K's (one FMA for the scales, one for the mins, where the portable kernel multiplies and adds).
 //   Q2_K (x = d sc q − dmin m a 16-column sub-block, q 2 bits, sc and m 4): a line a sub-block, 4 columns a row in each
 //   bit pair (q2k_block); the mins as Q6_K's offset (pairs of sub-blocks by vpmaddwd); Q5_K's float step.
+//   Q3_K (x = d (sc − 32) (q − 4) a 16-column sub-block, q 3 bits): Q2_K's lines with a line of third bits a sub-block
+//   (q3k_block), the int8 sc and the −4 offset as Q6_K's (int8_sc_block_step).
 // The block's int32 totals are those of gemm_rows16_int8.cpp's VNNI kernels (exact integers) and the float operations
 // theirs — Q4_K: fma(float(Σ), d_w d_x, tot), then −float(Σ mins) · dmin_w d_x by fnmadd; Q6_K: fma(float(Σ), d_w
 // d_x, tot) — so each output has the VNNI kernel's bits, whatever m, the tiles and the threads (a row of a batch has
@@ -55,6 +57,7 @@ constexpr int64_t kQ4KScaleBytes = 320;   // a block's entries of 16 rows: d, dm
 constexpr int64_t kQ6KScaleBytes = 1312;  // d (F16), sc (16 sub-blocks × 16 rows), 8 × two 64-byte planes
 constexpr int64_t kQ5KScaleBytes = 832;   // Q4_K's entries, then 8 64-byte planes of the fifth bits
 constexpr int64_t kQ2KScaleBytes = 320;   // d, dmin (F16), then 16 sub-blocks × 16 rows' sc | m << 4 bytes
+constexpr int64_t kQ3KScaleBytes = 800;   // d (F16), int8 sc (16 sub-blocks × 16 rows), 16 32-byte third-bit lines
 
 // Each dword's low byte in both of its int16 lanes (the row's scale as vpmaddwd's other operand): per 128-bit lane.
 inline __m256i dup_low_byte(__m256i v) {
@@ -351,6 +354,107 @@ void q2k_block(const PackedWeight& w, int64_t rb, const GgufActs& a, int64_t i0,
   store_halves<MT, H0, NH>(tot, rb, w.n_out, y);
 }
 
+// 8 rows' int8 scales at p (Q6_K's, Q3_K's) as dwords, each row's in both int16 lanes of its dword (vpmaddwd's other
+// operand against its int16 sums).
+inline __m256i int8_sc_dwords(const uint8_t* p) {
+  return _mm256_shuffle_epi8(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))),
+                             _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1, 0, 1, 4, 5, 4,
+                                              5, 8, 9, 8, 9, 12, 13, 12, 13));
+}
+
+// Q6_K's and Q3_K's step at the end of block b (its 16 rows' F16 d at e, their int8 sc of 16 sub-blocks at e + 32 + 16
+// s): the codes' offset 2^kShift (Q6_K 32, Q3_K 4) as 2^kShift Σ_s sc_s Σq_x(s) (sub-blocks in pairs: sc_s, sc_s+1 as a
+// dword's int16 lanes; x's two adjacent int16 sums one dword) off it, then tot += float(it − offset) · (d_w d_x), for
+// halves H0 .. H0 + NH − 1 of MT rows of x.
+template <int MT, int H0, int NH, int kShift>
+inline void int8_sc_block_step(const uint8_t* e, const __m256i (&it)[NH][MT], const int16_t* const* xb,
+                               const float* const* xd, int64_t b, __m256 (&tot)[NH][MT]) {
+#pragma GCC unroll 2
+  for (int h = 0; h < NH; ++h) {
+    __m256i off[MT];
+#pragma GCC unroll 4
+    for (int i = 0; i < MT; ++i) off[i] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int s = 0; s < 16; s += 2) {
+      const __m128i s0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(e + 32 + s * 16 + (H0 + h) * 8));
+      const __m128i s1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(e + 32 + (s + 1) * 16 + (H0 + h) * 8));
+      const __m256i sp = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s1));
+#pragma GCC unroll 4
+      for (int i = 0; i < MT; ++i) {
+        int32_t xs;
+        std::memcpy(&xs, xb[i] + b * 16 + s, 4);
+        off[i] = _mm256_add_epi32(off[i], _mm256_madd_epi16(sp, _mm256_set1_epi32(xs)));
+      }
+    }
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e + (H0 + h) * 16)));
+#pragma GCC unroll 4
+    for (int i = 0; i < MT; ++i) {
+      const __m256i total = _mm256_sub_epi32(it[h][i], _mm256_slli_epi32(off[i], kShift));
+      tot[h][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(dw, _mm256_set1_ps(xd[i][b])), tot[h][i]);
+    }
+  }
+}
+
+// Q3_K row block rb's halves H0 .. H0 + NH − 1 (rows 8 h .. 8 h + 7) against MT rows of x from row i0 (Q8_K, column
+// order): per 16-column sub-block Q2_K's line of the codes' low 2 bits and a 32-byte line of their third bits (half h's
+// in nibble h of byte 4i + j: bit k for column 4k + j), merged into 4 vectors of u = q + 4 in [0, 7]; 4 vpmaddubsw
+// (int16 ≤ 4 · 2 · 7 · 127 = 7112) × the int8 sc by vpmaddwd into the block's int32 total; then Q6_K's step with the
+// offset 4. y[i · n_out + 16 rb + 8 h + r], the rows past n_out left out.
+template <int MT, int H0, int NH>
+void q3k_block(const PackedWeight& w, int64_t rb, const GgufActs& a, int64_t i0, float* y, bool prefetch) {
+  const int64_t n_in = w.n_in, nb = n_in / 256;
+  const uint8_t* wd = w.data.data() + rb * (n_in / 16) * 64;
+  const uint8_t* sbs = w.scale_bytes.data() + rb * nb * kQ3KScaleBytes;
+  const XRows<MT> xr(a, a.q.data(), i0);
+  const int8_t* const* xq = xr.q;
+  const float* const* xd = xr.d;
+  const int16_t* const* xb = xr.bs;
+  const __m256i lo2 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4), lo4 = _mm256_set1_epi8(0x0f);
+  __m256 tot[NH][MT];
+  zero_all(tot);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* e = sbs + b * kQ3KScaleBytes;
+    if (prefetch) prefetch_scales(e, kQ3KScaleBytes);
+    __m256i it[NH][MT];
+    zero_all(it);
+#pragma GCC unroll 2
+    for (int64_t s = 0; s < 16; ++s) {
+      const uint8_t* p = wd + (b * 16 + s) * 64;
+      const int64_t col = b * 256 + s * 16;
+      if (prefetch) prefetch_weights(p + kPrefetchBytes);
+      const __m256i hl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e + 288 + 32 * s));
+      __m256i q[NH][4], sc[NH];
+#pragma GCC unroll 2
+      for (int h = 0; h < NH; ++h) {
+        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + (H0 + h) * 32));
+        const __m256i hn = H0 + h == 0 ? _mm256_and_si256(hl, lo4) : _mm256_and_si256(_mm256_srli_epi16(hl, 4), lo4);
+        q[h][0] = _mm256_or_si256(_mm256_and_si256(wv, lo2), _mm256_and_si256(_mm256_slli_epi16(hn, 2), four));
+        q[h][1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(wv, 2), lo2),
+                                  _mm256_and_si256(_mm256_slli_epi16(hn, 1), four));
+        q[h][2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(wv, 4), lo2), _mm256_and_si256(hn, four));
+        q[h][3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(wv, 6), lo2),
+                                  _mm256_and_si256(_mm256_srli_epi16(hn, 1), four));
+        sc[h] = int8_sc_dwords(e + 32 + 16 * s + (H0 + h) * 8);
+      }
+#pragma GCC unroll 4
+      for (int i = 0; i < MT; ++i) {
+        __m256i x[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) x[k] = rows16_bcast4(xq[i] + col + 4 * k);
+#pragma GCC unroll 2
+        for (int h = 0; h < NH; ++h) {
+          const __m256i acc = _mm256_add_epi16(
+              _mm256_add_epi16(_mm256_maddubs_epi16(q[h][0], x[0]), _mm256_maddubs_epi16(q[h][1], x[1])),
+              _mm256_add_epi16(_mm256_maddubs_epi16(q[h][2], x[2]), _mm256_maddubs_epi16(q[h][3], x[3])));
+          it[h][i] = _mm256_add_epi32(it[h][i], _mm256_madd_epi16(acc, sc[h]));
+        }
+      }
+    }
+    int8_sc_block_step<MT, H0, NH, 2>(e, it, xb, xd, b, tot);
+  }
+  store_halves<MT, H0, NH>(tot, rb, w.n_out, y);
+}
+
 // Q6_K's bit planes of a half's 32 columns merged: x (bit 2k: plane 0's bit 2k, bit 2k + 1: plane 1's) serves the
 // chunks' low columns, y (the planes' odd bits alike) their high ones; chunk c's bits sit at 2c, 2c + 1 of each.
 struct Q6Planes {
@@ -407,11 +511,7 @@ void q6k_block(const PackedWeight& w, int64_t rb, const GgufActs& a, int64_t i0,
       const auto chunk = [&]<int C>() {
         if constexpr (C % 2 == 0)  // sub-block 2g + C / 2: the rows' int8 sc in both int16 lanes of their dwords
 #pragma GCC unroll 2
-          for (int h = 0; h < NH; ++h)
-            sc[h] = _mm256_shuffle_epi8(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(
-                                            e + 32 + (2 * g + C / 2) * 16 + (H0 + h) * 8))),
-                                        _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1, 0, 1,
-                                                         4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13));
+          for (int h = 0; h < NH; ++h) sc[h] = int8_sc_dwords(e + 32 + (2 * g + C / 2) * 16 + (H0 + h) * 8);
         if (prefetch) prefetch_weights(p + C * 64 + kPrefetchBytes);
         __m256i q0[NH], q1[NH];
 #pragma GCC unroll 2
@@ -435,32 +535,7 @@ void q6k_block(const PackedWeight& w, int64_t rb, const GgufActs& a, int64_t i0,
       chunk.template operator()<2>();
       chunk.template operator()<3>();
     }
-#pragma GCC unroll 2
-    for (int h = 0; h < NH; ++h) {
-      // The offset: 32 Σ_s sc_s Σq_x(s), sub-blocks in pairs (sc_s, sc_s+1 as a dword's int16 lanes; x's two adjacent
-      // int16 sums one dword).
-      __m256i off[MT];
-#pragma GCC unroll 4
-      for (int i = 0; i < MT; ++i) off[i] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-      for (int s = 0; s < 16; s += 2) {
-        const __m128i s0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(e + 32 + s * 16 + (H0 + h) * 8));
-        const __m128i s1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(e + 32 + (s + 1) * 16 + (H0 + h) * 8));
-        const __m256i sp = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s1));
-#pragma GCC unroll 4
-        for (int i = 0; i < MT; ++i) {
-          int32_t xs;
-          std::memcpy(&xs, xb[i] + b * 16 + s, 4);
-          off[i] = _mm256_add_epi32(off[i], _mm256_madd_epi16(sp, _mm256_set1_epi32(xs)));
-        }
-      }
-      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e + (H0 + h) * 16)));
-#pragma GCC unroll 4
-      for (int i = 0; i < MT; ++i) {
-        const __m256i total = _mm256_sub_epi32(it[h][i], _mm256_slli_epi32(off[i], 5));
-        tot[h][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(dw, _mm256_set1_ps(xd[i][b])), tot[h][i]);
-      }
-    }
+    int8_sc_block_step<MT, H0, NH, 5>(e, it, xb, xd, b, tot);
   }
   store_halves<MT, H0, NH>(tot, rb, w.n_out, y);
 }
@@ -486,9 +561,9 @@ void tiles(int64_t m, F&& f) {
 
 bool rows16_avx2_k_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
   const bool k4 = w.format == WeightFormat::GgufQ4_K, k5 = w.format == WeightFormat::GgufQ5_K;
-  const bool k2 = w.format == WeightFormat::GgufQ2_K;
-  if ((!k4 && !k5 && !k2 && w.format != WeightFormat::GgufQ6_K) || w.act_bf16 || w.rows_layout != RowsLayout::Rows16 ||
-      !gguf_kernel_available(GgufKernel::Avx2))
+  const bool k2 = w.format == WeightFormat::GgufQ2_K, k3 = w.format == WeightFormat::GgufQ3_K;
+  if ((!k4 && !k5 && !k2 && !k3 && w.format != WeightFormat::GgufQ6_K) || w.act_bf16 ||
+      w.rows_layout != RowsLayout::Rows16 || !gguf_kernel_available(GgufKernel::Avx2))
     return false;
   thread_local GgufActs a;
   quantize_gguf_acts(x, m, w.n_in, GgufActType::Q8_K, &a);
@@ -513,10 +588,15 @@ bool rows16_avx2_k_linear(const float* x, int64_t m, const PackedWeight& w, floa
 #pragma omp parallel num_threads(n_threads) if (parallel)
   {
     const auto [b0, b1] = thread_rows((w.n_out + 15) / 16, 1, omp_get_thread_num(), omp_get_num_threads());
-    const int64_t block_bytes = w.n_in * (k2 ? 4 : 8);  // a row block's codes
+    const int64_t block_bytes = w.n_in * (k2 || k3 ? 4 : 8);  // a row block's codes (Q2_K, Q3_K: 2 bits a column)
     if (b1 > b0) prefetch_range_start(w.data.data() + b0 * block_bytes, kPrefetchBytes, (b1 - b0) * block_bytes);
     for (int64_t rb = b0; rb < b1; ++rb) {
-      if (k2 && m == 1) {
+      if (k3 && m == 1) {
+        q3k_block<1, 0, 2>(w, rb, acts, 0, y, true);
+      } else if (k3) {
+        tiles(m, [&]<int MT>(int64_t i0) { q3k_block<MT, 0, 1>(w, rb, acts, i0, y + i0 * w.n_out, i0 == 0); });
+        tiles(m, [&]<int MT>(int64_t i0) { q3k_block<MT, 1, 1>(w, rb, acts, i0, y + i0 * w.n_out, false); });
+      } else if (k2 && m == 1) {
         q2k_block<1, 0, 2>(w, rb, acts, 0, y, true);
       } else if (k2) {
         tiles(m, [&]<int MT>(int64_t i0) { q2k_block<MT, 0, 1>(w, rb, acts, i0, y + i0 * w.n_out, i0 == 0); });

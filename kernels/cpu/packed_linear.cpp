@@ -129,7 +129,8 @@ bool packed_linear_isa(const float* x, int64_t m, const PackedWeight& w, float* 
     case WeightFormat::GgufIq4Nl:
     case WeightFormat::GgufQ5_1:
     case WeightFormat::GgufQ5_K:
-    case WeightFormat::GgufQ2_K:  // kernels/cpu/gemm_gguf.h: int8 dot products on the blocks
+    case WeightFormat::GgufQ2_K:
+    case WeightFormat::GgufQ3_K:  // kernels/cpu/gemm_gguf.h: int8 dot products on the blocks
       gemm_gguf(x, m, w, y, n_threads, isa == PackedIsa::Portable ? GgufKernel::Portable : GgufKernel::Best);
       ran = true;
       break;

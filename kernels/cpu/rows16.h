@@ -32,15 +32,15 @@ bool rows16_int8_linear(const float* x, int64_t m, const PackedWeight& w, float*
 // alone). Returns false (nothing written) unless w is one of them in Rows16 without act_bf16 and the CPU has AVX2 + FMA
 // + F16C.
 bool rows16_avx2_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
-// GGUF Q2_K, Q4_K, Q5_K and Q6_K in Rows16 on AVX2 (gemm_rows16_kquant_avx2.cpp; rows16_linear sends Q4_K / Q6_K there
-// where AVX-512 VNNI is missing, Q5_K and Q2_K on every CPU with AVX2: their only SIMD kernel): x quantized as Q8_K,
-// vpmaddubsw sums; Q4_K / Q6_K with the bits of rows16_int8_linear (the same integer block totals and float
-// operations), Q5_K / Q2_K with the portable kernel's integers; each output's bits whatever m and the threads. Returns false (nothing written) unless w
+// GGUF Q2_K, Q3_K, Q4_K, Q5_K and Q6_K in Rows16 on AVX2 (gemm_rows16_kquant_avx2.cpp; rows16_linear sends Q4_K / Q6_K
+// there where AVX-512 VNNI is missing, Q5_K, Q2_K and Q3_K on every CPU with AVX2: their only SIMD kernel): x quantized
+// as Q8_K, vpmaddubsw sums; Q4_K / Q6_K with the bits of rows16_int8_linear (the same integer block totals and float
+// operations), the others with the portable kernel's integers; each output's bits whatever m and the threads. Returns false (nothing written) unless w
 // is one of them in Rows16 without act_bf16 and the CPU has AVX2 + FMA + F16C.
 bool rows16_avx2_k_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 // Whether w is one this CPU decodes in Rows16 on AVX2: GGUF Q4_0 / Q4_1 / Q5_0 / Q8_0 (rows16_avx2_linear) and Q4_K /
-// Q6_K (rows16_avx2_k_linear), on AVX2 without AVX-512 VNNI; GGUF IQ4_NL, Q5_1 (rows16_avx2_linear), Q5_K and Q2_K
-// (rows16_avx2_k_linear) on every CPU with AVX2;
+// Q6_K (rows16_avx2_k_linear), on AVX2 without AVX-512 VNNI; GGUF IQ4_NL, Q5_1 (rows16_avx2_linear), Q5_K, Q2_K and
+// Q3_K (rows16_avx2_k_linear) on every CPU with AVX2;
 // W4A16 Int4 without g_idx, groups a multiple of 32 or per channel (packed_kernels.h rows16_a16_avx2; AVX2 without
 // AVX-512); or MXFP4 / NVFP4 without activation quantization (rows16_fp4_avx2; AVX2 without AVX-512).
 bool rows16_avx2_wanted(const PackedWeight& w);

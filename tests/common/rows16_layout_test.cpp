@@ -407,6 +407,43 @@ TEST(RowsLayout, GgufQ2_KCodesAndScalesGoWhereDocumentedAndComeBack) {
   }
 }
 
+// GGUF Q3_K in Rows16: the low 2 bits of row i's u = q + 4 at column k as Q2_K's codes; of the block's 800 scale bytes
+// d at 2i, the int8 sc − 32 of sub-block s at 32 + 16 s + i, the third bit at bit 4 (i / 8) + k % 16 / 4 of byte 288 +
+// 32 s + 4 (i % 8) + k % 4; dequantize_rows reads it as the file's blocks; back to Rows gives the file's bytes.
+TEST(RowsLayout, GgufQ3_KCodesScalesAndThirdBitsGoWhereDocumentedAndComeBack) {
+  for (const int64_t n_out : {19, 16, 1}) {
+    const int64_t n_in = n_out == 1 ? 256 : 768, nb = n_in / 256, held = (n_out + 15) / 16 * 16;
+    const std::string name = "q3_k [" + std::to_string(n_out) + ", " + std::to_string(n_in) + "]";
+    const PackedWeight given = random_gguf4(WeightFormat::GgufQ3_K, n_out, n_in, uint32_t(n_out + 3));
+    PackedWeight w = copy_packed_weight(given);
+    set_rows_layout(&w, RowsLayout::Rows16);
+    check_packed_weight(w);
+    ASSERT_EQ(w.data.size(), held * n_in / 4) << name;
+    ASSERT_EQ(int64_t(w.scale_bytes.size()), held / 16 * nb * 800) << name;
+    EXPECT_EQ(w.n_bytes(), held * nb * 114) << name;
+    for (int64_t r = 0; r < held; ++r) {
+      const int64_t rb = r / 16, i = r % 16;
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = given.data.data() + r * nb * 110 + b * 110;
+        const uint8_t* sb = w.scale_bytes.data() + (rb * nb + b) * 800;
+        uint16_t d = 0;
+        int8_t sc[16] = {}, codes[256] = {};
+        if (r < n_out) q3_k_block_codes(blk, &d, sc, codes);  // padding rows: d 0, every u and sc 0
+        ASSERT_EQ(sb[2 * i] | sb[2 * i + 1] << 8, d) << name << " row " << r;
+        for (int s = 0; s < 16; ++s)
+          ASSERT_EQ(int8_t(sb[32 + 16 * s + i]), r < n_out ? sc[s] : 0) << name << " row " << r;
+        for (int c = 0; c < 256; ++c) {
+          const int64_t k = b * 256 + c, s = c / 16;
+          int u = (w.data.data()[(rb * (n_in / 16) + k / 16) * 64 + 4 * i + k % 4] >> (2 * (k % 16 / 4))) & 3;
+          u |= ((sb[288 + 32 * s + 4 * (i % 8) + k % 4] >> (4 * (i / 8) + k % 16 / 4)) & 1) << 2;
+          ASSERT_EQ(u, r < n_out ? codes[c] + 4 : 0) << name << " row " << r << " column " << k;
+        }
+      }
+    }
+    expect_back_to_file(&w, given, name);
+  }
+}
+
 // What Rows16 cannot hold is refused, naming why, and the weight is left as it was; check_packed_weight refuses a
 // Rows16 weight that does not fit it.
 TEST(RowsLayout, RefusesWhatRows16CannotHold) {
@@ -468,8 +505,8 @@ TEST(RowsLayout, RefusesWhatRows16CannotHold) {
   bf16.rows_layout = RowsLayout::Rows16;
   check_refuses(
       bf16,
-      "rows16 cannot hold it: not an int4, mxfp4, nvfp4, GGUF q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q4_k, q5_k, "
-      "q6_k or iq4_nl weight");
+      "rows16 cannot hold it: not an int4, mxfp4, nvfp4, GGUF q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, "
+      "q5_k, q6_k or iq4_nl weight");
   PackedWeight q4_0_quads = random_gguf4(WeightFormat::GgufQ4_0, 3, 64, 8);
   q4_0_quads.gguf_layout = GgufLayout::Q4_0Groups;  // the same bytes regrouped: not the file's blocks
   refused(std::move(q4_0_quads), "GGUF rows regrouped (q4_0_groups)");

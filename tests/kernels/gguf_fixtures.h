@@ -17,7 +17,7 @@ namespace tp::test {
 
 // Every GGUF block type (the weight types the GGUF kernels take).
 inline constexpr DType kGgufTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
-                                       DType::Q2_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL};
+                                       DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL};
 
 // A parametrized GGUF kernel test's shape, and its name as a test parameter ("q4_0_m3_out7_b1").
 using GgufShape = std::tuple<DType, int64_t /*m*/, int64_t /*n_out*/, int64_t /*blocks in a row*/>;

@@ -320,15 +320,15 @@ void expect_rows16_avx2_form(Rows16Fn fn, const Rows16Shape& sh, uint32_t w_seed
   }
 }
 
-// GGUF Q2_K, Q4_K, Q5_K and Q6_K in 16-row blocks on AVX2 (rows16_avx2_k_linear: the K-quants of the Q2_K / Q4_K_M /
-// Q5_K_M mixes on CPUs without AVX-512 VNNI; Q5_K's and Q2_K's only SIMD kernel, on every CPU with AVX2): Q4_K's and
+// GGUF Q2_K, Q3_K, Q4_K, Q5_K and Q6_K in 16-row blocks on AVX2 (rows16_avx2_k_linear: the K-quants of llama.cpp's
+// mixes on CPUs without AVX-512 VNNI; Q5_K's, Q2_K's and Q3_K's only SIMD kernel, on every CPU with AVX2): Q4_K's and
 // Q6_K's integer block totals and float operations are the VNNI kernel's (rows16_int8_linear), so its bits where this
-// CPU has VNNI; all four within the kernel bound of the portable kernel on the file's blocks everywhere; each row of a
+// CPU has VNNI; all five within the kernel bound of the portable kernel on the file's blocks everywhere; each row of a
 // batch (m 2..37: every remainder of the tiles of 3 rows of x, half a row block a pass) with the bits it has alone, at
 // 1 and 2 threads; 1 to 6 blocks a row, 1 to 16 rows in the last 16-row block; the file's layout, act_bf16 and the
-// other formats declined. cpu::Weight holds Q4_K / Q6_K so where the CPU has AVX2 and no AVX-512 VNNI, Q5_K / Q2_K
-// wherever it has AVX2, and linear() then gives the same bits. Q5_K's int16 headroom: every code 31 under sc 63 against
-// x of all 127 (a pair of chunks' sums 8 · 31 · 127 = 31496 a lane) gives the exact integer.
+// other formats declined. cpu::Weight holds Q4_K / Q6_K so where the CPU has AVX2 and no AVX-512 VNNI, Q5_K / Q2_K /
+// Q3_K wherever it has AVX2, and linear() then gives the same bits. Q5_K's int16 headroom: every code 31 under sc 63
+// against x of all 127 (a pair of chunks' sums 8 · 31 · 127 = 31496 a lane) gives the exact integer.
 TEST(GemmGgufRows16, Avx2KQuantsMatchThePortableKernelAndRowsAlone) {
   if (!gguf_kernel_available(GgufKernel::Avx2)) GTEST_SKIP() << "no AVX2 here";
   for (const Rows16Shape sh :
@@ -345,7 +345,8 @@ TEST(GemmGgufRows16, Avx2KQuantsMatchThePortableKernelAndRowsAlone) {
   for (const Rows16Shape sh :
        {Rows16Shape{DType::Q5_K, 35, 1}, Rows16Shape{DType::Q5_K, 16, 6}, Rows16Shape{DType::Q5_K, 3, 2},
         Rows16Shape{DType::Q5_K, 17, 3}, Rows16Shape{DType::Q2_K, 35, 1}, Rows16Shape{DType::Q2_K, 16, 6},
-        Rows16Shape{DType::Q2_K, 3, 2}, Rows16Shape{DType::Q2_K, 49, 3}})
+        Rows16Shape{DType::Q2_K, 3, 2}, Rows16Shape{DType::Q2_K, 49, 3}, Rows16Shape{DType::Q3_K, 35, 1},
+        Rows16Shape{DType::Q3_K, 16, 6}, Rows16Shape{DType::Q3_K, 3, 2}, Rows16Shape{DType::Q3_K, 17, 3}})
     expect_rows16_avx2_form(rows16_avx2_k_linear, sh, uint32_t(7 * sh.n_out), 11, true);
   {  // Q5_K's extremes: d = 1, dmin = 0, sc = 63, m = 0, q = 31; x = 127 (Q8_K: q_x = −127, d_x = −1)
     constexpr int64_t n_out = 16, n_in = 512;

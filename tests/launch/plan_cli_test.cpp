@@ -251,15 +251,15 @@ TEST(PlanCli, FileWeightsAsStored) {
   EXPECT_LT(g["weights"]["bytes_total"].get<int64_t>(), int64_t(std::filesystem::file_size(gguf())));
   EXPECT_GT(g["weights"]["bytes_total"].get<int64_t>(), int64_t(std::filesystem::file_size(gguf())) - (4 << 20));
   // A GGUF file whose types no kernel keeps (tests/peers/fixtures/gguf/synth_lowbit.gguf: 3 layers, hidden 320, 4 KV
-  // heads of 40, intermediate 768, vocab 512, untied): each linear counted in the type it is held in — Q3_K as Q6_K,
-  // IQ4_XS as IQ4_NL — the token table as stored; bytes a row from the formats' block sizes.
+  // heads of 40, intermediate 768, vocab 512, untied): each linear counted in the type it is held in
+  // (IQ4_XS as IQ4_NL), the token table as stored; bytes a row from the formats' block sizes.
   {
     std::ifstream in(source_dir() + "/tests/peers/fixtures/quant_lowbit.json");
     const auto types = nlohmann::json::parse(in).at("types");
     const std::map<std::string, std::pair<int, int>> held = {
         // file type -> (bytes, values) a block, as held
         {"F32", {4, 1}},      {"Q8_0", {34, 32}},   {"Q4_0", {18, 32}},  {"Q5_0", {22, 32}},  {"Q5_1", {24, 32}},
-        {"IQ4_NL", {18, 32}}, {"IQ4_XS", {18, 32}}, {"Q2_K", {84, 256}}, {"Q3_K", {210, 256}}};
+        {"IQ4_NL", {18, 32}}, {"IQ4_XS", {18, 32}}, {"Q2_K", {84, 256}}, {"Q3_K", {110, 256}}};
     const std::map<std::string, std::pair<int64_t, int64_t>> shapes = {
         // name suffix -> rows, row length
         {"attn_q.weight", {320, 320}},      {"attn_k.weight", {160, 320}},   {"attn_v.weight", {160, 320}},
@@ -281,8 +281,7 @@ TEST(PlanCli, FileWeightsAsStored) {
     }
     const auto lb = run_json("--model " + source_dir() + "/tests/peers/fixtures/gguf/synth_lowbit.gguf --gpu-mem 4GiB");
     EXPECT_EQ(lb["weights"]["bytes_total"], want);
-    EXPECT_EQ(lb["weights"]["stored_format"],
-              "iq4_nl + iq4_xs as iq4_nl + q2_k + q3_k as q6_k + q4_0 + q5_0 + q5_1 + q8_0");
+    EXPECT_EQ(lb["weights"]["stored_format"], "iq4_nl + iq4_xs as iq4_nl + q2_k + q3_k + q4_0 + q5_0 + q5_1 + q8_0");
   }
   // A weight_shape that is no shape: one clear line (the copy's q_proj shape [256, 256] overwritten with [-5, 256]).
   {
