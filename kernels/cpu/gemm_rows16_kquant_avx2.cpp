@@ -274,6 +274,27 @@ void q5k_block(const PackedWeight& w, int64_t rb, const GgufActs& a, const int32
   store_halves<MT, H0, NH>(tot, rb, w.n_out, y);
 }
 
+// One 16-column sub-block of Q2_K / Q3_K: its 4 code vectors a half (q[h][k]: the rows' columns 4k .. 4k + 3, unsigned)
+// against x's 4 bytes of those columns, broadcast, summed in int16 by 4 vpmaddubsw, then × the rows' scales sc[h] (in
+// both int16 lanes of each dword) by vpmaddwd into it[h][i], for MT rows of x (xq, from column col).
+template <int MT, int NH>
+inline void sub_block_4x4(const __m256i (&q)[NH][4], const __m256i (&sc)[NH], const int8_t* const* xq, int64_t col,
+                          __m256i (&it)[NH][MT]) {
+#pragma GCC unroll 4
+  for (int i = 0; i < MT; ++i) {
+    __m256i x[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) x[k] = rows16_bcast4(xq[i] + col + 4 * k);
+#pragma GCC unroll 2
+    for (int h = 0; h < NH; ++h) {
+      const __m256i acc =
+          _mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(q[h][0], x[0]), _mm256_maddubs_epi16(q[h][1], x[1])),
+                           _mm256_add_epi16(_mm256_maddubs_epi16(q[h][2], x[2]), _mm256_maddubs_epi16(q[h][3], x[3])));
+      it[h][i] = _mm256_add_epi32(it[h][i], _mm256_madd_epi16(acc, sc[h]));
+    }
+  }
+}
+
 // Q2_K row block rb's halves H0 .. H0 + NH − 1 (rows 8 h .. 8 h + 7) against MT rows of x from row i0 (Q8_K, column
 // order): per 16-column sub-block one line (byte 4i + j, bits 2k, 2k + 1: row i's column 4k + j), its 4 code vectors
 // by shifts, 4 vpmaddubsw against x's 4 bytes of those columns (int16 ≤ 4 · 2 · 3 · 127 = 3048) × sc by vpmaddwd into
@@ -314,19 +335,7 @@ void q2k_block(const PackedWeight& w, int64_t rb, const GgufActs& a, int64_t i0,
             lo4);
         sc[h] = _mm256_or_si256(s32, _mm256_slli_epi32(s32, 16));  // the row's sc in both int16 lanes
       }
-#pragma GCC unroll 4
-      for (int i = 0; i < MT; ++i) {
-        __m256i x[4];
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; ++k) x[k] = rows16_bcast4(xq[i] + col + 4 * k);
-#pragma GCC unroll 2
-        for (int h = 0; h < NH; ++h) {
-          const __m256i acc = _mm256_add_epi16(
-              _mm256_add_epi16(_mm256_maddubs_epi16(q[h][0], x[0]), _mm256_maddubs_epi16(q[h][1], x[1])),
-              _mm256_add_epi16(_mm256_maddubs_epi16(q[h][2], x[2]), _mm256_maddubs_epi16(q[h][3], x[3])));
-          it[h][i] = _mm256_add_epi32(it[h][i], _mm256_madd_epi16(acc, sc[h]));
-        }
-      }
+      sub_block_4x4<MT, NH>(q, sc, xq, col, it);
     }
 #pragma GCC unroll 2
     for (int h = 0; h < NH; ++h) {
@@ -436,19 +445,7 @@ void q3k_block(const PackedWeight& w, int64_t rb, const GgufActs& a, int64_t i0,
                                   _mm256_and_si256(_mm256_srli_epi16(hn, 1), four));
         sc[h] = int8_sc_dwords(e + 32 + 16 * s + (H0 + h) * 8);
       }
-#pragma GCC unroll 4
-      for (int i = 0; i < MT; ++i) {
-        __m256i x[4];
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; ++k) x[k] = rows16_bcast4(xq[i] + col + 4 * k);
-#pragma GCC unroll 2
-        for (int h = 0; h < NH; ++h) {
-          const __m256i acc = _mm256_add_epi16(
-              _mm256_add_epi16(_mm256_maddubs_epi16(q[h][0], x[0]), _mm256_maddubs_epi16(q[h][1], x[1])),
-              _mm256_add_epi16(_mm256_maddubs_epi16(q[h][2], x[2]), _mm256_maddubs_epi16(q[h][3], x[3])));
-          it[h][i] = _mm256_add_epi32(it[h][i], _mm256_madd_epi16(acc, sc[h]));
-        }
-      }
+      sub_block_4x4<MT, NH>(q, sc, xq, col, it);
     }
     int8_sc_block_step<MT, H0, NH, 2>(e, it, xb, xd, b, tot);
   }
