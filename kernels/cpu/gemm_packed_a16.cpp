@@ -54,13 +54,15 @@ namespace {
 // The A16 kernel at `isa`; on AVX2 first the levels decode (Int4 / Int8, gemm_a16_avx2_levels.cpp), then
 // gemm_a16_avx2.cpp's decode / prefill where they take w and m (they refuse
 // FP4, g_idx, n_in or FP8 blocks of columns not a multiple of 32); on AVX-512 first gemm_a16_avx512.cpp's Int8
-// decode, and FP8 with block scales through the AVX2 decode too (the AVX-512 FP8 kernels decline blocks; on Zen 3
-// the AVX2 decode ran SmolLM2's fp8-block tg 98 tok/s where these tiles at AVX2 width ran 60).
+// decode, and FP8 with block scales through the AVX2 decode and prefill too (the AVX-512 FP8 kernels decline
+// blocks; on Zen 3 the AVX2 decode ran SmolLM2's fp8-block tg 98 tok/s where these tiles at AVX2 width ran 60; on
+// the AMX Xeon these 16-lane tiles prefilled it at 120 tok/s, a16_avx2_gemm's F32 matmul at 699).
 bool a16(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa) {
+  const bool fp8_blocks = w.format == WeightFormat::Fp8E4M3 && w.block_out > 0;
   switch (isa) {
     case PackedIsa::Avx512:
       return a16_avx512_decode(x, m, w, y, n_threads) ||
-             (w.format == WeightFormat::Fp8E4M3 && w.block_out > 0 && a16_avx2_decode(x, m, w, y, n_threads)) ||
+             (fp8_blocks && (a16_avx2_decode(x, m, w, y, n_threads) || a16_avx2_gemm(x, m, w, y, n_threads))) ||
              avx512::linear_a16(x, m, w, y, n_threads);
     case PackedIsa::Avx2:
       return a16_avx2_levels(x, m, w, y, n_threads) || a16_avx2_decode(x, m, w, y, n_threads) ||
