@@ -65,9 +65,9 @@ inline bool gguf_rows16_k_only(WeightFormat f) {
   return f == WeightFormat::GgufQ5_K || f == WeightFormat::GgufQ2_K || f == WeightFormat::GgufQ3_K;
 }
 
-// IQ4_NL, Q5_1 and gguf_rows16_k_only's: no file-layout SIMD kernel; their only SIMD kernel is the Rows16 one on AVX2
-// (rows16_avx2_linear; rows16_avx2_k_linear), the file layout runs by the portable kernel whichever kernel is asked for
-// (see above).
+// IQ4_NL, Q5_1 and gguf_rows16_k_only's: no file-layout SIMD kernel; their SIMD kernels are the Rows16 ones on AVX2
+// (rows16_avx2_linear; rows16_avx2_k_linear) and IQ4_NL's on AVX-512 VNNI (rows16_int8_linear), the file layout runs
+// by the portable kernel whichever kernel is asked for (see above).
 inline bool gguf_rows16_only(WeightFormat f) {
   return f == WeightFormat::GgufIq4Nl || f == WeightFormat::GgufQ5_1 || gguf_rows16_k_only(f);
 }

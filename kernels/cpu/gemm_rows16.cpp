@@ -250,9 +250,10 @@ void run_as(int k, const float* x, int64_t m, const PackedWeight& w, float* y, i
 }  // namespace
 
 bool rows16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
-  if (gguf_rows16_only(w.format))
+  if (gguf_rows16_only(w.format))  // IQ4_NL on VNNI's int8 form (Q4_0's with a table), else the AVX2 kernels
     return gguf_rows16_k_only(w.format) ? rows16_avx2_k_linear(x, m, w, y, n_threads)
-                                        : rows16_avx2_linear(x, m, w, y, n_threads);
+                                        : (!w.act_bf16 && rows16_int8_linear(x, m, w, y, n_threads)) ||
+                                              rows16_avx2_linear(x, m, w, y, n_threads);
   if (w.format == WeightFormat::GgufQ8_0 || w.format == WeightFormat::GgufQ5_0 || w.format == WeightFormat::GgufQ6_K ||
       ((w.format == WeightFormat::GgufQ4_0 || w.format == WeightFormat::GgufQ4_1 || w.format == WeightFormat::GgufQ4_K) &&
        !w.act_bf16))

@@ -1,4 +1,5 @@
-// GGUF Q8_0, Q5_0, Q6_K, Q4_0, Q4_1 and Q4_K in GEMM form on AVX-512 VNNI (rows16.h; the layouts: common/rows16_layout.h Rows16). x is
+// GGUF Q8_0, Q5_0, Q6_K, Q4_0, Q4_1, Q4_K and IQ4_NL in GEMM form on AVX-512 VNNI (rows16.h; the layouts:
+// common/rows16_layout.h Rows16). x is
 // quantized as llama.cpp pairs it with Q8_0 weights (gemm_gguf.h: per row and 32-column block, q_x in [−127, 127],
 // d_x rounded to F16, Σ q_x), as the file layout's kernels do. Per block of 16 weight rows and 4 columns one 64-byte
 // load holds the 16 rows' bytes q_w + 128, an int32 lane a row, and one vpdpbusd against x's 4 bytes of those
@@ -18,7 +19,8 @@
 // and 2, 6, 3, 7 in the high ones, so x's int8 is permuted once a call into that order and & 0x0f / >> 4 give the
 // unsigned bytes q for two vpdpbusd; Q4_0's chains start at −8 Σ q_x, Q4_1's at 0 with m · s_x (Q8_1's s) added
 // after; Q4_K's x is Q8_K (q4_k_row_block). ~1.3x the BF16 form at m = 16-64 from cache, 1.4-1.6x at m = 1
-// (bench/results/zen5-kernels-20261204.md).
+// (bench/results/zen5-kernels-20261204.md). IQ4_NL (x = d kIq4Values[q], Q4_0's layout) as Q4_0 with each nibble
+// looked up by vpshufb as the unsigned byte kIq4Values[q] + 128, the chains started at −128 Σ q_x (as Q8_0's).
 #include <algorithm>
 #include <cstring>
 
@@ -27,6 +29,7 @@
 #include <immintrin.h>
 #include <omp.h>
 
+#include "common/dtype.h"
 #include "kernels/cpu/gemm_gguf.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/packed_kernels.h"
@@ -81,15 +84,24 @@ TP_VNNI inline void q5_chunk(const uint8_t* p, __m512i hp, const int8_t* const* 
   }
 }
 
+// IQ4_NL's values + 128 (unsigned bytes, 1 .. 241) in each 16-byte lane: vpshufb's table for its nibbles.
+TP_VNNI inline __m512i iq4_nl_table() {
+  alignas(16) uint8_t t[16];
+  for (int i = 0; i < 16; ++i) t[i] = uint8_t(kIq4Values[i] + 128);
+  return _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(t)));
+}
+
 // Q4_0 / Q4_1 chunk C (8 columns) of a block at p, in the 4-bit formats' 16-row words (row i's lane: bytes 4i..4i+3
 // hold columns 0, 4, 1, 5 in their low nibbles and 2, 6, 3, 7 in their high ones) against MT rows of x (xq: x with
-// each 8 columns in that order, col: the block's first column) into the chains c0, c1.
-template <int C, int MT>
+// each 8 columns in that order, col: the block's first column) into the chains c0, c1. NL (IQ4_NL): each nibble
+// looked up in nl (iq4_nl_table) first, the unsigned bytes kIq4Values[q] + 128.
+template <int C, int MT, bool NL = false>
 TP_VNNI inline void q4_chunk(const uint8_t* p, const int8_t* const* xq, int64_t col, __m512i* c0, __m512i* c1,
-                             bool prefetch) {
+                             bool prefetch, __m512i nl = __m512i()) {
   if (prefetch) prefetch_weights(p + C * 64 + kPrefetchBytes);
   const __m512i wv = _mm512_loadu_si512(p + C * 64), lo4 = _mm512_set1_epi8(0x0f);
-  const __m512i q0 = _mm512_and_si512(wv, lo4), q1 = _mm512_and_si512(_mm512_srli_epi16(wv, 4), lo4);
+  __m512i q0 = _mm512_and_si512(wv, lo4), q1 = _mm512_and_si512(_mm512_srli_epi16(wv, 4), lo4);
+  if constexpr (NL) q0 = _mm512_shuffle_epi8(nl, q0), q1 = _mm512_shuffle_epi8(nl, q1);
 #pragma GCC unroll 8
   for (int i = 0; i < MT; ++i) {
     c0[i] = _mm512_dpbusd_epi32(c0[i], q0, _mm512_set1_epi32(load_i32(xq[i] + col + C * 8)));
@@ -97,14 +109,14 @@ TP_VNNI inline void q4_chunk(const uint8_t* p, const int8_t* const* xq, int64_t 
   }
 }
 
-enum Kind { kQ8_0, kQ5_0, kQ4_0, kQ4_1 };
+enum Kind { kQ8_0, kQ5_0, kQ4_0, kQ4_1, kIq4Nl };
 
-// Row block rb against MT rows of x from row i0 of a (Q8_0 activations; Q8_1 for Q4_1; Q4_0 / Q4_1: xq the acts'
-// q in the words' column order, q4_chunk): y[i · n_out + 16 rb + r].
+// Row block rb against MT rows of x from row i0 of a (Q8_0 activations; Q8_1 for Q4_1; Q4_0 / Q4_1 / IQ4_NL: xq the
+// acts' q in the words' column order, q4_chunk): y[i · n_out + 16 rb + r].
 template <int K, int MT>
 TP_VNNI void row_block(const PackedWeight& w, int64_t rb, const GgufActs& a, const int8_t* xperm, int64_t i0, float* y,
                        bool prefetch) {
-  constexpr bool Q5 = K == kQ5_0, Q4 = K == kQ4_0 || K == kQ4_1;
+  constexpr bool Q5 = K == kQ5_0, NL = K == kIq4Nl, Q4 = K == kQ4_0 || K == kQ4_1 || NL;
   const int64_t n_in = w.n_in, nb = n_in / 32, chunks = Q5 || Q4 ? n_in / 8 : n_in / 4;
   const uint8_t* wd = w.data.data() + rb * chunks * 64;
   // scale bytes a block of 16 rows (Q5_0: d, then the fifth bits; Q4_1: d, then m)
@@ -134,6 +146,7 @@ TP_VNNI void row_block(const PackedWeight& w, int64_t rb, const GgufActs& a, con
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(e)));
     __m512i c0[MT], c1[MT];
     constexpr int kOffset = Q5 ? -16 : K == kQ4_0 ? -8 : K == kQ4_1 ? 0 : -128;  // q_w's offset: the chains start there
+    const __m512i nl = NL ? iq4_nl_table() : __m512i();
 #pragma GCC unroll 8
     for (int i = 0; i < MT; ++i) {
       c0[i] = _mm512_set1_epi32(kOffset * xs[i][b]);
@@ -141,10 +154,10 @@ TP_VNNI void row_block(const PackedWeight& w, int64_t rb, const GgufActs& a, con
     }
     const uint8_t* p = wd + b * (Q5 || Q4 ? 4 : 8) * 64;
     if constexpr (Q4) {  // 4 chunks of 8 columns
-      q4_chunk<0, MT>(p, xq, b * 32, c0, c1, prefetch);
-      q4_chunk<1, MT>(p, xq, b * 32, c0, c1, prefetch);
-      q4_chunk<2, MT>(p, xq, b * 32, c0, c1, prefetch);
-      q4_chunk<3, MT>(p, xq, b * 32, c0, c1, prefetch);
+      q4_chunk<0, MT, NL>(p, xq, b * 32, c0, c1, prefetch, nl);
+      q4_chunk<1, MT, NL>(p, xq, b * 32, c0, c1, prefetch, nl);
+      q4_chunk<2, MT, NL>(p, xq, b * 32, c0, c1, prefetch, nl);
+      q4_chunk<3, MT, NL>(p, xq, b * 32, c0, c1, prefetch, nl);
     } else if constexpr (Q5) {  // 4 chunks of 8 columns: halves 0 (columns 8c + 0..3) and 1 (8c + 4..7)
       const __m512i hp = _mm512_loadu_si512(e + 32);
       q5_chunk<0, MT>(p, hp, xq, b * 32, c0, c1, prefetch);
@@ -331,13 +344,14 @@ TP_VNNI void q6_k_row_block(const PackedWeight& w, int64_t rb, const GgufActs& a
 bool rows16_int8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
   const bool q5 = w.format == WeightFormat::GgufQ5_0, k6 = w.format == WeightFormat::GgufQ6_K;
   const bool q40 = w.format == WeightFormat::GgufQ4_0, q41 = w.format == WeightFormat::GgufQ4_1;
-  const bool k4 = w.format == WeightFormat::GgufQ4_K, q4 = q40 || q41 || k4;
+  const bool nl = w.format == WeightFormat::GgufIq4Nl;
+  const bool k4 = w.format == WeightFormat::GgufQ4_K, q4 = q40 || q41 || k4 || nl;
   if ((!q5 && !k6 && !q4 && w.format != WeightFormat::GgufQ8_0) || w.rows_layout != RowsLayout::Rows16 ||
       !cpu_has_avx512vnni())
     return false;
   thread_local GgufActs a;
   quantize_gguf_acts(x, m, w.n_in, gguf_act_type(w.format), &a);
-  thread_local std::vector<int8_t> xperm;  // Q4_0 / Q4_1 / Q4_K: each 8 columns of q in the words' order 0, 4, 1, 5, 2, 6, 3, 7
+  thread_local std::vector<int8_t> xperm;  // Q4_0 / Q4_1 / Q4_K, IQ4_NL: each 8 columns of q in the words' order 0, 4, 1, 5, 2, 6, 3, 7
   if (q4) {
     xperm.resize(size_t(m * w.n_in));
     rows16_q4_x_order(a.q.data(), m * w.n_in, xperm.data());
@@ -365,6 +379,8 @@ bool rows16_int8_linear(const float* x, int64_t m, const PackedWeight& w, float*
           with_tile_rows(m - i0, [&]<int MT>() { row_block<kQ4_0, MT>(w, rb, acts, xp, i0, yi, pf); });
         else if (q41)
           with_tile_rows(m - i0, [&]<int MT>() { row_block<kQ4_1, MT>(w, rb, acts, xp, i0, yi, pf); });
+        else if (nl)
+          with_tile_rows(m - i0, [&]<int MT>() { row_block<kIq4Nl, MT>(w, rb, acts, xp, i0, yi, pf); });
         else
           with_tile_rows(m - i0, [&]<int MT>() { row_block<kQ8_0, MT>(w, rb, acts, nullptr, i0, yi, pf); });
       }

@@ -19,14 +19,14 @@ namespace tp::cpu::detail {
 // AVX512-BF16.
 bool rows16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 
-// GGUF Q8_0, Q5_0, Q6_K, Q4_0, Q4_1 and Q4_K in Rows16 (gemm_rows16_int8.cpp, AVX-512 VNNI; rows16_linear sends them
-// there, the Q4 ones without act_bf16): x quantized to int8 as the file layout's kernels do (gemm_gguf.h: a 32-column
-// block, Q4_1's Q8_1, Q6_K's and Q4_K's a 256), int8 dot products; the same integer sums, each row of a batch with the bits it
-// has alone. Returns false (nothing written) unless w is one of them in Rows16 and the CPU has AVX-512 VNNI.
+// GGUF Q8_0, Q5_0, Q6_K, Q4_0, Q4_1, Q4_K and IQ4_NL in Rows16 (gemm_rows16_int8.cpp, AVX-512 VNNI; rows16_linear
+// sends them there, the Q4 ones and IQ4_NL without act_bf16): x quantized to int8 as the file layout's kernels do
+// (gemm_gguf.h: a 32-column block, Q4_1's Q8_1, Q6_K's and Q4_K's a 256), int8 dot products; the same integer sums,
+// each row of a batch with the bits it has alone. Returns false (nothing written) unless w is one of them in Rows16 and the CPU has AVX-512 VNNI.
 bool rows16_int8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 
 // GGUF Q4_0, Q4_1, Q5_0 and Q8_0 in Rows16 on AVX2 (gemm_rows16_avx2.cpp; rows16_linear sends them there where AVX-512
-// VNNI is missing; IQ4_NL on every CPU with AVX2: its only SIMD kernel): x quantized as the file layout's kernels do,
+// VNNI is missing; IQ4_NL there too, Q5_1 on every CPU with AVX2: its only SIMD kernel): x quantized as the file layout's kernels do,
 // vpmaddubsw sums; the bits of the file layout's AVX2 kernel (gemm_gguf_avx2_blocks.inc) for every output, whatever m
 // and the threads (IQ4_NL: the portable kernel's integers, one FMA a block; each row of a batch with the bits it has
 // alone). Returns false (nothing written) unless w is one of them in Rows16 without act_bf16 and the CPU has AVX2 + FMA

@@ -164,29 +164,44 @@ TEST_P(GemmGguf, ColumnSlicesSumToTheWhole) {
   expect_close(sum, whole, test::abs_sums(x.data(), m, w), "sum of column slices vs whole");
 }
 
+// An IQ4_NL weight [n_out, n_in] in Rows16 whose every code is 0 (kIq4Values[0] = −127) under d = 1.
+PackedWeight iq4_nl_lowest_codes(int64_t n_out, int64_t n_in) {
+  PackedWeight w = test::make_gguf_weight(DType::IQ4_NL, n_out, n_in, 1);
+  for (int64_t r = 0; r < n_out; ++r)
+    for (int64_t b = 0; b < n_in / 32; ++b) {
+      uint8_t* blk = w.data.data() + r * w.row_bytes() + 18 * b;
+      const uint16_t one = f32_to_f16(1.0f);
+      std::memcpy(blk, &one, 2);
+      std::memset(blk + 2, 0, 16);
+    }
+  set_rows_layout(&w, RowsLayout::Rows16);
+  return w;
+}
+
 // A weight's shape in the 16-row block tests: its type, rows and blocks a row.
 struct Rows16Shape {
   DType t;
   int64_t n_out, n_blocks;
 };
 
-// GGUF Q8_0, Q5_0, Q6_K, Q4_0, Q4_1 and Q4_K in 16-row blocks (rows16_int8_linear, AVX-512 VNNI: the GEMM form with x quantized as the file
-// layout's kernels quantize it): the same integer sums as the portable kernel on the file's blocks, so within the
-// kernel bound of it; each row of a batch (m 2..37) with the bits it has alone, at 1 and 2 threads; 1 to 48 blocks a
-// row and row counts leaving 3, 16, 5, 1 and 3 rows in the last 16-row block; the file's layout declined.
+// GGUF Q8_0, Q5_0, Q6_K, Q4_0, Q4_1, Q4_K and IQ4_NL in 16-row blocks (rows16_int8_linear, AVX-512 VNNI: the GEMM form
+// with x quantized as the file layout's kernels quantize it): the same integer sums as the portable kernel on the
+// file's blocks, so within the kernel bound of it; each row of a batch (m 2..37) with the bits it has alone, at 1 and 2
+// threads; 1 to 48 blocks a row and row counts leaving 3, 16, 5, 1 and 3 rows in the last 16-row block; the file's
+// layout declined. IQ4_NL: cpu::Weight holds it in Rows16 and linear() gives this kernel's bits; its codes' whole range
+// (kIq4Values −127 .. 113 as bytes + 128, x ±127) is exact: all −127 codes against x of all ±127 give −127 Σ x.
 TEST(GemmGgufRows16, Int8FormsMatchThePortableKernelAndRowsAlone) {
   if (!cpu_has_avx512vnni()) GTEST_SKIP() << "no AVX-512 VNNI here";
-  for (const Rows16Shape sh : {Rows16Shape{DType::Q8_0, 35, 18}, Rows16Shape{DType::Q8_0, 16, 1},
-                               Rows16Shape{DType::Q8_0, 5, 48}, Rows16Shape{DType::Q8_0, 1, 6},
-                               Rows16Shape{DType::Q8_0, 19, 3}, Rows16Shape{DType::Q5_0, 35, 18},
-                               Rows16Shape{DType::Q5_0, 16, 1}, Rows16Shape{DType::Q5_0, 5, 48},
-                               Rows16Shape{DType::Q5_0, 1, 6}, Rows16Shape{DType::Q6_K, 35, 1},
-                               Rows16Shape{DType::Q6_K, 16, 6}, Rows16Shape{DType::Q6_K, 3, 2},
-                               Rows16Shape{DType::Q4_0, 35, 18}, Rows16Shape{DType::Q4_0, 16, 1},
-                               Rows16Shape{DType::Q4_0, 5, 48}, Rows16Shape{DType::Q4_1, 35, 18},
-                               Rows16Shape{DType::Q4_1, 1, 6}, Rows16Shape{DType::Q4_1, 19, 3},
-                               Rows16Shape{DType::Q4_K, 35, 1}, Rows16Shape{DType::Q4_K, 16, 6},
-                               Rows16Shape{DType::Q4_K, 3, 2}}) {
+  for (const Rows16Shape sh :
+       {Rows16Shape{DType::Q8_0, 35, 18},   Rows16Shape{DType::Q8_0, 16, 1},   Rows16Shape{DType::Q8_0, 5, 48},
+        Rows16Shape{DType::Q8_0, 1, 6},     Rows16Shape{DType::Q8_0, 19, 3},   Rows16Shape{DType::Q5_0, 35, 18},
+        Rows16Shape{DType::Q5_0, 16, 1},    Rows16Shape{DType::Q5_0, 5, 48},   Rows16Shape{DType::Q5_0, 1, 6},
+        Rows16Shape{DType::Q6_K, 35, 1},    Rows16Shape{DType::Q6_K, 16, 6},   Rows16Shape{DType::Q6_K, 3, 2},
+        Rows16Shape{DType::Q4_0, 35, 18},   Rows16Shape{DType::Q4_0, 16, 1},   Rows16Shape{DType::Q4_0, 5, 48},
+        Rows16Shape{DType::Q4_1, 35, 18},   Rows16Shape{DType::Q4_1, 1, 6},    Rows16Shape{DType::Q4_1, 19, 3},
+        Rows16Shape{DType::Q4_K, 35, 1},    Rows16Shape{DType::Q4_K, 16, 6},   Rows16Shape{DType::Q4_K, 3, 2},
+        Rows16Shape{DType::IQ4_NL, 35, 18}, Rows16Shape{DType::IQ4_NL, 16, 1}, Rows16Shape{DType::IQ4_NL, 5, 48},
+        Rows16Shape{DType::IQ4_NL, 49, 3}}) {
     const int64_t n_in = dtype_block_elems(sh.t) * sh.n_blocks, m_max = 37;
     const std::string name = std::string(dtype_name(sh.t)) + " [" + std::to_string(sh.n_out) + " x " + std::to_string(n_in) + "]";
     const PackedWeight w = test::make_gguf_weight(sh.t, sh.n_out, n_in, uint32_t(sh.n_out + n_in));
@@ -208,8 +223,22 @@ TEST(GemmGgufRows16, Int8FormsMatchThePortableKernelAndRowsAlone) {
         for (int64_t k = 0; k < m * sh.n_out; ++k)
           ASSERT_EQ(y[size_t(k)], alone[size_t(k)]) << name << " m " << m << " row " << k / sh.n_out << " threads " << threads;
       }
+      if (sh.t == DType::IQ4_NL && threads == 1) {
+        const Weight cw(copy_packed_weight(w));
+        EXPECT_EQ(cw.packed().rows_layout, RowsLayout::Rows16) << name;
+        std::vector<float> via_linear(portable.size(), NAN);
+        linear(x.data(), m_max, cw, via_linear.data());
+        for (size_t k = 0; k < alone.size(); ++k)
+          ASSERT_EQ(via_linear[k], alone[k]) << name << " linear(), output " << k;
+      }
     }
   }
+  const PackedWeight lowest = iq4_nl_lowest_codes(16, 64);
+  std::vector<float> x(64), y(16, NAN);
+  double want = 0;
+  for (int64_t k = 0; k < 64; ++k) want += -127.0 * (x[size_t(k)] = (k * 7 % 3 == 0 ? -127.0f : 127.0f));
+  ASSERT_TRUE(rows16_int8_linear(x.data(), 1, lowest, y.data(), 1));
+  for (int64_t r = 0; r < 16; ++r) EXPECT_EQ(double(y[size_t(r)]), want) << "IQ4_NL's lowest codes, row " << r;
 }
 
 // GGUF Q4_0, Q4_1, Q5_0 and Q8_0 in 16-row blocks on AVX2 (rows16_avx2_linear, their decode on CPUs without AVX-512
@@ -387,27 +416,20 @@ TEST(GemmGgufRows16, Avx2KQuantsMatchThePortableKernelAndRowsAlone) {
 // alone, at 1 and 2 threads; 1 to 48 blocks a row, 1 to 16 rows in the last 16-row block; the file's layout and
 // act_bf16 declined. Its codes' whole range (kIq4Values −127 .. 113, x ±127: a vpmaddubsw pair up
 // to 32258) is exact: a weight of all −127 codes against x of all ±127 gives the portable kernel's integers.
-// cpu::Weight holds both in Rows16 on every CPU with AVX2, and linear() gives the same bits.
+// cpu::Weight holds both in Rows16 on every CPU with AVX2, and linear() gives the same bits (IQ4_NL: where AVX-512
+// VNNI is missing; there linear() runs rows16_int8_linear, Int8FormsMatchThePortableKernelAndRowsAlone).
 TEST(GemmGgufRows16, Avx2OnlyFormsMatchThePortableKernelAndRowsAlone) {
   if (!gguf_kernel_available(GgufKernel::Avx2)) GTEST_SKIP() << "no AVX2 here";
   for (const Rows16Shape sh :
        {Rows16Shape{DType::IQ4_NL, 35, 18}, Rows16Shape{DType::IQ4_NL, 16, 1}, Rows16Shape{DType::IQ4_NL, 5, 48},
         Rows16Shape{DType::IQ4_NL, 1, 6}, Rows16Shape{DType::IQ4_NL, 49, 3}, Rows16Shape{DType::Q5_1, 35, 18},
         Rows16Shape{DType::Q5_1, 16, 1}, Rows16Shape{DType::Q5_1, 5, 48}, Rows16Shape{DType::Q5_1, 17, 3}})
-    expect_rows16_avx2_form(rows16_avx2_linear, sh, uint32_t(3 * sh.n_out), 13, true);
+    expect_rows16_avx2_form(rows16_avx2_linear, sh, uint32_t(3 * sh.n_out), 13,
+                            sh.t == DType::Q5_1 || !cpu_has_avx512vnni());
   // The extremes: every code 0 (−127) under d = 1, x of ±127 (a block's max 127: q = x): y = −127 Σ x exactly.
   {
     constexpr int64_t n_out = 16, n_in = 64;
-    PackedWeight w = test::make_gguf_weight(DType::IQ4_NL, n_out, n_in, 1);
-    for (int64_t r = 0; r < n_out; ++r)
-      for (int64_t b = 0; b < n_in / 32; ++b) {
-        uint8_t* blk = w.data.data() + r * w.row_bytes() + 18 * b;
-        const uint16_t one = f32_to_f16(1.0f);
-        std::memcpy(blk, &one, 2);
-        std::memset(blk + 2, 0, 16);
-      }
-    PackedWeight wr = copy_packed_weight(w);
-    set_rows_layout(&wr, RowsLayout::Rows16);
+    const PackedWeight wr = iq4_nl_lowest_codes(n_out, n_in);
     std::vector<float> x(static_cast<size_t>(n_in)), y(static_cast<size_t>(n_out), NAN);
     double want = 0;
     for (int64_t k = 0; k < n_in; ++k) want += -127.0 * (x[size_t(k)] = (k * 7 % 3 == 0 ? -127.0f : 127.0f));
