@@ -33,8 +33,9 @@
 // unpacks the chunk's codes once into an L1 panel and passes every row of x over it (batched decode, prefill).
 // IQ4_NL (Q4_0's blocks, the codes' values kIq4Values[q]), Q5_1, Q5_K, Q2_K and Q3_K have no file-layout SIMD kernel:
 // on every CPU with AVX2 they are held in Rows16 and run rows16_avx2_linear (gemm_rows16_avx2.cpp; Q5_K, Q2_K and Q3_K
-// rows16_avx2_k_linear, gemm_rows16_kquant_avx2.cpp); in the file layout (CPUs without AVX2, and tests) the Avx2 and
-// Avx512Vnni kernels run them by the portable one.
+// rows16_avx2_k_linear, gemm_rows16_kquant_avx2.cpp; IQ4_NL on AVX-512 VNNI rows16_int8_linear,
+// gemm_rows16_int8.cpp); in the file layout (CPUs without AVX2, and tests) the Avx2 and Avx512Vnni kernels run them by
+// the portable one.
 // Batch invariance: on every kernel, each output (row of W, row of x) gets the same float operations in the
 // same order whatever m and the tiling are, so row i of a batch has the bits of row i computed alone (DESIGN
 // §5: batched == alone; tests/kernels/test_gemm_gguf.cpp GemmGgufBatch and, for m ≥ 16,

@@ -406,7 +406,7 @@ inline void int8_sc_block_step(const uint8_t* e, const __m256i (&it)[NH][MT], co
 
 // Q3_K row block rb's halves H0 .. H0 + NH − 1 (rows 8 h .. 8 h + 7) against MT rows of x from row i0 (Q8_K, column
 // order): per 16-column sub-block Q2_K's line of the codes' low 2 bits and a 32-byte line of their third bits (half h's
-// in nibble h of byte 4i + j: bit k for column 4k + j), merged into 4 vectors of u = q + 4 in [0, 7]; 4 vpmaddubsw
+// in nibble h of byte 4i + j: bit k for column 4k + j), merged into 4 vectors of the codes q in [0, 7]; 4 vpmaddubsw
 // (int16 ≤ 4 · 2 · 7 · 127 = 7112) × the int8 sc by vpmaddwd into the block's int32 total; then Q6_K's step with the
 // offset 4. y[i · n_out + 16 rb + 8 h + r], the rows past n_out left out.
 template <int MT, int H0, int NH>
