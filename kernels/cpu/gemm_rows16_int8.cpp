@@ -133,6 +133,7 @@ TP_VNNI void row_block(const PackedWeight& w, int64_t rb, const GgufActs& a, con
     xs[i] = a.qsum.data() + (i0 + i) * nb;
     xm[i] = K == kQ4_1 ? a.s.data() + (i0 + i) * nb : nullptr;
   }
+  const __m512i nl = NL ? iq4_nl_table() : __m512i();  // IQ4_NL: the codes' table, once a row block
   __m512 tot[MT];
 #pragma GCC unroll 8
   for (int i = 0; i < MT; ++i) tot[i] = _mm512_setzero_ps();
@@ -146,7 +147,6 @@ TP_VNNI void row_block(const PackedWeight& w, int64_t rb, const GgufActs& a, con
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(e)));
     __m512i c0[MT], c1[MT];
     constexpr int kOffset = Q5 ? -16 : K == kQ4_0 ? -8 : K == kQ4_1 ? 0 : -128;  // q_w's offset: the chains start there
-    const __m512i nl = NL ? iq4_nl_table() : __m512i();
 #pragma GCC unroll 8
     for (int i = 0; i < MT; ++i) {
       c0[i] = _mm512_set1_epi32(kOffset * xs[i][b]);
