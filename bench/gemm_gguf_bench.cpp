@@ -75,8 +75,11 @@ PackedWeight make(const Fmt& f, int64_t n_out, int64_t n_in, std::mt19937& rng) 
     for (int64_t b = 0; b < w.data.size() / bb; ++b)
       for (int k = 0; k < n_f16; ++k) std::memcpy(w.data.data() + b * bb + at + 2 * k, &h, 2);
   } else if (f.format == WeightFormat::Fp8E4M3) {
+    // Codes of normal values whose row maximum is near E4M3's 448, as a checkpoint's per-channel scales make them
+    // (zeros and subnormals as rare as there).
+    std::normal_distribution<float> nd(0.0f, 448.0f / 4.5f);
     for (int64_t i = 0; i < w.data.size(); ++i)
-      if ((w.data.data()[i] & 0x7f) == 0x7f) w.data.data()[i] &= 0xfe;  // no NaN codes
+      w.data.data()[i] = f32_to_fp8_e4m3(std::clamp(nd(rng), -448.0f, 448.0f));
     if (f.group > 0) {  // 128 x 128 block scales (fp8_block), as DeepSeek / Qwen3 FP8 checkpoints ship them
       w.group_size = w.block_out = f.group;
       w.scales.assign(size_t((n_out + f.group - 1) / f.group * w.n_groups()), 0.001f);

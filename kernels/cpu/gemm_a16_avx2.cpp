@@ -39,6 +39,7 @@
 #include <immintrin.h>
 #include <omp.h>
 
+#include "kernels/cpu/fp8_pow2.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/onednn_matmul.h"
@@ -108,13 +109,6 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline void decode32(con
   }
 }
 
-// 2^e as two F32 factors (|e| ≤ 252: each half within F32's normal range), applied one after the other.
-struct Pow2 {
-  float a, b;
-  explicit Pow2(int e) : a(std::ldexp(1.0f, e / 2)), b(std::ldexp(1.0f, e - e / 2)) {}
-  float operator()(float v) const { return v * a * b; }
-};
-
 // FP8 decode: weight rows [r, r + RW) against rows [0, MX) of x (xs: x · 2^k a row, scaled_x below; rows n_in
 // apart), y[i · n_out + r + j] = the row's Σ (value · 2⁻¹²⁰) · xs_i, × the row's scale (1 with block scales: xs holds
 // them), × 2^(120 − k_i) (back[i]; exact but for the one rounding of the scale's product). Two accumulators a (weight
@@ -165,18 +159,11 @@ void rows_fp8_range(const PackedWeight& w, int64_t r0, int64_t r1, const float* 
   for (; r < r1; ++r) rows_fp8<1, MX>(w, r, xs, back, y, false);
 }
 
-// A row of x × 2^k into xs (permute_x4's order), k putting max|x| in [2¹⁰⁰, 2¹⁰¹) (0 for a zero row or one with a NaN / infinity): the
-// products with the weights' value · 2⁻¹²⁰ (≥ 2⁻¹²⁹ but for 0) stay normal for every x within 2⁻⁷⁰ of max|x|, and
-// their sums far below F32's range. Returns k.
+// A row of x × 2^k into xs (permute_x4's order), k = fp8_x_exponent(max|x|) (fp8_pow2.h). Returns k.
 int scaled_x(const float* x, int64_t n_in, float* xs) {
   float amax = 0;
   for (int64_t c = 0; c < n_in; ++c) amax = std::max(amax, std::fabs(x[c]));
-  int k = 0;
-  if (amax > 0 && std::isfinite(amax)) {
-    int e;
-    std::frexp(amax, &e);  // amax in [2^(e-1), 2^e)
-    k = 101 - e;
-  }
+  const int k = fp8_x_exponent(amax);
   permute_x4(x, n_in, xs);
   const Pow2 f(k);
   for (int64_t c = 0; c < n_in; ++c) xs[c] = f(xs[c]);

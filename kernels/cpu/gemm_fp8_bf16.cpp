@@ -12,7 +12,7 @@
 // Each product (a 4-bit-significand weight by an 8-bit one) is exact in F32. Every row of x gets the same
 // operations whatever m or tile: a row of a batch has the bits of that row alone. Columns past n_in are masked
 // to 0 on load against x's zero padding. W is software-prefetched kPrefetchBytes ahead.
-// On Intel, decode sizes (m < kFp8OnednnMinM) run gemm_fp8_f16.cpp instead (vdpbf16ps issues once every 2 cycles
+// On Intel, decode sizes (m < kFp8OnednnMinM) run gemm_fp8_avx512.cpp instead (vdpbf16ps issues once every 2 cycles
 // there); this file's tiles serve AMD and the oneDNN prefill everywhere.
 #include <algorithm>
 #include <cmath>

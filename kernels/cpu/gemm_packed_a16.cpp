@@ -117,7 +117,7 @@ bool int_a16_linear(const float* x, int64_t m, const PackedWeight& w, float* y, 
 
 bool fp8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa) {
   if (w.format != WeightFormat::Fp8E4M3) return false;
-  if (isa == PackedIsa::Avx512 && (fp8_f16_decode(x, m, w, y, n_threads) || fp8_bf16_linear(x, m, w, y, n_threads)))
+  if (isa == PackedIsa::Avx512 && (fp8_avx512_decode(x, m, w, y, n_threads) || fp8_bf16_linear(x, m, w, y, n_threads)))
     return true;
   if (w.act == ActQuant::None) return a16(x, m, w, y, n_threads, isa);
   // W8A8-FP8 (and int8 activations on FP8 weights): x rounded to its quantized values once, then A16.

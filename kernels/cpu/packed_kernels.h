@@ -15,7 +15,7 @@
 //                      tensor / channel on AVX512-BF16: gemm_fp8_bf16.cpp, E4M3 to BF16 in registers); FP8
 //                      activations (W8A8-FP8) are emulated: x is rounded to its E4M3 values (still F32) once a
 //                      call, then the same kernel (what an FP8 tensor core computes, up to summation order);
-//                      decode on Intel AVX-512: gemm_fp8_f16.cpp (E4M3 bytes into F16s, vcvtph2ps, F32 FMAs)
+//                      decode on Intel AVX-512: gemm_fp8_avx512.cpp (E4M3 bytes' F32 bits made in place, F32 FMAs)
 //   gemm_fp4.cpp       MXFP4 / NVFP4 weights: E2M1 nibbles through an 8-entry table in a register, × the
 //                      block's E8M0 or E4M3 scale (× the NVFP4 global scale); decode on AVX2: gemm_fp4_avx2.cpp
 //                      (codes to BF16 bytes by vpshufb, F32 FMAs); on AVX-512 VNNI gemm_a16_vnni.cpp;
@@ -95,12 +95,12 @@ bool fp8_bf16_linear(const float* x, int64_t m, const PackedWeight& w, float* y,
 float fp8_amax(const float* x, int64_t n);
 void fp8_act_row_bf16(const float* x, int64_t n, float s, uint16_t* out);
 
-// FP8 E4M3 decode on Intel AVX-512 (gemm_fp8_f16.cpp): per-tensor / per-channel scales, F32 activations or FP8
-// ones per token / static, every m < kFp8OnednnMinM: the weight bytes moved into F16s (exact: value · 2⁻⁸) and
-// widened by vcvtph2ps, F32 FMAs against x (F32, or its E4M3 values). fp8_linear's path ahead of fp8_bf16_linear
-// on Intel, where vdpbf16ps issues once every 2 cycles (FP8 decode ran at 10.7 / 14.2 GB/s from cache with it).
-// Returns false (nothing written) for weights or m it does not take.
-bool fp8_f16_decode(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
+// FP8 E4M3 decode on Intel AVX-512 (gemm_fp8_avx512.cpp): per-tensor / per-channel scales, F32 activations or FP8
+// ones per token / static, every m < kFp8OnednnMinM: each weight byte's F32 bits made in place by shifts and a mask
+// (value · 2⁻¹²⁰, fp8_pow2.h), F32 FMAs against x (F32, or its E4M3 values) · 2^k. fp8_linear's path ahead of
+// fp8_bf16_linear on Intel, where vdpbf16ps issues once every 2 cycles (FP8 decode ran at 10.7 / 14.2 GB/s from cache
+// with it). Returns false (nothing written) for weights or m it does not take.
+bool fp8_avx512_decode(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
 
 // Prefill through oneDNN's BF16 matmul for weights whose rows decode exactly to BF16 parts (gemm_bf16_slabs.cpp;
 // AVX512-BF16 and oneDNN's BF16 matmul needed). xk [m, np · ps]: np BF16 parts of each row of x side by side,

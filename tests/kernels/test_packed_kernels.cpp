@@ -1294,41 +1294,102 @@ TEST(PackedKernels, ActOrderWeightIsHeldSortedAndMatchesReference) {
   }
 }
 
-// FP8 decode on Intel (gemm_fp8_f16.cpp: E4M3 bytes moved into F16s, vcvtph2ps, F32 FMAs): it runs for tensor /
-// channel scales, F32 and FP8 activations (dynamic, static), every m below kFp8OnednnMinM, odd column counts; the
-// suite's bound against the reference; a row of x in a batch gives the bits it gives alone; declines block scales
-// and prefill sizes.
-TEST(PackedKernels, Fp8F16DecodeMatchesReferenceAndRowsAlone) {
+// An FP8 decode kernel that reads E4M3's F32 bits in place against x · 2^k (fp8_pow2.h) on 9 rows of x: the suite's
+// bound per row for ordinary rows, one with a 10⁴ outlier, rows × 1e-30 and × 1e30 and a row near F32's largest
+// values; 0 for a zero row, NaN for a row with a NaN, the reference's ±inf / NaN for one with an infinity; a row of
+// x in a batch (m 2-9 from every row) gives the bits it gives alone, at 1 and 2 threads; a batch of m_max rows
+// the same.
+void check_fp8_decode_rows(const Case& c, const PackedWeight& w, DecodeKernel kernel, int64_t m_max) {
+  constexpr int64_t kRows = 9;
+  std::vector<float> x = normal_rows(kRows, c.n_in);
+  x[size_t(1 * c.n_in + 5)] = 1e4f;                                              // row 1: one outlier
+  for (int64_t k = 0; k < c.n_in; ++k) x[size_t(2 * c.n_in + k)] *= 1e-30f;      // row 2: tiny
+  for (int64_t k = 0; k < c.n_in; ++k) x[size_t(3 * c.n_in + k)] *= 1e30f;       // row 3: huge
+  for (int64_t k = 0; k < c.n_in; ++k) x[size_t(4 * c.n_in + k)] *= 1e36f;       // row 4: near F32's largest
+  std::fill(x.begin() + 5 * c.n_in, x.begin() + 6 * c.n_in, 0.0f);               // row 5: zeros
+  x[size_t(6 * c.n_in + c.n_in / 2)] = std::numeric_limits<float>::quiet_NaN();  // row 6
+  x[size_t(7 * c.n_in + c.n_in - 1)] = -std::numeric_limits<float>::infinity();  // row 7
+  std::vector<float> ref(size_t(kRows * c.n_out));
+  packed_linear_reference(x.data(), kRows, w, ref.data(), 1);
+  for (int threads : {1, 2}) {
+    std::vector<float> alone(ref.size(), -1e30f);
+    for (int64_t i = 0; i < kRows; ++i)
+      ASSERT_TRUE(kernel(x.data() + i * c.n_in, 1, w, alone.data() + i * c.n_out, threads)) << c.name;
+    for (int64_t i = 0; i < kRows; ++i) {
+      const std::vector<float> yi(alone.begin() + i * c.n_out, alone.begin() + (i + 1) * c.n_out);
+      const std::vector<float> ri(ref.begin() + i * c.n_out, ref.begin() + (i + 1) * c.n_out);
+      if (i == 5) {
+        for (float v : yi) EXPECT_EQ(v, 0.0f) << c.name;
+      } else if (i == 6) {
+        for (float v : yi) EXPECT_TRUE(std::isnan(v)) << c.name;
+      } else if (i == 7) {  // ±inf where the reference has it (static FP8 activations saturate it to -448)
+        std::vector<float> yf, rf;
+        for (int64_t r = 0; r < c.n_out; ++r) {
+          EXPECT_EQ(std::isnan(yi[size_t(r)]), std::isnan(ri[size_t(r)])) << c.name << " output " << r;
+          if (std::isinf(ri[size_t(r)])) {
+            EXPECT_EQ(yi[size_t(r)], ri[size_t(r)]) << c.name << " output " << r;
+          } else if (!std::isnan(ri[size_t(r)])) {
+            yf.push_back(yi[size_t(r)]), rf.push_back(ri[size_t(r)]);
+          }
+        }
+        EXPECT_LE(nmse_of(yf, rf), kMaxNmse) << c.name << " the infinity's row";
+      } else {
+        EXPECT_LE(nmse_of(yi, ri), kMaxNmse) << c.name << " row " << i << " threads " << threads;
+      }
+    }
+    for (int64_t m : {2, 3, 4, 5, 6, 7, 9})
+      for (int64_t i0 = 0; i0 + m <= kRows; ++i0) {
+        std::vector<float> y(size_t(m * c.n_out), -1e30f);
+        ASSERT_TRUE(kernel(x.data() + i0 * c.n_in, m, w, y.data(), threads)) << c.name;
+        for (int64_t k = 0; k < m * c.n_out; ++k) {
+          const float a = alone[size_t(i0 * c.n_out + k)];
+          if (std::isnan(a)) {
+            EXPECT_TRUE(std::isnan(y[size_t(k)])) << c.name << " m " << m << " from row " << i0;
+          } else {
+            ASSERT_EQ(y[size_t(k)], a) << c.name << " m " << m << " from row " << i0 << " output " << k;
+          }
+        }
+      }
+  }
+  std::vector<float> xb(size_t((m_max + 1) * c.n_in)), y(size_t((m_max + 1) * c.n_out));
+  for (int64_t k = 0; k < (m_max + 1) * c.n_in; ++k) xb[size_t(k)] = x[size_t(k % (kRows * c.n_in))];
+  ASSERT_TRUE(kernel(xb.data(), m_max, w, y.data(), 2)) << c.name;
+  for (int64_t i = 0; i < m_max; ++i) {  // xb's row i is x's row i % kRows
+    std::vector<float> row(size_t(c.n_out));
+    ASSERT_TRUE(kernel(xb.data() + i * c.n_in, 1, w, row.data(), 1)) << c.name;
+    for (int64_t r = 0; r < c.n_out; ++r) {
+      const float a = row[size_t(r)], b = y[size_t(i * c.n_out + r)];
+      ASSERT_TRUE(a == b || (std::isnan(a) && std::isnan(b))) << c.name << " m " << m_max << " row " << i;
+    }
+  }
+}
+
+// FP8 decode on Intel AVX-512 (gemm_fp8_avx512.cpp: each E4M3 byte's F32 bits made in place by 16-bit shifts and a
+// mask, value · 2⁻¹²⁰, against x permuted a 64-column step and scaled by a power of two a row): tensor / channel
+// scales, F32 and FP8 activations (dynamic, static), every E4M3 code but NaN, column counts of 1 to 24 steps with and
+// without a short last one; check_fp8_decode_rows with every m below kFp8OnednnMinM; declines block scales and
+// prefill sizes.
+TEST(PackedKernels, Fp8Avx512DecodeMatchesReferenceAndRowsAlone) {
   if (packed_best_isa() != PackedIsa::Avx512 || !cpu_is_intel() || !cpu_has_avx512bf16())
     GTEST_SKIP() << "not an Intel CPU with AVX-512 BF16: the kernel is Intel's";
   using F = WeightFormat;
   const std::vector<Case> cs = {
       {"fp8_channel_576", F::Fp8E4M3, 40, 576},
       {"fp8_tensor_odd_cols", F::Fp8E4M3, 13, 203, 0, 0, false, false, true},
+      {"fp8_channel_32", F::Fp8E4M3, 6, 32},
+      {"fp8_channel_64", F::Fp8E4M3, 5, 64},
       {"fp8_dynamic_act", F::Fp8E4M3, 21, 1536, 0, 0, false, false, false, ActQuant::Fp8Dynamic},
       {"fp8_static_act_odd", F::Fp8E4M3, 21, 101, 0, 0, false, false, true, ActQuant::Fp8Static},
   };
   for (const Case& c : cs) {
     const PackedWeight w = make(c, 29);
-    const int64_t m_max = kFp8OnednnMinM - 1;
-    const std::vector<float> x = normal_rows(m_max, c.n_in);
-    std::vector<float> ref(size_t(m_max * c.n_out)), alone(ref.size(), -1e30f);
-    packed_linear_reference(x.data(), m_max, w, ref.data(), 1);
-    for (int64_t i = 0; i < m_max; ++i)
-      ASSERT_TRUE(fp8_f16_decode(x.data() + i * c.n_in, 1, w, alone.data() + i * c.n_out, 2)) << c.name;
-    EXPECT_LE(nmse_of(alone, ref), kMaxNmse) << c.name;
-    for (int64_t m : {int64_t(2), int64_t(5), int64_t(17), m_max}) {
-      std::vector<float> y(size_t(m * c.n_out), -1e30f);
-      ASSERT_TRUE(fp8_f16_decode(x.data(), m, w, y.data(), 1)) << c.name;
-      for (int64_t k = 0; k < m * c.n_out; ++k)
-        ASSERT_EQ(y[size_t(k)], alone[size_t(k)]) << c.name << " m " << m << " row " << k / c.n_out;
-    }
+    check_fp8_decode_rows(c, w, fp8_avx512_decode, kFp8OnednnMinM - 1);
     std::vector<float> big(size_t(kFp8OnednnMinM * c.n_in)), yb(size_t(kFp8OnednnMinM * c.n_out));
-    EXPECT_FALSE(fp8_f16_decode(big.data(), kFp8OnednnMinM, w, yb.data(), 1)) << c.name << ": prefill sizes";
+    EXPECT_FALSE(fp8_avx512_decode(big.data(), kFp8OnednnMinM, w, yb.data(), 1)) << c.name << ": prefill sizes";
   }
   const PackedWeight blocks = make({"fp8_block128", F::Fp8E4M3, 130, 256, 128, 128}, 3);
   std::vector<float> x = normal_rows(1, 256), y(130);
-  EXPECT_FALSE(fp8_f16_decode(x.data(), 1, blocks, y.data(), 1));
+  EXPECT_FALSE(fp8_avx512_decode(x.data(), 1, blocks, y.data(), 1));
 }
 
 // FP8 decode on AVX2 (gemm_a16_avx2.cpp: each E4M3 byte's F32 bits made by shifts and a mask, value · 2⁻¹²⁰ —
@@ -1368,69 +1429,8 @@ TEST(PackedKernels, Fp8Avx2DecodeMatchesReferenceAndRowsAlone) {
           std::copy_n(w.scales.begin() + r0 * nbc, nbc, w.scales.begin() + r * nbc);
     }
     const DecodeKernel kernel = c.act == ActQuant::None ? a16_avx2_decode : through_fp8_linear;
-    constexpr int64_t kRows = 9;
-    std::vector<float> x = normal_rows(kRows, c.n_in);
-    x[size_t(1 * c.n_in + 5)] = 1e4f;                                         // row 1: one outlier
-    for (int64_t k = 0; k < c.n_in; ++k) x[size_t(2 * c.n_in + k)] *= 1e-30f;  // row 2: tiny
-    for (int64_t k = 0; k < c.n_in; ++k) x[size_t(3 * c.n_in + k)] *= 1e30f;   // row 3: huge
-    for (int64_t k = 0; k < c.n_in; ++k) x[size_t(4 * c.n_in + k)] *= 1e36f;   // row 4: near F32's largest
-    std::fill(x.begin() + 5 * c.n_in, x.begin() + 6 * c.n_in, 0.0f);          // row 5: zeros
-    x[size_t(6 * c.n_in + c.n_in / 2)] = std::numeric_limits<float>::quiet_NaN();  // row 6
-    x[size_t(7 * c.n_in + c.n_in - 1)] = -std::numeric_limits<float>::infinity();  // row 7
-    std::vector<float> ref(size_t(kRows * c.n_out));
-    packed_linear_reference(x.data(), kRows, w, ref.data(), 1);
-    for (int threads : {1, 2}) {
-      std::vector<float> alone(ref.size(), -1e30f);
-      for (int64_t i = 0; i < kRows; ++i)
-        ASSERT_TRUE(kernel(x.data() + i * c.n_in, 1, w, alone.data() + i * c.n_out, threads)) << c.name;
-      for (int64_t i = 0; i < kRows; ++i) {
-        const std::vector<float> yi(alone.begin() + i * c.n_out, alone.begin() + (i + 1) * c.n_out);
-        const std::vector<float> ri(ref.begin() + i * c.n_out, ref.begin() + (i + 1) * c.n_out);
-        if (i == 5) {
-          for (float v : yi) EXPECT_EQ(v, 0.0f) << c.name;
-        } else if (i == 6) {
-          for (float v : yi) EXPECT_TRUE(std::isnan(v)) << c.name;
-        } else if (i == 7) {  // ±inf where the reference has it (static FP8 activations saturate it to -448)
-          std::vector<float> yf, rf;
-          for (int64_t r = 0; r < c.n_out; ++r) {
-            EXPECT_EQ(std::isnan(yi[size_t(r)]), std::isnan(ri[size_t(r)])) << c.name << " output " << r;
-            if (std::isinf(ri[size_t(r)])) {
-              EXPECT_EQ(yi[size_t(r)], ri[size_t(r)]) << c.name << " output " << r;
-            } else if (!std::isnan(ri[size_t(r)])) {
-              yf.push_back(yi[size_t(r)]), rf.push_back(ri[size_t(r)]);
-            }
-          }
-          EXPECT_LE(nmse_of(yf, rf), kMaxNmse) << c.name << " the infinity's row";
-        } else {
-          EXPECT_LE(nmse_of(yi, ri), kMaxNmse) << c.name << " row " << i << " threads " << threads;
-        }
-      }
-      for (int64_t m : {2, 3, 4, 5, 6, 7, 9})
-        for (int64_t i0 = 0; i0 + m <= kRows; ++i0) {
-          std::vector<float> y(size_t(m * c.n_out), -1e30f);
-          ASSERT_TRUE(kernel(x.data() + i0 * c.n_in, m, w, y.data(), threads)) << c.name;
-          for (int64_t k = 0; k < m * c.n_out; ++k) {
-            const float a = alone[size_t(i0 * c.n_out + k)];
-            if (std::isnan(a)) {
-              EXPECT_TRUE(std::isnan(y[size_t(k)])) << c.name << " m " << m << " from row " << i0;
-            } else {
-              ASSERT_EQ(y[size_t(k)], a) << c.name << " m " << m << " from row " << i0 << " output " << k;
-            }
-          }
-        }
-    }
-    std::vector<float> xb(size_t(kA16Avx2MaxM * c.n_in)), y(size_t(kA16Avx2MaxM * c.n_out));
-    for (int64_t k = 0; k < kA16Avx2MaxM * c.n_in; ++k) xb[size_t(k)] = x[size_t(k % (kRows * c.n_in))];
-    const int64_t m_max = kA16Avx2MaxM - 1;
-    ASSERT_TRUE(kernel(xb.data(), m_max, w, y.data(), 2)) << c.name;
-    for (int64_t i = 0; i < m_max; ++i) {  // xb's row i is x's row i % kRows
-      std::vector<float> row(size_t(c.n_out));
-      ASSERT_TRUE(kernel(xb.data() + i * c.n_in, 1, w, row.data(), 1)) << c.name;
-      for (int64_t r = 0; r < c.n_out; ++r) {
-        const float a = row[size_t(r)], b = y[size_t(i * c.n_out + r)];
-        ASSERT_TRUE(a == b || (std::isnan(a) && std::isnan(b))) << c.name << " m " << m_max << " row " << i;
-      }
-    }
+    check_fp8_decode_rows(c, w, kernel, kA16Avx2MaxM - 1);
+    std::vector<float> xb(size_t(kA16Avx2MaxM * c.n_in), 1.0f), y(size_t(kA16Avx2MaxM * c.n_out));
     EXPECT_FALSE(a16_avx2_decode(xb.data(), kA16Avx2MaxM, w, y.data(), 1)) << c.name << ": m past the decode kernel's";
   }
   for (const Case& c : {Case{"fp8_odd_cols", F::Fp8E4M3, 8, 203}, Case{"fp8_block_48_cols", F::Fp8E4M3, 20, 96, 48, 16},

@@ -1,0 +1,159 @@
+// FP8 (E4M3) decode on Intel AVX-512 (packed_kernels.h: fp8_avx512_decode): per-tensor or per-channel weight scales,
+// F32 activations (FP8 weight-only) or FP8 ones per token / static (W8A8-FP8, emulated: x / s rounded to E4M3),
+// every m below kFp8OnednnMinM (the prefill sizes keep gemm_fp8_bf16.cpp's oneDNN path).
+//
+// Why: gemm_fp8_bf16.cpp multiplies by vdpbf16ps, which issues once every 2 cycles on the AMX Xeon (family 6
+// model 167; bench/isa_throughput): its decode ran at 10.7 GB/s (FP8 weight-only, x as two BF16 parts) and 14.2
+// GB/s (FP8 activations) from cache, below one core's DRAM read. Here each weight byte's F32 bits are made in place
+// (widen: two 16-bit shifts a word, a 32-bit shift, one AND a 16 values — value · 2⁻¹²⁰, E4M3's subnormals F32
+// subnormals, as the AVX2 kernel's, fp8_pow2.h), against x permuted alike once a call and scaled by 2^k a row; F32
+// FMAs, exact products rounded once a sum as every A16 kernel. x: F32, or its E4M3 values q = E4M3(x / s) (exact in
+// F32; the scale s after). The kernel's first form moved each byte into an F16 and widened it by vcvtph2ps (two
+// uops, one on the shuffle port): 14-18 GB/s from cache, now 17-20 (GEMM_BENCH_HOT=1 build/bench/gemm_gguf_bench 1
+// 17.4 0 fp8_dynamic), SmolLM2 CT-FP8-dynamic with its lm_head in FP8 decoded 1.34x faster on the AMX Xeon.
+// A row is read 64 columns a step, in memory order one row after another (the W8A8 decode's order), software-
+// prefetched kPrefetchBytes ahead; four accumulator chains a row (one per widened vector), summed in one order; with
+// m > 1 each widened step serves up to 4 rows of x.
+// y = 2^(120 − k) (Σ × the weight scale) (× s). Every row of x gets the same operations whatever m: a row of a batch
+// has the bits of that row alone.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#include <omp.h>
+
+#include "common/dtype.h"
+#include "common/fp_formats.h"
+#include "kernels/cpu/fp8_pow2.h"
+#include "kernels/cpu/gemv.h"
+#include "kernels/cpu/packed_kernels.h"
+
+namespace tp::cpu::detail {
+
+namespace {
+
+#define TP_FP8_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,bmi2")))
+
+// Prefetched into L2 (gemv.h prefetch_weights): 6144 ahead ran as L1 at 2048 did (SmolLM2 CT-FP8-dynamic tg128, 1
+// thread, 72.2 vs 72.1 tok/s), L2 at 2048 lost 4% (69.0).
+constexpr int64_t kPrefetchBytes = 6144;
+constexpr int64_t kBlockRows = 16;  // weight rows a block (m > 4: every tile of x rows meets the block in L1)
+
+constexpr int64_t kStep = 64;  // weight bytes (columns) a step
+
+// Up to 64 weight bytes (the first n; the rest read as 0) -> four F32 vectors of value · 2⁻¹²⁰ (fp8_pow2.h): v[k]
+// lane j holds column 4j + k (x is permuted alike). Word by word: vpsraw 4 puts a word's high byte at the top of the
+// word (sign copies in bits 15-11, the 7 magnitude bits in 10-4), after vpsllw 8 its low byte; a 16-bit shift of the
+// dword moves the low word's up; & 0x87f00000 keeps the sign and the magnitude bits as F32's sign, exponent 0-15 and
+// top mantissa bits. E4M3's subnormals (and zeros) are F32 subnormals (and zeros): this CPU's FMAs take them at full
+// speed (a subnormal in 48 % of the 64-byte steps of SmolLM2's FP8 lm_head: decode 1.17x faster than with a branch
+// that fixed those steps). 0x7f / 0xff, E4M3's NaN, read as ±480: the weights have none.
+TP_FP8_AVX512 __attribute__((always_inline)) inline void widen(const uint8_t* p, int64_t n, __m512 (&v)[4]) {
+  const __m512i b = n >= kStep ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(_bzhi_u64(~0ull, unsigned(n)), p);
+  const __m512i mask = _mm512_set1_epi32(int32_t(0x87f00000u));
+  const __m512i hi = _mm512_srai_epi16(b, 4), lo = _mm512_srai_epi16(_mm512_slli_epi16(b, 8), 4);
+  v[0] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(lo, 16), mask));
+  v[1] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(hi, 16), mask));
+  v[2] = _mm512_castsi512_ps(_mm512_and_si512(lo, mask));
+  v[3] = _mm512_castsi512_ps(_mm512_and_si512(hi, mask));
+}
+
+// One weight row (n_in bytes) against G rows of x (F32 x · 2^k, permuted as widen's lanes a 64-column step and
+// zero-padded to whole steps, ps apart): out[g] = Σ (value · 2⁻¹²⁰) · x · 2^k. Each step is widened once for the G
+// rows; every row of x gets the operations it gets at G = 1, in the same order.
+template <int G>
+TP_FP8_AVX512 void row_fp8(const uint8_t* row, int64_t n_in, const float* x, int64_t ps, bool prefetch,
+                           float (&out)[G]) {
+  __m512 a[4][G], v[4];
+  for (int k = 0; k < 4; ++k)
+    for (int g = 0; g < G; ++g) a[k][g] = _mm512_setzero_ps();
+  const char* pf = reinterpret_cast<const char*>(row) + kPrefetchBytes;
+  for (int64_t c = 0; c < n_in; c += kStep, pf += kStep) {
+    if (prefetch) prefetch_weights(pf);
+    widen(row + c, n_in - c, v);
+    for (int g = 0; g < G; ++g)
+      for (int k = 0; k < 4; ++k) a[k][g] = _mm512_fmadd_ps(v[k], _mm512_loadu_ps(x + g * ps + c + 16 * k), a[k][g]);
+  }
+  for (int g = 0; g < G; ++g)
+    out[g] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0][g], a[1][g]), _mm512_add_ps(a[2][g], a[3][g])));
+}
+
+// Row r of W against rows [i0, i0 + G) of x: y[i · n_out + r] = back_i(Σ · scale) · xs_i (back_i: 2^(120 − k_i)).
+template <int G>
+TP_FP8_AVX512 void rows_of_x(const PackedWeight& w, int64_t r, const float* xd, int64_t ps, const float* xs,
+                             const Pow2* back, int64_t i0, float* y) {
+  const uint8_t* row = w.data.data() + r * w.row_bytes();
+  const float ws = w.scales.size() == 1 ? w.scales[0] : w.scales[size_t(r)];
+  float out[G];
+  row_fp8<G>(row, w.n_in, xd + i0 * ps, ps, i0 == 0, out);
+  for (int g = 0; g < G; ++g) y[(i0 + g) * w.n_out + r] = back[i0 + g](out[g] * ws) * xs[i0 + g];
+}
+
+}  // namespace
+
+TP_FP8_AVX512 bool fp8_avx512_decode(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
+  if (w.format != WeightFormat::Fp8E4M3 || w.block_out > 0 || m >= kFp8OnednnMinM || !cpu_is_intel() ||
+      !cpu_has_avx512f())
+    return false;
+  const bool fp8_act = w.act == ActQuant::Fp8Dynamic || w.act == ActQuant::Fp8Static;
+  if (w.act != ActQuant::None && !(fp8_act && (w.act == ActQuant::Fp8Static || w.act_group == 0))) return false;
+  if (fp8_act && !cpu_has_avx512bf16()) return false;  // fp8_act_row_bf16
+  const int64_t n_in = w.n_in, ps = (n_in + kStep - 1) / kStep * kStep;
+  thread_local std::vector<float> xf, xs, xq;
+  thread_local std::vector<uint16_t> xb;
+  thread_local std::vector<Pow2> back;
+  xs.assign(size_t(m), 1.0f);
+  back.assign(size_t(m), Pow2(0));
+  // Rows of x (F32, or its E4M3 values) · 2^k (fp8_pow2.h), zero-padded to ps, each 64-column step permuted as
+  // widen's lanes: column c + 4j + k at c + 16k + j.
+  xf.assign(size_t(m * ps), 0.0f);
+  for (int64_t i = 0; i < m; ++i) {
+    const float* xr = x + i * n_in;
+    if (fp8_act) {
+      const float s = w.act == ActQuant::Fp8Dynamic ? fp8_amax(xr, n_in) / kFp8E4M3Max : w.act_scale;
+      xs[size_t(i)] = s;
+      if (s == 0.0f) continue;  // q = 0
+      xb.resize(size_t(n_in));
+      xq.resize(size_t(n_in));
+      fp8_act_row_bf16(xr, n_in, s, xb.data());
+      for (int64_t c = 0; c < n_in; ++c) xq[size_t(c)] = bf16_to_f32(xb[size_t(c)]);
+      xr = xq.data();
+    }
+    float amax = 0;
+    for (int64_t c = 0; c < n_in; ++c) amax = std::max(amax, std::fabs(xr[c]));
+    const int k = fp8_x_exponent(amax);
+    back[size_t(i)] = Pow2(120 - k);
+    const Pow2 f(k);
+    float* out = xf.data() + i * ps;
+    for (int64_t c = 0; c < n_in; ++c) out[c / kStep * kStep + c % 4 * 16 + c % kStep / 4] = f(xr[c]);
+  }
+  const float* xd = xf.data();
+  const float* xsd = xs.data();
+  const Pow2* bk = back.data();
+  const bool parallel = n_threads > 1 && worth_parallel(w.n_out * w.row_bytes() * m);
+#pragma omp parallel num_threads(n_threads) if (parallel)
+  {
+    const auto [r0, r1] = thread_rows(w.n_out, 1, omp_get_thread_num(), omp_get_num_threads());
+    prefetch_range_start(w.data.data() + r0 * w.row_bytes(), kPrefetchBytes, (r1 - r0) * w.row_bytes());
+    // Blocks of kBlockRows weight rows: each tile of 4 rows of x meets the whole block while it is in L1.
+    for (int64_t rb = r0; rb < r1; rb += kBlockRows) {
+      const int64_t re = std::min(r1, rb + kBlockRows);
+      int64_t i = 0;
+      for (; i + 4 <= m; i += 4)
+        for (int64_t r = rb; r < re; ++r) rows_of_x<4>(w, r, xd, ps, xsd, bk, i, y);
+      for (int64_t r = rb; r < re; ++r) switch (m - i) {
+          case 1: rows_of_x<1>(w, r, xd, ps, xsd, bk, i, y); break;
+          case 2: rows_of_x<2>(w, r, xd, ps, xsd, bk, i, y); break;
+          case 3: rows_of_x<3>(w, r, xd, ps, xsd, bk, i, y); break;
+          default: break;
+        }
+    }
+  }
+  return true;
+}
+
+}  // namespace tp::cpu::detail
