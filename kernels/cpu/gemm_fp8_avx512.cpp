@@ -82,39 +82,97 @@ TP_FP8_AVX512 void row_fp8(const uint8_t* row, int64_t n_in, const float* x, int
     out[g] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0][g], a[1][g]), _mm512_add_ps(a[2][g], a[3][g])));
 }
 
-// Row r of W against rows [i0, i0 + G) of x: y[i · n_out + r] = back_i(Σ · scale) · xs_i (back_i: 2^(120 − k_i)).
+// Row r of W against rows [i0, i0 + G) of x: y[i · n_out + r] = back_i(Σ · scale) · xs_i (back_i: 2^(120 − k_i); the
+// scale 1 with block scales, folded into x).
 template <int G>
 TP_FP8_AVX512 void rows_of_x(const PackedWeight& w, int64_t r, const float* xd, int64_t ps, const float* xs,
                              const Pow2* back, int64_t i0, float* y) {
   const uint8_t* row = w.data.data() + r * w.row_bytes();
-  const float ws = w.scales.size() == 1 ? w.scales[0] : w.scales[size_t(r)];
+  const float ws = w.block_out > 0 ? 1.0f : w.scales.size() == 1 ? w.scales[0] : w.scales[size_t(r)];
   float out[G];
   row_fp8<G>(row, w.n_in, xd + i0 * ps, ps, i0 == 0, out);
   for (int g = 0; g < G; ++g) y[(i0 + g) * w.n_out + r] = back[i0 + g](out[g] * ws) * xs[i0 + g];
 }
 
+// Weight rows [r0, r1) against the m rows of x (xd: rows ps apart, as row_fp8 reads them).
+TP_FP8_AVX512 void rows_range(const PackedWeight& w, int64_t r0, int64_t r1, const float* xd, int64_t ps,
+                              const float* xs, const Pow2* back, int64_t m, float* y) {
+  prefetch_range_start(w.data.data() + r0 * w.row_bytes(), kPrefetchBytes, (r1 - r0) * w.row_bytes());
+  // Blocks of kBlockRows weight rows: each tile of 4 rows of x meets the whole block while it is in L1.
+  for (int64_t rb = r0; rb < r1; rb += kBlockRows) {
+    const int64_t re = std::min(r1, rb + kBlockRows);
+    int64_t i = 0;
+    for (; i + 4 <= m; i += 4)
+      for (int64_t r = rb; r < re; ++r) rows_of_x<4>(w, r, xd, ps, xs, back, i, y);
+    for (int64_t r = rb; r < re; ++r) switch (m - i) {
+        case 1: rows_of_x<1>(w, r, xd, ps, xs, back, i, y); break;
+        case 2: rows_of_x<2>(w, r, xd, ps, xs, back, i, y); break;
+        case 3: rows_of_x<3>(w, r, xd, ps, xs, back, i, y); break;
+        default: break;
+      }
+  }
+}
+
+// Block scales (block_out rows × group_size columns a scale): rows [r0, r1) a block of rows at a time, each against
+// x × that block's column scales (x_c · s[c / group_size], rounded to F32 once) · 2^k, k from the scaled row's max
+// (as gemm_a16_avx2.cpp's fp8_block_rows): the per-channel decode then with scale 1. xp: the m rows of x permuted,
+// unscaled; group: the scale column of each permuted position (−1: padding).
+TP_FP8_AVX512 void block_rows(const PackedWeight& w, int64_t r0, int64_t r1, const float* xp, int64_t ps,
+                              const int32_t* group, const float* xs, int64_t m, float* y) {
+  const int64_t bo = w.block_out, nbc = w.n_groups();
+  thread_local std::vector<float> xb;  // this thread's x rows × the block's scales × 2^k
+  thread_local std::vector<Pow2> back;
+  xb.resize(size_t(m * ps));
+  back.assign(size_t(m), Pow2(0));
+  for (int64_t b0 = r0; b0 < r1;) {
+    const float* s = w.scales.data() + (b0 / bo) * nbc;
+    int64_t b1 = std::min(r1, (b0 / bo + 1) * bo);
+    // Following blocks with the same scales join the run: a fused weight's parts (q|k|v, gate|up) hold their
+    // blocks a row each (block_out 1, compressed_tensors.cpp), which would otherwise scale x for every row.
+    while (b1 < r1 && std::memcmp(s, w.scales.data() + (b1 / bo) * nbc, size_t(nbc) * sizeof(float)) == 0)
+      b1 = std::min(r1, (b1 / bo + 1) * bo);
+    for (int64_t i = 0; i < m; ++i) {
+      const float* xi = xp + i * ps;
+      float* o = xb.data() + i * ps;
+      float amax = 0;
+      for (int64_t c = 0; c < ps; ++c) {
+        o[c] = group[c] < 0 ? 0.0f : xi[c] * s[group[c]];
+        amax = std::max(amax, std::fabs(o[c]));
+      }
+      const int k = fp8_x_exponent(amax);
+      back[size_t(i)] = Pow2(120 - k);
+      const Pow2 f(k);
+      for (int64_t c = 0; c < ps; ++c) o[c] = f(o[c]);
+    }
+    rows_range(w, b0, b1, xb.data(), ps, xs, back.data(), m, y);
+    b0 = b1;
+  }
+}
+
 }  // namespace
 
-TP_FP8_AVX512 bool fp8_avx512_decode(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads) {
-  if (w.format != WeightFormat::Fp8E4M3 || w.block_out > 0 || m >= kFp8OnednnMinM || !cpu_is_intel() ||
-      !cpu_has_avx512f())
-    return false;
-  const bool fp8_act = w.act == ActQuant::Fp8Dynamic || w.act == ActQuant::Fp8Static;
-  if (w.act != ActQuant::None && !(fp8_act && (w.act == ActQuant::Fp8Static || w.act_group == 0))) return false;
+TP_FP8_AVX512 bool fp8_avx512_decode(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads,
+                                     bool x_quantized) {
+  if (w.format != WeightFormat::Fp8E4M3 || m >= kFp8OnednnMinM || !cpu_is_intel() || !cpu_has_avx512f()) return false;
+  const ActQuant act = x_quantized ? ActQuant::None : w.act;
+  const bool fp8_act = act == ActQuant::Fp8Dynamic || act == ActQuant::Fp8Static;
+  if (act != ActQuant::None && !(fp8_act && (act == ActQuant::Fp8Static || w.act_group == 0))) return false;
   if (fp8_act && !cpu_has_avx512bf16()) return false;  // fp8_act_row_bf16
+  const bool blocks = w.block_out > 0;
   const int64_t n_in = w.n_in, ps = (n_in + kStep - 1) / kStep * kStep;
   thread_local std::vector<float> xf, xs, xq;
   thread_local std::vector<uint16_t> xb;
   thread_local std::vector<Pow2> back;
+  thread_local std::vector<int32_t> group;
   xs.assign(size_t(m), 1.0f);
   back.assign(size_t(m), Pow2(0));
-  // Rows of x (F32, or its E4M3 values) · 2^k (fp8_pow2.h), zero-padded to ps, each 64-column step permuted as
-  // widen's lanes: column c + 4j + k at c + 16k + j.
+  // Rows of x (F32, or its E4M3 values), zero-padded to ps, each 64-column step permuted as widen's lanes: column
+  // c + 4j + k at c + 16k + j; · 2^k (fp8_pow2.h) here, or with block scales a block of rows at a time (block_rows).
   xf.assign(size_t(m * ps), 0.0f);
   for (int64_t i = 0; i < m; ++i) {
     const float* xr = x + i * n_in;
     if (fp8_act) {
-      const float s = w.act == ActQuant::Fp8Dynamic ? fp8_amax(xr, n_in) / kFp8E4M3Max : w.act_scale;
+      const float s = act == ActQuant::Fp8Dynamic ? fp8_amax(xr, n_in) / kFp8E4M3Max : w.act_scale;
       xs[size_t(i)] = s;
       if (s == 0.0f) continue;  // q = 0
       xb.resize(size_t(n_in));
@@ -124,34 +182,29 @@ TP_FP8_AVX512 bool fp8_avx512_decode(const float* x, int64_t m, const PackedWeig
       xr = xq.data();
     }
     float amax = 0;
-    for (int64_t c = 0; c < n_in; ++c) amax = std::max(amax, std::fabs(xr[c]));
-    const int k = fp8_x_exponent(amax);
+    for (int64_t c = 0; c < n_in && !blocks; ++c) amax = std::max(amax, std::fabs(xr[c]));
+    const int k = blocks ? 0 : fp8_x_exponent(amax);
     back[size_t(i)] = Pow2(120 - k);
     const Pow2 f(k);
     float* out = xf.data() + i * ps;
     for (int64_t c = 0; c < n_in; ++c) out[c / kStep * kStep + c % 4 * 16 + c % kStep / 4] = f(xr[c]);
   }
+  if (blocks) {
+    group.assign(size_t(ps), -1);
+    for (int64_t c = 0; c < n_in; ++c) group[size_t(c / kStep * kStep + c % 4 * 16 + c % kStep / 4)] = int32_t(c / w.group_size);
+  }
   const float* xd = xf.data();
   const float* xsd = xs.data();
   const Pow2* bk = back.data();
+  const int32_t* gd = group.data();  // (inside the region the thread_local names are each thread's own)
   const bool parallel = n_threads > 1 && worth_parallel(w.n_out * w.row_bytes() * m);
 #pragma omp parallel num_threads(n_threads) if (parallel)
   {
     const auto [r0, r1] = thread_rows(w.n_out, 1, omp_get_thread_num(), omp_get_num_threads());
-    prefetch_range_start(w.data.data() + r0 * w.row_bytes(), kPrefetchBytes, (r1 - r0) * w.row_bytes());
-    // Blocks of kBlockRows weight rows: each tile of 4 rows of x meets the whole block while it is in L1.
-    for (int64_t rb = r0; rb < r1; rb += kBlockRows) {
-      const int64_t re = std::min(r1, rb + kBlockRows);
-      int64_t i = 0;
-      for (; i + 4 <= m; i += 4)
-        for (int64_t r = rb; r < re; ++r) rows_of_x<4>(w, r, xd, ps, xsd, bk, i, y);
-      for (int64_t r = rb; r < re; ++r) switch (m - i) {
-          case 1: rows_of_x<1>(w, r, xd, ps, xsd, bk, i, y); break;
-          case 2: rows_of_x<2>(w, r, xd, ps, xsd, bk, i, y); break;
-          case 3: rows_of_x<3>(w, r, xd, ps, xsd, bk, i, y); break;
-          default: break;
-        }
-    }
+    if (blocks)
+      block_rows(w, r0, r1, xd, ps, gd, xsd, m, y);
+    else
+      rows_range(w, r0, r1, xd, ps, xsd, bk, m, y);
   }
   return true;
 }

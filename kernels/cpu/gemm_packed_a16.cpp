@@ -124,6 +124,7 @@ bool fp8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int 
   thread_local std::vector<float> xq;
   if (int64_t(xq.size()) < m * w.n_in) xq.resize(size_t(m * w.n_in));
   fake_quantize_activations(x, m, w.n_in, w.act, w.act_scale, w.act_group, xq.data());
+  if (isa == PackedIsa::Avx512 && fp8_avx512_decode(xq.data(), m, w, y, n_threads, /*x_quantized=*/true)) return true;
   return a16(xq.data(), m, w, y, n_threads, isa);
 }
 

@@ -95,12 +95,15 @@ bool fp8_bf16_linear(const float* x, int64_t m, const PackedWeight& w, float* y,
 float fp8_amax(const float* x, int64_t n);
 void fp8_act_row_bf16(const float* x, int64_t n, float s, uint16_t* out);
 
-// FP8 E4M3 decode on Intel AVX-512 (gemm_fp8_avx512.cpp): per-tensor / per-channel scales, F32 activations or FP8
+// FP8 E4M3 decode on Intel AVX-512 (gemm_fp8_avx512.cpp): per-tensor / per-channel / block scales, F32 activations or FP8
 // ones per token / static, every m < kFp8OnednnMinM: each weight byte's F32 bits made in place by shifts and a mask
 // (value · 2⁻¹²⁰, fp8_pow2.h), F32 FMAs against x (F32, or its E4M3 values) · 2^k. fp8_linear's path ahead of
 // fp8_bf16_linear on Intel, where vdpbf16ps issues once every 2 cycles (FP8 decode ran at 10.7 / 14.2 GB/s from cache
-// with it). Returns false (nothing written) for weights or m it does not take.
-bool fp8_avx512_decode(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads);
+// with it). Block scales too (folded into x a block of rows at a time). x_quantized: x holds the activations'
+// quantized values already (fake_quantize_activations: W8A8-FP8 with per-group scales), w.act is not applied again.
+// Returns false (nothing written) for weights or m it does not take.
+bool fp8_avx512_decode(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads,
+                       bool x_quantized = false);
 
 // Prefill through oneDNN's BF16 matmul for weights whose rows decode exactly to BF16 parts (gemm_bf16_slabs.cpp;
 // AVX512-BF16 and oneDNN's BF16 matmul needed). xk [m, np · ps]: np BF16 parts of each row of x side by side,

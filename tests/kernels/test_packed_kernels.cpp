@@ -1367,8 +1367,10 @@ void check_fp8_decode_rows(const Case& c, const PackedWeight& w, DecodeKernel ke
 // FP8 decode on Intel AVX-512 (gemm_fp8_avx512.cpp: each E4M3 byte's F32 bits made in place by 16-bit shifts and a
 // mask, value · 2⁻¹²⁰, against x permuted a 64-column step and scaled by a power of two a row): tensor / channel
 // scales, F32 and FP8 activations (dynamic, static), every E4M3 code but NaN, column counts of 1 to 24 steps with and
-// without a short last one; check_fp8_decode_rows with every m below kFp8OnednnMinM; declines block scales and
-// prefill sizes.
+// without a short last one; block scales (128 × 128 with partial last blocks, with FP8 dynamic activations, 96 rows
+// × 64 columns, 40 × 48 across steps, 1 × 128 all different and in runs of equal rows as a fused weight holds its
+// parts' blocks; with FP8 activations per group of 128, x rounded first as fp8_linear does); check_fp8_decode_rows with
+// every m below kFp8OnednnMinM; declines prefill sizes (and activation groups without x_quantized).
 TEST(PackedKernels, Fp8Avx512DecodeMatchesReferenceAndRowsAlone) {
   if (packed_best_isa() != PackedIsa::Avx512 || !cpu_is_intel() || !cpu_has_avx512bf16())
     GTEST_SKIP() << "not an Intel CPU with AVX-512 BF16: the kernel is Intel's";
@@ -1380,16 +1382,36 @@ TEST(PackedKernels, Fp8Avx512DecodeMatchesReferenceAndRowsAlone) {
       {"fp8_channel_64", F::Fp8E4M3, 5, 64},
       {"fp8_dynamic_act", F::Fp8E4M3, 21, 1536, 0, 0, false, false, false, ActQuant::Fp8Dynamic},
       {"fp8_static_act_odd", F::Fp8E4M3, 21, 101, 0, 0, false, false, true, ActQuant::Fp8Static},
+      {"fp8_block128_576", F::Fp8E4M3, 261, 576, 128, 128},  // 64 columns and 5 rows in the last blocks
+      {"fp8_block128_dynamic", F::Fp8E4M3, 130, 256, 128, 128, false, false, false, ActQuant::Fp8Dynamic},
+      {"fp8_block96x64", F::Fp8E4M3, 100, 160, 64, 96},
+      {"fp8_block40x48_odd", F::Fp8E4M3, 45, 203, 48, 40},  // blocks across 64-column steps, a short last step
+      {"fp8_block1x128", F::Fp8E4M3, 70, 320, 128, 1},       // a scale row a weight row, all different
+      {"fp8_fused_runs", F::Fp8E4M3, 203, 320, 128, 1},      // the same as a fused weight holds it: runs (below)
+      // FP8 activations per group of 128 (DeepSeek-V3's 1 × 128): fp8_linear rounds x first (x_quantized)
+      {"fp8_block128_act_group", F::Fp8E4M3, 130, 384, 128, 128, false, false, false, ActQuant::Fp8Dynamic, 128},
+  };
+  const DecodeKernel kernel = [](const float* x, int64_t m, const PackedWeight& w, float* y, int t) {
+    return fp8_avx512_decode(x, m, w, y, t);
+  };
+  const DecodeKernel after_fake_quantization = [](const float* x, int64_t m, const PackedWeight& w, float* y, int t) {
+    std::vector<float> xq(size_t(m * w.n_in));
+    fake_quantize_activations(x, m, w.n_in, w.act, w.act_scale, w.act_group, xq.data());
+    return fp8_avx512_decode(xq.data(), m, w, y, t, /*x_quantized=*/true);
   };
   for (const Case& c : cs) {
-    const PackedWeight w = make(c, 29);
-    check_fp8_decode_rows(c, w, fp8_avx512_decode, kFp8OnednnMinM - 1);
+    PackedWeight w = make(c, 29);
+    if (c.name == "fp8_fused_runs")  // q|k|v of 128 + 64 | 8 | 3 rows: each part's blocks copied to their rows
+      for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 128}, {128, 192}, {192, 200}, {200, 203}})
+        for (int64_t r = r0 + 1; r < r1; ++r)
+          std::copy_n(w.scales.begin() + r0 * w.n_groups(), w.n_groups(), w.scales.begin() + r * w.n_groups());
+    check_fp8_decode_rows(c, w, c.act_group > 0 ? after_fake_quantization : kernel, kFp8OnednnMinM - 1);
     std::vector<float> big(size_t(kFp8OnednnMinM * c.n_in)), yb(size_t(kFp8OnednnMinM * c.n_out));
     EXPECT_FALSE(fp8_avx512_decode(big.data(), kFp8OnednnMinM, w, yb.data(), 1)) << c.name << ": prefill sizes";
+    if (c.act_group > 0) {  // the grouped scales are fp8_linear's to apply
+      EXPECT_FALSE(fp8_avx512_decode(big.data(), 1, w, yb.data(), 1)) << c.name << ": activation groups";
+    }
   }
-  const PackedWeight blocks = make({"fp8_block128", F::Fp8E4M3, 130, 256, 128, 128}, 3);
-  std::vector<float> x = normal_rows(1, 256), y(130);
-  EXPECT_FALSE(fp8_avx512_decode(x.data(), 1, blocks, y.data(), 1));
 }
 
 // FP8 decode on AVX2 (gemm_a16_avx2.cpp: each E4M3 byte's F32 bits made by shifts and a mask, value · 2⁻¹²⁰ —
