@@ -18,7 +18,6 @@
 // has the bits of that row alone.
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <vector>
 
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -113,6 +112,54 @@ TP_FP8_AVX512 void rows_range(const PackedWeight& w, int64_t r0, int64_t r1, con
   }
 }
 
+// max |x| over n values (a NaN ignored, as std::max(amax, NaN) does: the row's result is NaN anyway).
+TP_FP8_AVX512 float amax_of(const float* x, int64_t n) {
+  __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  int64_t c = 0;
+  for (; c + 64 <= n; c += 64)
+    for (int k = 0; k < 4; ++k) a[k] = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + c + 16 * k)), a[k]);
+  float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(a[0], a[1]), _mm512_max_ps(a[2], a[3])));
+  for (; c < n; ++c) amax = std::max(amax, std::fabs(x[c]));
+  return amax;
+}
+
+// A row of x (n_in values) into out (ps), each 64-column step permuted as widen's lanes (column c + 4j + k at
+// c + 16k + j) and × 2^k as f does it ((v · a) · b); padding left as it is (0).
+TP_FP8_AVX512 void permute_row(const float* x, int64_t n_in, const Pow2& f, float* out) {
+  alignas(64) static const int32_t kIdx[4][16] = {{0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28},
+                                                  {1, 5, 9, 13, 17, 21, 25, 29, 1, 5, 9, 13, 17, 21, 25, 29},
+                                                  {2, 6, 10, 14, 18, 22, 26, 30, 2, 6, 10, 14, 18, 22, 26, 30},
+                                                  {3, 7, 11, 15, 19, 23, 27, 31, 3, 7, 11, 15, 19, 23, 27, 31}};
+  const __m512 fa = _mm512_set1_ps(f.a), fb = _mm512_set1_ps(f.b);
+  int64_t c = 0;
+  for (; c + kStep <= n_in; c += kStep) {
+    const __m512 n0 = _mm512_loadu_ps(x + c), n1 = _mm512_loadu_ps(x + c + 16);
+    const __m512 n2 = _mm512_loadu_ps(x + c + 32), n3 = _mm512_loadu_ps(x + c + 48);
+    for (int k = 0; k < 4; ++k) {
+      const __m512i idx = _mm512_load_si512(kIdx[k]);
+      // lanes 0-7: columns 4j + k of the first 32, 8-15: of the last 32
+      const __m512 v =
+          _mm512_shuffle_f32x4(_mm512_permutex2var_ps(n0, idx, n1), _mm512_permutex2var_ps(n2, idx, n3), 0x44);
+      _mm512_storeu_ps(out + c + 16 * k, _mm512_mul_ps(_mm512_mul_ps(v, fa), fb));
+    }
+  }
+  for (; c < n_in; ++c) out[c / kStep * kStep + c % 4 * 16 + c % kStep / 4] = f(x[c]);
+}
+
+// The last scale row of the run from scale row q0 (nbc scales a row, rows contiguous in s): rows q0 … q holding the
+// same bits, q ≤ q_last. Compares s[j] with s[j + nbc] 16 at a time: the first difference ends the run.
+TP_FP8_AVX512 int64_t run_end(const float* s, int64_t nbc, int64_t q0, int64_t q_last) {
+  const int32_t* v = reinterpret_cast<const int32_t*>(s);
+  const int64_t j1 = q_last * nbc;
+  for (int64_t j = q0 * nbc; j < j1; j += 16) {
+    const __mmask16 in = _bzhi_u32(0xffff, unsigned(std::min<int64_t>(16, j1 - j)));
+    const __mmask16 ne = _mm512_mask_cmpneq_epi32_mask(in, _mm512_maskz_loadu_epi32(in, v + j),
+                                                       _mm512_maskz_loadu_epi32(in, v + j + nbc));
+    if (ne) return (j + __builtin_ctz(ne)) / nbc;
+  }
+  return q_last;
+}
+
 // Block scales (block_out rows × group_size columns a scale): rows [r0, r1) a block of rows at a time, each against
 // x × that block's column scales (x_c · s[c / group_size], rounded to F32 once) · 2^k, k from the scaled row's max
 // (as gemm_a16_avx2.cpp's fp8_block_rows): the per-channel decode then with scale 1. xp: the m rows of x permuted,
@@ -120,29 +167,33 @@ TP_FP8_AVX512 void rows_range(const PackedWeight& w, int64_t r0, int64_t r1, con
 TP_FP8_AVX512 void block_rows(const PackedWeight& w, int64_t r0, int64_t r1, const float* xp, int64_t ps,
                               const int32_t* group, const float* xs, int64_t m, float* y) {
   const int64_t bo = w.block_out, nbc = w.n_groups();
-  thread_local std::vector<float> xb;  // this thread's x rows × the block's scales × 2^k
+  thread_local std::vector<float> xb, sv;  // this thread's x rows × the block's scales × 2^k; the scales
   thread_local std::vector<Pow2> back;
   xb.resize(size_t(m * ps));
+  sv.resize(size_t(ps));
   back.assign(size_t(m), Pow2(0));
   for (int64_t b0 = r0; b0 < r1;) {
     const float* s = w.scales.data() + (b0 / bo) * nbc;
-    int64_t b1 = std::min(r1, (b0 / bo + 1) * bo);
     // Following blocks with the same scales join the run: a fused weight's parts (q|k|v, gate|up) hold their
     // blocks a row each (block_out 1, compressed_tensors.cpp), which would otherwise scale x for every row.
-    while (b1 < r1 && std::memcmp(s, w.scales.data() + (b1 / bo) * nbc, size_t(nbc) * sizeof(float)) == 0)
-      b1 = std::min(r1, (b1 / bo + 1) * bo);
+    const int64_t b1 = std::min(r1, (run_end(w.scales.data(), nbc, b0 / bo, (r1 - 1) / bo) + 1) * bo);
+    for (int64_t c = 0; c < ps; c += 16) {  // each permuted position's scale (0: padding)
+      const __m512i g = _mm512_loadu_si512(group + c);
+      _mm512_storeu_ps(
+          sv.data() + c,
+          _mm512_mask_i32gather_ps(_mm512_setzero_ps(), _mm512_cmpge_epi32_mask(g, _mm512_setzero_si512()), g, s, 4));
+    }
     for (int64_t i = 0; i < m; ++i) {
       const float* xi = xp + i * ps;
       float* o = xb.data() + i * ps;
-      float amax = 0;
-      for (int64_t c = 0; c < ps; ++c) {
-        o[c] = group[c] < 0 ? 0.0f : xi[c] * s[group[c]];
-        amax = std::max(amax, std::fabs(o[c]));
-      }
-      const int k = fp8_x_exponent(amax);
+      for (int64_t c = 0; c < ps; c += 16)
+        _mm512_storeu_ps(o + c, _mm512_mul_ps(_mm512_loadu_ps(xi + c), _mm512_loadu_ps(sv.data() + c)));
+      const int k = fp8_x_exponent(amax_of(o, ps));
       back[size_t(i)] = Pow2(120 - k);
       const Pow2 f(k);
-      for (int64_t c = 0; c < ps; ++c) o[c] = f(o[c]);
+      const __m512 fa = _mm512_set1_ps(f.a), fb = _mm512_set1_ps(f.b);
+      for (int64_t c = 0; c < ps; c += 16)
+        _mm512_storeu_ps(o + c, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(o + c), fa), fb));
     }
     rows_range(w, b0, b1, xb.data(), ps, xs, back.data(), m, y);
     b0 = b1;
@@ -181,17 +232,18 @@ TP_FP8_AVX512 bool fp8_avx512_decode(const float* x, int64_t m, const PackedWeig
       for (int64_t c = 0; c < n_in; ++c) xq[size_t(c)] = bf16_to_f32(xb[size_t(c)]);
       xr = xq.data();
     }
-    float amax = 0;
-    for (int64_t c = 0; c < n_in && !blocks; ++c) amax = std::max(amax, std::fabs(xr[c]));
-    const int k = blocks ? 0 : fp8_x_exponent(amax);
+    const int k = blocks ? 0 : fp8_x_exponent(amax_of(xr, n_in));
     back[size_t(i)] = Pow2(120 - k);
-    const Pow2 f(k);
-    float* out = xf.data() + i * ps;
-    for (int64_t c = 0; c < n_in; ++c) out[c / kStep * kStep + c % 4 * 16 + c % kStep / 4] = f(xr[c]);
+    permute_row(xr, n_in, Pow2(k), xf.data() + i * ps);
   }
-  if (blocks) {
+  thread_local int64_t group_for[2] = {-1, -1};  // the (n_in, group_size) `group` was made for
+  if (blocks && (group_for[0] != n_in || group_for[1] != w.group_size)) {
     group.assign(size_t(ps), -1);
-    for (int64_t c = 0; c < n_in; ++c) group[size_t(c / kStep * kStep + c % 4 * 16 + c % kStep / 4)] = int32_t(c / w.group_size);
+    for (int64_t c0 = 0, g = 0; c0 < n_in; c0 += w.group_size, ++g)
+      for (int64_t c = c0; c < std::min(n_in, c0 + w.group_size); ++c)
+        group[size_t(c / kStep * kStep + c % 4 * 16 + c % kStep / 4)] = int32_t(g);
+    group_for[0] = n_in;
+    group_for[1] = w.group_size;
   }
   const float* xd = xf.data();
   const float* xsd = xs.data();
