@@ -48,9 +48,12 @@ constexpr int64_t kStep = 64;  // weight bytes (columns) a step
 // lane j holds column 4j + k (x is permuted alike). Word by word: vpsraw 4 puts a word's high byte at the top of the
 // word (sign copies in bits 15-11, the 7 magnitude bits in 10-4), after vpsllw 8 its low byte; a 16-bit shift of the
 // dword moves the low word's up; & 0x87f00000 keeps the sign and the magnitude bits as F32's sign, exponent 0-15 and
-// top mantissa bits. E4M3's subnormals (and zeros) are F32 subnormals (and zeros): this CPU's FMAs take them at full
-// speed (a subnormal in 48 % of the 64-byte steps of SmolLM2's FP8 lm_head: decode 1.17x faster than with a branch
-// that fixed those steps). 0x7f / 0xff, E4M3's NaN, read as ±480: the weights have none.
+// top mantissa bits. E4M3's subnormals (and zeros) are F32 subnormals (and zeros). They are not free on the AMX Xeon
+// (family 6 model 207): the gemm_gguf_bench FP8 weights with their 0.03 % of subnormal codes (0.5 % of the 64-byte
+// steps) ran 10 % faster at m = 1 and 15 % at m = 16 with those codes made normal (measuring only) — but cheaper than
+// the alternatives tried: a branch that fixed the steps holding one (exponent 112 + e, normal values) lost 17 % on
+// SmolLM2's FP8 lm_head, where 48 % of the steps hold one. 0x7f / 0xff, E4M3's NaN, read as ±480: the weights have
+// none.
 TP_FP8_AVX512 __attribute__((always_inline)) inline void widen(const uint8_t* p, int64_t n, __m512 (&v)[4]) {
   const __m512i b = n >= kStep ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(_bzhi_u64(~0ull, unsigned(n)), p);
   const __m512i mask = _mm512_set1_epi32(int32_t(0x87f00000u));
