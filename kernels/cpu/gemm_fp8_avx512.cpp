@@ -52,8 +52,10 @@ constexpr int64_t kStep = 64;  // weight bytes (columns) a step
 // (family 6 model 207): the gemm_gguf_bench FP8 weights with their 0.03 % of subnormal codes (0.5 % of the 64-byte
 // steps) ran 10 % faster at m = 1 and 15 % at m = 16 with those codes made normal (measuring only) — but cheaper than
 // the alternatives tried: a branch that fixed the steps holding one (exponent 112 + e, normal values) lost 17 % on
-// SmolLM2's FP8 lm_head, where 48 % of the steps hold one. 0x7f / 0xff, E4M3's NaN, read as ±480: the weights have
-// none.
+// SmolLM2's FP8 lm_head, where 48 % of the steps hold one; for tiles of 4 rows of x only (m >= 4, where a widened step
+// serves 4 rows), that normal-value form against x · 2^(k − 112) (the same products) ran no faster than this one:
+// 27-31 GMAC/s at m = 16 either way, against 33-36 for this one on weights without subnormal codes. 0x7f / 0xff, E4M3's
+// NaN, read as ±480: the weights have none.
 TP_FP8_AVX512 __attribute__((always_inline)) inline void widen(const uint8_t* p, int64_t n, __m512 (&v)[4]) {
   const __m512i b = n >= kStep ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(_bzhi_u64(~0ull, unsigned(n)), p);
   const __m512i mask = _mm512_set1_epi32(int32_t(0x87f00000u));
