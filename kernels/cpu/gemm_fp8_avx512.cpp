@@ -44,6 +44,9 @@ constexpr int64_t kBlockRows = 16;  // weight rows a block (m > 4: every tile of
 
 constexpr int64_t kStep = 64;  // weight bytes (columns) a step
 
+// Where x's column c lies once permuted as widen's lanes: column c0 + 4j + k of a step at c0 + 16k + j.
+constexpr int64_t permuted(int64_t c) { return c / kStep * kStep + c % 4 * 16 + c % kStep / 4; }
+
 // Up to 64 weight bytes (the first n; the rest read as 0) -> four F32 vectors of value · 2⁻¹²⁰ (fp8_pow2.h): v[k]
 // lane j holds column 4j + k (x is permuted alike). Word by word: vpsraw 4 puts a word's high byte at the top of the
 // word (sign copies in bits 15-11, the 7 magnitude bits in 10-4), after vpsllw 8 its low byte; a 16-bit shift of the
@@ -128,8 +131,8 @@ TP_FP8_AVX512 float amax_of(const float* x, int64_t n) {
   return amax;
 }
 
-// A row of x (n_in values) into out (ps), each 64-column step permuted as widen's lanes (column c + 4j + k at
-// c + 16k + j) and × 2^k as f does it ((v · a) · b); padding left as it is (0).
+// A row of x (n_in values) into out (ps), each 64-column step permuted as widen's lanes (permuted()) and × 2^k as f
+// does it ((v · a) · b); padding left as it is (0).
 TP_FP8_AVX512 void permute_row(const float* x, int64_t n_in, const Pow2& f, float* out) {
   alignas(64) static const int32_t kIdx[4][16] = {{0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28},
                                                   {1, 5, 9, 13, 17, 21, 25, 29, 1, 5, 9, 13, 17, 21, 25, 29},
@@ -148,7 +151,7 @@ TP_FP8_AVX512 void permute_row(const float* x, int64_t n_in, const Pow2& f, floa
       _mm512_storeu_ps(out + c + 16 * k, _mm512_mul_ps(_mm512_mul_ps(v, fa), fb));
     }
   }
-  for (; c < n_in; ++c) out[c / kStep * kStep + c % 4 * 16 + c % kStep / 4] = f(x[c]);
+  for (; c < n_in; ++c) out[permuted(c)] = f(x[c]);
 }
 
 // The last scale row of the run from scale row q0 (nbc scales a row, rows contiguous in s): rows q0 … q holding the
@@ -245,8 +248,7 @@ TP_FP8_AVX512 bool fp8_avx512_decode(const float* x, int64_t m, const PackedWeig
   if (blocks && (group_for[0] != n_in || group_for[1] != w.group_size)) {
     group.assign(size_t(ps), -1);
     for (int64_t c0 = 0, g = 0; c0 < n_in; c0 += w.group_size, ++g)
-      for (int64_t c = c0; c < std::min(n_in, c0 + w.group_size); ++c)
-        group[size_t(c / kStep * kStep + c % 4 * 16 + c % kStep / 4)] = int32_t(g);
+      for (int64_t c = c0; c < std::min(n_in, c0 + w.group_size); ++c) group[size_t(permuted(c))] = int32_t(g);
     group_for[0] = n_in;
     group_for[1] = w.group_size;
   }

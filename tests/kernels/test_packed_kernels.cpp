@@ -1294,6 +1294,14 @@ TEST(PackedKernels, ActOrderWeightIsHeldSortedAndMatchesReference) {
   }
 }
 
+// Block scales one row a block (block_out 1, 203 rows) as a fused q|k|v weight holds its parts' 128 × 128 blocks
+// (compressed_tensors.cpp): rows 0-127, 128-191, 192-199 and 200-202 each take their first row's scales.
+void hold_as_fused_runs(PackedWeight& w) {
+  const int64_t nbc = w.n_groups();
+  for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 128}, {128, 192}, {192, 200}, {200, 203}})
+    for (int64_t r = r0 + 1; r < r1; ++r) std::copy_n(w.scales.begin() + r0 * nbc, nbc, w.scales.begin() + r * nbc);
+}
+
 // An FP8 decode kernel that reads E4M3's F32 bits in place against x · 2^k (fp8_pow2.h) on 9 rows of x: the suite's
 // bound per row for ordinary rows, one with a 10⁴ outlier, rows × 1e-30 and × 1e30 and a row near F32's largest
 // values; 0 for a zero row, NaN for a row with a NaN, the reference's ±inf / NaN for one with an infinity; a row of
@@ -1401,10 +1409,7 @@ TEST(PackedKernels, Fp8Avx512DecodeMatchesReferenceAndRowsAlone) {
   };
   for (const Case& c : cs) {
     PackedWeight w = make(c, 29);
-    if (c.name == "fp8_fused_runs")  // q|k|v of 128 + 64 | 8 | 3 rows: each part's blocks copied to their rows
-      for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 128}, {128, 192}, {192, 200}, {200, 203}})
-        for (int64_t r = r0 + 1; r < r1; ++r)
-          std::copy_n(w.scales.begin() + r0 * w.n_groups(), w.n_groups(), w.scales.begin() + r * w.n_groups());
+    if (c.name == "fp8_fused_runs") hold_as_fused_runs(w);
     check_fp8_decode_rows(c, w, c.act_group > 0 ? after_fake_quantization : kernel, kFp8OnednnMinM - 1);
     std::vector<float> big(size_t(kFp8OnednnMinM * c.n_in)), yb(size_t(kFp8OnednnMinM * c.n_out));
     EXPECT_FALSE(fp8_avx512_decode(big.data(), kFp8OnednnMinM, w, yb.data(), 1)) << c.name << ": prefill sizes";
@@ -1444,12 +1449,7 @@ TEST(PackedKernels, Fp8Avx2DecodeMatchesReferenceAndRowsAlone) {
   };
   for (const Case& c : cs) {
     PackedWeight w = make(c, 37);
-    if (c.name == "fp8_fused_runs") {  // q|k|v of 128 + 64 | 8 | 3 rows: each part's blocks copied to their rows
-      const int64_t nbc = w.n_groups();
-      for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 128}, {128, 192}, {192, 200}, {200, 203}})
-        for (int64_t r = r0 + 1; r < r1; ++r)
-          std::copy_n(w.scales.begin() + r0 * nbc, nbc, w.scales.begin() + r * nbc);
-    }
+    if (c.name == "fp8_fused_runs") hold_as_fused_runs(w);
     const DecodeKernel kernel = c.act == ActQuant::None ? a16_avx2_decode : through_fp8_linear;
     check_fp8_decode_rows(c, w, kernel, kA16Avx2MaxM - 1);
     std::vector<float> xb(size_t(kA16Avx2MaxM * c.n_in), 1.0f), y(size_t(kA16Avx2MaxM * c.n_out));
