@@ -202,6 +202,10 @@ void check_packed_weight(const PackedWeight& w) {
     const std::string why = rows16_refusal(w);
     need(why.empty(), "rows layout rows16 cannot hold it: " + why);
   }
+  if (w.rows_layout == RowsLayout::Rows64) {
+    const std::string why = rows64_refusal(w);
+    need(why.empty(), "rows layout rows64 cannot hold it: " + why);
+  }
   const int64_t held_rows = rows16 ? ceil_div(w.n_out, 16) * 16 : w.n_out;  // Rows16: whole 16-row blocks
   need(w.data.size() == held_rows * w.row_bytes(),
        "data holds " + num(w.data.size()) + " bytes, expected " + num(held_rows * w.row_bytes()));
@@ -267,7 +271,8 @@ void dequantize_rows(const PackedWeight& w, int64_t r0, int64_t r1, float* out) 
   const bool gguf = is_gguf(w.format);
   const int64_t ng = fp4 ? n / fp4_block(w.format) : w.n_groups();  // entries a row of the per-row arrays
   // the row in the Rows order (GGUF: the file's blocks) when it is held otherwise
-  std::vector<uint8_t> file_row(w.gguf_layout == GgufLayout::File && !rows16 ? 0
+  const bool rows64 = w.rows_layout == RowsLayout::Rows64;
+  std::vector<uint8_t> file_row(w.gguf_layout == GgufLayout::File && !rows16 && !rows64 ? 0
                                 : gguf                                        ? size_t(dtype_row_bytes(gguf_dtype(w.format), n))
                                                                               : size_t(rb));
   // Rows16: the row's per-row arrays out of its block, as a one-row Rows weight's (index g, not r · ng + g)
@@ -284,7 +289,10 @@ void dequantize_rows(const PackedWeight& w, int64_t r0, int64_t r1, float* out) 
     const uint8_t* sbs = w.scale_bytes.data();
     const float* scs = w.scales.data();
     const int8_t* zs = w.zeros.data();
-    if (rows16 && gguf) {  // GGUF: the row's file blocks rebuilt
+    if (rows64) {  // Int8: the row's codes out of its 64-row block
+      rows64_codes(w.data.data(), n, r, file_row.data());
+      row = file_row.data();
+    } else if (rows16 && gguf) {  // GGUF: the row's file blocks rebuilt
       rows16_gguf_file_row(w, r, file_row.data());
       row = file_row.data();
     } else if (rows16) {  // the row's codes and per-row entries out of its 16-row block

@@ -124,7 +124,7 @@ struct PackedWeight {
   RowsLayout rows_layout = RowsLayout::Rows;  // Int4 / Mxfp4 / Nvfp4 / GGUF Q4_0 / Q4_1 / Q8_0 / Q4_K: where
                                               // codes and per-row scales lie
                                               // (common/rows16_layout.h; the CPU kernels may put them in 16-row
-                                              // blocks at load). The table above is Rows; with Rows16, data,
+                                              // blocks at load; W8A8 Int8 in Rows64, oneDNN's AMX order). The table above is Rows; with Rows16, data,
                                               // scales, zeros and scale_bytes hold ceil(n_out / 16) · 16 rows
 
   int64_t row_bytes() const;        // bytes of one row of `data` (Rows16: the same bytes a row, in its block;

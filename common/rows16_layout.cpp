@@ -13,6 +13,7 @@ namespace tp {
 namespace {
 
 constexpr int64_t kRowsBlock = 16;  // rows a Rows16 block
+constexpr int64_t kRows64 = 64;     // rows (and columns) a Rows64 block
 constexpr int64_t kChunkCols = 8;   // columns a 64-byte chunk of a block
 
 int64_t row_blocks(int64_t n_out) { return (n_out + kRowsBlock - 1) / kRowsBlock; }
@@ -371,7 +372,48 @@ std::vector<uint8_t> bytes_of(const std::vector<uint16_t>& a) {
 
 }  // namespace
 
-const char* rows_layout_name(RowsLayout l) { return l == RowsLayout::Rows16 ? "rows16" : "rows"; }
+const char* rows_layout_name(RowsLayout l) {
+  return l == RowsLayout::Rows16 ? "rows16" : l == RowsLayout::Rows64 ? "rows64" : "rows";
+}
+
+std::string rows64_refusal(const PackedWeight& w) {
+  if (w.format != WeightFormat::Int8) return "not an int8 weight";
+  if (w.act != ActQuant::Int8Dynamic && w.act != ActQuant::Int8Static) return "activations not quantized to int8";
+  if (w.act == ActQuant::Int8Dynamic && w.act_group > 0 && w.act_group < w.n_in) return "activation groups";
+  if (w.n_groups() > 1) return "scale groups (not per channel)";
+  if (!w.zeros.empty()) return "zero points";
+  if (!w.g_idx.empty()) return "g_idx (act-order)";
+  if (w.n_out % kRows64 != 0 || w.n_in % kRows64 != 0) return "n_out or n_in is not a multiple of 64";
+  return "";
+}
+
+namespace {
+
+// Byte offset of (row r, column c) in Rows64 data of n_in columns.
+int64_t rows64_at(int64_t n_in, int64_t r, int64_t c) {
+  return (r / kRows64) * kRows64 * n_in + (c / kRows64) * kRows64 * kRows64 + (c % kRows64 / 4) * 4 * kRows64 +
+         4 * (r % kRows64) + c % 4;
+}
+
+// Int8 between Rows and Rows64 (rows64_refusal checked by the caller).
+void set_rows64(PackedWeight* w, RowsLayout to) {
+  const int64_t n_in = w->n_in;
+  AlignedBytes data(w->n_out * n_in);
+  for (int64_t r = 0; r < w->n_out; ++r)
+    if (to == RowsLayout::Rows64)
+      for (int64_t c = 0; c < n_in; c += 4)
+        std::memcpy(data.data() + rows64_at(n_in, r, c), w->data.data() + r * n_in + c, 4);
+    else
+      rows64_codes(w->data.data(), n_in, r, data.data() + r * n_in);
+  w->data = std::move(data);
+  w->rows_layout = to;
+}
+
+}  // namespace
+
+void rows64_codes(const uint8_t* data, int64_t n_in, int64_t r, uint8_t* codes) {
+  for (int64_t c = 0; c < n_in; c += 4) std::memcpy(codes + c, data + rows64_at(n_in, r, c), 4);
+}
 
 bool fp4_rows16_scales_ok(const uint8_t* sb, int64_t n, bool mx) {
   for (int64_t k = 0; k < n; ++k)
@@ -438,8 +480,21 @@ void rows16_gguf_file_row(const PackedWeight& w, int64_t r, uint8_t* out) {
 void set_rows_layout(PackedWeight* w, RowsLayout to) {
   const bool mx = w->format == WeightFormat::Mxfp4, fp4 = mx || w->format == WeightFormat::Nvfp4;
   const bool gguf = is_gguf16(w->format), q8 = w->format == WeightFormat::GgufQ8_0;
+  if (w->format == WeightFormat::Int8) {
+    if (w->rows_layout == to) return;
+    if (to == RowsLayout::Rows16 || w->rows_layout == RowsLayout::Rows16)
+      throw Error("set_rows_layout: an int8 weight is held in rows or rows64, not rows16");
+    const std::string why = to == RowsLayout::Rows64 ? rows64_refusal(*w) : "";
+    if (!why.empty())
+      throw Error("set_rows_layout: int8 weight [" + std::to_string(w->n_out) + ", " + std::to_string(w->n_in) +
+                  "] to rows64: " + why);
+    set_rows64(w, to);
+    return;
+  }
   if (!fp4 && !gguf && w->format != WeightFormat::Int4)
     throw Error("set_rows_layout: a " + std::string(weight_format_name(w->format)) + " weight has no rows layout");
+  if (to == RowsLayout::Rows64)
+    throw Error("set_rows_layout: a " + std::string(weight_format_name(w->format)) + " weight has no rows64 layout");
   if (w->rows_layout == to) return;
   // code bytes a row (Q2_K: 2 bits a code); chunks (64 bytes of a row block) a row: 8 columns of 4-bit codes, 4 of
   // Q8_0's bytes

@@ -69,9 +69,21 @@ namespace tp {
 struct PackedWeight;
 enum class WeightFormat : uint8_t;
 
-enum class RowsLayout : uint8_t { Rows, Rows16 };
+enum class RowsLayout : uint8_t { Rows, Rows16, Rows64 };
 
-const char* rows_layout_name(RowsLayout l);  // "rows", "rows16"
+const char* rows_layout_name(RowsLayout l);  // "rows", "rows16", "rows64"
+
+// Rows64: W8A8 Int8 weights (per-channel scales, int8 activations) in oneDNN's AMX int8 weight order, so that its
+// prefill GEMM reads them as they are (no copy a call; kernels/cpu/gemm_int_w8a8_rows64.cpp). Wᵀ [n_in, n_out] in
+// oneDNN's tag BA16a64b4a: data [n_out / 64][n_in / 64][16][64][4] — per block of 64 rows and 64 columns, for each
+// 4 columns k0 .. k0 + 3 (k0 = 64 kb + 4 t) 256 bytes, byte 4i + j = row i's signed code at column k0 + j. One
+// 64-byte load holds 16 rows × 4 columns (an int32 lane a row, as GGUF Q8_0's Rows16 chunks but signed). The same
+// bytes as Rows (no padding: n_out and n_in multiples of 64); scales [n_out] as Rows.
+// Why w cannot be held in Rows64 ("" when it can): not Int8, activations not int8 per token / static, groups,
+// zero points, g_idx, n_out or n_in not a multiple of 64.
+std::string rows64_refusal(const PackedWeight& w);
+// Row r's n_in signed codes, in column order, out of Rows64 data (n_in columns).
+void rows64_codes(const uint8_t* data, int64_t n_in, int64_t r, uint8_t* codes);
 
 // Whether none of the n scale bytes at sb is one the Rows16 decode cannot take: MXFP4's E8M0 0 (2⁻¹²⁷, a
 // subnormal) and 255 (NaN), NVFP4's E4M3 NaN (0x7f, 0xff). E4M3 0 and subnormals are taken.
@@ -101,9 +113,9 @@ void rows16_entries(const T* a, int64_t n, int64_t r, T* out) {
   for (int64_t g = 0; g < n; ++g) out[g] = p[g * 16];
 }
 
-// w (Int4, Mxfp4, Nvfp4, GGUF Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K or IQ4_NL; checked) into layout `to`, in place
-// (nothing when it is already there). To Rows16 throws tp::Error with rows16_refusal's reason when w cannot be held
-// so; w is then left as it was.
+// w (Int4, Mxfp4, Nvfp4, GGUF Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K or IQ4_NL; Int8 between Rows
+// and Rows64; checked) into layout `to`, in place (nothing when it is already there). To Rows16 / Rows64 throws
+// tp::Error with rows16_refusal's / rows64_refusal's reason when w cannot be held so; w is then left as it was.
 void set_rows_layout(PackedWeight* w, RowsLayout to);
 
 }  // namespace tp

@@ -72,7 +72,8 @@ class CudaEmbeddingTable final : public EmbeddingTable {
 
 bool int8_per_channel(const PackedWeight& p) {
   return p.format == WeightFormat::Int8 && p.zeros.empty() && p.g_idx.empty() && p.n_groups() == 1 &&
-         p.act == ActQuant::None && int64_t(p.scales.size()) == p.n_out && p.row_bytes() == p.n_in;
+         p.act == ActQuant::None && int64_t(p.scales.size()) == p.n_out && p.row_bytes() == p.n_in &&
+         p.rows_layout == RowsLayout::Rows;
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }

@@ -7,7 +7,9 @@
 // Dot products: AVX2 vpmaddubsw on |qw| (unsigned) and qx · sign(qw) (qw may be -128, qx never is), summed
 // by vpmaddwd; AVX-512 VNNI vpdpbusd on the same pair (Int4); Int8 on AVX-512 VNNI: the decode tile
 // row_s8_vnni below (qw ^ 0x80 against qx, prefetched); portable: a scalar loop. Prefill (m ≥ kW8a8OnednnMinM,
-// one segment a row): oneDNN's int8 matmul, then the scales. Without VNNI (AVX2; AVX-512 without VNNI), every m:
+// one segment a row): oneDNN's int8 matmul, then the scales. Int8 held in Rows64 (AMX CPUs: oneDNN's own weight
+// order, common/rows16_layout.h): oneDNN reads it as it is, each thread its chunks of rows of x; below the prefill's
+// m gemm_int_w8a8_rows64.cpp's kernel; other ISAs decline it (the reference reads it). Without VNNI (AVX2; AVX-512 without VNNI), every m:
 // gemm_int_w8a8_avx2.cpp (4-row decode blocks, interleaved 16-row prefill panels), the loops below only where
 // it declines (segments not a multiple of 4 columns).
 #include <algorithm>
@@ -210,10 +212,18 @@ void quantize_portable(const float* x, int64_t n, float s, int8_t* q) {
   for (int64_t c = 0; c < n; ++c) q[c] = s == 0.0f ? 0 : int8_t(std::clamp(std::nearbyint(x[c] / s), -127.0f, 127.0f));
 }
 
+// Four chains of vmaxps (one ran at the instruction's latency: 3 % of a W8A8 prefill on the AMX Xeon).
 __attribute__((target("avx512f,avx512bw,avx512vl"))) float amax_avx512(const float* x, int64_t n) {
-  __m512 a = _mm512_setzero_ps();
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   int64_t c = 0;
-  for (; c + 16 <= n; c += 16) a = _mm512_max_ps(a, _mm512_abs_ps(_mm512_loadu_ps(x + c)));
+  for (; c + 64 <= n; c += 64) {
+    a0 = _mm512_max_ps(a0, _mm512_abs_ps(_mm512_loadu_ps(x + c)));
+    a1 = _mm512_max_ps(a1, _mm512_abs_ps(_mm512_loadu_ps(x + c + 16)));
+    a2 = _mm512_max_ps(a2, _mm512_abs_ps(_mm512_loadu_ps(x + c + 32)));
+    a3 = _mm512_max_ps(a3, _mm512_abs_ps(_mm512_loadu_ps(x + c + 48)));
+  }
+  for (; c + 16 <= n; c += 16) a0 = _mm512_max_ps(a0, _mm512_abs_ps(_mm512_loadu_ps(x + c)));
+  const __m512 a = _mm512_max_ps(_mm512_max_ps(a0, a1), _mm512_max_ps(a2, a3));
   return std::max(_mm512_reduce_max_ps(a), amax_portable(x + c, n - c));
 }
 
@@ -270,6 +280,11 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) int64_t scale_row_avx512(co
   return r;
 }
 
+// Rows of x a oneDNN GEMM with Rows64 weights (at most): 64 × 3072 int32 sums (768 KiB) stay in L2 for the
+// epilogue. SmolLM2 CT-W8A8 pp512 at 1 thread on the AMX Xeon (2026-12-07, alternated 3 times): chunks of 32 / 64 / 96
+// / 128 / 256 rows 2960 / 3020 / 2860 / 2940 / 2930 tok/s, the row-major weights with oneDNN's copy 2825.
+constexpr int64_t kRows64ChunkM = 64;
+
 }  // namespace
 
 void quantize_s8(const float* x, int64_t n, float s, int8_t* q, PackedIsa isa) {
@@ -289,6 +304,10 @@ bool cpu_has_avx512vnni() {
 bool int_w8a8_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int n_threads, PackedIsa isa) {
   if ((w.format != WeightFormat::Int8 && w.format != WeightFormat::Int4) || !w.g_idx.empty()) return false;
   if (w.act != ActQuant::Int8Dynamic && w.act != ActQuant::Int8Static) return false;
+  // Rows64 (oneDNN's AMX int8 order, gemm_int_w8a8_rows64.cpp): on AVX-512 VNNI only; elsewhere the reference,
+  // which reads any layout
+  const bool rows64 = w.rows_layout == RowsLayout::Rows64;
+  if (rows64 && !(isa == PackedIsa::Avx512 && cpu_has_avx512vnni())) return false;
   const int64_t n_in = w.n_in, n_groups = w.n_groups();
   const int64_t wg = n_groups > 1 ? w.group_size : n_in;
   const int64_t ag = w.act == ActQuant::Int8Dynamic && w.act_group > 0 ? w.act_group : n_in;
@@ -321,7 +340,8 @@ bool int_w8a8_linear(const float* x, int64_t m, const PackedWeight& w, float* y,
   const bool vnni8 = vec && cpu_has_avx512vnni() && w.format == WeightFormat::Int8;
   // Prefill: one int8 GEMM through oneDNN into exact int32 sums, then the scales (per-channel weight scales,
   // per-token or static activation scales: one segment a row). It reads Σ qx only with zero points.
-  const bool onednn = n_seg == 1 && m >= kW8a8OnednnMinM && isa != PackedIsa::Portable && !avx2;
+  const bool onednn = n_seg == 1 && m >= kW8a8OnednnMinM && isa != PackedIsa::Portable && !avx2 &&
+                      (!rows64 || onednn_s8_rows64_supported());
   const bool zeros = !w.zeros.empty(), sums = zeros || (vnni8 && !onednn);
   int8_t* xqw = xq.data();
   float* xsw = xs.data();
@@ -368,24 +388,43 @@ bool int_w8a8_linear(const float* x, int64_t m, const PackedWeight& w, float* y,
     // The int32 sums go into y itself (same size) and are scaled in place: one pass over y instead of an
     // [m, n_out] buffer written, read back and y written (the epilogue was 0.2 ms of a 512 × 1536-output call).
     int32_t* const ad = reinterpret_cast<int32_t*>(y);
-    if (onednn_s8_gemm(xq.data(), m, wq, w.n_out, n_in, ad, n_threads)) {
-      const int64_t n_out = w.n_out;
-#pragma omp parallel for schedule(static) num_threads(n_threads) if (n_threads > 1)
-      for (int64_t i = 0; i < m; ++i) {
-        int64_t r = vec && !zeros ? scale_row_avx512(ad + i * n_out, w.scales.data(), xsw[i], n_out, y + i * n_out) : 0;
-        for (; r < n_out; ++r) {
-          int32_t d;
-          std::memcpy(&d, y + i * n_out + r, sizeof d);
-          if (zeros) d -= int32_t(w.zeros[size_t(r)]) * xsumw[i];
-          y[i * n_out + r] = w.scales[size_t(r)] * xsw[i] * float(d);
-        }
+    const int64_t n_out = w.n_out;
+    const auto scale_row = [&](int64_t i) {
+      int64_t r = vec && !zeros ? scale_row_avx512(ad + i * n_out, w.scales.data(), xsw[i], n_out, y + i * n_out) : 0;
+      for (; r < n_out; ++r) {
+        int32_t d;
+        std::memcpy(&d, y + i * n_out + r, sizeof d);
+        if (zeros) d -= int32_t(w.zeros[size_t(r)]) * xsumw[i];
+        y[i * n_out + r] = w.scales[size_t(r)] * xsw[i] * float(d);
       }
-      return true;
+    };
+    bool done = true;
+    if (rows64) {
+      // W in oneDNN's own order (no per-call copy of it to repeat): each thread its chunks of kRows64ChunkM rows of
+      // x, one single-threaded GEMM each, and their epilogue while the sums are in L2 — no barrier between them (x
+      // quantized a chunk at a time there instead of all above: 1-3 % slower)
+      const int64_t chunk = std::min(kRows64ChunkM, (m + n_threads - 1) / n_threads);
+#pragma omp parallel num_threads(n_threads) if (n_threads > 1) reduction(&& : done)
+      for (int64_t i0 = omp_get_thread_num() * chunk; i0 < m && done; i0 += omp_get_num_threads() * chunk) {
+        const int64_t i1 = std::min(m, i0 + chunk);
+        try {
+          done = onednn_s8_gemm(xqw + i0 * n_in, i1 - i0, wq, n_out, n_in, ad + i0 * n_out, 1, true);
+        } catch (const std::exception&) {  // not out of the parallel region: the decode kernel below instead
+          done = false;
+        }
+        if (done)
+          for (int64_t i = i0; i < i1; ++i) scale_row(i);
+      }
+    } else if ((done = onednn_s8_gemm(xq.data(), m, wq, n_out, n_in, ad, n_threads))) {
+#pragma omp parallel for schedule(static) num_threads(n_threads) if (n_threads > 1)
+      for (int64_t i = 0; i < m; ++i) scale_row(i);
     }
+    if (done) return true;
     if (vnni8 && !zeros)  // no oneDNN int8 matmul after all: the tiles below read Σ qx
       for (int64_t i = 0; i < m; ++i) xsumw[i] = sum_s8_vnni(xqw + i * n_in, n_in);
   }
 
+  if (rows64) return rows64_s8_gemv(w, m, xq.data(), xs.data(), xsum.data(), y, n_threads);
   if (avx2 && w8a8_avx2_rows(w, m, xq.data(), xs.data(), xsum.data(), seg, n_seg, wg, y, n_threads)) return true;
 
   const bool parallel = n_threads > 1 && worth_parallel(w.n_out * w.row_bytes() * m);

@@ -3,6 +3,7 @@
 #include "kernels/cpu/rows16.h"
 #include "kernels/cpu/gemm_gguf.h"
 #include "kernels/cpu/gemm_gguf_bf16.h"
+#include "kernels/cpu/packed_kernels.h"
 
 #include <omp.h>
 #include <sys/mman.h>
@@ -125,6 +126,7 @@ Weight::Weight(PackedWeight w, bool relayout) : w_(std::move(w)), n_in_(w_.n_in)
     hold_sorted_by_group(&w_, &gather_, w_.format == WeightFormat::Int4 && detail::rows16_takes_int4() ? 16 : 32);
     detail::prepare_rows16_weight(&w_);  // first: a weight it takes stays out of the GGUF regroupings
     detail::prepare_gguf_weight(&w_);
+    detail::prepare_w8a8_weight(&w_);  // W8A8 Int8 on AMX: oneDNN's order (kernels/cpu/gemm_int_w8a8_rows64.cpp)
   }
   back_with_huge_pages(w_.data.data(), w_.data.size());
 }

@@ -29,7 +29,8 @@ class Weight {
   // Int4 / MXFP4 / NVFP4 and GGUF Q4_0 / Q4_1 / Q5_0 / Q8_0 weights are put in 16-row blocks where the GEMM-form
   // kernels are this CPU's (kernels/cpu/rows16.h prepare_rows16_weight: AVX512-BF16 AMD, and Int4 / GGUF Q4_0 / Q4_1
   // / Q5_0 / Q8_0 on AVX2 without AVX-512 VNNI; the same bytes, rows padded to a multiple of 16); GGUF Q8_0 / Q5_0 rows still in the file layout are then regrouped, in place, into the layout
-  // this CPU's int8 kernel reads fastest (kernels/cpu/gemm_gguf.h prepare_gguf_weight; the same bytes);
+  // this CPU's int8 kernel reads fastest (kernels/cpu/gemm_gguf.h prepare_gguf_weight; the same bytes); W8A8 Int8
+  // weights on AMX CPUs into oneDNN's own int8 order (common/rows16_layout.h Rows64: prepare_w8a8_weight);
   // relayout = false keeps the layout given (benchmarks comparing layouts).
   explicit Weight(PackedWeight w, bool relayout = true);
   // A dense weight: converts `n_out * n_in` elements of type `src_type` (F32, F16, BF16, Q8_0, Q4_0, Q4_1;

@@ -163,9 +163,23 @@ bool fp4_linear(const float* x, int64_t m, const PackedWeight& w, float* y, int 
 // kW8a8OnednnMinM. Returns false where oneDNN has no int8 matmul or the CPU has no VNNI / AMX int8 (nothing
 // written): without them oneDNN's AVX2 kernels sum u8·s8 pairs in int16 with saturation (vpmaddubsw), which
 // measured NMSE 0.02 against the exact sums on a Zen 3 core — not the exact int32 this contract promises.
+// rows64: w is held in Rows64 (common/rows16_layout.h), oneDNN's own AMX int8 order, read as it is; else row-major
+// ("ba" to oneDNN), which its AMX kernels copy into that order a call.
 inline constexpr int64_t kW8a8OnednnMinM = 16;
 bool onednn_s8_gemm(const int8_t* xq, int64_t m, const int8_t* w, int64_t n_out, int64_t n_in, int32_t* acc,
+                    int n_threads, bool rows64 = false);
+// Whether oneDNN runs an int8 matmul with Rows64 weights on this CPU by one of its JIT kernels (probed once; not its
+// reference implementation).
+bool onednn_s8_rows64_supported();
+
+// W8A8 Int8 weights in Rows64 against m rows of x quantized by int_w8a8_linear (xq [m, n_in], one scale xs and Σ q_x
+// xsum a row): y [m, n_out] exactly as the oneDNN path's (gemm_int_w8a8_rows64.cpp). Returns false (nothing written)
+// for another layout or without AVX-512 VNNI.
+bool rows64_s8_gemv(const PackedWeight& w, int64_t m, const int8_t* xq, const float* xs, const int32_t* xsum, float* y,
                     int n_threads);
+// At load (Weight's constructor): a W8A8 weight Rows64 takes is put in it where the CPU has AMX int8 and oneDNN
+// reads that layout (rows64_refusal; the same bytes); otherwise left as it is.
+void prepare_w8a8_weight(PackedWeight* w);
 
 // A16 decode on AVX2 (gemm_a16_avx2.cpp): Fp8E4M3 weights with tensor / channel / block scales (n_in and a block's
 // columns multiples of 32),

@@ -446,6 +446,92 @@ TEST(RowsLayout, GgufQ3_KCodesScalesAndThirdBitsGoWhereDocumentedAndComeBack) {
 
 // What Rows16 cannot hold is refused, naming why, and the weight is left as it was; check_packed_weight refuses a
 // Rows16 weight that does not fit it.
+// A W8A8 Int8 weight [n_out, n_in], per channel, int8 activations per token: random codes and scales.
+PackedWeight random_w8a8(int64_t n_out, int64_t n_in, uint32_t seed) {
+  std::mt19937 rng(seed);
+  PackedWeight w;
+  w.format = WeightFormat::Int8;
+  w.n_out = n_out;
+  w.n_in = n_in;
+  w.group_size = n_in;
+  w.act = ActQuant::Int8Dynamic;
+  w.data = AlignedBytes(n_out * n_in);
+  for (int64_t i = 0; i < w.data.size(); ++i) w.data.data()[i] = uint8_t(rng());
+  w.scales.resize(size_t(n_out));
+  for (float& v : w.scales) v = float(rng() % 1000 + 1) * 1e-4f;
+  check_packed_weight(w);
+  return w;
+}
+
+// Rows64 (oneDNN's BA16a64b4a of Wᵀ): row r's code at column c at byte (r / 64) · 64 n_in + (c / 64) · 4096 +
+// (c % 64 / 4) · 256 + 4 (r % 64) + c % 4, as the header says; scales unchanged; back to Rows the same bytes; the
+// reference's rows (dequantize_rows) the same in either layout.
+TEST(RowsLayout, Rows64HoldsEachInt8CodeWhereDocumentedAndComesBack) {
+  const int64_t n_out = 192, n_in = 128;
+  const PackedWeight rows = random_w8a8(n_out, n_in, 1);
+  PackedWeight held = copy_packed_weight(rows);
+  set_rows_layout(&held, RowsLayout::Rows64);
+  EXPECT_EQ(held.rows_layout, RowsLayout::Rows64);
+  EXPECT_STREQ(rows_layout_name(held.rows_layout), "rows64");
+  check_packed_weight(held);
+  ASSERT_EQ(held.data.size(), rows.data.size());
+  EXPECT_EQ(held.scales, rows.scales);
+  for (int64_t r = 0; r < n_out; ++r)
+    for (int64_t c = 0; c < n_in; ++c)
+      ASSERT_EQ(held.data.data()[(r / 64) * 64 * n_in + (c / 64) * 4096 + (c % 64 / 4) * 256 + 4 * (r % 64) + c % 4],
+                rows.data.data()[r * n_in + c])
+          << "row " << r << " column " << c;
+  std::vector<float> a(size_t(n_out * n_in)), b(a.size());
+  dequantize_rows(rows, 0, n_out, a.data());
+  dequantize_rows(held, 0, n_out, b.data());
+  EXPECT_EQ(a, b);
+  set_rows_layout(&held, RowsLayout::Rows);
+  EXPECT_EQ(held.rows_layout, RowsLayout::Rows);
+  EXPECT_EQ(0, std::memcmp(held.data.data(), rows.data.data(), size_t(rows.data.size())));
+}
+
+TEST(RowsLayout, RefusesWhatRows64CannotHold) {
+  auto refused = [](PackedWeight w, const std::string& needle) {
+    const PackedWeight before = copy_packed_weight(w);
+    try {
+      set_rows_layout(&w, RowsLayout::Rows64);
+      ADD_FAILURE() << "no error for " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(w.rows_layout, before.rows_layout);
+    EXPECT_EQ(0, std::memcmp(w.data.data(), before.data.data(), size_t(w.data.size())));
+  };
+  refused(random_w8a8(96, 64, 2), "int8 weight [96, 64] to rows64: n_out or n_in is not a multiple of 64");
+  refused(random_w8a8(64, 96, 3), "n_out or n_in is not a multiple of 64");
+  PackedWeight a16 = random_w8a8(64, 64, 4);
+  a16.act = ActQuant::None;
+  refused(std::move(a16), "activations not quantized to int8");
+  PackedWeight groups = random_w8a8(64, 128, 5);
+  groups.group_size = 64;
+  groups.scales.resize(128);
+  refused(std::move(groups), "scale groups (not per channel)");
+  PackedWeight zeros = random_w8a8(64, 64, 6);
+  zeros.zeros.assign(64, 3);
+  refused(std::move(zeros), "zero points");
+  PackedWeight act_groups = random_w8a8(64, 128, 7);
+  act_groups.act_group = 64;
+  refused(std::move(act_groups), "activation groups");
+  refused(random_int4(64, 64, 0, false, 8), "int4 weight has no rows64 layout");
+  PackedWeight w = random_w8a8(64, 64, 9);
+  EXPECT_THROW(set_rows_layout(&w, RowsLayout::Rows16), Error);
+  PackedWeight bad = random_w8a8(96, 64, 10);
+  bad.rows_layout = RowsLayout::Rows64;  // tagged so without being holdable
+  try {
+    check_packed_weight(bad);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rows64 cannot hold it: n_out or n_in is not a multiple of 64"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(RowsLayout, RefusesWhatRows16CannotHold) {
   auto refused = [](PackedWeight w, const std::string& needle) {
     const PackedWeight before = copy_packed_weight(w);

@@ -1463,6 +1463,72 @@ TEST(PackedKernels, Fp8Avx2DecodeMatchesReferenceAndRowsAlone) {
   }
 }
 
+// W8A8 Int8 held in Rows64 (oneDNN's AMX int8 order; gemm_int_w8a8_rows64.cpp): the same bits as the row-major
+// weight at every m on AVX-512 — its decode kernel (groups of 16 rows 1-4 at a time, rows of x 1-4 at a time) below
+// kW8a8OnednnMinM, oneDNN reading the layout as BA16a64b4a in chunks of rows of x from there (where this CPU's oneDNN
+// runs it; else the decode kernel) — so a row of a batch keeps the bits it has alone; a thread's range starting
+// inside a 64-row block (2 threads over 3 or 5 groups of 16); dynamic and static activations; and elsewhere (other
+// ISAs) the reference, which reads the layout.
+TEST(PackedKernels, W8a8Rows64MatchesRowsBitForBit) {
+  if (packed_best_isa() != PackedIsa::Avx512 || !cpu_has_avx512vnni()) GTEST_SKIP() << "no AVX-512 VNNI";
+  using F = WeightFormat;
+  const ActQuant dyn = ActQuant::Int8Dynamic;
+  const std::vector<Case> cs = {
+      {"int8_64x64", F::Int8, 64, 64, 0, 0, false, false, false, dyn},
+      {"int8_192x128", F::Int8, 192, 128, 0, 0, false, false, false, dyn},
+      {"int8_320x576", F::Int8, 320, 576, 0, 0, false, false, false, dyn},
+      {"int8_128x1536_static", F::Int8, 128, 1536, 0, 0, false, false, false, ActQuant::Int8Static},
+  };
+  for (const Case& c : cs) {
+    const PackedWeight rows = make(c, 21);
+    PackedWeight held = copy_packed_weight(rows);
+    set_rows_layout(&held, RowsLayout::Rows64);
+    check_packed_weight(held);
+    const int64_t m_max = 130;
+    const std::vector<float> x = normal_rows(m_max, c.n_in);
+    for (int threads : {1, 2})
+      for (int64_t m : {1, 2, 3, 4, 5, 8, 15, 16, 17, 64, 65, 130}) {
+        std::vector<float> want(size_t(m * c.n_out)), got(want.size(), -1e30f);
+        packed_linear_isa(x.data(), m, rows, want.data(), threads, PackedIsa::Avx512);
+        packed_linear_isa(x.data(), m, held, got.data(), threads, PackedIsa::Avx512);
+        for (int64_t k = 0; k < m * c.n_out; ++k)
+          ASSERT_EQ(got[size_t(k)], want[size_t(k)])
+              << c.name << " m " << m << " row " << k / c.n_out << " output " << k % c.n_out << " threads " << threads;
+      }
+    std::vector<float> ref(size_t(3 * c.n_out)), y(ref.size());
+    packed_linear_reference(x.data(), 3, rows, ref.data(), 1);
+    // the reference ran
+    EXPECT_FALSE(packed_linear_isa(x.data(), 3, held, y.data(), 1, PackedIsa::Portable)) << c.name;
+    EXPECT_EQ(y, ref) << c.name;
+  }
+}
+
+// Weight (the load's choice, prepare_w8a8_weight): a W8A8 Int8 weight Rows64 takes goes into it exactly where the
+// CPU has AMX int8 and oneDNN reads the layout by a JIT kernel, and then linear() gives the row-major weight's bits;
+// one Rows64 refuses (n_out 96), relayout = false and a W8A16 weight stay in Rows.
+TEST(PackedKernels, W8a8WeightTakesRows64WhereAmxInt8) {
+  const bool amx = __builtin_cpu_supports("amx-int8") && cpu_has_avx512vnni() &&
+                   packed_best_isa() == PackedIsa::Avx512 && onednn_s8_rows64_supported();
+  const Case c{"int8_128x192", WeightFormat::Int8, 128, 192, 0, 0, false, false, false, ActQuant::Int8Dynamic};
+  const PackedWeight p = make(c, 31);
+  const Weight w(copy_packed_weight(p));
+  EXPECT_EQ(w.packed().rows_layout, amx ? RowsLayout::Rows64 : RowsLayout::Rows);
+  const std::vector<float> x = normal_rows(40, c.n_in);
+  for (int64_t m : {1, 40}) {
+    std::vector<float> want(size_t(m * c.n_out)), got(want.size());
+    packed_linear(x.data(), m, p, want.data(), 1);
+    linear(x.data(), m, w, got.data());
+    EXPECT_EQ(got, want) << "m " << m;
+  }
+  EXPECT_EQ(Weight(copy_packed_weight(p), false).packed().rows_layout, RowsLayout::Rows);
+  Case odd = c;
+  odd.n_out = 96;
+  EXPECT_EQ(Weight(make(odd, 32)).packed().rows_layout, RowsLayout::Rows);
+  Case a16 = c;
+  a16.act = ActQuant::None;
+  EXPECT_EQ(Weight(make(a16, 33)).packed().rows_layout, RowsLayout::Rows);
+}
+
 // W8A8 with a row long enough that the VNNI kernel's unsigned-offset sum Σ (w + 128)·qx passes 2³¹ (w = 127,
 // qx = 127 everywhere, 70 000 columns) while Σ w·qx still fits: the wrapping correction must give it exactly.
 TEST(PackedKernels, W8a8LongRowOffsetSumWraps) {
