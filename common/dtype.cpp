@@ -168,6 +168,7 @@ void q3_k_block_codes(const void* block, uint16_t* d, int8_t scales[16], int8_t 
 }
 
 void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
+  if (n <= 0) return;  // (memcpy's pointers must not be null even for 0 bytes)
   const auto* p = static_cast<const uint8_t*>(src);
   switch (t) {
     case DType::F32:

@@ -95,7 +95,7 @@ void q3_k_block_codes(const void* block, uint16_t* d, int8_t scales[16], int8_t 
 
 // Dequantizes n elements (a multiple of the block size for quantized types) of type t at src into dst,
 // as llama.cpp's dequantize_row_<type> does: the same operations in the same order (bit-equal up to the
-// compiler's FMA contraction of d * q - m).
+// compiler's FMA contraction of d * q - m). n = 0 reads and writes nothing (src and dst may then be null).
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 
 }  // namespace tp
