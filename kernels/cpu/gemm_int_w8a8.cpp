@@ -9,9 +9,9 @@
 // row_s8_vnni below (qw ^ 0x80 against qx, prefetched); portable: a scalar loop. Prefill (m ≥ kW8a8OnednnMinM,
 // one segment a row): oneDNN's int8 matmul, then the scales. Int8 held in Rows64 (AMX CPUs: oneDNN's own weight
 // order, common/rows16_layout.h): oneDNN reads it as it is, each thread its chunks of rows of x; below the prefill's
-// m gemm_int_w8a8_rows64.cpp's kernel; other ISAs decline it (the reference reads it). Without VNNI (AVX2; AVX-512 without VNNI), every m:
-// gemm_int_w8a8_avx2.cpp (4-row decode blocks, interleaved 16-row prefill panels), the loops below only where
-// it declines (segments not a multiple of 4 columns).
+// m gemm_int_w8a8_rows64.cpp's kernel; other ISAs decline it (the reference reads it). Without VNNI (AVX2; AVX-512
+// without VNNI), every m: gemm_int_w8a8_avx2.cpp (4-row decode blocks, interleaved 16-row prefill panels), the
+// loops below only where it declines (segments not a multiple of 4 columns).
 #include <algorithm>
 #include <cmath>
 #include <cstring>

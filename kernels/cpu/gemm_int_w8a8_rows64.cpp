@@ -3,8 +3,9 @@
 // (prepare_w8a8_weight). The prefill reads the layout through oneDNN as it is (onednn_s8_gemm, rows64): no copy of
 // W into oneDNN's order a call. Measured on the AMX Xeon (2026-12-07, /tmp program, 1 thread, m = 512, the SmolLM2
 // shapes, the int32 → F32 epilogue included): 576 → 960 0.54 → 0.34 ms, 576 → 3072 1.39 → 1.18, 1536 → 576 0.52 →
-// 0.44, 576 → 576 0.22 → 0.19 against the row-major weights with oneDNN's per-call copy — with the GEMM run 128 rows
-// of x at a time, each chunk's epilogue while its int32 sums are in L2 (int_w8a8_linear).
+// 0.44, 576 → 576 0.22 → 0.19 against the row-major weights with oneDNN's per-call copy — measured with the GEMM run
+// 128 rows of x at a time, each chunk's epilogue while its int32 sums are in L2; int_w8a8_linear runs 64-row chunks
+// (its kRows64ChunkM: the fastest in the full prefill), one thread each.
 // Decode: one 64-byte load holds 16 weight rows × 4 columns (an int32 lane a row); flipped to unsigned (q ^ 0x80 =
 // q + 128) it feeds one vpdpbusd a row of x against x's 4 bytes of those columns, broadcast, adding Σ (q + 128) q_x
 // into lane r — no horizontal sums; −128 Σ q_x after makes the exact Σ q qx of every other W8A8 path, and y =
