@@ -162,22 +162,32 @@ TP_KV_TARGET void attend_tile_amx(const TileArgs& a, int64_t kv_head, int64_t t0
 
   const int64_t pos0 = a.start_pos + t0, last = pos0 + n_tok - 1;
   // Q^T in VNNI pairs: tile (iv, ks, part) row kp, column n = the part of q_{16 iv + n}[32 ks + 2 kp + e], e = 0, 1.
-  std::memset(qb, 0, size_t(n_qb) * 2 * kTileFloats * sizeof(uint16_t));
-  for (int64_t r = 0; r < n_rows; ++r) {
-    const float* src = a.q + ((t0 + r / g) * a.n_heads + kv_head * g + r % g) * hd;
-    const int64_t iv = r / kL, n = r % kL;
-    for (int64_t d0 = 0; d0 < hd; d0 += kL) {
-      __m256i parts[3];
-      split3(_mm512_mul_ps(_mm512_loadu_ps(src + d0), _mm512_set1_ps(a.scale)), parts);
+  // Built a vector of 16 rows and 32 dims at a time: each row's 16 pairs of each part into a row of tq, then one
+  // 16 × 16 transpose of 32-bit pairs a part (rows past n_rows zero).
+  for (int64_t iv = 0; iv < n_vec; ++iv)
+    for (int64_t ks = 0; ks < n_ks; ++ks) {
+      alignas(64) uint32_t tq[3][kL][kL];
+      for (int64_t n = 0; n < kL; ++n) {
+        const int64_t r = iv * kL + n;
+        if (r >= n_rows) {
+          for (int p = 0; p < 3; ++p) _mm512_store_si512(tq[p][n], _mm512_setzero_si512());
+          continue;
+        }
+        const float* src = a.q + ((t0 + r / g) * a.n_heads + kv_head * g + r % g) * hd + ks * 32;
+        for (int64_t h = 0; h < 2; ++h) {
+          __m256i parts[3];
+          split3(_mm512_mul_ps(_mm512_loadu_ps(src + h * kL), _mm512_set1_ps(a.scale)), parts);
+          for (int p = 0; p < 3; ++p) _mm256_store_si256(reinterpret_cast<__m256i*>(tq[p][n] + h * 8), parts[p]);
+        }
+      }
       for (int p = 0; p < 3; ++p) {
-        alignas(32) uint32_t pairs[8];
-        _mm256_store_si256(reinterpret_cast<__m256i*>(pairs), parts[p]);
-        uint32_t* tile = reinterpret_cast<uint32_t*>(qb + ((iv * n_ks + d0 / 32) * 3 + p) * 512);
-        const int64_t kp0 = (d0 % 32) / 2;
-        for (int64_t i = 0; i < 8; ++i) tile[(kp0 + i) * kL + n] = pairs[i];
+        __m512 t[kL];
+        for (int64_t n = 0; n < kL; ++n) t[n] = _mm512_load_ps(reinterpret_cast<const float*>(tq[p][n]));
+        transpose16(t);
+        float* tile = reinterpret_cast<float*>(qb + ((iv * n_ks + ks) * 3 + p) * 512);
+        for (int64_t kp = 0; kp < kL; ++kp) _mm512_store_ps(tile + kp * kL, t[kp]);
       }
     }
-  }
   for (int64_t r = 0; r < W; ++r) {
     mm[r] = -INFINITY;
     ll[r] = 0.0f;
@@ -267,26 +277,71 @@ TP_KV_TARGET void attend_tile_amx(const TileArgs& a, int64_t kv_head, int64_t t0
     // Rows of tokens before the first position see nothing of the super-chunk: start at the vector holding the
     // first that does.
     const int64_t first_vec = std::max<int64_t>(0, spos[0] - pos0) * g / kL;
-    for (int64_t iv = first_vec; iv < n_vec; ++iv) {
-      // S^T of each sub-chunk: tile c = K_c · Q^T, slice by slice of head_dim (hi, mid, lo in turn).
-      _tile_zero(0);
-      if (nsub > 1) _tile_zero(1);
-      if (nsub > 2) _tile_zero(2);
-      if (nsub > 3) _tile_zero(3);
-      const uint16_t* q3 = qb + iv * n_ks * 3 * 512;
-      for (int64_t ks = 0; ks < n_ks; ++ks) {
-        _tile_loadd(5, q3 + ks * 3 * 512, 64);
-        _tile_loadd(6, q3 + ks * 3 * 512 + 512, 64);
-        _tile_loadd(7, q3 + ks * 3 * 512 + 1024, 64);
-        TP_AMX_S_SUB(0, kr[0] + ks * 64, k_stride[0]);
-        if (nsub > 1) TP_AMX_S_SUB(1, kr[1] + ks * 64, k_stride[1]);
-        if (nsub > 2) TP_AMX_S_SUB(2, kr[2] + ks * 64, k_stride[2]);
-        if (nsub > 3) TP_AMX_S_SUB(3, kr[3] + ks * 64, k_stride[3]);
+    // A software pipeline over the vectors: S(iv) is computed (tile products) between the softmax that writes
+    // P(iv − 1) and the P · V that loads it, and P · V(iv − 1) between S(iv)'s tile stores and the softmax that
+    // reads them: a tile load of lines that vector stores have just written (or the reverse) waits for the stores
+    // to reach L1. The same products and the same per-row operations, in another interleaving: the same bits.
+    alignas(64) float cr[kL];
+    uint32_t seen = 0;
+    int64_t pend = -1, pend_end = 0;  // the vector whose P · V is pending and its rows
+    for (int64_t iv = first_vec;; ++iv) {
+      if (iv < n_vec) {
+        // S^T of each sub-chunk: tile c = K_c · Q^T, slice by slice of head_dim (hi, mid, lo in turn).
+        _tile_zero(0);
+        if (nsub > 1) _tile_zero(1);
+        if (nsub > 2) _tile_zero(2);
+        if (nsub > 3) _tile_zero(3);
+        const uint16_t* q3 = qb + iv * n_ks * 3 * 512;
+        for (int64_t ks = 0; ks < n_ks; ++ks) {
+          _tile_loadd(5, q3 + ks * 3 * 512, 64);
+          _tile_loadd(6, q3 + ks * 3 * 512 + 512, 64);
+          _tile_loadd(7, q3 + ks * 3 * 512 + 1024, 64);
+          TP_AMX_S_SUB(0, kr[0] + ks * 64, k_stride[0]);
+          if (nsub > 1) TP_AMX_S_SUB(1, kr[1] + ks * 64, k_stride[1]);
+          if (nsub > 2) TP_AMX_S_SUB(2, kr[2] + ks * 64, k_stride[2]);
+          if (nsub > 3) TP_AMX_S_SUB(3, kr[3] + ks * 64, k_stride[3]);
+        }
+        _tile_stored(0, st, 64);
+        if (nsub > 1) _tile_stored(1, st + kTileFloats, 64);
+        if (nsub > 2) _tile_stored(2, st + 2 * kTileFloats, 64);
+        if (nsub > 3) _tile_stored(3, st + 3 * kTileFloats, 64);
       }
-      _tile_stored(0, st, 64);
-      if (nsub > 1) _tile_stored(1, st + kTileFloats, 64);
-      if (nsub > 2) _tile_stored(2, st + 2 * kTileFloats, 64);
-      if (nsub > 3) _tile_stored(3, st + 3 * kTileFloats, 64);
+      if (pend >= 0) {
+        // C = P · V over the super-chunk's halves (hi, mid, lo in turn), 4 pieces of 16 dims at a time;
+        // Acc[r] = c_r · Acc[r] + C[r].
+        for (int64_t pc = 0; pc < n_pieces; pc += 4) {
+          const int64_t np = std::min<int64_t>(4, n_pieces - pc);
+          _tile_zero(0);
+          if (np > 1) _tile_zero(1);
+          if (np > 2) _tile_zero(2);
+          if (np > 3) _tile_zero(3);
+          for (int64_t h = 0; h < n_half; ++h) {
+            _tile_loadd(5, pa + (h * 3) * 512, 64);
+            _tile_loadd(6, pa + (h * 3 + 1) * 512, 64);
+            _tile_loadd(7, pa + (h * 3 + 2) * 512, 64);
+            const uint16_t* vh = vp + (h * n_pieces + pc) * 512;
+            TP_AMX_PV_HALF(0, vh);
+            if (np > 1) TP_AMX_PV_HALF(1, vh + 512);
+            if (np > 2) TP_AMX_PV_HALF(2, vh + 1024);
+            if (np > 3) TP_AMX_PV_HALF(3, vh + 1536);
+          }
+          _tile_stored(0, ct, 64);
+          if (np > 1) _tile_stored(1, ct + kTileFloats, 64);
+          if (np > 2) _tile_stored(2, ct + 2 * kTileFloats, 64);
+          if (np > 3) _tile_stored(3, ct + 3 * kTileFloats, 64);
+          for (int64_t r = 0; r < pend_end; ++r) {
+            if (!(seen >> r & 1)) continue;
+            const __m512 cv = _mm512_set1_ps(cr[r]);
+            float* ar = acc + (pend * kL + r) * hd + pc * kL;
+            for (int64_t q = 0; q < np; ++q)
+              _mm512_storeu_ps(ar + q * kL, _mm512_fmadd_ps(cv, _mm512_loadu_ps(ar + q * kL),
+                                                            _mm512_load_ps(ct + q * kTileFloats + r * kL)));
+          }
+        }
+        pend = -1;
+      }
+      if (iv == n_vec) break;
+      seen = 0;
       // The online softmax over the super-chunk's slots; each row's weights P split into hi, mid, lo tiles. Two ways
       // that give a row the same bits (per row: masked max, c = e^(m_old − m_new), P = e^(S − m_new),
       // L' = L·c + P_0 + … + P_(n_slots − 1) in order, as the lane kernels' chunk softmax): vectors of many rows take
@@ -295,16 +350,19 @@ TP_KV_TARGET void attend_tile_amx(const TileArgs& a, int64_t kv_head, int64_t t0
       // short by the end of the sequence adds the same as the full one). A row that sees nothing of it keeps its
       // values either way (c = 1 exactly, P = 0).
       const int64_t r_end = std::min(kL, n_rows - iv * kL);
-      alignas(64) float cr[kL];
-      uint32_t seen = 0;
       if (r_end >= kLaneRows) {
         const __m512i rp = _mm512_loadu_si512(rpos + iv * kL);
         for (int64_t j = 0; j < n_slots; ++j)
           visible[j] = _mm512_cmp_epi32_mask(rp, _mm512_set1_epi32(spos[j]), _MM_CMPINT_NLT);
         const __m512 m_old = _mm512_loadu_ps(mm + iv * kL);
-        __m512 mx = m_old;
-        for (int64_t j = 0; j < n_slots; ++j)
-          mx = _mm512_max_ps(mx, _mm512_mask_blend_ps(visible[j], neg_inf, _mm512_load_ps(st + j * kL)));
+        // The max in four chains (n_slots is a multiple of 16): max is exact, so any order gives the same bits, and
+        // one chain ran at vmaxps's latency (6 % of the kernel's samples in prefill).
+        __m512 mx4[4] = {m_old, neg_inf, neg_inf, neg_inf};
+        for (int64_t j = 0; j < n_slots; j += 4)
+          for (int64_t u = 0; u < 4; ++u)
+            mx4[u] =
+                _mm512_max_ps(mx4[u], _mm512_mask_blend_ps(visible[j + u], neg_inf, _mm512_load_ps(st + (j + u) * kL)));
+        const __m512 mx = _mm512_max_ps(_mm512_max_ps(mx4[0], mx4[1]), _mm512_max_ps(mx4[2], mx4[3]));
         // Lanes that have seen nothing yet keep max -inf; subtract 0 there instead (their weights are masked to 0).
         const __m512 sub = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mx, neg_inf, _CMP_EQ_OQ), mx, _mm512_setzero_ps());
         const __m512 c = exp16(_mm512_sub_ps(m_old, sub));
@@ -370,38 +428,7 @@ TP_KV_TARGET void attend_tile_amx(const TileArgs& a, int64_t kv_head, int64_t t0
           mm[rw] = mx;
         }
       }
-      if (seen == 0) continue;
-      // C = P · V over the super-chunk's halves (hi, mid, lo in turn), 4 pieces of 16 dims at a time;
-      // Acc[r] = c_r · Acc[r] + C[r].
-      for (int64_t pc = 0; pc < n_pieces; pc += 4) {
-        const int64_t np = std::min<int64_t>(4, n_pieces - pc);
-        _tile_zero(0);
-        if (np > 1) _tile_zero(1);
-        if (np > 2) _tile_zero(2);
-        if (np > 3) _tile_zero(3);
-        for (int64_t h = 0; h < n_half; ++h) {
-          _tile_loadd(5, pa + (h * 3) * 512, 64);
-          _tile_loadd(6, pa + (h * 3 + 1) * 512, 64);
-          _tile_loadd(7, pa + (h * 3 + 2) * 512, 64);
-          const uint16_t* vh = vp + (h * n_pieces + pc) * 512;
-          TP_AMX_PV_HALF(0, vh);
-          if (np > 1) TP_AMX_PV_HALF(1, vh + 512);
-          if (np > 2) TP_AMX_PV_HALF(2, vh + 1024);
-          if (np > 3) TP_AMX_PV_HALF(3, vh + 1536);
-        }
-        _tile_stored(0, ct, 64);
-        if (np > 1) _tile_stored(1, ct + kTileFloats, 64);
-        if (np > 2) _tile_stored(2, ct + 2 * kTileFloats, 64);
-        if (np > 3) _tile_stored(3, ct + 3 * kTileFloats, 64);
-        for (int64_t r = 0; r < r_end; ++r) {
-          if (!(seen >> r & 1)) continue;
-          const __m512 cv = _mm512_set1_ps(cr[r]);
-          float* ar = acc + (iv * kL + r) * hd + pc * kL;
-          for (int64_t q = 0; q < np; ++q)
-            _mm512_storeu_ps(ar + q * kL, _mm512_fmadd_ps(cv, _mm512_loadu_ps(ar + q * kL),
-                                                          _mm512_load_ps(ct + q * kTileFloats + r * kL)));
-        }
-      }
+      if (seen != 0) pend = iv, pend_end = r_end;
     }
   }
   _tile_release();
