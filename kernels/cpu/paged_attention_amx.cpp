@@ -15,15 +15,16 @@
 // Exact parts: a tile multiplies BF16 by BF16 into F32. The scaled q and the weights P are F32; each is split into
 // hi + mid + lo, three BF16 values whose sum is the F32 value exactly (round to nearest twice; each remainder is
 // exact), so S = K·q_hi + K·q_mid + K·q_lo (one accumulator tile, slice by slice) and P·V are the F32 products up to
-// summation order — K and V are BF16 already. (Values under 2^-126 in a part are flushed to zero by the tiles: an absolute error below 1e-38.)
-// A C element depends only on its own A row and B column, and everything else is per row too, so a query row gets
-// the same operations whatever tile, chunk of the prompt or batch it is computed in: prefill equals decode, bit
-// for bit (tests/kernels/test_paged_attention_tiled.cpp runs the lane kernels' invariance tests on this one). A
-// super-chunk cut short by the end of the sequence (decode) adds exact zeros where the full one (prefill) has
-// positions past the row's own: masked weights are 0 and sums + 0 are unchanged.
-// Super-chunks of 64 rather than one 16-position chunk at a time (session 20): the accumulator update, the C tile
-// stores and the Q^T loads once per 64 positions, P·V in 6 tile products per 16 dims instead of 8 (no half-empty lo
-// tile): prefill attention 1.2× faster (bench/results/xeon-amx-kernels-20261203.md §18).
+// summation order — K and V are BF16 already. (Values under 2^-126 in a part are flushed to zero by the tiles: an
+// absolute error below 1e-38.) A C element depends only on its own A row and B column, and everything else is per row
+// too, so a query row gets the same operations whatever tile, chunk of the prompt or batch it is computed in: prefill
+// equals decode, bit for bit (tests/kernels/test_paged_attention_tiled.cpp runs the lane kernels' invariance tests on
+// this one). A super-chunk cut short by the end of the sequence (decode) adds exact zeros where the full one (prefill)
+// has positions past the row's own: masked weights are 0 and sums + 0 are unchanged. Super-chunks of 64 rather than one
+// 16-position chunk at a time (session 20): the accumulator update, the C tile stores and the Q^T loads once per 64
+// positions, P·V in 6 tile products per 16 dims instead of 8 (no half-empty lo tile): prefill attention 1.2× faster
+// (bench/results/xeon-amx-kernels-20261203.md §18). The tile work of a vector is issued in steps among the vector
+// instructions of its neighbour's softmax (the tile and vector units then work at once; see the loop over vectors).
 // Tiles: palette 1, all eight 16 rows × 64 bytes; configured at the start of each work item, released at its end.
 // Built with -ffp-contract=off as the lane kernels (kernels/cpu/CMakeLists.txt).
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -132,6 +133,116 @@ TP_KV_TARGET inline void store_p(__m512 p, uint16_t* pa, int64_t r, int64_t c) {
     _tile_dpbf16ps(Cn, 7, 4);       \
   } while (0)
 
+// Step ss of S^T's tile work for one vector of 16 query rows (steps 0 .. 2 + n_ks (1 + nsub) − 1, in order): zero the
+// accumulators; per 32-dim slice ks, load its Q^T parts (tmm5-7), then one sub-chunk's products a step; store the
+// accumulators into st [nsub tiles]. q3: the vector's Q^T tiles; kr, k_stride: the sub-chunks' K rows.
+TP_KV_TARGET inline void s_step(int64_t ss, const uint16_t* q3, const uint8_t* const* kr, const int64_t* k_stride,
+                                int64_t nsub, int64_t n_ks, float* st) {
+  const int64_t per = 1 + nsub;
+  if (ss == 0) {
+    _tile_zero(0);
+    if (nsub > 1) _tile_zero(1);
+    if (nsub > 2) _tile_zero(2);
+    if (nsub > 3) _tile_zero(3);
+  } else if (ss <= n_ks * per) {
+    const int64_t ks = (ss - 1) / per;
+    const uint16_t* q = q3 + ks * 3 * 512;
+    switch ((ss - 1) % per) {
+      case 0:
+        _tile_loadd(5, q, 64);
+        _tile_loadd(6, q + 512, 64);
+        _tile_loadd(7, q + 1024, 64);
+        break;
+      case 1:
+        TP_AMX_S_SUB(0, kr[0] + ks * 64, k_stride[0]);
+        break;
+      case 2:
+        TP_AMX_S_SUB(1, kr[1] + ks * 64, k_stride[1]);
+        break;
+      case 3:
+        TP_AMX_S_SUB(2, kr[2] + ks * 64, k_stride[2]);
+        break;
+      default:
+        TP_AMX_S_SUB(3, kr[3] + ks * 64, k_stride[3]);
+        break;
+    }
+  } else {
+    _tile_stored(0, st, 64);
+    if (nsub > 1) _tile_stored(1, st + kTileFloats, 64);
+    if (nsub > 2) _tile_stored(2, st + 2 * kTileFloats, 64);
+    if (nsub > 3) _tile_stored(3, st + 3 * kTileFloats, 64);
+  }
+}
+
+// Step ps of C = P · V's tile work for one vector (steps 0 .. pv_steps − 1, in order), per pass of up to 4 pieces of
+// 16 dims: zero the accumulators; per half of the super-chunk, load its P parts (tmm5-7), then one piece's products a
+// step; store the accumulators into ct [n_pieces tiles], piece by piece.
+TP_KV_TARGET inline int64_t pv_steps(int64_t n_pieces, int64_t n_half) {
+  int64_t n = 0;
+  for (int64_t pc = 0; pc < n_pieces; pc += 4) n += 2 + n_half * (1 + std::min<int64_t>(4, n_pieces - pc));
+  return n;
+}
+
+TP_KV_TARGET inline void p_step(int64_t ps, const uint16_t* pa, const uint16_t* vp, int64_t n_pieces, int64_t n_half,
+                                float* ct) {
+  for (int64_t pc = 0; pc < n_pieces; pc += 4) {
+    const int64_t np = std::min<int64_t>(4, n_pieces - pc), per = 1 + np;
+    if (ps >= 2 + n_half * per) {
+      ps -= 2 + n_half * per;
+      continue;
+    }
+    if (ps == 0) {
+      _tile_zero(0);
+      if (np > 1) _tile_zero(1);
+      if (np > 2) _tile_zero(2);
+      if (np > 3) _tile_zero(3);
+    } else if (ps <= n_half * per) {
+      const int64_t h = (ps - 1) / per;
+      const uint16_t* vh = vp + (h * n_pieces + pc) * 512;
+      switch ((ps - 1) % per) {
+        case 0:
+          _tile_loadd(5, pa + (h * 3) * 512, 64);
+          _tile_loadd(6, pa + (h * 3 + 1) * 512, 64);
+          _tile_loadd(7, pa + (h * 3 + 2) * 512, 64);
+          break;
+        case 1:
+          TP_AMX_PV_HALF(0, vh);
+          break;
+        case 2:
+          TP_AMX_PV_HALF(1, vh + 512);
+          break;
+        case 3:
+          TP_AMX_PV_HALF(2, vh + 1024);
+          break;
+        default:
+          TP_AMX_PV_HALF(3, vh + 1536);
+          break;
+      }
+    } else {
+      float* cp = ct + pc * kTileFloats;
+      _tile_stored(0, cp, 64);
+      if (np > 1) _tile_stored(1, cp + kTileFloats, 64);
+      if (np > 2) _tile_stored(2, cp + 2 * kTileFloats, 64);
+      if (np > 3) _tile_stored(3, cp + 3 * kTileFloats, 64);
+    }
+    return;
+  }
+}
+
+// Acc[r] = c_r · Acc[r] + C[r] for the rows r < n_rows of a vector in seen: acc [16, hd] the vector's rows, ct
+// [hd / 16] C tiles (16 rows × 16 dims each), c [16].
+TP_KV_TARGET inline void update_acc(float* acc, const float* ct, const float* c, uint32_t seen, int64_t n_rows,
+                                    int64_t hd) {
+  for (int64_t r = 0; r < n_rows; ++r) {
+    if (!(seen >> r & 1)) continue;
+    const __m512 cv = _mm512_set1_ps(c[r]);
+    float* ar = acc + r * hd;
+    for (int64_t q = 0; q < hd / kL; ++q)
+      _mm512_storeu_ps(ar + q * kL, _mm512_fmadd_ps(cv, _mm512_loadu_ps(ar + q * kL),
+                                                    _mm512_load_ps(ct + q * kTileFloats + r * kL)));
+  }
+}
+
 TP_KV_TARGET void attend_tile_amx(const TileArgs& a, int64_t kv_head, int64_t t0, int64_t n_tok, int64_t b0,
                                   int64_t b1, TileScratch& sc, float* m, float* l, float* acc) {
   const KvTensorView &k = *a.k, &v = *a.v;
@@ -142,20 +253,22 @@ TP_KV_TARGET void attend_tile_amx(const TileArgs& a, int64_t kv_head, int64_t t0
   const int64_t head_at = kv_head * hd * 2;
   // Scratch (64-byte aligned, in 1 KiB tiles): qb [n_vec, n_ks, 3 parts] Q^T tiles; vp [2 halves, n_pieces] V-pair
   // tiles; kscr [kSub, n_ks] BF16 K rows of sub-chunks cut by their block's end; st [kSub] S^T; pt [kSub] P^T;
-  // pa [2 halves, 3 parts] P tiles; ct [4] C tiles; then mm, ll [W] the rows' running max and sum, rpos [W] their
-  // positions, spos [kSlots] the super-chunk's slot positions.
-  const int64_t n_qb = n_vec * n_ks * 3, n_tiles = n_qb + 2 * n_pieces + kSub * n_ks + 2 * kSub + 6 + 4;
+  // pa [2 halves, 3 parts] P tiles; ct [max(4, n_pieces)] C tiles; st2 [kSub] the other S^T buffer; then mm, ll [W] the
+  // rows' running max and sum, rpos [W] their positions, spos [kSlots] the super-chunk's slot positions.
+  const int64_t n_ct = std::max<int64_t>(4, n_pieces);
+  const int64_t n_qb = n_vec * n_ks * 3, n_tiles = n_qb + 2 * n_pieces + kSub * n_ks + 3 * kSub + 6 + n_ct;
   const size_t need = size_t(n_tiles * kTileFloats + 3 * W + kSlots + 16);
   if (sc.x.size() < need) sc.x.resize(need);
   float* base = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(sc.x.data()) + 63) & ~uintptr_t(63));
   uint16_t* qb = reinterpret_cast<uint16_t*>(base);
   uint16_t* vp = qb + n_qb * 2 * kTileFloats;
   uint16_t* kscr = vp + 2 * n_pieces * 2 * kTileFloats;
-  float* st = base + (n_qb + 2 * n_pieces + kSub * n_ks) * kTileFloats;
-  float* pt = st + kSub * kTileFloats;
+  float* st0 = base + (n_qb + 2 * n_pieces + kSub * n_ks) * kTileFloats;
+  float* pt = st0 + kSub * kTileFloats;
   uint16_t* pa = reinterpret_cast<uint16_t*>(pt + kSub * kTileFloats);
   float* ct = pt + (kSub + 6) * kTileFloats;
-  float* mm = ct + 4 * kTileFloats;
+  float* const stb[2] = {st0, ct + n_ct * kTileFloats};
+  float* mm = stb[1] + kSub * kTileFloats;
   float* ll = mm + W;
   int32_t* rpos = reinterpret_cast<int32_t*>(ll + W);  // each row's position
   int32_t* spos = rpos + W;                            // each slot's position; INT32_MAX: an empty slot
@@ -277,71 +390,30 @@ TP_KV_TARGET void attend_tile_amx(const TileArgs& a, int64_t kv_head, int64_t t0
     // Rows of tokens before the first position see nothing of the super-chunk: start at the vector holding the
     // first that does.
     const int64_t first_vec = std::max<int64_t>(0, spos[0] - pos0) * g / kL;
-    // A software pipeline over the vectors: S(iv) is computed (tile products) between the softmax that writes
-    // P(iv − 1) and the P · V that loads it, and P · V(iv − 1) between S(iv)'s tile stores and the softmax that
-    // reads them: a tile load of lines that vector stores have just written (or the reverse) waits for the stores
-    // to reach L1. The same products and the same per-row operations, in another interleaving: the same bits.
-    alignas(64) float cr[kL];
-    uint32_t seen = 0;
-    int64_t pend = -1, pend_end = 0;  // the vector whose P · V is pending and its rows
-    for (int64_t iv = first_vec;; ++iv) {
-      if (iv < n_vec) {
-        // S^T of each sub-chunk: tile c = K_c · Q^T, slice by slice of head_dim (hi, mid, lo in turn).
-        _tile_zero(0);
-        if (nsub > 1) _tile_zero(1);
-        if (nsub > 2) _tile_zero(2);
-        if (nsub > 3) _tile_zero(3);
-        const uint16_t* q3 = qb + iv * n_ks * 3 * 512;
-        for (int64_t ks = 0; ks < n_ks; ++ks) {
-          _tile_loadd(5, q3 + ks * 3 * 512, 64);
-          _tile_loadd(6, q3 + ks * 3 * 512 + 512, 64);
-          _tile_loadd(7, q3 + ks * 3 * 512 + 1024, 64);
-          TP_AMX_S_SUB(0, kr[0] + ks * 64, k_stride[0]);
-          if (nsub > 1) TP_AMX_S_SUB(1, kr[1] + ks * 64, k_stride[1]);
-          if (nsub > 2) TP_AMX_S_SUB(2, kr[2] + ks * 64, k_stride[2]);
-          if (nsub > 3) TP_AMX_S_SUB(3, kr[3] + ks * 64, k_stride[3]);
-        }
-        _tile_stored(0, st, 64);
-        if (nsub > 1) _tile_stored(1, st + kTileFloats, 64);
-        if (nsub > 2) _tile_stored(2, st + 2 * kTileFloats, 64);
-        if (nsub > 3) _tile_stored(3, st + 3 * kTileFloats, 64);
-      }
-      if (pend >= 0) {
-        // C = P · V over the super-chunk's halves (hi, mid, lo in turn), 4 pieces of 16 dims at a time;
-        // Acc[r] = c_r · Acc[r] + C[r].
-        for (int64_t pc = 0; pc < n_pieces; pc += 4) {
-          const int64_t np = std::min<int64_t>(4, n_pieces - pc);
-          _tile_zero(0);
-          if (np > 1) _tile_zero(1);
-          if (np > 2) _tile_zero(2);
-          if (np > 3) _tile_zero(3);
-          for (int64_t h = 0; h < n_half; ++h) {
-            _tile_loadd(5, pa + (h * 3) * 512, 64);
-            _tile_loadd(6, pa + (h * 3 + 1) * 512, 64);
-            _tile_loadd(7, pa + (h * 3 + 2) * 512, 64);
-            const uint16_t* vh = vp + (h * n_pieces + pc) * 512;
-            TP_AMX_PV_HALF(0, vh);
-            if (np > 1) TP_AMX_PV_HALF(1, vh + 512);
-            if (np > 2) TP_AMX_PV_HALF(2, vh + 1024);
-            if (np > 3) TP_AMX_PV_HALF(3, vh + 1536);
-          }
-          _tile_stored(0, ct, 64);
-          if (np > 1) _tile_stored(1, ct + kTileFloats, 64);
-          if (np > 2) _tile_stored(2, ct + 2 * kTileFloats, 64);
-          if (np > 3) _tile_stored(3, ct + 3 * kTileFloats, 64);
-          for (int64_t r = 0; r < pend_end; ++r) {
-            if (!(seen >> r & 1)) continue;
-            const __m512 cv = _mm512_set1_ps(cr[r]);
-            float* ar = acc + (pend * kL + r) * hd + pc * kL;
-            for (int64_t q = 0; q < np; ++q)
-              _mm512_storeu_ps(ar + q * kL, _mm512_fmadd_ps(cv, _mm512_loadu_ps(ar + q * kL),
-                                                            _mm512_load_ps(ct + q * kTileFloats + r * kL)));
-          }
-        }
-        pend = -1;
-      }
-      if (iv == n_vec) break;
-      seen = 0;
+    // The tile work in steps (s_step, p_step), issued among the vector instructions of a softmax so that the tile
+    // unit works while the vector units do: issued in a block, the tiles and the softmax ran one after the other
+    // (the reorder buffer holds a fraction of a softmax). Per vector iv: its softmax (reading S^T(iv) from one of
+    // two buffers) carries P · V(iv − 1) among its exponentials (every 5 slots; all of it before P is rewritten) and
+    // S^T(iv + 1) into the other buffer among its P stores (every 4 rows); then Acc(iv − 1) is updated from the C
+    // tiles. The same products and per-row operations in another interleaving: the same bits. kv_attention_bench, 512
+    // tokens at context 512, 1 thread, the AMX Xeon, alternated 8 times: 1944-2033 µs with the work in blocks,
+    // 1401-1438 as here (S^T alone among the exponentials, every 4 slots: about 1715; both there, every 2 slots:
+    // 1931-1953, the tile unit then the bottleneck there and idle during the P stores).
+    const int64_t n_ssteps = 2 + n_ks * (1 + nsub), n_psteps = pv_steps(n_pieces, n_half);
+    int64_t pv = -1, pv_end = 0;  // the vector whose P · V is pending (issued among the next one's softmax), its rows,
+    uint32_t pv_seen = 0;         // the rows that saw the super-chunk
+    alignas(64) float pv_c[kL];   // and their factors c
+    int64_t iv = first_vec;
+    if (iv < n_vec)
+      for (int64_t ss = 0; ss < n_ssteps; ++ss)
+        s_step(ss, qb + iv * n_ks * 3 * 512, kr, k_stride, nsub, n_ks, stb[iv & 1]);
+    for (; iv < n_vec; ++iv) {
+      float* const st = stb[iv & 1];
+      float* const st_next = stb[(iv + 1) & 1];
+      const uint16_t* q3_next = qb + (iv + 1) * n_ks * 3 * 512;
+      int64_t ns = iv + 1 < n_vec ? 0 : n_ssteps;  // the next vector's S^T steps issued
+      int64_t ps = pv >= 0 ? 0 : n_psteps;         // the previous vector's P · V steps issued (all before any of
+                                                   // S^T's, since they share the tiles; all before P is rewritten)
       // The online softmax over the super-chunk's slots; each row's weights P split into hi, mid, lo tiles. Two ways
       // that give a row the same bits (per row: masked max, c = e^(m_old − m_new), P = e^(S − m_new),
       // L' = L·c + P_0 + … + P_(n_slots − 1) in order, as the lane kernels' chunk softmax): vectors of many rows take
@@ -350,6 +422,8 @@ TP_KV_TARGET void attend_tile_amx(const TileArgs& a, int64_t kv_head, int64_t t0
       // short by the end of the sequence adds the same as the full one). A row that sees nothing of it keeps its
       // values either way (c = 1 exactly, P = 0).
       const int64_t r_end = std::min(kL, n_rows - iv * kL);
+      alignas(64) float cr[kL];
+      uint32_t seen = 0;
       if (r_end >= kLaneRows) {
         const __m512i rp = _mm512_loadu_si512(rpos + iv * kL);
         for (int64_t j = 0; j < n_slots; ++j)
@@ -368,6 +442,7 @@ TP_KV_TARGET void attend_tile_amx(const TileArgs& a, int64_t kv_head, int64_t t0
         const __m512 c = exp16(_mm512_sub_ps(m_old, sub));
         __m512 lsum = _mm512_mul_ps(_mm512_loadu_ps(ll + iv * kL), c);
         for (int64_t j = 0; j < n_slots; ++j) {
+          if (j % 5 == 4 && ps < n_psteps) p_step(ps++, pa, vp, n_pieces, n_half, ct);
           const __m512 p = _mm512_maskz_mov_ps(visible[j], exp16(_mm512_sub_ps(_mm512_load_ps(st + j * kL), sub)));
           lsum = _mm512_add_ps(lsum, p);
           _mm512_store_ps(pt + j * kL, p);
@@ -375,16 +450,22 @@ TP_KV_TARGET void attend_tile_amx(const TileArgs& a, int64_t kv_head, int64_t t0
         _mm512_storeu_ps(mm + iv * kL, mx);
         _mm512_storeu_ps(ll + iv * kL, lsum);
         _mm512_store_ps(cr, c);
+        for (; ps < n_psteps; ++ps) p_step(ps, pa, vp, n_pieces, n_half, ct);  // before P is rewritten
         for (int64_t cs = 0; cs < 2 * n_half; ++cs) {
           __m512 p[kL];
           for (int64_t j = 0; j < kL; ++j)
             p[j] = cs < nsub ? _mm512_load_ps(pt + (cs * kL + j) * kL) : _mm512_setzero_ps();
           transpose16(p);
-          for (int64_t r = 0; r < kL; ++r) store_p(p[r], pa, r, cs);
+          for (int64_t r = 0; r < kL; ++r) {
+            store_p(p[r], pa, r, cs);
+            if (r % 4 == 3 && ns < n_ssteps) s_step(ns++, q3_next, kr, k_stride, nsub, n_ks, st_next);
+          }
         }
         pa_rows = 0xFFFF;
         seen = (1u << r_end) - 1;
       } else {
+        for (; ns < n_ssteps; ++ns) s_step(ns, q3_next, kr, k_stride, nsub, n_ks, st_next);  // before P · V's
+        for (; ps < n_psteps; ++ps) p_step(ps, pa, vp, n_pieces, n_half, ct);                // before P is rewritten
         for (int64_t r = 0; r < kL; ++r) {
           const int64_t rw = iv * kL + r, rp = pos0 + rw / g;
           __mmask16 vis[kSub] = {};
@@ -428,7 +509,19 @@ TP_KV_TARGET void attend_tile_amx(const TileArgs& a, int64_t kv_head, int64_t t0
           mm[rw] = mx;
         }
       }
-      if (seen != 0) pend = iv, pend_end = r_end;
+      for (; ps < n_psteps; ++ps) p_step(ps, pa, vp, n_pieces, n_half, ct);
+      for (; ns < n_ssteps; ++ns) s_step(ns, q3_next, kr, k_stride, nsub, n_ks, st_next);
+      if (pv >= 0) update_acc(acc + pv * kL * hd, ct, pv_c, pv_seen, pv_end, hd);
+      pv = -1;
+      if (seen != 0) {
+        pv = iv, pv_end = r_end, pv_seen = seen;
+        _mm512_store_ps(pv_c, _mm512_load_ps(cr));
+      }
+    }
+    // The last vector's P · V (before the next super-chunk rewrites the V pairs).
+    if (pv >= 0) {
+      for (int64_t ps = 0; ps < n_psteps; ++ps) p_step(ps, pa, vp, n_pieces, n_half, ct);
+      update_acc(acc + pv * kL * hd, ct, pv_c, pv_seen, pv_end, hd);
     }
   }
   _tile_release();
