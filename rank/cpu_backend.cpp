@@ -103,6 +103,11 @@ void CpuBackend::rmsnorm(const float* x, const float* weight, int64_t n, int64_t
 
 void CpuBackend::add_inplace(float* x, const float* y, int64_t n) { cpu::add_inplace(x, y, n); }
 
+void CpuBackend::add_rmsnorm(float* x, const float* y, const float* weight, int64_t n, int64_t dim, float eps,
+                             float* out) {
+  cpu::add_rmsnorm(x, y, weight, n, dim, eps, out);
+}
+
 void CpuBackend::rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
                       float base, RopeStyle style) {
   cpu::rope(x, n_tokens, n_heads, head_dim, positions, base, style);

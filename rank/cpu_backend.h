@@ -30,6 +30,8 @@ class CpuBackend : public Backend {
   void embedding(const EmbeddingTable& table, const int32_t* ids, int64_t n, bool zero_outside, float* x) override;
   void rmsnorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* out) override;
   void add_inplace(float* x, const float* y, int64_t n) override;
+  void add_rmsnorm(float* x, const float* y, const float* weight, int64_t n, int64_t dim, float eps,
+                   float* out) override;
   void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions, float base,
             RopeStyle style) override;
   void silu_mul(const float* gate_up, int64_t n, int64_t dim, float* out) override;

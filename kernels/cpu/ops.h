@@ -30,4 +30,7 @@ void embedding(const void* table, DType type, int64_t row_stride, int64_t hidden
 // x[n] += y[n]
 void add_inplace(float* x, const float* y, int64_t n);
 
+// x[n, dim] += y; out = rmsnorm(x) — the bits of add_inplace then rmsnorm, a row at a time. out may alias y.
+void add_rmsnorm(float* x, const float* y, const float* weight, int64_t n, int64_t dim, float eps, float* out);
+
 }  // namespace tp::cpu

@@ -18,6 +18,8 @@
 // Every cut depends on the shapes and AttentionTiling only, so a result is the same on any number of threads.
 // paged_attention_batch runs the items of several sequences in one parallel region (one fork/join per layer and
 // step instead of one per sequence), each sequence cut as paged_attention cuts it alone: the same results.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -96,9 +98,19 @@ SeqCut cut_sequence(const AttentionSeqArgs& s, int64_t group, int64_t bs, const 
   for (int64_t i = 0; i < hd; ++i) A[i] = A[i] * e0 + a[i] * e1;
 }
 
-// out [hd] = A · (1 / L).
+// out [hd] = A · (1 / L): 16 at a time where the CPU has AVX-512 (the same bits: one rounded product each; the scalar
+// loop, which GCC left scalar, was 2.8 % of a W8A8 prefill on the AMX Xeon).
+__attribute__((target("avx512f"))) void finish_row_avx512(const float* A, float inv, int64_t hd, float* out) {
+  const __m512 v = _mm512_set1_ps(inv);
+  int64_t i = 0;
+  for (; i + 16 <= hd; i += 16) _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_loadu_ps(A + i), v));
+  for (; i < hd; ++i) out[i] = A[i] * inv;
+}
+
 [[gnu::noinline]] void finish_row(const float* A, float L, int64_t hd, float* out) {
   const float inv = 1.0f / L;
+  static const bool avx512 = attention_has_avx512();
+  if (avx512) return finish_row_avx512(A, inv, hd, out);
   for (int64_t i = 0; i < hd; ++i) out[i] = A[i] * inv;
 }
 

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -278,6 +279,28 @@ TEST(AddInplace, PrefillSizedCallOverThreads) {
     add_inplace(x.data(), y.data(), n);
     for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], x0[i] + y[i]) << "threads " << nt << " i " << i;
   }
+  set_num_threads(before);
+}
+
+// add_rmsnorm is add_inplace then rmsnorm, bit for bit (x and out), with out aliasing y as the model calls it; decode
+// and prefill sizes, 1 and 2 threads.
+TEST(AddRmsnorm, IsAddInplaceThenRmsnormBitForBit) {
+  const int before = num_threads();
+  for (int nt : {1, 2})
+    for (int64_t n : {int64_t(1), int64_t(3), int64_t(512)}) {
+      set_num_threads(nt);
+      const int64_t dim = 576;
+      const auto x0 = random_floats(size_t(n * dim), 18);
+      const auto y0 = random_floats(size_t(n * dim), 19);
+      const auto wt = random_floats(size_t(dim), 20);
+      std::vector<float> xa = x0, ya = y0, xb = x0, yb = y0;
+      add_inplace(xa.data(), ya.data(), n * dim);
+      rmsnorm(xa.data(), wt.data(), n, dim, 1e-5f, ya.data());
+      add_rmsnorm(xb.data(), yb.data(), wt.data(), n, dim, 1e-5f, yb.data());
+      ASSERT_EQ(0, std::memcmp(xa.data(), xb.data(), xa.size() * sizeof(float))) << "threads " << nt << " n " << n;
+      ASSERT_EQ(0, std::memcmp(ya.data(), yb.data(), ya.size() * sizeof(float))) << "threads " << nt << " n " << n;
+      ASSERT_NE(0, std::memcmp(yb.data(), y0.data(), yb.size() * sizeof(float)));
+    }
   set_num_threads(before);
 }
 
