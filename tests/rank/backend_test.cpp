@@ -464,6 +464,9 @@ class GraphDevice final : public CpuBackend {
     run([=, this] { CpuBackend::rmsnorm(x, w, n, d, eps, o); });
   }
   void add_inplace(float* x, const float* y, int64_t n) override { run([=, this] { CpuBackend::add_inplace(x, y, n); }); }
+  void add_rmsnorm(float* x, const float* y, const float* w, int64_t n, int64_t d, float eps, float* o) override {
+    run([=, this] { CpuBackend::add_rmsnorm(x, y, w, n, d, eps, o); });
+  }
   void rope(float* x, int64_t n, int64_t h, int64_t d, const int32_t* p, float base, RopeStyle st) override {
     run([=, this] { CpuBackend::rope(x, n, h, d, p, base, st); });
   }
