@@ -253,6 +253,24 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void quantize_avx512(const 
   quantize_portable(x + c, n - c, s, q + c);
 }
 
+// quantize_avx512 where s = amax(x[0, n)) / 127 of these very values and s is in [kQuotientMinScale,
+// kQuotientMaxScale] (dynamic activation scales): |x / s| <= 127 · (1 + 2^-24), whose correct rounding rounds to at
+// most 127 — no clamp; and no quotient overflows — no check. The same bits at 5 vector ops instead of 11 (x's
+// quantization and amax were 5.6 % of a 2-thread W8A8 prefill on the AMX Xeon).
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void quantize_amax_avx512(const float* x, int64_t n, float s,
+                                                                               int8_t* q) {
+  const __m512 sv = _mm512_set1_ps(s), rv = _mm512_set1_ps(1.0f / s);
+  int64_t c = 0;
+  for (; c + 16 <= n; c += 16) {
+    const __m512 xv = _mm512_loadu_ps(x + c);
+    const __m512 q0 = _mm512_mul_ps(xv, rv);
+    const __m512 d = _mm512_fmadd_ps(_mm512_fnmadd_ps(q0, sv, xv), rv, q0);  // x / s exactly (Markstein)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + c),
+                     _mm512_cvtsepi32_epi8(_mm512_cvt_roundps_epi32(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+  }
+  quantize_portable(x + c, n - c, s, q + c);
+}
+
 int32_t sum_s8(const int8_t* q, int64_t n) {
   int32_t s = 0;
   for (int64_t c = 0; c < n; ++c) s += q[c];
@@ -354,7 +372,9 @@ bool int_w8a8_linear(const float* x, int64_t m, const PackedWeight& w, float* y,
       float s = w.act_scale;
       if (w.act == ActQuant::Int8Dynamic)
         s = (vec ? amax_avx512(xr + a0, a1 - a0) : avx2 ? amax_avx2(xr + a0, a1 - a0) : amax_portable(xr + a0, a1 - a0)) / 127.0f;
-      if (vec)
+      if (vec && w.act == ActQuant::Int8Dynamic && s >= kQuotientMinScale && s <= kQuotientMaxScale)
+        quantize_amax_avx512(xr + a0, a1 - a0, s, xqw + i * n_in + a0);
+      else if (vec)
         quantize_avx512(xr + a0, a1 - a0, s, xqw + i * n_in + a0);
       else if (avx2)
         quantize_avx2(xr + a0, a1 - a0, s, xqw + i * n_in + a0);
