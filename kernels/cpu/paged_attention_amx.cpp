@@ -425,17 +425,26 @@ TP_KV_TARGET void attend_tile_amx(const TileArgs& a, int64_t kv_head, int64_t t0
       alignas(64) float cr[kL];
       uint32_t seen = 0;
       if (r_end >= kLaneRows) {
-        const __m512i rp = _mm512_loadu_si512(rpos + iv * kL);
-        for (int64_t j = 0; j < n_slots; ++j)
-          visible[j] = _mm512_cmp_epi32_mask(rp, _mm512_set1_epi32(spos[j]), _MM_CMPINT_NLT);
+        // Every row sees every slot (16 real rows, the first's position at or past the last slot's, no empty slot:
+        // most super-chunks of a long prefill): the masks are all ones and are left out — the same values.
+        const bool all_visible = r_end == kL && rpos[iv * kL] >= spos[n_slots - 1];
+        if (!all_visible) {
+          const __m512i rp = _mm512_loadu_si512(rpos + iv * kL);
+          for (int64_t j = 0; j < n_slots; ++j)
+            visible[j] = _mm512_cmp_epi32_mask(rp, _mm512_set1_epi32(spos[j]), _MM_CMPINT_NLT);
+        }
         const __m512 m_old = _mm512_loadu_ps(mm + iv * kL);
         // The max in four chains (n_slots is a multiple of 16): max is exact, so any order gives the same bits, and
         // one chain ran at vmaxps's latency (6 % of the kernel's samples in prefill).
         __m512 mx4[4] = {m_old, neg_inf, neg_inf, neg_inf};
-        for (int64_t j = 0; j < n_slots; j += 4)
-          for (int64_t u = 0; u < 4; ++u)
-            mx4[u] =
-                _mm512_max_ps(mx4[u], _mm512_mask_blend_ps(visible[j + u], neg_inf, _mm512_load_ps(st + (j + u) * kL)));
+        if (all_visible)
+          for (int64_t j = 0; j < n_slots; j += 4)
+            for (int64_t u = 0; u < 4; ++u) mx4[u] = _mm512_max_ps(mx4[u], _mm512_load_ps(st + (j + u) * kL));
+        else
+          for (int64_t j = 0; j < n_slots; j += 4)
+            for (int64_t u = 0; u < 4; ++u)
+              mx4[u] = _mm512_max_ps(mx4[u],
+                                     _mm512_mask_blend_ps(visible[j + u], neg_inf, _mm512_load_ps(st + (j + u) * kL)));
         const __m512 mx = _mm512_max_ps(_mm512_max_ps(mx4[0], mx4[1]), _mm512_max_ps(mx4[2], mx4[3]));
         // Lanes that have seen nothing yet keep max -inf; subtract 0 there instead (their weights are masked to 0).
         const __m512 sub = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mx, neg_inf, _CMP_EQ_OQ), mx, _mm512_setzero_ps());
@@ -443,7 +452,8 @@ TP_KV_TARGET void attend_tile_amx(const TileArgs& a, int64_t kv_head, int64_t t0
         __m512 lsum = _mm512_mul_ps(_mm512_loadu_ps(ll + iv * kL), c);
         for (int64_t j = 0; j < n_slots; ++j) {
           if (j % 5 == 4 && ps < n_psteps) p_step(ps++, pa, vp, n_pieces, n_half, ct);
-          const __m512 p = _mm512_maskz_mov_ps(visible[j], exp16(_mm512_sub_ps(_mm512_load_ps(st + j * kL), sub)));
+          const __m512 e = exp16(_mm512_sub_ps(_mm512_load_ps(st + j * kL), sub));
+          const __m512 p = all_visible ? e : _mm512_maskz_mov_ps(visible[j], e);
           lsum = _mm512_add_ps(lsum, p);
           _mm512_store_ps(pt + j * kL, p);
         }
