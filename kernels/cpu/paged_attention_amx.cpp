@@ -396,9 +396,10 @@ TP_KV_TARGET void attend_tile_amx(const TileArgs& a, int64_t kv_head, int64_t t0
     // two buffers) carries P · V(iv − 1) among its exponentials (every 5 slots; all of it before P is rewritten) and
     // S^T(iv + 1) into the other buffer among its P stores (every 4 rows); then Acc(iv − 1) is updated from the C
     // tiles. The same products and per-row operations in another interleaving: the same bits. kv_attention_bench, 512
-    // tokens at context 512, 1 thread, the AMX Xeon, alternated 8 times: 1944-2033 µs with the work in blocks,
-    // 1401-1438 as here (S^T alone among the exponentials, every 4 slots: about 1715; both there, every 2 slots:
-    // 1931-1953, the tile unit then the bottleneck there and idle during the P stores).
+    // tokens at context 512, 1 thread, the AMX Xeon, alternated 8 times in one run: 2326-2336 µs with the work in
+    // blocks, 1988-2076 as here. Variants, each against the blocks in its own run: S^T alone among the exponentials
+    // (every 4 slots) 13 % faster; both there, every 2 slots, 2 % (the tile unit then the bottleneck there and idle
+    // during the P stores); P · V every 4 slots and S^T every 4 rows 15 %, as here (every 5 slots) about the same.
     const int64_t n_ssteps = 2 + n_ks * (1 + nsub), n_psteps = pv_steps(n_pieces, n_half);
     int64_t pv = -1, pv_end = 0;  // the vector whose P · V is pending (issued among the next one's softmax), its rows,
     uint32_t pv_seen = 0;         // the rows that saw the super-chunk
