@@ -22,12 +22,10 @@ namespace tp::cpu {
 namespace {
 // Parallelize a loop over rows when it touches at least this many floats.
 constexpr int64_t kParallelMinFloats = 1 << 15;
-}  // namespace
 
-namespace {
 // One row of rmsnorm: the squares x·x in F32, summed in double; out = (x · scale) · weight.
 // AVX-512: 16 squares a step widened into 4 chains of 8 double lanes (the portable loop, 4 lanes in 2 chains of
-// SSE2 adds, ran at the adds' latency: 5 % of a 2-thread W8A8 prefill on the AMX Xeon). The double sum's order
+// SSE2 adds, ran at the adds' latency: 3 % of a 2-thread W8A8 prefill on the AMX Xeon). The double sum's order
 // differs between the two; the F32 mean rounded from it differs only where the sum sits within a double rounding
 // of a float's rounding boundary. Each path gives a row the same bits wherever and however often it is called.
 __attribute__((target("avx512f"))) float sum_squares_avx512(const float* xr, int64_t dim) {

@@ -520,7 +520,7 @@ TP_KV_TARGET void attend_tile_amx(const TileArgs& a, int64_t kv_head, int64_t t0
           mm[rw] = mx;
         }
       }
-      for (; ps < n_psteps; ++ps) p_step(ps, pa, vp, n_pieces, n_half, ct);
+      // (Both softmax forms have issued every P · V step.)
       for (; ns < n_ssteps; ++ns) s_step(ns, q3_next, kr, k_stride, nsub, n_ks, st_next);
       if (pv >= 0) update_acc(acc + pv * kL * hd, ct, pv_c, pv_seen, pv_end, hd);
       pv = -1;
