@@ -204,6 +204,7 @@ int run(int argc, char** argv) {
   }
   // Batched decode: B sequences of a 64-token context, one token each a step.
   std::vector<double> batch_rates;
+  double b_attn = 0, b_lin = 0, b_total = 0;  // ForwardTimes of the timed batched steps [s]
   if (batch > 1) {
     constexpr int64_t kContext = 64;
     const int64_t per_seq = (kContext + tg + bs - 1) / bs;
@@ -220,6 +221,7 @@ int run(int argc, char** argv) {
         for (int64_t b = 0; b < per_seq; ++b) s.block_table.push_back(int32_t(i * per_seq + b));
       }
       g.worker->lead(prefill, logits);
+      times = {};
       const auto t0 = clock::now();
       for (int64_t step = 0; step < tg; ++step) {
         tp::StepPlan plan;
@@ -234,7 +236,11 @@ int run(int argc, char** argv) {
         g.worker->lead(plan, logits);
       }
       const auto t1 = clock::now();
-      if (r >= 0) batch_rates.push_back(double(batch * tg) / std::chrono::duration<double>(t1 - t0).count());
+      if (r < 0) continue;
+      batch_rates.push_back(double(batch * tg) / std::chrono::duration<double>(t1 - t0).count());
+      b_attn += times.attention_s;
+      b_lin += times.linear_s;
+      b_total += times.total_s;
     }
   }
   g.worker->shutdown();
@@ -245,8 +251,9 @@ int run(int argc, char** argv) {
   std::string batch_text;
   if (batch > 1) {
     const Stat sb = stats(batch_rates);
-    char buf[128];
-    std::snprintf(buf, sizeof buf, " | tg%lld x b%lld %.2f ± %.2f tok/s", (long long)tg, (long long)batch, sb.mean, sb.sd);
+    char buf[192];
+    std::snprintf(buf, sizeof buf, " | tg%lld x b%lld %.2f ± %.2f tok/s (attn %.1f%%, linear %.1f%%)", (long long)tg,
+                  (long long)batch, sb.mean, sb.sd, 100.0 * b_attn / b_total, 100.0 * b_lin / b_total);
     batch_text = buf;
   }
   std::printf("tpserve | %s | %s%s | tp %d | threads/rank %d | depth %lld | pp%lld %.2f ± %.2f tok/s (comm %.1f%%, "

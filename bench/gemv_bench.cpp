@@ -8,6 +8,8 @@
 //   other processes on a shared machine).
 // Then an M sweep (cold, GFLOP/s = 2·m·n_out·n_in / s at p50) to place the GEMV → oneDNN crossover; m = 512 is
 // a prefill chunk. Where oneDNN has no matmul for the dtype (BF16 on AVX2-only CPUs) its columns print nan.
+// On CPUs with AMX the sweep's "amx" column is our AMX tile kernel on oneDNN's blocked copy (gemm_bf16_amx.h,
+// what linear() runs there for 1 <= m <= 128) and "onednn" oneDNN's own matmul (set_amx_gemm(false)).
 // --shapes: only SmolLM2-135M's decode shapes (qkv 960x576, kv 192x576, o 576x576, gate_up 3072x576, up/gate
 // 1536x576, down 576x1536, lm_head 49152x576), BF16, m = 1, cold over 256 MiB of copies, 1 and 2 threads:
 // gemv, oneDNN and the read roofline timed alternately call by call, GB/s at p50 and best, and gemv / read.
@@ -206,13 +208,13 @@ int main(int argc, char** argv) {
   }
 
   std::printf("\nM sweep, BF16 cold, GFLOP/s at p50\n");
-  std::printf("%-10s %3s %4s | %8s %8s\n", "W[out,in]", "thr", "m", "gemv", "onednn");
+  std::printf("%-10s %3s %4s | %8s %8s %8s\n", "W[out,in]", "thr", "m", "gemv", "onednn", "amx");
   for (const Shape& s : {Shape{DType::BF16, 1536, 576}, Shape{DType::BF16, 576, 1536}}) {
     const auto c = make_copies(s.dtype, s.n_out, s.n_in, cold_bytes);
     const std::string dims = std::to_string(s.n_out) + "x" + std::to_string(s.n_in);
     for (int threads : {1, 2}) {
       tp::cpu::set_num_threads(threads);
-      for (int64_t m : {1, 2, 4, 8, 16, 32, 64, 512}) {
+      for (int64_t m : {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}) {
         std::vector<float> x(static_cast<size_t>(m * s.n_in), 0.5f), y(static_cast<size_t>(m * s.n_out));
         const size_t calls = m >= 64 ? 16 : c.size();  // compute-bound there: fewer calls, W partly in L3
         auto lin = [&](LinearImpl impl) {
@@ -220,9 +222,13 @@ int main(int argc, char** argv) {
                             calls, calls, min_s / 4);
         };
         const double flop = 2.0 * double(m) * double(s.n_out) * double(s.n_in) / 1e9;
-        std::printf("%-10s %3d %4lld | %8.1f %8.1f\n", dims.c_str(), threads, static_cast<long long>(m),
-                    flop / lin(LinearImpl::Gemv).p50,
-                    tp::cpu::linear_has_onednn(s.dtype) ? flop / lin(LinearImpl::Onednn).p50 : NAN);
+        const bool amx = tp::cpu::amx_gemm();
+        tp::cpu::set_amx_gemm(false);
+        const double onednn = tp::cpu::linear_has_onednn(s.dtype) ? flop / lin(LinearImpl::Onednn).p50 : NAN;
+        tp::cpu::set_amx_gemm(true);
+        const double ours = amx && m <= 128 ? flop / lin(LinearImpl::Onednn).p50 : NAN;
+        std::printf("%-10s %3d %4lld | %8.1f %8.1f %8.1f\n", dims.c_str(), threads, static_cast<long long>(m),
+                    flop / lin(LinearImpl::Gemv).p50, onednn, ours);
       }
     }
   }

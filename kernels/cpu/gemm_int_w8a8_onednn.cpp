@@ -20,6 +20,7 @@ namespace {
 struct Key {
   int64_t m, n_out, n_in;
   bool rows64 = false;  // W in Rows64 (oneDNN's BA16a64b4a), else row-major ("ba")
+  int threads = 0;      // oneDNN fixes a primitive's thread count when it is made (omp_get_max_threads then)
   bool operator==(const Key&) const = default;
 };
 
@@ -29,6 +30,7 @@ struct KeyHash {
     h ^= uint64_t(k.n_out) + 0x632BE59BD9B4E019ull + (h << 6) + (h >> 2);
     h ^= uint64_t(k.n_in) + 0x85EBCA77C2B2AE63ull + (h << 6) + (h >> 2);
     h ^= uint64_t(k.rows64) + (h << 6) + (h >> 2);
+    h ^= uint64_t(k.threads) + (h << 6) + (h >> 2);
     return size_t(h);
   }
 };
@@ -100,8 +102,8 @@ bool onednn_s8_gemm(const int8_t* xq, int64_t m, const int8_t* w, int64_t n_out,
                     int n_threads, bool rows64) {
   if (!supported() || (rows64 && !onednn_s8_rows64_supported())) return false;
   thread_local Context ctx;
-  dnnl::matmul& mm = primitive(ctx, Key{m, n_out, n_in, rows64});
-  if (omp_get_max_threads() != n_threads) omp_set_num_threads(n_threads);
+  if (omp_get_max_threads() != n_threads) omp_set_num_threads(n_threads);  // before a primitive is made
+  dnnl::matmul& mm = primitive(ctx, Key{m, n_out, n_in, rows64, n_threads});
   dnnl::memory src({{m, n_in}, dt::s8, tag::ab}, ctx.engine, const_cast<int8_t*>(xq));
   dnnl::memory wei({{n_in, n_out}, dt::s8, weight_tag(rows64)}, ctx.engine, const_cast<int8_t*>(w));
   dnnl::memory dst({{m, n_out}, dt::s32, tag::ab}, ctx.engine, acc);

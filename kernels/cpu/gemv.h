@@ -32,6 +32,10 @@ void gemv_bf16_avx2(const float* x, int64_t m, const uint16_t* w, int64_t n_out,
 void gemv_bf16_portable(const uint16_t* xb, int64_t x_stride, int64_t m, const uint16_t* w, int64_t n_out,
                         int64_t n_in, float* y, int n_threads);
 
+// Asks the kernel to back [p, p + n) with 2 MiB pages (MADV_COLLAPSE; best effort, linear.cpp): weights that a
+// decode step streams (Weight's buffers, oneDNN's blocked copies).
+void back_with_huge_pages(const void* p, int64_t n);
+
 // Whether a parallel region over `bytes` of weight traffic is worth its fork/join (~ a few µs).
 inline bool worth_parallel(int64_t bytes) { return bytes >= (int64_t(1) << 16); }
 

@@ -25,6 +25,7 @@
 #include "common/error.h"
 #include "kernels/cpu/bf16_round.h"
 #include "kernels/cpu/gemv.h"
+#include "kernels/cpu/gemm_bf16_amx.h"
 #include "kernels/cpu/onednn_matmul.h"
 #include "kernels/cpu/packed_linear.h"
 
@@ -49,29 +50,6 @@ int64_t gemm_min_m(DType dtype) { return detail::onednn_supports(dtype) ? kGemmM
 std::atomic<int> g_num_threads{0};  // 0: not set yet, use OpenMP's default
 
 int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
-
-// Weight bytes on 2 MiB pages: a decode step streams every weight once, and with 4 KiB pages each 4 KiB of
-// the stream costs a TLB miss and a page walk (measured on Zen 4, 1 thread, a decode step's shapes streamed
-// back to back: 36 -> 38-39 GB/s). The buffer is already written (the loaders fill it), so the kernel is asked
-// to collapse the 2 MiB regions that hold it into huge pages now (MADV_COLLAPSE, Linux >= 6.1; the regions
-// may hold neighbouring heap bytes, which it keeps as they are). Best effort: where the kernel cannot (an older
-// kernel, THP off, a region past the mapping) the pages stay as they are.
-#ifndef MADV_COLLAPSE
-#define MADV_COLLAPSE 25
-#endif
-constexpr uintptr_t kHugePage = uintptr_t(1) << 21;
-
-void back_with_huge_pages(const void* p, int64_t n) {
-#ifdef __linux__
-  if (p == nullptr || n < int64_t(kHugePage) / 2) return;
-  const uintptr_t begin = reinterpret_cast<uintptr_t>(p) & ~(kHugePage - 1);
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + uintptr_t(n) + kHugePage - 1) & ~(kHugePage - 1);
-  for (uintptr_t a = begin; a < end; a += kHugePage) madvise(reinterpret_cast<void*>(a), kHugePage, MADV_COLLAPSE);
-#else
-  (void)p;
-  (void)n;
-#endif
-}
 
 // x [m, n_in] F32 -> thread-local BF16 rows of stride round_up(n_in, 32), zero-padded.
 const uint16_t* x_to_bf16(const float* x, int64_t m, int64_t n_in, int64_t* stride) {
@@ -117,6 +95,29 @@ void gemv(const float* x, int64_t m, const Weight& w, float* y, LinearImpl best)
 
 }  // namespace
 
+// Weight bytes on 2 MiB pages: a decode step streams every weight once, and with 4 KiB pages each 4 KiB of
+// the stream costs a TLB miss and a page walk (measured on Zen 4, 1 thread, a decode step's shapes streamed
+// back to back: 36 -> 38-39 GB/s). The buffer is already written (the loaders fill it), so the kernel is asked
+// to collapse the 2 MiB regions that hold it into huge pages now (MADV_COLLAPSE, Linux >= 6.1; the regions
+// may hold neighbouring heap bytes, which it keeps as they are). Best effort: where the kernel cannot (an older
+// kernel, THP off, a region past the mapping) the pages stay as they are.
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25
+#endif
+constexpr uintptr_t kHugePage = uintptr_t(1) << 21;
+
+void detail::back_with_huge_pages(const void* p, int64_t n) {
+#ifdef __linux__
+  if (p == nullptr || n < int64_t(kHugePage) / 2) return;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(p) & ~(kHugePage - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + uintptr_t(n) + kHugePage - 1) & ~(kHugePage - 1);
+  for (uintptr_t a = begin; a < end; a += kHugePage) madvise(reinterpret_cast<void*>(a), kHugePage, MADV_COLLAPSE);
+#else
+  (void)p;
+  (void)n;
+#endif
+}
+
 // ------------------------------------------------------------------------------------------------ Weight
 Weight::Weight(PackedWeight w, bool relayout) : w_(std::move(w)), n_in_(w_.n_in) {
   check_packed_weight(w_);
@@ -128,7 +129,7 @@ Weight::Weight(PackedWeight w, bool relayout) : w_(std::move(w)), n_in_(w_.n_in)
     detail::prepare_gguf_weight(&w_);
     detail::prepare_w8a8_weight(&w_);  // W8A8 Int8 on AMX: oneDNN's order (kernels/cpu/gemm_int_w8a8_rows64.cpp)
   }
-  back_with_huge_pages(w_.data.data(), w_.data.size());
+  detail::back_with_huge_pages(w_.data.data(), w_.data.size());
 }
 
 Weight::Weight(DType dtype, int64_t n_out, int64_t n_in, DType src_type, const void* src, int64_t src_row_stride) {
@@ -152,7 +153,7 @@ Weight::Weight(DType dtype, int64_t n_out, int64_t n_in, DType src_type, const v
   uint8_t* d = w_.data.data();
   if (src_type == dtype) {
     for (int64_t r = 0; r < n_out; ++r) std::memcpy(d + r * dst_row, s + r * src_row_stride, size_t(dst_row));
-    back_with_huge_pages(d, w_.data.size());
+    detail::back_with_huge_pages(d, w_.data.size());
     return;
   }
 #pragma omp parallel num_threads(num_threads()) if (n_out * n_in >= (int64_t(1) << 18))
@@ -169,7 +170,7 @@ Weight::Weight(DType dtype, int64_t n_out, int64_t n_in, DType src_type, const v
       }
     }
   }
-  back_with_huge_pages(d, w_.data.size());
+  detail::back_with_huge_pages(d, w_.data.size());
 }
 
 Weight::~Weight() = default;
@@ -230,6 +231,8 @@ void linear(const float* x, int64_t m, const Weight& w, float* y, LinearImpl imp
 
 void set_gguf_prefill_bf16(bool on) { detail::set_gguf_bf16_enabled(on); }
 bool gguf_prefill_bf16() { return detail::gguf_bf16_enabled(); }
+void set_amx_gemm(bool on) { detail::set_amx_gemm(on); }
+bool amx_gemm() { return detail::amx_gemm_enabled(); }
 
 void set_num_threads(int n) {
   if (n < 1) n = 1;

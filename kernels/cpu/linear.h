@@ -98,6 +98,12 @@ bool linear_has_onednn(DType weight_dtype);
 void set_gguf_prefill_bf16(bool on);
 bool gguf_prefill_bf16();
 
+// BF16 weights through oneDNN's path on a CPU with AMX, m <= 128 (batched decode steps): our AMX tile kernel on
+// oneDNN's blocked copy of W instead of oneDNN's matmul (kernels/cpu/gemm_bf16_amx.h). On by default; off (for
+// tests and benchmarks) oneDNN's matmul runs. amx_gemm(): whether the kernel runs here (on and AMX granted).
+void set_amx_gemm(bool on);
+bool amx_gemm();
+
 // Number of compute threads for every CPU kernel and oneDNN (OpenMP). Process-wide: every kernel applies it
 // to the calling thread's OpenMP pool before a parallel region, whichever thread calls.
 void set_num_threads(int n);

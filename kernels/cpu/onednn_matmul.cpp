@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "kernels/cpu/bf16_round.h"
+#include "kernels/cpu/gemm_bf16_amx.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/linear.h"
 
@@ -41,6 +42,7 @@ struct Key {
   int64_t m, n_out, n_in;
   DType dtype;
   int64_t ldy = 0;  // onednn_matmul_bf16: y's row stride, W plain; 0: onednn_linear (W's layout "any")
+  int threads = 0;  // oneDNN fixes a primitive's thread count when it is made (omp_get_max_threads then)
   bool operator==(const Key&) const = default;
 };
 
@@ -51,6 +53,7 @@ struct KeyHash {
     h ^= uint64_t(k.n_in) + 0x85EBCA77C2B2AE63ull + (h << 6) + (h >> 2);
     h ^= uint64_t(k.dtype) + (h << 6) + (h >> 2);
     h ^= uint64_t(k.ldy) + 0x27D4EB2F165667C5ull + (h << 6) + (h >> 2);
+    h ^= uint64_t(k.threads) + (h << 6) + (h >> 2);
     return size_t(h);
   }
 };
@@ -107,6 +110,7 @@ dnnl::memory weights_in(Context& ctx, const Weight& w, const dnnl::memory::desc&
   dnnl::memory blocked(want, ctx.engine);
   dnnl::reorder(plain_mem, blocked).execute(ctx.stream, plain_mem, blocked);
   ctx.stream.wait();
+  back_with_huge_pages(blocked.get_data_handle(), int64_t(want.get_size()));
   cache.copies.emplace_back(want, blocked);
   return blocked;
 }
@@ -117,14 +121,20 @@ void onednn_linear(const float* x, int64_t m, const Weight& w, float* y, int n_t
   if (!onednn_supports(w.dtype()))
     throw Error("oneDNN has no " + std::string(dtype_name(w.dtype())) + " matmul on this CPU (BF16 needs AVX-512)");
   Context& ctx = context();
-  const Key key{m, w.n_out(), w.n_in(), w.dtype()};
-  Prim& prim = primitive(ctx, key);
-  if (omp_get_max_threads() != n_threads) omp_set_num_threads(n_threads);
+  if (omp_get_max_threads() != n_threads) omp_set_num_threads(n_threads);  // before a primitive is made
+  Prim& prim = primitive(ctx, Key{m, w.n_out(), w.n_in(), w.dtype(), 0, n_threads});
 
   using dt = dnnl::memory::data_type;
   using tag = dnnl::memory::format_tag;
   const int64_t n_in = w.n_in(), n_out = w.n_out();
   const bool bf16 = w.dtype() == DType::BF16;
+  dnnl::memory wei_mem = weights_in(ctx, w, prim.weights);
+  // Batched decode steps on AMX: our tile kernel on the same blocked copy (gemm_bf16_amx.h).
+  if (bf16 && m <= kAmxGemmMaxM && amx_gemm_enabled() && n_in % 32 == 0 && n_out % 64 == 0 &&
+      prim.weights == dnnl::memory::desc({n_in, n_out}, dt::bf16, tag::BA16a64b2a)) {
+    gemm_bf16_amx(x, m, n_in, static_cast<const uint16_t*>(wei_mem.get_data_handle()), n_out, y, n_threads);
+    return;
+  }
   void* src = const_cast<float*>(x);
   if (bf16) {
     const int64_t n = m * n_in;
@@ -141,7 +151,6 @@ void onednn_linear(const float* x, int64_t m, const Weight& w, float* y, int n_t
   }
   const dt in_type = bf16 ? dt::bf16 : dt::f32;
   dnnl::memory src_mem({{m, n_in}, in_type, tag::ab}, ctx.engine, src);
-  dnnl::memory wei_mem = weights_in(ctx, w, prim.weights);
   dnnl::memory dst_mem({{m, n_out}, dt::f32, tag::ab}, ctx.engine, y);
   prim.matmul.execute(ctx.stream, {{DNNL_ARG_SRC, src_mem}, {DNNL_ARG_WEIGHTS, wei_mem}, {DNNL_ARG_DST, dst_mem}});
   ctx.stream.wait();
@@ -155,8 +164,8 @@ void matmul_plain(DType dtype, const void* x, int64_t m, int64_t n_in, const voi
   if (!onednn_supports(dtype))
     throw Error("oneDNN has no " + std::string(dtype_name(dtype)) + " matmul on this CPU (BF16 needs AVX-512)");
   Context& ctx = context();
-  Prim& prim = primitive(ctx, Key{m, n_out, n_in, dtype, ldy});
-  if (omp_get_max_threads() != n_threads) omp_set_num_threads(n_threads);
+  if (omp_get_max_threads() != n_threads) omp_set_num_threads(n_threads);  // before a primitive is made
+  Prim& prim = primitive(ctx, Key{m, n_out, n_in, dtype, ldy, n_threads});
   using dt = dnnl::memory::data_type;
   using tag = dnnl::memory::format_tag;
   const dt in_type = dtype == DType::BF16 ? dt::bf16 : dt::f32;

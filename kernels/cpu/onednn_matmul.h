@@ -1,5 +1,6 @@
 // Private to kernels/cpu: linear() through oneDNN matmul, for large M.
-// Primitives are cached per calling thread by (m, n_out, n_in, dtype). Weights: the plain row-major buffer is
+// Primitives are cached per calling thread by (m, n_out, n_in, dtype, thread count: oneDNN fixes a primitive's
+// threads when it is made, so a process that changes the count, such as gemv_bench, must not reuse one made before). Weights: the plain row-major buffer is
 // the transposed [n_in, n_out] matrix in format "ba"; the primitive is created with format "any", and when
 // oneDNN wants a blocked layout the Weight keeps one reordered copy per layout (Weight::gemm_cache_), made on
 // first use — measured 1.1-4x faster than letting oneDNN read "ba" (BF16, AMX, M = 16..512).
@@ -14,7 +15,9 @@ class Weight;
 
 namespace tp::cpu::detail {
 
-// y[m, n_out] = x[m, n_in] · Wᵀ. BF16 weights: x rounded to BF16 into a thread-local buffer first.
+// y[m, n_out] = x[m, n_in] · Wᵀ. BF16 weights: x rounded to BF16 into a thread-local buffer first. BF16 weights
+// on AMX with m <= kAmxGemmMaxM, where oneDNN wants its BA16a64b2a copy: gemm_bf16_amx on that copy instead of
+// oneDNN's matmul (set_amx_gemm(false) restores it).
 void onednn_linear(const float* x, int64_t m, const Weight& w, float* y, int n_threads);
 
 // y[m, n_out] (rows ldy floats apart) = x[m, n_in] · Wᵀ with x and W already BF16, W plain row-major
