@@ -143,6 +143,47 @@ void expect_penalized(std::vector<float> row, const SamplingParams& p, const std
 
 // ---------------------------------------------------------------------------------- no penalties: unchanged
 
+// argmax (blocks of 64, SSE max) against the one-at-a-time scan it replaced, which defines it: random rows of
+// every length up to 200 and SmolLM2's 49,152, with ties (values drawn from a few levels), NaNs, ±inf and ±0
+// mixed in, the largest value first, last, or at a block edge, and a NaN first entry (it wins: nothing is > NaN).
+int32_t scan_argmax(const float* x, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (x[i] > x[best]) best = i;
+  return int32_t(best);
+}
+
+TEST(Argmax, IsTheFirstIndexTheScanFinds) {
+  std::mt19937 rng(11);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const float specials[] = {nan, inf, -inf, 0.0f, -0.0f};
+  std::vector<int64_t> lengths;
+  for (int64_t n = 1; n <= 200; ++n) lengths.push_back(n);
+  lengths.push_back(49152);
+  int64_t cases = 0;
+  for (const int64_t n : lengths)
+    for (int trial = 0; trial < (n == 49152 ? 40 : 12); ++trial) {
+      std::vector<float> x(static_cast<size_t>(n));
+      const int levels = 1 + int(rng() % 6);  // few levels: many ties
+      for (float& v : x) v = float(int(rng() % levels)) - 2.0f;
+      const int n_special = int(rng() % 4);
+      for (int k = 0; k < n_special; ++k) x[rng() % size_t(n)] = specials[rng() % 5];
+      switch (trial % 4) {
+        case 0: x[size_t(n - 1)] = 7.0f; break;                     // the largest last
+        case 1: x[size_t(std::min<int64_t>(n - 1, 64))] = 7.0f; break;  // at a block edge
+        case 2: if (trial % 8 == 2) x[0] = nan; break;                // a NaN first
+        default: break;
+      }
+      ASSERT_EQ(argmax(x.data(), n), scan_argmax(x.data(), n)) << "n " << n << " trial " << trial;
+      ++cases;
+    }
+  EXPECT_GT(cases, 2400);
+  const float all_nan[3] = {nan, nan, nan};
+  const std::vector<float> neg(70, -inf);
+  EXPECT_EQ(argmax(all_nan, 3), 0);
+  EXPECT_EQ(argmax(neg.data(), 70), 0);
+}
+
 TEST(Sampler, NoPenaltiesMatchesTokensRecordedFromThisSampler) {
   // Printed by rank/sampler.cpp on xorshift_row(257, seed * 31 + position): a change of these is a change of
   // every seeded text. (Rows 2-5 are also what the sampler before the id-order draw gave: with top_k / top_p
