@@ -82,8 +82,8 @@ void linear(const float* x, int64_t m, const Weight& w, float* y);
 //   tile (other numerics: the activations int8-quantized per block). Other packed formats ignore impl.
 enum class LinearImpl : uint8_t { Auto, Gemv, GemvAvx2, GemvPortable, Onednn };
 void linear(const float* x, int64_t m, const Weight& w, float* y, LinearImpl impl);
-// Smallest m that linear() sends to oneDNN for weights of this dtype (depends on the CPU: 1 for BF16 when
-// oneDNN has AMX, 16 otherwise, INT64_MAX where oneDNN has no matmul for it).
+// Smallest m that linear() sends to oneDNN's path for weights of this dtype: 16 where oneDNN has a matmul for it,
+// INT64_MAX where it has none (BF16 on CPUs without AVX-512).
 int64_t linear_gemm_min_m(DType weight_dtype);
 // Whether this CPU runs the AVX-512 GEMV (F32: avx512f; BF16: avx512f + avx512bf16).
 bool gemv_has_avx512(DType weight_dtype);
