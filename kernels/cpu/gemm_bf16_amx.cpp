@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/cpu/amx_tiles.h"
 #include "kernels/cpu/bf16_round.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/paged_attention.h"
@@ -43,23 +44,6 @@ constexpr int64_t kPairStride = kBlockOut * 2 * 2;     // bytes between a block'
 constexpr int64_t kPrefetchUnits = 1;                  // how far ahead W is prefetched, in units
 
 std::atomic<bool> g_enabled{true};
-
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-TP_AMX_TARGET void configure_tiles() {
-  TileConfig cfg;
-  for (int i = 0; i < 8; ++i) {
-    cfg.colsb[i] = 64;
-    cfg.rows[i] = 16;
-  }
-  // As in paged_attention_amx.cpp: GCC 12 may drop the config's stores as dead without this.
-  __asm__ __volatile__("" : : "r"(&cfg) : "memory");
-  _tile_loadconfig(&cfg);
-}
 
 // Unit u's 16-column tile j (0, 1) of input block kb: its first pair row.
 inline const uint16_t* b_tile(const uint16_t* wb, int64_t n_kb, int64_t u, int64_t kb, int j) {
@@ -137,7 +121,7 @@ void gemm_bf16_amx(const float* x, int64_t m, int64_t n_in, const uint16_t* wb, 
 #pragma omp barrier
     const int64_t u0 = n_units * t / nt, u1 = n_units * (t + 1) / nt;
     if (u0 < u1) {
-      configure_tiles();
+      configure_amx_tiles();
       alignas(64) float tail[kGroupRows * kUnitOut];
       for (int64_t u = u0; u < u1; ++u) {
         const int64_t ahead = u + kPrefetchUnits;

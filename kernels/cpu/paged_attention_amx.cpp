@@ -37,6 +37,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/cpu/amx_tiles.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/paged_attention.h"
 
@@ -75,24 +76,6 @@ constexpr int64_t kPrefetchAhead = 3;   // blocks (as attend_tile_lanes_few)
 constexpr int64_t kLaneRows = 8;        // vectors of at least this many rows take the softmax across the lanes
 constexpr int64_t kSub = 4;             // sub-chunks (16 positions of one KV block each) a super-chunk
 constexpr int64_t kSlots = kSub * kL;   // positions a super-chunk
-
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-TP_KV_TARGET inline void configure_tiles() {
-  TileConfig cfg;
-  for (int i = 0; i < 8; ++i) {
-    cfg.colsb[i] = 64;
-    cfg.rows[i] = 16;
-  }
-  // GCC 12's _tile_loadconfig tells the compiler it reads 8 bytes of the config, so the stores of the rest could be
-  // dropped as dead (a small test program built with -O2 did: SIGILL at the next tile instruction): make them land.
-  __asm__ __volatile__("" : : "r"(&cfg) : "memory");
-  _tile_loadconfig(&cfg);
-}
 
 // x = hi + mid + lo exactly, each part BF16 (round to nearest even; the remainders are exact in F32).
 TP_KV_TARGET inline void split3(__m512 x, __m256i* parts) {
@@ -313,7 +296,7 @@ TP_KV_TARGET void attend_tile_amx(const TileArgs& a, int64_t kv_head, int64_t t0
   const __m512i il_hi = _mm512_add_epi16(il_lo, _mm512_set1_epi16(16));
   const __m512i col = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                          _mm512_set1_epi32(int32_t(kL)));
-  configure_tiles();
+  configure_amx_tiles();
   const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
   __mmask16 visible[kSlots];
   uint32_t pa_rows = 0xFFFF;  // rows of the P tiles that may be nonzero
