@@ -62,6 +62,7 @@ struct KeyHash {
 struct Prim {
   dnnl::matmul matmul;
   dnnl::memory::desc weights;  // the layout the primitive reads W in
+  bool amx_blocked = false;    // BF16 W in BA16a64b2a, whole blocks: gemm_bf16_amx can read the copy (made once here)
 };
 
 struct Context {
@@ -92,7 +93,9 @@ Prim& primitive(Context& ctx, const Key& key) {
   const dnnl::matmul::desc desc(src_md, wei_md, dst_md);
   const dnnl::matmul::primitive_desc pd(desc, ctx.engine);
   if (ctx.primitives.size() >= kMaxCachedPrimitives) ctx.primitives.clear();
-  return ctx.primitives.emplace(key, Prim{dnnl::matmul(pd), pd.weights_desc()}).first->second;
+  const bool amx_blocked = key.dtype == DType::BF16 && key.n_in % 32 == 0 && key.n_out % 64 == 0 &&
+                           pd.weights_desc() == dnnl::memory::desc({key.n_in, key.n_out}, dt::bf16, tag::BA16a64b2a);
+  return ctx.primitives.emplace(key, Prim{dnnl::matmul(pd), pd.weights_desc(), amx_blocked}).first->second;
 }
 
 // W in the layout `want`: the plain buffer when that is it, else the Weight's cached reordered copy.
@@ -130,8 +133,7 @@ void onednn_linear(const float* x, int64_t m, const Weight& w, float* y, int n_t
   const bool bf16 = w.dtype() == DType::BF16;
   dnnl::memory wei_mem = weights_in(ctx, w, prim.weights);
   // Batched decode steps on AMX: our tile kernel on the same blocked copy (gemm_bf16_amx.h).
-  if (bf16 && m <= kAmxGemmMaxM && amx_gemm_enabled() && n_in % 32 == 0 && n_out % 64 == 0 &&
-      prim.weights == dnnl::memory::desc({n_in, n_out}, dt::bf16, tag::BA16a64b2a)) {
+  if (prim.amx_blocked && m <= kAmxGemmMaxM && amx_gemm_enabled()) {
     gemm_bf16_amx(x, m, n_in, static_cast<const uint16_t*>(wei_mem.get_data_handle()), n_out, y, n_threads);
     return;
   }

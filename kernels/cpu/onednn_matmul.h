@@ -3,7 +3,8 @@
 // threads when it is made, so a process that changes the count, such as gemv_bench, must not reuse one made
 // before). Weights: the plain row-major buffer is the transposed [n_in, n_out] matrix in format "ba"; the
 // primitive is created with format "any", and when oneDNN wants a blocked layout the Weight keeps one reordered
-// copy per layout (Weight::gemm_cache_), made on first use — measured 1.1-4x faster than letting oneDNN read "ba" (BF16, AMX, M = 16..512).
+// copy per layout (Weight::gemm_cache_), made on first use — measured 1.1-4x faster than letting oneDNN read "ba"
+// (BF16, AMX, M = 16..512).
 #pragma once
 #include <cstdint>
 
