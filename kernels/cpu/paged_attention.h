@@ -36,8 +36,9 @@ struct AttentionTiling {
   bool lanes = true;
   // With lanes, on CPUs with AMX (amx_tile + amx_bf16, attention_has_amx()), BF16 pools and head_dim % 32 == 0:
   // every tile, prefill and decode alike, runs on AMX tiles (paged_attention_amx.cpp) — S^T = K · Q^T and
-  // P · V as BF16 tile products with q and P split exactly into three BF16 parts each, so the scores and the
-  // weighted sums are the F32 ones up to summation order; the online softmax is the lane kernels'. Per query row
+  // P · V as BF16 tile products with q and P split into two BF16 parts each (16 significant bits: the scores within
+  // about 2^-18 · Σ|q k| of the F32 ones, the weighted sums within 2^-18 relative); the online softmax is the lane
+  // kernels'. Per query row
   // the operations do not depend on the tile, so prefill equals decode bit for bit here too (not the lane
   // kernels' bits). False: the lane kernels.
   bool amx = true;

@@ -12,21 +12,25 @@
 //   C [16 rows, 16 dims] = P · V per 16 output dims             P parts of 32 positions as A, V rows interleaved in
 //                                                               pairs as B, summed in the tile over the super-chunk;
 //   Acc[r] = c_r · Acc[r] + C[r]                                 one FMA a row and 16 dims a super-chunk.
-// Exact parts: a tile multiplies BF16 by BF16 into F32. The scaled q and the weights P are F32; each is split into
-// hi + mid + lo, three BF16 values whose sum is the F32 value exactly (round to nearest twice; each remainder is
-// exact), so S = K·q_hi + K·q_mid + K·q_lo (one accumulator tile, slice by slice) and P·V are the F32 products up to
-// summation order — K and V are BF16 already. (Values under 2^-126 in a part are flushed to zero by the tiles: an
-// absolute error below 1e-38.) A C element depends only on its own A row and B column, and everything else is per row
-// too, so a query row gets the same operations whatever tile, chunk of the prompt or batch it is computed in: prefill
-// equals decode, bit for bit (tests/kernels/test_paged_attention_tiled.cpp runs the lane kernels' invariance tests on
-// this one). A super-chunk cut short by the end of the sequence (decode) adds exact zeros where the full one (prefill)
-// has positions past the row's own: masked weights are 0 and sums + 0 are unchanged. Super-chunks of 64 rather than one
-// 16-position chunk at a time (session 20): the accumulator update, the C tile stores and the Q^T loads once per 64
-// positions, P·V in 6 tile products per 16 dims instead of 8 (no half-empty lo tile): prefill attention 1.2× faster
-// (bench/results/xeon-amx-kernels-20261203.md §18). The tile work of a vector is issued in steps among the vector
-// instructions of its neighbour's softmax (the tile and vector units then work at once; see the loop over vectors).
-// Tiles: palette 1, all eight 16 rows × 64 bytes; configured at the start of each work item, released at its end.
-// Built with -ffp-contract=off as the lane kernels (kernels/cpu/CMakeLists.txt).
+// Two parts: a tile multiplies BF16 by BF16 into F32. The scaled q and the weights P are F32; each is split into
+// hi + lo, two BF16 values (round to nearest, then the exact remainder rounded again): 16 significant bits, the
+// rest (relative 2^-18 or less) dropped. So S = K·q_hi + K·q_lo (one accumulator tile, slice by slice) is the F32
+// score to about 2^-18 · Σ|q k|, and P·V the F32 sum to 2^-18 relative — K and V are BF16 already, and storing K in
+// BF16 moved the scores 2^9 times more. Three parts (the F32 values exactly, sessions 19-47) took half as many tile
+// products again: prefill attention 512 tokens at context 512, 1 thread, 3.2 ms a layer with three against 2.35
+// with two, decode at context 128 19.6 against 16.2 µs a call, alternated 3 times
+// (bench/results/xeon-amx-attention-parts-20261208.md). (Values under 2^-126 in a part are flushed to zero by the
+// tiles: an absolute error below 1e-38.) A C element depends only on its own A row and B column, and everything else is
+// per row too, so a query row gets the same operations whatever tile, chunk of the prompt or batch it is computed in:
+// prefill equals decode, bit for bit (tests/kernels/test_paged_attention_tiled.cpp runs the lane kernels' invariance
+// tests on this one). A super-chunk cut short by the end of the sequence (decode) adds exact zeros where the full one
+// (prefill) has positions past the row's own: masked weights are 0 and sums + 0 are unchanged. Super-chunks of 64
+// rather than one 16-position chunk at a time (session 20): the accumulator update, the C tile stores and the Q^T loads
+// once per 64 positions, P·V in 6 tile products per 16 dims instead of 8 (three parts then; no half-empty lo tile):
+// prefill attention 1.2× faster (bench/results/xeon-amx-kernels-20261203.md §18). The tile work of a vector is issued
+// in steps among the vector instructions of its neighbour's softmax (the tile and vector units then work at once; see
+// the loop over vectors). Tiles: palette 1, all eight 16 rows × 64 bytes (tmm7 unused); configured at the start of each
+// work item, released at its end. Built with -ffp-contract=off as the lane kernels (kernels/cpu/CMakeLists.txt).
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <cpuid.h>
@@ -76,48 +80,45 @@ constexpr int64_t kPrefetchAhead = 3;   // blocks (as attend_tile_lanes_few)
 constexpr int64_t kLaneRows = 8;        // vectors of at least this many rows take the softmax across the lanes
 constexpr int64_t kSub = 4;             // sub-chunks (16 positions of one KV block each) a super-chunk
 constexpr int64_t kSlots = kSub * kL;   // positions a super-chunk
+constexpr int64_t kParts = 2;           // BF16 parts of q and of P (hi, lo: tiles 5, 6)
 
-// x = hi + mid + lo exactly, each part BF16 (round to nearest even; the remainders are exact in F32).
-TP_KV_TARGET inline void split3(__m512 x, __m256i* parts) {
-  for (int p = 0; p < 3; ++p) {
-    const __m256i h = (__m256i)_mm512_cvtneps_pbh(x);
-    parts[p] = h;
-    x = _mm512_sub_ps(x, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
-  }
+// x ≈ hi + lo, each part BF16: hi = x rounded to nearest even, lo = the remainder x − hi (exact in F32) rounded.
+TP_KV_TARGET inline void split2(__m512 x, __m256i* parts) {
+  parts[0] = (__m256i)_mm512_cvtneps_pbh(x);
+  const __m512 hi = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(parts[0]), 16));
+  parts[1] = (__m256i)_mm512_cvtneps_pbh(_mm512_sub_ps(x, hi));
 }
 
 // Parts of 16 weights of row r, sub-chunk c (of a super-chunk) into the P tiles: tile (c / 2, part) row r, columns
-// 16 (c % 2) .. + 15 (pa: [2 halves][3 parts] tiles of 16 rows × 32 BF16).
+// 16 (c % 2) .. + 15 (pa: [2 halves][2 parts] tiles of 16 rows × 32 BF16).
 TP_KV_TARGET inline void store_p(__m512 p, uint16_t* pa, int64_t r, int64_t c) {
-  __m256i parts[3];
-  split3(p, parts);
-  for (int64_t q = 0; q < 3; ++q)
-    _mm256_store_si256(reinterpret_cast<__m256i*>(pa + ((c / 2) * 3 + q) * 512 + r * 32 + (c % 2) * 16), parts[q]);
+  __m256i parts[kParts];
+  split2(p, parts);
+  for (int64_t q = 0; q < kParts; ++q)
+    _mm256_store_si256(reinterpret_cast<__m256i*>(pa + ((c / 2) * kParts + q) * 512 + r * 32 + (c % 2) * 16), parts[q]);
 }
 
 // GCC's tile intrinsics are macros that paste their tile numbers into the asm: literal numbers only, hence macros.
 // S^T of sub-chunk Cn for one 32-wide slice of head_dim: tmm Cn += its K slice (A operand, tmm4) · the Q^T parts hi,
-// mid, lo (tmm5-7, loaded by the caller).
+// lo (tmm5-6, loaded by the caller).
 #define TP_AMX_S_SUB(Cn, k, k_stride) \
   do {                                \
     _tile_loadd(4, (k), (k_stride));  \
     _tile_dpbf16ps(Cn, 4, 5);         \
     _tile_dpbf16ps(Cn, 4, 6);         \
-    _tile_dpbf16ps(Cn, 4, 7);         \
   } while (0)
 
-// C tile Cn (one 16-dim piece) += P parts hi, mid, lo of one half (tmm5-7, loaded by the caller) · that half's V pairs
-// of the piece (B operand, tmm4).
-#define TP_AMX_PV_HALF(Cn, vpairs)  \
-  do {                              \
-    _tile_loadd(4, (vpairs), 64);   \
-    _tile_dpbf16ps(Cn, 5, 4);       \
-    _tile_dpbf16ps(Cn, 6, 4);       \
-    _tile_dpbf16ps(Cn, 7, 4);       \
+// C tile Cn (one 16-dim piece) += P parts hi, lo of one half (tmm5-6, loaded by the caller) · that half's V pairs of
+// the piece (B operand, tmm4).
+#define TP_AMX_PV_HALF(Cn, vpairs) \
+  do {                             \
+    _tile_loadd(4, (vpairs), 64);  \
+    _tile_dpbf16ps(Cn, 5, 4);      \
+    _tile_dpbf16ps(Cn, 6, 4);      \
   } while (0)
 
 // Step ss of S^T's tile work for one vector of 16 query rows (steps 0 .. 2 + n_ks (1 + nsub) − 1, in order): zero the
-// accumulators; per 32-dim slice ks, load its Q^T parts (tmm5-7), then one sub-chunk's products a step; store the
+// accumulators; per 32-dim slice ks, load its Q^T parts (tmm5-6), then one sub-chunk's products a step; store the
 // accumulators into st [nsub tiles]. q3: the vector's Q^T tiles; kr, k_stride: the sub-chunks' K rows.
 TP_KV_TARGET inline void s_step(int64_t ss, const uint16_t* q3, const uint8_t* const* kr, const int64_t* k_stride,
                                 int64_t nsub, int64_t n_ks, float* st) {
@@ -129,12 +130,11 @@ TP_KV_TARGET inline void s_step(int64_t ss, const uint16_t* q3, const uint8_t* c
     if (nsub > 3) _tile_zero(3);
   } else if (ss <= n_ks * per) {
     const int64_t ks = (ss - 1) / per;
-    const uint16_t* q = q3 + ks * 3 * 512;
+    const uint16_t* q = q3 + ks * kParts * 512;
     switch ((ss - 1) % per) {
       case 0:
         _tile_loadd(5, q, 64);
         _tile_loadd(6, q + 512, 64);
-        _tile_loadd(7, q + 1024, 64);
         break;
       case 1:
         TP_AMX_S_SUB(0, kr[0] + ks * 64, k_stride[0]);
@@ -158,7 +158,7 @@ TP_KV_TARGET inline void s_step(int64_t ss, const uint16_t* q3, const uint8_t* c
 }
 
 // Step ps of C = P · V's tile work for one vector (steps 0 .. pv_steps − 1, in order), per pass of up to 4 pieces of
-// 16 dims: zero the accumulators; per half of the super-chunk, load its P parts (tmm5-7), then one piece's products a
+// 16 dims: zero the accumulators; per half of the super-chunk, load its P parts (tmm5-6), then one piece's products a
 // step; store the accumulators into ct [n_pieces tiles], piece by piece.
 TP_KV_TARGET inline int64_t pv_steps(int64_t n_pieces, int64_t n_half) {
   int64_t n = 0;
@@ -184,9 +184,8 @@ TP_KV_TARGET inline void p_step(int64_t ps, const uint16_t* pa, const uint16_t* 
       const uint16_t* vh = vp + (h * n_pieces + pc) * 512;
       switch ((ps - 1) % per) {
         case 0:
-          _tile_loadd(5, pa + (h * 3) * 512, 64);
-          _tile_loadd(6, pa + (h * 3 + 1) * 512, 64);
-          _tile_loadd(7, pa + (h * 3 + 2) * 512, 64);
+          _tile_loadd(5, pa + (h * kParts) * 512, 64);
+          _tile_loadd(6, pa + (h * kParts + 1) * 512, 64);
           break;
         case 1:
           TP_AMX_PV_HALF(0, vh);
@@ -234,12 +233,13 @@ TP_KV_TARGET void attend_tile_amx(const TileArgs& a, int64_t kv_head, int64_t t0
   const int64_t n_rows = n_tok * g, n_vec = (n_rows + kL - 1) / kL, W = n_vec * kL;
   const int64_t n_ks = hd / 32, n_pieces = hd / kL;
   const int64_t head_at = kv_head * hd * 2;
-  // Scratch (64-byte aligned, in 1 KiB tiles): qb [n_vec, n_ks, 3 parts] Q^T tiles; vp [2 halves, n_pieces] V-pair
+  // Scratch (64-byte aligned, in 1 KiB tiles): qb [n_vec, n_ks, kParts] Q^T tiles; vp [2 halves, n_pieces] V-pair
   // tiles; kscr [kSub, n_ks] BF16 K rows of sub-chunks cut by their block's end; st [kSub] S^T; pt [kSub] P^T;
-  // pa [2 halves, 3 parts] P tiles; ct [max(4, n_pieces)] C tiles; st2 [kSub] the other S^T buffer; then mm, ll [W] the
+  // pa [2 halves, kParts] P tiles; ct [max(4, n_pieces)] C tiles; st2 [kSub] the other S^T buffer; then mm, ll [W] the
   // rows' running max and sum, rpos [W] their positions, spos [kSlots] the super-chunk's slot positions.
   const int64_t n_ct = std::max<int64_t>(4, n_pieces);
-  const int64_t n_qb = n_vec * n_ks * 3, n_tiles = n_qb + 2 * n_pieces + kSub * n_ks + 3 * kSub + 6 + n_ct;
+  const int64_t n_qb = n_vec * n_ks * kParts,
+                n_tiles = n_qb + 2 * n_pieces + kSub * n_ks + 3 * kSub + 2 * kParts + n_ct;
   const size_t need = size_t(n_tiles * kTileFloats + 3 * W + kSlots + 16);
   if (sc.x.size() < need) sc.x.resize(need);
   float* base = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(sc.x.data()) + 63) & ~uintptr_t(63));
@@ -249,7 +249,7 @@ TP_KV_TARGET void attend_tile_amx(const TileArgs& a, int64_t kv_head, int64_t t0
   float* st0 = base + (n_qb + 2 * n_pieces + kSub * n_ks) * kTileFloats;
   float* pt = st0 + kSub * kTileFloats;
   uint16_t* pa = reinterpret_cast<uint16_t*>(pt + kSub * kTileFloats);
-  float* ct = pt + (kSub + 6) * kTileFloats;
+  float* ct = pt + (kSub + 2 * kParts) * kTileFloats;
   float* const stb[2] = {st0, ct + n_ct * kTileFloats};
   float* mm = stb[1] + kSub * kTileFloats;
   float* ll = mm + W;
@@ -262,25 +262,25 @@ TP_KV_TARGET void attend_tile_amx(const TileArgs& a, int64_t kv_head, int64_t t0
   // 16 × 16 transpose of 32-bit pairs a part (rows past n_rows zero).
   for (int64_t iv = 0; iv < n_vec; ++iv)
     for (int64_t ks = 0; ks < n_ks; ++ks) {
-      alignas(64) uint32_t tq[3][kL][kL];
+      alignas(64) uint32_t tq[kParts][kL][kL];
       for (int64_t n = 0; n < kL; ++n) {
         const int64_t r = iv * kL + n;
         if (r >= n_rows) {
-          for (int p = 0; p < 3; ++p) _mm512_store_si512(tq[p][n], _mm512_setzero_si512());
+          for (int p = 0; p < kParts; ++p) _mm512_store_si512(tq[p][n], _mm512_setzero_si512());
           continue;
         }
         const float* src = a.q + ((t0 + r / g) * a.n_heads + kv_head * g + r % g) * hd + ks * 32;
         for (int64_t h = 0; h < 2; ++h) {
-          __m256i parts[3];
-          split3(_mm512_mul_ps(_mm512_loadu_ps(src + h * kL), _mm512_set1_ps(a.scale)), parts);
-          for (int p = 0; p < 3; ++p) _mm256_store_si256(reinterpret_cast<__m256i*>(tq[p][n] + h * 8), parts[p]);
+          __m256i parts[kParts];
+          split2(_mm512_mul_ps(_mm512_loadu_ps(src + h * kL), _mm512_set1_ps(a.scale)), parts);
+          for (int p = 0; p < kParts; ++p) _mm256_store_si256(reinterpret_cast<__m256i*>(tq[p][n] + h * 8), parts[p]);
         }
       }
-      for (int p = 0; p < 3; ++p) {
+      for (int p = 0; p < kParts; ++p) {
         __m512 t[kL];
         for (int64_t n = 0; n < kL; ++n) t[n] = _mm512_load_ps(reinterpret_cast<const float*>(tq[p][n]));
         transpose16(t);
-        float* tile = reinterpret_cast<float*>(qb + ((iv * n_ks + ks) * 3 + p) * 512);
+        float* tile = reinterpret_cast<float*>(qb + ((iv * n_ks + ks) * kParts + p) * 512);
         for (int64_t kp = 0; kp < kL; ++kp) _mm512_store_ps(tile + kp * kL, t[kp]);
       }
     }
@@ -390,15 +390,15 @@ TP_KV_TARGET void attend_tile_amx(const TileArgs& a, int64_t kv_head, int64_t t0
     int64_t iv = first_vec;
     if (iv < n_vec)
       for (int64_t ss = 0; ss < n_ssteps; ++ss)
-        s_step(ss, qb + iv * n_ks * 3 * 512, kr, k_stride, nsub, n_ks, stb[iv & 1]);
+        s_step(ss, qb + iv * n_ks * kParts * 512, kr, k_stride, nsub, n_ks, stb[iv & 1]);
     for (; iv < n_vec; ++iv) {
       float* const st = stb[iv & 1];
       float* const st_next = stb[(iv + 1) & 1];
-      const uint16_t* q3_next = qb + (iv + 1) * n_ks * 3 * 512;
+      const uint16_t* q3_next = qb + (iv + 1) * n_ks * kParts * 512;
       int64_t ns = iv + 1 < n_vec ? 0 : n_ssteps;  // the next vector's S^T steps issued
       int64_t ps = pv >= 0 ? 0 : n_psteps;         // the previous vector's P · V steps issued (all before any of
                                                    // S^T's, since they share the tiles; all before P is rewritten)
-      // The online softmax over the super-chunk's slots; each row's weights P split into hi, mid, lo tiles. Two ways
+      // The online softmax over the super-chunk's slots; each row's weights P split into hi, lo tiles. Two ways
       // that give a row the same bits (per row: masked max, c = e^(m_old − m_new), P = e^(S − m_new),
       // L' = L·c + P_0 + … + P_(n_slots − 1) in order, as the lane kernels' chunk softmax): vectors of many rows take
       // it across the lanes and transpose P; vectors of few rows (decode: the GQA group) gather S and take it row by

@@ -33,6 +33,9 @@ using test::stored_value;
 using test::TestPool;
 
 constexpr double kStoredTol = 2e-6;  // measured 3.7e-7
+// The AMX tile kernel (bf16 pools on CPUs with AMX) carries q and the softmax weights as two BF16 parts each
+// (relative 2^-18 dropped; tests/kernels/test_paged_attention_tiled.cpp): measured 4.3e-6 (h8kv1, start 0).
+constexpr double kAmxStoredTol = 1e-5;
 
 // A KV dtype as the pool holds it: block-scaled int8, or a tensor scale for fp8 / int8.
 struct KvVariant {
@@ -171,7 +174,8 @@ TEST_P(PagedAttentionTest, MatchesContiguousReference) {
           err_original = std::max(err_original, std::fabs(o[i] - ro[size_t(i)]));
         }
       }
-    EXPECT_LE(err_stored, kStoredTol) << kernel << " " << variant_name(var);
+    const bool amx = outp == &tiled && test::runs_amx(var.dtype, head_dim, impl, {});
+    EXPECT_LE(err_stored, amx ? kAmxStoredTol : kStoredTol) << kernel << " " << variant_name(var);
     EXPECT_LE(err_original, var.original_tol) << kernel << " " << variant_name(var);
     RecordProperty("err_stored_" + kernel, std::to_string(err_stored));
     RecordProperty("err_original_" + kernel, std::to_string(err_original));
