@@ -2,7 +2,8 @@
 // precision), through a shuffled, non-contiguous block table over garbage-filled blocks, on both the AVX2 and
 // the portable path. Each case checks two things:
 //   stored:   the reference run on the values the pool stores (decoded by tests/kernels/kv_fixtures.h) — the
-//             kernel reads the stored dtype exactly: |out - ref| <= kStoredTol (F32 accumulation only);
+//             kernel reads the stored dtype exactly: |out - ref| <= kStoredTol (F32 accumulation only; the AMX
+//             tile kernel, with q and the softmax weights in two BF16 parts, kAmxStoredTol);
 //   original: the reference run on the F32 inputs — the error the dtype costs, bounded per dtype below.
 // Inputs: q in [-1, 1]; each K/V token row is uniform [-1, 1] times a per-token factor in [0.25, 2] (so int8
 // block scales get raised and rows requantized). The bounds hold over all the shapes below; the largest error
