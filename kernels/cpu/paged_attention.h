@@ -38,9 +38,8 @@ struct AttentionTiling {
   // every tile, prefill and decode alike, runs on AMX tiles (paged_attention_amx.cpp) — S^T = K · Q^T and
   // P · V as BF16 tile products with q and P split into two BF16 parts each (16 significant bits: the scores within
   // about 2^-18 · Σ|q k| of the F32 ones, the weighted sums within 2^-18 relative); the online softmax is the lane
-  // kernels'. Per query row
-  // the operations do not depend on the tile, so prefill equals decode bit for bit here too (not the lane
-  // kernels' bits). False: the lane kernels.
+  // kernels'. Per query row the operations do not depend on the tile, so prefill equals decode bit for bit here too
+  // (not the lane kernels' bits). False: the lane kernels. attention_uses_amx() tells whether a call takes it.
   bool amx = true;
 };
 
@@ -86,6 +85,10 @@ bool attention_has_avx512();  // avx512f + avx512bw + avx512vl + avx512dq, and a
 // attention_has_avx512() + avx512_bf16 + amx_tile + amx_bf16, and Linux granted the process the AMX tile state
 // (arch_prctl ARCH_REQ_XCOMP_PERM, asked once here).
 bool attention_has_amx();
+// Whether paged_attention(_batch) with these arguments runs the AMX tile kernel (AttentionTiling::amx): the AVX-512
+// rows (impl Avx512, or Auto on a CPU that has them), the lane kernels, a bf16 pool, head_dim % 32 == 0 and
+// attention_has_amx(). Its results meet looser bounds than the F32 kernels' (q and P in two BF16 parts).
+bool attention_uses_amx(KvDType dtype, int64_t head_dim, AttentionImpl impl, const AttentionTiling& tiling);
 const char* attention_impl_name(AttentionImpl impl);  // auto, avx512, avx2, portable
 
 }  // namespace tp::cpu

@@ -119,8 +119,8 @@ TP_KV_TARGET inline void store_p(__m512 p, uint16_t* pa, int64_t r, int64_t c) {
 
 // Step ss of S^T's tile work for one vector of 16 query rows (steps 0 .. 2 + n_ks (1 + nsub) − 1, in order): zero the
 // accumulators; per 32-dim slice ks, load its Q^T parts (tmm5-6), then one sub-chunk's products a step; store the
-// accumulators into st [nsub tiles]. q3: the vector's Q^T tiles; kr, k_stride: the sub-chunks' K rows.
-TP_KV_TARGET inline void s_step(int64_t ss, const uint16_t* q3, const uint8_t* const* kr, const int64_t* k_stride,
+// accumulators into st [nsub tiles]. qt: the vector's Q^T tiles; kr, k_stride: the sub-chunks' K rows.
+TP_KV_TARGET inline void s_step(int64_t ss, const uint16_t* qt, const uint8_t* const* kr, const int64_t* k_stride,
                                 int64_t nsub, int64_t n_ks, float* st) {
   const int64_t per = 1 + nsub;
   if (ss == 0) {
@@ -130,7 +130,7 @@ TP_KV_TARGET inline void s_step(int64_t ss, const uint16_t* q3, const uint8_t* c
     if (nsub > 3) _tile_zero(3);
   } else if (ss <= n_ks * per) {
     const int64_t ks = (ss - 1) / per;
-    const uint16_t* q = q3 + ks * kParts * 512;
+    const uint16_t* q = qt + ks * kParts * 512;
     switch ((ss - 1) % per) {
       case 0:
         _tile_loadd(5, q, 64);
@@ -394,7 +394,7 @@ TP_KV_TARGET void attend_tile_amx(const TileArgs& a, int64_t kv_head, int64_t t0
     for (; iv < n_vec; ++iv) {
       float* const st = stb[iv & 1];
       float* const st_next = stb[(iv + 1) & 1];
-      const uint16_t* q3_next = qb + (iv + 1) * n_ks * kParts * 512;
+      const uint16_t* qt_next = qb + (iv + 1) * n_ks * kParts * 512;
       int64_t ns = iv + 1 < n_vec ? 0 : n_ssteps;  // the next vector's S^T steps issued
       int64_t ps = pv >= 0 ? 0 : n_psteps;         // the previous vector's P · V steps issued (all before any of
                                                    // S^T's, since they share the tiles; all before P is rewritten)
@@ -452,13 +452,13 @@ TP_KV_TARGET void attend_tile_amx(const TileArgs& a, int64_t kv_head, int64_t t0
           transpose16(p);
           for (int64_t r = 0; r < kL; ++r) {
             store_p(p[r], pa, r, cs);
-            if (r % 4 == 3 && ns < n_ssteps) s_step(ns++, q3_next, kr, k_stride, nsub, n_ks, st_next);
+            if (r % 4 == 3 && ns < n_ssteps) s_step(ns++, qt_next, kr, k_stride, nsub, n_ks, st_next);
           }
         }
         pa_rows = 0xFFFF;
         seen = (1u << r_end) - 1;
       } else {
-        for (; ns < n_ssteps; ++ns) s_step(ns, q3_next, kr, k_stride, nsub, n_ks, st_next);  // before P · V's
+        for (; ns < n_ssteps; ++ns) s_step(ns, qt_next, kr, k_stride, nsub, n_ks, st_next);  // before P · V's
         for (; ps < n_psteps; ++ps) p_step(ps, pa, vp, n_pieces, n_half, ct);                // before P is rewritten
         for (int64_t r = 0; r < kL; ++r) {
           const int64_t rw = iv * kL + r, rp = pos0 + rw / g;
@@ -504,7 +504,7 @@ TP_KV_TARGET void attend_tile_amx(const TileArgs& a, int64_t kv_head, int64_t t0
         }
       }
       // (Both softmax forms have issued every P · V step.)
-      for (; ns < n_ssteps; ++ns) s_step(ns, q3_next, kr, k_stride, nsub, n_ks, st_next);
+      for (; ns < n_ssteps; ++ns) s_step(ns, qt_next, kr, k_stride, nsub, n_ks, st_next);
       if (pv >= 0) update_acc(acc + pv * kL * hd, ct, pv_c, pv_seen, pv_end, hd);
       pv = -1;
       if (seen != 0) {

@@ -116,6 +116,12 @@ __attribute__((target("avx512f"))) void finish_row_avx512(const float* A, float 
 
 }  // namespace
 
+bool attention_uses_amx(KvDType dtype, int64_t head_dim, AttentionImpl impl, const AttentionTiling& tiling) {
+  const bool avx512 = impl == AttentionImpl::Avx512 || (impl == AttentionImpl::Auto && attention_has_avx512());
+  const bool lanes = tiling.lanes && avx512 && head_dim % 16 == 0;
+  return lanes && tiling.amx && dtype == KvDType::BF16 && head_dim % 32 == 0 && attention_has_amx();
+}
+
 void paged_attention_batch(const float* q, const AttentionSeqArgs* seqs, int64_t n_seqs, int64_t n_heads,
                            const KvTensorView& k_pool, const KvTensorView& v_pool, float scale, float* out,
                            AttentionImpl impl, const AttentionTiling& tiling) {
@@ -125,7 +131,7 @@ void paged_attention_batch(const float* q, const AttentionSeqArgs* seqs, int64_t
   const int64_t group = n_heads / n_kv;
   const bool lanes = tiling.lanes && rows == AttentionImpl::Avx512 && hd % 16 == 0;
   // AMX tiles (AttentionTiling::amx): cut as the lane kernels are (they keep the lanes' cuts and softmax).
-  const bool amx = lanes && tiling.amx && kl.dtype == KvDType::BF16 && hd % 32 == 0 && attention_has_amx();
+  const bool amx = attention_uses_amx(kl.dtype, hd, rows, tiling);
   const detail::TileFn tile = amx                             ? detail::tile_amx(kl.dtype)
                               : rows == AttentionImpl::Avx512 ? detail::tile_avx512(kl.dtype)
                               : rows == AttentionImpl::Avx2   ? detail::tile_avx2(kl.dtype)

@@ -10,20 +10,8 @@
 #include "common/dtype.h"
 #include "common/fp_formats.h"
 #include "common/kv_dtype.h"
-#include "kernels/cpu/paged_attention.h"
 
 namespace tp::test {
-
-// Whether paged_attention with these arguments runs the AMX tile kernel (the condition in
-// kernels/cpu/paged_attention_tiled.cpp): the AVX-512 rows, the lane kernels, bf16 pools, head_dim % 32 == 0, a CPU
-// with AMX. That kernel carries q and the softmax weights as two BF16 parts each (16 significant bits), so it
-// meets its own, looser bound (kAmxTol in the tests that use this).
-inline bool runs_amx(KvDType dtype, int64_t head_dim, cpu::AttentionImpl impl, const cpu::AttentionTiling& tiling) {
-  const bool avx512 =
-      impl == cpu::AttentionImpl::Avx512 || (impl == cpu::AttentionImpl::Auto && cpu::attention_has_avx512());
-  return avx512 && tiling.lanes && tiling.amx && dtype == KvDType::BF16 && head_dim % 32 == 0 &&
-         cpu::attention_has_amx();
-}
 
 struct TestPool {
   TestPool(const KvBlockLayout& layout, int64_t n_blocks, float tensor_scale = 1.0f, uint8_t fill = 0xAB)

@@ -175,7 +175,7 @@ TEST_P(PagedAttentionTest, MatchesContiguousReference) {
           err_original = std::max(err_original, std::fabs(o[i] - ro[size_t(i)]));
         }
       }
-    const bool amx = outp == &tiled && test::runs_amx(var.dtype, head_dim, impl, {});
+    const bool amx = outp == &tiled && attention_uses_amx(var.dtype, head_dim, impl, {});
     EXPECT_LE(err_stored, amx ? kAmxStoredTol : kStoredTol) << kernel << " " << variant_name(var);
     EXPECT_LE(err_original, var.original_tol) << kernel << " " << variant_name(var);
     RecordProperty("err_stored_" + kernel, std::to_string(err_stored));

@@ -129,7 +129,7 @@ TEST_P(TiledAttentionTest, MatchesNaive) {
       paged_attention(q.data(), n_tokens, start_pos, n_heads, f.k.view, f.v.view, f.table.data(), scale, out.data(),
                       impl, t);
       const double d = max_abs_diff(out, ref);
-      EXPECT_LE(d, test::runs_amx(var.dtype, head_dim, impl, t) ? kAmxTol : kTol)
+      EXPECT_LE(d, attention_uses_amx(var.dtype, head_dim, impl, t) ? kAmxTol : kTol)
           << test::dtype_label(var.dtype, var.tensor_scales) << " threads " << threads << " q_tokens " << t.q_tokens
           << " split_blocks " << t.split_blocks << " lanes " << t.lanes << " amx " << t.amx;
       worst = std::max(worst, d);
@@ -189,7 +189,7 @@ TEST(TiledAttention, ChecksCanFail) {
   std::vector<float> ref(q.size()), out(q.size());
   paged_attention_naive(q.data(), n, start, n_heads, f.k.view, f.v.view, f.table.data(), 0.125f, ref.data());
   paged_attention(q.data(), n, start, n_heads, f.k.view, f.v.view, f.table.data(), 0.125f, out.data());
-  const double tol = test::runs_amx(var.dtype, d, AttentionImpl::Auto, {}) ? kAmxTol : kTol;
+  const double tol = attention_uses_amx(var.dtype, d, AttentionImpl::Auto, {}) ? kAmxTol : kTol;
   EXPECT_LE(max_abs_diff(out, ref), tol);
   // One position short: token t attends [0, start + t) instead of [0, start + t].
   std::vector<float> shifted(q.size());
@@ -323,7 +323,7 @@ TEST(TiledAttention, LanesSplitKDecodeEqualsPrefillAtDepth) {
       paged_attention_naive(q.data(), kTail, kStart, n_heads, f.k.view, f.v.view, f.table.data(), 0.125f, ref.data(),
                             AttentionImpl::Portable);
       const std::vector<float> whole = run(kTail);
-      const double tol = test::runs_amx(var.dtype, hd, AttentionImpl::Avx512, {}) ? kAmxTol : kTol;
+      const double tol = attention_uses_amx(var.dtype, hd, AttentionImpl::Avx512, {}) ? kAmxTol : kTol;
       EXPECT_LE(max_abs_diff(whole, ref), tol) << what;
       // The segments do run: unsplit (split_blocks -1), the same rows round differently.
       std::vector<float> unsplit(q.size(), NAN);
@@ -462,7 +462,7 @@ TEST(TiledAttention, RandomBatchesMatchNaive) {
             const double diff = max_abs_diff(std::vector<float>(out.begin() + long(a), out.begin() + long(b)),
                                              std::vector<float>(ref.begin() + long(a), ref.begin() + long(b)));
             // Scores 40x larger: errors grow with them (measured <= 2.2e-5 on every F32 path, Zen 4; AMX above).
-            const bool amx = test::runs_amx(var.dtype, d, impl, tiling);
+            const bool amx = attention_uses_amx(var.dtype, d, impl, tiling);
             EXPECT_LE(diff, trial % 2 == 0 ? (amx ? kAmxTol : kTol)
                             : amx          ? kAmxTolLargeScores
                                            : 20 * kTol)
